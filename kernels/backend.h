@@ -42,6 +42,12 @@ typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;
 size_t tsr_dtype_size(tsr_dtype t);
 
 typedef struct tsr_backend tsr_backend;
+/* The capped logits (N rows of Vp: n = N Vp floats, host memory, grown as needed) the fp32
+ * softmax_xent keeps with a soft cap, for the backward's factor 1 - (z / cap)^2 */
+typedef struct tsr_capped_logits {
+    float *z;
+    size_t n, room;
+} tsr_capped_logits;
 struct tsr_backend {
     const char *name;
     tsr_dtype act;    /* activations, their gradients, the logits */
@@ -49,6 +55,9 @@ struct tsr_backend {
     size_t align;     /* bytes each layer's slice of an activation stack is aligned to (>= 1) */
     int host;         /* buffers are host memory: host arrays (tokens, segment ids) used in place */
     void *ctx;        /* the backend's state: the fp32 op table, or the CUDA stream */
+    float logit_softcap; /* > 0: softmax_xent runs over cap tanh(logits / cap) (the model's
+                          * final_logit_softcapping; only a backend with softcap ops is given it) */
+    tsr_capped_logits *capped; /* with logit_softcap: the last softmax_xent's capped logits */
 
     /* memory: try_alloc returns NULL when there is no room (callers back off); copies */
     void *(*try_alloc)(const tsr_backend *be, size_t bytes);
@@ -117,6 +126,14 @@ struct tsr_backend {
                          const float *inv_freq, int B, int T, int NH, int KVH, int hs);
     void (*rope_backward)(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
                           const float *inv_freq, int B, int T, int NH, int KVH, int hs);
+    /* The same over the first rot dimensions of each head, cosine and sine times mscale (ops.h
+     * rope_part_forward); optional: NULL where the backend has no RoPE variants */
+    void (*rope_part_forward)(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
+                              const float *inv_freq, int B, int T, int NH, int KVH, int hs,
+                              int rot, float mscale);
+    void (*rope_part_backward)(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
+                               const float *inv_freq, int B, int T, int NH, int KVH, int hs,
+                               int rot, float mscale);
     /* SwiGLU: out (N,F) act = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) act;
      * backward dinp (N,2F) act += (or = by mode) */
     void (*swiglu_forward)(const tsr_backend *be, void *out, const void *inp, int N, int F);

@@ -81,6 +81,7 @@ typedef struct tsr_attn_var {
     const float *sinks;
     float *dsinks;
     float scale;
+    float softcap; /* > 0: scores = softcap tanh(scores / softcap) after the scale (Gemma 2) */
 } tsr_attn_var;
 
 typedef struct tsr_ops {
@@ -179,6 +180,14 @@ typedef struct tsr_ops {
      * and key gradients; the value gradients untouched. */
     void (*rope_backward)(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                           int T, int NH, int KVH, int hs);
+    /* rope_forward / rope_backward over the first rot dimensions of each head only (partial
+     * rotary: pairs (i, i + rot/2), inv_freq (rot/2); dimensions rot..hs-1 untouched) with the
+     * cosine and sine times mscale (YaRN's attention factor); rot = hs, mscale = 1 is
+     * rope_forward, the same bits. Optional (NULL: the backend has no RoPE variants). */
+    void (*rope_part_forward)(float *qkv, const int32_t *pos, int p0, const float *inv_freq,
+                              int B, int T, int NH, int KVH, int hs, int rot, float mscale);
+    void (*rope_part_backward)(float *dqkv, const int32_t *pos, int p0, const float *inv_freq,
+                               int B, int T, int NH, int KVH, int hs, int rot, float mscale);
     /* SwiGLU: out (N,F) = silu(inp[:, :F]) * inp[:, F:], silu(x) = x / (1 + exp(-x)); inp (N,2F)
      * is the fused [gate | up] projection */
     void (*swiglu_forward)(float *out, const float *inp, int N, int F);
@@ -291,6 +300,12 @@ typedef struct tsr_ops {
      * >= V are written 0. WRITES, may alias probs. dlosses (N) */
     void (*softmax_xent_backward)(float *dlogits, const float *dlosses, const float *probs,
                                   const int32_t *targets, int N, int V, int Vp);
+    /* Soft-capping of the LM head's logits (model.final_logit_softcapping) over the V real
+     * columns of N rows of Vp (the padding untouched): out = cap tanh(inp / cap) (out may be
+     * inp); the backward d[n,j] *= 1 - (out[n,j] / cap)^2 from the capped values out.
+     * Optional (NULL: the backend has no soft cap). */
+    void (*softcap_forward)(float *out, const float *inp, int N, int V, int Vp, float cap);
+    void (*softcap_backward)(float *d, const float *out, int N, int V, int Vp, float cap);
 
     /* Ring attention's block (tsr_ring_block k). Forward: the block's attention of each query
      * row, o = sum_j softmax_j(s[i,j]) v_j with l = log sum_j exp s[i,j] (o = 0, l = -inf where

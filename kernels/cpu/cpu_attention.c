@@ -141,13 +141,17 @@ static void pack_head(float *dst, const float *src, ptrdiff_t lds, int T, int hs
 }
 
 /* Row i of causal attention scores (already scaled) -> probabilities in place, over its segment
- * [lo, i]: row[j] = softmax_j(row[j] - slope (i - j)) for lo <= j <= i, 0 for j < lo and i < j < T.
+ * [lo, i]: row[j] = softmax_j(c(row[j]) - slope (i - j)) for lo <= j <= i, 0 for j < lo and
+ * i < j < T; c(s) = cap tanh(s / cap) with a soft cap (cap > 0), else s.
  * The segment is addressed from its first column, so the arithmetic (and the order of the
  * vectorised sums) depends on the segment alone, not on where it lies in the row. */
-static void softmax_causal_row(float *row, int lo, int i, int T, float slope, const float *sink) {
+static void softmax_causal_row(float *row, int lo, int i, int T, float slope, const float *sink,
+                               float cap) {
     float *r = row + lo;
     const int n = i - lo + 1;
     for (int j = 0; j < lo; j++) row[j] = 0.0f;
+    if (cap > 0.0f)
+        for (int j = 0; j < n; j++) r[j] = cap * tanhf(r[j] / cap);
     if (slope != 0.0f)
         for (int j = 0; j < n; j++) r[j] -= slope * (float)(n - 1 - j);
     float mx = sink ? *sink : -INFINITY;
@@ -189,6 +193,7 @@ static int var_window(const tsr_attn_var *var) { return var ? var->window : 0; }
 static float var_scale(const tsr_attn_var *var, int hs) {
     return var && var->scale > 0.0f ? var->scale : 1.0f / sqrtf((float)hs);
 }
+static float var_cap(const tsr_attn_var *var) { return var ? var->softcap : 0.0f; }
 static const float *var_sink(const tsr_attn_var *var, int h) {
     return var && var->sinks ? var->sinks + h : NULL;
 }
@@ -249,7 +254,8 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
                     tile(m, imin(NR, T - j0), hs, q + i0 * C3, C3, 1, kt + j0, T,
                          a + (size_t)i0 * T + j0, T, scale, 0);
                 for (int i = i0; i < iend; i++)
-                    softmax_causal_row(a + (size_t)i * T, lo[i], i, T, slope, var_sink(var, h));
+                    softmax_causal_row(a + (size_t)i * T, lo[i], i, T, slope, var_sink(var, h),
+                                       var_cap(var));
                 for (int d0 = 0; d0 < hs; d0 += NR)
                     tile(m, imin(NR, hs - d0), iend - jlo, a + (size_t)i0 * T + jlo, T, 1,
                          vp + (size_t)jlo * hs + d0, hs, o + (size_t)i0 * C + d0, C, 1.0f, 0);
@@ -267,6 +273,19 @@ static float sink_prob(const float *a, int n) {
     return sum < 1.0 ? (float)(1.0 - sum) : 0.0f;
 }
 
+/* A soft cap's derivative on row i's dS over n columns from j0: dS[j] *= 1 - tanh(s_j / cap)^2,
+ * s_j = scale q_i . k_j recomputed from the packed q (qi) and keys (kp (T,hs)). */
+static void softcap_rows(float *di, const float *qi, const float *kp, int j0, int n, int hs,
+                         float scale, float cap) {
+    for (int j = 0; j < n; j++) {
+        const float *k = kp + (size_t)(j0 + j) * hs;
+        float s = 0.0f;
+        for (int d = 0; d < hs; d++) s = fmaf(qi[d], k[d], s);
+        const float t = tanhf(scale * s / cap);
+        di[j] *= 1.0f - t * t;
+    }
+}
+
 /* One query head's share of the backward, its head's packed operands given: q, k, dout (T,hs) as
  * qp, kp, gp, V^T (hs,T) as vt; a (T,T) its probabilities; ds (RB,T) scratch; lo, hi its rows'
  * segment bounds. dq_i += sum_j dS[i,j] k_j into dq; dk_j += sum_i dS[i,j] q_i and
@@ -275,7 +294,7 @@ static float sink_prob(const float *a, int n) {
 static void head_backward(float *dq, float *dk, float *dv, float *dsink, const float *a,
                           const float *qp, const float *kp, const float *vt, const float *gp,
                           float *ds, const int *lo, const int *hi, int T, int hs, ptrdiff_t C3,
-                          float scale) {
+                          float scale, float cap) {
     for (int r0 = 0; r0 < T; r0 += RB) {
         const int r1 = imin(T, r0 + RB), blo = lo[r0]; /* the block sees columns >= blo */
         /* dA for rows r0..r1-1, columns lo(i0) <= j <= i (tiles may spill past both
@@ -297,6 +316,7 @@ static void head_backward(float *dq, float *dk, float *dv, float *dsink, const f
             for (int j = 0; j < n; j++) dot += ai[j] * di[j];
             if (dsink) *dsink -= sink_prob(ai, n) * dot;
             for (int j = 0; j < n; j++) di[j] = scale * ai[j] * (di[j] - dot);
+            if (cap > 0.0f) softcap_rows(di, qp + (size_t)i * hs, kp, li, n, hs, scale, cap);
             for (int j = blo; j < li; j++) row[j] = 0.0f;
             for (int j = i + 1; j < r1; j++) row[j] = 0.0f;
         }
@@ -364,7 +384,7 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 head_backward(dqkv + base + (size_t)h * hs, dqkv + base + kc, dqkv + base + vc,
                               dsk ? dsk + (size_t)b * NH + h : NULL,
                               att + ((size_t)b * NH + h) * T * T, qp, kp, vt, gp, ds, lo, hi, T,
-                              hs, C3, scale);
+                              hs, C3, scale, var_cap(var));
             }
         }
         free(lo);
@@ -399,7 +419,8 @@ static void cache_store(float *kt, float *v, const float *qkv, int p0, int c, in
  *   out[d] = fmaf-chain over j of a_j v_j[d].
  * q (hs), kt (hs, cap), v (cap, hs), row (p+1) scratch, out (hs) */
 static void decode_row(float *out, float *row, const float *q, const float *kt, const float *v,
-                       int cap, int hs, int p, float slope, float scale, const float *sink) {
+                       int cap, int hs, int p, float slope, float scale, const float *sink,
+                       float softcap) {
     const int n = p + 1;
     for (int j = 0; j < n; j++) row[j] = 0.0f;
     for (int d = 0; d < hs; d++) {
@@ -407,7 +428,7 @@ static void decode_row(float *out, float *row, const float *q, const float *kt, 
         for (int j = 0; j < n; j++) row[j] = fmaf(a, k[j], row[j]);
     }
     for (int j = 0; j < n; j++) row[j] = scale * row[j];
-    softmax_causal_row(row, 0, p, n, slope, sink);
+    softmax_causal_row(row, 0, p, n, slope, sink, softcap);
     for (int d = 0; d < hs; d++) out[d] = 0.0f;
     for (int j = 0; j < n; j++) {
         const float a = row[j], *vj = v + (size_t)j * hs;
@@ -442,7 +463,8 @@ void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
         float *row = scratch + (size_t)omp_get_thread_num() * cap;
         decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
                    kt + (size_t)g * hs * cap + s, v + ((size_t)g * cap + s) * hs, cap, hs,
-                   p0 + i - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale, var_sink(var, h));
+                   p0 + i - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale, var_sink(var, h),
+                   var_cap(var));
     }
 }
 
@@ -475,6 +497,6 @@ void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv
         decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
                    kt + at + (size_t)g * hs * cap + s, v + at + ((size_t)g * cap + s) * hs, cap,
                    hs, pos[i] - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale,
-                   var_sink(var, h));
+                   var_sink(var, h), var_cap(var));
     }
 }

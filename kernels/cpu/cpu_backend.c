@@ -1,9 +1,11 @@
 /* cpu_backend.c — the fp32 backend of backend.h over an op table (ops.h): host memory, fp32
  * activations and weights. Each fused op is the unfused sequence of table calls written beside it,
  * so the decoder computes with it exactly what those calls compute one by one. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "common.h"
 
 size_t tsr_dtype_size(tsr_dtype t) { return t == TSR_DT_BF16 ? 2 : 4; }
 
@@ -101,6 +103,18 @@ static void f_qknorm_proj_backward(const tsr_backend *be, void *dinp, float *dqw
 static void f_rope_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
                            const float *inv_freq, int B, int T, int NH, int KVH, int hs) {
     OPS(be)->rope_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs);
+}
+
+static void f_rope_part_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
+                                const float *inv_freq, int B, int T, int NH, int KVH, int hs,
+                                int rot, float mscale) {
+    OPS(be)->rope_part_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot, mscale);
+}
+
+static void f_rope_part_backward(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
+                                 const float *inv_freq, int B, int T, int NH, int KVH, int hs,
+                                 int rot, float mscale) {
+    OPS(be)->rope_part_backward(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot, mscale);
 }
 
 static void f_rope_backward(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
@@ -336,18 +350,48 @@ static void f_attention_decode_rows(const tsr_backend *be, void *out, void *kt, 
                                    n, slot_stride, cap, NH, KVH, hs);
 }
 
+/* With a soft cap (be->logit_softcap): z = cap tanh(logits / cap) into be->capped (kept for
+ * softcap_grad); else NULL (the softmax runs over the logits) */
+static const float *softcap_keep(const tsr_backend *be, const float *logits, int N, int V,
+                                 int Vp) {
+    tsr_capped_logits *k = be->capped;
+    if (!(be->logit_softcap > 0.0f)) return NULL;
+    k->n = (size_t)N * Vp;
+    if (k->room < k->n) {
+        free(k->z);
+        k->z = tsr_malloc(k->n * sizeof *k->z), k->room = k->n;
+    }
+    OPS(be)->softcap_forward(k->z, logits, N, V, Vp, be->logit_softcap);
+    return k->z;
+}
+
+/* dlogits *= 1 - (z / cap)^2 from the kept capped logits of the same N rows */
+static void softcap_grad(const tsr_backend *be, float *dlogits, int N, int V, int Vp) {
+    if (!(be->logit_softcap > 0.0f)) return;
+    if (be->capped->n != (size_t)N * Vp)
+        tsr_die(TSR_EXIT_INTERNAL, "cpu softmax_xent: the soft cap's kept logits are of %zu "
+                "values, the gradient's of %d x %d", be->capped->n, N, Vp);
+    OPS(be)->softcap_backward(dlogits, be->capped->z, N, V, Vp, be->logit_softcap);
+}
+
 /* softmax_xent_forward in place (probabilities over the logits), then with dlosses
- * softmax_xent_backward in place */
+ * softmax_xent_backward in place. With a soft cap (be->logit_softcap) the softmax is over the
+ * capped logits z, kept for the factor 1 - (z / cap)^2 of this or a later backward. */
 static void f_softmax_xent(const tsr_backend *be, float *losses, void *logits,
                            const int32_t *targets, const float *dlosses, int N, int V, int Vp) {
-    OPS(be)->softmax_xent_forward(losses, logits, logits, targets, N, V, Vp);
-    if (dlosses) OPS(be)->softmax_xent_backward(logits, dlosses, logits, targets, N, V, Vp);
+    const float *z = softcap_keep(be, logits, N, V, Vp);
+    OPS(be)->softmax_xent_forward(losses, logits, z ? z : logits, targets, N, V, Vp);
+    if (dlosses) {
+        OPS(be)->softmax_xent_backward(logits, dlosses, logits, targets, N, V, Vp);
+        softcap_grad(be, logits, N, V, Vp);
+    }
 }
 
 static void f_softmax_xent_grad(const tsr_backend *be, float *losses, void *logits,
                                 const float *dlosses, const int32_t *targets, int N, int V, int Vp) {
     (void)losses; /* (the probabilities are what the forward left) */
     OPS(be)->softmax_xent_backward(logits, dlosses, logits, targets, N, V, Vp);
+    softcap_grad(be, logits, N, V, Vp);
 }
 
 /* over the probabilities an evaluation softmax_xent left */
@@ -391,6 +435,8 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .qknorm_proj_backward = ops->qknorm_proj_backward ? f_qknorm_proj_backward : NULL,
         .rope_forward = f_rope_forward,
         .rope_backward = f_rope_backward,
+        .rope_part_forward = f_rope_part_forward,
+        .rope_part_backward = f_rope_part_backward,
         .swiglu_forward = f_swiglu_forward,
         .swiglu_backward = f_swiglu_backward,
         .geglu_forward = ops->geglu_forward ? f_geglu_forward : NULL,

@@ -80,6 +80,10 @@ void cpu_rope_forward(float *qkv, const int32_t *pos, int p0, const float *inv_f
                       int NH, int KVH, int hs);
 void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                        int T, int NH, int KVH, int hs);
+void cpu_rope_part_forward(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                           int T, int NH, int KVH, int hs, int rot, float mscale);
+void cpu_rope_part_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int hs, int rot, float mscale);
 void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 void cpu_geglu_forward(float *out, const float *inp, int N, int F);
@@ -116,6 +120,8 @@ void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,
                               const int32_t *targets, int N, int V, int Vp);
 void cpu_softmax_xent_backward(float *dlogits, const float *dlosses, const float *probs,
                                const int32_t *targets, int N, int V, int Vp);
+void cpu_softcap_forward(float *out, const float *inp, int N, int V, int Vp, float cap);
+void cpu_softcap_backward(float *d, const float *out, int N, int V, int Vp, float cap);
 
 /* e^x in float, written so that loops calling it vectorise (glibc's expf does not without
  * -ffast-math). Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-7 Taylor

@@ -221,15 +221,17 @@ void cpu_qknorm_proj_backward(float *dinp, float *dqw, float *dkw, const float *
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
 
-/* Rotates the query and key heads of every row of qkv (B,T,(NH+2KVH) hs) in place, pairs
- * (i, i + hs/2), by the angle a = p * inv_freq[i] (sign 1) or -a (sign -1, the transpose), p =
- * pos[b,t] or t + p0. The angle, its cosine and sine are formed in double once per (row, i) and
- * rounded to float; the rotation is fp32:  x' = x c - y s,  y' = y c + x s. */
+/* Rotates the first rot dimensions of the query and key heads of every row of qkv
+ * (B,T,(NH+2KVH) hs) in place, pairs (i, i + rot/2), by the angle a = p * inv_freq[i] (sign 1)
+ * or -a (sign -1, the transpose), p = pos[b,t] or t + p0. The angle, its cosine and sine (times
+ * mscale) are formed in double once per (row, i) and rounded to float; the rotation is fp32:
+ * x' = x c - y s,  y' = y c + x s. Dimensions rot..hs-1 are left as they are. */
 static void rope_rotate(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
-                        int T, int NH, int KVH, int hs, double sign) {
-    if (hs % 2)
-        tsr_die(TSR_EXIT_INTERNAL, "cpu rope: head size %d is odd (RoPE rotates pairs)", hs);
-    const int half = hs / 2, H = NH + KVH;
+                        int T, int NH, int KVH, int hs, int rot, double mscale, double sign) {
+    if (rot % 2 || rot < 2 || rot > hs)
+        tsr_die(TSR_EXIT_INTERNAL, "cpu rope: %d rotary dimensions of a head of %d (RoPE "
+                "rotates pairs)", rot, hs);
+    const int half = rot / 2, H = NH + KVH;
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     const long N = (long)B * T;
 #pragma omp parallel if (N * H * hs >= CPU_PAR_MIN)
@@ -240,8 +242,8 @@ static void rope_rotate(float *qkv, const int32_t *pos, int p0, const float *inv
             const double p = pos ? (double)pos[n] : (double)(n % T) + p0;
             for (int i = 0; i < half; i++) {
                 const double a = p * (double)inv_freq[i];
-                cs[i] = (float)cos(a);
-                sn[i] = (float)(sign * sin(a));
+                cs[i] = (float)(mscale * cos(a));
+                sn[i] = (float)(sign * mscale * sin(a));
             }
             for (int h = 0; h < H; h++) {
                 float *x = qkv + n * QKV + (size_t)h * hs, *y = x + half;
@@ -258,12 +260,22 @@ static void rope_rotate(float *qkv, const int32_t *pos, int p0, const float *inv
 
 void cpu_rope_forward(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B, int T,
                       int NH, int KVH, int hs) {
-    rope_rotate(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 1.0);
+    rope_rotate(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, hs, 1.0, 1.0);
+}
+
+void cpu_rope_part_forward(float *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
+                           int T, int NH, int KVH, int hs, int rot, float mscale) {
+    rope_rotate(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot, mscale, 1.0);
+}
+
+void cpu_rope_part_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int hs, int rot, float mscale) {
+    rope_rotate(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot, mscale, -1.0);
 }
 
 void cpu_rope_backward(float *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                        int T, int NH, int KVH, int hs) {
-    rope_rotate(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, -1.0);
+    rope_rotate(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, hs, 1.0, -1.0);
 }
 
 /* ---- SwiGLU --------------------------------------------------------------------------------- */

@@ -518,6 +518,8 @@ const tsr_ops tsr_cpu_ops = {
     .qknorm_proj_backward = cpu_qknorm_proj_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
+    .rope_part_forward = cpu_rope_part_forward,
+    .rope_part_backward = cpu_rope_part_backward,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .geglu_forward = cpu_geglu_forward,
@@ -543,6 +545,8 @@ const tsr_ops tsr_cpu_ops = {
     .residual_backward = residual_backward,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
+    .softcap_forward = cpu_softcap_forward,
+    .softcap_backward = cpu_softcap_backward,
     .sumsq = sumsq,
     .adamw_update = adamw_update,
 };

@@ -58,3 +58,24 @@ void cpu_softmax_xent_backward(float *dlogits, const float *dlosses, const float
         for (int j = V; j < Vp; j++) d[j] = 0.0f;
     }
 }
+
+/* out[n,j] = cap tanh(inp[n,j] / cap) for j < V (out may be inp); columns V..Vp-1 untouched */
+void cpu_softcap_forward(float *out, const float *inp, int N, int V, int Vp, float cap) {
+#pragma omp parallel for schedule(static) if ((long)N * Vp >= 65536)
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) {
+            const size_t k = (size_t)n * Vp + j;
+            out[k] = cap * tanhf(inp[k] / cap);
+        }
+}
+
+/* d[n,j] *= 1 - (out[n,j] / cap)^2 for j < V: tanh's derivative from the capped values */
+void cpu_softcap_backward(float *d, const float *out, int N, int V, int Vp, float cap) {
+#pragma omp parallel for schedule(static) if ((long)N * Vp >= 65536)
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) {
+            const size_t k = (size_t)n * Vp + j;
+            const float t = out[k] / cap;
+            d[k] *= 1.0f - t * t;
+        }
+}

@@ -38,9 +38,15 @@ typedef enum { TSR_EMB_SCALE_NONE = 0, TSR_EMB_SCALE_SQRT_D, TSR_EMB_SCALE_COUNT
 typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_GEGLU_TANH, TSR_MLP_COUNT } tsr_mlp_kind;
 /* the routed experts' unit (docs/moe.md "gpt-oss's experts"): SwiGLU, or gpt-oss's clamped one */
 typedef enum { TSR_MOE_ACT_SWIGLU = 0, TSR_MOE_ACT_GPTOSS, TSR_MOE_ACT_COUNT } tsr_moe_act_kind;
-/* RoPE frequency scaling: none, or Llama 3.1's (factor, low/high-frequency factors, original
- * context) */
-typedef enum { TSR_ROPE_SCALING_NONE = 0, TSR_ROPE_SCALING_LLAMA3, TSR_ROPE_SCALING_COUNT } tsr_rope_scaling_kind;
+/* RoPE frequency scaling: none, Llama 3.1's (factor, low/high-frequency factors, original
+ * context), linear (every frequency / factor: Gemma 3's global layers) or YaRN (gpt-oss) */
+typedef enum {
+    TSR_ROPE_SCALING_NONE = 0,
+    TSR_ROPE_SCALING_LLAMA3,
+    TSR_ROPE_SCALING_LINEAR,
+    TSR_ROPE_SCALING_YARN,
+    TSR_ROPE_SCALING_COUNT
+} tsr_rope_scaling_kind;
 /* causal: every token sees all earlier tokens of its row; document: only those of its own segment
  * (a segment ends with, and includes, an eot_token), and learned positions restart per segment */
 typedef enum { TSR_MASK_CAUSAL = 0, TSR_MASK_DOCUMENT, TSR_MASK_COUNT } tsr_attn_mask_kind;
@@ -152,6 +158,14 @@ typedef struct tsr_model_config {
     tsr_rope_scaling_kind rope_scaling;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
+    /* positions and soft-capping of issue 67 (docs/models.md "Positions") */
+    double rope_local_theta;       /* RoPE base of the sliding layers (Gemma 3); 0 = rope_theta */
+    double rope_beta_fast, rope_beta_slow; /* YaRN's ramp bounds in rotations */
+    int rope_truncate;             /* YaRN: the ramp's bounds rounded to whole dimensions */
+    double partial_rotary_factor;  /* RoPE turns the first factor x head_dim dims of a head */
+    char no_rope_layers[2048];     /* "" or a 0/1 list (1 = RoPE), one per layer or a pattern */
+    double attn_logit_softcapping; /* scores = cap tanh(scores / cap) (Gemma 2); 0 = off */
+    double final_logit_softcapping; /* logits = cap tanh(logits / cap) (Gemma 2); 0 = off */
     tsr_actckpt_kind activation_checkpointing;
     int activation_checkpointing_layers; /* the first this many layers are checkpointed; -1 = all */
     char activation_checkpointing_range[32]; /* "A-B": layers A..B (0-based, inclusive) instead */
@@ -447,10 +461,25 @@ int config_layer_window(const tsr_model_config *m, int l);
  * how many of the n_layer are. */
 int config_layer_linear(const tsr_model_config *m, int l);
 int config_linear_layers(const tsr_model_config *m);
-/* The model uses linear_attention layers, a gated attention output, a sliding window, attention sinks, a query_pre_attn_scalar other than the head
- * size, a norm placement other than pre, QK-norm over the projection or an embedding scale (what
- * the CUDA backend, the ring of context parallelism and the Hugging Face export do not run yet),
- * or config_moe_variant_key's: the key that asks for it, or NULL. */
+/* 1 when layer l turns q and k by RoPE: model.pos = rope and the layer's model.no_rope_layers
+ * entry is not 0 (every layer when that key is ""). */
+int config_layer_rope(const tsr_model_config *m, int l);
+/* The first key of docs/models.md "Positions" (soft-capping, linear or YaRN scaling, a local
+ * base, partial rotary, NoPE layers) that is set, or NULL; config_attn_variant_key returns it
+ * after its own. */
+const char *config_position_variant_key(const tsr_model_config *m);
+/* Its RoPE keys alone (linear or YaRN scaling, a local base, partial rotary, NoPE layers). */
+const char *config_rope_variant_key(const tsr_model_config *m);
+/* config_attn_variant_key less the RoPE keys and config_moe_variant_key's, which the ring of
+ * context parallelism runs (each token's position comes with the data; the MLP is per row): what
+ * parallel.context > 1 refuses, or NULL. */
+const char *config_ring_variant_key(const tsr_model_config *m);
+/* The model uses linear_attention layers, a gated attention output, a sliding window, attention
+ * sinks, a query_pre_attn_scalar other than the head size, a norm placement other than pre,
+ * QK-norm over the projection, an embedding scale, GeGLU-tanh (what the CUDA backend, the ring
+ * of context parallelism and the Hugging Face export do not run yet), then
+ * config_position_variant_key's, then config_moe_variant_key's: the key that asks for it, or
+ * NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
 /* gpt-oss's MoE (docs/moe.md "gpt-oss's experts"): the key of a MoE model that sets
  * model.moe_router_bias, model.moe_expert_bias or model.moe_act = "gptoss", or NULL. The CUDA

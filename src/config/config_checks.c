@@ -63,8 +63,11 @@ const char *const cfgload_cross_rules[] = {
     "`model.sliding_window` > 0. A sliding window, `model.attn_sinks` or a "
     "`model.query_pre_attn_scalar` other than the head size, or `model.norm_placement` other than "
     "`pre` (which needs `model.norm = \"rmsnorm\"`), `model.qk_norm_scope = \"projection\"` or "
-    "`model.embed_scale` other than `none` runs on `device = \"cpu\"` and without context "
-    "parallelism (`parallel.context = 1`) so far.",
+    "`model.embed_scale` other than `none`, soft-capping (`model.attn_logit_softcapping`, "
+    "`model.final_logit_softcapping`) or a RoPE variant (`model.rope_scaling` `linear` or `yarn`, "
+    "`model.rope_local_theta`, `model.partial_rotary_factor`, `model.no_rope_layers`) runs on "
+    "`device = \"cpu\"` only so far, and all but the RoPE variants without context parallelism "
+    "(`parallel.context = 1`).",
     "`model.moe_router_bias`, `model.moe_expert_bias` and `model.moe_act = \"gptoss\"` (gpt-oss's "
     "experts) need a MoE model (`model.moe_experts` > 0) and run on `device = \"cpu\"` so far.",
 };
@@ -295,28 +298,30 @@ static void validate_fp8(load_ctx *c) {
     }
 }
 
-/* Sliding windows and attention sinks (docs/models.md "Attention variants"): the CPU's decoder
- * runs them; the CUDA kernels and the ring of context parallelism do not yet. */
+/* Sliding windows, attention sinks and the other variants of docs/models.md
+ * (config_attn_variant_key): the CPU's decoder runs them; the CUDA kernels do not yet, nor the ring of context parallelism
+ * (but for the RoPE variants: each token's position comes with the data). */
 static void validate_attn_variants(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const char *key = config_attn_variant_key(&g->model);
+    const char *ring = config_ring_variant_key(&g->model);
     char at[1200];
-    if (!key) return;
-    if (g->device == TSR_DEVICE_CUDA) {
+    if (key && g->device == TSR_DEVICE_CUDA) {
         tsr_error("%s%s: device = \"cuda\" does not run linear (Gated DeltaNet) or "
                   "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
-                  "post norms, QK-norm over the projection, an embedding scale or gpt-oss's "
-                  "router and expert biases and clamped unit yet (no CUDA kernel for them): use "
-                  "device = \"cpu\", or a model without them",
+                  "post norms, QK-norm over the projection, an embedding scale, soft-capping, the "
+                  "RoPE variants of docs/models.md \"Positions\" or gpt-oss's router and expert "
+                  "biases and clamped unit yet (no CUDA kernel for them): use device = \"cpu\", "
+                  "or a model without them",
                   cfgload_where(c, key, at, sizeof at), key);
         c->errors++;
     }
-    if (g->context > 1 && key != config_moe_variant_key(&g->model)) {
+    if (ring && g->context > 1) {
         tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
                   "linear or sliding-window attention, attention sinks, query_pre_attn_scalar, "
-                  "sandwich or post norms, QK-norm over the projection or an embedding scale yet: set "
-                  "parallel.context = 1",
-                  cfgload_where(c, key, at, sizeof at), key, (long long)g->context);
+                  "sandwich or post norms, QK-norm over the projection, an embedding scale or "
+                  "soft-capping yet: set parallel.context = 1",
+                  cfgload_where(c, ring, at, sizeof at), ring, (long long)g->context);
         c->errors++;
     }
 }

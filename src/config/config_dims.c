@@ -242,6 +242,63 @@ static int layer_types_check(const tsr_model_config *m, const char **key, char *
     return 0;
 }
 
+/* model.no_rope_layers: each entry "0" or "1", at most one per layer */
+static int no_rope_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    const char *s = m->no_rope_layers, *at = NULL;
+    size_t len = 0;
+    if (!s[0]) return 0;
+    *key = "model.no_rope_layers";
+    int n = layer_type_at(s, -1, &at, &len);
+    for (int k = 0; k < n; k++) {
+        layer_type_at(s, k, &at, &len);
+        if (!type_is(at, len, "0") && !type_is(at, len, "1")) {
+            snprintf(why, cap, "model.no_rope_layers entry %d is \"%.*s\": expected 1 (RoPE) or "
+                     "0 (no positions), Hugging Face SmolLM3's no_rope_layers", k,
+                     (int)(len < 64 ? len : 64), at);
+            return -1;
+        }
+    }
+    if (n > m->n_layer) {
+        snprintf(why, cap, "model.no_rope_layers has %d entries with model.n_layer = %d: give "
+                 "one per layer, or a shorter pattern (repeated over the layers)", n, m->n_layer);
+        return -1;
+    }
+    return 0;
+}
+
+/* the keys of docs/models.md "Positions" against model.pos and the head size */
+static int positions_check(const tsr_model_config *m, int hs, const char **key, char *why,
+                           size_t cap) {
+    const char *k = m->rope_local_theta > 0 ? "model.rope_local_theta"
+                    : m->partial_rotary_factor != 1.0 ? "model.partial_rotary_factor"
+                    : m->no_rope_layers[0] ? "model.no_rope_layers" : NULL;
+    if (k && m->pos != TSR_POS_ROPE) {
+        *key = k;
+        snprintf(why, cap, "%s needs model.pos = \"rope\" (it is a setting of the rotary "
+                 "embeddings)", k);
+        return -1;
+    }
+    const double rot = m->partial_rotary_factor * hs;
+    if (m->pos == TSR_POS_ROPE && (rot != floor(rot) || (long)rot % 2 != 0 || rot < 2)) {
+        *key = "model.partial_rotary_factor";
+        snprintf(why, cap, "model.partial_rotary_factor = %g with a head size of %d turns %g "
+                 "dimensions: expected an even whole number >= 2 (RoPE turns pairs)",
+                 m->partial_rotary_factor, hs, rot);
+        return -1;
+    }
+    return no_rope_check(m, key, why, cap);
+}
+
+int config_layer_rope(const tsr_model_config *m, int l) {
+    if (m->pos != TSR_POS_ROPE) return 0;
+    if (!m->no_rope_layers[0]) return 1;
+    const char *at = NULL;
+    size_t len = 0;
+    int n = layer_type_at(m->no_rope_layers, -1, &at, &len);
+    layer_type_at(m->no_rope_layers, l % n, &at, &len);
+    return !type_is(at, len, "0");
+}
+
 int config_layer_window(const tsr_model_config *m, int l) {
     if (!m->layer_types[0]) return m->sliding_window;
     return layer_type_is(m, l, "sliding_attention") ? m->sliding_window : 0;
@@ -281,7 +338,8 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     if (m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION) return "model.qk_norm_scope";
     if (m->embed_scale != TSR_EMB_SCALE_NONE) return "model.embed_scale";
     if (m->mlp == TSR_MLP_GEGLU_TANH) return "model.mlp";
-    return config_moe_variant_key(m);
+    const char *pos = config_position_variant_key(m);
+    return pos ? pos : config_moe_variant_key(m);
 }
 
 const char *config_moe_variant_key(const tsr_model_config *m) {
@@ -289,6 +347,30 @@ const char *config_moe_variant_key(const tsr_model_config *m) {
     if (m->moe_router_bias) return "model.moe_router_bias";
     if (m->moe_expert_bias) return "model.moe_expert_bias";
     if (m->moe_act != TSR_MOE_ACT_SWIGLU) return "model.moe_act";
+    return NULL;
+}
+
+const char *config_position_variant_key(const tsr_model_config *m) {
+    if (m->attn_logit_softcapping > 0) return "model.attn_logit_softcapping";
+    if (m->final_logit_softcapping > 0) return "model.final_logit_softcapping";
+    return config_rope_variant_key(m);
+}
+
+/* the per-token variants (RoPE's, the experts') run in the ring: the rest does not yet */
+const char *config_ring_variant_key(const tsr_model_config *m) {
+    const char *key = config_attn_variant_key(m), *rope = config_rope_variant_key(m);
+    const char *moe = config_moe_variant_key(m);
+    if (key && ((rope && !strcmp(key, rope)) || (moe && !strcmp(key, moe)))) return NULL;
+    return key;
+}
+
+const char *config_rope_variant_key(const tsr_model_config *m) {
+    if (m->pos != TSR_POS_ROPE) return NULL;
+    if (m->rope_scaling == TSR_ROPE_SCALING_LINEAR || m->rope_scaling == TSR_ROPE_SCALING_YARN)
+        return "model.rope_scaling";
+    if (m->rope_local_theta > 0) return "model.rope_local_theta";
+    if (m->partial_rotary_factor != 1.0) return "model.partial_rotary_factor";
+    if (m->no_rope_layers[0]) return "model.no_rope_layers";
     return NULL;
 }
 
@@ -301,6 +383,7 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
     if (mlp_width(m, d, key, why, cap) != 0) return -1;
     if (moe_dims(m, d, key, why, cap) != 0) return -1;
     if (layer_types_check(m, key, why, cap) != 0) return -1;
+    if (positions_check(m, d->hs, key, why, cap) != 0) return -1;
     return norm_rope_check(m, key, why, cap);
 }
 

@@ -35,7 +35,7 @@ static const char *const mlp_names[] = {"gelu", "swiglu", "geglu_tanh"};
 _Static_assert(NELEM(mlp_names) == TSR_MLP_COUNT, "mlp_names vs tsr_mlp_kind");
 static const char *const moe_act_names[] = {"swiglu", "gptoss"};
 _Static_assert(NELEM(moe_act_names) == TSR_MOE_ACT_COUNT, "moe_act_names vs tsr_moe_act_kind");
-static const char *const rope_scaling_names[] = {"none", "llama3"};
+static const char *const rope_scaling_names[] = {"none", "llama3", "linear", "yarn"};
 static const char *const tok_mismatch_names[] = {"error", "allow"};
 _Static_assert(NELEM(rope_scaling_names) == TSR_ROPE_SCALING_COUNT,
                "rope_scaling_names vs tsr_rope_scaling_kind");
@@ -196,10 +196,16 @@ const cfgtab_key cfgtab_keys[] = {
             "500000, Qwen 2.5/3: 1000000)."},
     {.name = "model.rope_scaling", .type = CFGK_ENUM, FIELD(model.rope_scaling), .def = "none",
      ENUM(rope_scaling_names),
-     .doc = "RoPE frequency scaling: `none`, or `llama3` (Llama 3.1/3.2's rope_scaling: the "
-            "rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos keys)."},
+     .doc = "RoPE frequency scaling: `none`, `llama3` (Llama 3.1/3.2's rope_scaling: the "
+            "rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos keys), "
+            "`linear` (every frequency divided by rope_factor; Gemma 3 4B-27B's full layers) or "
+            "`yarn` (gpt-oss: rope_factor, rope_beta_fast, rope_beta_slow, rope_truncate, "
+            "rope_original_max_pos; q and k times 0.1 ln(rope_factor) + 1). With "
+            "model.rope_local_theta the sliding layers are not scaled. linear and yarn: CPU only "
+            "so far."},
     {.name = "model.rope_factor", .type = CFGK_FLOAT, FIELD(model.rope_factor), .def = "8",
-     .lo = 1, NO_MAX, .doc = "rope_scaling = llama3: low frequencies are divided by this."},
+     .lo = 1, NO_MAX, .doc = "rope_scaling = llama3: low frequencies are divided by this; linear: every frequency; "
+            "yarn: the interpolated ones (gpt-oss: 32)."},
     {.name = "model.rope_low_freq_factor", .type = CFGK_FLOAT, FIELD(model.rope_low_freq_factor),
      .def = "1", .lo = 0, .lo_open = 1, NO_MAX,
      .doc = "rope_scaling = llama3: wavelengths above rope_original_max_pos / this are scaled."},
@@ -209,7 +215,42 @@ const cfgtab_key cfgtab_keys[] = {
             "between the two bounds they are interpolated. Must exceed rope_low_freq_factor."},
     {.name = "model.rope_original_max_pos", .type = CFGK_INT, FIELD(model.rope_original_max_pos),
      .def = "8192", .ilo = 1, INT32_ONLY,
-     .doc = "rope_scaling = llama3: the context length the model was first trained at."},
+     .doc = "rope_scaling = llama3 or yarn: the context length the model was first trained at "
+            "(gpt-oss: 4096)."},
+    {.name = "model.rope_local_theta", .type = CFGK_FLOAT, FIELD(model.rope_local_theta),
+     .def = "0", .lo = 0, NO_MAX,
+     .doc = "RoPE base of the sliding-window layers (model.layer_types), unscaled, Gemma 3's "
+            "rope_local_base_freq (10000); the full layers keep rope_theta and rope_scaling. 0 = "
+            "every layer uses rope_theta (and rope_scaling). CPU only so far."},
+    {.name = "model.rope_beta_fast", .type = CFGK_FLOAT, FIELD(model.rope_beta_fast),
+     .def = "32", .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "rope_scaling = yarn: rotations over rope_original_max_pos above which a frequency "
+            "is kept (Hugging Face's beta_fast)."},
+    {.name = "model.rope_beta_slow", .type = CFGK_FLOAT, FIELD(model.rope_beta_slow),
+     .def = "1", .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "rope_scaling = yarn: rotations below which a frequency is divided by rope_factor "
+            "(beta_slow); between the two a linear ramp over the dimensions."},
+    {.name = "model.rope_truncate", .type = CFGK_BOOL, FIELD(model.rope_truncate), .def = "true",
+     .doc = "rope_scaling = yarn: the ramp's bounds rounded out to whole dimensions (Hugging "
+            "Face's truncate; gpt-oss: false)."},
+    {.name = "model.partial_rotary_factor", .type = CFGK_FLOAT,
+     FIELD(model.partial_rotary_factor), .def = "1", .lo = 0, .lo_open = 1, .hi = 1,
+     .doc = "RoPE turns the first partial_rotary_factor x head_dim dimensions of each q and k "
+            "head (rotate-half within them, frequencies over that size); the rest pass unchanged "
+            "(Qwen3-Next: 0.25, GPT-NeoX). The product must be an even whole number. CPU only "
+            "so far."},
+    {.name = "model.no_rope_layers", .type = CFGK_STRING, FIELD(model.no_rope_layers), .def = "",
+     .doc = "Layers without RoPE (NoPE), Hugging Face SmolLM3's no_rope_layers: a comma list of "
+            "1 (RoPE) and 0 (no positions), one per layer or a shorter pattern repeated over the "
+            "layers (SmolLM3: \"1,1,1,0\"); \"\" = RoPE everywhere. CPU only so far."},
+    {.name = "model.attn_logit_softcapping", .type = CFGK_FLOAT,
+     FIELD(model.attn_logit_softcapping), .def = "0", .lo = 0, NO_MAX,
+     .doc = "Attention-score soft-capping (Gemma 2: 50): scores = cap tanh(scores / cap) after "
+            "the scale, before the mask and softmax; 0 = off. CPU only so far."},
+    {.name = "model.final_logit_softcapping", .type = CFGK_FLOAT,
+     FIELD(model.final_logit_softcapping), .def = "0", .lo = 0, NO_MAX,
+     .doc = "LM-head soft-capping (Gemma 2: 30): logits = cap tanh(logits / cap) before the "
+            "loss and sampling; 0 = off. CPU only so far."},
     {.name = "model.attn_mask", .type = CFGK_ENUM, FIELD(model.attn_mask), .def = "causal",
      ENUM(mask_names),
      .doc = "`causal`: a token attends to every earlier token of its sequence. `document`: only to "

@@ -151,8 +151,10 @@ const tsr_attn_var *dec_attn_var(const tsr_model *m, int l, const void *sinks, f
     const double q = m->cfg.query_pre_attn_scalar; /* 0 or the head size: 1 / sqrt(hs) */
     *var = (tsr_attn_var){.window = config_layer_window(&m->cfg, l), .sinks = sinks,
                           .dsinks = sinks ? dsinks : NULL,
-                          .scale = q > 0 && q != m->hs ? (float)(1.0 / sqrt(q)) : 0.0f};
-    return var->window > 0 || var->sinks || var->scale > 0.0f ? var : NULL;
+                          .scale = q > 0 && q != m->hs ? (float)(1.0 / sqrt(q)) : 0.0f,
+                          .softcap = (float)m->cfg.attn_logit_softcapping};
+    return var->window > 0 || var->sinks || var->scale > 0.0f || var->softcap > 0.0f ? var
+                                                                                     : NULL;
 }
 
 static void attention(const dec_run *r, int l, const dec_layer *v, const void *sinks) {
@@ -219,7 +221,7 @@ static void qkv_forward(const dec_run *r, int l, const dec_layer *v, const void 
     if (m->cfg.pos == TSR_POS_ROPE) {
         int p0;
         const int32_t *pos = dec_rope_pos(r, &p0);
-        be->rope_forward(be, v->qkv, pos, p0, d->rope, r->B, r->T, m->NH, m->KVH, m->hs);
+        model_rope_apply(m, be, d->rope, l, v->qkv, pos, p0, r->B, r->T, 0);
     }
 }
 

@@ -178,7 +178,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     if (m->cfg.pos == TSR_POS_ROPE) {
         int p0;
         const int32_t *pos = dec_rope_pos(r, &p0);
-        be->rope_backward(be, a->dqkv, pos, p0, d->rope, r->B, r->T, NH, KVH, hs);
+        model_rope_apply(m, be, d->rope, l, a->dqkv, pos, p0, r->B, r->T, 1);
     }
     void *dproj = a->dqkv; /* the gradient of the projection's output */
     if (m->cfg.qk_norm) {

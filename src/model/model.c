@@ -45,12 +45,52 @@ void model_alibi_slopes(float *slopes, int NH) {
     memcpy(slopes, tmp, (size_t)NH * sizeof(float));
 }
 
+static const double rope_pi = 3.14159265358979323846;
+
+/* YaRN's dimension (of dim) at which a frequency turns `rotations` times over the original
+ * context (Hugging Face's find_correction_dim) */
+static double yarn_dim(double rotations, int dim, double theta, int orig) {
+    return dim * log(orig / (rotations * 2.0 * rope_pi)) / (2.0 * log(theta));
+}
+
+/* YaRN's frequencies (Hugging Face's _compute_yarn_parameters), rot/2 of them: each the blend
+ * of the frequency (extrapolation) and the frequency / factor (interpolation) by a linear ramp
+ * over the dimensions from beta_fast's dimension to beta_slow's */
+static void yarn_freqs(float *inv_freq, const tsr_model_config *c, int rot) {
+    double lo = yarn_dim(c->rope_beta_fast, rot, c->rope_theta, c->rope_original_max_pos);
+    double hi = yarn_dim(c->rope_beta_slow, rot, c->rope_theta, c->rope_original_max_pos);
+    if (c->rope_truncate) lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0 ? lo : 0, hi = hi < rot - 1 ? hi : rot - 1;
+    if (lo == hi) hi += 0.001; /* Hugging Face's guard against a zero-width ramp */
+    for (int i = 0; i < rot / 2; i++) {
+        const double f = pow(c->rope_theta, -2.0 * i / rot), ramp = (i - lo) / (hi - lo);
+        const double extra = 1.0 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+        inv_freq[i] = (float)(f / c->rope_factor * (1.0 - extra) + f * extra);
+    }
+}
+
+int model_rope_dims(const tsr_model_config *cfg, int hs) {
+    return (int)(cfg->partial_rotary_factor * hs + 0.5);
+}
+
+double model_rope_mscale(const tsr_model_config *cfg) {
+    if (cfg->rope_scaling != TSR_ROPE_SCALING_YARN || cfg->rope_factor <= 1.0) return 1.0;
+    return 0.1 * log(cfg->rope_factor) + 1.0;
+}
+
 void model_rope_freqs(float *inv_freq, const tsr_model_config *cfg, int hs) {
-    const double pi = 3.14159265358979323846;
+    const double pi = rope_pi;
     const double low_wl = cfg->rope_original_max_pos / cfg->rope_low_freq_factor;
     const double high_wl = cfg->rope_original_max_pos / cfg->rope_high_freq_factor;
-    for (int i = 0; i < hs / 2; i++) {
-        double f = pow(cfg->rope_theta, -2.0 * i / hs);
+    const int rot = model_rope_dims(cfg, hs);
+    for (int i = rot / 2; i < hs / 2; i++) inv_freq[i] = 0.0f;
+    if (cfg->rope_scaling == TSR_ROPE_SCALING_YARN) {
+        yarn_freqs(inv_freq, cfg, rot);
+        return;
+    }
+    for (int i = 0; i < rot / 2; i++) {
+        double f = pow(cfg->rope_theta, -2.0 * i / rot);
+        if (cfg->rope_scaling == TSR_ROPE_SCALING_LINEAR) f /= cfg->rope_factor;
         if (cfg->rope_scaling == TSR_ROPE_SCALING_LLAMA3) {
             double wl = 2.0 * pi / f;
             if (wl > low_wl) {
@@ -147,6 +187,9 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     m->cfg = *cfg;
     m->ops = ops;
     m->be = tsr_fp32_backend(ops);
+    m->be.logit_softcap = (float)cfg->final_logit_softcapping;
+    if (cfg->final_logit_softcapping > 0) /* the capped logits softmax_xent keeps (model_free) */
+        m->be.capped = tsr_calloc(1, sizeof *m->be.capped);
     m->cpN = 1;
     m->L = cfg->n_layer;
     m->C = cfg->d_model;
@@ -305,9 +348,40 @@ void model_alloc_slopes(tsr_model *m) {
         model_alibi_slopes(m->alibi_slopes, m->NH);
     }
     if (m->cfg.pos == TSR_POS_ROPE && !m->rope_freqs) {
-        m->rope_freqs = m->ops->alloc((size_t)(m->hs / 2) * sizeof(float));
+        const int half = m->hs / 2;
+        m->rope_freqs = m->ops->alloc((size_t)2 * half * sizeof(float));
         model_rope_freqs(m->rope_freqs, &m->cfg, m->hs);
+        memcpy(m->rope_freqs + half, m->rope_freqs, (size_t)half * sizeof(float));
+        if (m->cfg.rope_local_theta > 0) { /* the sliding layers' table: own base, unscaled */
+            tsr_model_config local = m->cfg;
+            local.rope_theta = m->cfg.rope_local_theta;
+            local.rope_scaling = TSR_ROPE_SCALING_NONE;
+            model_rope_freqs(m->rope_freqs + half, &local, m->hs);
+        }
     }
+}
+
+/* whether layer l reads the sliding layers' RoPE table (model.rope_local_theta) */
+static int rope_local(const tsr_model *m, int l) {
+    return m->cfg.rope_local_theta > 0 && config_layer_window(&m->cfg, l) > 0;
+}
+
+void model_rope_apply(const tsr_model *m, const tsr_backend *be, const float *tables, int l,
+                      void *qkv, const int32_t *pos, int p0, int B, int T, int backward) {
+    if (!config_layer_rope(&m->cfg, l)) return; /* a NoPE layer (model.no_rope_layers) */
+    const int local = rope_local(m, l), rot = model_rope_dims(&m->cfg, m->hs);
+    const float *f = tables + (local ? m->hs / 2 : 0);
+    const float ms = local ? 1.0f : (float)model_rope_mscale(&m->cfg);
+    if (rot == m->hs && ms == 1.0f) {
+        (backward ? be->rope_backward : be->rope_forward)(be, qkv, pos, p0, f, B, T, m->NH,
+                                                          m->KVH, m->hs);
+        return;
+    }
+    if (!be->rope_part_forward)
+        tsr_die(TSR_EXIT_INTERNAL, "model: the backend has no partial or scaled RoPE "
+                "(model.partial_rotary_factor, rope_scaling = yarn)");
+    (backward ? be->rope_part_backward : be->rope_part_forward)(be, qkv, pos, p0, f, B, T, m->NH,
+                                                                m->KVH, m->hs, rot, ms);
 }
 
 /* The random stream of each tensor's initialisation: the tensor ids of the GPT-2/MPT layout before

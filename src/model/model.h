@@ -231,7 +231,8 @@ typedef struct tsr_model {
     int LM, LD;              /* MoE layers, dense-MLP layers (LM + LD = L) */
     int LL, LA;              /* linear_attention layers, attention layers (LL + LA = L) */
     int HKl, HVl, dkl, dvl, Kc; /* the linear layers' heads, head sizes, convolution kernel */
-    float *rope_freqs;       /* (hs/2) RoPE frequencies (model_rope_freqs) or NULL */
+    float *rope_freqs;       /* (2, hs/2) RoPE frequencies or NULL: the full layers' (model_rope_freqs)
+                              * then the sliding layers' (model_rope_apply) */
     tsr_param_info params_info[TSR_P_COUNT];
     size_t n_params;         /* floats in the flat buffer (including padded vocab rows) */
     size_t n_params_counted; /* trainable parameters: excludes padded vocab rows */
@@ -431,6 +432,20 @@ void model_alibi_slopes(float *slopes, int NH);
  * original_max_pos / high_freq_factor kept, those between interpolated with
  * s = (original_max_pos / wavelength - low) / (high - low): f' = (1 - s) f / factor + s f. */
 void model_rope_freqs(float *inv_freq, const tsr_model_config *cfg, int hs);
+/* docs/models.md "Positions": the rotary dimensions of a head, partial_rotary_factor x hs (the
+ * frequencies above are over this size: theta^(-2i/rot), rot/2 of them, zeros after); with
+ * rope_scaling = linear every frequency is divided by rope_factor, with yarn they are YaRN's
+ * (Hugging Face's _compute_yarn_parameters) and q and k are multiplied by model_rope_mscale,
+ * 0.1 ln(factor) + 1 (1 otherwise). */
+int model_rope_dims(const tsr_model_config *cfg, int hs);
+double model_rope_mscale(const tsr_model_config *cfg);
+/* RoPE of layer l in place on qkv (forward) or dqkv (backward = 1) (B,T,QKV), positions as
+ * backend.h rope_forward takes them: nothing on a NoPE layer (model.no_rope_layers), the
+ * sliding layers' table (tables + hs/2: model.rope_local_theta, unscaled) on a sliding layer,
+ * else the full layers' (tables: rope_scaling, YaRN's factor); tables = m->rope_freqs as the
+ * backend holds it. */
+void model_rope_apply(const tsr_model *m, const tsr_backend *be, const float *tables, int l,
+                      void *qkv, const int32_t *pos, int p0, int B, int T, int backward);
 
 /* ---- Inference on one sequence (model_infer.c; docs/generate.md) ---- */
 

@@ -31,6 +31,7 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T) {
 
 void model_free(tsr_model *m) {
     model_free_acts(m);
+    if (m->be.capped) free(m->be.capped->z), free(m->be.capped), m->be.capped = NULL;
     float **bufs[] = {&m->params, &m->grads, &m->alibi_slopes, &m->rope_freqs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i]) m->ops->free(*bufs[i]);

@@ -8,13 +8,16 @@
  * must hold no checkpoint, which would win as it does for the trainer):
  *   /params/<name>      every parameter tensor at its shape (padded vocab rows included)
  *   /step0/inputs, /step0/targets   (global_batch, T) int32, targets -1 = not counted
- *   /step0/logits       (global_batch, T, Vp) of the first microbatches, before softmax
+ *   /step0/logits       (global_batch, T, Vp) of the first microbatches, before softmax (after
+ *                       model.final_logit_softcapping's cap)
  *   /step0/loss         mean loss over counted targets (scalar attribute)
  *   /step0/grads/<name> gradient of that mean loss
  * then `steps` (attribute) optimizer steps from the same weights with the real trainer:
  *   /train/inputs, /train/targets (steps, global_batch, T); /train/loss, lr, grad_norm (steps)
  *   /final/<name>       parameters after the last step
- *   /rope_freqs         (hs/2) the RoPE frequencies the model uses (pos = rope only)
+ *   /rope_freqs         (hs/2) the RoPE frequencies the model uses (pos = rope only): the full
+ *                       layers'; /rope_local_freqs the sliding layers' (rope_local_theta);
+ *                       /ropes (L) 1 where a layer uses RoPE (model.no_rope_layers)
  * With MoE (docs/moe.md), per MoE layer [aux, z, tokens per expert (E)], the losses weighted by
  * each microbatch's share of the counted targets and summed over the microbatches (what the
  * trainer reports as moe_aux, moe_z and the expert load):
@@ -22,7 +25,9 @@
  * Root attributes describe the model and optimizer so the test builds the same thing: dimensions
  * (V, Vp, C, L, NH, KVH, hs, F, T), architecture switches (alibi, rope, bias, gelu_exact, rmsnorm,
  * swiglu, qkv_bias, qk_norm, tie_embeddings, doc_mask) and numbers (norm_eps, rope_theta,
- * rope_scaling and its factors, eot_token), the MoE keys (E, K, FE, S, LM, moe_every,
+ * rope_scaling and its factors, eot_token; the positions and soft-caps: rope_kind,
+ * rope_local_theta, rope_beta_fast, rope_beta_slow, rope_truncate, partial_rotary_factor,
+ * attn_softcap, final_softcap), the MoE keys (E, K, FE, S, LM, moe_every,
  * moe_norm_topk, moe_aux_loss_coef, moe_z_loss_coef, moe_router_bias, moe_expert_bias,
  * moe_act_gptoss, swiglu_limit; E = 0: dense), then the optimizer's.
  * With LoRA (lora.rank > 0, docs/lora.md; the base is the seed's weights) the base has no
@@ -111,6 +116,18 @@ static void write_params(hid_t file, const char *group, const tsr_model *m, cons
 
 /* The Llama/Qwen architecture keys, resolved (KVH, hs) where the config leaves them 0; with
  * RoPE also the frequencies tessera computed, so the test can check them before using its own. */
+/* docs/models.md "Positions": the RoPE variants and soft-capping */
+static void write_position_attrs(hid_t f, const tsr_model_config *c) {
+    attr_d(f, "rope_kind", c->rope_scaling); /* 0 none, 1 llama3, 2 linear, 3 yarn */
+    attr_d(f, "rope_local_theta", c->rope_local_theta);
+    attr_d(f, "rope_beta_fast", c->rope_beta_fast);
+    attr_d(f, "rope_beta_slow", c->rope_beta_slow);
+    attr_d(f, "rope_truncate", c->rope_truncate);
+    attr_d(f, "partial_rotary_factor", c->partial_rotary_factor);
+    attr_d(f, "attn_softcap", c->attn_logit_softcapping);
+    attr_d(f, "final_softcap", c->final_logit_softcapping);
+}
+
 static void write_arch_attrs(hid_t f, const tsr_model *m) {
     const tsr_model_config *c = &m->cfg;
     attr_d(f, "KVH", m->KVH);
@@ -139,10 +156,14 @@ static void write_arch_attrs(hid_t f, const tsr_model *m) {
     hsize_t nl = (hsize_t)(m->L < 4096 ? m->L : 4096);
     for (hsize_t l = 0; l < nl; l++) win[l] = config_layer_window(c, (int)l);
     write_ds(f, "windows", H5T_NATIVE_INT, win, 1, &nl); /* each layer's attention window */
-    if (m->rope_freqs) {
+    for (hsize_t l = 0; l < nl; l++) win[l] = config_layer_rope(c, (int)l);
+    write_ds(f, "ropes", H5T_NATIVE_INT, win, 1, &nl); /* 1: the layer turns q, k by RoPE */
+    if (m->rope_freqs) { /* the full layers' table, then the sliding layers' */
         hsize_t n = (hsize_t)(m->hs / 2);
         write_ds(f, "rope_freqs", H5T_NATIVE_FLOAT, m->rope_freqs, 1, &n);
+        write_ds(f, "rope_local_freqs", H5T_NATIVE_FLOAT, m->rope_freqs + n, 1, &n);
     }
+    write_position_attrs(f, c);
 }
 
 /* The mixture-of-experts keys, resolved (FE, LM) */
@@ -295,6 +316,9 @@ int main(int argc, char **argv) {
         model_moe_stats_add(m, tg, micro, T, 1.0f / (float)counted, moe0);
         t.be.ops->matmul_forward(logits + (size_t)b * T * Vp, m->acts.lnf, head_weights(m), NULL,
                               micro * T, m->C, Vp);
+        if (m->cfg.final_logit_softcapping > 0) /* the logits as Hugging Face returns them */
+            t.be.ops->softcap_forward(logits + (size_t)b * T * Vp, logits + (size_t)b * T * Vp,
+                                      micro * T, m->V, Vp, (float)m->cfg.final_logit_softcapping);
         model_backward(m, in, tg, micro, T, 1.0f / (float)counted);
     }
     hsize_t dm[3] = {(hsize_t)t.total_steps, (hsize_t)m->LM, (hsize_t)(2 + m->E)};

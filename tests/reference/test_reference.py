@@ -220,6 +220,23 @@ OLMO2_CLIP = 2.9
 LLAMA_GEMMA = dict(LLAMA, norm_placement='"sandwich"', qk_norm="true",
                    embed_scale='"sqrt_d_model"', mlp='"geglu_tanh"')
 GEMMA_CLIP = 3.0
+# Positions and soft-capping (docs/models.md "Positions"). Gemma 2/3: the attention scores and the
+# final logits soft-capped (caps small enough that tanh bends them at these sizes), layer 0
+# sliding with its own RoPE base 10000 unscaled (rope_local_theta), layer 1 full with theta 1e6
+# and linear scaling by 8.
+LLAMA_GEMMA2 = dict(LLAMA, layer_types='"sliding_attention, full_attention"', sliding_window=5,
+                    rope_theta=1000000.0, rope_scaling='"linear"', rope_factor=8.0,
+                    rope_local_theta=10000.0, attn_logit_softcapping=1.0,
+                    final_logit_softcapping=2.0)
+GEMMA2_CLIP = 3.0
+# gpt-oss's YaRN (factor 32, beta_fast 32, beta_slow 1, truncate false; original context 4096)
+# with partial rotary (Qwen3-Next: 0.5 here, 6 of the 12 dimensions of a head turn; YaRN's
+# frequencies are over those 6: one kept, one on the ramp, one divided by 32) and SmolLM3's NoPE
+# layers (no_rope_layers "1, 0": layer 1 has no positions); q and k times 0.1 ln 32 + 1.
+LLAMA_YARN = dict(LLAMA, rope_scaling='"yarn"', rope_factor=32.0, rope_beta_fast=32.0,
+                  rope_beta_slow=1.0, rope_truncate="false", rope_original_max_pos=4096,
+                  partial_rotary_factor=0.5, no_rope_layers='"1, 0"')
+YARN_CLIP = 3.0
 CONFIGS = [
     dict(name="gpt2", grad_clip=1.4,
          model=dict(n_layer=2, d_model=32, n_head=4, vocab_size=VOCAB, vocab_multiple=128,
@@ -252,6 +269,10 @@ CONFIGS = [
     dict(name="llama-olmo2", grad_clip=OLMO2_CLIP, model=LLAMA_OLMO2),
     # Gemma's scaled embedding with its sandwich norms
     dict(name="llama-gemma", grad_clip=GEMMA_CLIP, model=LLAMA_GEMMA),
+    # positions and soft-capping: Gemma 2's caps with Gemma 3's local/global RoPE, and gpt-oss's
+    # YaRN with partial rotary and a NoPE layer
+    dict(name="llama-gemma2", grad_clip=GEMMA2_CLIP, model=LLAMA_GEMMA2),
+    dict(name="llama-yarn", grad_clip=YARN_CLIP, model=LLAMA_YARN),
     dict(name="qwen2.5", grad_clip=QWEN25_CLIP, model=QWEN25),
     # mixture of experts (docs/moe.md; torch_moe.py), seeds with no routing near-tie (TOL_MARGIN)
     dict(name="moe", grad_clip=MOE_CLIP, seed=MOE_SEED, model=MOE),
@@ -350,6 +371,10 @@ def read_dump(path):
             d["rope_freqs"] = f["rope_freqs"][()]
         if "windows" in f:  # each layer's sliding window (0: full attention)
             d["attrs"]["windows"] = tuple(int(w) for w in f["windows"][()])
+        if "ropes" in f:  # 1 where the layer uses RoPE
+            d["attrs"]["ropes"] = tuple(int(w) for w in f["ropes"][()])
+        if "rope_local_freqs" in f:
+            d["rope_local_freqs"] = f["rope_local_freqs"][()]
         for k in ("inputs", "targets", "logits"):
             d["step0/" + k] = f["step0"][k][()]
         d["step0/loss"] = float(f["step0"].attrs["loss"])
@@ -376,10 +401,7 @@ def torch_config(a):
                                    bias=bool(a["bias"]), gelu_exact=bool(a["gelu_exact"]))
     if not a["rmsnorm"] or not (a["swiglu"] or a.get("geglu")) or a["bias"]:
         raise ValueError("no torch model for RoPE without RMSNorm and SwiGLU, or with biases")
-    scaling = None
-    if a["rope_scaling"]:
-        scaling = torch_llama.RopeScaling(a["rope_factor"], a["rope_low_freq_factor"],
-                                          a["rope_high_freq_factor"], i("rope_original_max_pos"))
+    scaling = rope_scaling_of(a)
     llama = dict(V=i("V"), Vp=i("Vp"), C=i("C"), L=i("L"), NH=i("NH"), KVH=i("KVH"), hs=i("hs"),
                  F=i("F"), norm_eps=a["norm_eps"], rope_theta=a["rope_theta"],
                  rope_scaling=scaling, qkv_bias=bool(a["qkv_bias"]), qk_norm=bool(a["qk_norm"]),
@@ -392,10 +414,35 @@ def torch_config(a):
                                        post=bool(a.get("post", 0)),
                                        qk_proj=bool(a.get("qk_proj", 0)),
                                        embed_scale=bool(a.get("embed_scale", 0)),
-                                       geglu=bool(a.get("geglu", 0)))
+                                       geglu=bool(a.get("geglu", 0)),
+                                       **position_fields(a))
     return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
                                moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
                                aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
+
+
+def rope_scaling_of(a):
+    """The torch RoPE scaling of a dump's rope_kind: None, llama3, linear or yarn."""
+    kind = int(round(a.get("rope_kind", a["rope_scaling"])))
+    orig = int(round(a["rope_original_max_pos"]))
+    if kind == 1:
+        return torch_llama.RopeScaling(a["rope_factor"], a["rope_low_freq_factor"],
+                                       a["rope_high_freq_factor"], orig)
+    if kind == 2:
+        return torch_llama.LinearScaling(a["rope_factor"])
+    if kind == 3:
+        return torch_llama.YarnScaling(a["rope_factor"], a["rope_beta_fast"], a["rope_beta_slow"],
+                                       orig, bool(a["rope_truncate"]))
+    return None
+
+
+def position_fields(a):
+    """LlamaConfig's positions and soft-capping fields from a dump's attributes."""
+    ropes = a.get("ropes", ())
+    return dict(rope_local_theta=a.get("rope_local_theta", 0.0),
+                partial=a.get("partial_rotary_factor", 1.0),
+                ropes=() if all(ropes) else ropes, attn_softcap=a.get("attn_softcap", 0.0),
+                final_softcap=a.get("final_softcap", 0.0))
 
 
 def is_llama(tc):
@@ -583,7 +630,8 @@ def checks_per_config(cfg):
     extra += 2 if m.get("tie_embeddings") == "false" else 0
     extra += MOE_CHECKS if m.get("moe_experts") else 0
     extra += 1 if any(k in m for k in ("sliding_window", "attn_sinks", "query_pre_attn_scalar",
-                                       "norm_placement")) else 0
+                                       "norm_placement", "partial_rotary_factor",
+                                       "attn_logit_softcapping")) else 0
     return 12 + 2 * len(config_names(m)) + extra
 
 
@@ -628,11 +676,24 @@ def want_attrs(cfg):
         want["qk_proj"] = yes("qk_norm") and m.get("qk_norm_scope") == '"projection"'
         want["embed_scale"] = m.get("embed_scale") == '"sqrt_d_model"'
         want["geglu"] = m.get("mlp") == '"geglu_tanh"'
+        want["rope_kind"] = ['"none"', '"llama3"', '"linear"', '"yarn"'].index(
+            m.get("rope_scaling", '"none"'))
+        ropes = [t.strip() for t in m.get("no_rope_layers", '""').strip('"').split(",")
+                 if t.strip()]
+        want["ropes"] = tuple(int(ropes[l % len(ropes)]) if ropes else 1
+                              for l in range(m["n_layer"]))
     for k in ("eot_token", "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "rope_original_max_pos", "moe_aux_loss_coef",
-              "moe_z_loss_coef"):
+              "moe_z_loss_coef", "rope_local_theta", "rope_beta_fast", "rope_beta_slow",
+              "partial_rotary_factor"):
         if k in m:
             want[k] = m[k]
+    for k, dump_name in (("attn_logit_softcapping", "attn_softcap"),
+                         ("final_logit_softcapping", "final_softcap")):
+        if k in m:
+            want[dump_name] = m[k]
+    if "rope_truncate" in m:
+        want["rope_truncate"] = yes("rope_truncate", "true")
     return want
 
 
@@ -661,14 +722,22 @@ def check_rope_freqs(tap, name, d, tc):
     """tessera's RoPE frequencies (fp32) are torch's float64 ones rounded; with Llama 3.1's
     scaling, the head has frequencies in each of its three regimes (kept, interpolated, divided
     by the factor), so the scaling is exercised."""
-    want = torch_llama.rope_inv_freq(tc.hs, tc.rope_theta, tc.rope_scaling).numpy()
-    got = d["rope_freqs"] if "rope_freqs" in d else np.zeros(0)
-    e = float(np.max(np.abs(got - want) / want)) if got.shape == want.shape else math.inf
-    tap.diag(f"{name}: RoPE frequencies tessera " + " ".join(f"{x:.6g}" for x in got))
-    tap.ok(e <= TOL_FREQ, f"{name}: the {len(want)} RoPE frequencies (theta {tc.rope_theta:g}"
-                          f"{', llama3 scaling' if tc.rope_scaling else ''}) max rel err "
-                          f"{e:.1e} <= {TOL_FREQ:g} (fp32 rounding)")
-    plain = torch_llama.rope_inv_freq(tc.hs, tc.rope_theta).numpy()
+    want = torch_llama.rope_params(tc.hs, tc.rope_theta, tc.rope_scaling, tc.partial)[0].numpy()
+    e = freq_err(d.get("rope_freqs"), want, tc.hs)
+    if tc.rope_local_theta:  # the sliding layers' table too
+        local = torch_llama.rope_params(tc.hs, tc.rope_local_theta, None, tc.partial)[0].numpy()
+        e = max(e, freq_err(d.get("rope_local_freqs"), local, tc.hs))
+    tap.diag(f"{name}: RoPE frequencies tessera " + " ".join(f"{x:.6g}" for x in d["rope_freqs"]))
+    kind = type(tc.rope_scaling).__name__ if tc.rope_scaling else "no"
+    tap.ok(e <= TOL_FREQ, f"{name}: the {len(want)} RoPE frequencies (theta {tc.rope_theta:g}, "
+                          f"{kind} scaling, local theta {tc.rope_local_theta:g}, partial "
+                          f"{tc.partial:g}) max rel err {e:.1e} <= {TOL_FREQ:g} (fp32 rounding)")
+    plain = torch_llama.rope_inv_freq(int(round(tc.hs * tc.partial)), tc.rope_theta).numpy()
+    if not isinstance(tc.rope_scaling, (torch_llama.RopeScaling, type(None))):
+        ratio = plain / want
+        tap.ok(np.any(np.abs(ratio - 1) > 1e-3), f"{name}: the {kind} scaling changes the "
+               "frequencies (ratios " + " ".join(f"{x:.4g}" for x in ratio) + ")")
+        return
     if tc.rope_scaling is None:
         ok = np.array_equal(want, plain)
         tap.ok(ok, f"{name}: no scaling: the frequencies are theta^(-2i/hs)")
@@ -682,6 +751,14 @@ def check_rope_freqs(tap, name, d, tc):
            f"{name}: llama3 scaling changes the frequencies: {kept} kept, {between} interpolated, "
            f"{divided} divided by {tc.rope_scaling.factor:g} (ratios "
            + " ".join(f"{x:.4g}" for x in ratio) + ")")
+
+
+def freq_err(got, want, hs):
+    """Max relative error of a dumped (hs/2) table against want (rot/2), whose tail must be 0."""
+    if got is None or got.shape != (hs // 2,):
+        return math.inf
+    n = len(want)
+    return math.inf if np.any(got[n:] != 0) else float(np.max(np.abs(got[:n] - want) / want))
 
 
 def check_pad_rows(tap, name, what, rows, V, Vp):
@@ -747,7 +824,9 @@ def check_step0(tap, name, d, tc, names, shapes, model):
 
 def has_variants(tc):
     return is_llama(tc) and (any(tc.windows) or tc.sinks or tc.qpas or tc.sandwich or tc.post
-                             or tc.qk_proj or tc.embed_scale or tc.geglu)
+                             or tc.qk_proj or tc.embed_scale or tc.geglu or tc.attn_softcap
+                             or tc.final_softcap or tc.partial != 1.0 or tc.ropes
+                             or tc.rope_local_theta)
 
 
 def check_variants_matter(tap, name, d, tc, logits):
@@ -763,6 +842,7 @@ def check_variants_matter(tap, name, d, tc, logits):
                                                               for k, w in enumerate(tc.windows)))
     if tc.qpas:
         effects[f"query_pre_attn_scalar {tc.qpas:g}"] = dict(qpas=0.0)
+    effects.update(position_effects(tc))
     got = {}
     inputs = torch.as_tensor(d["step0/inputs"], dtype=torch.long)
     for what, change in effects.items():
@@ -788,6 +868,25 @@ def check_variants_matter(tap, name, d, tc, logits):
     tap.ok(got and all(e > MIN_SWITCH_EFFECT for e in got.values()),
            f"{name}: each variant moves the step-0 logits by > {MIN_SWITCH_EFFECT:g}: "
            + ", ".join(f"{w} {e:.1e}" for w, e in got.items()))
+
+
+def position_effects(tc):
+    """check_variants_matter's changes for docs/models.md "Positions": each soft cap off, the
+    local RoPE base off (the sliding layers take the full layers' table), linear or YaRN scaling
+    off, RoPE over the whole head, RoPE on every layer."""
+    effects = {}
+    for field, what in (("attn_softcap", "the attention soft cap"),
+                        ("final_softcap", "the final soft cap"),
+                        ("rope_local_theta", "the local RoPE base")):
+        if getattr(tc, field):
+            effects[f"{what} {getattr(tc, field):g}"] = {field: 0.0}
+    if isinstance(tc.rope_scaling, (torch_llama.LinearScaling, torch_llama.YarnScaling)):
+        effects[f"{type(tc.rope_scaling).__name__}"] = dict(rope_scaling=None)
+    if tc.partial != 1.0:
+        effects[f"partial rotary {tc.partial:g}"] = dict(partial=1.0)
+    if tc.ropes:
+        effects["the NoPE layers"] = dict(ropes=())
+    return effects
 
 
 def post_variants_matter(d, tc, inputs, logits):

@@ -32,6 +32,19 @@ modeling_gpt_oss.eager_attention_forward:
   sinks:       a learned logit per head (self_attn.sinks, (NH,)) appended as one more column to
                every row's scores before the softmax, whose probability is then dropped;
   qpas:        Gemma's query_pre_attn_scalar, the scores scaled by qpas^-0.5 instead of hs^-0.5.
+
+Positions and soft-capping (docs/models.md "Positions"), from transformers' modeling_rope_utils
+(_compute_linear_scaling_rope_parameters, _compute_yarn_parameters), modeling_gemma2 /
+modeling_gemma3 (attn_logit_softcapping, final_logit_softcapping, rope_local_base_freq),
+modeling_qwen3_next's apply_rotary_pos_emb (partial rotary) and modeling_smollm3 (no_rope_layers):
+  rope_scaling  LinearScaling (every frequency / factor) or YarnScaling (the ramp between the
+                frequency and frequency / factor, cos and sin times 0.1 ln(factor) + 1);
+  rope_local_theta  > 0: the sliding layers (windows[l] > 0) use this base, unscaled;
+  partial:      RoPE over the first partial * hs dimensions of a head (rotate_half within them,
+                frequencies over that size), the rest passed through;
+  ropes:        per layer 1 (RoPE) or 0 (no positions); () = every layer;
+  attn_softcap: scores = cap tanh(scores / cap) after the scale, before the mask;
+  final_softcap: logits = cap tanh(logits / cap) before the loss.
 """
 import dataclasses
 import math
@@ -52,6 +65,23 @@ class RopeScaling:
     low_freq_factor: float
     high_freq_factor: float
     original_max_pos: int
+
+
+@dataclass
+class LinearScaling:
+    """rope_type "linear": every frequency divided by factor (Gemma 3's full layers)."""
+    factor: float
+
+
+@dataclass
+class YarnScaling:
+    """rope_type "yarn" (gpt-oss): factor, beta_fast, beta_slow, original_max_position_embeddings,
+    truncate."""
+    factor: float
+    beta_fast: float
+    beta_slow: float
+    original_max_pos: int
+    truncate: bool
 
 
 @dataclass
@@ -79,6 +109,11 @@ class LlamaConfig:
     qk_proj: bool = False  # OLMo 2's QK-norm: over the whole q and k projections, not per head
     embed_scale: bool = False  # Gemma's: the token embedding times sqrt(C)
     geglu: bool = False  # Gemma's MLP: gelu_pytorch_tanh(gate) * up in SwiGLU's place
+    rope_local_theta: float = 0.0  # Gemma 3's rope_local_base_freq of the sliding layers; 0 = none
+    partial: float = 1.0  # partial_rotary_factor
+    ropes: tuple = ()    # SmolLM3's no_rope_layers: per layer 1 (RoPE) or 0; () = all RoPE
+    attn_softcap: float = 0.0  # Gemma 2's attn_logit_softcapping; 0 = off
+    final_softcap: float = 0.0  # Gemma 2's final_logit_softcapping; 0 = off
 
 
 def param_names(cfg):
@@ -92,6 +127,35 @@ def param_names(cfg):
     names += ["postattnw", "postmlpw"] if getattr(cfg, "sandwich", False) or post else []
     names += ([] if post else ["ln2w"]) + ["fcw", "fcprojw", "lnfw"]
     return names + ([] if cfg.tie_embeddings else ["lm_head"])
+
+
+def yarn_inv_freq(dim, theta, y):
+    """transformers' _compute_yarn_parameters in float64: (inv_freq (dim/2), attention_factor)."""
+    def correction_dim(rotations):
+        return (dim * math.log(y.original_max_pos / (rotations * 2 * math.pi))) \
+            / (2 * math.log(theta))
+    low, high = correction_dim(y.beta_fast), correction_dim(y.beta_slow)
+    if y.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (y.factor * pos_freqs)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # inv_freq_extrapolation_factor
+    inv_freq = interpolation * (1 - keep) + extrapolation * keep
+    return inv_freq, (0.1 * math.log(y.factor) + 1.0 if y.factor > 1 else 1.0)
+
+
+def rope_params(hs, theta, scaling=None, partial=1.0):
+    """(inv_freq (rot/2), attention factor) of a layer: rot = partial * hs rotary dimensions."""
+    rot = int(round(hs * partial))
+    if isinstance(scaling, YarnScaling):
+        return yarn_inv_freq(rot, theta, scaling)
+    if isinstance(scaling, LinearScaling):
+        return rope_inv_freq(rot, theta) / scaling.factor, 1.0
+    return rope_inv_freq(rot, theta, scaling), 1.0
 
 
 def rope_inv_freq(hs, theta, scaling=None):
@@ -126,7 +190,13 @@ def rope_cos_sin(pos, inv_freq):
 
 
 def apply_rope(x, cos, sin):
-    return x * cos + rotate_half(x) * sin
+    """Qwen3-Next's apply_rotary_pos_emb: RoPE on the first cos.shape[-1] dimensions, the rest
+    passed through (all of them without partial rotary); None: no positions (a NoPE layer)."""
+    if cos is None:
+        return x
+    rot = cos.shape[-1]
+    xr, xp = x[..., :rot], x[..., rot:]
+    return torch.cat((xr * cos + rotate_half(xr) * sin, xp), dim=-1)
 
 
 def repeat_kv(x, n_rep):
@@ -185,6 +255,8 @@ class Attention(nn.Module):
         q, k, v = self.heads(x, cos, sin)
         k, v = repeat_kv(k, c.NH // c.KVH), repeat_kv(v, c.NH // c.KVH)
         s = (q @ k.transpose(-2, -1)) * (c.qpas or c.hs) ** -0.5     # (B,NH,T,T)
+        if c.attn_softcap:  # Gemma 2: after the scale, before the mask
+            s = c.attn_softcap * torch.tanh(s / c.attn_softcap)
         s = s.masked_fill(~allowed[:, None], float("-inf"))
         if c.sinks:  # gpt-oss: one more column per row, the head's sink, dropped after softmax
             sink = self.sinks.reshape(1, -1, 1, 1).expand(B, c.NH, T, 1)
@@ -266,14 +338,27 @@ class Llama(TesseraLayout, nn.Module):
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.L))
         self.norm = RMSNorm(cfg.C, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.C, cfg.Vp, bias=False)
-        self.register_buffer("inv_freq", rope_inv_freq(cfg.hs, cfg.rope_theta, cfg.rope_scaling),
-                             persistent=False)
+        inv_freq, self.attention_factor = rope_params(cfg.hs, cfg.rope_theta, cfg.rope_scaling,
+                                                      cfg.partial)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.local_inv_freq = (rope_params(cfg.hs, cfg.rope_local_theta, None, cfg.partial)[0]
+                               if cfg.rope_local_theta else None)
+
+    def layer_rope(self, l, pos):
+        """Layer l's (cos, sin), or (None, None) on a NoPE layer: the sliding layers' base when
+        rope_local_theta is set, else the full layers' (cos and sin times YaRN's factor)."""
+        if self.cfg.ropes and not self.cfg.ropes[l]:
+            return None, None
+        dt = torch.get_default_dtype()
+        if self.local_inv_freq is not None and self.cfg.windows and self.cfg.windows[l]:
+            return rope_cos_sin(pos, self.local_inv_freq.to(dt))
+        cos, sin = rope_cos_sin(pos, self.inv_freq.to(dt))
+        return cos * self.attention_factor, sin * self.attention_factor
 
     def forward(self, idx, targets=None):
         """idx, targets (B,T) int64. Returns logits (B,T,Vp) and, with targets, the SUM of the
         cross-entropy over the targets that are not -1 (the caller divides by the global count)."""
         pos, allowed = positions_and_mask(idx, self.eot)
-        cos, sin = rope_cos_sin(pos, self.inv_freq.to(torch.get_default_dtype()))
         x = self.embed_tokens(idx)
         if getattr(self.cfg, "embed_scale", False):  # Gemma: in the model's dtype (float64 here)
             x = x * math.sqrt(self.cfg.C)
@@ -282,6 +367,7 @@ class Llama(TesseraLayout, nn.Module):
         for l, layer in enumerate(self.layers):
             W = self.cfg.windows[l] if self.cfg.windows else 0
             band = (i[:, None] - i[None, :] < W) if W > 0 else None  # i - W < j
+            cos, sin = self.layer_rope(l, pos)
             x = layer(x, cos, sin, allowed if band is None else allowed & band)
         return self.head(x, targets)
 
@@ -289,6 +375,8 @@ class Llama(TesseraLayout, nn.Module):
         """The final norm, the logits (B,T,Vp) and, with targets, the summed loss (as forward)."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         logits = F.linear(self.norm(x), head)
+        if self.cfg.final_softcap:  # Gemma 2's final_logit_softcapping
+            logits = self.cfg.final_softcap * torch.tanh(logits / self.cfg.final_softcap)
         if targets is None:
             return logits, None
         V = self.cfg.V

@@ -4,7 +4,8 @@
  * the last with attn_mask = document. Checked:
  *   - the batch-invariant product (ops.h matmul_rows): every row of a 37-row product is the same
  *     bits as that row computed alone and in a product of 5, and within 1e-5 relative of sgemm's;
- *   - attention_decode_rows: the same bits as attention_decode of each row alone;
+ *   - attention_decode_rows: the same bits as attention_decode of each row alone (also with
+ *     a soft cap on the scores, model.attn_logit_softcapping);
  *   - greedy: the batched generator (8 prompts of different lengths, batch 3) gives the tokens of
  *     the one-sequence generator (model_infer_forward + gen_pick) token for token;
  *   - sampling (temperature 1, top-k 20, top-p 0.95), 4 prompts x 3 samples: the tokens and
@@ -88,7 +89,7 @@ static void test_matmul_rows(void) {
     free(x), free(w), free(b), free(all), free(one), free(five), free(ref);
 }
 
-static void test_decode_rows(void) {
+static void test_decode_rows(const tsr_attn_var *var) {
     enum { NH = 4, KVH = 2, hs = 8, CAP = 20, SL = 3 };
     const size_t QKV = (NH + 2 * KVH) * hs, per = (size_t)KVH * hs * CAP;
     float *kt = calloc(SL * per, 4), *v = calloc(SL * per, 4), *kt1 = calloc(per, 4),
@@ -98,18 +99,19 @@ static void test_decode_rows(void) {
     for (size_t i = 0; i < SL * QKV; i++) qkv[i] = (float)urand_below(1001) / 500.0f - 1.0f;
     const int32_t slot[SL] = {2, 0, 1}, pos[SL] = {7, 12, 3}, seg[SL] = {0, 5, 0};
     const float slopes[NH] = {0.5f, 0.25f, 0.125f, 0.0625f};
-    tsr_cpu_ops.attention_decode_rows(out, kt, v, qkv, slopes, NULL, scr, 4, slot, pos, seg, SL,
+    tsr_cpu_ops.attention_decode_rows(out, kt, v, qkv, slopes, var, scr, 4, slot, pos, seg, SL,
                                       per, CAP, NH, KVH, hs);
     int same = 1;
     for (int i = 0; i < SL; i++) {
         memcpy(kt1, kt + slot[i] * per, per * 4); /* (the row's own store rewrites it alike) */
         memcpy(v1, v + slot[i] * per, per * 4);
-        tsr_cpu_ops.attention_decode(out1, kt1, v1, qkv + i * QKV, slopes, NULL, scr, 4, pos[i], 1,
+        tsr_cpu_ops.attention_decode(out1, kt1, v1, qkv + i * QKV, slopes, var, scr, 4, pos[i], 1,
                                      seg[i], CAP, NH, KVH, hs);
         same &= memcmp(out1, out + (size_t)i * NH * hs, NH * hs * 4) == 0;
     }
-    tap_ok(same, "attention_decode_rows: 3 rows of 3 slots (one with a segment) = "
-           "attention_decode of each alone, bit for bit");
+    tap_ok(same, "attention_decode_rows: 3 rows of 3 slots (one with a segment)%s = "
+           "attention_decode of each alone, bit for bit",
+           var ? ", soft cap 0.75" : "");
     free(kt), free(v), free(kt1), free(v1), free(qkv), free(out), free(out1), free(scr);
 }
 
@@ -255,10 +257,12 @@ static void check_stops(fixture *f) {
 }
 
 int main(void) {
-    tap_plan(3 + 3 * 4 + 2);
+    tap_plan(3 + 3 * 4 + 3);
     cpu_ops_set_threads(2);
     test_matmul_rows();
-    test_decode_rows();
+    test_decode_rows(NULL);
+    const tsr_attn_var cap = {.softcap = 0.75f}; /* Gemma 2's attention soft cap */
+    test_decode_rows(&cap);
     const tsr_pos_kind kinds[3] = {TSR_POS_LEARNED, TSR_POS_ALIBI, TSR_POS_ROPE};
     const char *names[3] = {"learned", "alibi", "rope+document mask"};
     for (int k = 0; k < 3; k++) {

@@ -24,7 +24,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 149
+#define NCHECKS 151
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -887,7 +887,7 @@ static void test_determinism(void) {
  * KVH < NH: grouped-query attention, the cache holding KVH heads; W > 0 a sliding window, sinks
  * a sink logit per head (ops.h tsr_attn_var), both in the forward and the decode. */
 static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int chunk, int W,
-                                  int sinks) {
+                                  int sinks, float cap) {
     const int hs = C / NH, nthr = 2;
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     float *qkv = xcalloc((size_t)T * QKV, sizeof(float)), *out = xcalloc((size_t)T * C, 4);
@@ -900,8 +900,8 @@ static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int 
     for (int h = 0; h < NH; h++) sl[h] = (float)sd[h];
     float sk[16];
     fill(sk, NULL, 16, -1.0, 3.0);
-    const tsr_attn_var var = {.window = W, .sinks = sinks ? sk : NULL};
-    const tsr_attn_var *vp = W || sinks ? &var : NULL;
+    const tsr_attn_var var = {.window = W, .sinks = sinks ? sk : NULL, .softcap = cap};
+    const tsr_attn_var *vp = W || sinks || cap > 0 ? &var : NULL;
     ops->attention_forward(out, att, qkv, alibi ? sl : NULL, NULL, vp, 1, T, NH, KVH, hs);
     for (int p0 = 0; p0 < T; p0 += chunk) {
         int c = T - p0 < chunk ? T - p0 : chunk;
@@ -909,9 +909,9 @@ static void test_attention_decode(int T, int C, int NH, int KVH, int alibi, int 
                               alibi ? sl : NULL, vp, scratch, nthr, p0, c, 0, T, NH, KVH, hs);
     }
     tap_ok(memcmp(out, dec, (size_t)T * C * sizeof(float)) == 0,
-           "attention_decode T=%d C=%d NH=%d KVH=%d%s chunk %d window %d%s: the same bits as "
-           "attention_forward",
-           T, C, NH, KVH, alibi ? " ALiBi" : "", chunk, W, sinks ? " sinks" : "");
+           "attention_decode T=%d C=%d NH=%d KVH=%d%s chunk %d window %d%s soft cap %g: the same "
+           "bits as attention_forward",
+           T, C, NH, KVH, alibi ? " ALiBi" : "", chunk, W, sinks ? " sinks" : "", cap);
     free(qkv), free(out), free(att), free(dec), free(kt), free(v), free(scratch);
 }
 
@@ -974,12 +974,14 @@ int main(void) {
     test_attention_seq(2, 12, 12, 3, 1, 0);  /* ALiBi, 3 heads */
     test_attention_seq(1, 70, 64, 2, 1, 400); /* full tiles, segments across tiles and row blocks */
     test_attention_seq(2, 150, 32, 2, 0, 400); /* three backward row blocks */
-    test_attention_decode(9, 12, 3, 3, 1, 1, 0, 0);  /* one row at a time, ALiBi, 3 heads */
-    test_attention_decode(70, 64, 2, 2, 0, 3, 0, 0); /* chunks of 3 rows across tiles */
-    test_attention_decode(70, 128, 4, 2, 0, 3, 0, 0); /* grouped-query: 2 query heads per kv head */
-    test_attention_decode(9, 24, 6, 1, 1, 2, 0, 0);   /* multi-query, ALiBi */
-    test_attention_decode(70, 64, 2, 2, 1, 3, 9, 1);   /* window 9 across tiles, ALiBi, sinks */
-    test_attention_decode(70, 128, 4, 2, 0, 5, 20, 0); /* window 20, grouped-query */
+    test_attention_decode(9, 12, 3, 3, 1, 1, 0, 0, 0);  /* one row at a time, ALiBi, 3 heads */
+    test_attention_decode(70, 64, 2, 2, 0, 3, 0, 0, 0); /* chunks of 3 rows across tiles */
+    test_attention_decode(70, 128, 4, 2, 0, 3, 0, 0, 0); /* grouped-query: 2 query heads per kv */
+    test_attention_decode(9, 24, 6, 1, 1, 2, 0, 0, 0);   /* multi-query, ALiBi */
+    test_attention_decode(70, 64, 2, 2, 1, 3, 9, 1, 0);   /* window 9 across tiles, ALiBi, sinks */
+    test_attention_decode(70, 128, 4, 2, 0, 5, 20, 0, 0); /* window 20, grouped-query */
+    test_attention_decode(70, 64, 2, 2, 0, 3, 0, 0, 1.5f); /* Gemma 2's soft cap */
+    test_attention_decode(70, 64, 2, 2, 1, 3, 9, 1, 1.5f); /* soft cap, window, ALiBi, sinks */
     test_gelu(TSR_GELU_TANH);
     test_gelu(TSR_GELU_EXACT);
     test_residual();

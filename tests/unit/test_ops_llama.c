@@ -21,7 +21,7 @@
 #include "ops_check.h"
 #include "tap.h"
 
-#define NCHECKS 123
+#define NCHECKS 126
 
 static const tsr_ops *ops = &tsr_cpu_ops;
 
@@ -306,6 +306,57 @@ static void test_rope(int B, int T, int NH, int KVH, int hs, int with_pos, int p
 #undef ROPE_WHAT
     free(o.out), free(zero), free(ry);
     free(pos), free(inv_freq), free(x), free(y), free(rx), free(x_), free(want), free(wts);
+}
+
+/* 3 checks. rope_part_forward/backward (partial rotary, YaRN's factor mscale on cos and sin):
+ * rot = hs, mscale = 1 is rope_forward / rope_backward bit for bit; with rot < hs and mscale the
+ * first rot dimensions of every q and k head against a double reference (pairs (i, i + rot/2),
+ * angle (t + p0) f_i, times mscale), the other dimensions and the value heads the same bits;
+ * the backward is the forward's transpose. */
+static void test_rope_part(int B, int T, int NH, int KVH, int hs, int rot, float ms, int p0) {
+    const int QKV = (NH + 2 * KVH) * hs, H = NH + KVH;
+    size_t nx = (size_t)B * T * QKV;
+    float *f = FALLOC(hs / 2), *x = FALLOC(nx), *a = FALLOC(nx), *b = FALLOC(nx), *y = FALLOC(nx);
+    double *x_ = DALLOC(nx), *y_ = DALLOC(nx);
+    rope_freqs(f, rot, 10000.0);
+    fill(x, x_, nx, -2, 2), fill(y, y_, nx, -1, 1);
+    memcpy(a, x, nx * 4), memcpy(b, x, nx * 4);
+    ops->rope_forward(a, NULL, p0, f, B, T, NH, KVH, hs);
+    ops->rope_part_forward(b, NULL, p0, f, B, T, NH, KVH, hs, hs, 1.0f);
+    int same = !memcmp(a, b, nx * 4);
+    memcpy(a, y, nx * 4), memcpy(b, y, nx * 4);
+    ops->rope_backward(a, NULL, p0, f, B, T, NH, KVH, hs);
+    ops->rope_part_backward(b, NULL, p0, f, B, T, NH, KVH, hs, hs, 1.0f);
+    tap_ok(same && !memcmp(a, b, nx * 4), "rope_part hs=%d rot=hs mscale 1 == rope_forward, "
+           "rope_backward bit for bit", hs);
+    memcpy(a, x, nx * 4);
+    ops->rope_part_forward(a, NULL, p0, f, B, T, NH, KVH, hs, rot, ms);
+    double worst = 0.0;
+    int rest = 1;
+    for (size_t n = 0; n < (size_t)B * T; n++)
+        for (int h = 0; h < NH + 2 * KVH; h++)
+            for (int d = 0; d < hs; d++) {
+                const size_t k = n * QKV + (size_t)h * hs + d;
+                if (h >= H || d >= rot) {
+                    rest &= a[k] == x[k];
+                    continue;
+                }
+                const int i = d % (rot / 2), lo = d < rot / 2;
+                const double ang = (double)(n % T + p0) * f[i];
+                const double u = x_[k - (lo ? 0 : rot / 2)], v = x_[k + (lo ? rot / 2 : 0)];
+                const double c = cos(ang), sn = sin(ang);
+                const double w = ms * (lo ? u * c - v * sn : v * c + u * sn);
+                if (fabs(a[k] - w) > worst) worst = fabs(a[k] - w);
+            }
+    tap_ok(rest && worst <= 4e-6, "rope_part forward hs=%d rot=%d mscale %g: max |err| %.2g <= "
+           "4e-6 in the rotated dims, the rest the same bits", hs, rot, ms, worst);
+    memcpy(b, y, nx * 4);
+    ops->rope_part_backward(b, NULL, p0, f, B, T, NH, KVH, hs, rot, ms);
+    double l = dotf(a, y, nx), r = dotf(x, b, nx), sc = 0.0;
+    for (size_t i = 0; i < nx; i++) sc += fabs((double)x[i] * y[i]);
+    tap_ok(fabs(l - r) <= 2e-6 * sc, "rope_part hs=%d rot=%d: R(x).y == x.R^T(y): %.12g vs %.12g",
+           hs, rot, l, r);
+    free(f), free(x), free(a), free(b), free(y), free(x_), free(y_);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------------------- */
@@ -627,6 +678,7 @@ int main(void) {
     test_rope(2, 9, 4, 1, 8, 1, 0);    /* positions given, MQA */
     test_rope(1, 3, 2, 2, 2, 0, 1);    /* hs 2 */
     test_rope(1, 7, 2, 1, 64, 0, 3000); /* hs 64, large angles (cos/sin in double) */
+    test_rope_part(2, 5, 4, 2, 16, 4, 1.3465736f, 3); /* Qwen3-Next's 0.25, YaRN's factor */
     test_swiglu(5, 7, 4.0, 0);
     test_swiglu(1, 1, 2.0, 0);
     test_swiglu(33, 600, 8.0, 0); /* past the one-thread cut-off */
