@@ -40,7 +40,7 @@ from tap import Tap  # noqa: E402
 TOL = 1e-5  # fp32 (tessera) against float64 (the fixture), as test_hf_llama.py's TOL_FP32
 REF_DUMP = os.path.join(hfe.BUILD, "tests", "ref_dump")
 CHECKS_PER_FIXTURE = 5
-N_REFUSALS = 4
+N_REFUSALS = 5
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
                "rope_theta", "rope_scaling", "tie_word_embeddings", "layer_types", "sliding_window",
@@ -191,6 +191,8 @@ def refusals(tap, tmp, dirs):
          ["rope_local_base_freq = 1e+06", "rope_theta = 10000"]),
         ("attn_logit_softcapping", edited(tmp, g, "g_softcap", attn_logit_softcapping=50.0),
          ["attn_logit_softcapping = 50:", "soft-capping"]),
+        ("final_logit_softcapping", edited(tmp, g, "g_final", final_logit_softcapping=30.0),
+         ["final_logit_softcapping = 30:", "soft-capping"]),
         ("OLMo 3 rope_scaling yarn",
          edited(tmp, o3, "o3_yarn", rope_scaling={"rope_type": "yarn", "factor": 8.0}),
          ["rope_scaling = ", "yarn"]),
