@@ -220,8 +220,10 @@ static const cli_opt export_opts[] = {
     [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
                           "or none (default: the checkpoint's data.tokenizer)"},
     [EXPORT_ARCH] = {"arch", CLI_NO_SHORT('a'), "TYPE", "a RoPE model's model_type: llama, mistral, "
-                     "qwen2, qwen3, mixtral or qwen3_moe (default: with experts qwen3_moe with "
-                     "qk_norm, else mixtral; qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
+                     "qwen2, qwen3, mixtral, qwen3_moe, olmo2, olmo3 or gemma3_text (default: "
+                     "gemma3_text with sandwich norms, GeGLU or the embedding scale; olmo3 with post "
+                     "norms and windows, else olmo2; with experts qwen3_moe with qk_norm, else "
+                     "mixtral; qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
     [EXPORT_ADAPTER] = {"adapter", CLI_NO_SHORT('A'), NULL, "a LoRA checkpoint: its adapters "
                         "as a PEFT directory (adapter_config.json + adapter_model.safetensors; "
                         "docs/lora.md)"},
@@ -253,7 +255,7 @@ static const sub_spec subs[] = {
     {"export", "CKPT OUT_DIR",
      "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
      "directory: GPT2LMHeadModel (learned positions), MptForCausalLM (ALiBi) or the Llama family "
-     "(RoPE: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE); docs/hf.md",
+     "(RoPE: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, OLMo 2, OLMo 3, Gemma 3); docs/hf.md",
      2, export_opts, EXPORT_OPT_COUNT, run_export},
     {"import", "HF_DIR OUT.h5",
      "write a Hugging Face transformers directory (config.json + model.safetensors or its "

@@ -380,7 +380,7 @@ typedef struct tsr_config_fill {
     int n;
     struct {
         char key[48];      /* "model.n_layer" */
-        char value[64];    /* as --set writes it: "3", "rope", "1e-05" */
+        char value[2048];  /* as --set writes it: "3", "rope", "1e-05", a layer_types list */
         char from[96];     /* what the source says: "num_hidden_layers = 3" */
         int soft;          /* fills the key when the recipe leaves it out, never disagrees (a
                             * model's context, a setting a run may change) */

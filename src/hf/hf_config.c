@@ -86,16 +86,46 @@ static int rope_context(const tsr_model *m) {
     return m->maxT;
 }
 
+/* layer_types of m as Hugging Face's list, one entry per layer. */
+static void write_layer_types(textbuf *b, const tsr_model *m) {
+    add(b, "  \"layer_types\": [");
+    for (int l = 0; l < m->L; l++)
+        add(b, "%s\"%s\"", l ? ", " : "", config_layer_window(&m->cfg, l) > 0 ? "sliding_attention"
+                                                                              : "full_attention");
+    add(b, "],\n");
+}
+
+/* The keys of the issue-67 classes (Olmo2Config, Olmo3Config, Gemma3TextConfig) beyond LlamaConfig's
+ * common ones. Gemma 3's local RoPE base is tessera's one theta; no soft-capping. */
+static void write_family(textbuf *b, const tsr_model *m, hf_arch a) {
+    const tsr_model_config *c = &m->cfg;
+    char v[32];
+    add(b, "  \"attention_bias\": false,\n");
+    if (hf_family_of(a)->windows) {
+        add(b, "  \"sliding_window\": %d,\n", c->sliding_window > 0 ? c->sliding_window : 4096);
+        write_layer_types(b, m);
+    }
+    if (a != HF_GEMMA3) return;
+    double q = c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : m->hs;
+    add(b, "  \"query_pre_attn_scalar\": %s,\n", json_double(v, sizeof v, q));
+    add(b, "  \"rope_local_base_freq\": %s,\n", json_double(v, sizeof v, c->rope_theta));
+    add(b, "  \"attn_logit_softcapping\": null,\n  \"final_logit_softcapping\": null,\n");
+}
+
 /* The Llama family's keys (LlamaConfig and its relatives). */
 static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     const tsr_model_config *c = &m->cfg;
     char eps[32], theta[32], f[32], lo[32], hi[32];
     add(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
             "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
-            "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
-        m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L, m->NH, m->KVH, m->hs, rope_context(m),
-        json_double(eps, sizeof eps, c->norm_eps), json_double(theta, sizeof theta, c->rope_theta));
+            "  \"num_key_value_heads\": %d,\n", m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L,
+        m->NH, m->KVH);
+    if (hf_family_of(a)->head_dim_key) add(b, "  \"head_dim\": %d,\n", m->hs);
+    add(b, "  \"%s\": \"%s\",\n", a == HF_GEMMA3 ? "hidden_activation" : "hidden_act",
+        a == HF_GEMMA3 ? "gelu_pytorch_tanh" : "silu");
+    add(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
+        rope_context(m), json_double(eps, sizeof eps, c->norm_eps),
+        json_double(theta, sizeof theta, c->rope_theta));
     if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
                 "    \"low_freq_factor\": %s,\n    \"high_freq_factor\": %s,\n"
@@ -110,6 +140,8 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
             c->bias ? "true" : "false", c->bias ? "true" : "false");
     else if (a == HF_MISTRAL || a == HF_MIXTRAL)
         add(b, "  \"sliding_window\": null,\n");
+    else if (a >= HF_OLMO2)
+        write_family(b, m, a);
     else
         add(b, "%s  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
                 "  \"max_window_layers\": %d,\n", hf_arch_qk_norm(a) ? "  \"attention_bias\": false,\n" : "",
@@ -434,6 +466,8 @@ static const struct llama_defaults {
     [HF_LLAMA] = {32000, 4096, 11008, 32, 32, 0},     [HF_MISTRAL] = {32000, 4096, 14336, 32, 32, 8},
     [HF_QWEN2] = {151936, 4096, 22016, 32, 32, 32},   [HF_QWEN3] = {151936, 4096, 22016, 32, 32, 32},
     [HF_MIXTRAL] = {32000, 4096, 14336, 32, 32, 8},   [HF_QWEN3_MOE] = {151936, 2048, 6144, 24, 32, 4},
+    [HF_OLMO2] = {50304, 4096, 11008, 32, 32, 0},     [HF_OLMO3] = {50304, 4096, 11008, 32, 32, 0},
+    [HF_GEMMA3] = {262208, 2304, 9216, 26, 8, 4},
 };
 _Static_assert(sizeof llama_def / sizeof llama_def[0] == HF_ARCH_COUNT, "one row per class");
 
@@ -485,16 +519,177 @@ static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_ar
                  json_double(per, sizeof per, run), json_double(fix, sizeof fix, back));
 }
 
+/* ---- the families of issue 67 (hf_family): one reading of config.json for check and fill ---- */
+
+/* config.json keys of these classes that tessera cannot represent yet: refused naming the key and
+ * its value (exit 2) unless it holds the value under which tessera computes the same model. When
+ * tessera gains the key, its row becomes a mapping (docs/models.md "Families (issue 67)"). */
+typedef enum { NEED_NULL = 0, NEED_THETA } need_kind;
+static const struct unmapped {
+    hf_arch arch;
+    const char *key;
+    need_kind need;
+    double def; /* NEED_THETA: transformers' default when the key is absent */
+    const char *why;
+} unmapped[] = {
+    {HF_GEMMA3, "rope_local_base_freq", NEED_THETA, 10000, "the sliding layers' RoPE base: tessera "
+     "has one model.rope_theta for every layer, so it must equal rope_theta"},
+    {HF_GEMMA3, "attn_logit_softcapping", NEED_NULL, 0, "tessera has no attention soft-capping"},
+    {HF_GEMMA3, "final_logit_softcapping", NEED_NULL, 0, "tessera has no final-logit soft-capping"},
+    {HF_GEMMA3, "rope_scaling", NEED_NULL, 0, "Gemma 3 scales the full-attention layers' RoPE only; "
+     "tessera's scaling applies to every layer"},
+    {HF_GEMMA3, "rope_parameters", NEED_NULL, 0, "RoPE parameters per layer type are not read yet"},
+    {HF_OLMO3, "rope_scaling", NEED_NULL, 0, "Olmo 3 scales the full-attention layers' RoPE only; "
+     "tessera's scaling applies to every layer"},
+};
+
+static void check_unmapped(checker *c, const json_value *r, hf_arch a) {
+    char got[96];
+    for (size_t i = 0; i < sizeof unmapped / sizeof unmapped[0]; i++) {
+        const struct unmapped *u = &unmapped[i];
+        const json_value *v = member(r, u->key);
+        if (u->arch != a) continue;
+        if (v && v->type == JSON_NUMBER) snprintf(got, sizeof got, "%.17g", v->num);
+        else if (v) json_describe(v, got, sizeof got);
+        if (u->need == NEED_NULL && v && v->type != JSON_NULL)
+            fault(c, TSR_EXIT_DATA, "%s = %s: not supported (%s); only null is accepted", u->key,
+                  got, u->why);
+        if (u->need != NEED_THETA) continue;
+        double theta = get_num(c, r, "rope_theta", 10000), x = get_num(c, r, u->key, u->def);
+        if (!(fabs(x - theta) <= 1e-6 * fabs(theta)))
+            fault(c, TSR_EXIT_DATA, "%s = %g%s: not supported (%s; rope_theta = %g)", u->key, x,
+                  v ? "" : " (transformers' default)", u->why, theta);
+    }
+}
+
+#define HF_MAX_LAYERS 1024 /* of a class with layer_types (a model past it: raise it) */
+
+/* The decoder variants config.json gives (the classes with hf_family.windows / .qpas). */
+typedef struct hf_variants {
+    char types[2048]; /* model.layer_types: the shortest pattern that repeats into every layer's */
+    long window;      /* sliding_window (0: null) */
+    int sliding[HF_MAX_LAYERS];
+    double qpas;      /* query_pre_attn_scalar (0: not read) */
+} hf_variants;
+
+/* Each layer's type: layer_types, else sliding_window_pattern (older Gemma 3 files), else the
+ * class's default (Olmo3Config: every 4th layer full; Gemma3TextConfig: every 6th). */
+static void read_layer_types(checker *c, const json_value *r, hf_arch a, long L, hf_variants *v) {
+    const json_value *lt = member(r, "layer_types");
+    if (lt && lt->type != JSON_NULL) {
+        if (lt->type != JSON_ARRAY || (long)lt->len != L)
+            fault(c, TSR_EXIT_DATA, "layer_types is not a list of num_hidden_layers = %ld entries", L);
+        const json_value *e = lt->type == JSON_ARRAY ? lt->child : NULL;
+        for (long l = 0; !c->rc && l < L; l++, e = e->next) {
+            int sl = e->type == JSON_STRING && !strcmp(e->str, "sliding_attention");
+            if (!sl && (e->type != JSON_STRING || strcmp(e->str, "full_attention") != 0))
+                fault(c, TSR_EXIT_DATA, "layer_types entry %ld is not \"sliding_attention\" or "
+                      "\"full_attention\"", l);
+            v->sliding[l] = sl;
+        }
+        return;
+    }
+    long p = get_int(c, r, "sliding_window_pattern", a == HF_GEMMA3 ? 6 : 4);
+    if (p < 1) fault(c, TSR_EXIT_DATA, "sliding_window_pattern = %ld, expected >= 1", p);
+    for (long l = 0; l < L && p >= 1; l++) v->sliding[l] = (l + 1) % p != 0;
+}
+
+static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_variants *v) {
+    memset(v, 0, sizeof *v);
+    if (L < 1 || L > HF_MAX_LAYERS) {
+        fault(c, TSR_EXIT_DATA, "num_hidden_layers = %ld: expected 1 to %d", L, HF_MAX_LAYERS);
+        return;
+    }
+    if (hf_family_of(a)->qpas) v->qpas = get_num(c, r, "query_pre_attn_scalar", 256);
+    if (!hf_family_of(a)->windows) return;
+    read_layer_types(c, r, a, L, v);
+    v->window = get_int(c, r, "sliding_window", 4096);
+    int any = 0, p = 1;
+    for (long l = 0; l < L; l++) any |= v->sliding[l];
+    if (member(r, "sliding_window") && member(r, "sliding_window")->type == JSON_NULL) v->window = 0;
+    if (any && v->window < 1)
+        fault(c, TSR_EXIT_DATA, "sliding_window = %ld with sliding_attention layers: expected a "
+              "window of at least 1 token", v->window);
+    while (p < L) { /* the shortest period of the layers' types */
+        long l = p;
+        while (l < L && v->sliding[l] == v->sliding[l % p]) l++;
+        if (l == L) break;
+        p++;
+    }
+    size_t n = 0;
+    for (int l = 0; l < p; l++)
+        n += (size_t)snprintf(v->types + n, sizeof v->types - n, "%s%s", l ? "," : "",
+                              v->sliding[l] ? "sliding_attention" : "full_attention");
+    if (n >= sizeof v->types) fault(c, TSR_EXIT_DATA, "layer_types: no pattern of %zu bytes "
+                                    "repeats into it", sizeof v->types);
+}
+
+static const char *const place_word[] = {"pre", "sandwich", "post"};
+static const char *const mlp_word[] = {"gelu", "swiglu", "geglu_tanh"};
+
+/* The run's variants against the class's (hf_family) and config.json's. */
+static void check_family(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
+    const tsr_model_config *mc = &m->cfg;
+    const hf_family *f = hf_family_of(a);
+    hf_variants v;
+    family_read(c, r, a, m->L, &v);
+    const char *mt = hf_model_type[a];
+    if (mc->norm_placement != f->place)
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has %s norms, but this run has "
+              "model.norm_placement = \"%s\": set --set model.norm_placement=%s", mt,
+              place_word[f->place], place_word[mc->norm_placement], place_word[f->place]);
+    if (f->qk_norm && mc->qk_norm_scope != f->scope)
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has QK-norm over the %s, but this run has "
+              "model.qk_norm_scope = \"%s\": set --set model.qk_norm_scope=%s", mt,
+              f->scope ? "projection" : "head", mc->qk_norm_scope ? "projection" : "head",
+              f->scope ? "projection" : "head");
+    if (mc->embed_scale != f->embed)
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" %s the embedding by sqrt(hidden_size), but "
+              "this run has model.embed_scale = \"%s\": set --set model.embed_scale=%s", mt,
+              f->embed ? "scales" : "does not scale", mc->embed_scale ? "sqrt_d_model" : "none",
+              f->embed ? "sqrt_d_model" : "none");
+    if (mc->attn_sinks)
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has no attention sinks, but this run has "
+              "model.attn_sinks = true: set --set model.attn_sinks=false", mt);
+    double q = v.qpas > 0 ? v.qpas : m->hs, run = mc->query_pre_attn_scalar > 0 ? mc->query_pre_attn_scalar : m->hs;
+    if (!c->rc && q != run)
+        fault(c, TSR_EXIT_USAGE, "query_pre_attn_scalar = %g, but this run's is %g: set --set "
+              "model.query_pre_attn_scalar=%g", q, run, q);
+    for (int l = 0; l < m->L && !c->rc; l++) {
+        int want = v.sliding[l] ? (int)v.window : 0;
+        if (config_layer_window(mc, l) != want)
+            fault(c, TSR_EXIT_USAGE, "layer %d is %s (layer_types, sliding_window = %ld), but this "
+                  "run's attends %s: set --set model.layer_types=%s --set model.sliding_window=%ld",
+                  l, want ? "sliding_attention" : "full_attention", v.window,
+                  config_layer_window(mc, l) ? "through a window" : "fully",
+                  v.types[0] ? v.types : "full_attention", v.window);
+    }
+}
+
+/* The gate's activation: silu (SwiGLU), or Gemma's hidden_activation gelu_pytorch_tanh. */
+static void check_act(checker *c, const json_value *r, hf_arch a) {
+    if (a == HF_GEMMA3) {
+        const char *act = get_str(c, r, "hidden_activation", "gelu_pytorch_tanh");
+        if (strcmp(act, "gelu_pytorch_tanh") != 0)
+            fault(c, TSR_EXIT_DATA, "hidden_activation = \"%s\": tessera's GeGLU gates with the "
+                  "tanh GELU (gelu_pytorch_tanh) only", act);
+        return;
+    }
+    const char *act = get_str(c, r, "hidden_act", "silu");
+    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
+        fault(c, TSR_EXIT_DATA, "hidden_act = \"%s\": tessera's SwiGLU gates with silu only", act);
+}
+
 static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
     const tsr_model_config *mc = &m->cfg;
     const struct llama_defaults *d = &llama_def[a];
-    if (mc->pos != TSR_POS_ROPE || mc->norm != TSR_NORM_RMSNORM || mc->mlp != TSR_MLP_SWIGLU) {
-        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" (RoPE, RMSNorm, SwiGLU), but this run has "
+    const char *mlp = mlp_word[hf_family_of(a)->mlp];
+    if (mc->pos != TSR_POS_ROPE || mc->norm != TSR_NORM_RMSNORM || mc->mlp != hf_family_of(a)->mlp) {
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" (RoPE, RMSNorm, %s), but this run has "
               "model.pos = \"%s\", model.norm = \"%s\", model.mlp = \"%s\": set --set model.pos=rope "
-              "--set model.norm=rmsnorm --set model.mlp=swiglu", hf_model_type[a],
+              "--set model.norm=rmsnorm --set model.mlp=%s", hf_model_type[a], mlp,
               mc->pos == TSR_POS_ROPE ? "rope" : mc->pos == TSR_POS_ALIBI ? "alibi" : "learned",
-              mc->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
-              mc->mlp == TSR_MLP_SWIGLU ? "swiglu" : "gelu");
+              mc->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", mlp_word[mc->mlp], mlp);
         return;
     }
     long C = get_int(c, r, "hidden_size", d->hidden), NH = get_int(c, r, "num_attention_heads", d->heads);
@@ -503,19 +698,19 @@ static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_
     same(c, "num_attention_heads", NH, "model.n_head", mc->n_head, "");
     same(c, "num_key_value_heads", get_int(c, r, "num_key_value_heads", d->kv ? d->kv : NH),
          "model.n_kv_head", m->KVH, "");
-    long hs = get_int(c, r, "head_dim", a == HF_QWEN3 ? 128 : NH > 0 ? C / NH : 0);
+    long hs = get_int(c, r, "head_dim", a == HF_QWEN3 ? 128 : a == HF_GEMMA3 ? 256 : NH > 0 ? C / NH : 0);
     same(c, "head_dim", hs, "model.head_dim", m->hs, "");
     if (!hf_arch_moe(a) || m->LD) /* the dense MLP (Mixtral's intermediate_size: the experts') */
         same(c, "intermediate_size", get_int(c, r, "intermediate_size", d->inter),
              "model.intermediate_size", m->F, "");
     same(c, "vocab_size", get_int(c, r, "vocab_size", d->vocab), "model.vocab_size", mc->vocab_size, "");
-    const char *act = get_str(c, r, "hidden_act", "silu");
-    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
-        fault(c, TSR_EXIT_DATA, "hidden_act = \"%s\": tessera's SwiGLU gates with silu only", act);
+    check_act(c, r, a);
     same_num(c, "rms_norm_eps", get_num(c, r, "rms_norm_eps", 1e-6), "model.norm_eps", mc->norm_eps);
+    check_unmapped(c, r, a);
     check_rope(c, r, mc);
     check_llama_extras(c, r, mc, a);
     check_window(c, r, m, a);
+    check_family(c, r, m, a);
 }
 
 int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
@@ -535,7 +730,8 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     const char *mt = c.rc ? "" : get_str(&c, root, "model_type", "");
     if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT)
         fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
-              "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\" and \"qwen3_moe\" only", mt);
+              "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
+              "\"olmo3\" and \"gemma3_text\" only", mt);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
         else if (out->arch == HF_MPT) check_mpt(&c, root, m);
@@ -644,18 +840,41 @@ static void fill_moe(filler *F, hf_arch a) {
     }
 }
 
+/* The variant keys of the issue-67 classes (hf_family, family_read). */
+static void fill_family(filler *F, hf_arch a, long L) {
+    const hf_family *f = hf_family_of(a);
+    hf_variants v;
+    char val[32];
+    check_unmapped(&F->c, F->c.root, a);
+    family_read(&F->c, F->c.root, a, L, &v);
+    if (F->c.rc) return;
+    put_word(F, "model.norm_placement", place_word[f->place], a, f->place == TSR_NPLACE_POST ?
+             "norms after the attention and the MLP" : "norms before and after both branches");
+    put_word(F, "model.qk_norm_scope", f->scope ? "projection" : "head", a,
+             f->scope ? "QK-norm over the projections" : "QK-norm per head");
+    put_word(F, "model.embed_scale", f->embed ? "sqrt_d_model" : "none", a,
+             f->embed ? "the embedding times sqrt(hidden_size)" : "no embedding scale");
+    if (f->qpas) put_num(F, "model.query_pre_attn_scalar", F->c.root, "query_pre_attn_scalar", 256);
+    if (!f->windows) return;
+    put(F, 0, "model.layer_types", v.types, "layer_types (its shortest repeating pattern)");
+    snprintf(val, sizeof val, "%ld", v.window);
+    put(F, 0, "model.sliding_window", val, member(F->c.root, "sliding_window") ? "sliding_window"
+        : "no sliding_window (transformers' default: 4096)");
+}
+
 static void fill_llama(filler *F, hf_arch a) {
     const struct llama_defaults *d = &llama_def[a];
     const json_value *r = F->c.root;
     put_word(F, "model.pos", "rope", a, "RoPE");
     put_word(F, "model.norm", "rmsnorm", a, "RMSNorm");
-    put_word(F, "model.mlp", "swiglu", a, "a SwiGLU MLP");
+    put_word(F, "model.mlp", mlp_word[hf_family_of(a)->mlp], a,
+             a == HF_GEMMA3 ? "GeGLU with the tanh GELU" : "a SwiGLU MLP");
     put_int(F, 0, "model.n_layer", "num_hidden_layers", d->layers);
     long C = get_int(&F->c, r, "hidden_size", d->hidden), NH = get_int(&F->c, r, "num_attention_heads", d->heads);
     put_int(F, 0, "model.d_model", "hidden_size", d->hidden);
     put_int(F, 0, "model.n_head", "num_attention_heads", d->heads);
     put_int(F, 0, "model.n_kv_head", "num_key_value_heads", d->kv ? d->kv : NH);
-    put_int(F, 0, "model.head_dim", "head_dim", a == HF_QWEN3 ? 128 : NH > 0 ? C / NH : 0);
+    put_int(F, 0, "model.head_dim", "head_dim", a == HF_QWEN3 ? 128 : a == HF_GEMMA3 ? 256 : NH > 0 ? C / NH : 0);
     if (a != HF_MIXTRAL) put_int(F, 0, "model.intermediate_size", "intermediate_size", d->inter);
     put_int(F, 0, "model.vocab_size", "vocab_size", d->vocab);
     put_num(F, "model.norm_eps", r, "rms_norm_eps", 1e-6);
@@ -674,6 +893,7 @@ static void fill_llama(filler *F, hf_arch a) {
         put_int(F, 1, "model.max_seq_len", "max_position_embeddings", 0);
     if (hf_arch_moe(a)) fill_moe(F, a);
     else put_word(F, "model.moe_experts", "0", a, "no experts");
+    if (a >= HF_OLMO2) fill_family(F, a, get_int(&F->c, r, "num_hidden_layers", d->layers));
 }
 
 static void fill_gpt2_mpt(filler *F, hf_arch a) {
@@ -730,7 +950,8 @@ int hf_config_fill(const char *dir, tsr_config_fill *f) {
     hf_arch a = F.c.rc ? HF_ARCH_COUNT : hf_arch_named(mt);
     if (!F.c.rc && a == HF_ARCH_COUNT)
         fault(&F.c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
-              "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\" and \"qwen3_moe\" only", mt);
+              "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
+              "\"olmo3\" and \"gemma3_text\" only", mt);
     if (!F.c.rc) {
         if (a < HF_LLAMA) fill_gpt2_mpt(&F, a);
         else fill_llama(&F, a);

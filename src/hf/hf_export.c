@@ -328,7 +328,7 @@ int hf_export_check_opts(const hf_export_opts *o) {
     uint64_t max_shard;
     if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
         tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
-                  "qwen3_moe; GPT-2 and MPT follow from model.pos)", o->arch);
+                  "qwen3_moe, olmo2, olmo3, gemma3_text; GPT-2 and MPT follow from model.pos)", o->arch);
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);
@@ -371,11 +371,15 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
         st[k].shape[1] = tab[k].shape[1];
         st[k].src = tab[k].present ? m->params + tab[k].offset : NULL; /* absent bias: zeros */
         st[k].transpose = tab[k].transpose;
+        st[k].add = -tab[k].add; /* Gemma's norms: HF's w = tessera's weight - 1 */
     }
     int rc = write_weights(out_dir, st, n, o->source, max_shard, &bytes, &nshards);
     free(st);
     free(tab);
     if (rc) return rc;
+    if (hf_family_of(a)->norm_add != 0.0f)
+        printf("%s's RMSNorm weights are w of (1 + w): written as tessera's norm weight - %g\n",
+               hf_class_name[a], hf_family_of(a)->norm_add);
     if (nshards == 1)
         printf("wrote %s: %d tensors, %.1f MB of %s (%s; wte: the %d real vocabulary rows of %d)\n",
                path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), hf_class_name[a], m->V, m->Vp);

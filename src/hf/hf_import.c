@@ -356,7 +356,12 @@ int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
     hf_import *h = tsr_calloc(1, sizeof *h);
     *out = h;
     TSR_CHECK(open_headers(h, dir, m));
-    return check_untaken(h, m);
+    TSR_CHECK(check_untaken(h, m));
+    float add = hf_family_of(h->hc.arch)->norm_add;
+    if (add != 0.0f && tsr_log_rank() == 0) /* said once, not a warning */
+        fprintf(stderr, "%s: %s's RMSNorm weights are w of (1 + w): imported as w + %g, tessera's "
+                "norm weight (an export subtracts it again)\n", dir, hf_class_name[h->hc.arch], add);
+    return 0;
 }
 
 int hf_weights_check(const char *dir, const tsr_model *m) {
@@ -378,7 +383,7 @@ int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float
         *bytes += e->end - e->begin;
         size_t R = (size_t)t->rows, Cc = (size_t)t->cols;
         for (size_t i = a - t->offset; i < b - t->offset; i++) /* HF (in, out) -> (out, in) */
-            dst[t->offset + i - lo] = t->transpose ? x[(i % Cc) * R + i / Cc] : x[i];
+            dst[t->offset + i - lo] = (t->transpose ? x[(i % Cc) * R + i / Cc] : x[i]) + t->add;
     }
     /* padded rows V..Vp-1 of wte and lm_head: zero, as at initialisation (never trained, never
      * sampled) */

@@ -13,11 +13,27 @@
 #include "model/model.h"
 
 /* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model.";
- * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md). */
+ * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md); HF_OLMO2, HF_OLMO3 and
+ * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text) its variants of issue 67 (hf_family). */
 typedef enum {
     HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,
-    HF_ARCH_COUNT
+    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_ARCH_COUNT
 } hf_arch;
+
+/* What a Llama-family model_type fixes of tessera's decoder variants (docs/models.md "Families
+ * (issue 67)"): the row of every class, so that import and export compare a model with it. */
+typedef struct hf_family {
+    tsr_norm_placement place;   /* pre (Llama), post (OLMo 2/3), sandwich (Gemma 3) */
+    int qk_norm;                /* q_norm / k_norm tensors */
+    tsr_qk_norm_scope scope;    /* per head (Qwen 3, Gemma 3) or the projection (OLMo 2/3) */
+    tsr_mlp_kind mlp;           /* swiglu, or geglu_tanh (Gemma's gelu_pytorch_tanh) */
+    tsr_embed_scale embed;      /* the embedding times sqrt(d_model) (Gemma) */
+    int windows;                /* config.json's layer_types / sliding_window are read */
+    int qpas;                   /* config.json's query_pre_attn_scalar is read */
+    int head_dim_key;           /* config.json has head_dim (else hidden_size / heads) */
+    float norm_add;             /* tessera's norm weight = the HF one + this (Gemma's 1 + w) */
+} hf_family;
+const hf_family *hf_family_of(hf_arch a);
 
 extern const char *const hf_model_type[HF_ARCH_COUNT];   /* "gpt2", "mpt", "llama", ... */
 extern const char *const hf_class_name[HF_ARCH_COUNT];   /* "GPT2LMHeadModel", ... */
@@ -43,6 +59,7 @@ typedef struct hf_tensor {
     size_t offset, numel; /* the block in m->params (numel = HF numel; wte: the first V rows) */
     int transpose;        /* GPT-2 Conv1D: HF (in, out) = the transpose of tessera's (out, in) */
     int64_t rows, cols;   /* tessera's block shape (out, in) when transpose */
+    float add;            /* tessera's value = the HF one + add (Gemma's norms: 1), else 0 */
 } hf_tensor;
 
 /* Which architecture m exports to: learned positions -> GPT-2, ALiBi -> MPT, whose transformers

@@ -28,13 +28,34 @@
 #include "hf/hf_internal.h"
 
 const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
-                                                   "qwen3", "mixtral", "qwen3_moe"};
+                                                   "qwen3", "mixtral", "qwen3_moe", "olmo2",
+                                                   "olmo3", "gemma3_text"};
 const char *const hf_class_name[HF_ARCH_COUNT] = {
     "GPT2LMHeadModel",  "MptForCausalLM",   "LlamaForCausalLM",   "MistralForCausalLM",
-    "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
+    "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
+    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM"};
+
+/* Olmo2ForCausalLM: post norms, QK-norm over the projections; Olmo3ForCausalLM: and layer_types
+ * with sliding windows; Gemma3ForCausalLM: sandwich norms of (1 + w), QK-norm per head, the
+ * scaled embedding, query_pre_attn_scalar, GeGLU with the tanh GELU, sliding windows. */
+#define SWIGLU .mlp = TSR_MLP_SWIGLU
+static const hf_family families[HF_ARCH_COUNT] = {
+    [HF_LLAMA] = {SWIGLU, .head_dim_key = 1},   [HF_MISTRAL] = {SWIGLU, .head_dim_key = 1},
+    [HF_QWEN2] = {SWIGLU, .head_dim_key = 1},   [HF_QWEN3] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1},
+    [HF_MIXTRAL] = {SWIGLU, .head_dim_key = 1}, [HF_QWEN3_MOE] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1},
+    [HF_OLMO2] = {SWIGLU, .place = TSR_NPLACE_POST, .qk_norm = 1, .scope = TSR_QKN_PROJECTION},
+    [HF_OLMO3] = {SWIGLU, .place = TSR_NPLACE_POST, .qk_norm = 1, .scope = TSR_QKN_PROJECTION,
+                  .windows = 1},
+    [HF_GEMMA3] = {.place = TSR_NPLACE_SANDWICH, .qk_norm = 1, .mlp = TSR_MLP_GEGLU_TANH,
+                   .embed = TSR_EMB_SCALE_SQRT_D, .windows = 1, .qpas = 1, .head_dim_key = 1,
+                   .norm_add = 1.0f},
+};
+#undef SWIGLU
+
+const hf_family *hf_family_of(hf_arch a) { return &families[a]; }
 
 int hf_arch_moe(hf_arch a) { return a == HF_MIXTRAL || a == HF_QWEN3_MOE; }
-int hf_arch_qk_norm(hf_arch a) { return a == HF_QWEN3 || a == HF_QWEN3_MOE; }
+int hf_arch_qk_norm(hf_arch a) { return families[a].qk_norm; }
 
 const char *hf_prefix(hf_arch a) { return a >= HF_LLAMA ? "model." : "transformer."; }
 
@@ -84,23 +105,87 @@ const char *hf_moe_need(const tsr_model *m, hf_arch a) {
     return NULL;
 }
 
+static int has_window(const tsr_model_config *c) {
+    for (int l = 0; l < c->n_layer; l++)
+        if (config_layer_window(c, l) > 0) return 1;
+    return 0;
+}
+
+/* The class m's features name when the caller names none; *by: the feature of an issue-67
+ * class that chose it ("" for the others). */
+static hf_arch llama_default_arch(const tsr_model *m, const char **by) {
+    const tsr_model_config *c = &m->cfg;
+    *by = c->norm_placement == TSR_NPLACE_SANDWICH ? "model.norm_placement = \"sandwich\""
+          : c->mlp == TSR_MLP_GEGLU_TANH ? "model.mlp = \"geglu_tanh\""
+          : c->embed_scale ? "model.embed_scale = \"sqrt_d_model\""
+          : c->norm_placement == TSR_NPLACE_POST ? "model.norm_placement = \"post\"" : "";
+    if (c->norm_placement == TSR_NPLACE_SANDWICH || c->mlp == TSR_MLP_GEGLU_TANH || c->embed_scale)
+        return HF_GEMMA3;
+    if (c->norm_placement == TSR_NPLACE_POST) return has_window(c) ? HF_OLMO3 : HF_OLMO2;
+    if (m->E) return c->qk_norm ? HF_QWEN3_MOE : HF_MIXTRAL;
+    return c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 : HF_LLAMA;
+}
+
+static const char *const place_name[] = {"pre", "sandwich", "post"};
+static const char *const scope_name[] = {"head", "projection"};
+static const char *const mlp_name[] = {"gelu", "swiglu", "geglu_tanh"};
+
+/* The first key of m's that no class of the families table holds yet (soft-capping, the RoPE
+ * variants, gpt-oss's experts, linear attention layers, the attention output gate), or NULL */
+static const char *unexported_key(const tsr_model_config *c) {
+    const char *k = config_position_variant_key(c);
+    if (!k) k = config_moe_variant_key(c);
+    if (!k && config_linear_layers(c) > 0) k = "model.layer_types";
+    if (!k && c->attn_output_gate) k = "model.attn_output_gate";
+    return k;
+}
+
+/* What class a's row of families needs of m's decoder variants, written into need (0: m has
+ * them all). */
+static int family_need(const tsr_model *m, hf_arch a, char *need, size_t cap) {
+    const hf_family *f = &families[a];
+    const tsr_model_config *c = &m->cfg;
+    const char *unexported = unexported_key(c);
+    if (unexported)
+        snprintf(need, cap, "%s unset (no exported class holds it yet: docs/hf.md)", unexported);
+    else if (c->norm_placement != f->place)
+        snprintf(need, cap, "model.norm_placement = \"%s\"", place_name[f->place]);
+    else if (c->mlp != f->mlp)
+        snprintf(need, cap, "model.mlp = \"%s\"", mlp_name[f->mlp]);
+    else if (c->embed_scale != f->embed)
+        snprintf(need, cap, "model.embed_scale = \"%s\"", f->embed ? "sqrt_d_model" : "none");
+    else if (c->qk_norm && f->qk_norm && c->qk_norm_scope != f->scope)
+        snprintf(need, cap, "model.qk_norm_scope = \"%s\"", scope_name[f->scope]);
+    else if (!f->windows && has_window(c))
+        snprintf(need, cap, "no sliding window (model.layer_types, model.sliding_window)");
+    else if (c->attn_sinks)
+        snprintf(need, cap, "model.attn_sinks = false (gpt-oss's class comes with issue 67)");
+    else if (!f->qpas && c->query_pre_attn_scalar > 0 && c->query_pre_attn_scalar != m->hs)
+        snprintf(need, cap, "model.query_pre_attn_scalar = 0 (the head size)");
+    else if (!f->head_dim_key && m->hs * m->NH != m->C)
+        snprintf(need, cap, "model.head_dim = d_model / n_head (its config has no head_dim)");
+    else
+        return 0;
+    return 1;
+}
+
 /* The Llama family: which of its classes can hold m (want, or the one its features name). */
 static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap) {
     const tsr_model_config *c = &m->cfg;
-    if (c->norm != TSR_NORM_RMSNORM || c->mlp != TSR_MLP_SWIGLU) {
+    if (c->norm != TSR_NORM_RMSNORM || c->mlp == TSR_MLP_GELU) {
         snprintf(why, cap, "model.pos = \"rope\" exports to the Llama family (LlamaForCausalLM, "
                  "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
-                 "Qwen3MoeForCausalLM), which needs model.norm = \"rmsnorm\" and model.mlp = "
-                 "\"swiglu\"; this model has \"%s\" and \"%s\"",
-                 c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
-                 c->mlp == TSR_MLP_SWIGLU ? "swiglu" : "gelu");
+                 "Qwen3MoeForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM), "
+                 "which needs model.norm = \"rmsnorm\" and a gated MLP; this model has \"%s\" "
+                 "and \"%s\"", c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
+                 mlp_name[c->mlp]);
         return TSR_EXIT_USAGE;
     }
     int qkv_only = c->qkv_bias && !c->bias;
-    if (want != HF_ARCH_COUNT) *a = want;
-    else if (m->E) *a = c->qk_norm ? HF_QWEN3_MOE : HF_MIXTRAL;
-    else *a = c->qk_norm ? HF_QWEN3 : qkv_only ? HF_QWEN2 : HF_LLAMA;
+    const char *by = "";
+    *a = want != HF_ARCH_COUNT ? want : llama_default_arch(m, &by);
     const char *need = NULL;
+    char fam[160];
     switch (*a) {
     case HF_LLAMA: /* attention_bias (q, k, v, o) and mlp_bias = model.bias */
         if (c->qk_norm || qkv_only) need = "model.qk_norm = false and no model.qkv_bias without "
@@ -117,26 +202,31 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
         break;
     case HF_QWEN3:
     case HF_QWEN3_MOE:
+    case HF_OLMO2:
+    case HF_OLMO3:
+    case HF_GEMMA3:
         if (!c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm = true, model.bias and "
                                                           "model.qkv_bias false";
         break;
     default:
         need = "model.pos other than \"rope\"";
     }
+    if (!need && family_need(m, *a, fam, sizeof fam)) need = fam;
     if (!need) need = hf_moe_need(m, *a);
     if (!need) return 0;
-    snprintf(why, cap, "%s (model_type \"%s\") needs %s", hf_class_name[*a], hf_model_type[*a], need);
+    snprintf(why, cap, "%s%s%s (model_type \"%s\")%s needs %s", by, by[0] ? " exports as " : "",
+             hf_class_name[*a], hf_model_type[*a], by[0] ? ", which" : "", need);
     return TSR_EXIT_USAGE;
 }
 
 int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap) {
+    if (m->cfg.pos == TSR_POS_ROPE) return llama_arch_of(m, want, a, why, cap);
     const char *variant = config_attn_variant_key(&m->cfg);
-    if (variant) { /* a class without it would load the weights and compute another model */
-        snprintf(why, cap, "this model sets %s, which no Hugging Face class tessera exports has "
-                 "yet (Gemma 3's and gpt-oss's come with issue 67; docs/models.md)", variant);
+    if (variant) { /* GPT-2 and MPT have none of the variants */
+        snprintf(why, cap, "this model sets %s, which GPT2LMHeadModel and MptForCausalLM do not "
+                 "have (the classes that do need model.pos = \"rope\"; docs/models.md)", variant);
         return TSR_EXIT_USAGE;
     }
-    if (m->cfg.pos == TSR_POS_ROPE) return llama_arch_of(m, want, a, why, cap);
     const tsr_model_config *c = &m->cfg;
     if (want != HF_ARCH_COUNT && want < HF_LLAMA) want = HF_ARCH_COUNT; /* the one below anyway */
     if (want != HF_ARCH_COUNT)
@@ -233,6 +323,18 @@ static const llama_row llama_global_first[] = {{TSR_P_WTE, "model.embed_tokens.w
     {TSR_P_LN1W, "input_layernorm.weight", PART_ALL},
     {TSR_P_LN2W, "post_attention_layernorm.weight", PART_ALL},
   },
+  /* OLMo 2/3's post norms (no ln1w, ln2w) and Gemma 3's sandwich: HF's post_attention_layernorm
+   * is the norm AFTER the attention there (postattnw), not Llama's MLP input norm (ln2w) */
+  post_norms[] = {
+    {TSR_P_POSTATTNW, "post_attention_layernorm.weight", PART_ALL},
+    {TSR_P_POSTMLPW, "post_feedforward_layernorm.weight", PART_ALL},
+  },
+  sandwich_norms[] = {
+    {TSR_P_LN1W, "input_layernorm.weight", PART_ALL},
+    {TSR_P_POSTATTNW, "post_attention_layernorm.weight", PART_ALL},
+    {TSR_P_LN2W, "pre_feedforward_layernorm.weight", PART_ALL},
+    {TSR_P_POSTMLPW, "post_feedforward_layernorm.weight", PART_ALL},
+  },
   /* a MoE layer: the router, then per expert (MixtralBlockSparseTop2MLP: w1 w2 w3; Qwen3MoeMLP:
    * gate_proj up_proj down_proj) */
   mixtral_router[] = {{TSR_P_ROUTERW, "block_sparse_moe.gate.weight", PART_ALL}},
@@ -268,8 +370,9 @@ static void part_rows(const tsr_model *m, part_kind part, int64_t nrows, int64_t
 }
 
 /* Appends row r of layer l (-1: a global tensor), expert e (-1: not an expert tensor) to t[*k]
- * when m has the tensor there. */
-static void llama_add(const tsr_model *m, const llama_row *r, int l, int e, hf_tensor *t, int *k) {
+ * when m has the tensor there; a norm's weight gets add (hf_family.norm_add). */
+static void llama_add(const tsr_model *m, const llama_row *r, int l, int e, float add, hf_tensor *t,
+                      int *k) {
     const tsr_param_info *pi = &m->params_info[r->p];
     int per = l >= 0, lead = per + (e >= 0), slot = per ? model_layer_slot(m, r->p, l) : 0;
     if (!pi->numel || slot < 0) return;
@@ -292,30 +395,41 @@ static void llama_add(const tsr_model *m, const llama_row *r, int l, int e, hf_t
     h->transpose = 0;
     h->rows = nr;
     h->cols = cols;
+    h->add = pi->kind == TSR_PK_NORM ? add : 0.0f;
 }
 
-static void llama_add_rows(const tsr_model *m, const llama_row *r, int n, int l, int e, hf_tensor *t,
+typedef struct row_set {
+    const llama_row *r;
+    int n;
+} row_set;
+#define ROWS(a) ((row_set){(a), NROWS(a)})
+
+static void llama_add_rows(const tsr_model *m, row_set rs, int l, int e, float add, hf_tensor *t,
                            int *k) {
-    for (int j = 0; j < n; j++) llama_add(m, &r[j], l, e, t, k);
+    for (int j = 0; j < rs.n; j++) llama_add(m, &rs.r[j], l, e, add, t, k);
 }
 
 static hf_tensor *llama_table(const tsr_model *m, hf_arch a, int *n) {
     const int mix = a == HF_MIXTRAL;
-    const llama_row *router = mix ? mixtral_router : qwen3_moe_router;
-    const llama_row *expert = mix ? mixtral_expert : qwen3_moe_expert;
-    const int per_layer = NROWS(llama_attn) + NROWS(llama_mlp) + NROWS(llama_norms) +
+    const float add = families[a].norm_add;
+    const row_set router = mix ? ROWS(mixtral_router) : ROWS(qwen3_moe_router);
+    const row_set expert = mix ? ROWS(mixtral_expert) : ROWS(qwen3_moe_expert);
+    const tsr_norm_placement pl = families[a].place;
+    const row_set norms = pl == TSR_NPLACE_POST ? ROWS(post_norms)
+                          : pl == TSR_NPLACE_SANDWICH ? ROWS(sandwich_norms) : ROWS(llama_norms);
+    const int per_layer = NROWS(llama_attn) + NROWS(llama_mlp) + NROWS(sandwich_norms) +
                           NROWS(mixtral_router) + NROWS(mixtral_expert) * m->E;
     hf_tensor *t = tsr_calloc((size_t)per_layer * (size_t)m->L + 3, sizeof *t);
     int k = 0;
-    llama_add_rows(m, llama_global_first, NROWS(llama_global_first), -1, -1, t, &k);
+    llama_add_rows(m, ROWS(llama_global_first), -1, -1, add, t, &k);
     for (int l = 0; l < m->L; l++) {
-        llama_add_rows(m, llama_attn, NROWS(llama_attn), l, -1, t, &k);
-        llama_add_rows(m, llama_mlp, NROWS(llama_mlp), l, -1, t, &k); /* none in a MoE layer */
-        llama_add_rows(m, router, NROWS(mixtral_router), l, -1, t, &k); /* none in a dense one */
-        for (int e = 0; e < m->E; e++) llama_add_rows(m, expert, NROWS(mixtral_expert), l, e, t, &k);
-        llama_add_rows(m, llama_norms, NROWS(llama_norms), l, -1, t, &k);
+        llama_add_rows(m, ROWS(llama_attn), l, -1, add, t, &k);
+        llama_add_rows(m, ROWS(llama_mlp), l, -1, add, t, &k); /* none in a MoE layer */
+        llama_add_rows(m, router, l, -1, add, t, &k); /* none in a dense one */
+        for (int e = 0; e < m->E; e++) llama_add_rows(m, expert, l, e, add, t, &k);
+        llama_add_rows(m, norms, l, -1, add, t, &k);
     }
-    llama_add_rows(m, llama_global_last, NROWS(llama_global_last), -1, -1, t, &k);
+    llama_add_rows(m, ROWS(llama_global_last), -1, -1, add, t, &k);
     *n = k;
     return t;
 }

@@ -138,6 +138,8 @@ static void gather(const st_tensor *t, uint64_t k0, size_t n, float *out) {
             if (++j == C) j = 0, i++;
         }
     }
+    if (t->src && t->add != 0.0f)
+        for (size_t k = 0; k < n; k++) out[k] += t->add;
 }
 
 static int by_dtype_then_name(const void *a, const void *b, void *base) {

@@ -89,6 +89,7 @@ typedef struct st_tensor {
     int64_t shape[ST_MAX_NDIM];
     const float *src;            /* row-major at shape; NULL = zeros */
     int transpose;               /* 2-D only: src holds the transpose, (shape[1], shape[0]) */
+    float add;                   /* added to every value of src in fp32 (Gemma's norms: -1) */
 } st_tensor;
 
 /* Writes the n tensors and the metadata pairs to path atomically. Returns 0, or TSR_EXIT_DATA

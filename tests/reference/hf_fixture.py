@@ -66,9 +66,26 @@ MOE_FIXTURES = [
          FE=24, E=4, K=2, every=2, norm_topk=False, aux=0.004, tied=False, theta=1000000.0,
          eps=1e-6, llama3=None, dtype="F32", shard=30000),
 ]
+# The families of issue 67 (test_hf_families.py): OLMo 2 (post norms, QK-norm over the
+# projections), OLMo 3 (+ layer_types: 3 sliding layers of window W, then a full one), Gemma 3
+# text (sandwich norms of (1 + w), QK-norm per head, the embedding times sqrt(hidden),
+# query_pre_attn_scalar qpas != head_dim, GeGLU with the tanh GELU, layer_types, tied head; its
+# rope_local_base_freq = rope_theta and no soft-capping: what tessera represents so far).
+FAMILY_FIXTURES = [
+    dict(name="olmo2_post", model_type="olmo2", L=2, C=64, NH=4, KVH=2, hs=16, F=96, tied=False,
+         theta=500000.0, eps=1e-6, llama3=None, dtype="F32", shard=None),
+    dict(name="olmo3_swa", model_type="olmo3", L=4, C=64, NH=4, KVH=2, hs=16, F=96, tied=False,
+         theta=500000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, W=5,
+         types=["sliding_attention"] * 3 + ["full_attention"]),
+    dict(name="gemma3_text", model_type="gemma3_text", L=3, C=48, NH=4, KVH=1, hs=16, F=64,
+         tied=True, theta=10000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, W=6, qpas=24.0,
+         types=["sliding_attention", "sliding_attention", "full_attention"]),
+]
 CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
          "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
-         "qwen3_moe": "Qwen3MoeForCausalLM"}
+         "qwen3_moe": "Qwen3MoeForCausalLM", "olmo2": "Olmo2ForCausalLM",
+         "olmo3": "Olmo3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+OLMO = ("olmo2", "olmo3")
 QK_NORM = ("qwen3", "qwen3_moe")
 
 
@@ -98,6 +115,8 @@ def moe_state(fx, p, w):
 
 def state_dict(fx, seed):
     """HF name -> float64 tensor, in transformers' state-dict (module) order."""
+    if fx["model_type"] in CLASS and fx["model_type"] in OLMO + ("gemma3_text",):
+        return family_state_dict(fx, seed)
     g = torch.Generator().manual_seed(seed)
     C, NH, KVH, hs, Fw = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"]
     qk_norm, bias = fx["model_type"] in QK_NORM, fx.get("bias", False)  # bias: Llama's attention_bias + mlp_bias
@@ -197,6 +216,8 @@ def write_weights(d, fx, sd):
 
 def config_json(fx):
     mt = fx["model_type"]
+    if mt in OLMO + ("gemma3_text",):
+        return family_config_json(fx)
     cj = {"architectures": [CLASS[mt]], "model_type": mt, "vocab_size": fx.get("V", V), "hidden_size": fx["C"],
           "intermediate_size": fx["F"], "num_hidden_layers": fx["L"],
           "num_attention_heads": fx["NH"], "num_key_value_heads": fx["KVH"], "hidden_act": "silu",
@@ -299,6 +320,8 @@ def moe_block(h, w, cj):
 
 def forward(sd, cj, idx):
     """Logits (B, T, V) of *ForCausalLM on the token rows idx (B, T)."""
+    if cj["model_type"] in OLMO + ("gemma3_text",):
+        return family_forward(sd, cj, idx)
     Bn, Tn = idx.shape
     NH, KVH, eps = cj["num_attention_heads"], cj["num_key_value_heads"], cj["rms_norm_eps"]
     hs = cj.get("head_dim") or cj["hidden_size"] // NH
@@ -339,6 +362,149 @@ def forward(sd, cj, idx):
     return x @ head.T
 
 
+# ---- the families of issue 67 (FAMILY_FIXTURES) -----------------------------------------------
+
+def family_state_dict(fx, seed):
+    """Olmo2/Olmo3/Gemma3 ForCausalLM's tensors in module order: self_attn (q, k, v, o, q_norm,
+    k_norm), mlp (gate, up, down), then the layer's norms. Gemma's norm weights are its w of
+    (1 + w), drawn near 0 and rounded to multiples of 2^-20, so that tessera's 1 + w is exact in
+    fp32 and the export's w = (1 + w) - 1 gives the same bits back."""
+    g = torch.Generator().manual_seed(seed)
+    C, NH, KVH, hs, Fw, mt = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"], fx["model_type"]
+    gemma = mt == "gemma3_text"
+
+    def w(*shape, std=0.1):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+
+    def norm(n):
+        if gemma:
+            return torch.round(w(n, std=0.2) * 2.0 ** 20) / 2.0 ** 20
+        return 1.0 + w(n, std=0.2)
+
+    sd = {"model.embed_tokens.weight": w(V, C, std=0.5)}
+    qn, kn = (NH * hs, KVH * hs) if mt in OLMO else (hs, hs)  # OLMo: over the projection
+    for i in range(fx["L"]):
+        p = f"model.layers.{i}."
+        sd[p + "self_attn.q_proj.weight"] = w(NH * hs, C)
+        sd[p + "self_attn.k_proj.weight"] = w(KVH * hs, C)
+        sd[p + "self_attn.v_proj.weight"] = w(KVH * hs, C)
+        sd[p + "self_attn.o_proj.weight"] = w(C, NH * hs)
+        sd[p + "self_attn.q_norm.weight"] = norm(qn)
+        sd[p + "self_attn.k_norm.weight"] = norm(kn)
+        sd[p + "mlp.gate_proj.weight"] = w(Fw, C)
+        sd[p + "mlp.up_proj.weight"] = w(Fw, C)
+        sd[p + "mlp.down_proj.weight"] = w(C, Fw)
+        names = (("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                  "post_feedforward_layernorm") if gemma else
+                 ("post_attention_layernorm", "post_feedforward_layernorm"))
+        for n in names:
+            sd[f"{p}{n}.weight"] = norm(C)
+    sd["model.norm.weight"] = norm(C)
+    if not fx["tied"]:
+        sd["lm_head.weight"] = w(V, C, std=0.5)
+    return sd
+
+
+def family_config_json(fx):
+    """Olmo2Config / Olmo3Config / Gemma3TextConfig keys as their save_pretrained writes them."""
+    mt = fx["model_type"]
+    cj = {"architectures": [CLASS[mt]], "model_type": mt, "vocab_size": V, "hidden_size": fx["C"],
+          "intermediate_size": fx["F"], "num_hidden_layers": fx["L"],
+          "num_attention_heads": fx["NH"], "num_key_value_heads": fx["KVH"],
+          "max_position_embeddings": 2048, "rms_norm_eps": fx["eps"], "rope_theta": fx["theta"],
+          "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
+          "initializer_range": 0.02, "tie_word_embeddings": fx["tied"], "use_cache": True,
+          "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+    if mt in OLMO:
+        cj["hidden_act"] = "silu"
+    if "types" in fx:
+        cj.update(sliding_window=fx["W"], layer_types=list(fx["types"]))
+    if mt == "gemma3_text":
+        cj.update(head_dim=fx["hs"], hidden_activation="gelu_pytorch_tanh",
+                  query_pre_attn_scalar=fx["qpas"], rope_local_base_freq=fx["theta"],
+                  attn_logit_softcapping=None, final_logit_softcapping=None)
+    return cj
+
+
+def family_forward(sd, cj, idx):
+    """modeling_olmo2 / modeling_olmo3 / modeling_gemma3 in float64: OLMo's q_norm(q_proj(x))
+    over the projection, x + post_attention_layernorm(attn(x)), h + post_feedforward_layernorm(
+    mlp(h)); Gemma 3's x = embed * sqrt(hidden) (the fp32 factor, as a float32 model casts it),
+    norms x * rsqrt(mean(x^2) + eps) * (1 + w), input_layernorm -> attention (per-head q_norm,
+    k_norm before RoPE, scores * query_pre_attn_scalar^-0.5) -> post_attention_layernorm, residual,
+    pre_feedforward_layernorm -> GeGLU (gelu tanh) -> post_feedforward_layernorm, residual. A
+    sliding_attention layer's query i sees keys j with i - W < j <= i."""
+    Bn, Tn = idx.shape
+    mt, eps = cj["model_type"], cj["rms_norm_eps"]
+    gemma = mt == "gemma3_text"
+    NH, KVH = cj["num_attention_heads"], cj["num_key_value_heads"]
+    hs = cj.get("head_dim") or cj["hidden_size"] // NH
+    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv_freq(cj, hs)[None, :]
+    emb = torch.cat((ang, ang), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    pos = torch.arange(Tn)
+    causal = pos[None, :] <= pos[:, None]
+    types = cj.get("layer_types") or ["full_attention"] * cj["num_hidden_layers"]
+
+    def nrm(x, wt):
+        return rms_norm(x, 1.0 + wt if gemma else wt, eps)
+
+    x = sd["model.embed_tokens.weight"][idx]
+    if gemma:
+        x = x * float(np.float32(math.sqrt(cj["hidden_size"])))
+    scale = cj["query_pre_attn_scalar"] ** -0.5 if gemma else hs ** -0.5
+    for i in range(cj["num_hidden_layers"]):
+        def w(s):
+            return sd[f"model.layers.{i}.{s}.weight"]
+        mask = causal
+        if types[i] == "sliding_attention":
+            mask = causal & (pos[:, None] - pos[None, :] < cj["sliding_window"])
+        h = nrm(x, w("input_layernorm")) if gemma else x
+        q, k, v = h @ w("self_attn.q_proj").T, h @ w("self_attn.k_proj").T, h @ w("self_attn.v_proj").T
+        if not gemma:
+            q, k = nrm(q, w("self_attn.q_norm")), nrm(k, w("self_attn.k_norm"))
+        q = q.view(Bn, Tn, NH, hs).transpose(1, 2)
+        k = k.view(Bn, Tn, KVH, hs).transpose(1, 2)
+        v = v.view(Bn, Tn, KVH, hs).transpose(1, 2)
+        if gemma:
+            q, k = nrm(q, w("self_attn.q_norm")), nrm(k, w("self_attn.k_norm"))
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(NH // KVH, dim=1)
+        v = v.repeat_interleave(NH // KVH, dim=1)
+        s = (q @ k.transpose(-1, -2)) * scale
+        a = F.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
+        a = a.transpose(1, 2).reshape(Bn, Tn, NH * hs) @ w("self_attn.o_proj").T
+        x = x + nrm(a, w("post_attention_layernorm"))
+        h = nrm(x, w("pre_feedforward_layernorm")) if gemma else x
+        act = F.gelu(h @ w("mlp.gate_proj").T, approximate="tanh") if gemma else F.silu(h @ w("mlp.gate_proj").T)
+        m = (act * (h @ w("mlp.up_proj").T)) @ w("mlp.down_proj").T
+        x = x + nrm(m, w("post_feedforward_layernorm"))
+    x = nrm(x, sd["model.norm.weight"])
+    head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
+    return x @ head.T
+
+
+def family_sets(fx):
+    """The tessera --set keys of a FAMILY_FIXTURES model (docs/models.md)."""
+    mt, gemma = fx["model_type"], fx["model_type"] == "gemma3_text"
+    s = {"model.n_layer": fx["L"], "model.d_model": fx["C"], "model.n_head": fx["NH"],
+         "model.n_kv_head": fx["KVH"], "model.head_dim": fx["hs"], "model.intermediate_size": fx["F"],
+         "model.vocab_size": V, "model.vocab_multiple": VOCAB_MULTIPLE, "model.pos": "rope",
+         "model.norm": "rmsnorm", "model.mlp": "geglu_tanh" if gemma else "swiglu",
+         "model.bias": "false", "model.qkv_bias": "false", "model.norm_eps": repr(fx["eps"]),
+         "model.rope_theta": repr(fx["theta"]), "model.qk_norm": "true",
+         "model.qk_norm_scope": "head" if gemma else "projection",
+         "model.norm_placement": "sandwich" if gemma else "post",
+         "model.embed_scale": "sqrt_d_model" if gemma else "none",
+         "model.tie_embeddings": str(fx["tied"]).lower()}
+    if "types" in fx:
+        s.update({"model.layer_types": ",".join(fx["types"]), "model.sliding_window": fx["W"]})
+    if gemma:
+        s["model.query_pre_attn_scalar"] = repr(fx["qpas"])
+    return {k: str(v) for k, v in s.items()}
+
+
 def tokens(seed):
     return np.random.RandomState(seed).randint(0, V, size=N_TOKENS)
 
@@ -358,7 +524,7 @@ def make(root, fx, seed):
     with open(os.path.join(d, "fixture.json"), "w") as f:
         json.dump({"name": fx["name"], "model_type": fx["model_type"], "dtype": fx["dtype"],
                    "seed": seed, "B": B, "T": T, "tokens": [int(t) for t in toks],
-                   "sets": tessera_sets(fx),
+                   "sets": family_sets(fx) if fx in FAMILY_FIXTURES else tessera_sets(fx),
                    "note": "script-written by tests/reference/hf_fixture.py, not by "
                            "transformers' save_pretrained"}, f)
     return d
@@ -410,5 +576,5 @@ if __name__ == "__main__":
         sys.exit(0)
     if len(sys.argv) != 2:
         sys.exit("usage: hf_fixture.py OUT_ROOT | --fuzz-seeds DIR")
-    for name, d in make_all(sys.argv[1], FIXTURES + MOE_FIXTURES).items():
+    for name, d in make_all(sys.argv[1], FIXTURES + MOE_FIXTURES + FAMILY_FIXTURES).items():
         print(f"{name}: {d}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""test_recipes_plan.py — the Llama / Qwen / MoE recipes' `--plan` figures against a hand calculation.
+"""test_recipes_plan.py — the Llama / Qwen / MoE / OLMo recipes' `--plan` figures against a hand
+calculation.
 
 For each recipe of configs/ named below, `tessera-train --config R --plan 1` (ddp, nothing
 allocated, no data opened) prints the parameter count, FLOPs per token and the fp32 weight memory.
@@ -13,8 +14,12 @@ tessera) and compares:
     and E SwiGLU experts of width moe_intermediate_size (and a shared one of moe_shared_size); the
     active parameters of a token count K of the E experts. The MoE models' cards print rounded
     figures (46.7B, 12.9B active): the hand count must be within one unit of their last digit;
+  - the families of issue 67 (docs/models.md): post or sandwich norms (2 or 4 norm weights per
+    layer), QK-norm over the projections (n_head + n_kv_head) x head_dim weights (OLMo 2/3); their
+    cards print the nominal size ("7B"): the hand count must be within one unit of it;
   - FLOPs per token: 6 N + 12 L (n_head head_dim) T, N the active parameters without an untied
-    input embedding (docs/mfu.md); a MoE model's plan also prints the active count, checked too;
+    input embedding (docs/mfu.md); a sliding layer counts min(W, T) keys instead of T (OLMo 3);
+    a MoE model's plan also prints the active count, checked too;
   - fp32 weights: 4 bytes per parameter (the printed figure to 0.1 of its unit).
 Run: TESTS=recipes_plan bash tests/run.sh   (needs build/tessera-train). TAP; exit 77 without it.
 """
@@ -50,6 +55,15 @@ PUBLISHED_MOE = {
     "qwen3-30b-a3b": ("30.5B", "3.3B"),
     "dbrx-132b": ("132B", "36B"),
 }
+# issue-67 recipe -> the nominal size of the model card (allenai/OLMo-2-0425-1B, OLMo-2-1124-7B,
+# OLMo-2-1124-13B, Olmo-3-1025-7B, Olmo-3-1125-32B)
+PUBLISHED_CARD = {
+    "olmo2-1b": "1B",
+    "olmo2-7b": "7B",
+    "olmo2-13b": "13B",
+    "olmo3-7b": "7B",
+    "olmo3-32b": "32B",
+}
 # recipes without a published model: the hand count alone
 UNPUBLISHED = ["dbrx-tiny"]
 
@@ -83,17 +97,21 @@ def by_hand(k):
     FE, S = int(k.get("moe_intermediate_size", 0)) or F, int(k.get("moe_shared_size", 0))
     LM = L // int(k.get("moe_every", 1)) if E else 0  # layers l with (l + 1) % moe_every == 0
     per = C * NH * hs + 2 * C * KVH * hs + NH * hs * C  # q, k, v, o
-    per += 2 * C                                          # two norm weights (no biases)
+    per += (4 if k.get("norm_placement") == "sandwich" else 2) * C  # norm weights (no biases)
     if k.get("qkv_bias") == "true":
         per += (NH + 2 * KVH) * hs
-    if k.get("qk_norm") == "true":
-        per += 2 * hs
+    if k.get("qk_norm") == "true":  # per head (shared by the heads), or over the projections
+        per += (NH + KVH) * hs if k.get("qk_norm_scope") == "projection" else 2 * hs
     dense = 3 * C * F                                     # gate, up, down
     moe = E * C + 3 * C * S                               # router, shared expert
     n = V * C * (1 if tied else 2) + L * per + C + (L - LM) * dense + LM * (moe + E * 3 * C * FE)
     active = n - LM * (E - K) * 3 * C * FE                # a token passes through K of the E
     lookup = 0 if tied else V * C  # an untied input embedding does no matmul (docs/mfu.md)
-    flops = 6 * (active - lookup) + 12 * L * NH * hs * int(k["seq_len"])
+    T, W = int(k["seq_len"]), int(k.get("sliding_window", 0))
+    types = [t.strip() for t in k.get("layer_types", "").split(",") if t.strip()]
+    keys = sum(min(W, T) if types and types[l % len(types)] == "sliding_attention" else T
+               for l in range(L))
+    flops = 6 * (active - lookup) + 12 * NH * hs * keys
     return n, active, flops
 
 
@@ -107,7 +125,7 @@ def near_card(n, figure):
 
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
-RECIPES = list(PUBLISHED) + list(PUBLISHED_MOE) + UNPUBLISHED
+RECIPES = list(PUBLISHED) + list(PUBLISHED_MOE) + list(PUBLISHED_CARD) + UNPUBLISHED
 tap = Tap(3 * len(RECIPES) + len(PUBLISHED_MOE))
 for name in RECIPES:
     cfg = os.path.join(ROOT, "configs", f"{name}.cfg")
@@ -135,6 +153,9 @@ for name in RECIPES:
         tap.ok(got_active == active and near_card(active, act),
                f"{name}: {got_active} active parameters per token printed, {active} by hand, "
                f"{act} on the model card")
+    elif name in PUBLISHED_CARD:
+        tap.ok(got_n == n and near_card(n, PUBLISHED_CARD[name]),
+               f"{name}: {got_n} parameters printed, {n} by hand, {PUBLISHED_CARD[name]} on the model card")
     else:
         tap.ok(got_n == n and got_active == active,
                f"{name}: {got_n} parameters ({got_active} active) printed, {n} ({active}) by hand")
