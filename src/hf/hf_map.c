@@ -145,10 +145,7 @@ static const char *unexported_key(const tsr_model_config *c) {
 static int family_need(const tsr_model *m, hf_arch a, char *need, size_t cap) {
     const hf_family *f = &families[a];
     const tsr_model_config *c = &m->cfg;
-    const char *unexported = unexported_key(c);
-    if (unexported)
-        snprintf(need, cap, "%s unset (no exported class holds it yet: docs/hf.md)", unexported);
-    else if (c->norm_placement != f->place)
+    if (c->norm_placement != f->place)
         snprintf(need, cap, "model.norm_placement = \"%s\"", place_name[f->place]);
     else if (c->mlp != f->mlp)
         snprintf(need, cap, "model.mlp = \"%s\"", mlp_name[f->mlp]);
@@ -184,9 +181,12 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
     int qkv_only = c->qkv_bias && !c->bias;
     const char *by = "";
     *a = want != HF_ARCH_COUNT ? want : llama_default_arch(m, &by);
-    const char *need = NULL;
     char fam[160];
-    switch (*a) {
+    const char *need = unexported_key(&m->cfg);
+    if (need) { /* before the class's own needs: the key that keeps every class out */
+        snprintf(fam, sizeof fam, "%s unset (no exported class holds it yet: docs/hf.md)", need);
+        need = fam;
+    } else switch (*a) {
     case HF_LLAMA: /* attention_bias (q, k, v, o) and mlp_bias = model.bias */
         if (c->qk_norm || qkv_only) need = "model.qk_norm = false and no model.qkv_bias without "
                                            "model.bias (q, k, v biases without an o_proj bias)";
