@@ -70,7 +70,11 @@ BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_d
 # (unnice_beside, below) and the run waits for it. Their time-out is twice the others'.
 # test_demo (it re-prepares data/brown, which shared tests read) and test_fuzz_regress (its
 # fuzzers' time caps) stay SOLO: the builds only read the checkout and write their own directories.
-IDLE=(tests/install/test_aarch64.sh tests/install/test_build_nompi.sh)
+# test_fuzz_build builds test_fuzz_regress's harnesses (48 s of the alone phase on 2 cores, CI of
+# 2026-11-28) first, and test_fuzz_regress runs last of the tests run alone (LAST): it waits for
+# that build if it still runs (one make at a time: tests/fuzz/fuzz_lib.sh), then finds it done.
+IDLE=(tests/fuzz/test_fuzz_build.sh tests/install/test_aarch64.sh tests/install/test_build_nompi.sh)
+LAST=(tests/fuzz/test_fuzz_regress.sh)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
 compgen -G '/dev/nvidia[0-9]*' >/dev/null && SOLO+=(tests/gpu/ tests/test_gpu_ops)
@@ -88,7 +92,7 @@ idle() { local p; for p in "${IDLE[@]}"; do [[ $1 == "$p" ]] && return 0; done; 
 # limit_of TEST: its time-out in seconds
 limit_of() { if idle "${1#"$BUILD"/}"; then echo $((TIMEOUT * 2)); else echo "$TIMEOUT"; fi; }
 
-shared=() alone=() besides=() idles=()
+shared=() alone=() besides=() idles=() lasts=()
 for t in "${tests[@]}"; do
     name=${t#"$BUILD"/}
     if [[ -n ${TESTS:-} ]]; then
@@ -97,8 +101,10 @@ for t in "${tests[@]}"; do
         ((match)) || continue
     fi
     if beside "$name"; then besides+=("$t"); elif idle "$name"; then idles+=("$t")
+    elif [[ " ${LAST[*]} " == *" $name "* ]]; then lasts+=("$t")
     elif solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
 done
+alone+=(${lasts[@]+"${lasts[@]}"})
 # The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
 # lanes end together instead of one lane running a long test alone at the end (the run of
 # 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane)

@@ -6,28 +6,19 @@
 # (make fuzz-build: clang, ASan + UBSan, the NO_MPI variant with serial HDF5); skips (77), loudly,
 # where clang cannot link a libFuzzer program. After its corpus, each harness runs
 # FUZZ_REGRESS_RUNS (default 1000) mutations from a fixed seed, at most FUZZ_REGRESS_SECONDS (10).
+# The build is test_fuzz_build.sh's too (one at a time, fuzz_lib.sh): tests/run.sh builds them
+# beside the tests run alone and runs this one last, which then finds them built.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/fuzz_lib.sh"
 tsr_tmpdir
 SECS=${FUZZ_REGRESS_SECONDS:-10}
 RUNS=${FUZZ_REGRESS_RUNS:-1000}
 NAMES=(config dataset gpt2 tokfile bpe jsonl safetensors ckpt hftok chat hfdir peft chatcfg)
 
-# can clang link a libFuzzer + ASan + UBSan program here?
-printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' > "$TMP/probe.c"
-if ! command -v "${FUZZ_CC:-clang}" >/dev/null 2>&1; then
-    echo "SKIP: ${FUZZ_CC:-clang} not found: the fuzz harnesses need clang with libFuzzer (Debian: clang libclang-rt-dev; ./INSTALL as root installs them)"; exit 77
-fi
-if ! "${FUZZ_CC:-clang}" -fsanitize=fuzzer,address,undefined "$TMP/probe.c" -o "$TMP/probe" >"$TMP/probe.txt" 2>&1; then
-    echo "SKIP: ${FUZZ_CC:-clang} cannot link a libFuzzer program ($(head -1 "$TMP/probe.txt")): install libclang-rt-dev (./INSTALL as root)"; exit 77
-fi
+fuzz_probe # (fuzz_lib.sh: skips, 77, where clang cannot link a libFuzzer program)
 tap_plan $((${#NAMES[@]} + 1))
 
-start=$SECONDS
-if ! nice -n 10 make -C "$TSR_ROOT" --no-print-directory -j2 BUILD="$BUILD" fuzz-build >"$TMP/make.txt" 2>&1; then
-    tail -20 "$TMP/make.txt" | sed 's/^/# /'
-    echo "Bail out! make fuzz-build failed"; exit 1
-fi
-tap_diag "make fuzz-build: $((SECONDS - start)) s"
+fuzz_build
 
 mkdir -p "$TMP/scratch"
 export TMPDIR=$TMP/scratch LSAN_OPTIONS=suppressions=$TSR_ROOT/tests/fuzz/lsan.supp
