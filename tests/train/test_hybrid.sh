@@ -11,13 +11,16 @@
 #    convolution tail) gives the no-cache forward's ids and probabilities (1e-6 + 1e-4 p);
 #  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
 #    lora.rank > 0 naming lora.rank (exit 1, a config error), nothing written in run_dir;
-#  - the Hugging Face export is refused naming model.layer_types, no weights written.
+#  - the Hugging Face export is refused naming model.layer_types, no weights written;
+#  - a resume whose model.layer_types holds as many linear and full layers in another order
+#    (full first) is refused naming model.layer_types (exit 1), the checkpoints untouched: the
+#    stacked tensors carry no layer index, so it would load the weights into the wrong layers.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 6
+tap_plan 7
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
@@ -42,6 +45,16 @@ sys.exit(0 if shapes.get("dnqkvw", (0,))[0] == 3 and shapes.get("dnow", (0,))[0]
          and shapes.get("qkvw", (0,))[0] == 1 and shapes.get("attngatew") == (1, 64, 64) else 1)
 PY
 tap_check $? "a 3 linear + 1 full hybrid trains 4 steps on 2 ranks; its checkpoint holds dnqkvw .. dnow over 3 layers, qkvw and attngatew over 1, and verifies"
+
+before=$(cd "$TMP/D" && cat latest && sha256sum step-*.h5)
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/D" --set max_duration=6ba \
+    --set model.layer_types=full_attention,linear_attention,linear_attention,linear_attention \
+    >"$TMP/order.txt" 2>&1
+rc=$?
+tap_diag "reordered resume: $(grep -m1 -o 'differs.*' "$TMP/order.txt" | head -c 300)"
+((rc == 1)) && grep -q "model.layer_types at the first layer whose kind differs (1 linear_attention, 0 not) 0 vs 1" "$TMP/order.txt" &&
+    [[ $before == "$(cd "$TMP/D" && cat latest && sha256sum step-*.h5)" ]]
+tap_check $? "resume with the same 3 linear + 1 full layers in another order: refused (exit $rc) naming model.layer_types, checkpoints untouched"
 
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
     --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
