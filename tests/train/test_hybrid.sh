@@ -9,6 +9,9 @@
 #    equals it within 1e-6 at every step (the new tensors are ordinary units of the shards);
 #  - tessera generate from it, greedy, 100 tokens: the cache (the linear layers' state and
 #    convolution tail) gives the no-cache forward's ids and probabilities (1e-6 + 1e-4 p);
+#  - tessera generate --prompts (batched decoding: each slot its own state and convolution tail),
+#    3 prompts of different lengths, 2 samples each (a prompt's slot copied) at batch 4 (slots
+#    reused), greedy, 30 tokens: each completion the ids of its prompt generated alone;
 #  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
 #    lora.rank > 0 naming lora.rank (exit 1, a config error), nothing written in run_dir;
 #  - the Hugging Face export is refused naming model.layer_types, no weights written;
@@ -20,7 +23,7 @@ tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 7
+tap_plan 8
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
@@ -66,6 +69,29 @@ tap_check $? "the hybrid under zero3 on 2 ranks equals ddp within 1e-6 at every 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
     probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
 tap_check $? "generate, greedy 20 + 100 tokens: the linear layers' state in the cache == no cache, ids and probabilities"
+
+P1="5 17 3 250 99 12 7" P2="300 41 8 2 66 19 101 3 77 45 9 13 21 4 88" P3="60 61"
+for p in "$P1" "$P2" "$P3"; do echo "{\"prompt_ids\": [${p// /, }]}"; done >"$TMP/prompts.jsonl"
+"${GEN[@]}" --ckpt "$TMP/D" --prompts "$TMP/prompts.jsonl" --out "$TMP/batch.jsonl" --batch 4 \
+    --samples 2 \
+    --temperature 0 --no-eos-stop --max-tokens 30 >"$TMP/batch.txt" 2>&1
+rc=$?
+for i in 1 2 3; do
+    p=P$i
+    "${GEN[@]}" --ckpt "$TMP/D" --prompt-ids "${!p}" --temperature 0 --no-eos-stop --ids \
+        --max-tokens 30 >"$TMP/alone$i" 2>/dev/null
+done
+/usr/bin/python3 - "$TMP/batch.jsonl" "$TMP/alone1" "$TMP/alone2" "$TMP/alone3" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+alone = [[int(x) for x in open(f).read().split()] for f in sys.argv[2:]]
+got = [(r["index"], r.get("ids")) for r in rows]
+for i, g in got:
+    print("# batched", i, (g or [])[:12], "... alone", alone[i][:12], "...")
+sys.exit(0 if len(rows) == 6 and all(g == alone[i] for i, g in got) and all(len(a) == 30 for a in alone)
+         and len({tuple(a) for a in alone}) == 3 else 1)
+PY
+tap_check $(( rc | $? )) "generate --prompts, 3 prompts x 2 samples at batch 4, greedy 30 tokens: each completion the ids of its prompt generated alone (exit $rc)"
 
 variant_refused R model.layer_types
 tap_check $? "device = cuda and parallel.context = 2 with linear_attention layers: exit 1 naming model.layer_types, nothing written"
