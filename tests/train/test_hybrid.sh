@@ -12,6 +12,10 @@
 #  - tessera generate --prompts (batched decoding: each slot its own state and convolution tail),
 #    3 prompts of different lengths, 2 samples each (a prompt's slot copied) at batch 4 (slots
 #    reused), greedy, 30 tokens: each completion the ids of its prompt generated alone;
+#  - GRPO (objective = grpo) on a tiny hybrid from scratch, 2 steps: the rollouts decoded by the
+#    batched path (4 prompts x 4 samples of 6 tokens a step) are logged with finite
+#    log-probabilities, and the run ends with its checkpoint (rewards are 0 from random weights:
+#    a smoke run, the maths being check 5's and the reference tests');
 #  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
 #    lora.rank > 0 naming lora.rank (exit 1, a config error), nothing written in run_dir;
 #  - the Hugging Face export is refused naming model.layer_types, no weights written;
@@ -23,7 +27,7 @@ tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 8
+tap_plan 9
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
@@ -92,6 +96,26 @@ sys.exit(0 if len(rows) == 6 and all(g == alone[i] for i, g in got) and all(len(
          and len({tuple(a) for a in alone}) == 3 else 1)
 PY
 tap_check $(( rc | $? )) "generate --prompts, 3 prompts x 2 samples at batch 4, greedy 30 tokens: each completion the ids of its prompt generated alone (exit $rc)"
+
+grpo_prompts "$TMP/rl" 400 && grpo_small_args "$TMP/rl" &&
+    "$TRAIN" "${small[@]}" --set model.n_layer=4 --set model.pos=rope --set model.norm=rmsnorm \
+        --set model.mlp=swiglu --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention \
+        --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4 \
+        --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16 \
+        --set model.attn_output_gate=true --set max_duration=2ba --set grpo.log_completions=16 \
+        --set run_dir="$TMP/G" >"$TMP/grpo.txt" 2>&1
+rc=$?
+tap_diag "grpo: exit $rc, $(grep -m1 'step 2/2' "$TMP/grpo.txt")"
+((rc == 0)) && [[ -f $TMP/G/step-00000002.h5 ]] && /usr/bin/python3 - "$TMP/G/completions.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ok = (sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
+      and all(len(r["tokens"]) == 6 and math.isfinite(r["logprob"]) and r["logprob"] < 0 for r in rows)
+      and len({r["logprob"] for r in rows}) > 16)
+print("#", len(rows), "rollouts, logprobs", [round(r["logprob"], 2) for r in rows[:4]], "...")
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "GRPO on a 3 linear + 1 full hybrid, 2 steps: 32 rollouts of 6 tokens logged with finite log-probabilities, checkpoint written (exit $rc)"
 
 variant_refused R model.layer_types
 tap_check $? "device = cuda and parallel.context = 2 with linear_attention layers: exit 1 naming model.layer_types, nothing written"
