@@ -303,30 +303,44 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
                                   f[k].u, f[k].v);
 }
 
-/* --init-from: the stacked MoE and dense-MLP tensors carry no layer index, so a run whose MoE
- * layers sit elsewhere (another model.moe_every, same shapes) would load them into the wrong
- * layers: refused. Shapes catch the rest (another n_layer, expert count or width). */
+/* --init-from, layer l: 0 when it is of one kind in the run and the checkpoint, else the refusal */
+static int init_layer_kind(const tsr_model_config *x, const tsr_model_config *y, int l,
+                           const char *path) {
+    const int mx = x->moe_experts > 0 && (l + 1) % x->moe_every == 0;
+    const int my = y->moe_experts > 0 && (l + 1) % y->moe_every == 0;
+    if (mx != my) {
+        tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
+                  "(model.moe_every %d vs %d there): the experts would load into other "
+                  "layers; use the checkpoint's model.moe_every", path, l,
+                  my ? "a mixture of experts" : "dense", mx ? "a mixture of experts" : "dense",
+                  x->moe_every, y->moe_every);
+        return TSR_EXIT_USAGE;
+    }
+    const int lx = config_layer_linear(x, l), ly = config_layer_linear(y, l);
+    if (lx != ly) {
+        tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
+                  "(model.layer_types): the weights would load into other layers; use the "
+                  "checkpoint's model.layer_types", path, l,
+                  ly ? "linear_attention" : "an attention layer",
+                  lx ? "linear_attention" : "an attention layer");
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* --init-from: the stacked MoE, dense-MLP, attention and DeltaNet tensors carry no layer index,
+ * so a run whose MoE or linear_attention layers sit elsewhere (another model.moe_every or order
+ * of model.layer_types, same shapes) would load them into the wrong layers: refused. Shapes
+ * catch the rest (another n_layer, expert count or width, count of linear layers). */
 static int check_init_moe_layers(const tsr_config *cfg, const char *path) {
     ckpt_peeked *pk = tsr_malloc(sizeof *pk);
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
     int rc = 0;
     if (ckpt_peek_meta(path, pk) == 0 &&
         ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0 &&
-        ck->model.n_layer == cfg->model.n_layer) {
-        const tsr_model_config *x = &cfg->model, *y = &ck->model;
-        for (int l = 0; l < x->n_layer && !rc; l++) {
-            int mx = x->moe_experts > 0 && (l + 1) % x->moe_every == 0;
-            int my = y->moe_experts > 0 && (l + 1) % y->moe_every == 0;
-            if (mx != my) {
-                tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
-                          "(model.moe_every %d vs %d there): the experts would load into other "
-                          "layers; use the checkpoint's model.moe_every", path, l,
-                          my ? "a mixture of experts" : "dense", mx ? "a mixture of experts" :
-                          "dense", x->moe_every, y->moe_every);
-                rc = TSR_EXIT_USAGE;
-            }
-        }
-    }
+        ck->model.n_layer == cfg->model.n_layer)
+        for (int l = 0; l < cfg->model.n_layer && !rc; l++)
+            rc = init_layer_kind(&cfg->model, &ck->model, l, path);
     free(ck);
     free(pk);
     return rc;

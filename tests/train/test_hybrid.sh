@@ -21,13 +21,14 @@
 #  - the Hugging Face export is refused naming model.layer_types, no weights written;
 #  - a resume whose model.layer_types holds as many linear and full layers in another order
 #    (full first) is refused naming model.layer_types (exit 1), the checkpoints untouched: the
-#    stacked tensors carry no layer index, so it would load the weights into the wrong layers.
+#    stacked tensors carry no layer index, so it would load the weights into the wrong layers;
+#    --init-from that checkpoint with that order too, nothing written in the new run_dir.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 9
+tap_plan 10
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
@@ -62,6 +63,16 @@ tap_diag "reordered resume: $(grep -m1 -o 'differs.*' "$TMP/order.txt" | head -c
 ((rc == 1)) && grep -q "model.layer_types at the first layer whose kind differs (1 linear_attention, 0 not) 0 vs 1" "$TMP/order.txt" &&
     [[ $before == "$(cd "$TMP/D" && cat latest && sha256sum step-*.h5)" ]]
 tap_check $? "resume with the same 3 linear + 1 full layers in another order: refused (exit $rc) naming model.layer_types, checkpoints untouched"
+
+mkdir -p "$TMP/I"
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/I/run" --init-from "$TMP/D/step-00000004.h5" \
+    --set model.layer_types=full_attention,linear_attention,linear_attention,linear_attention \
+    >"$TMP/init.txt" 2>&1
+rc=$?
+tap_diag "reordered --init-from: $(grep -m1 -o 'layer 0 is.*' "$TMP/init.txt" | head -c 300)"
+((rc == 1)) && grep -q "layer 0 is linear_attention in the checkpoint but an attention layer in this run (model.layer_types)" "$TMP/init.txt" &&
+    [[ -z $(ls -A "$TMP/I") ]]
+tap_check $? "--init-from with the layer kinds in another order: refused (exit $rc) naming model.layer_types, nothing written"
 
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
     --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
