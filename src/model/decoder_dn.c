@@ -66,17 +66,54 @@ static void kv_cache_of(const dec_run *r, int l, dn_cache *c, const dn_cache **i
     *in = r->p0 == r->kv->seg ? NULL : c;
 }
 
+/* slot s's cache of linear layer l in the slots' caches (ks->buf dn_*: (LL, slots, .)) */
+static dn_cache slot_cache_of(const dec_run *r, int l, int s) {
+    const tsr_model *m = r->d->m;
+    const size_t at = (size_t)model_layer_slot(m, TSR_P_DNQKVW, l) * r->ks->slots + (size_t)s;
+    return (dn_cache){r->ks->buf.dn_state + at * dec_dn_cache_floats(m, 1),
+                      r->ks->buf.dn_conv + at * dec_dn_cache_floats(m, 0)};
+}
+
+/* One new token of each of r->N slots (B = N rows of T = 1): their caches gathered into the
+ * rows' (ks->buf.dn_rows; zeros where a row starts its segment), the layer run, scattered back. */
+static void slots_rows_forward(const dec_run *r, int l, float *out, dn_acts *a, const dec_layer *v,
+                               const dn_params *p, const dn_dims *d) {
+    const tsr_model *m = r->d->m;
+    const size_t ss = dec_dn_cache_floats(m, 1), cs = dec_dn_cache_floats(m, 0);
+    const int32_t *ids = r->ks->host_ids, R = r->ks->rows;
+    dn_cache rows = {r->ks->buf.dn_rows, r->ks->buf.dn_rows + (size_t)r->N * ss};
+    for (int i = 0; i < r->N; i++) {
+        const dn_cache c = slot_cache_of(r, l, ids[R + i]);
+        const int fresh = ids[2 * R + i] == ids[3 * R + i]; /* its position is its segment's 0 */
+        float *st = rows.state + (size_t)i * ss, *cv = rows.conv + (size_t)i * cs;
+        if (fresh) memset(st, 0, ss * sizeof *st), memset(cv, 0, cs * sizeof *cv);
+        else memcpy(st, c.state, ss * sizeof *st), memcpy(cv, c.conv, cs * sizeof *cv);
+    }
+    dn_layer_forward(out, &rows, &rows, a, v->ln1, p, NULL, d);
+    for (int i = 0; i < r->N; i++) {
+        const dn_cache c = slot_cache_of(r, l, ids[R + i]);
+        memcpy(c.state, rows.state + (size_t)i * ss, ss * sizeof *c.state);
+        memcpy(c.conv, rows.conv + (size_t)i * cs, cs * sizeof *c.conv);
+    }
+}
+
 void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
     dn_acts a = acts_of(&d, v, &out);
     const dn_params p = params_of((void *const *)w);
-    if (r->ks)
-        tsr_die(TSR_EXIT_INTERNAL, "decoder: batched decoding of linear_attention layers is not "
-                "built (docs/deltanet.md)");
     dn_cache c;
     const dn_cache *in = NULL;
-    if (r->kv) kv_cache_of(r, l, &c, &in);
+    if (r->ks && r->slot < 0) {
+        slots_rows_forward(r, l, out, &a, v, &p, &d);
+        return;
+    }
+    if (r->ks) { /* a chunk of one slot */
+        c = slot_cache_of(r, l, r->slot);
+        in = r->p0 == r->ks->seg[r->slot] ? NULL : &c;
+    } else if (r->kv) {
+        kv_cache_of(r, l, &c, &in);
+    }
     dn_layer_forward(out, in, r->kv ? &c : NULL, &a, v->ln1, &p, r->kv ? NULL : r->d->a->seq,
                      &d);
 }

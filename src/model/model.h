@@ -467,6 +467,9 @@ typedef struct tsr_kv_cache {
      * and per linear layer the sequence's state (LL, HVl, dkl, dvl) and convolution tail
      * (LL, K-1, CD), in place of its keys and values (kt, v hold the LA attention layers) */
     float *dn, *dn_state, *dn_conv;
+    /* the slots' (tsr_kv_slots): dn_state, dn_conv (LL, slots, .), and dn_rows the caches of one
+     * step's rows gathered: (chunk, HVl, dkl, dvl) states then (chunk, K-1, CD) tails */
+    float *dn_rows;
     float *agate;                  /* model.attn_output_gate: (2, chunk, NH hs), else NULL */
     struct {                       /* MoE layers' chunk buffers (tsr_acts' moe_*), else NULL */
         float *logits, *probs, *lse, *wts, *xg, *h, *hg, *y, *sh, *shg, *shout, *stats;

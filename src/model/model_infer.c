@@ -64,7 +64,10 @@ static void kv_rows_alloc(tsr_kv_cache *kv, const tsr_model *m, const tsr_backen
     kv->fch = kv_alloc(be, n * FW, e, "fch");
     kv->fchg = kv_alloc(be, n * F, e, "fchg");
     kv->att = kv_alloc(be, (size_t)kv->nthreads * cap, f, "att");
-    if (m->LL) kv->dn = kv_alloc(be, dec_dn_floats(m, 1, n_), f, "linear layer");
+    if (m->LL) { /* a chunk of one sequence (1 x n) or one row of each of n slots (n x 1) */
+        const size_t a = dec_dn_floats(m, 1, n_), b = dec_dn_floats(m, n_, 1);
+        kv->dn = kv_alloc(be, a > b ? a : b, f, "linear layer");
+    }
     if (m->cfg.attn_output_gate) kv->agate = kv_alloc(be, 2 * n * (size_t)m->QD, f, "gate");
     if (m->E) { /* the MoE layer's buffers for one chunk (4-byte elements, as tsr_acts') */
         const size_t E = m->E, K = m->K, FE = m->FE, S = m->S, nk = n * K;
@@ -110,7 +113,8 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
 static void kv_free_on(tsr_kv_cache *kv, const tsr_backend *be) {
     float **bufs[] = {&kv->kt,   &kv->v,    &kv->x,    &kv->ln,  &kv->mean, &kv->rstd, &kv->qkv,
                       &kv->atty, &kv->proj, &kv->fch, &kv->fchg, &kv->att,  &kv->logits,
-                      &kv->qkvr, &kv->qknr, &kv->dn, &kv->dn_state, &kv->dn_conv, &kv->agate,
+                      &kv->qkvr, &kv->qknr, &kv->dn, &kv->dn_state, &kv->dn_conv,
+                      &kv->dn_rows, &kv->agate,
                       &kv->moe.logits, &kv->moe.probs, &kv->moe.lse, &kv->moe.wts, &kv->moe.xg,
                       &kv->moe.h, &kv->moe.hg, &kv->moe.y, &kv->moe.sh, &kv->moe.shg,
                       &kv->moe.shout, &kv->moe.stats};
@@ -192,11 +196,24 @@ const float *model_forward_last(tsr_model *m, const int32_t *tokens, int n) {
 size_t model_kv_slots_bytes(const tsr_model *m, const tsr_backend *be, int slots, int cap,
                             int rows) {
     const size_t e = tsr_dtype_size(be->act), n = (size_t)rows, f = sizeof(float);
-    size_t b = 2 * (size_t)m->L * slots * cap * m->KVH * m->hs * e; /* the caches */
+    size_t b = 2 * (size_t)m->LA * slots * cap * m->KVH * m->hs * e; /* the caches */
+    if (m->LL) /* the linear layers' states and tails, and one step's rows of them */
+        b += ((size_t)m->LL * slots + n) * f *
+             (dec_dn_cache_floats(m, 1) + dec_dn_cache_floats(m, 0));
     b += n * ((size_t)4 * m->C + 2 * m->QKV + m->QD + m->FW + m->F) * e + 2 * n * f;
     b += (size_t)omp_get_max_threads() * cap * f + n * (size_t)m->Vp * e + 5 * n * 4;
     if (m->E) b += n * (size_t)m->K * ((size_t)2 * m->C + 3 * m->FE) * e; /* (approximately) */
     return b;
+}
+
+/* the linear layers' per-slot states and convolution tails, zeros, and one step's rows of them */
+static void slots_dn_alloc(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend *be, int slots,
+                           int rows) {
+    const size_t ss = dec_dn_cache_floats(m, 1), cs = dec_dn_cache_floats(m, 0);
+    const size_t n = (size_t)m->LL * slots;
+    ks->buf.dn_state = kv_alloc(be, n * ss, sizeof(float), "the slots' states");
+    ks->buf.dn_conv = kv_alloc(be, n * cs + 1, sizeof(float), "the slots' convolution tails");
+    ks->buf.dn_rows = kv_alloc(be, (size_t)rows * (ss + cs) + 1, sizeof(float), "state rows");
 }
 
 void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend *be, int slots,
@@ -204,16 +221,14 @@ void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend
     if (slots < 1 || cap < 1 || rows < 1)
         tsr_die(TSR_EXIT_INTERNAL, "model_kv_slots_init: %d slots of %d positions, %d rows", slots,
                 cap, rows);
-    if (m->LL)
-        tsr_die(TSR_EXIT_USAGE, "model.layer_types: batched decoding (generate --prompts, GRPO "
-                "rollouts) does not run linear_attention layers yet (docs/deltanet.md): one "
-                "sequence at a time does");
     memset(ks, 0, sizeof *ks);
     ks->slots = slots, ks->rows = rows;
     ks->buf.cap = cap, ks->buf.chunk = rows;
-    const size_t per = (size_t)m->L * slots * cap * m->KVH * m->hs, e = tsr_dtype_size(be->act);
+    const size_t per = (size_t)m->LA * slots * cap * m->KVH * m->hs + 1;
+    const size_t e = tsr_dtype_size(be->act);
     ks->buf.kt = kv_alloc(be, per, e, "the slots' keys");
     ks->buf.v = kv_alloc(be, per, e, "the slots' values");
+    if (m->LL) slots_dn_alloc(ks, m, be, slots, rows);
     kv_rows_alloc(&ks->buf, m, be, rows, cap);
     ks->logits = kv_alloc(be, (size_t)rows * m->Vp, e, "logits");
     ks->len = tsr_calloc((size_t)slots, sizeof *ks->len);
@@ -238,12 +253,20 @@ void model_kv_slots_reset(tsr_kv_slots *ks, int s) { ks->len[s] = ks->seg[s] = 0
 void model_kv_slots_copy(tsr_kv_slots *ks, const tsr_backend *be, const tsr_model *m, int dst,
                          int src) {
     const size_t per = (size_t)ks->buf.cap * m->KVH * m->hs * tsr_dtype_size(be->act);
-    for (int l = 0; l < m->L; l++) {
+    for (int l = 0; l < m->LA; l++) { /* the attention layers' keys and values */
         const size_t at = (size_t)l * ks->slots;
         be->copy(be, (char *)ks->buf.kt + (at + dst) * per, (char *)ks->buf.kt + (at + src) * per,
                  per);
         be->copy(be, (char *)ks->buf.v + (at + dst) * per, (char *)ks->buf.v + (at + src) * per,
                  per);
+    }
+    const size_t ss = dec_dn_cache_floats(m, 1), cs = dec_dn_cache_floats(m, 0);
+    for (int l = 0; l < m->LL; l++) { /* the linear layers' states and tails (host fp32) */
+        const size_t at = (size_t)l * ks->slots;
+        memcpy(ks->buf.dn_state + (at + dst) * ss, ks->buf.dn_state + (at + src) * ss,
+               ss * sizeof(float));
+        memcpy(ks->buf.dn_conv + (at + dst) * cs, ks->buf.dn_conv + (at + src) * cs,
+               cs * sizeof(float));
     }
     ks->len[dst] = ks->len[src], ks->seg[dst] = ks->seg[src];
 }

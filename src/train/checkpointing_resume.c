@@ -213,6 +213,14 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
 
 void checkpointing_set_aside_after(tsr_trainer *t) { ckpt_set_aside_after(t->cfg.run_dir, t->step); }
 
+/* The first layer (of both) where f (a per-layer property of model.layer_types) differs, or -1 */
+static int first_differing_layer(const tsr_model_config *x, const tsr_model_config *y,
+                                 int (*f)(const tsr_model_config *, int)) {
+    for (int l = 0; l < x->n_layer && l < y->n_layer; l++)
+        if (f(x, l) != f(y, l)) return l;
+    return -1;
+}
+
 /* The settings that give the model its tensors and their meaning, config vs checkpoint:
  * "n_layer 2 vs 4, d_model 64 vs 128" into out (empty when they agree). */
 static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size_t cap) {
@@ -227,11 +235,8 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
     const int rx = x->pos == TSR_POS_ROPE, ry = y->pos == TSR_POS_ROPE;
     const int sx = rx && x->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
     const int sy = ry && y->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
-    int wl = 0; /* the first layer whose attention window differs (model.layer_types) */
-    while (wl < x->n_layer && wl < y->n_layer &&
-           config_layer_window(x, wl) == config_layer_window(y, wl))
-        wl++;
-    const int wd = wl < x->n_layer && wl < y->n_layer;
+    const int wl = first_differing_layer(x, y, config_layer_window);
+    const int wd = wl >= 0, ll = first_differing_layer(x, y, config_layer_linear), ld = ll >= 0;
     unsigned lx = 0, ly = 0; /* LoRA's targets (both configs loaded: both parse) */
     if (a->lora.rank) config_lora_targets(x, a->lora.targets, &lx, why, sizeof why);
     if (b->lora.rank) config_lora_targets(y, b->lora.targets, &ly, why, sizeof why);
@@ -267,6 +272,8 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
         {"tie_embeddings", x->tie_embeddings, y->tie_embeddings},
         {"attention window of the first layer that differs (layer_types, sliding_window)",
          wd ? config_layer_window(x, wl) : 0, wd ? config_layer_window(y, wl) : 0},
+        {"model.layer_types at the first layer whose kind differs (1 linear_attention, 0 not)",
+         ld ? config_layer_linear(x, ll) : 0, ld ? config_layer_linear(y, ll) : 0},
         {"attn_sinks", x->attn_sinks, y->attn_sinks},
         {"norm_placement (0 pre, 1 sandwich, 2 post)", x->norm_placement, y->norm_placement},
         {"embed_scale (0 none, 1 sqrt_d_model)", x->embed_scale, y->embed_scale},
@@ -296,30 +303,44 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
                                   f[k].u, f[k].v);
 }
 
-/* --init-from: the stacked MoE and dense-MLP tensors carry no layer index, so a run whose MoE
- * layers sit elsewhere (another model.moe_every, same shapes) would load them into the wrong
- * layers: refused. Shapes catch the rest (another n_layer, expert count or width). */
+/* --init-from, layer l: 0 when it is of one kind in the run and the checkpoint, else the refusal */
+static int init_layer_kind(const tsr_model_config *x, const tsr_model_config *y, int l,
+                           const char *path) {
+    const int mx = x->moe_experts > 0 && (l + 1) % x->moe_every == 0;
+    const int my = y->moe_experts > 0 && (l + 1) % y->moe_every == 0;
+    if (mx != my) {
+        tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
+                  "(model.moe_every %d vs %d there): the experts would load into other "
+                  "layers; use the checkpoint's model.moe_every", path, l,
+                  my ? "a mixture of experts" : "dense", mx ? "a mixture of experts" : "dense",
+                  x->moe_every, y->moe_every);
+        return TSR_EXIT_USAGE;
+    }
+    const int lx = config_layer_linear(x, l), ly = config_layer_linear(y, l);
+    if (lx != ly) {
+        tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
+                  "(model.layer_types): the weights would load into other layers; use the "
+                  "checkpoint's model.layer_types", path, l,
+                  ly ? "linear_attention" : "an attention layer",
+                  lx ? "linear_attention" : "an attention layer");
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* --init-from: the stacked MoE, dense-MLP, attention and DeltaNet tensors carry no layer index,
+ * so a run whose MoE or linear_attention layers sit elsewhere (another model.moe_every or order
+ * of model.layer_types, same shapes) would load them into the wrong layers: refused. Shapes
+ * catch the rest (another n_layer, expert count or width, count of linear layers). */
 static int check_init_moe_layers(const tsr_config *cfg, const char *path) {
     ckpt_peeked *pk = tsr_malloc(sizeof *pk);
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
     int rc = 0;
     if (ckpt_peek_meta(path, pk) == 0 &&
         ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0 &&
-        ck->model.n_layer == cfg->model.n_layer) {
-        const tsr_model_config *x = &cfg->model, *y = &ck->model;
-        for (int l = 0; l < x->n_layer && !rc; l++) {
-            int mx = x->moe_experts > 0 && (l + 1) % x->moe_every == 0;
-            int my = y->moe_experts > 0 && (l + 1) % y->moe_every == 0;
-            if (mx != my) {
-                tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
-                          "(model.moe_every %d vs %d there): the experts would load into other "
-                          "layers; use the checkpoint's model.moe_every", path, l,
-                          my ? "a mixture of experts" : "dense", mx ? "a mixture of experts" :
-                          "dense", x->moe_every, y->moe_every);
-                rc = TSR_EXIT_USAGE;
-            }
-        }
-    }
+        ck->model.n_layer == cfg->model.n_layer)
+        for (int l = 0; l < cfg->model.n_layer && !rc; l++)
+            rc = init_layer_kind(&cfg->model, &ck->model, l, path);
     free(ck);
     free(pk);
     return rc;

@@ -9,15 +9,26 @@
 #    equals it within 1e-6 at every step (the new tensors are ordinary units of the shards);
 #  - tessera generate from it, greedy, 100 tokens: the cache (the linear layers' state and
 #    convolution tail) gives the no-cache forward's ids and probabilities (1e-6 + 1e-4 p);
+#  - tessera generate --prompts (batched decoding: each slot its own state and convolution tail),
+#    3 prompts of different lengths, 2 samples each (a prompt's slot copied) at batch 4 (slots
+#    reused), greedy, 30 tokens: each completion the ids of its prompt generated alone;
+#  - GRPO (objective = grpo) on a tiny hybrid from scratch, 2 steps: the rollouts decoded by the
+#    batched path (4 prompts x 4 samples of 6 tokens a step) are logged with finite
+#    log-probabilities, and the run ends with its checkpoint (rewards are 0 from random weights:
+#    a smoke run, the maths being check 5's and the reference tests');
 #  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
 #    lora.rank > 0 naming lora.rank (exit 1, a config error), nothing written in run_dir;
-#  - the Hugging Face export is refused naming model.layer_types, no weights written.
+#  - the Hugging Face export is refused naming model.layer_types, no weights written;
+#  - a resume whose model.layer_types holds as many linear and full layers in another order
+#    (full first) is refused naming model.layer_types (exit 1), the checkpoints untouched: the
+#    stacked tensors carry no layer index, so it would load the weights into the wrong layers;
+#    --init-from that checkpoint with that order too, nothing written in the new run_dir.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 6
+tap_plan 10
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
@@ -43,6 +54,26 @@ sys.exit(0 if shapes.get("dnqkvw", (0,))[0] == 3 and shapes.get("dnow", (0,))[0]
 PY
 tap_check $? "a 3 linear + 1 full hybrid trains 4 steps on 2 ranks; its checkpoint holds dnqkvw .. dnow over 3 layers, qkvw and attngatew over 1, and verifies"
 
+before=$(cd "$TMP/D" && cat latest && sha256sum step-*.h5)
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/D" --set max_duration=6ba \
+    --set model.layer_types=full_attention,linear_attention,linear_attention,linear_attention \
+    >"$TMP/order.txt" 2>&1
+rc=$?
+tap_diag "reordered resume: $(grep -m1 -o 'differs.*' "$TMP/order.txt" | head -c 300)"
+((rc == 1)) && grep -q "model.layer_types at the first layer whose kind differs (1 linear_attention, 0 not) 0 vs 1" "$TMP/order.txt" &&
+    [[ $before == "$(cd "$TMP/D" && cat latest && sha256sum step-*.h5)" ]]
+tap_check $? "resume with the same 3 linear + 1 full layers in another order: refused (exit $rc) naming model.layer_types, checkpoints untouched"
+
+mkdir -p "$TMP/I"
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/I/run" --init-from "$TMP/D/step-00000004.h5" \
+    --set model.layer_types=full_attention,linear_attention,linear_attention,linear_attention \
+    >"$TMP/init.txt" 2>&1
+rc=$?
+tap_diag "reordered --init-from: $(grep -m1 -o 'layer 0 is.*' "$TMP/init.txt" | head -c 300)"
+((rc == 1)) && grep -q "layer 0 is linear_attention in the checkpoint but an attention layer in this run (model.layer_types)" "$TMP/init.txt" &&
+    [[ -z $(ls -A "$TMP/I") ]]
+tap_check $? "--init-from with the layer kinds in another order: refused (exit $rc) naming model.layer_types, nothing written"
+
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
     --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
 rc=$?
@@ -53,6 +84,49 @@ tap_check $? "the hybrid under zero3 on 2 ranks equals ddp within 1e-6 at every 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
     probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
 tap_check $? "generate, greedy 20 + 100 tokens: the linear layers' state in the cache == no cache, ids and probabilities"
+
+P1="5 17 3 250 99 12 7" P2="300 41 8 2 66 19 101 3 77 45 9 13 21 4 88" P3="60 61"
+for p in "$P1" "$P2" "$P3"; do echo "{\"prompt_ids\": [${p// /, }]}"; done >"$TMP/prompts.jsonl"
+"${GEN[@]}" --ckpt "$TMP/D" --prompts "$TMP/prompts.jsonl" --out "$TMP/batch.jsonl" --batch 4 \
+    --samples 2 \
+    --temperature 0 --no-eos-stop --max-tokens 30 >"$TMP/batch.txt" 2>&1
+rc=$?
+for i in 1 2 3; do
+    p=P$i
+    "${GEN[@]}" --ckpt "$TMP/D" --prompt-ids "${!p}" --temperature 0 --no-eos-stop --ids \
+        --max-tokens 30 >"$TMP/alone$i" 2>/dev/null
+done
+/usr/bin/python3 - "$TMP/batch.jsonl" "$TMP/alone1" "$TMP/alone2" "$TMP/alone3" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+alone = [[int(x) for x in open(f).read().split()] for f in sys.argv[2:]]
+got = [(r["index"], r.get("ids")) for r in rows]
+for i, g in got:
+    print("# batched", i, (g or [])[:12], "... alone", alone[i][:12], "...")
+sys.exit(0 if len(rows) == 6 and all(g == alone[i] for i, g in got) and all(len(a) == 30 for a in alone)
+         and len({tuple(a) for a in alone}) == 3 else 1)
+PY
+tap_check $(( rc | $? )) "generate --prompts, 3 prompts x 2 samples at batch 4, greedy 30 tokens: each completion the ids of its prompt generated alone (exit $rc)"
+
+grpo_prompts "$TMP/rl" 400 && grpo_small_args "$TMP/rl" &&
+    "$TRAIN" "${small[@]}" --set model.n_layer=4 --set model.pos=rope --set model.norm=rmsnorm \
+        --set model.mlp=swiglu --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention \
+        --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4 \
+        --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16 \
+        --set model.attn_output_gate=true --set max_duration=2ba --set grpo.log_completions=16 \
+        --set run_dir="$TMP/G" >"$TMP/grpo.txt" 2>&1
+rc=$?
+tap_diag "grpo: exit $rc, $(grep -m1 'step 2/2' "$TMP/grpo.txt")"
+((rc == 0)) && [[ -f $TMP/G/step-00000002.h5 ]] && /usr/bin/python3 - "$TMP/G/completions.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ok = (sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
+      and all(len(r["tokens"]) == 6 and math.isfinite(r["logprob"]) and r["logprob"] < 0 for r in rows)
+      and len({r["logprob"] for r in rows}) > 16)
+print("#", len(rows), "rollouts, logprobs", [round(r["logprob"], 2) for r in rows[:4]], "...")
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "GRPO on a 3 linear + 1 full hybrid, 2 steps: 32 rollouts of 6 tokens logged with finite log-probabilities, checkpoint written (exit $rc)"
 
 variant_refused R model.layer_types
 tap_check $? "device = cuda and parallel.context = 2 with linear_attention layers: exit 1 naming model.layer_types, nothing written"

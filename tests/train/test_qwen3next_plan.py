@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""test_qwen3next_plan.py — the Qwen3-Next recipe's `--plan` figures
+(configs/qwen3-next-80b-a3b.cfg; issue 68) against a hand count from the recipe's own keys, and
+that against the model card.
+
+By hand (docs/deltanet.md "Wiring", docs/moe.md): the embeddings (V x C, twice: untied); per
+full-attention layer q, k, v, o (n_kv_head key/value heads of head_dim), the output gate (attngatew,
+the gate half of HF's q_proj: n_head x head_dim rows) and the QK-norm weights; per
+linear_attention layer the Gated DeltaNet's in_proj_qkv (2 HK dk + HV dv rows), in_proj_z
+(HV dv), in_proj_b and in_proj_a (HV each), the depthwise convolution (its channels x K), dt_bias
+and A_log (HV), the gated norm (dv) and out_proj; per layer the router (E x C), E SwiGLU experts
+and the shared one, two norms;
+the final norm. tessera-train --plan 8 must print that total and active count (K of the E experts);
+Hugging Face's model holds, beyond it, the shared expert's sigmoid gate (C per layer: not in
+tessera's MoE yet), and with it the total must be the card's "80B" (79.5 .. 80.5 billion) and,
+without the embeddings, its "79B".
+Run: TESTS=qwen3next_plan bash tests/run.sh   (needs build/tessera-train). TAP; exit 77 without it.
+"""
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.environ.get("TSR_ROOT") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+from tap import Tap  # noqa: E402
+
+TRAIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tessera-train")
+CFG = os.path.join(ROOT, "configs", "qwen3-next-80b-a3b.cfg")
+if not os.access(TRAIN, os.X_OK):
+    print(f"1..0 # SKIP {TRAIN} is missing (run make first)")
+    sys.exit(77)
+
+
+def keys(path):
+    """the recipe's `key = value;` lines (any group), values as strings"""
+    out = {}
+    for line in open(path, encoding="utf-8"):
+        m = re.match(r"^\s*(\w+)\s*=\s*([^;{]*?);", line.split("#", 1)[0])
+        if m:
+            out[m.group(1)] = m.group(2).strip().strip('"')
+    return out
+
+
+def by_hand(k):
+    """(total, active per token, the shared expert gates' count) of the recipe's model"""
+    i = {n: int(v) for n, v in k.items() if re.fullmatch(r"\d+", v)}
+    C, L, hs, NH, KVH = i["d_model"], i["n_layer"], i["head_dim"], i["n_head"], i["n_kv_head"]
+    types = [t.strip() for t in k["layer_types"].split(",")]
+    LL = sum(types[l % len(types)] == "linear_attention" for l in range(L))
+    HK, HV = i["linear_num_key_heads"], i["linear_num_value_heads"]
+    dk, dv, K = i["linear_key_head_dim"], i["linear_value_head_dim"], i["linear_conv_kernel_dim"]
+    full = C * NH * hs * 2 + 2 * C * KVH * hs + NH * hs * C + 2 * hs  # q, gate, k, v, o, QK-norm
+    cd = 2 * HK * dk + HV * dv
+    linear = cd * C + HV * dv * C + 2 * HV * C + cd * K + 2 * HV + dv + C * HV * dv
+    E, top = i["moe_experts"], i["moe_top_k"]
+    FE, S = i["moe_intermediate_size"], i["moe_shared_size"]
+    shared = E * C + 3 * C * S + 2 * C  # router, shared expert, the block's two norms
+    common = 2 * i["vocab_size"] * C + (L - LL) * full + LL * linear + L * shared + C
+    return common + L * E * 3 * C * FE, common + L * top * 3 * C * FE, L * C
+
+
+def main():
+    tap = Tap(4)
+    total, active, gates = by_hand(keys(CFG))
+    r = subprocess.run([TRAIN, "--config", CFG, "--plan", "8"], capture_output=True, text=True)
+    m = re.search(r"params: (\d+) trainable, (\d+) active per token", r.stdout + r.stderr)
+    if not tap.ok(r.returncode == 0 and m,
+                  f"--plan 8 exits 0 with the figures (rc {r.returncode})"):
+        tap.diag((r.stdout + r.stderr)[-2000:])
+        tap.fail_until(4, "no figures")
+        return tap.status()
+    got, got_active = int(m.group(1)), int(m.group(2))
+    tap.ok(got == total, f"parameters: {got} printed, {total} by hand")
+    tap.ok(got_active == active, f"active per token: {got_active} printed, {active} by hand")
+    hf = total + gates
+    emb = 2 * int(keys(CFG)["vocab_size"]) * int(keys(CFG)["d_model"])
+    tap.ok(79.5e9 <= hf < 80.5e9 and 78.5e9 <= hf - emb < 79.5e9,
+           f"with the {gates} shared-expert gate weights, {hf} ({hf / 1e9:.2f}B; "
+           f"{(hf - emb) / 1e9:.2f}B without the embeddings): the card's 80B and 79B non-embedding")
+    return tap.status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
