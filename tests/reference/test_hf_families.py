@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """test_hf_families.py — Hugging Face import and export of the issue-67 families: OLMo 2
-(Olmo2ForCausalLM), OLMo 3 (Olmo3ForCausalLM, layer_types with sliding windows) and Gemma 3 text
-(Gemma3ForCausalLM, model_type gemma3_text).
+(Olmo2ForCausalLM), OLMo 3 (Olmo3ForCausalLM, layer_types with sliding windows), Gemma 3 text
+(Gemma3ForCausalLM, model_type gemma3_text: its sliding layers' own RoPE base, linear scaling on
+the full ones) and Gemma 2 (Gemma2ForCausalLM: both soft caps).
 
 Fixtures: hf_fixture.py's FAMILY_FIXTURES, tiny HF directories written BY SCRIPT from the published
 formats (transformers is not on this machine) with the logits of a float64 forward written after
-modeling_olmo2 / modeling_olmo3 / modeling_gemma3 (hf_fixture.family_forward). For each:
+modeling_olmo2 / modeling_olmo3 / modeling_gemma3 / modeling_gemma2 (hf_fixture.family_forward).
+For each:
   - `tessera ckpt import DIR OUT.h5` (Gemma: stderr says the (1 + w) norms were imported as w + 1);
   - ref_dump --init-from OUT.h5 (the fixture's tessera keys): tessera's fp32 logits on the
     fixture's rows against the float64 ones, max |diff| <= 1e-5 x max(1, max |logit|);
@@ -15,8 +17,8 @@ modeling_olmo2 / modeling_olmo3 / modeling_gemma3 (hf_fixture.family_forward). F
     identical to the fixture's (Gemma's norms through + 1 then - 1: the fixture's w are multiples
     of 2^-20, exact both ways), and config.json's keys equal to the fixture's.
 Then config.json keys tessera cannot represent yet are refused at import, exit 2, naming key and
-value (Gemma 3's rope_local_base_freq != rope_theta, attn_logit_softcapping, final_logit_softcapping;
-OLMo 3's rope_scaling yarn), and Gemma 3's older sliding_window_pattern form imports the model the
+value (transformers 5's rope_parameters per layer type, Gemma 3's and OLMo 3's rope_scaling yarn,
+Gemma 2's negative cap), and Gemma 3's older sliding_window_pattern form imports the model the
 layer_types list gives (same logits bit for bit).
 Run: TESTS=hf_families bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
@@ -126,7 +128,7 @@ def run_fixture(tap, fx, fdir, tmp):
     ck = os.path.join(tmp, name + ".h5")
     rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", fdir, ck])
     said = "(1 + w)" in out and "w + 1" in out
-    gemma = fx["model_type"] == "gemma3_text"
+    gemma = fx["model_type"] in fxm.GEMMA
     if rc:
         tap.diag(out[-1500:])
     tap.ok(rc == 0 and said == gemma, f"{name}: tessera ckpt import: exit {rc}"
@@ -185,14 +187,19 @@ def edited(tmp, src, name, **changes):
 
 def refusals(tap, tmp, dirs):
     """Keys tessera cannot represent yet: exit 2 naming key and value; the older Gemma 3 form."""
-    g, o3 = dirs["gemma3_text"], dirs["olmo3_swa"]
+    g, o3, g2 = dirs["gemma3_text"], dirs["olmo3_swa"], dirs["gemma2"]
+    per_type = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
     cases = [
-        ("rope_local_base_freq", edited(tmp, g, "g_local", rope_local_base_freq=1e6),
-         ["rope_local_base_freq = 1e+06", "rope_theta = 10000"]),
-        ("attn_logit_softcapping", edited(tmp, g, "g_softcap", attn_logit_softcapping=50.0),
-         ["attn_logit_softcapping = 50:", "soft-capping"]),
-        ("final_logit_softcapping", edited(tmp, g, "g_final", final_logit_softcapping=30.0),
-         ["final_logit_softcapping = 30:", "soft-capping"]),
+        ("Gemma 3 rope_parameters per layer type",
+         edited(tmp, g, "g_params", rope_scaling=None, rope_parameters=per_type),
+         ["rope_parameters = ", "per layer type"]),
+        ("Gemma 3 rope_scaling yarn",
+         edited(tmp, g, "g_yarn", rope_scaling={"rope_type": "yarn", "factor": 8.0}),
+         ["rope_scaling.rope_type = \"yarn\"", "Gemma3ForCausalLM"]),
+        ("Gemma 2 attn_logit_softcapping = -1",
+         edited(tmp, g2, "g2_cap", attn_logit_softcapping=-1.0),
+         ["attn_logit_softcapping = -1", "null or a cap > 0"]),
         ("OLMo 3 rope_scaling yarn",
          edited(tmp, o3, "o3_yarn", rope_scaling={"rope_type": "yarn", "factor": 8.0}),
          ["rope_scaling = ", "yarn"]),
