@@ -127,6 +127,13 @@ static void write_family(textbuf *b, const tsr_model *m, hf_arch a) {
     write_cap(b, "final_logit_softcapping", c->final_logit_softcapping);
 }
 
+/* SmolLM3Config's no_rope_layers, one entry per layer (1: RoPE), and no window. */
+static void write_nope(textbuf *b, const tsr_model *m) {
+    add(b, "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"no_rope_layers\": [");
+    for (int l = 0; l < m->L; l++) add(b, "%s%d", l ? ", " : "", config_layer_rope(&m->cfg, l));
+    add(b, "],\n");
+}
+
 /* rope_scaling: Llama 3's, linear (Gemma), or null. */
 static void write_rope_scaling(textbuf *b, const tsr_model_config *c) {
     char f[32], lo[32], hi[32];
@@ -160,14 +167,16 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
         json_double(theta, sizeof theta, c->rope_theta));
     write_rope_scaling(b, c);
     add(b, "  \"attention_dropout\": 0.0,\n");
-    if (a == HF_LLAMA)
-        add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"pretraining_tp\": 1,\n",
-            c->bias ? "true" : "false", c->bias ? "true" : "false");
+    if (hf_family_of(a)->llama_bias)
+        add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n%s", c->bias ? "true" : "false",
+            c->bias ? "true" : "false", a == HF_LLAMA ? "  \"pretraining_tp\": 1,\n" : "");
+    if (a == HF_SMOLLM3)
+        write_nope(b, m);
     else if (a == HF_MISTRAL || a == HF_MIXTRAL)
         add(b, "  \"sliding_window\": null,\n");
     else if (a >= HF_OLMO2)
         write_family(b, m, a);
-    else
+    else if (a != HF_LLAMA)
         add(b, "%s  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
                 "  \"max_window_layers\": %d,\n", hf_arch_qk_norm(a) ? "  \"attention_bias\": false,\n" : "",
             m->L);
@@ -475,7 +484,7 @@ static void check_window(checker *c, const json_value *r, const tsr_model *m, hf
 /* The run must have the biases and QK-norm of the class. */
 static void check_llama_extras(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
     int ab = a == HF_QWEN2 ? 0 : get_bool(c, r, "attention_bias", 0);
-    if (a == HF_LLAMA) {
+    if (hf_family_of(a)->llama_bias) {
         int mb = get_bool(c, r, "mlp_bias", 0);
         if (ab != mb)
             fault(c, TSR_EXIT_DATA, "attention_bias = %s and mlp_bias = %s: tessera's model.bias "
@@ -511,6 +520,7 @@ static const struct llama_defaults {
     [HF_MIXTRAL] = {32000, 4096, 14336, 32, 32, 8},   [HF_QWEN3_MOE] = {151936, 2048, 6144, 24, 32, 4},
     [HF_OLMO2] = {50304, 4096, 11008, 32, 32, 0},     [HF_OLMO3] = {50304, 4096, 11008, 32, 32, 0},
     [HF_GEMMA3] = {262208, 2304, 9216, 26, 8, 4},     [HF_GEMMA2] = {256000, 2304, 9216, 26, 8, 4},
+    [HF_SMOLLM3] = {128256, 2048, 11008, 36, 16, 4},
 };
 _Static_assert(sizeof llama_def / sizeof llama_def[0] == HF_ARCH_COUNT, "one row per class");
 
@@ -600,6 +610,8 @@ typedef struct hf_variants {
     double qpas;      /* query_pre_attn_scalar (0: not read) */
     double cap_attn, cap_final; /* the soft caps (0: null or not read) */
     double local;     /* rope_local_base_freq (0: not read) */
+    int rope[HF_MAX_LAYERS]; /* no_rope_layers: 1 = RoPE (every layer when not read) */
+    char nope[2048];  /* model.no_rope_layers: its shortest repeating pattern ("" = all RoPE) */
 } hf_variants;
 
 /* A soft cap of config.json: null is off (0), absent the class's default. */
@@ -634,6 +646,39 @@ static void read_layer_types(checker *c, const json_value *r, hf_arch a, long L,
     for (long l = 0; l < L && p >= 1; l++) v->sliding[l] = (l + 1) % p != 0;
 }
 
+/* The shortest period p of x[0 .. L): x[l] = x[l % p] for every l. */
+static long period_of(const int *x, long L) {
+    long p = 1;
+    while (p < L) {
+        long l = p;
+        while (l < L && x[l] == x[l % p]) l++;
+        if (l == L) break;
+        p++;
+    }
+    return p;
+}
+
+/* SmolLM3's no_rope_layers (at least num_hidden_layers entries of 0 or 1), else every
+ * no_rope_layer_interval-th layer without RoPE (SmolLM3Config's default, 4); the pattern. */
+static void read_nope(checker *c, const json_value *r, long L, hf_variants *v) {
+    const json_value *nl = member(r, "no_rope_layers");
+    long every = get_int(c, r, "no_rope_layer_interval", 4);
+    if (nl && nl->type != JSON_NULL && (nl->type != JSON_ARRAY || (long)nl->len < L))
+        fault(c, TSR_EXIT_DATA, "no_rope_layers is not a list of at least num_hidden_layers = %ld "
+              "entries", L);
+    else if ((!nl || nl->type == JSON_NULL) && every < 1)
+        fault(c, TSR_EXIT_DATA, "no_rope_layer_interval = %ld, expected >= 1", every);
+    const json_value *e = nl && nl->type == JSON_ARRAY ? nl->child : NULL;
+    for (long l = 0; !c->rc && l < L; l++, e = e ? e->next : NULL) {
+        v->rope[l] = e ? e->type == JSON_NUMBER && e->num == 1 : (l + 1) % every != 0;
+        if (e && !(e->type == JSON_NUMBER && (e->num == 0 || e->num == 1)))
+            fault(c, TSR_EXIT_DATA, "no_rope_layers entry %ld is not 0 or 1", l);
+    }
+    long p = period_of(v->rope, L), all = 1, n = 0;
+    for (long l = 0; l < L; l++) all &= v->rope[l];
+    for (long l = 0; !all && l < p; l++) n += snprintf(v->nope + n, 4, "%s%d", l ? "," : "", v->rope[l]);
+}
+
 static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_variants *v) {
     memset(v, 0, sizeof *v);
     if (L < 1 || L > HF_MAX_LAYERS) {
@@ -647,23 +692,20 @@ static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_v
         v->cap_final = get_cap(c, r, "final_logit_softcapping", f->cap_final);
     }
     if (f->local_theta) v->local = get_num(c, r, "rope_local_base_freq", 10000);
+    for (long l = 0; l < L; l++) v->rope[l] = 1;
+    if (f->nope) read_nope(c, r, L, v);
     if (!f->windows) return;
     read_layer_types(c, r, a, L, v);
     v->window = get_int(c, r, "sliding_window", 4096);
-    int any = 0, p = 1;
+    int any = 0;
+    long p = period_of(v->sliding, L);
     for (long l = 0; l < L; l++) any |= v->sliding[l];
     if (member(r, "sliding_window") && member(r, "sliding_window")->type == JSON_NULL) v->window = 0;
     if (any && v->window < 1)
         fault(c, TSR_EXIT_DATA, "sliding_window = %ld with sliding_attention layers: expected a "
               "window of at least 1 token", v->window);
-    while (p < L) { /* the shortest period of the layers' types */
-        long l = p;
-        while (l < L && v->sliding[l] == v->sliding[l % p]) l++;
-        if (l == L) break;
-        p++;
-    }
     size_t n = 0;
-    for (int l = 0; l < p; l++)
+    for (long l = 0; l < p; l++)
         n += (size_t)snprintf(v->types + n, sizeof v->types - n, "%s%s", l ? "," : "",
                               v->sliding[l] ? "sliding_attention" : "full_attention");
     if (n >= sizeof v->types) fault(c, TSR_EXIT_DATA, "layer_types: no pattern of %zu bytes "
@@ -717,6 +759,11 @@ static void check_family(checker *c, const json_value *r, const tsr_model *m, hf
         fault(c, TSR_EXIT_USAGE, "query_pre_attn_scalar = %g, but this run's is %g: set --set "
               "model.query_pre_attn_scalar=%g", q, run, q);
     check_family_rope(c, &v, mc, f);
+    for (int l = 0; l < m->L && !c->rc; l++)
+        if (config_layer_rope(mc, l) != v.rope[l])
+            fault(c, TSR_EXIT_USAGE, "layer %d %s RoPE (no_rope_layers), but this run's %s: set "
+                  "--set model.no_rope_layers=%s", l, v.rope[l] ? "uses" : "has no",
+                  v.rope[l] ? "has none" : "does", v.nope[0] ? v.nope : "\"\"");
     for (int l = 0; l < m->L && !c->rc; l++) {
         int want = v.sliding[l] ? (int)v.window : 0;
         if (config_layer_window(mc, l) != want)
@@ -800,14 +847,15 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT)
         fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\", \"gemma3_text\" and \"gemma2\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\" and \"smollm3\" only", mt);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
         else if (out->arch == HF_MPT) check_mpt(&c, root, m);
         else check_llama(&c, root, m, out->arch);
         check_moe(&c, root, m, out->arch);
         if (out->arch < HF_LLAMA) check_eps(&c, root);
-        out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA);
+        out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA ||
+                             hf_family_of(out->arch)->tied);
         if (out->arch >= HF_LLAMA)
             same_bool(&c, "tie_word_embeddings", out->tied, "model.tie_embeddings",
                       m->cfg.tie_embeddings);
@@ -939,6 +987,8 @@ static void fill_family(filler *F, hf_arch a, long L) {
         put_cap(F, "model.final_logit_softcapping", "final_logit_softcapping", v.cap_final);
     }
     if (f->local_theta) put_num(F, "model.rope_local_theta", F->c.root, "rope_local_base_freq", 10000);
+    if (f->nope) put(F, 0, "model.no_rope_layers", v.nope, "no_rope_layers (its shortest repeating "
+                     "pattern; \"\": every layer turns by RoPE)");
     if (!f->windows) return;
     put(F, 0, "model.layer_types", v.types, "layer_types (its shortest repeating pattern)");
     snprintf(val, sizeof val, "%ld", v.window);
@@ -963,16 +1013,17 @@ static void fill_llama(filler *F, hf_arch a) {
     put_int(F, 0, "model.vocab_size", "vocab_size", d->vocab);
     put_num(F, "model.norm_eps", r, "rms_norm_eps", 1e-6);
     fill_rope(F);
-    if (a == HF_LLAMA) put_bool(F, "model.bias", "attention_bias", 0);
+    int lb = hf_family_of(a)->llama_bias;
+    if (lb) put_bool(F, "model.bias", "attention_bias", 0);
     else put_word(F, "model.bias", "false", a, "no o_proj or MLP biases");
-    if (a == HF_LLAMA && !get_bool(&F->c, r, "attention_bias", 0))
+    if (lb && !get_bool(&F->c, r, "attention_bias", 0))
         put_word(F, "model.qkv_bias", "false", a, "no q/k/v biases without attention_bias");
-    else if (a != HF_LLAMA)
+    else if (!lb)
         put_word(F, "model.qkv_bias", a == HF_QWEN2 ? "true" : "false", a,
                  a == HF_QWEN2 ? "q/k/v biases" : "no q/k/v biases");
     put_word(F, "model.qk_norm", hf_arch_qk_norm(a) ? "true" : "false", a,
              hf_arch_qk_norm(a) ? "QK-norm" : "no QK-norm");
-    put_bool(F, "model.tie_embeddings", "tie_word_embeddings", 0);
+    put_bool(F, "model.tie_embeddings", "tie_word_embeddings", hf_family_of(a)->tied);
     if (member(r, "max_position_embeddings")) /* the model's context (informational with RoPE) */
         put_int(F, 1, "model.max_seq_len", "max_position_embeddings", 0);
     if (hf_arch_moe(a)) fill_moe(F, a);
@@ -1035,7 +1086,7 @@ int hf_config_fill(const char *dir, tsr_config_fill *f) {
     if (!F.c.rc && a == HF_ARCH_COUNT)
         fault(&F.c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\", \"gemma3_text\" and \"gemma2\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\" and \"smollm3\" only", mt);
     if (!F.c.rc) {
         if (a < HF_LLAMA) fill_gpt2_mpt(&F, a);
         else fill_llama(&F, a);

@@ -29,21 +29,22 @@
 
 const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
                                                    "qwen3", "mixtral", "qwen3_moe", "olmo2",
-                                                   "olmo3", "gemma3_text", "gemma2"};
+                                                   "olmo3", "gemma3_text", "gemma2", "smollm3"};
 const char *const hf_class_name[HF_ARCH_COUNT] = {
     "GPT2LMHeadModel",  "MptForCausalLM",   "LlamaForCausalLM",   "MistralForCausalLM",
     "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
-    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM"};
+    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM",
+    "SmolLM3ForCausalLM"};
 
 /* Olmo2ForCausalLM: post norms, QK-norm over the projections; Olmo3ForCausalLM: and layer_types
  * with sliding windows; Gemma3ForCausalLM: sandwich norms of (1 + w), QK-norm per head, the
  * scaled embedding, query_pre_attn_scalar, GeGLU with the tanh GELU, sliding windows, its own
  * RoPE base on the sliding layers, linear scaling on the full ones, optional soft caps;
  * Gemma2ForCausalLM: Gemma 3 without QK-norm and local base, its soft caps on by default, every
- * other layer sliding. */
+ * other layer sliding; SmolLM3ForCausalLM: Llama's with NoPE layers (no_rope_layers). */
 #define SWIGLU .mlp = TSR_MLP_SWIGLU
 static const hf_family families[HF_ARCH_COUNT] = {
-    [HF_LLAMA] = {SWIGLU, .head_dim_key = 1},   [HF_MISTRAL] = {SWIGLU, .head_dim_key = 1},
+    [HF_LLAMA] = {SWIGLU, .head_dim_key = 1, .llama_bias = 1},   [HF_MISTRAL] = {SWIGLU, .head_dim_key = 1},
     [HF_QWEN2] = {SWIGLU, .head_dim_key = 1},   [HF_QWEN3] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1},
     [HF_MIXTRAL] = {SWIGLU, .head_dim_key = 1}, [HF_QWEN3_MOE] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1},
     [HF_OLMO2] = {SWIGLU, .place = TSR_NPLACE_POST, .qk_norm = 1, .scope = TSR_QKN_PROJECTION},
@@ -51,11 +52,13 @@ static const hf_family families[HF_ARCH_COUNT] = {
                   .windows = 1, .period = 4},
     [HF_GEMMA3] = {.place = TSR_NPLACE_SANDWICH, .qk_norm = 1, .mlp = TSR_MLP_GEGLU_TANH,
                    .embed = TSR_EMB_SCALE_SQRT_D, .windows = 1, .qpas = 1, .head_dim_key = 1,
-                   .norm_add = 1.0f, .period = 6, .softcap = 1, .local_theta = 1, .rope_linear = 1},
+                   .norm_add = 1.0f, .period = 6, .softcap = 1, .local_theta = 1, .rope_linear = 1,
+                   .tied = 1},
     [HF_GEMMA2] = {.place = TSR_NPLACE_SANDWICH, .mlp = TSR_MLP_GEGLU_TANH,
                    .embed = TSR_EMB_SCALE_SQRT_D, .windows = 1, .qpas = 1, .head_dim_key = 1,
                    .norm_add = 1.0f, .period = 2, .softcap = 1, .cap_attn = 50, .cap_final = 30,
-                   .rope_linear = 1},
+                   .rope_linear = 1, .tied = 1},
+    [HF_SMOLLM3] = {SWIGLU, .nope = 1, .llama_bias = 1, .tied = 1},
 };
 #undef SWIGLU
 
@@ -130,6 +133,10 @@ static hf_arch llama_default_arch(const tsr_model *m, const char **by) {
         return c->qk_norm ? HF_GEMMA3 : HF_GEMMA2;
     if (c->norm_placement == TSR_NPLACE_POST) return has_window(c) ? HF_OLMO3 : HF_OLMO2;
     if (m->E) return c->qk_norm ? HF_QWEN3_MOE : HF_MIXTRAL;
+    if (c->no_rope_layers[0] && !c->qk_norm) {
+        *by = "model.no_rope_layers";
+        return HF_SMOLLM3;
+    }
     return c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 : HF_LLAMA;
 }
 
@@ -148,7 +155,7 @@ static const char *unexported_key(const tsr_model_config *c, const hf_family *f)
         k = "model.rope_scaling";
     else if (c->rope_local_theta > 0 && !f->local_theta) k = "model.rope_local_theta";
     else if (c->partial_rotary_factor != 1.0) k = "model.partial_rotary_factor";
-    else if (c->no_rope_layers[0]) k = "model.no_rope_layers";
+    else if (c->no_rope_layers[0] && !f->nope) k = "model.no_rope_layers";
     if (!k) k = config_moe_variant_key(c);
     if (!k && config_linear_layers(c) > 0) k = "model.layer_types";
     if (!k && c->attn_output_gate) k = "model.attn_output_gate";
@@ -195,7 +202,7 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
         snprintf(why, cap, "model.pos = \"rope\" exports to the Llama family (LlamaForCausalLM, "
                  "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
                  "Qwen3MoeForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM, "
-                 "Gemma2ForCausalLM), "
+                 "Gemma2ForCausalLM, SmolLM3ForCausalLM), "
                  "which needs model.norm = \"rmsnorm\" and a gated MLP; this model has \"%s\" "
                  "and \"%s\"", c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
                  mlp_name[c->mlp]);
@@ -208,6 +215,7 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
     char fam[160];
     switch (*a) {
     case HF_LLAMA: /* attention_bias (q, k, v, o) and mlp_bias = model.bias */
+    case HF_SMOLLM3:
         if (c->qk_norm || qkv_only) need = "model.qk_norm = false and no model.qkv_bias without "
                                            "model.bias (q, k, v biases without an o_proj bias)";
         break;

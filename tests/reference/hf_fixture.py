@@ -86,14 +86,17 @@ FAMILY_FIXTURES = [
     dict(name="gemma2", model_type="gemma2", L=4, C=48, NH=4, KVH=2, hs=16, F=64, tied=True,
          theta=10000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, W=5, qpas=32.0,
          types=["sliding_attention", "full_attention"] * 2, linear=2.0, caps=(0.5, 2.0)),
+    dict(name="smollm3", model_type="smollm3", L=4, C=64, NH=4, KVH=2, hs=16, F=96, tied=True,
+         theta=2000000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, nope=[1, 1, 1, 0]),
 ]
 CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
          "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
          "qwen3_moe": "Qwen3MoeForCausalLM", "olmo2": "Olmo2ForCausalLM",
          "olmo3": "Olmo3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
-         "gemma2": "Gemma2ForCausalLM"}
+         "gemma2": "Gemma2ForCausalLM", "smollm3": "SmolLM3ForCausalLM"}
 OLMO = ("olmo2", "olmo3")
 GEMMA = ("gemma3_text", "gemma2")
+PRE = ("smollm3",)  # Llama's pre-norm block (input_layernorm, post_attention_layernorm = ln2w)
 QK_NORM = ("qwen3", "qwen3_moe")
 
 
@@ -123,7 +126,7 @@ def moe_state(fx, p, w):
 
 def state_dict(fx, seed):
     """HF name -> float64 tensor, in transformers' state-dict (module) order."""
-    if fx["model_type"] in CLASS and fx["model_type"] in OLMO + GEMMA:
+    if fx["model_type"] in CLASS and fx["model_type"] in OLMO + GEMMA + PRE:
         return family_state_dict(fx, seed)
     g = torch.Generator().manual_seed(seed)
     C, NH, KVH, hs, Fw = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"]
@@ -224,7 +227,7 @@ def write_weights(d, fx, sd):
 
 def config_json(fx):
     mt = fx["model_type"]
-    if mt in OLMO + GEMMA:
+    if mt in OLMO + GEMMA + PRE:
         return family_config_json(fx)
     cj = {"architectures": [CLASS[mt]], "model_type": mt, "vocab_size": fx.get("V", V), "hidden_size": fx["C"],
           "intermediate_size": fx["F"], "num_hidden_layers": fx["L"],
@@ -328,7 +331,7 @@ def moe_block(h, w, cj):
 
 def forward(sd, cj, idx):
     """Logits (B, T, V) of *ForCausalLM on the token rows idx (B, T)."""
-    if cj["model_type"] in OLMO + GEMMA:
+    if cj["model_type"] in OLMO + GEMMA + PRE:
         return family_forward(sd, cj, idx)
     Bn, Tn = idx.shape
     NH, KVH, eps = cj["num_attention_heads"], cj["num_key_value_heads"], cj["rms_norm_eps"]
@@ -397,7 +400,7 @@ def family_state_dict(fx, seed):
         sd[p + "self_attn.k_proj.weight"] = w(KVH * hs, C)
         sd[p + "self_attn.v_proj.weight"] = w(KVH * hs, C)
         sd[p + "self_attn.o_proj.weight"] = w(C, NH * hs)
-        if mt != "gemma2":  # Gemma 2 has no QK-norm
+        if mt in OLMO + ("gemma3_text",):  # Gemma 2 and SmolLM3 have no QK-norm
             sd[p + "self_attn.q_norm.weight"] = norm(qn)
             sd[p + "self_attn.k_norm.weight"] = norm(kn)
         sd[p + "mlp.gate_proj.weight"] = w(Fw, C)
@@ -405,6 +408,7 @@ def family_state_dict(fx, seed):
         sd[p + "mlp.down_proj.weight"] = w(C, Fw)
         names = (("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                   "post_feedforward_layernorm") if gemma else
+                 ("input_layernorm", "post_attention_layernorm") if mt in PRE else
                  ("post_attention_layernorm", "post_feedforward_layernorm"))
         for n in names:
             sd[f"{p}{n}.weight"] = norm(C)
@@ -424,8 +428,11 @@ def family_config_json(fx):
           "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
           "initializer_range": 0.02, "tie_word_embeddings": fx["tied"], "use_cache": True,
           "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
-    if mt in OLMO:
+    if mt in OLMO + PRE:
         cj["hidden_act"] = "silu"
+    if mt in PRE:
+        cj.update(mlp_bias=False, use_sliding_window=False, sliding_window=None,
+                  no_rope_layers=list(fx["nope"]), no_rope_layer_interval=4)
     if "types" in fx:
         cj.update(sliding_window=fx["W"], layer_types=list(fx["types"]))
     if mt in GEMMA:
@@ -490,27 +497,29 @@ def family_forward(sd, cj, idx):
         cos, sin = family_rope(cj, hs, Tn, types[i] == "sliding_attention")
         if types[i] == "sliding_attention":
             mask = causal & (pos[:, None] - pos[None, :] < cj["sliding_window"])
-        h = nrm(x, w("input_layernorm")) if gemma else x
+        pre = mt in PRE
+        h = nrm(x, w("input_layernorm")) if gemma or pre else x
         q, k, v = h @ w("self_attn.q_proj").T, h @ w("self_attn.k_proj").T, h @ w("self_attn.v_proj").T
-        if not gemma:
+        if mt in OLMO:
             q, k = nrm(q, w("self_attn.q_norm")), nrm(k, w("self_attn.k_norm"))
         q = q.view(Bn, Tn, NH, hs).transpose(1, 2)
         k = k.view(Bn, Tn, KVH, hs).transpose(1, 2)
         v = v.view(Bn, Tn, KVH, hs).transpose(1, 2)
         if mt == "gemma3_text":
             q, k = nrm(q, w("self_attn.q_norm")), nrm(k, w("self_attn.k_norm"))
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if cj.get("no_rope_layers", [1] * (i + 1))[i]:  # SmolLM3's NoPE layers: no rotation
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(NH // KVH, dim=1)
         v = v.repeat_interleave(NH // KVH, dim=1)
         s = softcap((q @ k.transpose(-1, -2)) * scale, cj.get("attn_logit_softcapping"))
         a = F.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
         a = a.transpose(1, 2).reshape(Bn, Tn, NH * hs) @ w("self_attn.o_proj").T
-        x = x + nrm(a, w("post_attention_layernorm"))
-        h = nrm(x, w("pre_feedforward_layernorm")) if gemma else x
+        x = x + (a if pre else nrm(a, w("post_attention_layernorm")))
+        h = nrm(x, w("pre_feedforward_layernorm")) if gemma else nrm(x, w("post_attention_layernorm")) if pre else x
         act = F.gelu(h @ w("mlp.gate_proj").T, approximate="tanh") if gemma else F.silu(h @ w("mlp.gate_proj").T)
         m = (act * (h @ w("mlp.up_proj").T)) @ w("mlp.down_proj").T
-        x = x + nrm(m, w("post_feedforward_layernorm"))
+        x = x + (m if pre else nrm(m, w("post_feedforward_layernorm")))
     x = nrm(x, sd["model.norm.weight"])
     head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
     return softcap(x @ head.T, cj.get("final_logit_softcapping"))
@@ -524,9 +533,10 @@ def family_sets(fx):
          "model.vocab_size": V, "model.vocab_multiple": VOCAB_MULTIPLE, "model.pos": "rope",
          "model.norm": "rmsnorm", "model.mlp": "geglu_tanh" if gemma else "swiglu",
          "model.bias": "false", "model.qkv_bias": "false", "model.norm_eps": repr(fx["eps"]),
-         "model.rope_theta": repr(fx["theta"]), "model.qk_norm": str(mt != "gemma2").lower(),
-         "model.qk_norm_scope": "head" if gemma else "projection",
-         "model.norm_placement": "sandwich" if gemma else "post",
+         "model.rope_theta": repr(fx["theta"]),
+         "model.qk_norm": str(mt in OLMO + ("gemma3_text",)).lower(),
+         "model.qk_norm_scope": "projection" if mt in OLMO else "head",
+         "model.norm_placement": "sandwich" if gemma else "pre" if mt in PRE else "post",
          "model.embed_scale": "sqrt_d_model" if gemma else "none",
          "model.tie_embeddings": str(fx["tied"]).lower()}
     if "types" in fx:
@@ -539,6 +549,8 @@ def family_sets(fx):
         s["model.rope_local_theta"] = repr(fx["local"])
     if "linear" in fx:
         s.update({"model.rope_scaling": "linear", "model.rope_factor": repr(fx["linear"])})
+    if "nope" in fx:
+        s["model.no_rope_layers"] = ",".join(str(b) for b in fx["nope"])
     return {k: str(v) for k, v in s.items()}
 
 

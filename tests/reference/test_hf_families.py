@@ -2,11 +2,13 @@
 """test_hf_families.py — Hugging Face import and export of the issue-67 families: OLMo 2
 (Olmo2ForCausalLM), OLMo 3 (Olmo3ForCausalLM, layer_types with sliding windows), Gemma 3 text
 (Gemma3ForCausalLM, model_type gemma3_text: its sliding layers' own RoPE base, linear scaling on
-the full ones) and Gemma 2 (Gemma2ForCausalLM: both soft caps).
+the full ones), Gemma 2 (Gemma2ForCausalLM: both soft caps) and SmolLM3 (SmolLM3ForCausalLM:
+no_rope_layers).
 
 Fixtures: hf_fixture.py's FAMILY_FIXTURES, tiny HF directories written BY SCRIPT from the published
 formats (transformers is not on this machine) with the logits of a float64 forward written after
-modeling_olmo2 / modeling_olmo3 / modeling_gemma3 / modeling_gemma2 (hf_fixture.family_forward).
+modeling_olmo2 / modeling_olmo3 / modeling_gemma3 / modeling_gemma2 / modeling_smollm3
+(hf_fixture.family_forward).
 For each:
   - `tessera ckpt import DIR OUT.h5` (Gemma: stderr says the (1 + w) norms were imported as w + 1);
   - ref_dump --init-from OUT.h5 (the fixture's tessera keys): tessera's fp32 logits on the
@@ -18,8 +20,9 @@ For each:
     of 2^-20, exact both ways), and config.json's keys equal to the fixture's.
 Then config.json keys tessera cannot represent yet are refused at import, exit 2, naming key and
 value (transformers 5's rope_parameters per layer type, Gemma 3's and OLMo 3's rope_scaling yarn,
-Gemma 2's negative cap), and Gemma 3's older sliding_window_pattern form imports the model the
-layer_types list gives (same logits bit for bit).
+Gemma 2's negative cap), Gemma 3's older sliding_window_pattern form imports the model the
+layer_types list gives and SmolLM3's no_rope_layer_interval the model of its no_rope_layers list
+(same logits bit for bit).
 Run: TESTS=hf_families bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
 import json
@@ -42,12 +45,13 @@ from tap import Tap  # noqa: E402
 TOL = 1e-5  # fp32 (tessera) against float64 (the fixture), as test_hf_llama.py's TOL_FP32
 REF_DUMP = os.path.join(hfe.BUILD, "tests", "ref_dump")
 CHECKS_PER_FIXTURE = 5
-N_REFUSALS = 5
+N_REFUSALS = 6
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
                "rope_theta", "rope_scaling", "tie_word_embeddings", "layer_types", "sliding_window",
                "head_dim", "query_pre_attn_scalar", "hidden_activation", "hidden_act",
-               "rope_local_base_freq", "attn_logit_softcapping", "final_logit_softcapping"]
+               "rope_local_base_freq", "attn_logit_softcapping", "final_logit_softcapping",
+               "no_rope_layers", "use_sliding_window", "mlp_bias", "attention_bias"]
 
 
 def dataset(tmp, name, toks):
@@ -223,6 +227,21 @@ def refusals(tap, tmp, dirs):
     tap.ok(a is not None and b is not None and np.array_equal(a, b),
            "gemma3_text with sliding_window_pattern = 3 (no layer_types) imports the model of "
            "layer_types [sliding, sliding, full]: the same logits bit for bit")
+    same_model(tap, tmp, dirs["smollm3"], "s_interval", "smollm3 with no_rope_layer_interval = 4 "
+               "(no no_rope_layers) imports the model of no_rope_layers [1, 1, 1, 0]",
+               no_rope_layers=KeyError, no_rope_layer_interval=4)
+
+
+def same_model(tap, tmp, src, name, what, **changes):
+    """The directory src with config.json changed gives src's logits bit for bit."""
+    d = edited(tmp, src, name, **changes)
+    meta = json.load(open(os.path.join(src, "fixture.json")))
+    data = dataset(tmp, name, np.array(meta["tokens"]))
+    rc_a, out_a, a = ref_logits(tmp, name + "_a", src, dict(meta["sets"], **run_keys(tmp, name + "_a", data)))
+    rc_b, out_b, b = ref_logits(tmp, name + "_b", d, dict(meta["sets"], **run_keys(tmp, name + "_b", data)))
+    if rc_a or rc_b:
+        tap.diag((out_a + out_b)[-1500:])
+    tap.ok(a is not None and b is not None and np.array_equal(a, b), what + ": the same logits bit for bit")
 
 
 def main():
