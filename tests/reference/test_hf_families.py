@@ -45,7 +45,7 @@ from tap import Tap  # noqa: E402
 TOL = 1e-5  # fp32 (tessera) against float64 (the fixture), as test_hf_llama.py's TOL_FP32
 REF_DUMP = os.path.join(hfe.BUILD, "tests", "ref_dump")
 CHECKS_PER_FIXTURE = 5
-N_REFUSALS = 6
+N_REFUSALS = 8
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
                "rope_theta", "rope_scaling", "tie_word_embeddings", "layer_types", "sliding_window",
@@ -230,6 +230,32 @@ def refusals(tap, tmp, dirs):
     same_model(tap, tmp, dirs["smollm3"], "s_interval", "smollm3 with no_rope_layer_interval = 4 "
                "(no no_rope_layers) imports the model of no_rope_layers [1, 1, 1, 0]",
                no_rope_layers=KeyError, no_rope_layer_interval=4)
+    same_model(tap, tmp, g2, "g2_default", "gemma2 without layer_types imports Gemma2Config's "
+               "default (layer 0 sliding, every other after it)", layer_types=KeyError)
+    export_refusal(tap, tmp, g)
+
+
+def export_refusal(tap, tmp, g):
+    """A Gemma 3 model with linear scaling, sliding layers and model.rope_local_theta = 0 (tessera
+    scales its sliding layers too): the export refuses it naming the key, exit 1, nothing written."""
+    meta = json.load(open(os.path.join(g, "fixture.json")))
+    data = dataset(tmp, "g_theta0", np.array(meta["tokens"]))
+    sets = dict(meta["sets"], **run_keys(tmp, "g_theta0", data))
+    sets["model.rope_local_theta"] = "0"
+    ck = os.path.join(tmp, "g_theta0.h5")
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", g, ck])
+    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", "tiny.cfg"), "--init-from", ck]
+                      + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
+    cks = sorted(f for f in os.listdir(sets["run_dir"]) if f.endswith(".h5")) if rc == 0 else []
+    exp = os.path.join(tmp, "g_theta0_export")
+    rc2, out2 = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none",
+                         os.path.join(sets["run_dir"], cks[-1]), exp]) if cks else (-1, out)
+    said = "model.rope_local_theta > 0" in out2
+    if not said:
+        tap.diag((out + out2)[-1500:])
+    tap.ok(rc == 0 and rc2 == 1 and said and not os.path.exists(os.path.join(exp, "model.safetensors")),
+           f"ckpt export of a Gemma 3 model with linear scaling, sliding layers and rope_local_theta "
+           f"= 0: exit {rc2} (want 1) naming model.rope_local_theta, no weights written")
 
 
 def same_model(tap, tmp, src, name, what, **changes):
