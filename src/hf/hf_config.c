@@ -676,7 +676,8 @@ static void read_nope(checker *c, const json_value *r, long L, hf_variants *v) {
     }
     long p = period_of(v->rope, L), all = 1, n = 0;
     for (long l = 0; l < L; l++) all &= v->rope[l];
-    for (long l = 0; !all && l < p; l++) n += snprintf(v->nope + n, 4, "%s%d", l ? "," : "", v->rope[l]);
+    for (long l = 0; !all && l < p; l++) /* at most 2 x HF_MAX_LAYERS bytes: it fits */
+        n += snprintf(v->nope + n, sizeof v->nope - (size_t)n, "%s%d", l ? "," : "", v->rope[l]);
 }
 
 static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_variants *v) {
