@@ -220,8 +220,10 @@ static const cli_opt export_opts[] = {
     [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
                           "or none (default: the checkpoint's data.tokenizer)"},
     [EXPORT_ARCH] = {"arch", CLI_NO_SHORT('a'), "TYPE", "a RoPE model's model_type: llama, mistral, "
-                     "qwen2, qwen3, mixtral, qwen3_moe, olmo2, olmo3 or gemma3_text (default: "
-                     "gemma3_text with sandwich norms, GeGLU or the embedding scale; olmo3 with post "
+                     "qwen2, qwen3, mixtral, qwen3_moe, olmo2, olmo3, gemma3_text, gemma2 or smollm3 "
+                     "(default: "
+                     "gemma3_text with sandwich norms, GeGLU or the embedding scale (gemma2 "
+                     "without qk_norm); smollm3 with no_rope_layers; olmo3 with post "
                      "norms and windows, else olmo2; with experts qwen3_moe with qk_norm, else "
                      "mixtral; qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
     [EXPORT_ADAPTER] = {"adapter", CLI_NO_SHORT('A'), NULL, "a LoRA checkpoint: its adapters "

@@ -95,54 +95,88 @@ static void write_layer_types(textbuf *b, const tsr_model *m) {
     add(b, "],\n");
 }
 
-/* The keys of the issue-67 classes (Olmo2Config, Olmo3Config, Gemma3TextConfig) beyond LlamaConfig's
- * common ones. Gemma 3's local RoPE base is tessera's one theta; no soft-capping. */
+/* A soft cap's value: null when off. */
+static void write_cap(textbuf *b, const char *key, double cap) {
+    char v[32];
+    if (cap > 0) add(b, "  \"%s\": %s,\n", key, json_double(v, sizeof v, cap));
+    else add(b, "  \"%s\": null,\n", key);
+}
+
+/* The keys of the issue-67 classes (Olmo2Config, Olmo3Config, Gemma3TextConfig, Gemma2Config)
+ * beyond LlamaConfig's common ones: the windows, query_pre_attn_scalar, the soft caps, Gemma 3's
+ * sliding layers' base (model.rope_local_theta, else the one rope_theta). */
 static void write_family(textbuf *b, const tsr_model *m, hf_arch a) {
     const tsr_model_config *c = &m->cfg;
+    const hf_family *f = hf_family_of(a);
     char v[32];
     add(b, "  \"attention_bias\": false,\n");
-    if (hf_family_of(a)->windows) {
+    if (f->windows) {
         add(b, "  \"sliding_window\": %d,\n", c->sliding_window > 0 ? c->sliding_window : 4096);
         write_layer_types(b, m);
     }
-    if (a != HF_GEMMA3) return;
-    double q = c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : m->hs;
-    add(b, "  \"query_pre_attn_scalar\": %s,\n", json_double(v, sizeof v, q));
-    add(b, "  \"rope_local_base_freq\": %s,\n", json_double(v, sizeof v, c->rope_theta));
-    add(b, "  \"attn_logit_softcapping\": null,\n  \"final_logit_softcapping\": null,\n");
+    if (f->qpas) {
+        double q = c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : m->hs;
+        add(b, "  \"query_pre_attn_scalar\": %s,\n", json_double(v, sizeof v, q));
+    }
+    if (f->local_theta) {
+        double local = c->rope_local_theta > 0 ? c->rope_local_theta : c->rope_theta;
+        add(b, "  \"rope_local_base_freq\": %s,\n", json_double(v, sizeof v, local));
+    }
+    if (!f->softcap) return;
+    write_cap(b, "attn_logit_softcapping", c->attn_logit_softcapping);
+    write_cap(b, "final_logit_softcapping", c->final_logit_softcapping);
 }
 
-/* The Llama family's keys (LlamaConfig and its relatives). */
-static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
-    const tsr_model_config *c = &m->cfg;
-    char eps[32], theta[32], f[32], lo[32], hi[32];
-    add(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
-            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n", m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L,
-        m->NH, m->KVH);
-    if (hf_family_of(a)->head_dim_key) add(b, "  \"head_dim\": %d,\n", m->hs);
-    add(b, "  \"%s\": \"%s\",\n", a == HF_GEMMA3 ? "hidden_activation" : "hidden_act",
-        a == HF_GEMMA3 ? "gelu_pytorch_tanh" : "silu");
-    add(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
-        rope_context(m), json_double(eps, sizeof eps, c->norm_eps),
-        json_double(theta, sizeof theta, c->rope_theta));
+/* SmolLM3Config's no_rope_layers, one entry per layer (1: RoPE), and no window. */
+static void write_nope(textbuf *b, const tsr_model *m) {
+    add(b, "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"no_rope_layers\": [");
+    for (int l = 0; l < m->L; l++) add(b, "%s%d", l ? ", " : "", config_layer_rope(&m->cfg, l));
+    add(b, "],\n");
+}
+
+/* rope_scaling: Llama 3's, linear (Gemma), or null. */
+static void write_rope_scaling(textbuf *b, const tsr_model_config *c) {
+    char f[32], lo[32], hi[32];
     if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
                 "    \"low_freq_factor\": %s,\n    \"high_freq_factor\": %s,\n"
                 "    \"original_max_position_embeddings\": %d\n  },\n",
             json_double(f, sizeof f, c->rope_factor), json_double(lo, sizeof lo, c->rope_low_freq_factor),
             json_double(hi, sizeof hi, c->rope_high_freq_factor), c->rope_original_max_pos);
+    else if (c->rope_scaling == TSR_ROPE_SCALING_LINEAR)
+        add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"linear\",\n    \"factor\": %s\n  },\n",
+            json_double(f, sizeof f, c->rope_factor));
     else
         add(b, "  \"rope_scaling\": null,\n");
+}
+
+/* The Llama family's keys (LlamaConfig and its relatives). */
+static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
+    const tsr_model_config *c = &m->cfg;
+    char eps[32], theta[32];
+    int gemma = hf_family_of(a)->mlp == TSR_MLP_GEGLU_TANH;
+    add(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n", m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L,
+        m->NH, m->KVH);
+    if (hf_family_of(a)->head_dim_key) add(b, "  \"head_dim\": %d,\n", m->hs);
+    add(b, "  \"%s\": \"%s\",\n", gemma ? "hidden_activation" : "hidden_act",
+        gemma ? "gelu_pytorch_tanh" : "silu");
+    add(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
+        rope_context(m), json_double(eps, sizeof eps, c->norm_eps),
+        json_double(theta, sizeof theta, c->rope_theta));
+    write_rope_scaling(b, c);
     add(b, "  \"attention_dropout\": 0.0,\n");
-    if (a == HF_LLAMA)
-        add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"pretraining_tp\": 1,\n",
-            c->bias ? "true" : "false", c->bias ? "true" : "false");
+    if (hf_family_of(a)->llama_bias)
+        add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n%s", c->bias ? "true" : "false",
+            c->bias ? "true" : "false", a == HF_LLAMA ? "  \"pretraining_tp\": 1,\n" : "");
+    if (a == HF_SMOLLM3)
+        write_nope(b, m);
     else if (a == HF_MISTRAL || a == HF_MIXTRAL)
         add(b, "  \"sliding_window\": null,\n");
     else if (a >= HF_OLMO2)
         write_family(b, m, a);
-    else
+    else if (a != HF_LLAMA)
         add(b, "%s  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
                 "  \"max_window_layers\": %d,\n", hf_arch_qk_norm(a) ? "  \"attention_bias\": false,\n" : "",
             m->L);
@@ -362,8 +396,21 @@ static void same_bool(checker *c, const char *key, int hf, const char *run_key, 
               hf ? "true" : "false", run_key, run ? "true" : "false", run_key, hf ? "true" : "false");
 }
 
+/* rope_scaling of type "linear" (the classes with hf_family.rope_linear): factor = rope_factor. */
+static void check_linear(checker *c, const json_value *rs, const char *key,
+                         const tsr_model_config *mc) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.factor", key);
+    double v = get_num(c, rs, "factor", NAN);
+    if (isnan(v)) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"linear\" needs it)", name);
+    if (mc->rope_scaling != TSR_ROPE_SCALING_LINEAR)
+        fault(c, TSR_EXIT_USAGE, "%s.rope_type = \"linear\", but this run's model.rope_scaling "
+              "differs: set --set model.rope_scaling=linear --set model.rope_factor=%g", key, v);
+    same_num(c, name, v, "model.rope_factor", mc->rope_factor);
+}
+
 /* rope_theta and rope_scaling (or transformers 5's rope_parameters holding both). */
-static void check_rope(checker *c, const json_value *r, const tsr_model_config *mc) {
+static void check_rope(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
     double theta = get_num(c, r, "rope_theta", 10000);
     const char *key = "rope_scaling";
     const json_value *rs = member(r, key);
@@ -380,15 +427,20 @@ static void check_rope(checker *c, const json_value *r, const tsr_model_config *
     same_num(c, "rope_theta", theta, "model.rope_theta", mc->rope_theta);
     int llama3 = mc->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
     if (!strcmp(type, "default")) {
-        if (llama3)
+        if (mc->rope_scaling != TSR_ROPE_SCALING_NONE)
             fault(c, TSR_EXIT_USAGE, "%s has no scaling, but this run has model.rope_scaling = "
-                  "\"llama3\": set --set model.rope_scaling=none", key);
+                  "\"%s\": set --set model.rope_scaling=none", key, llama3 ? "llama3" : "linear");
+        return;
+    }
+    if (!strcmp(type, "linear") && hf_family_of(a)->rope_linear) {
+        check_linear(c, rs, key, mc);
         return;
     }
     if (strcmp(type, "llama3") != 0) {
-        fault(c, TSR_EXIT_DATA, "%s.rope_type = \"%s\": tessera's RoPE has the plain frequencies "
-              "and Llama 3's scaling (\"llama3\") only; linear, dynamic, yarn, longrope and the "
-              "others are not supported", key, type);
+        fault(c, TSR_EXIT_DATA, "%s.rope_type = \"%s\": tessera reads the plain frequencies, "
+              "Llama 3's scaling (\"llama3\") and, for Gemma 2 and 3, \"linear\" only; dynamic, "
+              "yarn, longrope and the others are not supported for %s", key, type,
+              hf_class_name[a]);
         return;
     }
     if (!llama3)
@@ -432,7 +484,7 @@ static void check_window(checker *c, const json_value *r, const tsr_model *m, hf
 /* The run must have the biases and QK-norm of the class. */
 static void check_llama_extras(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
     int ab = a == HF_QWEN2 ? 0 : get_bool(c, r, "attention_bias", 0);
-    if (a == HF_LLAMA) {
+    if (hf_family_of(a)->llama_bias) {
         int mb = get_bool(c, r, "mlp_bias", 0);
         if (ab != mb)
             fault(c, TSR_EXIT_DATA, "attention_bias = %s and mlp_bias = %s: tessera's model.bias "
@@ -467,7 +519,8 @@ static const struct llama_defaults {
     [HF_QWEN2] = {151936, 4096, 22016, 32, 32, 32},   [HF_QWEN3] = {151936, 4096, 22016, 32, 32, 32},
     [HF_MIXTRAL] = {32000, 4096, 14336, 32, 32, 8},   [HF_QWEN3_MOE] = {151936, 2048, 6144, 24, 32, 4},
     [HF_OLMO2] = {50304, 4096, 11008, 32, 32, 0},     [HF_OLMO3] = {50304, 4096, 11008, 32, 32, 0},
-    [HF_GEMMA3] = {262208, 2304, 9216, 26, 8, 4},
+    [HF_GEMMA3] = {262208, 2304, 9216, 26, 8, 4},     [HF_GEMMA2] = {256000, 2304, 9216, 26, 8, 4},
+    [HF_SMOLLM3] = {128256, 2048, 11008, 36, 16, 4},
 };
 _Static_assert(sizeof llama_def / sizeof llama_def[0] == HF_ARCH_COUNT, "one row per class");
 
@@ -522,24 +575,16 @@ static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_ar
 /* ---- the families of issue 67 (hf_family): one reading of config.json for check and fill ---- */
 
 /* config.json keys of these classes that tessera cannot represent yet: refused naming the key and
- * its value (exit 2) unless it holds the value under which tessera computes the same model. When
+ * its value (exit 2) unless null or absent. When
  * tessera gains the key, its row becomes a mapping (docs/models.md "Families (issue 67)"). */
-typedef enum { NEED_NULL = 0, NEED_THETA } need_kind;
 static const struct unmapped {
     hf_arch arch;
     const char *key;
-    need_kind need;
-    double def; /* NEED_THETA: transformers' default when the key is absent */
     const char *why;
 } unmapped[] = {
-    {HF_GEMMA3, "rope_local_base_freq", NEED_THETA, 10000, "the sliding layers' RoPE base: tessera "
-     "has one model.rope_theta for every layer, so it must equal rope_theta"},
-    {HF_GEMMA3, "attn_logit_softcapping", NEED_NULL, 0, "tessera has no attention soft-capping"},
-    {HF_GEMMA3, "final_logit_softcapping", NEED_NULL, 0, "tessera has no final-logit soft-capping"},
-    {HF_GEMMA3, "rope_scaling", NEED_NULL, 0, "Gemma 3 scales the full-attention layers' RoPE only; "
-     "tessera's scaling applies to every layer"},
-    {HF_GEMMA3, "rope_parameters", NEED_NULL, 0, "RoPE parameters per layer type are not read yet"},
-    {HF_OLMO3, "rope_scaling", NEED_NULL, 0, "Olmo 3 scales the full-attention layers' RoPE only; "
+    {HF_GEMMA3, "rope_parameters", "RoPE parameters per layer type are not read yet"},
+    {HF_GEMMA2, "rope_parameters", "RoPE parameters per layer type are not read yet"},
+    {HF_OLMO3, "rope_scaling", "Olmo 3 scales the full-attention layers' RoPE only; "
      "tessera's scaling applies to every layer"},
 };
 
@@ -548,17 +593,10 @@ static void check_unmapped(checker *c, const json_value *r, hf_arch a) {
     for (size_t i = 0; i < sizeof unmapped / sizeof unmapped[0]; i++) {
         const struct unmapped *u = &unmapped[i];
         const json_value *v = member(r, u->key);
-        if (u->arch != a) continue;
-        if (v && v->type == JSON_NUMBER) snprintf(got, sizeof got, "%.17g", v->num);
-        else if (v) json_describe(v, got, sizeof got);
-        if (u->need == NEED_NULL && v && v->type != JSON_NULL)
-            fault(c, TSR_EXIT_DATA, "%s = %s: not supported (%s); only null is accepted", u->key,
-                  got, u->why);
-        if (u->need != NEED_THETA) continue;
-        double theta = get_num(c, r, "rope_theta", 10000), x = get_num(c, r, u->key, u->def);
-        if (!(fabs(x - theta) <= 1e-6 * fabs(theta)))
-            fault(c, TSR_EXIT_DATA, "%s = %g%s: not supported (%s; rope_theta = %g)", u->key, x,
-                  v ? "" : " (transformers' default)", u->why, theta);
+        if (u->arch != a || !v || v->type == JSON_NULL) continue;
+        json_describe(v, got, sizeof got);
+        fault(c, TSR_EXIT_DATA, "%s = %s: not supported (%s); only null is accepted", u->key, got,
+              u->why);
     }
 }
 
@@ -570,10 +608,24 @@ typedef struct hf_variants {
     long window;      /* sliding_window (0: null) */
     int sliding[HF_MAX_LAYERS];
     double qpas;      /* query_pre_attn_scalar (0: not read) */
+    double cap_attn, cap_final; /* the soft caps (0: null or not read) */
+    double local;     /* rope_local_base_freq (0: not read) */
+    int rope[HF_MAX_LAYERS]; /* no_rope_layers: 1 = RoPE (every layer when not read) */
+    char nope[2048];  /* model.no_rope_layers: its shortest repeating pattern ("" = all RoPE) */
 } hf_variants;
 
+/* A soft cap of config.json: null is off (0), absent the class's default. */
+static double get_cap(checker *c, const json_value *r, const char *key, double def) {
+    const json_value *v = member(r, key);
+    if (v && v->type == JSON_NULL) return 0;
+    double x = get_num(c, r, key, def);
+    if (!(x >= 0)) fault(c, TSR_EXIT_DATA, "%s = %g: expected null or a cap > 0", key, x);
+    return x;
+}
+
 /* Each layer's type: layer_types, else sliding_window_pattern (older Gemma 3 files), else the
- * class's default (Olmo3Config: every 4th layer full; Gemma3TextConfig: every 6th). */
+ * class's default (Olmo3Config: every 4th layer full; Gemma3TextConfig: every 6th; Gemma2Config:
+ * every 2nd, layer 0 sliding). */
 static void read_layer_types(checker *c, const json_value *r, hf_arch a, long L, hf_variants *v) {
     const json_value *lt = member(r, "layer_types");
     if (lt && lt->type != JSON_NULL) {
@@ -589,9 +641,43 @@ static void read_layer_types(checker *c, const json_value *r, hf_arch a, long L,
         }
         return;
     }
-    long p = get_int(c, r, "sliding_window_pattern", a == HF_GEMMA3 ? 6 : 4);
+    long p = get_int(c, r, "sliding_window_pattern", hf_family_of(a)->period);
     if (p < 1) fault(c, TSR_EXIT_DATA, "sliding_window_pattern = %ld, expected >= 1", p);
     for (long l = 0; l < L && p >= 1; l++) v->sliding[l] = (l + 1) % p != 0;
+}
+
+/* The shortest period p of x[0 .. L): x[l] = x[l % p] for every l. */
+static long period_of(const int *x, long L) {
+    long p = 1;
+    while (p < L) {
+        long l = p;
+        while (l < L && x[l] == x[l % p]) l++;
+        if (l == L) break;
+        p++;
+    }
+    return p;
+}
+
+/* SmolLM3's no_rope_layers (at least num_hidden_layers entries of 0 or 1), else every
+ * no_rope_layer_interval-th layer without RoPE (SmolLM3Config's default, 4); the pattern. */
+static void read_nope(checker *c, const json_value *r, long L, hf_variants *v) {
+    const json_value *nl = member(r, "no_rope_layers");
+    long every = get_int(c, r, "no_rope_layer_interval", 4);
+    if (nl && nl->type != JSON_NULL && (nl->type != JSON_ARRAY || (long)nl->len < L))
+        fault(c, TSR_EXIT_DATA, "no_rope_layers is not a list of at least num_hidden_layers = %ld "
+              "entries", L);
+    else if ((!nl || nl->type == JSON_NULL) && every < 1)
+        fault(c, TSR_EXIT_DATA, "no_rope_layer_interval = %ld, expected >= 1", every);
+    const json_value *e = nl && nl->type == JSON_ARRAY ? nl->child : NULL;
+    for (long l = 0; !c->rc && l < L; l++, e = e ? e->next : NULL) {
+        v->rope[l] = e ? e->type == JSON_NUMBER && e->num == 1 : (l + 1) % every != 0;
+        if (e && !(e->type == JSON_NUMBER && (e->num == 0 || e->num == 1)))
+            fault(c, TSR_EXIT_DATA, "no_rope_layers entry %ld is not 0 or 1", l);
+    }
+    long p = period_of(v->rope, L), all = 1, n = 0;
+    for (long l = 0; l < L; l++) all &= v->rope[l];
+    for (long l = 0; !all && l < p; l++) /* at most 2 x HF_MAX_LAYERS bytes: it fits */
+        n += snprintf(v->nope + n, sizeof v->nope - (size_t)n, "%s%d", l ? "," : "", v->rope[l]);
 }
 
 static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_variants *v) {
@@ -600,24 +686,27 @@ static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_v
         fault(c, TSR_EXIT_DATA, "num_hidden_layers = %ld: expected 1 to %d", L, HF_MAX_LAYERS);
         return;
     }
-    if (hf_family_of(a)->qpas) v->qpas = get_num(c, r, "query_pre_attn_scalar", 256);
-    if (!hf_family_of(a)->windows) return;
+    const hf_family *f = hf_family_of(a);
+    if (f->qpas) v->qpas = get_num(c, r, "query_pre_attn_scalar", 256);
+    if (f->softcap) {
+        v->cap_attn = get_cap(c, r, "attn_logit_softcapping", f->cap_attn);
+        v->cap_final = get_cap(c, r, "final_logit_softcapping", f->cap_final);
+    }
+    if (f->local_theta) v->local = get_num(c, r, "rope_local_base_freq", 10000);
+    for (long l = 0; l < L; l++) v->rope[l] = 1;
+    if (f->nope) read_nope(c, r, L, v);
+    if (!f->windows) return;
     read_layer_types(c, r, a, L, v);
     v->window = get_int(c, r, "sliding_window", 4096);
-    int any = 0, p = 1;
+    int any = 0;
+    long p = period_of(v->sliding, L);
     for (long l = 0; l < L; l++) any |= v->sliding[l];
     if (member(r, "sliding_window") && member(r, "sliding_window")->type == JSON_NULL) v->window = 0;
     if (any && v->window < 1)
         fault(c, TSR_EXIT_DATA, "sliding_window = %ld with sliding_attention layers: expected a "
               "window of at least 1 token", v->window);
-    while (p < L) { /* the shortest period of the layers' types */
-        long l = p;
-        while (l < L && v->sliding[l] == v->sliding[l % p]) l++;
-        if (l == L) break;
-        p++;
-    }
     size_t n = 0;
-    for (int l = 0; l < p; l++)
+    for (long l = 0; l < p; l++)
         n += (size_t)snprintf(v->types + n, sizeof v->types - n, "%s%s", l ? "," : "",
                               v->sliding[l] ? "sliding_attention" : "full_attention");
     if (n >= sizeof v->types) fault(c, TSR_EXIT_DATA, "layer_types: no pattern of %zu bytes "
@@ -626,6 +715,21 @@ static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_v
 
 static const char *const place_word[] = {"pre", "sandwich", "post"};
 static const char *const mlp_word[] = {"gelu", "swiglu", "geglu_tanh"};
+
+/* The soft caps and Gemma 3's local base against the run's. Without scaling, a run with
+ * model.rope_local_theta = 0 turns its sliding layers with rope_theta: the same as a local base
+ * equal to it; with scaling, its sliding layers would be scaled where Gemma 3's are not. */
+static void check_family_rope(checker *c, const hf_variants *v, const tsr_model_config *mc,
+                              const hf_family *f) {
+    same_num(c, "attn_logit_softcapping", v->cap_attn, "model.attn_logit_softcapping",
+             mc->attn_logit_softcapping);
+    same_num(c, "final_logit_softcapping", v->cap_final, "model.final_logit_softcapping",
+             mc->final_logit_softcapping);
+    if (!f->local_theta) return;
+    int own = mc->rope_local_theta > 0 || mc->rope_scaling != TSR_ROPE_SCALING_NONE;
+    same_num(c, "rope_local_base_freq", v->local, "model.rope_local_theta",
+             own ? mc->rope_local_theta : mc->rope_theta);
+}
 
 /* The run's variants against the class's (hf_family) and config.json's. */
 static void check_family(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
@@ -655,6 +759,12 @@ static void check_family(checker *c, const json_value *r, const tsr_model *m, hf
     if (!c->rc && q != run)
         fault(c, TSR_EXIT_USAGE, "query_pre_attn_scalar = %g, but this run's is %g: set --set "
               "model.query_pre_attn_scalar=%g", q, run, q);
+    check_family_rope(c, &v, mc, f);
+    for (int l = 0; l < m->L && !c->rc; l++)
+        if (config_layer_rope(mc, l) != v.rope[l])
+            fault(c, TSR_EXIT_USAGE, "layer %d %s RoPE (no_rope_layers), but this run's %s: set "
+                  "--set model.no_rope_layers=%s", l, v.rope[l] ? "uses" : "has no",
+                  v.rope[l] ? "has none" : "does", v.nope[0] ? v.nope : "\"\"");
     for (int l = 0; l < m->L && !c->rc; l++) {
         int want = v.sliding[l] ? (int)v.window : 0;
         if (config_layer_window(mc, l) != want)
@@ -666,9 +776,16 @@ static void check_family(checker *c, const json_value *r, const tsr_model *m, hf
     }
 }
 
+/* transformers' head_dim when config.json has none: Qwen3Config 128, Gemma 256, else C / NH. */
+static long default_head_dim(hf_arch a, long C, long NH) {
+    if (a == HF_QWEN3) return 128;
+    if (hf_family_of(a)->mlp == TSR_MLP_GEGLU_TANH) return 256;
+    return NH > 0 ? C / NH : 0;
+}
+
 /* The gate's activation: silu (SwiGLU), or Gemma's hidden_activation gelu_pytorch_tanh. */
 static void check_act(checker *c, const json_value *r, hf_arch a) {
-    if (a == HF_GEMMA3) {
+    if (hf_family_of(a)->mlp == TSR_MLP_GEGLU_TANH) {
         const char *act = get_str(c, r, "hidden_activation", "gelu_pytorch_tanh");
         if (strcmp(act, "gelu_pytorch_tanh") != 0)
             fault(c, TSR_EXIT_DATA, "hidden_activation = \"%s\": tessera's GeGLU gates with the "
@@ -698,7 +815,7 @@ static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_
     same(c, "num_attention_heads", NH, "model.n_head", mc->n_head, "");
     same(c, "num_key_value_heads", get_int(c, r, "num_key_value_heads", d->kv ? d->kv : NH),
          "model.n_kv_head", m->KVH, "");
-    long hs = get_int(c, r, "head_dim", a == HF_QWEN3 ? 128 : a == HF_GEMMA3 ? 256 : NH > 0 ? C / NH : 0);
+    long hs = get_int(c, r, "head_dim", default_head_dim(a, C, NH));
     same(c, "head_dim", hs, "model.head_dim", m->hs, "");
     if (!hf_arch_moe(a) || m->LD) /* the dense MLP (Mixtral's intermediate_size: the experts') */
         same(c, "intermediate_size", get_int(c, r, "intermediate_size", d->inter),
@@ -707,7 +824,7 @@ static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_
     check_act(c, r, a);
     same_num(c, "rms_norm_eps", get_num(c, r, "rms_norm_eps", 1e-6), "model.norm_eps", mc->norm_eps);
     check_unmapped(c, r, a);
-    check_rope(c, r, mc);
+    check_rope(c, r, mc, a);
     check_llama_extras(c, r, mc, a);
     check_window(c, r, m, a);
     check_family(c, r, m, a);
@@ -731,14 +848,15 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT)
         fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\" and \"gemma3_text\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\" and \"smollm3\" only", mt);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
         else if (out->arch == HF_MPT) check_mpt(&c, root, m);
         else check_llama(&c, root, m, out->arch);
         check_moe(&c, root, m, out->arch);
         if (out->arch < HF_LLAMA) check_eps(&c, root);
-        out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA);
+        out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA ||
+                             hf_family_of(out->arch)->tied);
         if (out->arch >= HF_LLAMA)
             same_bool(&c, "tie_word_embeddings", out->tied, "model.tie_embeddings",
                       m->cfg.tie_embeddings);
@@ -814,6 +932,10 @@ static void fill_rope(filler *F) {
     char from[96];
     snprintf(from, sizeof from, "%s of type \"%s\"", key, type);
     if (!strcmp(type, "default")) put(F, 0, "model.rope_scaling", "none", from);
+    if (!strcmp(type, "linear")) { /* hf_config_check refuses it for a class without it */
+        put(F, 0, "model.rope_scaling", "linear", from);
+        put_num(F, "model.rope_factor", rs, "factor", 1);
+    }
     if (strcmp(type, "llama3") != 0) return;
     put(F, 0, "model.rope_scaling", "llama3", from);
     put_num(F, "model.rope_factor", rs, "factor", 8);
@@ -840,6 +962,12 @@ static void fill_moe(filler *F, hf_arch a) {
     }
 }
 
+/* A soft cap read by family_read (0: off). */
+static void put_cap(filler *F, const char *run_key, const char *hf_key, double cap) {
+    char v[32];
+    put_key(F, 0, run_key, F->c.root, hf_key, json_double(v, sizeof v, cap));
+}
+
 /* The variant keys of the issue-67 classes (hf_family, family_read). */
 static void fill_family(filler *F, hf_arch a, long L) {
     const hf_family *f = hf_family_of(a);
@@ -855,6 +983,13 @@ static void fill_family(filler *F, hf_arch a, long L) {
     put_word(F, "model.embed_scale", f->embed ? "sqrt_d_model" : "none", a,
              f->embed ? "the embedding times sqrt(hidden_size)" : "no embedding scale");
     if (f->qpas) put_num(F, "model.query_pre_attn_scalar", F->c.root, "query_pre_attn_scalar", 256);
+    if (f->softcap) {
+        put_cap(F, "model.attn_logit_softcapping", "attn_logit_softcapping", v.cap_attn);
+        put_cap(F, "model.final_logit_softcapping", "final_logit_softcapping", v.cap_final);
+    }
+    if (f->local_theta) put_num(F, "model.rope_local_theta", F->c.root, "rope_local_base_freq", 10000);
+    if (f->nope) put(F, 0, "model.no_rope_layers", v.nope, "no_rope_layers (its shortest repeating "
+                     "pattern; \"\": every layer turns by RoPE)");
     if (!f->windows) return;
     put(F, 0, "model.layer_types", v.types, "layer_types (its shortest repeating pattern)");
     snprintf(val, sizeof val, "%ld", v.window);
@@ -868,27 +1003,28 @@ static void fill_llama(filler *F, hf_arch a) {
     put_word(F, "model.pos", "rope", a, "RoPE");
     put_word(F, "model.norm", "rmsnorm", a, "RMSNorm");
     put_word(F, "model.mlp", mlp_word[hf_family_of(a)->mlp], a,
-             a == HF_GEMMA3 ? "GeGLU with the tanh GELU" : "a SwiGLU MLP");
+             hf_family_of(a)->mlp == TSR_MLP_GEGLU_TANH ? "GeGLU with the tanh GELU" : "a SwiGLU MLP");
     put_int(F, 0, "model.n_layer", "num_hidden_layers", d->layers);
     long C = get_int(&F->c, r, "hidden_size", d->hidden), NH = get_int(&F->c, r, "num_attention_heads", d->heads);
     put_int(F, 0, "model.d_model", "hidden_size", d->hidden);
     put_int(F, 0, "model.n_head", "num_attention_heads", d->heads);
     put_int(F, 0, "model.n_kv_head", "num_key_value_heads", d->kv ? d->kv : NH);
-    put_int(F, 0, "model.head_dim", "head_dim", a == HF_QWEN3 ? 128 : a == HF_GEMMA3 ? 256 : NH > 0 ? C / NH : 0);
+    put_int(F, 0, "model.head_dim", "head_dim", default_head_dim(a, C, NH));
     if (a != HF_MIXTRAL) put_int(F, 0, "model.intermediate_size", "intermediate_size", d->inter);
     put_int(F, 0, "model.vocab_size", "vocab_size", d->vocab);
     put_num(F, "model.norm_eps", r, "rms_norm_eps", 1e-6);
     fill_rope(F);
-    if (a == HF_LLAMA) put_bool(F, "model.bias", "attention_bias", 0);
+    int lb = hf_family_of(a)->llama_bias;
+    if (lb) put_bool(F, "model.bias", "attention_bias", 0);
     else put_word(F, "model.bias", "false", a, "no o_proj or MLP biases");
-    if (a == HF_LLAMA && !get_bool(&F->c, r, "attention_bias", 0))
+    if (lb && !get_bool(&F->c, r, "attention_bias", 0))
         put_word(F, "model.qkv_bias", "false", a, "no q/k/v biases without attention_bias");
-    else if (a != HF_LLAMA)
+    else if (!lb)
         put_word(F, "model.qkv_bias", a == HF_QWEN2 ? "true" : "false", a,
                  a == HF_QWEN2 ? "q/k/v biases" : "no q/k/v biases");
     put_word(F, "model.qk_norm", hf_arch_qk_norm(a) ? "true" : "false", a,
              hf_arch_qk_norm(a) ? "QK-norm" : "no QK-norm");
-    put_bool(F, "model.tie_embeddings", "tie_word_embeddings", 0);
+    put_bool(F, "model.tie_embeddings", "tie_word_embeddings", hf_family_of(a)->tied);
     if (member(r, "max_position_embeddings")) /* the model's context (informational with RoPE) */
         put_int(F, 1, "model.max_seq_len", "max_position_embeddings", 0);
     if (hf_arch_moe(a)) fill_moe(F, a);
@@ -951,7 +1087,7 @@ int hf_config_fill(const char *dir, tsr_config_fill *f) {
     if (!F.c.rc && a == HF_ARCH_COUNT)
         fault(&F.c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\" and \"gemma3_text\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\" and \"smollm3\" only", mt);
     if (!F.c.rc) {
         if (a < HF_LLAMA) fill_gpt2_mpt(&F, a);
         else fill_llama(&F, a);

@@ -14,10 +14,12 @@
 
 /* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model.";
  * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md); HF_OLMO2, HF_OLMO3 and
- * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text) its variants of issue 67 (hf_family). */
+ * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text), HF_GEMMA2 (Gemma2ForCausalLM) and
+ * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family). A new class goes before HF_ARCH_COUNT with its row in
+ * hf_map.c's families, hf_model_type, hf_class_name and hf_config.c's llama_def. */
 typedef enum {
     HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,
-    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_ARCH_COUNT
+    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_ARCH_COUNT
 } hf_arch;
 
 /* What a Llama-family model_type fixes of tessera's decoder variants (docs/models.md "Families
@@ -32,6 +34,14 @@ typedef struct hf_family {
     int qpas;                   /* config.json's query_pre_attn_scalar is read */
     int head_dim_key;           /* config.json has head_dim (else hidden_size / heads) */
     float norm_add;             /* tessera's norm weight = the HF one + this (Gemma's 1 + w) */
+    int period;                 /* layer_types absent: every period-th layer is full (else sliding) */
+    int softcap;                /* attn_logit_softcapping, final_logit_softcapping are read */
+    double cap_attn, cap_final; /* their defaults when absent (Gemma2Config: 50, 30; else null) */
+    int local_theta;            /* rope_local_base_freq is read (Gemma 3's sliding layers' base) */
+    int rope_linear;            /* rope_scaling of type "linear" is read */
+    int nope;                   /* no_rope_layers (or no_rope_layer_interval) is read (SmolLM3) */
+    int llama_bias;             /* attention_bias + mlp_bias as LlamaConfig's (= model.bias) */
+    int tied;                   /* tie_word_embeddings' default (Gemma, SmolLM3: true) */
 } hf_family;
 const hf_family *hf_family_of(hf_arch a);
 

@@ -29,26 +29,36 @@
 
 const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
                                                    "qwen3", "mixtral", "qwen3_moe", "olmo2",
-                                                   "olmo3", "gemma3_text"};
+                                                   "olmo3", "gemma3_text", "gemma2", "smollm3"};
 const char *const hf_class_name[HF_ARCH_COUNT] = {
     "GPT2LMHeadModel",  "MptForCausalLM",   "LlamaForCausalLM",   "MistralForCausalLM",
     "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
-    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM"};
+    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM",
+    "SmolLM3ForCausalLM"};
 
 /* Olmo2ForCausalLM: post norms, QK-norm over the projections; Olmo3ForCausalLM: and layer_types
  * with sliding windows; Gemma3ForCausalLM: sandwich norms of (1 + w), QK-norm per head, the
- * scaled embedding, query_pre_attn_scalar, GeGLU with the tanh GELU, sliding windows. */
+ * scaled embedding, query_pre_attn_scalar, GeGLU with the tanh GELU, sliding windows, its own
+ * RoPE base on the sliding layers, linear scaling on the full ones, optional soft caps;
+ * Gemma2ForCausalLM: Gemma 3 without QK-norm and local base, its soft caps on by default, every
+ * other layer sliding; SmolLM3ForCausalLM: Llama's with NoPE layers (no_rope_layers). */
 #define SWIGLU .mlp = TSR_MLP_SWIGLU
 static const hf_family families[HF_ARCH_COUNT] = {
-    [HF_LLAMA] = {SWIGLU, .head_dim_key = 1},   [HF_MISTRAL] = {SWIGLU, .head_dim_key = 1},
+    [HF_LLAMA] = {SWIGLU, .head_dim_key = 1, .llama_bias = 1},   [HF_MISTRAL] = {SWIGLU, .head_dim_key = 1},
     [HF_QWEN2] = {SWIGLU, .head_dim_key = 1},   [HF_QWEN3] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1},
     [HF_MIXTRAL] = {SWIGLU, .head_dim_key = 1}, [HF_QWEN3_MOE] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1},
     [HF_OLMO2] = {SWIGLU, .place = TSR_NPLACE_POST, .qk_norm = 1, .scope = TSR_QKN_PROJECTION},
     [HF_OLMO3] = {SWIGLU, .place = TSR_NPLACE_POST, .qk_norm = 1, .scope = TSR_QKN_PROJECTION,
-                  .windows = 1},
+                  .windows = 1, .period = 4},
     [HF_GEMMA3] = {.place = TSR_NPLACE_SANDWICH, .qk_norm = 1, .mlp = TSR_MLP_GEGLU_TANH,
                    .embed = TSR_EMB_SCALE_SQRT_D, .windows = 1, .qpas = 1, .head_dim_key = 1,
-                   .norm_add = 1.0f},
+                   .norm_add = 1.0f, .period = 6, .softcap = 1, .local_theta = 1, .rope_linear = 1,
+                   .tied = 1},
+    [HF_GEMMA2] = {.place = TSR_NPLACE_SANDWICH, .mlp = TSR_MLP_GEGLU_TANH,
+                   .embed = TSR_EMB_SCALE_SQRT_D, .windows = 1, .qpas = 1, .head_dim_key = 1,
+                   .norm_add = 1.0f, .period = 2, .softcap = 1, .cap_attn = 50, .cap_final = 30,
+                   .rope_linear = 1, .tied = 1},
+    [HF_SMOLLM3] = {SWIGLU, .nope = 1, .llama_bias = 1, .tied = 1},
 };
 #undef SWIGLU
 
@@ -120,9 +130,13 @@ static hf_arch llama_default_arch(const tsr_model *m, const char **by) {
           : c->embed_scale ? "model.embed_scale = \"sqrt_d_model\""
           : c->norm_placement == TSR_NPLACE_POST ? "model.norm_placement = \"post\"" : "";
     if (c->norm_placement == TSR_NPLACE_SANDWICH || c->mlp == TSR_MLP_GEGLU_TANH || c->embed_scale)
-        return HF_GEMMA3;
+        return c->qk_norm ? HF_GEMMA3 : HF_GEMMA2;
     if (c->norm_placement == TSR_NPLACE_POST) return has_window(c) ? HF_OLMO3 : HF_OLMO2;
     if (m->E) return c->qk_norm ? HF_QWEN3_MOE : HF_MIXTRAL;
+    if (c->no_rope_layers[0] && !c->qk_norm) {
+        *by = "model.no_rope_layers";
+        return HF_SMOLLM3;
+    }
     return c->qk_norm ? HF_QWEN3 : c->qkv_bias && !c->bias ? HF_QWEN2 : HF_LLAMA;
 }
 
@@ -130,10 +144,18 @@ static const char *const place_name[] = {"pre", "sandwich", "post"};
 static const char *const scope_name[] = {"head", "projection"};
 static const char *const mlp_name[] = {"gelu", "swiglu", "geglu_tanh"};
 
-/* The first key of m's that no class of the families table holds yet (soft-capping, the RoPE
- * variants, gpt-oss's experts, linear attention layers, the attention output gate), or NULL */
-static const char *unexported_key(const tsr_model_config *c) {
-    const char *k = config_position_variant_key(c);
+/* The first key of m's that class f does not hold (soft-capping and the RoPE variants but those
+ * of f's row, gpt-oss's experts, linear attention layers, the attention output gate), or NULL */
+static const char *unexported_key(const tsr_model_config *c, const hf_family *f) {
+    const char *k = NULL;
+    if (!f->softcap && c->attn_logit_softcapping > 0) k = "model.attn_logit_softcapping";
+    else if (!f->softcap && c->final_logit_softcapping > 0) k = "model.final_logit_softcapping";
+    else if (c->rope_scaling == TSR_ROPE_SCALING_YARN ||
+             (c->rope_scaling == TSR_ROPE_SCALING_LINEAR && !f->rope_linear))
+        k = "model.rope_scaling";
+    else if (c->rope_local_theta > 0 && !f->local_theta) k = "model.rope_local_theta";
+    else if (c->partial_rotary_factor != 1.0) k = "model.partial_rotary_factor";
+    else if (c->no_rope_layers[0] && !f->nope) k = "model.no_rope_layers";
     if (!k) k = config_moe_variant_key(c);
     if (!k && config_linear_layers(c) > 0) k = "model.layer_types";
     if (!k && c->attn_output_gate) k = "model.attn_output_gate";
@@ -145,7 +167,11 @@ static const char *unexported_key(const tsr_model_config *c) {
 static int family_need(const tsr_model *m, hf_arch a, char *need, size_t cap) {
     const hf_family *f = &families[a];
     const tsr_model_config *c = &m->cfg;
-    if (c->norm_placement != f->place)
+    if (f->local_theta && c->rope_scaling != TSR_ROPE_SCALING_NONE && !c->rope_local_theta &&
+        has_window(c))
+        snprintf(need, cap, "model.rope_local_theta > 0 (its sliding layers turn without "
+                 "rope_scaling, with rope_local_base_freq)");
+    else if (c->norm_placement != f->place)
         snprintf(need, cap, "model.norm_placement = \"%s\"", place_name[f->place]);
     else if (c->mlp != f->mlp)
         snprintf(need, cap, "model.mlp = \"%s\"", mlp_name[f->mlp]);
@@ -172,7 +198,8 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
     if (c->norm != TSR_NORM_RMSNORM || c->mlp == TSR_MLP_GELU) {
         snprintf(why, cap, "model.pos = \"rope\" exports to the Llama family (LlamaForCausalLM, "
                  "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
-                 "Qwen3MoeForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM), "
+                 "Qwen3MoeForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM, "
+                 "Gemma2ForCausalLM, SmolLM3ForCausalLM), "
                  "which needs model.norm = \"rmsnorm\" and a gated MLP; this model has \"%s\" "
                  "and \"%s\"", c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
                  mlp_name[c->mlp]);
@@ -182,12 +209,13 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
     const char *by = "";
     *a = want != HF_ARCH_COUNT ? want : llama_default_arch(m, &by);
     char fam[160];
-    const char *need = unexported_key(&m->cfg);
-    if (need) { /* before the class's own needs: the key that keeps every class out */
-        snprintf(fam, sizeof fam, "%s unset (no exported class holds it yet: docs/hf.md)", need);
+    const char *need = unexported_key(&m->cfg, &families[*a]);
+    if (need) { /* before the class's own needs: the key that keeps this class out */
+        snprintf(fam, sizeof fam, "%s unset (the class does not hold it: docs/hf.md)", need);
         need = fam;
     } else switch (*a) {
     case HF_LLAMA: /* attention_bias (q, k, v, o) and mlp_bias = model.bias */
+    case HF_SMOLLM3:
         if (c->qk_norm || qkv_only) need = "model.qk_norm = false and no model.qkv_bias without "
                                            "model.bias (q, k, v biases without an o_proj bias)";
         break;
@@ -207,6 +235,10 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
     case HF_GEMMA3:
         if (!c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm = true, model.bias and "
                                                           "model.qkv_bias false";
+        break;
+    case HF_GEMMA2:
+        if (c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm, model.bias and "
+                                                         "model.qkv_bias false";
         break;
     default:
         need = "model.pos other than \"rope\"";

@@ -70,7 +70,9 @@ MOE_FIXTURES = [
 # projections), OLMo 3 (+ layer_types: 3 sliding layers of window W, then a full one), Gemma 3
 # text (sandwich norms of (1 + w), QK-norm per head, the embedding times sqrt(hidden),
 # query_pre_attn_scalar qpas != head_dim, GeGLU with the tanh GELU, layer_types, tied head; its
-# rope_local_base_freq = rope_theta and no soft-capping: what tessera represents so far).
+# sliding layers turn with rope_local_base_freq, its full one with rope_theta and linear scaling
+# by 8, as Gemma 3 4B-27B), Gemma 2 (no QK-norm, both soft caps at values that bite, one base
+# with linear scaling on every layer, every other layer sliding).
 FAMILY_FIXTURES = [
     dict(name="olmo2_post", model_type="olmo2", L=2, C=64, NH=4, KVH=2, hs=16, F=96, tied=False,
          theta=500000.0, eps=1e-6, llama3=None, dtype="F32", shard=None),
@@ -78,14 +80,23 @@ FAMILY_FIXTURES = [
          theta=500000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, W=5,
          types=["sliding_attention"] * 3 + ["full_attention"]),
     dict(name="gemma3_text", model_type="gemma3_text", L=3, C=48, NH=4, KVH=1, hs=16, F=64,
-         tied=True, theta=10000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, W=6, qpas=24.0,
-         types=["sliding_attention", "sliding_attention", "full_attention"]),
+         tied=True, theta=1000000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, W=6, qpas=24.0,
+         types=["sliding_attention", "sliding_attention", "full_attention"], local=10000.0,
+         linear=8.0, caps=(None, None)),
+    dict(name="gemma2", model_type="gemma2", L=4, C=48, NH=4, KVH=2, hs=16, F=64, tied=True,
+         theta=10000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, W=5, qpas=32.0,
+         types=["sliding_attention", "full_attention"] * 2, linear=2.0, caps=(0.5, 2.0)),
+    dict(name="smollm3", model_type="smollm3", L=4, C=64, NH=4, KVH=2, hs=16, F=96, tied=True,
+         theta=2000000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, nope=[1, 1, 1, 0]),
 ]
 CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
          "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
          "qwen3_moe": "Qwen3MoeForCausalLM", "olmo2": "Olmo2ForCausalLM",
-         "olmo3": "Olmo3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+         "olmo3": "Olmo3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+         "gemma2": "Gemma2ForCausalLM", "smollm3": "SmolLM3ForCausalLM"}
 OLMO = ("olmo2", "olmo3")
+GEMMA = ("gemma3_text", "gemma2")
+PRE = ("smollm3",)  # Llama's pre-norm block (input_layernorm, post_attention_layernorm = ln2w)
 QK_NORM = ("qwen3", "qwen3_moe")
 
 
@@ -115,7 +126,7 @@ def moe_state(fx, p, w):
 
 def state_dict(fx, seed):
     """HF name -> float64 tensor, in transformers' state-dict (module) order."""
-    if fx["model_type"] in CLASS and fx["model_type"] in OLMO + ("gemma3_text",):
+    if fx["model_type"] in CLASS and fx["model_type"] in OLMO + GEMMA + PRE:
         return family_state_dict(fx, seed)
     g = torch.Generator().manual_seed(seed)
     C, NH, KVH, hs, Fw = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"]
@@ -216,7 +227,7 @@ def write_weights(d, fx, sd):
 
 def config_json(fx):
     mt = fx["model_type"]
-    if mt in OLMO + ("gemma3_text",):
+    if mt in OLMO + GEMMA + PRE:
         return family_config_json(fx)
     cj = {"architectures": [CLASS[mt]], "model_type": mt, "vocab_size": fx.get("V", V), "hidden_size": fx["C"],
           "intermediate_size": fx["F"], "num_hidden_layers": fx["L"],
@@ -320,7 +331,7 @@ def moe_block(h, w, cj):
 
 def forward(sd, cj, idx):
     """Logits (B, T, V) of *ForCausalLM on the token rows idx (B, T)."""
-    if cj["model_type"] in OLMO + ("gemma3_text",):
+    if cj["model_type"] in OLMO + GEMMA + PRE:
         return family_forward(sd, cj, idx)
     Bn, Tn = idx.shape
     NH, KVH, eps = cj["num_attention_heads"], cj["num_key_value_heads"], cj["rms_norm_eps"]
@@ -371,7 +382,7 @@ def family_state_dict(fx, seed):
     fp32 and the export's w = (1 + w) - 1 gives the same bits back."""
     g = torch.Generator().manual_seed(seed)
     C, NH, KVH, hs, Fw, mt = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"], fx["model_type"]
-    gemma = mt == "gemma3_text"
+    gemma = mt in GEMMA
 
     def w(*shape, std=0.1):
         return torch.randn(*shape, generator=g, dtype=torch.float64) * std
@@ -389,13 +400,15 @@ def family_state_dict(fx, seed):
         sd[p + "self_attn.k_proj.weight"] = w(KVH * hs, C)
         sd[p + "self_attn.v_proj.weight"] = w(KVH * hs, C)
         sd[p + "self_attn.o_proj.weight"] = w(C, NH * hs)
-        sd[p + "self_attn.q_norm.weight"] = norm(qn)
-        sd[p + "self_attn.k_norm.weight"] = norm(kn)
+        if mt in OLMO + ("gemma3_text",):  # Gemma 2 and SmolLM3 have no QK-norm
+            sd[p + "self_attn.q_norm.weight"] = norm(qn)
+            sd[p + "self_attn.k_norm.weight"] = norm(kn)
         sd[p + "mlp.gate_proj.weight"] = w(Fw, C)
         sd[p + "mlp.up_proj.weight"] = w(Fw, C)
         sd[p + "mlp.down_proj.weight"] = w(C, Fw)
         names = (("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                   "post_feedforward_layernorm") if gemma else
+                 ("input_layernorm", "post_attention_layernorm") if mt in PRE else
                  ("post_attention_layernorm", "post_feedforward_layernorm"))
         for n in names:
             sd[f"{p}{n}.weight"] = norm(C)
@@ -415,15 +428,42 @@ def family_config_json(fx):
           "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
           "initializer_range": 0.02, "tie_word_embeddings": fx["tied"], "use_cache": True,
           "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
-    if mt in OLMO:
+    if mt in OLMO + PRE:
         cj["hidden_act"] = "silu"
+    if mt in PRE:
+        cj.update(mlp_bias=False, use_sliding_window=False, sliding_window=None,
+                  no_rope_layers=list(fx["nope"]), no_rope_layer_interval=4)
     if "types" in fx:
         cj.update(sliding_window=fx["W"], layer_types=list(fx["types"]))
-    if mt == "gemma3_text":
+    if mt in GEMMA:
         cj.update(head_dim=fx["hs"], hidden_activation="gelu_pytorch_tanh",
-                  query_pre_attn_scalar=fx["qpas"], rope_local_base_freq=fx["theta"],
-                  attn_logit_softcapping=None, final_logit_softcapping=None)
+                  query_pre_attn_scalar=fx["qpas"], attn_logit_softcapping=fx["caps"][0],
+                  final_logit_softcapping=fx["caps"][1])
+    if "local" in fx:
+        cj["rope_local_base_freq"] = fx["local"]
+    if "linear" in fx:
+        cj["rope_scaling"] = {"rope_type": "linear", "factor": fx["linear"]}
     return cj
+
+
+def family_rope(cj, hs, Tn, sliding):
+    """cos, sin of a layer: Gemma 3's sliding layers use rope_local_base_freq unscaled
+    (modeling_gemma3's rotary_emb_local), every other layer rope_theta with rope_scaling
+    (linear: inv_freq / factor, _compute_linear_scaling_rope_parameters)."""
+    local = sliding and "rope_local_base_freq" in cj
+    theta = cj["rope_local_base_freq"] if local else cj["rope_theta"]
+    f = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    rs = cj.get("rope_scaling")
+    if rs and not local:
+        assert rs["rope_type"] == "linear"
+        f = f / rs["factor"]
+    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * f[None, :]
+    emb = torch.cat((ang, ang), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def softcap(x, cap):
+    return x if cap is None else torch.tanh(x / cap) * cap
 
 
 def family_forward(sd, cj, idx):
@@ -436,12 +476,9 @@ def family_forward(sd, cj, idx):
     sliding_attention layer's query i sees keys j with i - W < j <= i."""
     Bn, Tn = idx.shape
     mt, eps = cj["model_type"], cj["rms_norm_eps"]
-    gemma = mt == "gemma3_text"
+    gemma = mt in GEMMA
     NH, KVH = cj["num_attention_heads"], cj["num_key_value_heads"]
     hs = cj.get("head_dim") or cj["hidden_size"] // NH
-    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv_freq(cj, hs)[None, :]
-    emb = torch.cat((ang, ang), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
     pos = torch.arange(Tn)
     causal = pos[None, :] <= pos[:, None]
     types = cj.get("layer_types") or ["full_attention"] * cj["num_hidden_layers"]
@@ -457,51 +494,63 @@ def family_forward(sd, cj, idx):
         def w(s):
             return sd[f"model.layers.{i}.{s}.weight"]
         mask = causal
+        cos, sin = family_rope(cj, hs, Tn, types[i] == "sliding_attention")
         if types[i] == "sliding_attention":
             mask = causal & (pos[:, None] - pos[None, :] < cj["sliding_window"])
-        h = nrm(x, w("input_layernorm")) if gemma else x
+        pre = mt in PRE
+        h = nrm(x, w("input_layernorm")) if gemma or pre else x
         q, k, v = h @ w("self_attn.q_proj").T, h @ w("self_attn.k_proj").T, h @ w("self_attn.v_proj").T
-        if not gemma:
+        if mt in OLMO:
             q, k = nrm(q, w("self_attn.q_norm")), nrm(k, w("self_attn.k_norm"))
         q = q.view(Bn, Tn, NH, hs).transpose(1, 2)
         k = k.view(Bn, Tn, KVH, hs).transpose(1, 2)
         v = v.view(Bn, Tn, KVH, hs).transpose(1, 2)
-        if gemma:
+        if mt == "gemma3_text":
             q, k = nrm(q, w("self_attn.q_norm")), nrm(k, w("self_attn.k_norm"))
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if cj.get("no_rope_layers", [1] * (i + 1))[i]:  # SmolLM3's NoPE layers: no rotation
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(NH // KVH, dim=1)
         v = v.repeat_interleave(NH // KVH, dim=1)
-        s = (q @ k.transpose(-1, -2)) * scale
+        s = softcap((q @ k.transpose(-1, -2)) * scale, cj.get("attn_logit_softcapping"))
         a = F.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
         a = a.transpose(1, 2).reshape(Bn, Tn, NH * hs) @ w("self_attn.o_proj").T
-        x = x + nrm(a, w("post_attention_layernorm"))
-        h = nrm(x, w("pre_feedforward_layernorm")) if gemma else x
+        x = x + (a if pre else nrm(a, w("post_attention_layernorm")))
+        h = nrm(x, w("pre_feedforward_layernorm")) if gemma else nrm(x, w("post_attention_layernorm")) if pre else x
         act = F.gelu(h @ w("mlp.gate_proj").T, approximate="tanh") if gemma else F.silu(h @ w("mlp.gate_proj").T)
         m = (act * (h @ w("mlp.up_proj").T)) @ w("mlp.down_proj").T
-        x = x + nrm(m, w("post_feedforward_layernorm"))
+        x = x + (m if pre else nrm(m, w("post_feedforward_layernorm")))
     x = nrm(x, sd["model.norm.weight"])
     head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
-    return x @ head.T
+    return softcap(x @ head.T, cj.get("final_logit_softcapping"))
 
 
 def family_sets(fx):
     """The tessera --set keys of a FAMILY_FIXTURES model (docs/models.md)."""
-    mt, gemma = fx["model_type"], fx["model_type"] == "gemma3_text"
+    mt, gemma = fx["model_type"], fx["model_type"] in GEMMA
     s = {"model.n_layer": fx["L"], "model.d_model": fx["C"], "model.n_head": fx["NH"],
          "model.n_kv_head": fx["KVH"], "model.head_dim": fx["hs"], "model.intermediate_size": fx["F"],
          "model.vocab_size": V, "model.vocab_multiple": VOCAB_MULTIPLE, "model.pos": "rope",
          "model.norm": "rmsnorm", "model.mlp": "geglu_tanh" if gemma else "swiglu",
          "model.bias": "false", "model.qkv_bias": "false", "model.norm_eps": repr(fx["eps"]),
-         "model.rope_theta": repr(fx["theta"]), "model.qk_norm": "true",
-         "model.qk_norm_scope": "head" if gemma else "projection",
-         "model.norm_placement": "sandwich" if gemma else "post",
+         "model.rope_theta": repr(fx["theta"]),
+         "model.qk_norm": str(mt in OLMO + ("gemma3_text",)).lower(),
+         "model.qk_norm_scope": "projection" if mt in OLMO else "head",
+         "model.norm_placement": "sandwich" if gemma else "pre" if mt in PRE else "post",
          "model.embed_scale": "sqrt_d_model" if gemma else "none",
          "model.tie_embeddings": str(fx["tied"]).lower()}
     if "types" in fx:
         s.update({"model.layer_types": ",".join(fx["types"]), "model.sliding_window": fx["W"]})
     if gemma:
         s["model.query_pre_attn_scalar"] = repr(fx["qpas"])
+        s["model.attn_logit_softcapping"] = repr(fx["caps"][0] or 0.0)
+        s["model.final_logit_softcapping"] = repr(fx["caps"][1] or 0.0)
+    if "local" in fx:
+        s["model.rope_local_theta"] = repr(fx["local"])
+    if "linear" in fx:
+        s.update({"model.rope_scaling": "linear", "model.rope_factor": repr(fx["linear"])})
+    if "nope" in fx:
+        s["model.no_rope_layers"] = ",".join(str(b) for b in fx["nope"])
     return {k: str(v) for k, v in s.items()}
 
 

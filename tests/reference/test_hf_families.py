@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """test_hf_families.py — Hugging Face import and export of the issue-67 families: OLMo 2
-(Olmo2ForCausalLM), OLMo 3 (Olmo3ForCausalLM, layer_types with sliding windows) and Gemma 3 text
-(Gemma3ForCausalLM, model_type gemma3_text).
+(Olmo2ForCausalLM), OLMo 3 (Olmo3ForCausalLM, layer_types with sliding windows), Gemma 3 text
+(Gemma3ForCausalLM, model_type gemma3_text: its sliding layers' own RoPE base, linear scaling on
+the full ones), Gemma 2 (Gemma2ForCausalLM: both soft caps) and SmolLM3 (SmolLM3ForCausalLM:
+no_rope_layers).
 
 Fixtures: hf_fixture.py's FAMILY_FIXTURES, tiny HF directories written BY SCRIPT from the published
 formats (transformers is not on this machine) with the logits of a float64 forward written after
-modeling_olmo2 / modeling_olmo3 / modeling_gemma3 (hf_fixture.family_forward). For each:
+modeling_olmo2 / modeling_olmo3 / modeling_gemma3 / modeling_gemma2 / modeling_smollm3
+(hf_fixture.family_forward).
+For each:
   - `tessera ckpt import DIR OUT.h5` (Gemma: stderr says the (1 + w) norms were imported as w + 1);
   - ref_dump --init-from OUT.h5 (the fixture's tessera keys): tessera's fp32 logits on the
     fixture's rows against the float64 ones, max |diff| <= 1e-5 x max(1, max |logit|);
@@ -15,9 +19,10 @@ modeling_olmo2 / modeling_olmo3 / modeling_gemma3 (hf_fixture.family_forward). F
     identical to the fixture's (Gemma's norms through + 1 then - 1: the fixture's w are multiples
     of 2^-20, exact both ways), and config.json's keys equal to the fixture's.
 Then config.json keys tessera cannot represent yet are refused at import, exit 2, naming key and
-value (Gemma 3's rope_local_base_freq != rope_theta, attn_logit_softcapping, final_logit_softcapping;
-OLMo 3's rope_scaling yarn), and Gemma 3's older sliding_window_pattern form imports the model the
-layer_types list gives (same logits bit for bit).
+value (transformers 5's rope_parameters per layer type, Gemma 3's and OLMo 3's rope_scaling yarn,
+Gemma 2's negative cap), Gemma 3's older sliding_window_pattern form imports the model the
+layer_types list gives and SmolLM3's no_rope_layer_interval the model of its no_rope_layers list
+(same logits bit for bit).
 Run: TESTS=hf_families bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
 import json
@@ -40,12 +45,13 @@ from tap import Tap  # noqa: E402
 TOL = 1e-5  # fp32 (tessera) against float64 (the fixture), as test_hf_llama.py's TOL_FP32
 REF_DUMP = os.path.join(hfe.BUILD, "tests", "ref_dump")
 CHECKS_PER_FIXTURE = 5
-N_REFUSALS = 5
+N_REFUSALS = 8
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
                "rope_theta", "rope_scaling", "tie_word_embeddings", "layer_types", "sliding_window",
                "head_dim", "query_pre_attn_scalar", "hidden_activation", "hidden_act",
-               "rope_local_base_freq", "attn_logit_softcapping", "final_logit_softcapping"]
+               "rope_local_base_freq", "attn_logit_softcapping", "final_logit_softcapping",
+               "no_rope_layers", "use_sliding_window", "mlp_bias", "attention_bias"]
 
 
 def dataset(tmp, name, toks):
@@ -126,7 +132,7 @@ def run_fixture(tap, fx, fdir, tmp):
     ck = os.path.join(tmp, name + ".h5")
     rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", fdir, ck])
     said = "(1 + w)" in out and "w + 1" in out
-    gemma = fx["model_type"] == "gemma3_text"
+    gemma = fx["model_type"] in fxm.GEMMA
     if rc:
         tap.diag(out[-1500:])
     tap.ok(rc == 0 and said == gemma, f"{name}: tessera ckpt import: exit {rc}"
@@ -185,14 +191,19 @@ def edited(tmp, src, name, **changes):
 
 def refusals(tap, tmp, dirs):
     """Keys tessera cannot represent yet: exit 2 naming key and value; the older Gemma 3 form."""
-    g, o3 = dirs["gemma3_text"], dirs["olmo3_swa"]
+    g, o3, g2 = dirs["gemma3_text"], dirs["olmo3_swa"], dirs["gemma2"]
+    per_type = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
     cases = [
-        ("rope_local_base_freq", edited(tmp, g, "g_local", rope_local_base_freq=1e6),
-         ["rope_local_base_freq = 1e+06", "rope_theta = 10000"]),
-        ("attn_logit_softcapping", edited(tmp, g, "g_softcap", attn_logit_softcapping=50.0),
-         ["attn_logit_softcapping = 50:", "soft-capping"]),
-        ("final_logit_softcapping", edited(tmp, g, "g_final", final_logit_softcapping=30.0),
-         ["final_logit_softcapping = 30:", "soft-capping"]),
+        ("Gemma 3 rope_parameters per layer type",
+         edited(tmp, g, "g_params", rope_scaling=None, rope_parameters=per_type),
+         ["rope_parameters = ", "per layer type"]),
+        ("Gemma 3 rope_scaling yarn",
+         edited(tmp, g, "g_yarn", rope_scaling={"rope_type": "yarn", "factor": 8.0}),
+         ["rope_scaling.rope_type = \"yarn\"", "Gemma3ForCausalLM"]),
+        ("Gemma 2 attn_logit_softcapping = -1",
+         edited(tmp, g2, "g2_cap", attn_logit_softcapping=-1.0),
+         ["attn_logit_softcapping = -1", "null or a cap > 0"]),
         ("OLMo 3 rope_scaling yarn",
          edited(tmp, o3, "o3_yarn", rope_scaling={"rope_type": "yarn", "factor": 8.0}),
          ["rope_scaling = ", "yarn"]),
@@ -216,6 +227,47 @@ def refusals(tap, tmp, dirs):
     tap.ok(a is not None and b is not None and np.array_equal(a, b),
            "gemma3_text with sliding_window_pattern = 3 (no layer_types) imports the model of "
            "layer_types [sliding, sliding, full]: the same logits bit for bit")
+    same_model(tap, tmp, dirs["smollm3"], "s_interval", "smollm3 with no_rope_layer_interval = 4 "
+               "(no no_rope_layers) imports the model of no_rope_layers [1, 1, 1, 0]",
+               no_rope_layers=KeyError, no_rope_layer_interval=4)
+    same_model(tap, tmp, g2, "g2_default", "gemma2 without layer_types imports Gemma2Config's "
+               "default (layer 0 sliding, every other after it)", layer_types=KeyError)
+    export_refusal(tap, tmp, g)
+
+
+def export_refusal(tap, tmp, g):
+    """A Gemma 3 model with linear scaling, sliding layers and model.rope_local_theta = 0 (tessera
+    scales its sliding layers too): the export refuses it naming the key, exit 1, nothing written."""
+    meta = json.load(open(os.path.join(g, "fixture.json")))
+    data = dataset(tmp, "g_theta0", np.array(meta["tokens"]))
+    sets = dict(meta["sets"], **run_keys(tmp, "g_theta0", data))
+    sets["model.rope_local_theta"] = "0"
+    ck = os.path.join(tmp, "g_theta0.h5")
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", g, ck])
+    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", "tiny.cfg"), "--init-from", ck]
+                      + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
+    cks = sorted(f for f in os.listdir(sets["run_dir"]) if f.endswith(".h5")) if rc == 0 else []
+    exp = os.path.join(tmp, "g_theta0_export")
+    rc2, out2 = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none",
+                         os.path.join(sets["run_dir"], cks[-1]), exp]) if cks else (-1, out)
+    said = "model.rope_local_theta > 0" in out2
+    if not said:
+        tap.diag((out + out2)[-1500:])
+    tap.ok(rc == 0 and rc2 == 1 and said and not os.path.exists(os.path.join(exp, "model.safetensors")),
+           f"ckpt export of a Gemma 3 model with linear scaling, sliding layers and rope_local_theta "
+           f"= 0: exit {rc2} (want 1) naming model.rope_local_theta, no weights written")
+
+
+def same_model(tap, tmp, src, name, what, **changes):
+    """The directory src with config.json changed gives src's logits bit for bit."""
+    d = edited(tmp, src, name, **changes)
+    meta = json.load(open(os.path.join(src, "fixture.json")))
+    data = dataset(tmp, name, np.array(meta["tokens"]))
+    rc_a, out_a, a = ref_logits(tmp, name + "_a", src, dict(meta["sets"], **run_keys(tmp, name + "_a", data)))
+    rc_b, out_b, b = ref_logits(tmp, name + "_b", d, dict(meta["sets"], **run_keys(tmp, name + "_b", data)))
+    if rc_a or rc_b:
+        tap.diag((out_a + out_b)[-1500:])
+    tap.ok(a is not None and b is not None and np.array_equal(a, b), what + ": the same logits bit for bit")
 
 
 def main():
