@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # s3_steady.sh — the steady state of a dataset streamed from an object store (issue 69's benchmark,
-# docs/benchmarks.md "Object store: steady state"): the same 2-rank run of configs/tiny.cfg (and a
+# docs/benchmarks.md "Steady state, streamed vs local"): the same 2-rank run of configs/tiny.cfg (and a
 # wider variant, d_model 384 x 6 layers) from a local copy and from s3:// on a private s3rver
 # (127.0.0.1, npm s3rver in data/npm/s3rver), ROUNDS rounds interleaved (local, s3, local, s3, ...)
 # so that both see the same machine load. A dataset of 32 shards of 16,384 tokens (synthetic ids),
