@@ -10,20 +10,9 @@
 # Usage: bash bench/s3_steady.sh [STEPS [ROUNDS]]   (prints a table; nothing is asserted)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-source "$ROOT/tests/ports.sh"
+source "$ROOT/bench/s3_server.sh"
 STEPS=${1:-60} ROUNDS=${2:-2}
-S3RVER=$ROOT/data/npm/s3rver/node_modules/.bin/s3rver
-TOOL=$ROOT/build/tessera TRAIN=$ROOT/build/tessera-train
-MPIRUN=(bash "$ROOT/tests/mpi_env.sh" mpirun)
-[[ -x $S3RVER ]] || { echo "no $S3RVER: ./INSTALL --ensure (npm s3rver@3.7.1)"; exit 1; }
-TMP=$(mktemp -d /tmp/tessera-s3steady.XXXXXX)
-PORT=$(free_ports 1)
-mkdir -p "$TMP/store"
-"$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket b --silent >"$TMP/s3rver.log" 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 1 100); do grep -q listening "$TMP/s3rver.log" && break; sleep 0.1; done
-export AWS_ENDPOINT_URL=http://127.0.0.1:$PORT AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+s3_server_up tessera-s3steady
 
 "$TOOL" synth --out "$TMP/d" --vocab 50257 --tokens $((32 * 16384)) --shard-tokens 16384 --val-tokens 1000 --seed 1 >/dev/null &&
     "$TOOL" data push "$TMP/d/train" s3://b/d >/dev/null || exit 1

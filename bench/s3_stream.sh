@@ -8,20 +8,9 @@
 # Usage: bash bench/s3_stream.sh [N_SMALL]   (prints a table; nothing is asserted)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-source "$ROOT/tests/ports.sh"
+source "$ROOT/bench/s3_server.sh"
 N_SMALL=${1:-10000}
-S3RVER=$ROOT/data/npm/s3rver/node_modules/.bin/s3rver
-TOOL=$ROOT/build/tessera TRAIN=$ROOT/build/tessera-train
-MPIRUN=(bash "$ROOT/tests/mpi_env.sh" mpirun)
-[[ -x $S3RVER ]] || { echo "no $S3RVER: npm install --prefix data/npm/s3rver s3rver@3.7.1"; exit 1; }
-TMP=$(mktemp -d /tmp/tessera-s3bench.XXXXXX)
-PORT=$(free_ports 1)
-mkdir -p "$TMP/store"
-"$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket b --silent >"$TMP/s3rver.log" 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 1 100); do grep -q listening "$TMP/s3rver.log" && break; sleep 0.1; done
-export AWS_ENDPOINT_URL=http://127.0.0.1:$PORT AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+s3_server_up tessera-s3bench
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
 args=(--config "$ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.tokenizer= --set sample.tokens=0
