@@ -6,7 +6,8 @@
 #    trains on 2 ranks with ddp, and zero3 on 2 ranks equals it within 1e-6 at every step
 #    (postattnw and postmlpw are ordinary parameters of the sharded list); its checkpoint holds
 #    both tensors and verifies; the placement changes the run;
-#  - ckpt export --format hf refuses it naming the key (no exported class has it);
+#  - ckpt export --format hf writes it as Gemma2ForCausalLM (sandwich norms, the scale and GeGLU
+#    without QK-norm: Gemma 2's class), its four norms under Gemma's names;
 #  - device = "cuda" and parallel.context = 2 are refused at start (exit 1) naming the key,
 #    nothing written in run_dir, for sandwich, post, model.qk_norm_scope = projection,
 #    model.embed_scale and model.mlp = geglu_tanh; model.norm = "layernorm" with post and
@@ -55,8 +56,18 @@ tap_check $? "the placement changes the run: step-6 losses differ with pre"
 "$TOOL" ckpt export --format hf "$TMP/D/step-00000006.h5" "$TMP/hfD" >"$TMP/export.txt" 2>&1
 rc=$?
 tap_diag "export: $(head -c 300 "$TMP/export.txt")"
-[[ $rc == 1 && ! -e $TMP/hfD/model.safetensors ]] && grep -q "model.norm_placement" "$TMP/export.txt"
-tap_check $? "ckpt export --format hf of a sandwich model: refused (exit $rc) naming the key, no weights written"
+[[ $rc == 0 ]] && "$PY3" - "$TMP/hfD" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+arch = json.load(open(d + "/config.json"))["architectures"]
+with open(d + "/model.safetensors", "rb") as f:
+    names = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+want = ["model.layers.0." + n + ".weight" for n in ("input_layernorm", "post_attention_layernorm",
+        "pre_feedforward_layernorm", "post_feedforward_layernorm")]
+print("# architectures", arch, "; missing", [w for w in want if w not in names])
+sys.exit(0 if arch == ["Gemma2ForCausalLM"] and all(w in names for w in want) else 1)
+PY
+tap_check $? "ckpt export --format hf of the sandwich model (no QK-norm) writes Gemma2ForCausalLM with its four norms (exit $rc)"
 
 olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_norm_scope=projection)
 mkdir -p "$TMP/L"
