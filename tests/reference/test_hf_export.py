@@ -102,6 +102,17 @@ def env():
     return dict(os.environ, TSR_DATA_DIR=DATA_DIR)
 
 
+def shard_tokens(tmp, name, toks, vocab):
+    """toks written as text ids, 16 a line, and `tessera shard`ed into tmp/NAME_data:
+    (exit, output, the dataset's directory)."""
+    txt, data = os.path.join(tmp, name + ".txt"), os.path.join(tmp, name + "_data")
+    with open(txt, "w") as f:
+        for i in range(0, len(toks), 16):
+            f.write(" ".join(str(t) for t in toks[i:i + 16]) + "\n")
+    rc, out = run([TESSERA, "shard", "--out", data, "--vocab", str(vocab), "--quiet", txt])
+    return rc, out, data
+
+
 def run(cmd, cwd=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=cwd)
     return r.returncode, r.stdout + r.stderr

@@ -55,11 +55,7 @@ CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "inte
 
 
 def dataset(tmp, name, toks):
-    txt, data = os.path.join(tmp, name + ".txt"), os.path.join(tmp, name + "_data")
-    with open(txt, "w") as f:
-        for i in range(0, len(toks), 16):
-            f.write(" ".join(str(t) for t in toks[i:i + 16]) + "\n")
-    rc, out = hfe.run([hfe.TESSERA, "shard", "--out", data, "--vocab", str(fxm.V), "--quiet", txt])
+    rc, out, data = hfe.shard_tokens(tmp, name, toks, fxm.V)
     if rc:
         raise RuntimeError(out)
     return data

@@ -73,11 +73,7 @@ def run_fixture(tap, name, fdir, tmp):
     fx = json.load(open(os.path.join(fdir, "fixture.json")))
     fcj = json.load(open(os.path.join(fdir, "config.json")))
     toks = np.array(fx["tokens"])
-    txt, data = os.path.join(tmp, name + ".txt"), os.path.join(tmp, name + "_data")
-    with open(txt, "w") as f:
-        for i in range(0, len(toks), 16):
-            f.write(" ".join(str(t) for t in toks[i:i + 16]) + "\n")
-    rc, out = hfe.run([hfe.TESSERA, "shard", "--out", data, "--vocab", str(fxm.V), "--quiet", txt])
+    rc, out, data = hfe.shard_tokens(tmp, name, toks, fxm.V)
     if rc:
         tap.diag(out)
     cfg = os.path.join(tmp, name + ".cfg")
