@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_gpt2_identity.sh — `tessera tokenizer encode` (gpt2) is token-for-token identical to the
-# reference encoder (npm gpt-3-encoder's Encoder.js run by node) on the Brown corpus, edge cases
+# reference encoder (npm gpt-3-encoder's Encoder.js run by node) on half the Brown corpus (the
+# even-indexed 250 files, from all 15 genres: the whole corpus took 40 CPU-s of CI), edge cases
 # (Unicode classes, emoji, CJK, whitespace runs, contractions, invalid UTF-8, empty input,
 # <|endoftext|>) and seeded random byte strings; decode(encode(x)) == x for valid UTF-8 and == the
 # U+FFFD-replaced text for invalid UTF-8. Skips (77) without node or the npm files (./INSTALL).
@@ -21,7 +22,8 @@ tap_plan 9
 
 enc() { "$TESSERA" tokenizer encode --tokenizer "$GPT2" "$@"; }
 # ---- 1. Brown corpus, per file ----
-brown=("$BROWN"/c[a-r][0-9][0-9])
+all_brown=("$BROWN"/c[a-r][0-9][0-9]) brown=()
+for ((i = 0; i < ${#all_brown[@]}; i += 2)); do brown+=("${all_brown[i]}"); done
 node "$REF" "$GPT2" "${brown[@]}" > "$TMP/brown.ref"
 enc "${brown[@]}" > "$TMP/brown.tsr"
 same_lines brown "$TMP/brown.ref" "$TMP/brown.tsr" "${brown[@]}"

@@ -2,9 +2,10 @@
 # test_hf_identity.sh — Hugging Face tokenizer.json (Llama 3, Qwen 3, gpt-oss: byte-level BPE; Llama 2,
 # Gemma 3: SentencePiece-style BPE with byte fallback): our encoder is token-for-token
 # identical to the reference (transformers.js as npm @lenml/tokenizers, run by node through
-# tests/tokenizer/ref_hf_encode.js) on the Brown corpus (each model on half of its files, so that
-# every file meets one byte-level and one SentencePiece-style model: Llama 3 and Gemma 3 the even
-# ones, Qwen 3 and Llama 2 the odd ones; gpt-oss on every 20th, 25 files; CI time), adversarial text (mixed scripts, CJK, emoji
+# tests/tokenizer/ref_hf_encode.js) on the Brown corpus (each model on a quarter of its files, so that
+# every file meets one of the four and every genre all four: Llama 3 the files 0, 4, 8, ..., Qwen 3
+# 1, 5, ..., Gemma 3 2, 6, ..., Llama 2 3, 7, ...; gpt-oss every 20th, 25 files; CI time: the
+# reference's encoding of half the corpus per model took 20 CPU-s of node each), adversarial text (mixed scripts, CJK, emoji
 # with ZWJ sequences, digit runs of 1-7, whitespace and newline runs, tabs, contractions in both
 # cases, punctuation runs, combining marks, added tokens inside text, invalid UTF-8) and seeded random
 # text, for gpt-oss also its pattern's own cases (hf_o200k_texts: case changes inside words, marks,
@@ -41,12 +42,11 @@ hf_o200k_texts "$O"
 o200k=("$O"/*)
 
 models=(llama3 qwen3 llama2 gemma3 gptoss)
-# brown_of MODEL: sets `mb`, MODEL's half of the Brown files (gpt-oss: every 20th), `own`, the texts
-# of its pattern alone (gpt-oss's), and `all`, every file it encodes
+# brown_of MODEL: sets `mb`, MODEL's quarter of the Brown files (gpt-oss: every 20th), `own`, the
+# texts of its pattern alone (gpt-oss's), and `all`, every file it encodes
 brown_of() {
-    local i first=0 step=2
-    [[ $1 == qwen3 || $1 == llama2 ]] && first=1
-    [[ $1 == gptoss ]] && first=2 step=20
+    local i first=0 step=4
+    case $1 in qwen3) first=1 ;; gemma3) first=2 ;; llama2) first=3 ;; gptoss) first=2 step=20 ;; esac
     mb=() own=()
     for ((i = first; i < ${#brown[@]}; i += step)); do mb+=("${brown[i]}"); done
     [[ $1 == gptoss ]] && own=("${o200k[@]}")

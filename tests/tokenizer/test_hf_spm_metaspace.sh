@@ -72,9 +72,9 @@ texts=("$E"/* "$M"/* "$R"/*)
 brown=("$BROWN"/c[a-r][0-9][0-9])
 # Mistral's own form: every 4th Brown file (125, from all 15 genres, indices 0, 4, ...). All 500
 # took about 25 s more of CI's 30 minutes for the same vocabulary and merges that
-# test_hf_identity.sh runs over the odd-indexed half of Brown with Llama 2's tokenizer (375 of the
-# 500 files between the two tests); the Metaspace logic itself is in every file and in the cases
-# above
+# test_hf_identity.sh runs over another quarter of Brown with Llama 2's tokenizer (indices 3, 7,
+# ...: 250 of the 500 files between the two tests); the Metaspace logic itself is in every file and
+# in the cases above
 brown4=()
 for ((i = 0; i < ${#brown[@]}; i += 4)); do brown4+=("${brown[i]}"); done
 
