@@ -37,6 +37,7 @@ TAP; exit 0 all passed, 1 a check failed, 77 skipped. Summary in OUT_DIR/clients
 import json
 import math
 import os
+import shutil
 import sys
 import tarfile
 import time
@@ -369,11 +370,12 @@ def make_fixtures(tap, out, have_tf):
                                           "model.n_head": str(FX_NH), "model.vocab_size": str(FX_V),
                                           "model.max_seq_len": str(FX_POS)})
             good, msg = write_fixture(root, name, cls, model, 2000 + k, {"sets": tessera_sets}, compare_logits)
-            written += [name] if good else []
+            written += [name] if good else discard(root, name)
             tap.ok(good, f"{what.format(cls)}: {msg}")
         except Exception:
             tap.diag(traceback.format_exc())
             tap.ok(False, f"{what.format(cls)}: raised")
+            discard(root, name)
     for k, fam in enumerate(FAMILIES):
         written += make_family(tap, root, k, fam, what.format(fam[1]))
     tgz = os.path.join(out, "hf-transformers.tar.gz")
@@ -445,9 +447,9 @@ def make_family(tap, root, k, fam, what):
     not ok (with the traceback) when anything else fails. Returns [name] when written."""
     import transformers as tr
     name, cls, cfg_name, kw, rope = fam
-    missing = [c for c in (cls, cfg_name) if not hasattr(tr, c)]
+    missing = [why for why in (lacks(tr, c) for c in (cls, cfg_name)) if why]
     if missing:
-        tap.ok(False, what, skip=f"transformers {tr.__version__} has no {' or '.join(missing)}")
+        tap.ok(False, what, skip=f"transformers {tr.__version__}: {'; '.join(missing)}")
         return []
     try:
         cfg, form, refused = family_config(tr, cfg_name, kw, rope)
@@ -467,11 +469,28 @@ def make_family(tap, root, k, fam, what):
                                    "import": "tessera ckpt import (no tessera keys: config.json gives the model)"},
                                   compare_logits_rel)
         tap.ok(good, f"{what}: RoPE as {form}; {msg}")
-        return [name] if good else []
+        return [name] if good else discard(root, name)
     except Exception:
         tap.diag(traceback.format_exc())
         tap.ok(False, f"{what}: raised")
-        return []
+        return discard(root, name)
+
+
+def lacks(tr, name):
+    """None when transformers has the class name, else why not (missing, or failing to import)."""
+    try:
+        getattr(tr, name)
+        return None
+    except AttributeError:
+        return f"no {name}"
+    except Exception as e:  # a lazy import that fails (a dependency the class needs)
+        return f"{name} does not import ({type(e).__name__}: {e})"
+
+
+def discard(root, name):
+    """A fixture not written whole leaves nothing in the tarball. Returns []."""
+    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    return []
 
 
 def have(mod):
