@@ -84,7 +84,8 @@ FIXTURES = [
 # (d): the families of issues 67 and 68 (vocabulary FX_V, hidden FX_C, FX_NH heads, fp32). Each:
 # name, model class, config class, config kwargs (transformers' names), and its RoPE in both of
 # transformers' forms: 5.x's rope_parameters, and 4.x's rope_theta + rope_scaling (+ a local base);
-# family_config tries them in that order.
+# family_config tries them in that order. Numbers have the types transformers 5's strict config
+# dataclasses declare (Gemma2Config: query_pre_attn_scalar: int, the soft caps float | None).
 SW, FULL = "sliding_attention", "full_attention"
 
 
@@ -110,12 +111,12 @@ FAMILIES = [
      _rope(500000.0)),
     # both soft caps at values that bite; every other layer sliding
     ("gemma2", "Gemma2ForCausalLM", "Gemma2Config",
-     _fam(4, query_pre_attn_scalar=32.0, sliding_window=5, layer_types=[SW, FULL] * 2,
+     _fam(4, query_pre_attn_scalar=32, sliding_window=5, layer_types=[SW, FULL] * 2,
           attn_logit_softcapping=0.5, final_logit_softcapping=2.0, **GEMMA), _rope(10000.0)),
     # Gemma 3 4B-27B's RoPE: the full layer rope_theta with linear scaling by 8, the sliding ones
     # their local base unscaled
     ("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig",
-     _fam(3, num_key_value_heads=1, query_pre_attn_scalar=24.0, sliding_window=6, layer_types=[SW, SW, FULL],
+     _fam(3, num_key_value_heads=1, query_pre_attn_scalar=24, sliding_window=6, layer_types=[SW, SW, FULL],
           **GEMMA),
      ({"rope_parameters": {FULL: {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
                            SW: {"rope_type": "default", "rope_theta": 10000.0}}},
