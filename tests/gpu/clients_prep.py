@@ -3,16 +3,23 @@
 
     clients_prep.py OUT_DIR        (device.sh pack-clients: OUT_DIR = .devbundle/clients)
 
-For each tiny model of MODELS (GPT-2, MPT, Llama, Qwen 2, Qwen 3; d_model 48-64, 2 layers, a
-250-token synthetic vocabulary padded to 256 rows), trained STEPS steps on the synthetic corpus by
-tessera-train (one process):
+For each tiny model of MODELS (GPT-2, MPT, Llama, Qwen 2, Qwen 3; d_model 48-64, 2 layers; then
+the families of issues 67 and 68: OLMo 2, OLMo 3 with sliding layers, Gemma 3 (sliding + global,
+linear scaling, local base), Gemma 2 (soft caps), SmolLM3 (NoPE layers) with the keys of
+tests/reference/hf_fixture.py's FAMILY_FIXTURES, the models test_hf_families.py imports and exports,
+and gpt-oss (experts, sinks, YaRN) and Qwen3-Next (Gated DeltaNet + gated full layers, MoE with a
+shared expert); a 250-token synthetic vocabulary padded to 256 rows), trained STEPS steps on the
+synthetic corpus by tessera-train (one process):
   OUT_DIR/NAME/hf/          `tessera ckpt export --format hf --tokenizer none` of the last checkpoint
   OUT_DIR/NAME/tokens.npy   (B, T) int64: the token rows of ref_dump's first batch
   OUT_DIR/NAME/logits.npy   (B, T, V) float32: tessera's own fp32 logits of those rows at the
                             checkpoint's weights (ref_dump --init-from CKPT; the V real columns)
   OUT_DIR/tb-run/           the GPT-2 run's metrics.jsonl and tb/ (eval every 2 steps)
-  OUT_DIR/manifest.json     {"models": [{name, class, model_type, V, B, T, sets}], "tb_run": ...,
-                            "made": {"tessera": git describe, "time": ...}}
+  OUT_DIR/manifest.json     {"models": [{name, class, model_type, V, B, T, sets, tol}], "tb_run": ...,
+                            "left_out": [{name, class, why}], "made": {"tessera": git describe, "time": ...}}
+A model of OPTIONAL (gpt-oss, Qwen3-Next: their exporters are being built) whose export tessera
+refuses is left out, with tessera's error line as "why" (real_clients.py says it as a SKIP line);
+any other failure fails. tol "rel": real_clients.py compares at 1e-4 x max(1, max |logit|).
 About 3 MB in all. Needs h5py and numpy; BUILD (default build) holds tessera, tessera-train and
 tests/ref_dump. Exit 0 made, 1 a step failed (its output printed).
 """
@@ -54,14 +61,56 @@ MODELS = [
     ("qwen3", "Qwen3ForCausalLM", dict(ROPE, **{"model.qk_norm": "true", "model.head_dim": "24",
                                                 "model.tie_embeddings": "true"})),
 ]
+
+def family_models():
+    """hf_fixture.py's FAMILY_FIXTURES as MODELS rows: their tessera keys (the vocabulary BASE's)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    import hf_fixture
+    rows = []
+    for fx in hf_fixture.FAMILY_FIXTURES:
+        keys = {k: v for k, v in hf_fixture.family_sets(fx).items() if k not in ("model.vocab_size", "model.vocab_multiple")}
+        rows.append((fx["name"], hf_fixture.CLASS[fx["model_type"]], dict(keys, **{"model.max_seq_len": str(T)})))
+    return rows
+
+
+MOE = {"model.moe_experts": "4", "model.moe_top_k": "2", "model.moe_intermediate_size": "32", "model.moe_every": "1",
+       "model.moe_norm_topk": "true", "model.moe_aux_loss_coef": "0.01"}
+OPTIONAL = [
+    # 4 experts of 32 (top 2, router and expert biases, the clamped gated unit), a sink per head,
+    # YaRN over an original context of 8, every other layer sliding (configs/gpt-oss-20b.cfg's keys)
+    ("gpt_oss", "GptOssForCausalLM", dict(ROPE, **MOE, **{
+        "model.head_dim": "16", "model.bias": "true", "model.norm_eps": "1e-05", "model.rope_theta": "150000.0",
+        "model.rope_scaling": "yarn", "model.rope_factor": "4.0", "model.rope_beta_fast": "32.0",
+        "model.rope_beta_slow": "1.0", "model.rope_truncate": "false", "model.rope_original_max_pos": "8",
+        "model.attn_sinks": "true", "model.layer_types": "sliding_attention,full_attention",
+        "model.sliding_window": "5", "model.tie_embeddings": "false", "model.moe_router_bias": "true",
+        "model.moe_expert_bias": "true", "model.moe_act": "gptoss", "model.swiglu_limit": "7.0"})),
+    # 3 Gated DeltaNet layers + 1 gated full one, MoE with a shared expert of 32, partial rotary 0.25
+    # (configs/qwen3-next-80b-a3b.cfg's keys)
+    ("qwen3_next", "Qwen3NextForCausalLM", dict(ROPE, **MOE, **{
+        "model.n_layer": "4", "model.head_dim": "16", "model.partial_rotary_factor": "0.25", "model.qk_norm": "true",
+        "model.layer_types": "linear_attention,linear_attention,linear_attention,full_attention",
+        "model.linear_num_key_heads": "2", "model.linear_num_value_heads": "4", "model.linear_key_head_dim": "16",
+        "model.linear_value_head_dim": "16", "model.linear_conv_kernel_dim": "4", "model.attn_output_gate": "true",
+        "model.moe_shared_size": "32", "model.tie_embeddings": "false"})),
+]
+FAMILIES = [m[0] for m in family_models() + OPTIONAL]  # compared at a tolerance relative to the logits
+MODELS += family_models() + OPTIONAL
 TB_MODEL = "gpt2"  # its run's tb/ and metrics.jsonl go to tb-run/ (with eval every 2 steps)
 
 
-def run(cmd):
+class Refused(Exception):
+    """An optional model's export refused by tessera: its error line."""
+
+
+def run(cmd, may_refuse=False):
     env = dict(os.environ)
     if os.geteuid() == 0:  # ref_dump calls MPI_Init outside mpirun: OpenMPI refuses root without these
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode and may_refuse:
+        said = [x for x in (r.stdout + r.stderr).splitlines() if "error:" in x]
+        raise Refused(f"exit {r.returncode}: " + (said[0].split("error:", 1)[1].strip() if said else "no error line"))
     if r.returncode:
         sys.exit(f"clients_prep: exit {r.returncode}: {' '.join(cmd)}\n{(r.stdout + r.stderr)[-4000:]}")
     return r.stdout
@@ -83,7 +132,12 @@ def make_model(out, tmp, data, name, cls, model_sets):
     cfg = os.path.join(ROOT, "configs", "tiny.cfg")
     run(MPIRUN1 + [TRAIN, "--config", cfg, "--set", f"run_dir={run_dir}"] + sets(keys))
     hf = os.path.join(out, name, "hf")
-    run([TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none", run_dir, hf])
+    optional = name in [m[0] for m in OPTIONAL]
+    try:
+        run([TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none", run_dir, hf], may_refuse=optional)
+    except Refused as e:
+        shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+        return {"name": name, "class": cls, "why": str(e), "left_out": True}
     dump = os.path.join(tmp, name + ".h5")
     keys.update({"run_dir": os.path.join(tmp, name + "-dump"), "max_duration": "1ba", "data.val": "",
                  "eval_interval": "0ba"})
@@ -100,7 +154,7 @@ def make_model(out, tmp, data, name, cls, model_sets):
         shutil.copytree(os.path.join(run_dir, "tb"), os.path.join(dst, "tb"))
     cj = json.load(open(os.path.join(hf, "config.json")))
     return {"name": name, "class": cls, "model_type": cj.get("model_type"), "V": V, "B": B, "T": T,
-            "sets": model_sets}
+            "sets": model_sets, "tol": "rel" if name in FAMILIES else "abs"}
 
 
 def main():
@@ -116,15 +170,19 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tessera-clients.") as tmp:
         data = os.path.join(tmp, "data")
         run([TESSERA, "synth", "--out", data, "--vocab", str(V), "--tokens", "20000", "--seed", "1"])
-        models = [make_model(out, tmp, data, *m) for m in MODELS]
+        made = [make_model(out, tmp, data, *m) for m in MODELS]
+    models = [m for m in made if not m.get("left_out")]
+    left_out = [{k: m[k] for k in ("name", "class", "why")} for m in made if m.get("left_out")]
     describe = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                               text=True).stdout.strip() or "unknown"
     with open(os.path.join(out, "manifest.json"), "w") as f:
-        json.dump({"models": models, "tb_run": "tb-run",
+        json.dump({"models": models, "tb_run": "tb-run", "left_out": left_out,
                    "made": {"tessera": describe, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
                   f, indent=1)
     size = sum(os.path.getsize(os.path.join(d, x)) for d, _, fs in os.walk(out) for x in fs)
     print(f"clients_prep: {len(models)} models and the {TB_MODEL} run's tb/ in {out} ({size / 1e6:.1f} MB)")
+    for m in left_out:
+        print(f"clients_prep: {m['name']} left out: tessera's export refused it ({m['why']})")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@
 #             does not have in .devbundle/bundle.tar.xz (git-ignored, ~15 MB; the working tree
 #             and it travel together: a device run with carry [".devbundle"])
 #           bash tests/gpu/device.sh pack-clients
-#             tests/gpu/clients_prep.py with this checkout's build/ (MPI, HDF5): five tiny models
-#             trained, exported for transformers, tessera's logits on fixed rows, one run's tb/
-#             and metrics.jsonl, in .devbundle/clients/ (~2 MB; no bundle needed for `clients`)
+#             tests/gpu/clients_prep.py with this checkout's build/ (MPI, HDF5): tiny models
+#             trained, exported for transformers (GPT-2, MPT, Llama, Qwen 2, Qwen 3 and the issue
+#             67/68 families tessera exports: OLMo 2, OLMo 3, Gemma 2, Gemma 3, SmolLM3; gpt-oss
+#             and Qwen3-Next once it exports them), tessera's logits on fixed rows, one run's tb/
+#             and metrics.jsonl, in .devbundle/clients/ (~5 MB; no bundle needed for `clients`)
 #   there:  bash tests/gpu/device.sh check [STAGE...]   in this order (default: all of them):
 #             memcheck   the GPU op test under compute-sanitizer's memcheck (leaks too), every case
 #             racecheck  the op test's reduced case set (TSR_GPU_OPS_QUICK=1) under racecheck
@@ -64,8 +66,10 @@
 #           bash tests/gpu/device.sh clients        tests/gpu/real_clients.py over .devbundle/clients
 #                                                   (transformers' from_pretrained and logits,
 #                                                   TensorBoard's EventAccumulator, save_pretrained
-#                                                   fixtures -> $OUT/hf-transformers.tar.gz), then
-#                                                   again with --perturb gpt2, which must fail
+#                                                   fixtures of the five classes and of the issue
+#                                                   67/68 families -> $OUT/hf-transformers.tar.gz),
+#                                                   then the exports' check again with --perturb
+#                                                   gpt2, which must fail (~60 s by estimate)
 #           bash tests/gpu/device.sh multirank      issue 52: several ranks on the one GPU through
 #                                                   parallel.gpu_comm = "mpi" (the bundle's MPI
 #                                                   trainer and OpenMPI), compute-sanitizer on 2
@@ -681,6 +685,9 @@ clients() {
     {
         printf '%s real_clients (exit %d): ' "$( ((rc)) && echo FAIL || echo PASS)" "$rc"
         outcome "$logs/real_clients.txt"
+        # what was skipped inside the run, with its reason (a family class this transformers
+        # lacks, a model tessera does not export yet)
+        { grep -E '^ok .* # SKIP ' "$logs/real_clients.txt" || true; } | head -12 | cut -c1-300 | sed 's/^/    /'
         if ((blind)); then
             echo "FAIL --perturb gpt2: exit $r, expected 1 with the gpt2 logits check failing"
         else
@@ -709,7 +716,9 @@ clients() {
 #             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1,
 #             TSR_ATT_DQ_FUSED=1 alone and with TSR_ATT_WARP_ROWS=32, TSR_NORM_HOLD=1
 #             and =0, TSR_GEMM_TUNE (twelve runs)                                    120 s
-#   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run   75 s
+#   clients   real_clients.py over .devbundle/clients (pack-clients), the perturbed run  120 s
+#             (25 s on the H200 for five exports and five fixtures; with the issue 67/68
+#             families, ten exports and twelve fixtures, ~60 s by estimate, not yet measured)
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s
 # $OUT holds at most 5 files, rewritten after every stage (a call cut off keeps what was done):
@@ -728,7 +737,7 @@ bench_rows() {
 
 FL_STAGES=(ops train bench profile clients sanitize hc)
 FL_DEFAULT=(ops train bench profile clients)
-declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=180 [profile]=120 [clients]=75 [sanitize]=240 [hc]=150)
+declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=180 [profile]=120 [clients]=120 [sanitize]=240 [hc]=150)
 
 firstlight() {
     local want=("$@") st r t0 out=$OUTDIR work=/tmp/firstlight-work not_run=() rc=0
