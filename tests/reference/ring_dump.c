@@ -102,8 +102,9 @@ int main(int argc, char **argv) {
     float *dqkv = tsr_malloc(nl * s.QKV * 4);
     ring_split(lq, qkv, (size_t)s.QKV * 4, B, N, g.r, T);
     ring_split(ld, dout, (size_t)s.C * 4, B, N, g.r, T);
-    ring_attention_forward(&g, &be, &a, out, lse, lq, slopes, B, T, s.NH, s.KVH, s.hs);
-    ring_attention_backward(&g, &be, &a, dqkv, ld, lq, out, lse, slopes, B, T, s.NH, s.KVH, s.hs);
+    ring_attention_forward(&g, &be, &a, out, lse, lq, slopes, NULL, B, T, s.NH, s.KVH, s.hs);
+    ring_attention_backward(&g, &be, &a, dqkv, ld, lq, out, lse, slopes, NULL, B, T, s.NH, s.KVH,
+                            s.hs);
 
     float *fo = gather_rows(&d, out, B, T, (size_t)s.C * 4);
     float *fl = gather_rows(&d, lse, B * s.NH, T, 4);
