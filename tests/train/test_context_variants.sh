@@ -11,7 +11,8 @@
 #    within 1e-5 of the tensor's largest (a sink gradient not summed over the context ranks, or
 #    counted once per block, would show);
 #  - the attention and final-logit soft caps, and query_pre_attn_scalar (N = 2);
-#  - OLMo 2's post norms with QK-norm over the projection (N = 2);
+#  - OLMo 2's post norms with QK-norm over the projection, with Qwen3-Next's gated attention output
+#    (model.attn_output_gate) (N = 2);
 #  - a Gemma-3-like model (sandwich norms, the embedding scale, GeGLU-tanh, QK-norm per head,
 #    query_pre_attn_scalar, sliding and full layers with their RoPE bases, multi-query, tied
 #    head, the document mask) at N = 4 and data x context = 2 x 2 under zero3;
@@ -81,9 +82,10 @@ run Q1 1 1 --set model.query_pre_attn_scalar=7 "${doc[@]}" &&
     run Q2 2 2 --set model.query_pre_attn_scalar=7 "${doc[@]}" && exact Q1 Q2
 tap_check $? "query_pre_attn_scalar = 7 (head size 16), document mask: N = 2 equals N = 1 within 1e-6"
 
-olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_norm_scope=projection)
+olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_norm_scope=projection
+      --set model.attn_output_gate=true)
 run O1 1 1 "${olmo[@]}" && run O2 2 2 "${olmo[@]}" && exact O1 O2
-tap_check $? "OLMo 2's post norms with QK-norm over the projection: N = 2 equals N = 1 within 1e-6"
+tap_check $? "OLMo 2's post norms with QK-norm over the projection, and Qwen3-Next's gated attention output: N = 2 equals N = 1 within 1e-6"
 
 gemma=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
        --set model.mlp=geglu_tanh --set model.qk_norm=true --set model.n_kv_head=1
