@@ -40,30 +40,6 @@ typedef enum { TSR_GELU_TANH = 0, TSR_GELU_EXACT, TSR_GELU_COUNT } tsr_gelu_kind
  * then ADD (a -0 result may read as +0), without the zeroing pass or the op's read of it. */
 typedef enum { TSR_GRAD_ADD = 0, TSR_GRAD_SET = 1 } tsr_grad_mode;
 
-/* One block of ring attention (context parallelism: src/model/model_ring.c,
- * docs/parallelism.md): Tq query rows of each of B sequences against Tk key/value rows, with
- * their positions in the whole sequence. Query row i of sequence b is the sequence's position
- * qoff + i and has query head h at q + (b qbs + i) ldq + h hs; key row j is position koff + j,
- * with key head g at kv + (b kbs + j) ldkv + g hs and value head g at that + KVH hs. Query head h
- * reads key/value head h / (NH/KVH). Row i sees row j iff
- *   lo[b T + qoff + i] <= koff + j <= qoff + i     (lo NULL: 0, a causal mask alone),
- * with s[i,j] = q_i.k_j / sqrt(hs) - slope_h (qoff + i - koff - j) (ALiBi with slopes). lo and hi
- * (B,T) are the first position of each position's document and one past its last
- * (attn_mask = document; both or neither). The elements are fp32 in this table, the backend's
- * act type in backend.h's entries. */
-typedef struct tsr_ring_block {
-    int B, NH, KVH, hs;
-    int Tq, Tk;              /* query rows and key rows of each sequence */
-    int qoff, koff;          /* the whole sequence's position of query row 0, of key row 0 */
-    const void *q, *kv;
-    int ldq, ldkv;           /* elements between consecutive rows */
-    int qbs, kbs;            /* rows between consecutive sequences (of q and of what follows it
-                              * query-wise: acc, lse, dout, out, dq; of kv and dkv) */
-    const int32_t *lo, *hi;  /* (B,T), or NULL */
-    int T;                   /* the whole sequence's length (lo, hi's rows) */
-    const float *slopes;     /* (NH) or NULL */
-} tsr_ring_block;
-
 /* The attention variants of one layer (docs/models.md "Attention variants"); a NULL pointer to
  * it, or a zeroed one, is plain attention, with the same bits as before the variants existed.
  *   window: sliding-window attention (model.layer_types, model.sliding_window): row i sees
@@ -83,6 +59,40 @@ typedef struct tsr_attn_var {
     float scale;
     float softcap; /* > 0: scores = softcap tanh(scores / softcap) after the scale (Gemma 2) */
 } tsr_attn_var;
+
+/* One block of ring attention (context parallelism: src/model/model_ring.c,
+ * docs/parallelism.md): Tq query rows of each of B sequences against Tk key/value rows, with
+ * their positions in the whole sequence. Query row i of sequence b is the sequence's position
+ * qoff + i and has query head h at q + (b qbs + i) ldq + h hs; key row j is position koff + j,
+ * with key head g at kv + (b kbs + j) ldkv + g hs and value head g at that + KVH hs. Query head h
+ * reads key/value head h / (NH/KVH). Row i sees row j iff
+ *   lo[b T + qoff + i] <= koff + j <= qoff + i     (lo NULL: 0, a causal mask alone),
+ * with s[i,j] = q_i.k_j / sqrt(hs) - slope_h (qoff + i - koff - j) (ALiBi with slopes). lo and hi
+ * (B,T) are the first position of each position's document and one past its last
+ * (attn_mask = document; both or neither). The elements are fp32 in this table, the backend's
+ * act type in backend.h's entries.
+ * var: the layer's variants (tsr_attn_var) or NULL. A window also bounds what row i sees from
+ * below, koff + j > qoff + i - window; the scale and the soft cap make the scores
+ * c(scale q_i.k_j) - slope_h (...), c the cap (as attention_forward's). The sinks join each row's
+ * softmax denominator once, in the merge: the block that starts a row (merge = 0) starts it
+ * from acc = 0, lse = sink_h rather than from nothing, so the merged lse counts e^sink_h and the
+ * backward's p = exp(s - lse) is the sinked probability. With sink_grad the backward adds each of
+ * the block's rows' -p_sink(i) D_i = -exp(sink_h - lse_i) dout_i.out_i to var->dsinks[h]: the
+ * caller sets it on one block per query row (model_ring.c: the diagonal one). */
+typedef struct tsr_ring_block {
+    int B, NH, KVH, hs;
+    int Tq, Tk;              /* query rows and key rows of each sequence */
+    int qoff, koff;          /* the whole sequence's position of query row 0, of key row 0 */
+    const void *q, *kv;
+    int ldq, ldkv;           /* elements between consecutive rows */
+    int qbs, kbs;            /* rows between consecutive sequences (of q and of what follows it
+                              * query-wise: acc, lse, dout, out, dq; of kv and dkv) */
+    const int32_t *lo, *hi;  /* (B,T), or NULL */
+    int T;                   /* the whole sequence's length (lo, hi's rows) */
+    const float *slopes;     /* (NH) or NULL */
+    const tsr_attn_var *var; /* the layer's variants, or NULL */
+    int sink_grad;           /* the backward takes the rows' sink gradients in this block */
+} tsr_ring_block;
 
 typedef struct tsr_ops {
     const char *name; /* "cpu", "cuda" */

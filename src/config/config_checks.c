@@ -299,8 +299,8 @@ static void validate_fp8(load_ctx *c) {
 }
 
 /* Sliding windows, attention sinks and the other variants of docs/models.md
- * (config_attn_variant_key): the CPU's decoder runs them; the CUDA kernels do not yet, nor the ring of context parallelism
- * (but for the RoPE variants: each token's position comes with the data). */
+ * (config_attn_variant_key): the CPU's decoder runs them, the ring of context parallelism too
+ * (config_ring_variant_key: but for the linear_attention layers); the CUDA kernels do not yet. */
 static void validate_attn_variants(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const char *key = config_attn_variant_key(&g->model);
@@ -318,9 +318,8 @@ static void validate_attn_variants(load_ctx *c) {
     }
     if (ring && g->context > 1) {
         tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
-                  "linear or sliding-window attention, attention sinks, query_pre_attn_scalar, "
-                  "sandwich or post norms, QK-norm over the projection, an embedding scale or "
-                  "soft-capping yet: set parallel.context = 1",
+                  "linear_attention (Gated DeltaNet) layers yet (it runs sliding_attention and "
+                  "full_attention layers): set parallel.context = 1, or a model without them",
                   cfgload_where(c, ring, at, sizeof at), ring, (long long)g->context);
         c->errors++;
     }

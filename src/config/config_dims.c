@@ -356,12 +356,11 @@ const char *config_position_variant_key(const tsr_model_config *m) {
     return config_rope_variant_key(m);
 }
 
-/* the per-token variants (RoPE's, the experts') run in the ring: the rest does not yet */
+/* the ring runs every attention variant (window, sinks, scale, soft caps: its blocks take the
+ * layer's) and the per-token ones (norms, scales, gates, units, RoPE's, the experts'): the
+ * linear_attention layers' recurrence does not cross the ranks yet */
 const char *config_ring_variant_key(const tsr_model_config *m) {
-    const char *key = config_attn_variant_key(m), *rope = config_rope_variant_key(m);
-    const char *moe = config_moe_variant_key(m);
-    if (key && ((rope && !strcmp(key, rope)) || (moe && !strcmp(key, moe)))) return NULL;
-    return key;
+    return config_linear_layers(m) > 0 ? "model.layer_types" : NULL;
 }
 
 const char *config_rope_variant_key(const tsr_model_config *m) {

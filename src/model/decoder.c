@@ -164,7 +164,7 @@ static void attention(const dec_run *r, int l, const dec_layer *v, const void *s
     tsr_attn_var vs;
     const tsr_attn_var *var = dec_attn_var(d->m, l, sinks, NULL, &vs);
     if (!r->kv && d->ring) { /* context parallelism: round the ring (model_ring.h) */
-        ring_attention_forward(d->ring, be, d->a, v->atty, v->att, v->qkv, d->slopes, r->B,
+        ring_attention_forward(d->ring, be, d->a, v->atty, v->att, v->qkv, d->slopes, var, r->B,
                                r->T * d->ring->N, NH, KVH, hs);
         return;
     }

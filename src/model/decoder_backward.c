@@ -168,13 +168,13 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
                         dec_attn_in(m, &v), w[TSR_P_ATTPROJW], N, m->QD, C, TSR_GRAD_SET);
     lora_bwd(r, l, TSR_LORA_O, a->datty, dout, dec_attn_in(m, &v));
     dec_gate_backward(r, &v, u, 0); /* attn_output_gate: d(gated) to d(atty) and d(gate) */
+    const tsr_attn_var *av = dec_attn_var(m, l, w[TSR_P_SINKS], g[TSR_P_SINKS], &var);
     if (d->ring)
         ring_attention_backward(d->ring, be, a, a->dqkv, a->datty, v.qkv, v.atty, v.att,
-                                d->slopes, r->B, r->T * d->ring->N, NH, KVH, hs);
+                                d->slopes, av, r->B, r->T * d->ring->N, NH, KVH, hs);
     else
         be->attention_backward(be, a->dqkv, a->datty, v.qkv, v.atty, v.att, d->slopes, a->seq,
-                               dec_attn_var(m, l, w[TSR_P_SINKS], g[TSR_P_SINKS], &var),
-                               a->att_scratch, r->B, r->T, NH, KVH, hs, TSR_GRAD_SET);
+                               av, a->att_scratch, r->B, r->T, NH, KVH, hs, TSR_GRAD_SET);
     if (m->cfg.pos == TSR_POS_ROPE) {
         int p0;
         const int32_t *pos = dec_rope_pos(r, &p0);

@@ -154,20 +154,34 @@ static ring_shape shape_of(const tsr_ring *g, const tsr_backend *be, int B, int 
                         .C = (size_t)NH * hs};
 }
 
+/* Whether local chunk qk's queries see any key of chunk kc: not when every key lies after every
+ * query (causal), nor when the nearest pair lies window or more apart (a sliding window's band:
+ * the block is skipped, counted in g->skipped) */
+static int block_seen(tsr_ring *g, const ring_shape *s, int qc, int kc, const tsr_attn_var *var) {
+    if (kc > qc) return 0;
+    const int W = var ? var->window : 0;
+    if (W > 0 && (qc - kc) * s->c - (s->c - 1) >= W) {
+        g->skipped++;
+        return 0;
+    }
+    return 1;
+}
+
 /* The block of this rank's local chunk qk (0, 1) against local chunk kk of the key/value block of
- * rank src (kv: its rows ldkv elements apart); -1 in *ok when every key lies after every query */
-static tsr_ring_block block_of(const tsr_ring *g, const ring_shape *s, const tsr_acts *a,
+ * rank src (kv: its rows ldkv elements apart); 0 in *ok when no query sees a key (block_seen) */
+static tsr_ring_block block_of(tsr_ring *g, const ring_shape *s, const tsr_acts *a,
                                const void *qkv, const void *kv, int ldkv, int qk, int kk, int src,
-                               const float *slopes, int *ok) {
+                               const float *slopes, const tsr_attn_var *var, int *ok) {
     const int qc = chunk_of(g->N, g->r, qk), kc = chunk_of(g->N, src, kk);
-    *ok = kc <= qc;
+    *ok = block_seen(g, s, qc, kc, var);
     return (tsr_ring_block){
         .B = s->B, .NH = s->NH, .KVH = s->KVH, .hs = s->hs, .Tq = s->c, .Tk = s->c,
         .qoff = qc * s->c, .koff = kc * s->c,
         .q = (const char *)qkv + (size_t)qk * s->c * s->QKV * s->e,
         .kv = (const char *)kv + (size_t)kk * s->c * (size_t)ldkv * s->e,
         .ldq = (int)s->QKV, .ldkv = ldkv, .qbs = s->Tl, .kbs = s->Tl, .lo = a->ring_lo,
-        .hi = a->ring_hi, .T = s->T, .slopes = slopes};
+        .hi = a->ring_hi, .T = s->T, .slopes = slopes, .var = var,
+        .sink_grad = kc == qc}; /* the diagonal block: once per query row */
 }
 
 /* The key/value rows of qkv into kv (B, Tl, KVW), to send */
@@ -177,8 +191,8 @@ static void pack_kv(const tsr_backend *be, const ring_shape *s, void *kv, const 
 }
 
 void ring_attention_forward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *atty,
-                            float *lse, const void *qkv, const float *slopes, int B, int T,
-                            int NH, int KVH, int hs) {
+                            float *lse, const void *qkv, const float *slopes,
+                            const tsr_attn_var *var, int B, int T, int NH, int KVH, int hs) {
     const ring_shape s = shape_of(g, be, B, T, NH, KVH, hs);
     const size_t kvb = (size_t)B * s.Tl * s.KVW * s.e;
     char *kvbuf[2] = {a->ring_kv, (char *)a->ring_kv + kvb};
@@ -194,7 +208,7 @@ void ring_attention_forward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, voi
         for (int qk = 0; qk < 2; qk++)
             for (int kk = 0; kk < 2; kk++) {
                 int ok;
-                tsr_ring_block k = block_of(g, &s, a, qkv, kv, ldkv, qk, kk, src, slopes, &ok);
+                tsr_ring_block k = block_of(g, &s, a, qkv, kv, ldkv, qk, kk, src, slopes, var, &ok);
                 if (ok)
                     be->ring_forward(be, a->ring_acc + (size_t)qk * s.c * s.C,
                                      lse + (size_t)qk * s.c, &k, started[qk]++ > 0,
@@ -210,11 +224,11 @@ void ring_attention_forward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, voi
 static void blocks_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, const ring_shape *s,
                             float *dkv, const void *kv, int ldkv, int src, const void *datty,
                             const void *qkv, const void *atty, const float *lse,
-                            const float *slopes) {
+                            const float *slopes, const tsr_attn_var *var) {
     for (int qk = 0; qk < 2; qk++)
         for (int kk = 0; kk < 2; kk++) {
             int ok;
-            tsr_ring_block k = block_of(g, s, a, qkv, kv, ldkv, qk, kk, src, slopes, &ok);
+            tsr_ring_block k = block_of(g, s, a, qkv, kv, ldkv, qk, kk, src, slopes, var, &ok);
             if (!ok) continue;
             const size_t q0 = (size_t)qk * s->c;
             be->ring_backward(be, a->ring_acc + q0 * s->QKV, (int)s->QKV,
@@ -227,8 +241,8 @@ static void blocks_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, con
 
 void ring_attention_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *dqkv,
                              const void *datty, const void *qkv, const void *atty,
-                             const float *lse, const float *slopes, int B, int T, int NH, int KVH,
-                             int hs) {
+                             const float *lse, const float *slopes, const tsr_attn_var *var,
+                             int B, int T, int NH, int KVH, int hs) {
     const ring_shape s = shape_of(g, be, B, T, NH, KVH, hs);
     const size_t rows = (size_t)B * s.Tl, kvb = rows * s.KVW * s.e;
     const size_t dkb = rows * s.KVW * sizeof(float);
@@ -246,7 +260,7 @@ void ring_attention_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, vo
         float *dst = step ? mine : travel; /* the own block's terms start the travelling sum */
         be->zero(be, dst, dkb);
         blocks_backward(g, be, a, &s, dst, step ? kvbuf[cur] : (const char *)qkv + s.C * s.e,
-                        step ? (int)s.KVW : (int)s.QKV, src, datty, qkv, atty, lse, slopes);
+                        step ? (int)s.KVW : (int)s.QKV, src, datty, qkv, atty, lse, slopes, var);
         if (step) { /* src's sum so far arrived from the previous rank: add this rank's terms */
             g->comm.wait(g->comm.ctx, hd);
             float *in = spare;

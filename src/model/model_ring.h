@@ -68,6 +68,8 @@ typedef struct tsr_ring {
     float *dlosses;              /* (B, T/N) scratch of a weighted backward */
     void *gather;                /* (N, B, T/N) 4-byte scratch of ring_gather */
     uint64_t sent;               /* bytes this rank sent round the ring */
+    uint64_t skipped;            /* blocks wholly outside a sliding window's band, not computed
+                                  * (forward and backward) */
 } tsr_ring;
 
 /* A ring over a group of the world (dist.h: MPI point-to-point on host memory), for the CPU
@@ -100,16 +102,21 @@ void ring_act_plan(const tsr_backend *be, int N, int B, int T, int NH, int KVH, 
 uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int KVH, int hs, int backward);
 
 /* One layer's attention over the group: atty (B, T/N, NH hs) act and lse (B, NH, T/N) fp32 (kept
- * for the backward) from qkv (B, T/N, QKV) act; slopes (NH) or NULL. The ring's buffers in a
- * (lo, hi: the document bounds staged on the backend, or NULL). Collective over the group. */
+ * for the backward) from qkv (B, T/N, QKV) act; slopes (NH) or NULL; var the layer's variants
+ * (ops.h tsr_attn_var: window, scale, soft cap, sinks) or NULL. The blocks wholly outside a
+ * window's band are skipped (g->skipped), the others masked to it; the sinks join each row's
+ * softmax once, when its first block starts the merge (so lse includes them). The ring's buffers
+ * in a (lo, hi: the document bounds staged on the backend, or NULL). Collective over the group. */
 void ring_attention_forward(tsr_ring *g, const tsr_backend *be, struct tsr_acts *a, void *atty,
-                            float *lse, const void *qkv, const float *slopes, int B, int T,
-                            int NH, int KVH, int hs);
+                            float *lse, const void *qkv, const float *slopes,
+                            const tsr_attn_var *var, int B, int T, int NH, int KVH, int hs);
 /* Its backward: dqkv (B, T/N, QKV) act written (TSR_GRAD_SET) from datty, and the forward's qkv,
- * atty and lse. Collective over the group. */
+ * atty and lse; var->dsinks (NH) += this rank's rows' sink gradients (taken in each row's
+ * diagonal block; the other ranks' rows come with the replicated gradients' reduction).
+ * Collective over the group. */
 void ring_attention_backward(tsr_ring *g, const tsr_backend *be, struct tsr_acts *a, void *dqkv,
                              const void *datty, const void *qkv, const void *atty,
-                             const float *lse, const float *slopes, int B, int T, int NH, int KVH,
-                             int hs);
+                             const float *lse, const float *slopes, const tsr_attn_var *var,
+                             int B, int T, int NH, int KVH, int hs);
 
 #endif

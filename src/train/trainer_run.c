@@ -166,15 +166,16 @@ static void ep_report(tsr_trainer *t) {
 }
 
 /* parallel.context on the CPU: the bytes the ring sent between ranks in this process's steps and
- * evaluations, all ranks together (bench/comm_volume.sh compares them with the loopback's count
+ * evaluations, and the blocks it skipped outside the windows' bands, all ranks together (bench/comm_volume.sh compares them with the loopback's count
  * and docs/parallelism.md's formula). Collective. */
 static void ring_report(tsr_trainer *t) {
     if (!mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu || t->be.gpu) return;
-    int64_t sent = (int64_t)t->ring.sent;
-    dist_allreduce_sum_i64(&sent, 1);
+    int64_t n[2] = {(int64_t)t->ring.sent, (int64_t)t->ring.skipped};
+    dist_allreduce_sum_i64(n, 2);
     if (t->dist.rank == 0)
         printf("context ring: %lld bytes sent between ranks in %lld steps (all %d ranks, forward "
-               "and backward)\n", (long long)sent, (long long)t->out.steps_run, t->dist.world);
+               "and backward), %lld attention blocks outside the sliding windows skipped\n",
+               (long long)n[0], (long long)t->out.steps_run, t->dist.world, (long long)n[1]);
 }
 
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the

@@ -5,11 +5,14 @@
  *
  * IN (written by the test): attributes B, T, NH, KVH, hs, eot (-1: a causal mask; else
  * attn_mask = document with that end-of-text id), alibi (0/1); datasets qkv (B,T,QKV) and dout
- * (B,T,NH hs) fp32, tokens (B,T) int32 (the documents), slopes (NH) fp32 (with alibi).
+ * (B,T,NH hs) fp32, tokens (B,T) int32 (the documents), slopes (NH) fp32 (with alibi); the
+ * layer's variants (ops.h tsr_attn_var), each optional: attributes window, scale, softcap, and
+ * sinks (NH) fp32.
  * Every rank takes its zig-zag share of the sequences (model_ring.h), runs the forward and the
  * backward of ring attention over the N ranks (the CPU backend's blocks, merged by their
  * log-sum-exp; keys and values passed round by MPI), and rank 0 writes the whole sequences' results
- * to OUT: out (B,T,NH hs), lse (B,NH,T), dqkv (B,T,QKV), fp32. */
+ * to OUT: out (B,T,NH hs), lse (B,NH,T), dqkv (B,T,QKV), fp32, with sinks dsinks (NH) summed
+ * over the ranks; its line on stdout counts the blocks outside a window's band (all ranks). */
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +30,19 @@
                              __LINE__, #x);                                                \
     } while (0)
 
-static int attr_i(hid_t f, const char *name) {
+static double attr_d(hid_t f, const char *name) {
     double v = 0;
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
     H5_OK(a);
     H5_OK(H5Aread(a, H5T_NATIVE_DOUBLE, &v));
     H5Aclose(a);
-    return (int)v;
+    return v;
+}
+static int attr_i(hid_t f, const char *name) { return (int)attr_d(f, name); }
+
+/* an optional attribute (0 when absent) */
+static double attr_opt(hid_t f, const char *name) {
+    return H5Aexists(f, name) > 0 ? attr_d(f, name) : 0.0;
 }
 
 static void *read_ds(hid_t f, const char *name, hid_t type, size_t bytes) {
@@ -83,6 +92,12 @@ int main(int argc, char **argv) {
     float *dout = read_ds(f, "dout", H5T_NATIVE_FLOAT, n * s.C * 4);
     int32_t *tok = read_ds(f, "tokens", H5T_NATIVE_INT32, n * 4);
     float *slopes = s.alibi ? read_ds(f, "slopes", H5T_NATIVE_FLOAT, (size_t)s.NH * 4) : NULL;
+    float *sinks = H5Lexists(f, "sinks", H5P_DEFAULT) > 0
+                       ? read_ds(f, "sinks", H5T_NATIVE_FLOAT, (size_t)s.NH * 4)
+                       : NULL;
+    float *dsinks = tsr_calloc((size_t)s.NH, sizeof(float));
+    tsr_attn_var var = {.window = (int)attr_opt(f, "window"), .sinks = sinks, .dsinks = dsinks,
+                        .scale = (float)attr_opt(f, "scale"), .softcap = (float)attr_opt(f, "softcap")};
     H5Fclose(f);
 
     tsr_ring g;
@@ -102,8 +117,12 @@ int main(int argc, char **argv) {
     float *dqkv = tsr_malloc(nl * s.QKV * 4);
     ring_split(lq, qkv, (size_t)s.QKV * 4, B, N, g.r, T);
     ring_split(ld, dout, (size_t)s.C * 4, B, N, g.r, T);
-    ring_attention_forward(&g, &be, &a, out, lse, lq, slopes, B, T, s.NH, s.KVH, s.hs);
-    ring_attention_backward(&g, &be, &a, dqkv, ld, lq, out, lse, slopes, B, T, s.NH, s.KVH, s.hs);
+    ring_attention_forward(&g, &be, &a, out, lse, lq, slopes, &var, B, T, s.NH, s.KVH, s.hs);
+    ring_attention_backward(&g, &be, &a, dqkv, ld, lq, out, lse, slopes, &var, B, T, s.NH, s.KVH,
+                            s.hs);
+    dist_allreduce_sum_f32(dsinks, (size_t)s.NH);
+    int64_t skipped = (int64_t)g.skipped;
+    dist_allreduce_sum_i64(&skipped, 1);
 
     float *fo = gather_rows(&d, out, B, T, (size_t)s.C * 4);
     float *fl = gather_rows(&d, lse, B * s.NH, T, 4);
@@ -114,9 +133,12 @@ int main(int argc, char **argv) {
         write_ds(o, "out", fo, 3, (hsize_t[]){(hsize_t)B, (hsize_t)T, (hsize_t)s.C});
         write_ds(o, "lse", fl, 3, (hsize_t[]){(hsize_t)B, (hsize_t)s.NH, (hsize_t)T});
         write_ds(o, "dqkv", fd, 3, (hsize_t[]){(hsize_t)B, (hsize_t)T, (hsize_t)s.QKV});
+        if (sinks) write_ds(o, "dsinks", dsinks, 1, (hsize_t[]){(hsize_t)s.NH});
         H5Fclose(o);
-        printf("ring_dump: %d ranks, %s, wrote %s (%llu bytes sent round the ring by rank 0)\n", N,
-               s.eot >= 0 ? "document mask" : "causal", argv[2], (unsigned long long)g.sent);
+        printf("ring_dump: %d ranks, %s, wrote %s (%llu bytes sent round the ring by rank 0; "
+               "%lld blocks skipped outside the band)\n", N,
+               s.eot >= 0 ? "document mask" : "causal", argv[2], (unsigned long long)g.sent,
+               (long long)skipped);
     }
     tsr_exit(TSR_EXIT_OK);
 }

@@ -26,7 +26,9 @@ layer's attention over 2 and over 4 MPI ranks (each rank's two zig-zag chunks, t
 blocks merged by their log-sum-exp in the forward, their gradients passed back round the ring in
 the backward); its output, log-sum-exp and dq, dk, dv over the whole sequences against torch's
 float64 attention of the unsplit sequences (causal with ALiBi and GQA 4:2 on 2 ranks; the document
-mask with documents across chunk and rank edges and MQA on 4).
+mask with documents across chunk and rank edges and MQA on 4; on 4 ranks the layer's variants too:
+a window of 3 below the chunk (whole blocks skipped, counted), a scale, a soft cap and sinks,
+whose gradient is compared as well).
 Metric, per tensor: relative error ||tessera - torch||_2 / ||torch||_2 (|a-b|/|b| for scalars),
 torch in float64 taken as exact. Tolerances and their reasons are at TOL_* below and in
 docs/reference-test.md. Exact checks: padded logit columns, padded rows of the wte (and lm_head)
@@ -38,6 +40,7 @@ Prints TAP; exits 1 if a check fails, 77 (skip) without torch/h5py or the binari
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -1255,38 +1258,50 @@ def torch_self_checks(tap):
 
 
 # ---- ring attention (context parallelism) -------------------------------------------------------
-# (ranks, B, T, NH, KVH, hs, eot or None, alibi): the ring's cases. fp32 attention of rows of 32
-# with head size 16 against float64: ~1e-7 relative, as a model's step 0 (TOL_STEP0's margin).
+# (ranks, B, T, NH, KVH, hs, eot or None, alibi, variants): the ring's cases. fp32 attention of
+# rows of 32 with head size 16 against float64: ~1e-7 relative, as a model's step 0 (TOL_STEP0's
+# margin). The variants (ops.h tsr_attn_var): a window of 3 below the chunk of 4 (the blocks outside
+# the band skipped: ring_dump counts them), a scale, a soft cap, sinks (their gradient checked too).
 # (none under TSR_RUN_WRAPPER: ring_dump is an MPI program, not in the NO_MPI cross build)
-RING_CASES = [] if WRAP else [(2, 2, 32, 4, 2, 16, None, True), (4, 2, 32, 4, 1, 16, 3, False)]
-RING_CHECKS = 3 * len(RING_CASES)
+RING_VARIANTS = dict(window=3, scale=0.3, softcap=1.5, sinks=True)
+RING_CASES = [] if WRAP else [(2, 2, 32, 4, 2, 16, None, True, {}),
+                              (4, 2, 32, 4, 1, 16, 3, False, {}),
+                              (4, 2, 32, 4, 2, 16, 3, True, RING_VARIANTS)]
+RING_CHECKS = sum(3 + 2 * bool(c[8]) for c in RING_CASES)
 
 
-def torch_attention(qkv, tokens, NH, KVH, hs, eot, slopes):
+def torch_attention(qkv, tokens, NH, KVH, hs, eot, slopes, window=0, scale=0.0, softcap=0.0,
+                    sinks=None):
     """out (B,T,NH hs), lse (B,NH,T) of causal attention over the whole rows, float64; with eot,
-    within documents that end with (and include) an eot token; ALiBi with slopes."""
+    within documents that end with (and include) an eot token; ALiBi with slopes; a sliding
+    window (i - window < j), the scores' scale (0: 1 / sqrt(hs)) and soft cap, sinks (NH: a
+    logit per head in each row's denominator, lse including it)."""
     B, T, _ = qkv.shape
     q = qkv[:, :, :NH * hs].reshape(B, T, NH, hs).transpose(1, 2)
     k = qkv[:, :, NH * hs:(NH + KVH) * hs].reshape(B, T, KVH, hs).transpose(1, 2)
     v = qkv[:, :, (NH + KVH) * hs:].reshape(B, T, KVH, hs).transpose(1, 2)
     k, v = k.repeat_interleave(NH // KVH, 1), v.repeat_interleave(NH // KVH, 1)
-    s = q @ k.transpose(-1, -2) / math.sqrt(hs)
+    s = q @ k.transpose(-1, -2) * (scale or 1 / math.sqrt(hs))
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     i = torch.arange(T)
     dist = (i[:, None] - i[None, :]).double()
     if slopes is not None:
         s = s - torch.tensor(slopes, dtype=torch.float64)[None, :, None, None] * dist
-    allowed = (dist >= 0)[None, None].expand(B, NH, T, T)
+    allowed = ((dist >= 0) & ((dist < window) if window else True))[None, None].expand(B, NH, T, T)
     if eot is not None:  # document ids: end-of-text tokens before each position
         doc = torch.cumsum(torch.nn.functional.pad((tokens == eot).long(), (1, 0))[:, :-1], 1)
         allowed = allowed & (doc[:, None, :, None] == doc[:, None, None, :])
     s = s.masked_fill(~allowed, float("-inf"))
+    if sinks is not None:  # one more column per row: the head's sink, no value
+        s = torch.cat([s, sinks[None, :, None, None].expand(B, NH, T, 1)], -1)
     lse = torch.logsumexp(s, -1)
-    out = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, NH * hs)
+    out = (torch.softmax(s, -1)[..., :T] @ v).transpose(1, 2).reshape(B, T, NH * hs)
     return out, lse
 
 
 def ring_case(tap, tmp, case):
-    N, B, T, NH, KVH, hs, eot, alibi = case
+    N, B, T, NH, KVH, hs, eot, alibi, var = case
     rng = np.random.default_rng(100 + N)
     QKV = (NH + 2 * KVH) * hs
     qkv = rng.standard_normal((B, T, QKV)).astype(np.float32)
@@ -1298,7 +1313,8 @@ def ring_case(tap, tmp, case):
             for t in range(4 + b, T, 7 + b):
                 tokens[b, t] = eot
     slopes = np.array([2.0 ** -(h + 1) for h in range(NH)], dtype=np.float32) if alibi else None
-    name = f"ring{N}"
+    sinks = rng.standard_normal(NH).astype(np.float32) if var.get("sinks") else None
+    name = f"ring{N}{'v' if var else ''}"
     with h5py.File(f"{tmp}/{name}_in.h5", "w") as f:
         for k, v in dict(B=B, T=T, NH=NH, KVH=KVH, hs=hs, eot=-1 if eot is None else eot,
                          alibi=int(alibi)).items():
@@ -1306,21 +1322,35 @@ def ring_case(tap, tmp, case):
         f["qkv"], f["dout"], f["tokens"] = qkv, dout, tokens
         if alibi:
             f["slopes"] = slopes
+        for k in ("window", "scale", "softcap"):
+            if var.get(k):
+                f.attrs[k] = float(var[k])
+        if sinks is not None:
+            f["sinks"] = sinks
     mpirun = ["bash", os.path.join(ROOT, "tests", "mpi_env.sh"), "mpirun", "-np", str(N)]
     r = subprocess.run(mpirun + [RING_DUMP, f"{tmp}/{name}_in.h5", f"{tmp}/{name}_out.h5"],
                        capture_output=True, text=True, env=run_env())
     what = (f"ring attention on {N} ranks ({'document mask' if eot is not None else 'causal'}"
-            f"{', ALiBi' if alibi else ''}, {NH} query heads on {KVH})")
+            f"{', ALiBi' if alibi else ''}, {NH} query heads on {KVH}"
+            f"{''.join(f', {k} {v}' for k, v in var.items())})")
     if r.returncode != 0:
         tap.diag((r.stdout + r.stderr)[-2000:])
         return
     tap.diag(r.stdout.strip())
     with h5py.File(f"{tmp}/{name}_out.h5", "r") as f:
-        got = {k: f[k][()] for k in ("out", "lse", "dqkv")}
+        got = {k: f[k][()] for k in ("out", "lse", "dqkv", "dsinks") if k in f}
     x = torch.tensor(qkv, dtype=torch.float64, requires_grad=True)
-    out, lse = torch_attention(x, torch.tensor(tokens), NH, KVH, hs, eot, slopes)
+    sk = None if sinks is None else torch.tensor(sinks, dtype=torch.float64, requires_grad=True)
+    out, lse = torch_attention(x, torch.tensor(tokens), NH, KVH, hs, eot, slopes,
+                               var.get("window", 0), var.get("scale", 0.0),
+                               var.get("softcap", 0.0), sk)
     out.backward(torch.tensor(dout, dtype=torch.float64))
-    for key, want in (("out", out), ("lse", lse), ("dqkv", x.grad)):
+    wants = [("out", out), ("lse", lse), ("dqkv", x.grad)] + ([("dsinks", sk.grad)] if var else [])
+    if var:  # the window below the chunk: whole blocks skipped, not computed and masked
+        m = re.search(r"(\d+) blocks skipped", r.stdout)
+        tap.ok(m is not None and int(m.group(1)) > 0,
+               f"{what}: blocks outside the band skipped ({m.group(1) if m else 'no count'})")
+    for key, want in wants:
         e = rel_err(got[key], want.detach().numpy())
         tap.ok(e <= TOL_STEP0, f"{what}: {key} {tuple(got[key].shape)} rel err {e:.2e} against "
                                f"torch's unsplit float64 attention (<= {TOL_STEP0:g})")
@@ -1328,7 +1358,7 @@ def ring_case(tap, tmp, case):
 
 def ring_checks(tap, tmp):
     for case in RING_CASES:
-        end = tap.n + 3
+        end = tap.n + 3 + 2 * bool(case[8])
         try:
             ring_case(tap, tmp, case)
         except Exception:

@@ -7,7 +7,7 @@
 #    step (the sinks are ordinary parameters of the sharded list); its checkpoint holds `sinks`
 #    and verifies;
 #  - the window matters: the same run without it has other losses;
-#  - device = "cuda" and parallel.context = 2 with a window, and with sinks, are refused at start
+#  - device = "cuda" with a window, and with sinks, is refused at start
 #    (exit 1, a config error: docs/tessera-train.md) naming the key, nothing written in run_dir;
 #  - a layer_types entry that is not a Hugging Face name, and sliding layers without a window,
 #    are refused naming the key;
@@ -57,8 +57,8 @@ tap_diag "step-6 loss with the window $a, without $p"
 [[ -n $a && -n $p && $a != "$p" ]]
 tap_check $? "the window changes the run: step-6 losses differ without it"
 
-variant_refused R model.layer_types "${var[@]}" && variant_refused S model.attn_sinks --set model.attn_sinks=true
-tap_check $? "device = cuda and parallel.context = 2 with a window, and with sinks: exit 1 (a config error) naming the key, nothing written"
+cuda_refused R model.layer_types "${var[@]}" && cuda_refused S model.attn_sinks --set model.attn_sinks=true
+tap_check $? "device = cuda with a window, and with sinks: exit 1 (a config error) naming the key, nothing written"
 
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/R/bad" --set model.layer_types=sliding,full >"$TMP/bad.txt" 2>&1
 rc=$?

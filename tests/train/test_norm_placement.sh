@@ -8,7 +8,8 @@
 #    both tensors and verifies; the placement changes the run;
 #  - ckpt export --format hf writes it as Gemma2ForCausalLM (sandwich norms, the scale and GeGLU
 #    without QK-norm: Gemma 2's class), its four norms under Gemma's names;
-#  - device = "cuda" and parallel.context = 2 are refused at start (exit 1) naming the key,
+#  - device = "cuda" is refused at start (exit 1) naming the key (the ring of parallel.context
+#    runs them: tests/train/test_context_variants.sh),
 #    nothing written in run_dir, for sandwich, post, model.qk_norm_scope = projection,
 #    model.embed_scale and model.mlp = geglu_tanh; model.norm = "layernorm" with post and
 #    model.pos = "learned" with embed_scale are refused naming the key;
@@ -77,14 +78,14 @@ rc=$?
     --set model.max_seq_len=32 --set run_dir="$TMP/L/pos" >"$TMP/pos.txt" 2>&1
 rc2=$?
 sed 's/^/# /' "$TMP/ln.txt" "$TMP/pos.txt" | grep "norm_placement\|embed_scale" | head -2
-variant_refused R model.norm_placement "${sw[@]}" && variant_refused O model.norm_placement "${olmo[@]}" &&
-    variant_refused Q model.qk_norm_scope --set model.qk_norm=true --set model.qk_norm_scope=projection &&
-    variant_refused E model.embed_scale --set model.embed_scale=sqrt_d_model &&
-    variant_refused G model.mlp --set model.mlp=geglu_tanh &&
+cuda_refused R model.norm_placement "${sw[@]}" && cuda_refused O model.norm_placement "${olmo[@]}" &&
+    cuda_refused Q model.qk_norm_scope --set model.qk_norm=true --set model.qk_norm_scope=projection &&
+    cuda_refused E model.embed_scale --set model.embed_scale=sqrt_d_model &&
+    cuda_refused G model.mlp --set model.mlp=geglu_tanh &&
     ((rc == 1)) && grep -q 'model.norm_placement = "post" needs model.norm = "rmsnorm"' "$TMP/ln.txt" &&
     ((rc2 == 1)) && grep -q 'model.embed_scale = "sqrt_d_model" with model.pos = "learned"' "$TMP/pos.txt" &&
     [[ -z $(ls -A "$TMP/L") ]]
-tap_check $? "device = cuda and parallel.context = 2 with sandwich, post, QK-norm over the projection, the embedding scale or GeGLU, model.norm = layernorm with post (exit $rc), pos = learned with the scale (exit $rc2): exit 1 naming the key, nothing written"
+tap_check $? "device = cuda with sandwich, post, QK-norm over the projection, the embedding scale or GeGLU, model.norm = layernorm with post (exit $rc), pos = learned with the scale (exit $rc2): exit 1 naming the key, nothing written"
 
 run D 1 --set max_duration=8ba
 rc=$?

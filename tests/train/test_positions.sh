@@ -9,8 +9,8 @@
 #  - tessera generate from each, greedy, 20 + 100 tokens: the KV cache's ids equal the no-cache
 #    forward's and its next-token probabilities agree within 1e-6 + 1e-4 p (the capped scores in
 #    the decode, the capped logits' distribution, each layer's RoPE table, NoPE);
-#  - device = "cuda" and parallel.context = 2 with a soft cap are refused (exit 1, a config error)
-#    naming the key, nothing written; the ring runs the RoPE variants (positions come with each
+#  - device = "cuda" with a soft cap is refused (exit 1, a config error) naming the key, nothing
+#    written (the ring of parallel.context runs it: tests/train/test_context_variants.sh); the ring runs the RoPE variants (positions come with each
 #    token): YaRN + partial + NoPE at parallel.context = 2 gives context 1's losses within 1e-6,
 #    and device = cuda refuses them; ckpt export --format hf refuses the YaRN model naming
 #    model.rope_scaling;
@@ -52,9 +52,9 @@ greedy Y y --max-tokens 100 && [[ $(wc -w <"$TMP/y.c") == 100 ]] && cmp -s "$TMP
     probs_close "$TMP/y.c.probs" "$TMP/y.n.probs"
 tap_check $? "generate (YaRN, partial rotary, NoPE layer 1), greedy 20 + 100 tokens: KV cache == no cache, ids and probabilities"
 
-variant_refused R model.attn_logit_softcapping --set model.attn_logit_softcapping=1.0 &&
-    variant_refused S model.final_logit_softcapping --set model.final_logit_softcapping=2.0
-tap_check $? "device = cuda and parallel.context = 2 with the attention soft cap, and with the final one: exit 1 (a config error) naming the key, nothing written"
+cuda_refused R model.attn_logit_softcapping --set model.attn_logit_softcapping=1.0 &&
+    cuda_refused S model.final_logit_softcapping --set model.final_logit_softcapping=2.0
+tap_check $? "device = cuda with the attention soft cap, and with the final one: exit 1 (a config error) naming the key, nothing written"
 
 # the ring takes each token's position from the data: the RoPE variants run there as they are
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" "${yarn[@]}" --set run_dir="$TMP/YC" --set parallel.context=2 >"$TMP/YC.txt" 2>&1

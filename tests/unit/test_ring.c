@@ -11,7 +11,13 @@
  *     dq, dk, dv within 1e-5 of the largest gradient. Causal and document masks (segments
  *     straddling the blocks' edges), ALiBi, grouped-query attention (4 query heads on 2);
  *   - a wrong merge is seen: the last block written over instead of merged moves the output by
- *     more than 1e-2.
+ *     more than 1e-2;
+ *   - the layer's variants (ops.h tsr_attn_var in the blocks): a sliding window of 7 (blocks
+ *     partly and wholly outside the band), sinks, a scale other than 1 / sqrt(hs) and a soft cap,
+ *     with the document mask and ALiBi, and sinks alone on the causal mask: the merged output,
+ *     the summed dq, dk, dv and the sink gradients (taken in one block per row) equal
+ *     cpu_attention_forward/backward with the same variants; the blocks without the sinks (each
+ *     row's denominator without e^sink) miss by more than 1e-2.
  */
 #include <math.h>
 #include <stdint.h>
@@ -86,19 +92,21 @@ typedef struct blocks_out {
     float out[B * T * C], lse[B * NH * T], dqkv[B * T * QKV];
 } blocks_out;
 
-/* The whole sequence's queries against its keys cut at the positions in cut[] (nb blocks) */
+/* The whole sequence's queries against its keys cut at the positions in cut[] (nb blocks), with
+ * the variants var (NULL: none); the sink gradients taken in the first block */
 static void run_blocks(blocks_out *o, const float *qkv, const float *dout, const int32_t *lo,
-                       const int32_t *hi, const float *slopes, const int *cut, int nb,
-                       int overwrite_last) {
+                       const int32_t *hi, const float *slopes, const tsr_attn_var *var,
+                       const int *cut, int nb, int overwrite_last) {
     tsr_ring_block k = {.B = B, .NH = NH, .KVH = KVH, .hs = HS, .Tq = T, .qoff = 0, .q = qkv,
                         .ldq = QKV, .ldkv = QKV, .qbs = T, .kbs = T, .lo = lo, .hi = hi, .T = T,
-                        .slopes = slopes};
+                        .slopes = slopes, .var = var};
     memset(o, 0, sizeof *o);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nb; i++) {
             k.koff = cut[i];
             k.Tk = cut[i + 1] - cut[i];
             k.kv = qkv + (size_t)cut[i] * QKV + C;
+            k.sink_grad = i == 0;
             if (pass == 0)
                 tsr_cpu_ops.ring_forward(o->out, o->lse, &k, i > 0 && !(overwrite_last && i == nb - 1));
             else
@@ -131,7 +139,7 @@ static void check_blocks(int doc, int alibi) {
     tsr_cpu_ops.attention_backward(dref, dout, qkv, att, sq, NULL, B, T, NH, KVH, HS);
     const int cuts[2][5] = {{0, 11, T}, {0, 3, 12, 13, T}}, nbs[2] = {2, 4};
     for (int v = 0; v < 2; v++) {
-        run_blocks(&o, qkv, dout, L, H, sl, cuts[v], nbs[v], 0);
+        run_blocks(&o, qkv, dout, L, H, sl, NULL, cuts[v], nbs[v], 0);
         double eo = 0, eg = 0, gmax = max_abs(dref, B * T * QKV);
         for (int i = 0; i < B * T * C; i++) {
             const double e = fabs(o.out[i] - ref[i]) / (2e-6 + 2e-6 * fabs(ref[i]));
@@ -149,7 +157,7 @@ static void check_blocks(int doc, int alibi) {
                alibi ? " + ALiBi" : "", nbs[v], eg);
     }
     if (doc && alibi) { /* the check above can fail */
-        run_blocks(&o, qkv, dout, L, H, sl, cuts[1], nbs[1], 1);
+        run_blocks(&o, qkv, dout, L, H, sl, NULL, cuts[1], nbs[1], 1);
         double e = 0;
         for (int i = 0; i < B * T * C; i++) e = fmax(e, fabs(o.out[i] - ref[i]));
         tap_ok(e > 1e-2, "the last block written over instead of merged moves the output by %.2g",
@@ -157,12 +165,66 @@ static void check_blocks(int doc, int alibi) {
     }
 }
 
+/* worst |a - ref| over n, in units of (abs + rel |ref|), NaN sticking */
+static double worst(const float *a, const float *ref, size_t n, double abs, double rel) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs(a[i] - ref[i]) / (abs + rel * fabs(ref[i]));
+        w = !(e <= w) ? e : w;
+    }
+    return w;
+}
+
+/* The variants: all of them with the document mask and ALiBi (all = 1), or sinks alone, causal */
+static void check_variants(int all) {
+    static float qkv[B * T * QKV], dout[B * T * C], att[B * NH * T * T], ref[B * T * C],
+        dref[B * T * QKV];
+    static int32_t seq[B * T], lo[B * T], hi[B * T];
+    static blocks_out o;
+    const float slopes[NH] = {0.5f, 0.25f, 0.125f, 0.0625f}, sinks[NH] = {0.3f, -1.0f, 1.5f, 0.0f};
+    float ds_ref[NH] = {0}, ds[NH] = {0};
+    for (int i = 0; i < B * T * QKV; i++) qkv[i] = 2.0f * urand();
+    for (int i = 0; i < B * T * C; i++) dout[i] = urand();
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) seq[b * T + t] = (t >= 5 + b) + (t >= 14);
+    segments(lo, hi, seq);
+    const int32_t *sq = all ? seq : NULL, *L = all ? lo : NULL, *H = all ? hi : NULL;
+    const float *sl = all ? slopes : NULL;
+    tsr_attn_var vr = {.window = all ? 7 : 0, .sinks = sinks, .dsinks = ds_ref,
+                       .scale = all ? 0.3f : 0.0f, .softcap = all ? 1.5f : 0.0f};
+    tsr_cpu_ops.attention_forward(ref, att, qkv, sl, sq, &vr, B, T, NH, KVH, HS);
+    memset(dref, 0, sizeof dref);
+    tsr_cpu_ops.attention_backward(dref, dout, qkv, att, sq, &vr, B, T, NH, KVH, HS);
+    tsr_attn_var vb = vr;
+    vb.dsinks = ds;
+    const int cut[5] = {0, 3, 12, 13, T}; /* rows >= 19 see nothing of block 0 with W = 7 */
+    run_blocks(&o, qkv, dout, L, H, sl, &vb, cut, 4, 0);
+    const double eo = worst(o.out, ref, B * T * C, 2e-6, 2e-6);
+    const double eg = worst(o.dqkv, dref, B * T * QKV, max_abs(dref, B * T * QKV), 0) / 1e-5;
+    const double es = worst(ds, ds_ref, NH, 1e-5 * max_abs(ds_ref, NH), 0);
+    const char *what = all ? "window 7 + sinks + scale 0.3 + soft cap 1.5, document + ALiBi"
+                           : "sinks, causal";
+    tap_ok(eo <= 1.0, "%s, keys in 4 blocks: merged output = whole-sequence attention (worst "
+                      "%.2f of the tolerance)", what, eo);
+    tap_ok(eg <= 1.0 && es <= 1.0, "%s: summed dq, dk, dv and the sink gradients = the "
+                                   "whole-sequence backward's (worst %.2f, %.2f of 1e-5 of the "
+                                   "largest)", what, eg, es);
+    if (all) return;
+    vb.sinks = NULL; /* the check above can fail: the blocks without the sinks */
+    run_blocks(&o, qkv, dout, L, H, sl, &vb, cut, 4, 0);
+    double e = 0;
+    for (int i = 0; i < B * T * C; i++) e = fmax(e, fabs(o.out[i] - ref[i]));
+    tap_ok(e > 1e-2, "the blocks without the sinks move the output by %.2g", e);
+}
+
 int main(void) {
-    tap_plan(3 + 1 + 4 * 4 + 1);
+    tap_plan(3 + 1 + 4 * 4 + 1 + 2 * 2 + 1);
     check_layout();
     check_blocks(0, 0);
     check_blocks(1, 0);
     check_blocks(0, 1);
     check_blocks(1, 1);
+    check_variants(1);
+    check_variants(0);
     return tap_done();
 }

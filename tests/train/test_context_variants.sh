@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Context parallelism (parallel.context = N, docs/parallelism.md "Attention variants in the ring")
+# with the 2026 decoder variants, through the real trainer on MPI ranks: tiny Llama-style models
+# (2 layers, d_model 64, 4 heads of 16 on 2 key/value heads) on 32-token rows, one microbatch of 4
+# sequences a step, 4 steps; the losses of N = 1 within 1e-6 relative at every step, the gradient
+# norms within 1e-5 (as tests/train/test_context.sh compares):
+#  - sliding windows (layer_types sliding,full) of W = 3 with the document mask at N = 2 and 4:
+#    W is smaller than a rank's chunk (8 and 4 positions), so blocks wholly outside the band are
+#    skipped (the run's "context ring" line counts them: > 0), the others masked;
+#  - attention sinks (N = 2), their gradients: every tensor's Adam first moments after 4 steps
+#    within 1e-5 of the tensor's largest (a sink gradient not summed over the context ranks, or
+#    counted once per block, would show);
+#  - the attention and final-logit soft caps, and query_pre_attn_scalar (N = 2);
+#  - OLMo 2's post norms with QK-norm over the projection, with Qwen3-Next's gated attention output
+#    (model.attn_output_gate) (N = 2);
+#  - a Gemma-3-like model (sandwich norms, the embedding scale, GeGLU-tanh, QK-norm per head,
+#    query_pre_attn_scalar, sliding and full layers with their RoPE bases, multi-query, tied
+#    head, the document mask) at N = 4 and data x context = 2 x 2 under zero3;
+#  - a gpt-oss-like model (sinks, sliding and full layers, YaRN, attention biases, 4 experts top 2
+#    with router and expert biases and the clamped unit, the auxiliary losses off, the document
+#    mask) at N = 2, blocks skipped;
+#  - still refused: linear_attention layers (Gated DeltaNet) at parallel.context = 2, exit 1
+#    naming model.layer_types, nothing written.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 9
+make_synth "$TMP/d" 64 20000
+tiny_llama_args "$TMP/d/train"
+args+=(--set model.vocab_size=64 --set model.n_head=4 --set model.n_kv_head=2
+       --set global_batch=4 --set micro_batch=4 --set max_duration=4ba --set save_interval=0ba
+       --set save_final=false --set watchdog.window=0)
+doc=(--set model.attn_mask=document --set model.eot_token=8)
+# run DIR NP N ARGS...
+run() {
+    local dir=$1 np=$2 n=$3; shift 3
+    ranks "$np" "$TRAIN" "${args[@]}" --set parallel.context="$n" --set run_dir="$TMP/$dir" "$@" \
+        >"$TMP/$dir.txt" 2>&1
+}
+close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-5; }
+# exact REF DIR...: every DIR's steps within 1e-6 of REF's; the differences as a diagnostic
+exact() {
+    local ref=$1 d ok=0 msg=""; shift
+    for d in "$@"; do
+        msg+=" $d: $(close "$ref" "$d");"
+        close "$ref" "$d" >/dev/null || ok=1
+    done
+    tap_diag "vs $ref:$msg"
+    return $ok
+}
+# skipped DIR: the blocks the ring skipped outside the windows' bands, from its end-of-run line
+skipped() { sed -n 's/^context ring: .*), \([0-9]*\) attention blocks outside.*/\1/p' "$TMP/$1.txt"; }
+
+win=(--set model.layer_types=sliding_attention,full_attention --set model.sliding_window=3 "${doc[@]}")
+run W1 1 1 "${win[@]}" && run W2 2 2 "${win[@]}" && run W4 4 4 "${win[@]}" && exact W1 W2 W4
+rc=$?
+s2=$(skipped W2) s4=$(skipped W4)
+tap_diag "blocks skipped outside the band: ${s2:-none} at N = 2, ${s4:-none} at N = 4"
+((rc == 0)) && ((${s2:-0} > 0 && ${s4:-0} > 0))
+tap_check $? "sliding windows of 3 (< a rank's chunk), document mask: N = 2 and 4 equal N = 1 within 1e-6, whole blocks outside the band skipped ($s2, $s4)"
+
+# moments_close A B: every tensor's Adam first moments of B's final checkpoint within 1e-5 of the
+# largest |m| of A's tensor, a sinks tensor among them
+moments_close() {
+    /usr/bin/python3 - "$TMP/$1/step-00000004.h5" "$TMP/$2/step-00000004.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = ({n: m[n][()] for n in m} for m in (h5py.File(p, "r")["optim/m"] for p in sys.argv[1:]))
+worst = max(float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30) for n in a)
+sinks = [n for n in a if "sinks" in n]
+print(f"# {len(a)} moment tensors ({', '.join(sinks)} among them), worst {worst:.1e} of the tensor's largest")
+sys.exit(0 if sorted(a) == sorted(b) and sinks and worst <= 1e-5 else 1)
+PY
+}
+run S1 1 1 --set model.attn_sinks=true --set save_final=true &&
+    run S2 2 2 --set model.attn_sinks=true --set save_final=true && exact S1 S2 && moments_close S1 S2
+tap_check $? "attention sinks, causal: N = 2 equals N = 1 within 1e-6, and every tensor's first moments (the sinks' too) within 1e-5"
+
+cap=(--set model.attn_logit_softcapping=0.5 --set model.final_logit_softcapping=3.0)
+run C1 1 1 "${cap[@]}" && run C2 2 2 "${cap[@]}" && exact C1 C2
+tap_check $? "attention and final-logit soft caps: N = 2 equals N = 1 within 1e-6"
+
+run Q1 1 1 --set model.query_pre_attn_scalar=7 "${doc[@]}" &&
+    run Q2 2 2 --set model.query_pre_attn_scalar=7 "${doc[@]}" && exact Q1 Q2
+tap_check $? "query_pre_attn_scalar = 7 (head size 16), document mask: N = 2 equals N = 1 within 1e-6"
+
+olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_norm_scope=projection
+      --set model.attn_output_gate=true)
+run O1 1 1 "${olmo[@]}" && run O2 2 2 "${olmo[@]}" && exact O1 O2
+tap_check $? "OLMo 2's post norms with QK-norm over the projection, and Qwen3-Next's gated attention output: N = 2 equals N = 1 within 1e-6"
+
+gemma=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
+       --set model.mlp=geglu_tanh --set model.qk_norm=true --set model.n_kv_head=1
+       --set model.query_pre_attn_scalar=12 --set model.tie_embeddings=true
+       --set model.layer_types=sliding_attention,full_attention --set model.sliding_window=5
+       --set model.rope_theta=1000000 --set model.rope_local_theta=10000 "${doc[@]}")
+run G1 1 1 "${gemma[@]}" && run G4 4 4 "${gemma[@]}" &&
+    run GZ 4 2 "${gemma[@]}" --set micro_batch=2 --set parallel.sharding=zero3 && exact G1 G4 GZ
+tap_check $? "Gemma-3-like (sandwich, embedding scale, GeGLU-tanh, QK-norm, query_pre_attn_scalar, window 5 and local RoPE, MQA, document mask): N = 4 and 2 x 2 under zero3 equal N = 1 within 1e-6"
+
+oss=(--set model.attn_sinks=true --set model.layer_types=sliding_attention,full_attention
+     --set model.sliding_window=3 --set model.bias=true --set model.rope_scaling=yarn
+     --set model.rope_factor=4 --set model.rope_original_max_pos=8 --set model.moe_experts=4
+     --set model.moe_top_k=2 --set model.moe_intermediate_size=32 --set model.moe_router_bias=true
+     --set model.moe_expert_bias=true --set model.moe_act=gptoss --set model.moe_aux_loss_coef=0
+     --set model.moe_z_loss_coef=0 "${doc[@]}")
+run X1 1 1 "${oss[@]}" && run X2 2 2 "${oss[@]}" && exact X1 X2
+rc=$?
+s2=$(skipped X2)
+((rc == 0)) && ((${s2:-0} > 0))
+tap_check $? "gpt-oss-like (sinks, window 3, YaRN, biases, 4 experts top 2 with the clamped unit, document mask): N = 2 equals N = 1 within 1e-6 ($s2 blocks skipped)"
+
+# ---- what the ring still refuses ---------------------------------------------------------------
+run R 2 2 --set model.layer_types=linear_attention,full_attention
+rc=$?
+tap_diag "linear_attention at N = 2: exit $rc; $(grep -m1 'model.layer_types' "$TMP/R.txt")"
+((rc == 1)) && [[ ! -e $TMP/R ]] &&
+    grep -q "model.layer_types: parallel.context = 2: the ring of context parallelism does not run linear_attention" "$TMP/R.txt"
+tap_check $? "linear_attention layers at parallel.context = 2: refused (exit $rc) naming model.layer_types, nothing written"
+
+# ---- the skip is real: the count is zero without a window ------------------------------------
+s=$(skipped C2)
+[[ $s == 0 ]]
+tap_check $? "without a window the ring skips no block (C2: ${s:-no line})"
+tap_done
