@@ -20,8 +20,7 @@
 #include "model/decoder_int.h"
 #include "model/deltanet_layer.h"
 
-/* the core's chunk in training (docs/deltanet.md) */
-#define DN_CHUNK 64
+#define DN_CHUNK DN_TRAIN_CHUNK
 
 int dec_dn_layer(const tsr_model *m, int l) { return m->LL > 0 && config_layer_linear(&m->cfg, l); }
 
@@ -34,6 +33,11 @@ static dn_dims dn_dims_of(const tsr_model *m, int B, int T) {
 size_t dec_dn_floats(const tsr_model *m, int B, int T) {
     const dn_dims d = dn_dims_of(m, B, T);
     return dn_acts_floats(&d) + (size_t)B * T * m->C; /* and the output (N, C) */
+}
+
+size_t dec_dn_scratch_floats(const tsr_model *m, int B, int T) {
+    const dn_dims d = dn_dims_of(m, B, T);
+    return m->LL ? dn_backward_floats(&d) : 0;
 }
 
 size_t dec_dn_cache_floats(const tsr_model *m, int state) {

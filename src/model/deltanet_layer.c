@@ -156,22 +156,36 @@ typedef struct dn_dacts {
     float *gated, *normed, *core, *z, *q, *k, *v, *beta, *g, *b, *a, *qkv, *pre;
 } dn_dacts;
 
-static dn_dacts dacts_alloc(const dn_dims *d) {
+/* the floats of each of dn_dacts' buffers, in the struct's order */
+static void dacts_sizes(size_t n[13], const dn_dims *d) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
                  vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
-    dn_dacts g = {tsr_calloc(N * vd, 4), tsr_calloc(N * vd, 4), tsr_calloc(N * vd, 4),
-                  tsr_calloc(N * vd, 4), tsr_calloc(N * kd, 4), tsr_calloc(N * kd, 4),
-                  tsr_calloc(N * vd, 4), tsr_calloc(N * hv, 4), tsr_calloc(N * hv, 4),
-                  tsr_calloc(N * hv, 4), tsr_calloc(N * hv, 4), tsr_calloc(N * cd, 4),
-                  tsr_calloc(N * cd, 4)};
+    const size_t all[13] = {N * vd, N * vd, N * vd, N * vd, N * kd, N * kd, N * vd,
+                            N * hv, N * hv, N * hv, N * hv, N * cd, N * cd};
+    memcpy(n, all, sizeof all);
+}
+
+size_t dn_backward_floats(const dn_dims *d) {
+    size_t n[13], sum = 0;
+    dacts_sizes(n, d);
+    for (int i = 0; i < 13; i++) sum += n[i];
+    return sum;
+}
+
+/* one zeroed block from the CPU op table's allocator (so the run's peak_mem_bytes holds it, as
+ * the plan does: dn_backward_floats), carved into the buffers */
+static dn_dacts dacts_alloc(const dn_dims *d) {
+    size_t n[13];
+    dacts_sizes(n, d);
+    float *p = tsr_cpu_ops.alloc(dn_backward_floats(d) * sizeof(float));
+    dn_dacts g;
+    float **f[13] = {&g.gated, &g.normed, &g.core, &g.z, &g.q, &g.k, &g.v,
+                     &g.beta,  &g.g,      &g.b,    &g.a, &g.qkv, &g.pre};
+    for (int i = 0; i < 13; i++) *f[i] = p, p += n[i];
     return g;
 }
 
-static void dacts_free(dn_dacts *g) {
-    float *all[] = {g->gated, g->normed, g->core, g->z, g->q, g->k, g->v,
-                    g->beta,  g->g,      g->b,    g->a, g->qkv, g->pre};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-}
+static void dacts_free(dn_dacts *g) { tsr_cpu_ops.free(g->gated); }
 
 /* from dout to the core's output: the output projection, the SiLU gate, the RMSNorm */
 static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, const dn_acts *a,

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* the core's chunk in training (docs/deltanet.md; the FLOPs per token count it: docs/mfu.md) */
+#define DN_TRAIN_CHUNK 64
+
 typedef struct dn_dims {
     int B, T, C;        /* sequences, positions, model width */
     int HK, HV, dk, dv; /* query/key heads, value heads, their sizes */
@@ -60,6 +63,9 @@ void dn_acts_alloc(dn_acts *a, const dn_dims *d);
 size_t dn_acts_floats(const dn_dims *d);
 void dn_acts_at(dn_acts *a, float *base, const dn_dims *d);
 void dn_acts_free(dn_acts *a);
+/* the floats of the scratch dn_layer_backward allocates (its activation gradients; one block
+ * from the CPU op table's allocator, freed before it returns) */
+size_t dn_backward_floats(const dn_dims *d);
 void dn_cache_alloc(dn_cache *c, const dn_dims *d); /* zeros: a sequence's start */
 void dn_cache_free(dn_cache *c);
 
