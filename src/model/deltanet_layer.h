@@ -25,6 +25,18 @@ typedef struct dn_dims {
     float eps;          /* the gated RMSNorm's */
 } dn_dims;
 
+/* adapters on the layer's projections (LoRA, src/model/model_lora.h), run after each base
+ * product: fwd adds the adapter's path of in into out (N rows of projection which's output), bwd
+ * adds its part of d in into din from dout and in (and its own gradients) */
+typedef enum { DN_PROJ_QKV, DN_PROJ_Z, DN_PROJ_B, DN_PROJ_A, DN_PROJ_O } dn_proj;
+typedef struct dn_hook {
+    void (*fwd)(const struct dn_hook *h, dn_proj which, float *out, const float *in, int N);
+    void (*bwd)(const struct dn_hook *h, dn_proj which, float *din, const float *dout,
+                const float *in, int N);
+    const void *ctx;
+    int l; /* the decoder's layer */
+} dn_hook;
+
 /* the parameters, or their gradients (fp32; any gradient may be NULL: frozen). The projections
  * are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; Qwen3-Next's
  * fused, per key head interleaved in_proj_qkvz and in_proj_ba split into them on import) */
@@ -36,6 +48,7 @@ typedef struct dn_params {
     float *dt_bias, *a_log; /* (HV) */
     float *normw;         /* (dv), used as is (HF's RMSNormGated: ones at init) */
     float *wo;            /* (C, HV dv) */
+    const dn_hook *hook;  /* the weights' adapters, or NULL (unused in gradients) */
 } dn_params;
 
 /* what the forward keeps for the backward */

@@ -162,7 +162,7 @@ static void plan_lora(const tsr_trainer *t, double planned) {
     char saved[32], fulls[32];
     metrics_human_bytes(saved, sizeof saved, full - planned);
     metrics_human_bytes(fulls, sizeof fulls, full);
-    char names[64] = "", why[160];
+    char names[128] = "", why[160];
     unsigned mask = 0; /* the config check accepted the list */
     config_lora_targets(&c->model, c->lora.targets, &mask, why, sizeof why);
     for (int k = 0; k < TSR_LORA_COUNT; k++)
