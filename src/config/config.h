@@ -426,16 +426,21 @@ int config_lora_base_find(const tsr_config *cfg, const char *run_dir, char *out,
  * activation_checkpointing = none), from activation_checkpointing_layers (the first N, -1 = all) or
  * activation_checkpointing_range ("A-B", 0-based, inclusive). Returns 0, or -1 with the reason in
  * why and the offending key in *key. */
-/* LoRA's target projections (lora.targets; docs/lora.md), in the order of a block's matmuls. */
+/* LoRA's target projections (lora.targets; docs/lora.md), in the order of a block's matmuls;
+ * then the hybrid layers' (issue 68): a Gated DeltaNet layer's fused in-projections and output
+ * projection (PEFT's Qwen3-Next names) and the gated attention's gate (model.attn_output_gate). */
 typedef enum {
     TSR_LORA_Q = 0, TSR_LORA_K, TSR_LORA_V, TSR_LORA_O, TSR_LORA_GATE, TSR_LORA_UP, TSR_LORA_DOWN,
+    TSR_LORA_QKVZ, TSR_LORA_BA, TSR_LORA_OUTPROJ, TSR_LORA_AGATE,
     TSR_LORA_COUNT
 } tsr_lora_target;
-/* "q", "k", "v", "o", "gate", "up", "down" */
+/* "q", "k", "v", "o", "gate", "up", "down", "in_proj_qkvz", "in_proj_ba", "out_proj",
+ * "attn_gate" */
 const char *config_lora_target_name(int t);
 /* Parses lora.targets into a bit mask (bit t: target t) and checks it against the model: a
  * name list without repeats; gate and up need a SwiGLU MLP; no MLP target in a model with MoE
- * layers. Returns 0, or -1 with the reason in why. */
+ * layers; the DeltaNet targets need linear_attention layers, attn_gate model.attn_output_gate.
+ * Returns 0, or -1 with the reason in why. */
 int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask, char *why,
                         size_t cap);
 int config_actckpt_layers(const tsr_model_config *m, int *lo, int *n, const char **key, char *why,

@@ -44,8 +44,10 @@ const char *const cfgload_cross_rules[] = {
     "`reward.regex`; `grpo.overlong_buffer` is at most `grpo.max_new_tokens`; `grpo.reference = "
     "\"base\"` needs `lora.rank` > 0; `grpo.reference_checksum` is \"\" or `crc32c:` and 8 "
     "lowercase hex digits.",
-    "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down at most "
-    "once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE model), with "
+    "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down, "
+    "in_proj_qkvz, in_proj_ba, out_proj, attn_gate at most once (gate and up with `model.mlp = "
+    "\"swiglu\"`; no MLP target in a MoE model; the in_proj/out_proj ones with linear_attention "
+    "layers, attn_gate with `model.attn_output_gate`), with "
     "`parallel.expert = 1`. "
     "`lora.base_checksum` is \"\" or "
     "`crc32c:` and 8 lowercase hex digits.",
@@ -176,12 +178,6 @@ static void validate_lora(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200], why[400];
     unsigned mask;
-    if (g->lora.rank > 0 && config_linear_layers(&g->model) > 0) {
-        tsr_error("%slora.rank = %lld: LoRA does not adapt the linear_attention layers of "
-                  "model.layer_types yet (docs/deltanet.md): set lora.rank = 0",
-                  cfgload_where(c, "lora.rank", at, sizeof at), (long long)g->lora.rank);
-        c->errors++;
-    }
     const char *sums[3][2] = {{"lora.base_checksum", g->lora.base_checksum},
                               {"dpo.reference_checksum", g->dpo.reference_checksum},
                               {"grpo.reference_checksum", g->grpo.reference_checksum}};

@@ -386,8 +386,21 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
     return norm_rope_check(m, key, why, cap);
 }
 
-static const char *const lora_target_names[TSR_LORA_COUNT] = {"q", "k", "v", "o", "gate",
-                                                              "up", "down"};
+static const char *const lora_target_names[TSR_LORA_COUNT] = {
+    "q", "k", "v", "o", "gate", "up", "down", "in_proj_qkvz", "in_proj_ba", "out_proj",
+    "attn_gate"};
+
+/* the targets the model has no projection for (a bit mask): the MLP's in a MoE model, gate and
+ * up in a GELU one, the DeltaNet's without linear layers, attn_gate without the gate */
+static unsigned lora_absent(const tsr_model_config *m) {
+    const unsigned mlp = 1u << TSR_LORA_GATE | 1u << TSR_LORA_UP | 1u << TSR_LORA_DOWN;
+    const unsigned dn = 1u << TSR_LORA_QKVZ | 1u << TSR_LORA_BA | 1u << TSR_LORA_OUTPROJ;
+    unsigned no = m->moe_experts > 0 ? mlp
+                  : !config_mlp_gated(m) ? (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP) : 0;
+    if (config_linear_layers(m) == 0) no |= dn;
+    if (!m->attn_output_gate) no |= 1u << TSR_LORA_AGATE;
+    return no;
+}
 
 const char *config_lora_target_name(int t) {
     return t >= 0 && t < TSR_LORA_COUNT ? lora_target_names[t] : "?";
@@ -398,9 +411,7 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
     *mask = 0;
     const unsigned mlp = 1u << TSR_LORA_GATE | 1u << TSR_LORA_UP | 1u << TSR_LORA_DOWN;
     if (strcmp(s, "all-linear") == 0) { /* PEFT's name: every projection this model can adapt */
-        *mask = (1u << TSR_LORA_COUNT) - 1;
-        if (m->moe_experts > 0) *mask &= ~mlp;
-        else if (!config_mlp_gated(m)) *mask &= ~(1u << TSR_LORA_GATE | 1u << TSR_LORA_UP);
+        *mask = ((1u << TSR_LORA_COUNT) - 1) & ~lora_absent(m);
         return 0;
     }
     const char *p = s;
@@ -413,7 +424,8 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
             if (strlen(lora_target_names[k]) == n && strncmp(p, lora_target_names[k], n) == 0) t = k;
         if (t < 0) {
             snprintf(why, cap, "\"%.*s\" is not a target: expected \"all-linear\" or a "
-                     "comma-separated list of q, k, v, o, gate, up, down",
+                     "comma-separated list of q, k, v, o, gate, up, down, in_proj_qkvz, "
+                     "in_proj_ba, out_proj, attn_gate",
                      (int)(n < 64 ? n : 64), p);
             return -1;
         }
@@ -436,6 +448,15 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
                  "takes an adapter on down only so far)");
         return -1;
     }
+    const unsigned absent = *mask & lora_absent(m) & ~mlp;
+    for (int t = 0; t < TSR_LORA_COUNT; t++)
+        if (absent >> t & 1u) {
+            snprintf(why, cap, "%s: the model has no such projection (%s)", lora_target_names[t],
+                     t == TSR_LORA_AGATE ? "attn_gate needs model.attn_output_gate = true"
+                                         : "the DeltaNet targets need linear_attention layers in "
+                                           "model.layer_types");
+            return -1;
+        }
     return 0;
 }
 

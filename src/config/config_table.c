@@ -773,7 +773,10 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "LoRA: the projections that get an adapter: `all-linear` (PEFT's name: every one "
             "this model can adapt) or a comma-separated list of `q`, `k`, `v` (the attention "
             "inputs), `o` (its output), `gate`, `up`, `down` (the MLP: a SwiGLU MLP has all "
-            "three, a GELU MLP `down` only so far, a MoE model's experts none)."},
+            "three, a GELU MLP `down` only so far, a MoE model's experts none); with "
+            "linear_attention layers `in_proj_qkvz`, `in_proj_ba`, `out_proj` (the Gated "
+            "DeltaNet's projections, PEFT's Qwen3-Next names), with model.attn_output_gate "
+            "`attn_gate` (the gate's projection)."},
     {.name = "lora.base", .type = CFGK_STRING, FIELD(lora.base), .def = "", .ilo = 0,
      .doc = "LoRA: the frozen base model: a checkpoint, a run directory or a Hugging Face "
             "directory; \"\" = the one --init-from names, else the seed's initial weights (a "

@@ -14,11 +14,18 @@
 #include "model/ckpt_model.h"
 #include "model/model_lora.h"
 
-/* the transformers module a target is, and its parent in a decoder layer */
-static const char *const module_of[TSR_LORA_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                      "gate_proj", "up_proj", "down_proj"};
-static const char *const parent_of[TSR_LORA_COUNT] = {"self_attn", "self_attn", "self_attn",
-                                                      "self_attn", "mlp", "mlp", "mlp"};
+/* the transformers module a target is, and its parent in a decoder layer. The hybrid layers'
+ * (Qwen3-Next's linear_attn modules; attn_gate is the gate half of its q_proj) are named but not
+ * written yet: hf_arch_of refuses their models, and their B rows will need the HF export's
+ * per-key-head order of in_proj_qkvz / in_proj_ba (docs/lora.md) */
+static const char *const module_of[TSR_LORA_COUNT] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "in_proj_qkvz", "in_proj_ba", "out_proj", "q_proj"};
+static const char *const parent_of[TSR_LORA_COUNT] = {
+    "self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp",
+    "linear_attn", "linear_attn", "linear_attn", "self_attn"};
+/* the targets a PEFT adapter is read into: the Llama family's seven (attn_gate shares q_proj) */
+#define PEFT_READ TSR_LORA_QKVZ
 
 /* PEFT's name of layer l's target t adapter matrix (A, or B when is_b) */
 static void peft_name(char *buf, size_t cap, int l, int t, int is_b) {
@@ -185,7 +192,7 @@ static int check_targets(const char *path, const json_value *root, const tsr_con
     unsigned mask = 0;
     for (const json_value *e = v->child; e; e = e->next) {
         int t = -1;
-        for (int k = 0; k < TSR_LORA_COUNT && e->type == JSON_STRING; k++)
+        for (int k = 0; k < PEFT_READ && e->type == JSON_STRING; k++)
             if (json_str_plain(e) && !strcmp(e->str, module_of[k])) t = k;
         if (t < 0) {
             tsr_error("%s: target module %s is not one of q_proj, k_proj, v_proj, o_proj, "
@@ -321,7 +328,7 @@ static int adapter_keys(const char *path, tsr_config *cfg, char *base, size_t ca
         size_t o = 0;
         cfg->lora.targets[0] = '\0';
         for (const json_value *e = t->child; e; e = e->next)
-            for (int k = 0; k < TSR_LORA_COUNT; k++)
+            for (int k = 0; k < PEFT_READ; k++)
                 if (e->type == JSON_STRING && !strcmp(e->str, module_of[k]) && o + 8 < sizeof cfg->lora.targets)
                     o += (size_t)snprintf(cfg->lora.targets + o, sizeof cfg->lora.targets - o, "%s%s",
                                           o ? "," : "", config_lora_target_name(k));

@@ -296,8 +296,10 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
                 dec_dn_forward(r, l, v, w);
             } else {
                 qkv_forward(r, l, v, w);
-                if (v->agate) /* attn_output_gate: the gate's projection */
+                if (v->agate) { /* attn_output_gate: the gate's projection */
                     dec_linear(r, l, v->agate, NULL, v->ln1, w[TSR_P_ATTNGATEW], NULL, N, C, m->QD);
+                    lora_fwd(r, l, TSR_LORA_AGATE, v->agate, v->ln1);
+                }
             }
             break;
         case ST_ATTN:

@@ -159,7 +159,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     /* attention branch: dres is now d(residual2) = d(the (normed) attproj output) */
     dout = post_norm_backward(r, l, &v, u, 0);
     if (dec_dn_layer(m, l)) { /* linear_attention: the Gated DeltaNet's backward (decoder_dn.c) */
-        dec_dn_backward(r, &v, u, dout);
+        dec_dn_backward(r, l, &v, u, dout);
         norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
                       v.ln1m, v.ln1r, 1);
         return;
@@ -193,6 +193,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
                         N, C, m->QKV, TSR_GRAD_SET);
     for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_bwd(r, l, t, a->dln, dproj, v.ln1);
     dec_gate_backward(r, &v, u, 1);
+    if (v.agate) lora_bwd(r, l, TSR_LORA_AGATE, a->dln, a->dagate, v.ln1);
     norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
                   v.ln1m, v.ln1r, 1);
 }

@@ -19,9 +19,9 @@
 #include "model/decoder.h"
 #include "model/decoder_int.h"
 #include "model/deltanet_layer.h"
+#include "model/model_lora.h"
 
-/* the core's chunk in training (docs/deltanet.md) */
-#define DN_CHUNK 64
+#define DN_CHUNK DN_TRAIN_CHUNK
 
 int dec_dn_layer(const tsr_model *m, int l) { return m->LL > 0 && config_layer_linear(&m->cfg, l); }
 
@@ -34,6 +34,11 @@ static dn_dims dn_dims_of(const tsr_model *m, int B, int T) {
 size_t dec_dn_floats(const tsr_model *m, int B, int T) {
     const dn_dims d = dn_dims_of(m, B, T);
     return dn_acts_floats(&d) + (size_t)B * T * m->C; /* and the output (N, C) */
+}
+
+size_t dec_dn_scratch_floats(const tsr_model *m, int B, int T) {
+    const dn_dims d = dn_dims_of(m, B, T);
+    return m->LL ? dn_backward_floats(&d) : 0;
 }
 
 size_t dec_dn_cache_floats(const tsr_model *m, int state) {
@@ -54,6 +59,30 @@ static dn_params params_of(void *const *t) {
     return (dn_params){.wqkv = t[TSR_P_DNQKVW], .wz = t[TSR_P_DNZW], .wb = t[TSR_P_DNBW],
                        .wa = t[TSR_P_DNAW], .conv = t[TSR_P_DNCONV], .dt_bias = t[TSR_P_DNDTB],
                        .a_log = t[TSR_P_DNALOG], .normw = t[TSR_P_DNNORMW], .wo = t[TSR_P_DNOW]};
+}
+
+/* LoRA's adapters on linear layer h->l's projections (model_lora.h): in_proj_qkvz over qkv and
+ * z, in_proj_ba over b and a (part 1: the second output), out_proj */
+static const tsr_lora_target dn_target[] = {TSR_LORA_QKVZ, TSR_LORA_QKVZ, TSR_LORA_BA,
+                                            TSR_LORA_BA, TSR_LORA_OUTPROJ};
+
+static void lora_hook_fwd(const dn_hook *h, dn_proj which, float *out, const float *in, int N) {
+    const dec_run *r = h->ctx;
+    (which == DN_PROJ_Z || which == DN_PROJ_A ? lora_forward_part1 : lora_forward_at)(
+        r->d->lora, r->d->be, h->l, dn_target[which], out, in, N);
+}
+
+static void lora_hook_bwd(const dn_hook *h, dn_proj which, float *din, const float *dout,
+                          const float *in, int N) {
+    const dec_run *r = h->ctx;
+    (which == DN_PROJ_Z || which == DN_PROJ_A ? lora_backward_part1 : lora_backward_at)(
+        r->d->lora, r->d->be, h->l, dn_target[which], din, dout, in, N);
+}
+
+/* p's adapters in h when the pass has LoRA */
+static void hook_of(const dec_run *r, int l, dn_hook *h, dn_params *p) {
+    *h = (dn_hook){lora_hook_fwd, lora_hook_bwd, r, l};
+    if (r->d->lora) p->hook = h;
 }
 
 /* a decode step's cache of linear layer l: in (NULL when the chunk starts a segment: zeros) and
@@ -101,7 +130,9 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
     dn_acts a = acts_of(&d, v, &out);
-    const dn_params p = params_of((void *const *)w);
+    dn_params p = params_of((void *const *)w);
+    dn_hook h;
+    hook_of(r, l, &h, &p);
     dn_cache c;
     const dn_cache *in = NULL;
     if (r->ks && r->slot < 0) {
@@ -125,12 +156,16 @@ void dec_dn_out(const dec_run *r, const dec_layer *v) {
     memcpy(r->scratch, out, (size_t)r->N * r->d->m->C * sizeof(float));
 }
 
-void dec_dn_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, const void *dout) {
+void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
+                     const void *dout) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     tsr_acts *acts = r->d->a;
     float *out;
     const dn_acts a = acts_of(&d, v, &out);
-    const dn_params p = params_of((void *const *)u->w), g = params_of((void *const *)u->g);
+    dn_params p = params_of((void *const *)u->w);
+    const dn_params g = params_of((void *const *)u->g);
+    dn_hook h;
+    hook_of(r, l, &h, &p);
     memset(acts->dln, 0, (size_t)r->N * r->d->m->C * sizeof(float));
     dn_layer_backward(acts->dln, &g, dout, NULL, &a, v->ln1, &p, acts->seq, &d);
 }

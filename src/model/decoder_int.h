@@ -112,7 +112,8 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
 /* its output into r->scratch (dec_branch_out's attention branch) */
 void dec_dn_out(const dec_run *r, const dec_layer *v);
 /* its backward: dout = d(its output) to a->dln = d(ln1) (written), the gradients of unit u */
-void dec_dn_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, const void *dout);
+void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
+                     const void *dout);
 
 /* model.attn_output_gate (decoder_dn.c; Qwen3-Next's gated attention): the gated output
  * = atty * sigmoid(gate) (ST_ATTN; the gate's projection from ln1 is dec_layer_steps' ST_QKV).

@@ -134,6 +134,10 @@ void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a
     ops->matmul_forward(a->z, x, p->wz, NULL, N, d->C, vd);
     ops->matmul_forward(a->b, x, p->wb, NULL, N, d->C, d->HV);
     ops->matmul_forward(a->a, x, p->wa, NULL, N, d->C, d->HV);
+    if (p->hook) {
+        float *outs[4] = {a->pre, a->z, a->b, a->a};
+        for (int k = 0; k < 4; k++) p->hook->fwd(p->hook, (dn_proj)k, outs[k], x, N);
+    }
     cpu_dn_conv_forward(a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
     qkv_split(a->qkv, a->q, a->k, a->v, d, 1);
     cpu_dn_gates_forward(a->beta, a->g, a->b, a->a, p->a_log, p->dt_bias, N, d->HV);
@@ -142,6 +146,7 @@ void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a
     ops->rmsnorm_forward(a->normed, a->rstd, a->core, p->normw, N * d->HV, d->dv, d->eps);
     cpu_dn_silu_gate_forward(a->gated, a->normed, a->z, (size_t)N * vd);
     ops->matmul_forward(out, a->gated, p->wo, NULL, N, vd, d->C);
+    if (p->hook) p->hook->fwd(p->hook, DN_PROJ_O, out, a->gated, N);
     if (next) { /* through a copy: next may be in */
         const size_t n = (size_t)d->B * (d->K - 1) * cd;
         float *tail = tsr_malloc(n * sizeof *tail + 1);
@@ -156,22 +161,36 @@ typedef struct dn_dacts {
     float *gated, *normed, *core, *z, *q, *k, *v, *beta, *g, *b, *a, *qkv, *pre;
 } dn_dacts;
 
-static dn_dacts dacts_alloc(const dn_dims *d) {
+/* the floats of each of dn_dacts' buffers, in the struct's order */
+static void dacts_sizes(size_t n[13], const dn_dims *d) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
                  vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
-    dn_dacts g = {tsr_calloc(N * vd, 4), tsr_calloc(N * vd, 4), tsr_calloc(N * vd, 4),
-                  tsr_calloc(N * vd, 4), tsr_calloc(N * kd, 4), tsr_calloc(N * kd, 4),
-                  tsr_calloc(N * vd, 4), tsr_calloc(N * hv, 4), tsr_calloc(N * hv, 4),
-                  tsr_calloc(N * hv, 4), tsr_calloc(N * hv, 4), tsr_calloc(N * cd, 4),
-                  tsr_calloc(N * cd, 4)};
+    const size_t all[13] = {N * vd, N * vd, N * vd, N * vd, N * kd, N * kd, N * vd,
+                            N * hv, N * hv, N * hv, N * hv, N * cd, N * cd};
+    memcpy(n, all, sizeof all);
+}
+
+size_t dn_backward_floats(const dn_dims *d) {
+    size_t n[13], sum = 0;
+    dacts_sizes(n, d);
+    for (int i = 0; i < 13; i++) sum += n[i];
+    return sum;
+}
+
+/* one zeroed block from the CPU op table's allocator (so the run's peak_mem_bytes holds it, as
+ * the plan does: dn_backward_floats), carved into the buffers */
+static dn_dacts dacts_alloc(const dn_dims *d) {
+    size_t n[13];
+    dacts_sizes(n, d);
+    float *p = tsr_cpu_ops.alloc(dn_backward_floats(d) * sizeof(float));
+    dn_dacts g;
+    float **f[13] = {&g.gated, &g.normed, &g.core, &g.z, &g.q, &g.k, &g.v,
+                     &g.beta,  &g.g,      &g.b,    &g.a, &g.qkv, &g.pre};
+    for (int i = 0; i < 13; i++) *f[i] = p, p += n[i];
     return g;
 }
 
-static void dacts_free(dn_dacts *g) {
-    float *all[] = {g->gated, g->normed, g->core, g->z, g->q, g->k, g->v,
-                    g->beta,  g->g,      g->b,    g->a, g->qkv, g->pre};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-}
+static void dacts_free(dn_dacts *g) { tsr_cpu_ops.free(g->gated); }
 
 /* from dout to the core's output: the output projection, the SiLU gate, the RMSNorm */
 static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, const dn_acts *a,
@@ -179,6 +198,7 @@ static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, 
     const tsr_ops *ops = &tsr_cpu_ops;
     const int N = d->B * d->T, vd = d->HV * d->dv;
     ops->matmul_backward(g->gated, grad->wo, NULL, dout, a->gated, p->wo, N, vd, d->C);
+    if (p->hook) p->hook->bwd(p->hook, DN_PROJ_O, g->gated, dout, a->gated, N);
     cpu_dn_silu_gate_backward(g->normed, g->z, g->gated, a->normed, a->z, (size_t)N * vd);
     ops->rmsnorm_backward(g->core, grad->normw, g->normed, a->core, p->normw, a->rstd, N * d->HV,
                           d->dv);
@@ -203,5 +223,9 @@ void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, cons
     ops->matmul_backward(dx, grad->wz, NULL, g.z, x, p->wz, N, d->C, vd);
     ops->matmul_backward(dx, grad->wb, NULL, g.b, x, p->wb, N, d->C, d->HV);
     ops->matmul_backward(dx, grad->wa, NULL, g.a, x, p->wa, N, d->C, d->HV);
+    if (p->hook) {
+        const float *douts[4] = {g.pre, g.z, g.b, g.a};
+        for (int k = 0; k < 4; k++) p->hook->bwd(p->hook, (dn_proj)k, dx, douts[k], x, N);
+    }
     dacts_free(&g);
 }

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* the core's chunk in training (docs/deltanet.md; the FLOPs per token count it: docs/mfu.md) */
+#define DN_TRAIN_CHUNK 64
+
 typedef struct dn_dims {
     int B, T, C;        /* sequences, positions, model width */
     int HK, HV, dk, dv; /* query/key heads, value heads, their sizes */
@@ -21,6 +24,18 @@ typedef struct dn_dims {
     int chunk;          /* the core's chunk (64) */
     float eps;          /* the gated RMSNorm's */
 } dn_dims;
+
+/* adapters on the layer's projections (LoRA, src/model/model_lora.h), run after each base
+ * product: fwd adds the adapter's path of in into out (N rows of projection which's output), bwd
+ * adds its part of d in into din from dout and in (and its own gradients) */
+typedef enum { DN_PROJ_QKV, DN_PROJ_Z, DN_PROJ_B, DN_PROJ_A, DN_PROJ_O } dn_proj;
+typedef struct dn_hook {
+    void (*fwd)(const struct dn_hook *h, dn_proj which, float *out, const float *in, int N);
+    void (*bwd)(const struct dn_hook *h, dn_proj which, float *din, const float *dout,
+                const float *in, int N);
+    const void *ctx;
+    int l; /* the decoder's layer */
+} dn_hook;
 
 /* the parameters, or their gradients (fp32; any gradient may be NULL: frozen). The projections
  * are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; Qwen3-Next's
@@ -33,6 +48,7 @@ typedef struct dn_params {
     float *dt_bias, *a_log; /* (HV) */
     float *normw;         /* (dv), used as is (HF's RMSNormGated: ones at init) */
     float *wo;            /* (C, HV dv) */
+    const dn_hook *hook;  /* the weights' adapters, or NULL (unused in gradients) */
 } dn_params;
 
 /* what the forward keeps for the backward */
@@ -60,6 +76,9 @@ void dn_acts_alloc(dn_acts *a, const dn_dims *d);
 size_t dn_acts_floats(const dn_dims *d);
 void dn_acts_at(dn_acts *a, float *base, const dn_dims *d);
 void dn_acts_free(dn_acts *a);
+/* the floats of the scratch dn_layer_backward allocates (its activation gradients; one block
+ * from the CPU op table's allocator, freed before it returns) */
+size_t dn_backward_floats(const dn_dims *d);
 void dn_cache_alloc(dn_cache *c, const dn_dims *d); /* zeros: a sequence's start */
 void dn_cache_free(dn_cache *c);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/deltanet_layer.h"
 
 static void set_param(tsr_model *m, tsr_param_id id, const char *name, tsr_param_kind kind,
                       int present, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
@@ -488,7 +489,16 @@ double model_active_params(const tsr_model *m) {
 double model_flops_per_token(const tsr_model *m, int T) {
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
     double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C;
-    return 6.0 * (model_active_params(m) - lookup) + 12.0 * (double)m->QD * model_attn_keys(m, T);
+    return 6.0 * (model_active_params(m) - lookup) + 12.0 * (double)m->QD * model_attn_keys(m, T) +
+           model_dn_flops(m, T);
+}
+
+double model_dn_flops(const tsr_model *m, int T) {
+    /* per value head and token, forward, in chunks of c (docs/mfu.md): the state's three
+     * products (X_K S, q S, the update) 2 dk dv each, the chunk's K K^T, Q K^T (2 c dk each), the
+     * solve over [V | K] (2 c (dk + dv)) and the scores times V (2 c dv); x 3 with the backward */
+    const double c = T < DN_TRAIN_CHUNK ? T : DN_TRAIN_CHUNK, dk = m->dkl, dv = m->dvl;
+    return 3.0 * m->LL * m->HVl * (6.0 * dk * dv + 2.0 * c * (3.0 * dk + 2.0 * dv));
 }
 
 double model_attn_keys(const tsr_model *m, int T) {

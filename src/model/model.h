@@ -413,11 +413,19 @@ void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,
 /* Size in bytes of the activations for B x T (for the memory plan): what model_alloc_acts
  * allocates, so it shrinks with activation checkpointing. */
 size_t model_acts_bytes(const tsr_model *m, int B, int T);
-/* Training FLOPs per token: 6 N + 12 (NH hs) K (LLM Foundry / PaLM; docs/mfu.md), N without
+/* Bytes of the scratch a linear_attention layer's backward allocates while it runs (one layer's
+ * activation gradients, dn_backward_floats; 0 without such layers): the memory plan adds it. */
+size_t model_dn_scratch_bytes(const tsr_model *m, int B, int T);
+/* Training FLOPs per token: 6 N + 12 (NH hs) K + D (LLM Foundry / PaLM; docs/mfu.md), N without
  * the input embedding of an untied model (a lookup; its head is the matmul that counts) and,
  * with MoE, counting K of the E experts per layer (the active parameters); K the keys per query
- * summed over the layers (model_attn_keys: L T without sliding windows). */
+ * summed over the attention layers (model_attn_keys: L T without sliding windows or linear
+ * layers); D the linear layers' own products (model_dn_flops). */
 double model_flops_per_token(const tsr_model *m, int T);
+/* The Gated DeltaNet layers' products per token beyond their parameters' (the chunked form's
+ * state and in-chunk products, forward and backward; 0 without linear layers; docs/mfu.md):
+ * 3 LL HV (6 dk dv + 2 c (3 dk + 2 dv)), c = min(T, DN_TRAIN_CHUNK). */
+double model_dn_flops(const tsr_model *m, int T);
 /* The keys a query is counted against, summed over the layers: T for a full-attention layer,
  * min(W, T) for a sliding one of window W (the band; docs/mfu.md). */
 double model_attn_keys(const tsr_model *m, int T);

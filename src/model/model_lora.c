@@ -11,33 +11,69 @@
 /* the random stream of target t's A (tsr_rand_uniform): apart from the model's streams */
 #define LORA_STREAM 0x4C6F5241ull
 
+/* the base tensor a target's rows live in (part 1: of a target over two outputs) */
+static tsr_param_id base_of(int t, int part) {
+    switch (t) {
+    case TSR_LORA_O: return TSR_P_ATTPROJW;
+    case TSR_LORA_GATE:
+    case TSR_LORA_UP: return TSR_P_FCW;
+    case TSR_LORA_DOWN: return TSR_P_FCPROJW;
+    case TSR_LORA_QKVZ: return part ? TSR_P_DNZW : TSR_P_DNQKVW;
+    case TSR_LORA_BA: return part ? TSR_P_DNAW : TSR_P_DNBW;
+    case TSR_LORA_OUTPROJ: return TSR_P_DNOW;
+    case TSR_LORA_AGATE: return TSR_P_ATTNGATEW;
+    default: return TSR_P_QKVW;
+    }
+}
+
+/* target t's widths: in, out, its first column and row width in the (fused) output, and with
+ * two outputs (rows0 < out) the second's row width */
+typedef struct lora_dims { int in, out, col, ld, rows0, ld1; } lora_dims;
+
+static lora_dims dims_of(const tsr_model *m, int t) {
+    const int C = m->C, QD = m->QD, KV = m->KVH * m->hs, F = m->F;
+    const int VD = m->HVl * m->dvl, CD = 2 * m->HKl * m->dkl + VD, HV = m->HVl;
+    const lora_dims d[TSR_LORA_COUNT] = {
+        [TSR_LORA_Q] = {C, QD, 0, m->QKV, QD, 0},       [TSR_LORA_K] = {C, KV, QD, m->QKV, KV, 0},
+        [TSR_LORA_V] = {C, KV, QD + KV, m->QKV, KV, 0}, [TSR_LORA_O] = {QD, C, 0, C, C, 0},
+        [TSR_LORA_GATE] = {C, F, 0, m->FW, F, 0},       [TSR_LORA_UP] = {C, F, F, m->FW, F, 0},
+        [TSR_LORA_DOWN] = {F, C, 0, C, C, 0},
+        [TSR_LORA_QKVZ] = {C, CD + VD, 0, CD, CD, VD},  [TSR_LORA_BA] = {C, 2 * HV, 0, HV, HV, HV},
+        [TSR_LORA_OUTPROJ] = {VD, C, 0, C, C, 0},       [TSR_LORA_AGATE] = {C, QD, 0, QD, QD, 0},
+    };
+    return d[t];
+}
+
+/* the layers of a stack of base tensor id: its kind's (model_layer_slot counts them) */
+static int stack_layers(const tsr_model *m, tsr_param_id id) {
+    return id == TSR_P_DNQKVW || id == TSR_P_DNBW || id == TSR_P_DNOW ? m->LL
+           : id == TSR_P_FCW || id == TSR_P_FCPROJW ? m->L : m->L - m->LL;
+}
+
 void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dropout,
                unsigned mask) {
     memset(lo, 0, sizeof *lo);
     lo->ops = m->ops;
+    lo->model = m;
     lo->R = R;
     lo->L = m->L;
     lo->mask = mask;
     lo->scale = (float)(alpha / R);
     lo->p = (float)dropout;
-    const int C = m->C, QD = m->QD, KV = m->KVH * m->hs, F = m->F;
-    const struct { int in, out, col, ld; } d[TSR_LORA_COUNT] = {
-        [TSR_LORA_Q] = {C, QD, 0, m->QKV},        [TSR_LORA_K] = {C, KV, QD, m->QKV},
-        [TSR_LORA_V] = {C, KV, QD + KV, m->QKV},  [TSR_LORA_O] = {QD, C, 0, C},
-        [TSR_LORA_GATE] = {C, F, 0, m->FW},       [TSR_LORA_UP] = {C, F, F, m->FW},
-        [TSR_LORA_DOWN] = {F, C, 0, C},
-    };
-    size_t at = 0, L = (size_t)m->L, r = (size_t)R;
+    size_t at = 0, r = (size_t)R;
     for (int t = 0; t < TSR_LORA_COUNT; t++) {
-        lo->in[t] = d[t].in, lo->out[t] = d[t].out, lo->col[t] = d[t].col, lo->ld[t] = d[t].ld;
+        const lora_dims d = dims_of(m, t);
+        lo->in[t] = d.in, lo->out[t] = d.out, lo->col[t] = d.col, lo->ld[t] = d.ld;
+        lo->rows0[t] = d.rows0, lo->ld1[t] = d.ld1;
         if (!(mask & (1u << t))) {
             lo->a_at[t] = lo->b_at[t] = SIZE_MAX;
             continue;
         }
+        const size_t L = (size_t)(lo->Lt[t] = stack_layers(m, base_of(t, 0)));
         lo->a_at[t] = at;
-        at += L * r * (size_t)d[t].in;
+        at += L * r * (size_t)d.in;
         lo->b_at[t] = at;
-        at += L * (size_t)d[t].out * r;
+        at += L * (size_t)d.out * r;
     }
     lo->n = at;
 }
@@ -67,12 +103,12 @@ void lora_free_scratch(tsr_lora *lo) {
 void lora_init_weights(tsr_lora *lo, uint64_t seed) {
     for (int t = 0; t < TSR_LORA_COUNT; t++) {
         if (lo->a_at[t] == SIZE_MAX) continue;
-        const size_t na = (size_t)lo->L * lo->R * lo->in[t];
+        const size_t na = (size_t)lo->Lt[t] * lo->R * lo->in[t];
         const double bound = 1.0 / sqrt((double)lo->in[t]);
         float *a = lo->w + lo->a_at[t];
         for (size_t k = 0; k < na; k++)
             a[k] = (float)(bound * (2.0 * tsr_rand_uniform(seed, LORA_STREAM + (uint64_t)t, k) - 1.0));
-        memset(lo->w + lo->b_at[t], 0, (size_t)lo->L * lo->out[t] * lo->R * sizeof(float));
+        memset(lo->w + lo->b_at[t], 0, (size_t)lo->Lt[t] * lo->out[t] * lo->R * sizeof(float));
     }
 }
 
@@ -81,11 +117,11 @@ int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size
     const int t = k / 2, is_b = k % 2;
     if (t >= TSR_LORA_COUNT || lo->a_at[t] == SIZE_MAX) return 0;
     snprintf(name, 16, "%s_%c", config_lora_target_name(t), is_b ? 'B' : 'A');
-    shape[0] = lo->L;
+    shape[0] = lo->Lt[t];
     shape[1] = is_b ? lo->out[t] : lo->R;
     shape[2] = is_b ? lo->R : lo->in[t];
     *offset = is_b ? lo->b_at[t] : lo->a_at[t];
-    *numel = (size_t)lo->L * (size_t)lo->R * (size_t)(is_b ? lo->out[t] : lo->in[t]);
+    *numel = (size_t)lo->Lt[t] * (size_t)lo->R * (size_t)(is_b ? lo->out[t] : lo->in[t]);
     return 1;
 }
 
@@ -105,34 +141,31 @@ int64_t lora_pass_row0(int rank, int64_t per_rank, int64_t b, int T) {
     return ((int64_t)rank * per_rank + b) * T;
 }
 
-/* the base tensor a target's rows live in */
-static tsr_param_id base_of(int t) {
-    switch (t) {
-    case TSR_LORA_O: return TSR_P_ATTPROJW;
-    case TSR_LORA_GATE:
-    case TSR_LORA_UP: return TSR_P_FCW;
-    case TSR_LORA_DOWN: return TSR_P_FCPROJW;
-    default: return TSR_P_QKVW;
+/* W (part's rows of the base tensor at stack slot s) += scale B_part A, through m's ops */
+static void merge_part(const tsr_lora *lo, const float *w, tsr_model *m, int t, int part,
+                       float *at, float *ba) {
+    const size_t R = (size_t)lo->R, in = (size_t)lo->in[t], Lt = (size_t)lo->Lt[t];
+    const size_t r0 = (size_t)lo->rows0[t], rows = part ? (size_t)lo->out[t] - r0 : r0;
+    const tsr_param_info *p = &m->params_info[base_of(t, part)];
+    for (size_t s = 0; s < Lt; s++) {
+        const float *A = w + lo->a_at[t] + s * R * in;
+        const float *B = w + lo->b_at[t] + s * (size_t)lo->out[t] * R + (part ? r0 * R : 0);
+        for (size_t i = 0; i < in; i++) /* A^T, so that matmul_forward gives B A */
+            for (size_t k = 0; k < R; k++) at[i * R + k] = A[k * in + i];
+        m->ops->matmul_forward(ba, B, at, NULL, (int)rows, (int)R, (int)in);
+        float *W = m->params + p->offset + s * (p->numel / Lt) + (part ? 0 : (size_t)lo->col[t] * in);
+        for (size_t i = 0; i < rows * in; i++) W[i] += lo->scale * ba[i];
     }
 }
 
 void lora_merge(const tsr_lora *lo, const float *w, tsr_model *m) {
-    const size_t R = (size_t)lo->R;
     for (int t = 0; t < TSR_LORA_COUNT; t++) {
         if (lo->a_at[t] == SIZE_MAX) continue;
         const size_t in = (size_t)lo->in[t], out = (size_t)lo->out[t];
-        const tsr_param_info *p = &m->params_info[base_of(t)];
-        float *at = m->ops->alloc(in * R * sizeof(float)), *ba = m->ops->alloc(out * in * sizeof(float));
-        for (int l = 0; l < lo->L; l++) {
-            const float *A = w + lo->a_at[t] + (size_t)l * R * in;
-            const float *B = w + lo->b_at[t] + (size_t)l * out * R;
-            for (size_t i = 0; i < in; i++) /* A^T, so that matmul_forward gives B A */
-                for (size_t k = 0; k < R; k++) at[i * R + k] = A[k * in + i];
-            m->ops->matmul_forward(ba, B, at, NULL, (int)out, (int)R, (int)in);
-            float *W = m->params + p->offset + (size_t)l * (p->numel / (size_t)lo->L) +
-                       (size_t)lo->col[t] * in;
-            for (size_t i = 0; i < out * in; i++) W[i] += lo->scale * ba[i];
-        }
+        float *at = m->ops->alloc(in * (size_t)lo->R * sizeof(float));
+        float *ba = m->ops->alloc(out * in * sizeof(float));
+        merge_part(lo, w, m, t, 0, at, ba);
+        if (lo->rows0[t] < lo->out[t]) merge_part(lo, w, m, t, 1, at, ba);
         m->ops->free(at);
         m->ops->free(ba);
     }
@@ -194,47 +227,85 @@ static void row_runs(const tsr_lora *lo, int N, void (*run)(void *, int, int, in
 typedef struct lora_call {
     tsr_lora *lo;
     const tsr_backend *be;
-    int l, t, N;
+    int l, t, N;               /* l: the slot in target t's stack */
+    int part;                  /* 1: the second output of a target over two */
     void *out;                 /* forward: the projection output; backward: dinp */
     const void *inp, *dout;
 } lora_call;
+
+/* the call's output: its rows of B (from row b0), their count, the output's row width and
+ * first column */
+typedef struct lora_out { size_t b0; int rows, ld, col; } lora_out;
+
+static lora_out out_of(const lora_call *c) {
+    const tsr_lora *lo = c->lo;
+    const int t = c->t, r0 = lo->rows0[t];
+    if (c->part) return (lora_out){(size_t)r0, lo->out[t] - r0, lo->ld1[t], 0};
+    return (lora_out){0, r0, lo->ld[t], lo->col[t]};
+}
 
 static void forward_run(void *ctx, int n0, int n, int64_t row0) {
     const lora_call *c = ctx;
     tsr_lora *lo = c->lo;
     const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t;
+    const lora_out o = out_of(c);
     const float *A = lo->w + lo->a_at[t] + (size_t)c->l * lo->R * lo->in[t];
-    const float *B = lo->w + lo->b_at[t] + (size_t)c->l * lo->out[t] * lo->R;
-    c->be->lora_forward(c->be, (char *)c->out + ((size_t)n0 * lo->ld[t] + lo->col[t]) * e,
-                        lo->ld[t], (const char *)c->inp + (size_t)n0 * lo->in[t] * e, A, B,
-                        lo->scale, pass_p(lo), pass_key(lo, c->l, c->t), row0,
-                        scratch_for(lo, c->be, c->N), n, lo->in[t], lo->out[t], lo->R);
+    const float *B = lo->w + lo->b_at[t] + ((size_t)c->l * lo->out[t] + o.b0) * lo->R;
+    c->be->lora_forward(c->be, (char *)c->out + ((size_t)n0 * o.ld + o.col) * e, o.ld,
+                        (const char *)c->inp + (size_t)n0 * lo->in[t] * e, A, B, lo->scale,
+                        pass_p(lo), pass_key(lo, c->l, c->t), row0,
+                        scratch_for(lo, c->be, c->N), n, lo->in[t], o.rows, lo->R);
 }
 
 static void backward_run(void *ctx, int n0, int n, int64_t row0) {
     const lora_call *c = ctx;
     tsr_lora *lo = c->lo;
     const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t;
+    const lora_out o = out_of(c);
     const size_t ao = lo->a_at[t] + (size_t)c->l * lo->R * lo->in[t];
-    const size_t bo = lo->b_at[t] + (size_t)c->l * lo->out[t] * lo->R;
+    const size_t bo = lo->b_at[t] + ((size_t)c->l * lo->out[t] + o.b0) * lo->R;
     c->be->lora_backward(c->be, (char *)c->out + (size_t)n0 * lo->in[t] * e, lo->g + ao,
-                         lo->g + bo,
-                         (const char *)c->dout + ((size_t)n0 * lo->ld[t] + lo->col[t]) * e,
-                         lo->ld[t], (const char *)c->inp + (size_t)n0 * lo->in[t] * e,
-                         lo->w + ao, lo->w + bo, lo->scale, pass_p(lo), pass_key(lo, c->l, c->t),
-                         row0, scratch_for(lo, c->be, c->N), n, lo->in[t], lo->out[t], lo->R);
+                         lo->g + bo, (const char *)c->dout + ((size_t)n0 * o.ld + o.col) * e,
+                         o.ld, (const char *)c->inp + (size_t)n0 * lo->in[t] * e, lo->w + ao,
+                         lo->w + bo, lo->scale, pass_p(lo), pass_key(lo, c->l, c->t), row0,
+                         scratch_for(lo, c->be, c->N), n, lo->in[t], o.rows, lo->R);
+}
+
+/* layer l's slot in target t's stack */
+static int slot_of(const tsr_lora *lo, int l, int t) {
+    return model_layer_slot(lo->model, base_of(t, 0), l);
+}
+
+static void forward_call(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *out,
+                         const void *inp, int N) {
+    if (!lora_target_on(lo, t)) return;
+    lora_call c = {lo, be, slot_of(lo, l, t), t, N, part, out, inp, NULL};
+    row_runs(lo, N, forward_run, &c);
+}
+
+static void backward_call(tsr_lora *lo, const tsr_backend *be, int l, int t, int part,
+                          void *dinp, const void *dout, const void *inp, int N) {
+    if (!lora_target_on(lo, t)) return;
+    lora_call c = {lo, be, slot_of(lo, l, t), t, N, part, dinp, inp, dout};
+    row_runs(lo, N, backward_run, &c);
 }
 
 void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
                      const void *inp, int N) {
-    if (!lora_target_on(lo, t)) return;
-    lora_call c = {lo, be, l, t, N, out, inp, NULL};
-    row_runs(lo, N, forward_run, &c);
+    forward_call(lo, be, l, t, 0, out, inp, N);
 }
 
 void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
                       const void *dout, const void *inp, int N) {
-    if (!lora_target_on(lo, t)) return;
-    lora_call c = {lo, be, l, t, N, dinp, inp, dout};
-    row_runs(lo, N, backward_run, &c);
+    backward_call(lo, be, l, t, 0, dinp, dout, inp, N);
+}
+
+void lora_forward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
+                        const void *inp, int N) {
+    forward_call(lo, be, l, t, 1, out, inp, N);
+}
+
+void lora_backward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
+                         const void *dout, const void *inp, int N) {
+    backward_call(lo, be, l, t, 1, dinp, dout, inp, N);
 }

@@ -6,8 +6,13 @@
  * target adds into its column block of the fused output, so the maths is PEFT's on the separate
  * projections.
  *
+ * Hybrid models (docs/lora.md "Hybrid models"): a Gated DeltaNet layer's in_proj_qkvz (one A, B's
+ * rows over its qkv and z outputs), in_proj_ba (over b and a), out_proj, and the gated attention's
+ * attn_gate, called from the layer's hook (deltanet_layer.h dn_hook) and the decoder.
+ *
  * Storage: one flat fp32 store w, g, m, v (n floats each), tensor by tensor in target order,
- * each target's A stacked over the layers (L, r, in), then its B (L, out, r); the checkpoint
+ * each target's A stacked over the layers of its projection's kind (Lt: the attention layers, the
+ * linear ones, or all; model_layer_slot) (Lt, r, in), then its B (Lt, out, r); the checkpoint
  * names them lora/<t>_A, lora/<t>_B at those shapes. The store is replicated on every rank
  * whatever parallel.sharding says (the base is what sharding splits; the adapters are small):
  * gradients are all-reduced over the world, AdamW runs on every rank.
@@ -29,7 +34,14 @@
 
 typedef struct tsr_lora {
     const tsr_ops *ops;          /* the allocator (peak memory counts the store) */
+    const tsr_model *model;      /* its layer kinds: a layer's slot in a target's stack */
     int R, L;
+    int Lt[TSR_LORA_COUNT];      /* the layers of target t's stack: those of its base tensor's
+                                  * kind (LA attention, LL linear_attention, else L) */
+    int rows0[TSR_LORA_COUNT], ld1[TSR_LORA_COUNT]; /* a target over two outputs (in_proj_qkvz:
+                                  * the DeltaNet's qkv and z; in_proj_ba: b and a): B's first
+                                  * rows0 rows feed the first (col, ld), the rest the second
+                                  * (column 0, row width ld1); rows0 = out: one output */
     unsigned mask;               /* bit t: target t has adapters */
     float scale, p;              /* alpha / r; dropout */
     int in[TSR_LORA_COUNT], out[TSR_LORA_COUNT]; /* the target's input and output widths */
@@ -85,6 +97,13 @@ void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *ou
  * output's gradient. */
 void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
                       const void *dout, const void *inp, int N);
+/* The same for part 1 of a target over two outputs (rows0 < out): out / dout the second
+ * output (N rows of ld1). Both parts share A and its dropout mask: together they are one adapter
+ * on the fused projection. */
+void lora_forward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
+                        const void *inp, int N);
+void lora_backward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
+                         const void *dout, const void *inp, int N);
 /* The adapters' weights w (a store's layout) merged into m's flat parameters:
  * W += (alpha / r) B A for every target and layer (the base tensor's rows of that target), in
  * fp32 through m's ops. The merged model computes what base + adapters compute (evaluation:

@@ -29,6 +29,10 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T) {
     return dec_acts_bytes(m, &m->be, B, T);
 }
 
+size_t model_dn_scratch_bytes(const tsr_model *m, int B, int T) {
+    return dec_dn_scratch_floats(m, B, T / (m->cpN > 1 ? m->cpN : 1)) * sizeof(float);
+}
+
 void model_free(tsr_model *m) {
     model_free_acts(m);
     if (m->be.capped) free(m->be.capped->z), free(m->be.capped), m->be.capped = NULL;

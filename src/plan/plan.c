@@ -33,7 +33,8 @@ static double muon_scratch(const tsr_trainer *t) {
 static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb, double *ob,
                          double *cb, double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
-    *ab = (double)model_acts_bytes(&t->model, t->micro, t->T);
+    *ab = (double)model_acts_bytes(&t->model, t->micro, t->T) +
+          (double)model_dn_scratch_bytes(&t->model, t->micro, t->T);
     /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank, and receives its slice
      * of the summed gradients into a buffer of that size; DDP all-reduces in place */
     int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
@@ -70,10 +71,10 @@ static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb,
 }
 
 /* The memory line's optional parts: Muon's buffers (mu), the checkpoint's buffers of io bytes
- * and the save_async snapshot of sb bytes (snap), context parallelism's share of a sequence
- * (share); "" where they do not apply. */
+ * and the save_async snapshot of sb bytes (snap), context parallelism's share of a sequence and
+ * the linear layers' backward scratch (share); "" where they do not apply. */
 static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96], char snap[160],
-                         char share[64]) {
+                         char share[160]) {
     char b[32], c[32];
     mu[0] = snap[0] = share[0] = '\0';
     if (muon_scratch(t) > 0) {
@@ -87,6 +88,12 @@ static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96]
              sb > 0 ? ", checkpoint snapshot " : "", sb > 0 ? b : "", sb > 0 ? " (save_async, host)" : "");
     if (t->mesh.N > 1)
         snprintf(share, 64, " (this rank's %d positions of each)", t->T / t->mesh.N);
+    const double dn = (double)model_dn_scratch_bytes(&t->model, t->micro, t->T);
+    if (dn > 0) { /* docs/deltanet.md "Wiring": a linear layer's backward scratch */
+        metrics_human_bytes(b, sizeof b, dn);
+        size_t o = strlen(share);
+        snprintf(share + o, 160 - o, " (a linear layer's backward scratch %s in them)", b);
+    }
 }
 
 /* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm */
@@ -128,16 +135,18 @@ static void plan_params(const tsr_trainer *t, int lora) {
                  "base)", t->part.lora.n, m->n_params_counted);
     else
         snprintf(trainable, sizeof trainable, "%zu trainable", m->n_params_counted);
-    /* the attention term: L T keys a query, fewer where sliding-window layers see W < T */
+    /* the attention term: L T keys a query, fewer where sliding-window layers see W < T or
+     * linear layers see none; the linear layers' own products (docs/mfu.md) */
     const char *keys = model_attn_keys(m, t->T) < (double)m->L * t->T ? "keys" : "L*T";
+    char dn[64] = "";
+    if (m->LL) snprintf(dn, sizeof dn, " + DeltaNet %.6g", model_dn_flops(m, t->T));
     if (m->E)
         printf("params: %s, %.0f active per token (%d of %d experts); FLOPs/token = "
-               "6N_active + 12*(heads*head_dim)*%s = %.4g (docs/mfu.md)\n", trainable,
-               model_active_params(m),
-               m->K, m->E, keys, t->out.flops_per_token);
+               "6N_active + 12*(heads*head_dim)*%s%s = %.4g (docs/mfu.md)\n", trainable,
+               model_active_params(m), m->K, m->E, keys, dn, t->out.flops_per_token);
     else
-        printf("params: %s; FLOPs/token = 6N + 12*(heads*head_dim)*%s = %.4g (docs/mfu.md)\n",
-               trainable, keys, t->out.flops_per_token);
+        printf("params: %s; FLOPs/token = 6N + 12*(heads*head_dim)*%s%s = %.4g (docs/mfu.md)\n",
+               trainable, keys, dn, t->out.flops_per_token);
     if (m->EP > 1)
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
                "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,
@@ -153,7 +162,7 @@ static void plan_lora(const tsr_trainer *t, double planned) {
     char saved[32], fulls[32];
     metrics_human_bytes(saved, sizeof saved, full - planned);
     metrics_human_bytes(fulls, sizeof fulls, full);
-    char names[64] = "", why[160];
+    char names[128] = "", why[160];
     unsigned mask = 0; /* the config check accepted the list */
     config_lora_targets(&c->model, c->lora.targets, &mask, why, sizeof why);
     for (int k = 0; k < TSR_LORA_COUNT; k++)
@@ -201,7 +210,7 @@ static void plan_memory(const tsr_trainer *t, int lora, double sb) {
     metrics_human_bytes(opt, sizeof opt, ob);
     metrics_human_bytes(acts, sizeof acts, ab);
     metrics_human_bytes(tot, sizeof tot, total);
-    char how[160], mu[96], snap[160], share[64];
+    char how[160], mu[96], snap[160], share[160];
     plan_sharding(t, lora, how);
     memory_notes(t, io, sb, mu, snap, share);
     printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "

@@ -236,10 +236,8 @@ static int rates_of(const tp_table *tb, tp_rates *q, char *why, size_t n) {
 
 /* what the recipe needs that a table of dense AdamW training cannot say; NULL: nothing */
 static const char *unmeasured(const tsr_trainer *t, const tp_table *tb) {
-    int moe = 0, lora = 0;
-    for (int i = 0; i < tb->n; i++)
-        moe |= starts(tb->r[i].name, "moe_matmul"), lora |= starts(tb->r[i].name, "lora_");
-    if (t->model.E && !moe) return "the MoE ops (moe_route, moe_gather, moe_matmul_*, moe_combine)";
+    int lora = 0;
+    for (int i = 0; i < tb->n; i++) lora |= starts(tb->r[i].name, "lora_");
     if (t->cfg.lora.rank > 0 && !lora) return "LoRA's adapter ops (lora_forward, lora_backward)";
     if (t->cfg.optim.name == TSR_OPTIM_MUON) return "Muon's orthogonalisation (optim.name = muon)";
     return NULL;
@@ -266,6 +264,15 @@ static double recompute_share(const tsr_config *c) {
     return (double)n / c->model.n_layer;
 }
 
+/* the element-wise work of a token beyond the dense layers' L d_model (the rest's unit, priced at
+ * its rate; docs/planning.md "Mixtures of experts and hybrid layers"): a MoE layer's K rows of
+ * d_model gathered and combined, a Gated DeltaNet layer's convolution and gates over its CD
+ * channels and its gated norm over HV d_v */
+static double extra_units(const tsr_model *m) {
+    const double cd = 2.0 * m->HKl * m->dkl + (double)m->HVl * m->dvl;
+    return (double)m->LM * m->K * m->C + (double)m->LL * (cd + (double)m->HVl * m->dvl);
+}
+
 static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
     const tsr_model *m = &t->model;
     /* a context group's N ranks share its sequences, each computing T / N positions of each (the
@@ -277,7 +284,7 @@ static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
     double re = 1 + recompute_share(&t->cfg) / 3;
     double ms = gemm * re / (q->gemm_flops / q->gemm_ms) + att * tok * re / (q->att_flops / q->att_ms) +
                 tok * m->Vp / (q->xent_logits / q->xent_ms) +
-                tok * m->L * m->C * re / (q->rest_units / q->rest_ms);
+                tok * (m->L * m->C + extra_units(m)) * re / (q->rest_units / q->rest_ms);
     double owned = (double)m->n_params / (t->cfg.sharding == TSR_SHARD_DDP ? 1 : s->G);
     s->fb = ms, s->compute = ms + q->opt_ms * owned / q->params;
     s->att = att * tok / (q->att_flops / q->att_ms);
@@ -481,6 +488,15 @@ static void print_assumptions(const tsr_trainer *t, const timeplan_opts *o, int 
            "but a layer's; zero1's weight gather, zero3's root and hsdp's replica sum do not hide\n"
            "  - the data, checkpoints, evaluation and logging cost nothing; no straggler, no "
            "failure, no requeue\n");
+    if (t->model.E)
+        printf("  - MoE: the active experts' matmuls at the table's GEMM rate (grouped GEMMs of "
+               "%d-wide experts run slower: a lower bound), the routing's gather and combine (%d "
+               "rows of d_model a token and layer) at its rest rate; expert parallelism's "
+               "exchange not counted\n", t->model.FE, t->model.K);
+    if (t->model.LL)
+        printf("  - Gated DeltaNet layers (%d; not on CUDA yet: an estimate of what a kernel "
+               "would take): their products (docs/mfu.md's D) at the GEMM rate, their convolution, "
+               "gates and norm at the rest rate\n", t->model.LL);
 }
 
 struct timeplan {

@@ -32,7 +32,8 @@ static void build(tsr_model *m, tsr_config *cfg, tsr_lora *lo, const fuzz_part *
     snprintf(cfg->lora.targets, sizeof cfg->lora.targets, "%s", all ? "all-linear" : "q,v");
     model_init(m, c, 16, &tsr_cpu_ops);
     model_alloc_params(m);
-    unsigned mask = all ? (1u << TSR_LORA_COUNT) - 1 : (1u << TSR_LORA_Q) | (1u << TSR_LORA_V);
+    /* all-linear on this dense SwiGLU model: the seven targets before the hybrid layers' */
+    unsigned mask = all ? (1u << TSR_LORA_QKVZ) - 1 : (1u << TSR_LORA_Q) | (1u << TSR_LORA_V);
     lora_init(lo, m, 2, 4.0, 0.0, mask);
 }
 

@@ -113,8 +113,8 @@ static int layer_main(void) {
     float *dout = read_in(N * d.C, 4), *out = tsr_calloc(N * d.C, 4), *dx = tsr_calloc(N * d.C, 4),
           *inc = tsr_calloc(N * d.C, 4);
     int32_t *seq = hd[9] ? read_in(N, 4) : NULL;
-    const dn_params p = {pp[0], pp[1], pp[2], pp[3], pp[4], pp[5], pp[6], pp[7], pp[8]};
-    const dn_params g = {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8]};
+    const dn_params p = {pp[0], pp[1], pp[2], pp[3], pp[4], pp[5], pp[6], pp[7], pp[8], NULL};
+    const dn_params g = {gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], NULL};
     dn_acts a;
     dn_cache fin, run;
     dn_acts_alloc(&a, &d), dn_cache_alloc(&fin, &d), dn_cache_alloc(&run, &d);

@@ -16,8 +16,9 @@
 #    batched path (4 prompts x 4 samples of 6 tokens a step) are logged with finite
 #    log-probabilities, and the run ends with its checkpoint (rewards are 0 from random weights:
 #    a smoke run, the maths being check 5's and the reference tests');
-#  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
-#    lora.rank > 0 naming lora.rank (exit 1, a config error), nothing written in run_dir;
+#  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types (exit
+#    1, a config error), nothing written in run_dir; lora.rank > 0 is planned with the DeltaNet's
+#    and the gate's targets (LoRA's runs: test_lora_hybrid.sh);
 #  - the Hugging Face export is refused naming model.layer_types, no weights written;
 #  - a resume whose model.layer_types holds as many linear and full layers in another order
 #    (full first) is refused naming model.layer_types (exit 1), the checkpoints untouched: the
@@ -132,12 +133,12 @@ variant_refused R model.layer_types
 tap_check $? "device = cuda and parallel.context = 2 with linear_attention layers: exit 1 naming model.layer_types, nothing written"
 
 mkdir -p "$TMP/L"
-"$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 >"$TMP/lora.txt" 2>&1
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 --plan 1 >"$TMP/lora.txt" 2>&1
 rc=$?
-tap_diag "lora: $(grep -m1 error "$TMP/lora.txt")"
-((rc == 1)) && grep -q "lora.rank = 4: LoRA does not adapt the linear_attention layers" "$TMP/lora.txt" &&
+tap_diag "lora: $(grep -m1 '^lora:' "$TMP/lora.txt")"
+((rc == 0)) && grep -q "^lora: r=4 .* targets=q,k,v,o,gate,up,down,in_proj_qkvz,in_proj_ba,out_proj,attn_gate; " "$TMP/lora.txt" &&
     [[ -z $(ls -A "$TMP/L") ]]
-tap_check $? "lora.rank > 0 with linear_attention layers: refused (exit $rc) naming lora.rank, nothing written"
+tap_check $? "lora.rank > 0 with linear_attention layers: planned (exit $rc), all-linear adapting the DeltaNet's projections and the gate too (the runs: test_lora_hybrid.sh), nothing written"
 
 "$TOOL" ckpt export --format hf "$TMP/D/step-00000004.h5" "$TMP/hf" >"$TMP/export.txt" 2>&1
 rc=$?

@@ -14,6 +14,15 @@ the final norm. tessera-train --plan 8 must print that total and active count (K
 Hugging Face's model holds, beyond it, the shared expert's sigmoid gate (C per layer: not in
 tessera's MoE yet), and with it the total must be the card's "80B" (79.5 .. 80.5 billion) and,
 without the embeddings, its "79B".
+The time plan on 64 H200s (`--plan 64/8 --time`, the recipe's zero3 with no expert parallelism;
+docs/planning.md "Mixtures of experts and hybrid layers"), its W = 64 row against the same hand
+count: 4 sequences a rank, 4 microbatches; compute = the GEMMs' FLOPs (FLOPs/token less the
+attention term, with docs/mfu.md's DeltaNet term D) at the table's printed GEMM rate, attention's
+12 (heads head_dim) keys over its 12 full layers at its attention rate, the logits at the
+softmax rate, the rest per token x d_model over the L layers plus the MoE's K gathered rows and the
+linear layers' CD + HV dv channels, checkpointed (block: every layer's forward again, x 4/3), and
+AdamW over N / 64 parameters; the comm column docs/sharding.md's zero3 bytes with G = 64, M = 4;
+the step is compute + exposed and tokens/s the step's 1M tokens over it.
 Run: TESTS=qwen3next_plan bash tests/run.sh   (needs build/tessera-train). TAP; exit 77 without it.
 """
 import os
@@ -61,15 +70,44 @@ def by_hand(k):
     return common + L * E * 3 * C * FE, common + L * top * 3 * C * FE, L * C
 
 
+def time_row(k, out, total, active):
+    """the W = 64 row's (compute ms, comm MB) by hand from the printed rates, and the row"""
+    i = {n: int(v) for n, v in k.items() if re.fullmatch(r"\d+", v)}
+    C, L, V, T = i["d_model"], i["n_layer"], i["vocab_size"], i["seq_len"]
+    types = [t.strip() for t in k["layer_types"].split(",")]
+    LL = sum(types[l % len(types)] == "linear_attention" for l in range(L))
+    HK, HV = i["linear_num_key_heads"], i["linear_num_value_heads"]
+    dk, dv = i["linear_key_head_dim"], i["linear_value_head_dim"]
+    QD, keys = i["n_head"] * i["head_dim"], (L - LL) * T
+    D = 3 * LL * HV * (6 * dk * dv + 2 * min(T, 64) * (3 * dk + 2 * dv))
+    fpt = 6 * (active - V * C) + 12 * QD * keys + D
+    r = re.search(r"GEMMs ([0-9.]+) TFLOP/s .*attention ([0-9.]+) TFLOP/s .*cross-entropy ([0-9.]+) "
+                  r"ps a logit .*the rest ([0-9.]+) ps .*AdamW \+ norm ([0-9.]+) ps", out)
+    row = re.search(r"^\s+64\s+8\s+4\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s+([0-9.]+)\s+([0-9.]+)"
+                    r"\s+([0-9]+)", out, re.M)
+    if not r or not row:
+        return None, None, None
+    gemm, att, xent, rest, adam = (float(x) for x in r.groups())
+    W, per_rank, M = 64, 256 // 64, 256 // 64   # micro_batch 1
+    tok, re_ = per_rank * T, 4 / 3
+    units = L * C + L * i["moe_top_k"] * C + LL * (2 * HK * dk + HV * dv + HV * dv)
+    ms = ((fpt - 12 * QD * keys) * tok * re_ / (gemm * 1e9) + 12 * QD * keys * tok * re_ / (att * 1e9)
+          + tok * V * xent * 1e-9 + tok * units * re_ * rest * 1e-9 + adam * 1e-9 * total / W)
+    root = 2 * V * C + C                        # wte, lm_head, the final norm
+    Pl, fg = (total - root) / L, (W - 1) / W
+    comm = fg * (2 * M * (2 * L - 2) * Pl + 4 * M * L * Pl) + fg * 6 * root
+    return ms, comm / 1e6, [float(x) for x in row.groups()]
+
+
 def main():
-    tap = Tap(4)
+    tap = Tap(7)
     total, active, gates = by_hand(keys(CFG))
     r = subprocess.run([TRAIN, "--config", CFG, "--plan", "8"], capture_output=True, text=True)
     m = re.search(r"params: (\d+) trainable, (\d+) active per token", r.stdout + r.stderr)
     if not tap.ok(r.returncode == 0 and m,
                   f"--plan 8 exits 0 with the figures (rc {r.returncode})"):
         tap.diag((r.stdout + r.stderr)[-2000:])
-        tap.fail_until(4, "no figures")
+        tap.fail_until(7, "no figures")
         return tap.status()
     got, got_active = int(m.group(1)), int(m.group(2))
     tap.ok(got == total, f"parameters: {got} printed, {total} by hand")
@@ -79,6 +117,20 @@ def main():
     tap.ok(79.5e9 <= hf < 80.5e9 and 78.5e9 <= hf - emb < 79.5e9,
            f"with the {gates} shared-expert gate weights, {hf} ({hf / 1e9:.2f}B; "
            f"{(hf - emb) / 1e9:.2f}B without the embeddings): the card's 80B and 79B non-embedding")
+    r = subprocess.run([TRAIN, "--config", CFG, "--plan", "64/8", "--time"], capture_output=True,
+                       text=True)
+    ms, mb, row = time_row(keys(CFG), r.stdout, total, active)
+    if not tap.ok(r.returncode == 0 and row, f"--plan 64/8 --time exits 0 with a W = 64 row "
+                  f"(rc {r.returncode}): {row}"):
+        tap.diag((r.stdout + r.stderr)[-2000:])
+        tap.fail_until(7, "no row")
+        return tap.status()
+    comp, comm, exposed, step, tps = row
+    tap.ok(abs(comp - ms) <= 5e-3 * ms and abs(comm - mb) <= 1e-4 * mb,
+           f"W = 64: compute {comp} ms printed, {ms:.2f} by hand; comm {comm} MB a rank printed, "
+           f"{mb:.1f} by hand (zero3, G = 64, M = 4)")
+    tap.ok(abs(step - (comp + exposed)) <= 0.02 and abs(tps - 256 * 4096 / (step / 1e3)) <= 1,
+           f"W = 64: step {step} ms = compute + exposed {exposed}; {tps:.0f} tokens/s")
     return tap.status()
 
 

@@ -17,7 +17,8 @@
 #  4. TSR_PROFILE's own output is a table --time reads: the emulator's profile of a tiny run, fed
 #     back as --time=FILE, predicts that run's step within 10% of the phases it measured;
 #  5. H100 (no table): says so, names the GPU call that fills it, prints the communication alone,
-#     exit 0; a MoE recipe on H200: no step time, the missing ops named;
+#     exit 0; a MoE recipe on H200: a step time, the experts priced as the assumptions say
+#     (docs/planning.md); a LoRA recipe: no step time, the missing ops named;
 #  6. bad input: an unknown GPU, a bad --link (exit 1), a file that is no table, a table without
 #     its AdamW row (exit 2, the file named); nothing written;
 #  7. the plan commands README.md and docs/planning.md show run as written (issue 65 item 3: the
@@ -111,17 +112,22 @@ else
     tap_skip "TSR_PROFILE's table read back" "no $emu"
 fi
 
-# 5. H100: no table; a MoE recipe: no step time
+# 5. H100: no table; a MoE recipe: a step time, its pricing said; a LoRA recipe: no step time
 plan --config "$TSR_ROOT/configs/gpt2-124m.cfg" --time=H100 >h100.txt
 rc=$?
 plan --config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.moe_experts=4 --set model.moe_top_k=2 \
     --set model.moe_intermediate_size=48 --set data.tokenizer= --set model.vocab_size=512 >moe.txt
 rc2=$?
-((rc == 0 && rc2 == 0)) &&
+plan --config "$TSR_ROOT/configs/tiny-llama.cfg" --set lora.rank=4 --set data.tokenizer= \
+    --set model.vocab_size=512 >lora.txt
+rc3=$?
+((rc == 0 && rc2 == 0 && rc3 == 0)) &&
     grep -q "H100: no per-op table (configs/profiles/H100.prof): tessera has not been measured on an H100 yet.*'PROFILE_RUNS=base bash tests/gpu/device.sh profile gpt2-124m'" h100.txt &&
     [[ $(row 8 h100.txt | awk '{print $4, $5, $8}') == "- 871.3 -" ]] &&
-    grep -q 'no step time: the table has no rows for the MoE ops' moe.txt && [[ $(row 1 moe.txt | awk '{print $4}') == - ]]
-tap_check $? "--time=H100: no table, the GPU call named, the communication alone (exit $rc); a MoE recipe on the H200's table: no step time, the missing ops named (exit $rc2)"
+    grep -q "MoE: the active experts' matmuls at the table's GEMM rate (grouped GEMMs of 48-wide experts run slower: a lower bound), the routing's gather and combine (2 rows" moe.txt &&
+    [[ $(row 1 moe.txt | awk '{print $4}') != - ]] &&
+    grep -q "no step time: the table has no rows for LoRA's adapter ops" lora.txt && [[ $(row 1 lora.txt | awk '{print $4}') == - ]]
+tap_check $? "--time=H100: no table, the GPU call named, the communication alone (exit $rc); a MoE recipe on the H200's table: a step time, the experts' pricing said (exit $rc2); a LoRA one: no step time, the missing ops named (exit $rc3)"
 
 # 6. bad input
 echo "op shape calls: a table's words, not a table" >notable.txt
