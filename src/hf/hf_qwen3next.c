@@ -17,6 +17,7 @@
 #include "hf/hf_qwen3next.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,8 +236,15 @@ typedef struct reader {
     long L;
 } reader;
 
-static void bad(reader *rd, const char *fmt, const char *key, const char *what) {
-    if (!rd->rc) tsr_error(fmt, rd->path, key, what);
+/* A setting tessera cannot hold (or a malformed one): said once, the read fails with exit 2. */
+static void bad(reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bad(reader *rd, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!rd->rc) tsr_error("%s: %s", rd->path, msg);
     rd->rc = TSR_EXIT_DATA;
 }
 
@@ -248,7 +256,7 @@ static double num(reader *rd, const char *key, double def) {
     const json_value *v = member(rd, key);
     if (!v || v->type == JSON_NULL) return def;
     if (v->type == JSON_NUMBER) return v->num;
-    bad(rd, "%s: %s is a JSON %s, expected a number", key, json_type_name(v->type));
+    bad(rd, "%s is a JSON %s, expected a number", key, json_type_name(v->type));
     return def;
 }
 
@@ -256,7 +264,7 @@ static int boolean(reader *rd, const char *key, int def) {
     const json_value *v = member(rd, key);
     if (!v || v->type == JSON_NULL) return def;
     if (v->type == JSON_TRUE || v->type == JSON_FALSE) return v->type == JSON_TRUE;
-    bad(rd, "%s: %s is a JSON %s, expected true or false", key, json_type_name(v->type));
+    bad(rd, "%s is a JSON %s, expected true or false", key, json_type_name(v->type));
     return def;
 }
 
@@ -282,7 +290,7 @@ static void put_num(reader *rd, const char *run_key, const char *hf_key, double 
     char v[32];
     double x = num(rd, hf_key, def);
     if (integer && (x != floor(x) || fabs(x) > 1e9))
-        bad(rd, "%s: %s is not an integer", hf_key, "");
+        bad(rd, "%s = %g: expected an integer", hf_key, x);
     if (integer) snprintf(v, sizeof v, "%.0f", x);
     else jnum(v, sizeof v, x);
     put(rd, 0, run_key, v, hf_key);
@@ -292,23 +300,23 @@ static void put_num(reader *rd, const char *run_key, const char *hf_key, double 
 static void read_types(reader *rd) {
     const json_value *lt = member(rd, "layer_types");
     if (rd->L < 1 || rd->L > 1024) {
-        bad(rd, "%s: %s = expected 1 to 1024 layers%s", "num_hidden_layers", "");
+        bad(rd, "num_hidden_layers = %ld: expected 1 to 1024", rd->L);
         return;
     }
     if (lt && lt->type != JSON_NULL) {
         const json_value *e = lt->type == JSON_ARRAY && (long)lt->len == rd->L ? lt->child : NULL;
-        if (!e) bad(rd, "%s: %s is not a list of num_hidden_layers entries%s", "layer_types", "");
+        if (!e) bad(rd, "layer_types is not a list of num_hidden_layers = %ld entries", rd->L);
         for (long l = 0; e && l < rd->L; l++, e = e->next) {
             int lin = e->type == JSON_STRING && !strcmp(e->str, "linear_attention");
             if (!lin && (e->type != JSON_STRING || strcmp(e->str, "full_attention") != 0))
-                bad(rd, "%s: %s holds an entry other than \"linear_attention\" and "
-                    "\"full_attention\"%s", "layer_types", "");
+                bad(rd, "layer_types[%ld] is not \"linear_attention\" or \"full_attention\" (the "
+                    "layer types tessera's Qwen3-Next holds)", l);
             rd->types[l] = lin;
         }
         return;
     }
     long every = (long)num(rd, "full_attention_interval", 4);
-    if (every < 1) bad(rd, "%s: %s < 1%s", "full_attention_interval", "");
+    if (every < 1) bad(rd, "full_attention_interval = %ld: expected >= 1", every);
     for (long l = 0; l < rd->L && every >= 1; l++) rd->types[l] = (l + 1) % every != 0;
 }
 
@@ -326,28 +334,30 @@ static void put_types(reader *rd) {
     for (long l = 0; l < p && n < sizeof v; l++)
         n += (size_t)snprintf(v + n, sizeof v - n, "%s%s", l ? "," : "",
                               rd->types[l] ? "linear_attention" : "full_attention");
-    if (n >= sizeof v) bad(rd, "%s: %s: no pattern of 2048 bytes repeats into it%s", "layer_types", "");
+    if (n >= sizeof v) bad(rd, "layer_types: no pattern of %zu bytes repeats into it", sizeof v);
     put(rd, 0, "model.layer_types", v, member(rd, "layer_types") ? "layer_types" :
         "full_attention_interval");
 }
 
-/* What tessera cannot hold: refused by name (exit 2). */
+/* What tessera cannot hold: refused by name and value (exit 2). */
 static void refusals(reader *rd) {
+    char got[96];
     const json_value *v = member(rd, "mlp_only_layers");
     if (v && v->type != JSON_NULL && (v->type != JSON_ARRAY || v->len))
-        bad(rd, "%s: %s is not empty: tessera's MoE layers are every decoder_sparse_step-th "
-            "(model.moe_every) and cannot be made dense one by one%s", "mlp_only_layers", "");
+        bad(rd, "mlp_only_layers = %s: tessera's MoE layers are every decoder_sparse_step-th "
+            "(model.moe_every) and cannot be made dense one by one; only [] or null is accepted",
+            json_describe(v, got, sizeof got));
     v = member(rd, "rope_scaling");
     const json_value *t = v && v->type == JSON_OBJECT ? json_get(v, "rope_type") : NULL;
     if (!t && v && v->type == JSON_OBJECT) t = json_get(v, "type");
     if (v && v->type != JSON_NULL && !(t && t->type == JSON_STRING && !strcmp(t->str, "default")))
-        bad(rd, "%s: %s is set: tessera reads Qwen3-Next's plain RoPE only (null)%s",
-            "rope_scaling", "");
+        bad(rd, "rope_scaling = %s: tessera reads Qwen3-Next's plain RoPE only (null)",
+            json_describe(v, got, sizeof got));
     if (boolean(rd, "attention_bias", 0))
-        bad(rd, "%s: %s = true: tessera's Qwen3-Next has no attention biases%s", "attention_bias", "");
+        bad(rd, "attention_bias = true: tessera's Qwen3-Next has no attention biases");
     v = member(rd, "hidden_act");
     if (v && !(v->type == JSON_STRING && !strcmp(v->str, "silu")))
-        bad(rd, "%s: %s is not \"silu\": tessera's SwiGLU needs it%s", "hidden_act", "");
+        bad(rd, "hidden_act = %s: tessera's SwiGLU needs \"silu\"", json_describe(v, got, sizeof got));
 }
 
 /* rope_theta and partial_rotary_factor, at the top or in transformers 5's rope_parameters */
