@@ -15,7 +15,8 @@
 /* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model.";
  * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md); HF_OLMO2, HF_OLMO3 and
  * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text), HF_GEMMA2 (Gemma2ForCausalLM) and
- * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family). A new class goes before HF_ARCH_COUNT with its row in
+ * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family), HF_QWEN3NEXT
+ * (Qwen3NextForCausalLM, hf_qwen3next.c) the hybrid of issue 68. A new class goes before HF_ARCH_COUNT with its row in
  * hf_map.c's families, hf_model_type, hf_class_name and hf_config.c's llama_def. */
 typedef enum {
     HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,

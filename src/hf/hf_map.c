@@ -1,6 +1,7 @@
 /* hf_map.c — tessera's parameters <-> the tensor names of transformers' GPT2LMHeadModel,
  * MptForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
- * MixtralForCausalLM and Qwen3MoeForCausalLM.
+ * MixtralForCausalLM and Qwen3MoeForCausalLM, the issue-67 classes; Qwen3NextForCausalLM's table
+ * is hf_qwen3next.c's (its fused projections interleave tessera's tensors: hf_tensor.groups).
  *
  * tessera stacks per-layer tensors (qkvw (L, QKV, C)) and stores every weight as nn.Linear does,
  * (out, in): y = x W^T. transformers' GPT-2 uses Conv1D, (in, out): y = x W, so its weights are the
