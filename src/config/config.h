@@ -149,6 +149,7 @@ typedef struct tsr_model_config {
     int moe_every;        /* layer l is MoE when (l + 1) % moe_every == 0 (1: every layer) */
     int moe_norm_topk;    /* the K weights are divided by their sum */
     int moe_shared_size;  /* hidden width of an always-on shared SwiGLU expert; 0 = none */
+    int moe_shared_gate;  /* the shared expert's output times sigmoid(x . shgatew) (Qwen3-Next) */
     double moe_aux_loss_coef, moe_z_loss_coef;
     int moe_router_bias;  /* the router's logits + a bias per expert (gpt-oss) */
     int moe_expert_bias;  /* biases on each expert's [gate | up] and down projections (gpt-oss) */
@@ -486,7 +487,8 @@ const char *config_ring_variant_key(const tsr_model_config *m);
  * NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
 /* gpt-oss's MoE (docs/moe.md "gpt-oss's experts"): the key of a MoE model that sets
- * model.moe_router_bias, model.moe_expert_bias or model.moe_act = "gptoss", or NULL. The CUDA
+ * model.moe_router_bias, model.moe_expert_bias, model.moe_act = "gptoss" or
+ * model.moe_shared_gate, or NULL. The CUDA
  * backend and the Hugging Face export do not run them yet (config_attn_variant_key returns it
  * last); the ring of context parallelism does (the MLP is per row). */
 const char *config_moe_variant_key(const tsr_model_config *m);

@@ -71,7 +71,8 @@ const char *const cfgload_cross_rules[] = {
     "`device = \"cpu\"` only so far, and all but the RoPE variants without context parallelism "
     "(`parallel.context = 1`).",
     "`model.moe_router_bias`, `model.moe_expert_bias` and `model.moe_act = \"gptoss\"` (gpt-oss's "
-    "experts) need a MoE model (`model.moe_experts` > 0) and run on `device = \"cpu\"` so far.",
+    "experts) need a MoE model (`model.moe_experts` > 0) and run on `device = \"cpu\"` so far; "
+    "so does `model.moe_shared_gate` (Qwen3-Next's), which needs `model.moe_shared_size` > 0.",
 };
 const size_t cfgload_n_cross_rules = sizeof cfgload_cross_rules / sizeof *cfgload_cross_rules;
 
@@ -306,8 +307,8 @@ static void validate_attn_variants(load_ctx *c) {
         tsr_error("%s%s: device = \"cuda\" does not run linear (Gated DeltaNet) or "
                   "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
                   "post norms, QK-norm over the projection, an embedding scale, soft-capping, the "
-                  "RoPE variants of docs/models.md \"Positions\" or gpt-oss's router and expert "
-                  "biases and clamped unit yet (no CUDA kernel for them): use device = \"cpu\", "
+                  "RoPE variants of docs/models.md \"Positions\", gpt-oss's router and expert "
+                  "biases and clamped unit or the shared expert's gate yet (no CUDA kernel for them): use device = \"cpu\", "
                   "or a model without them",
                   cfgload_where(c, key, at, sizeof at), key);
         c->errors++;

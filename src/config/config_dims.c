@@ -21,6 +21,7 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
         const struct { int set; const char *name; } dense[] = {
             {m->moe_intermediate_size != 0, "model.moe_intermediate_size"},
             {m->moe_shared_size != 0, "model.moe_shared_size"},
+            {m->moe_shared_gate, "model.moe_shared_gate"},
             {m->moe_every != 1, "model.moe_every"},
             {m->moe_z_loss_coef != 0, "model.moe_z_loss_coef"},
             {m->moe_router_bias, "model.moe_router_bias"},
@@ -61,6 +62,13 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
                                                 : "model.moe_intermediate_size";
         snprintf(why, cap, "%s is larger than %d (SwiGLU's fused gate and up projection is "
                  "twice as wide)", *key, INT_MAX / 2);
+        return -1;
+    }
+    if (m->moe_shared_gate && m->moe_shared_size == 0) {
+        *key = "model.moe_shared_gate";
+        snprintf(why, cap, "model.moe_shared_gate = true gates the shared expert, but "
+                 "model.moe_shared_size = 0 (none): set model.moe_shared_size, or leave "
+                 "model.moe_shared_gate out");
         return -1;
     }
     d->E = m->moe_experts;
@@ -347,6 +355,7 @@ const char *config_moe_variant_key(const tsr_model_config *m) {
     if (m->moe_router_bias) return "model.moe_router_bias";
     if (m->moe_expert_bias) return "model.moe_expert_bias";
     if (m->moe_act != TSR_MOE_ACT_SWIGLU) return "model.moe_act";
+    if (m->moe_shared_gate) return "model.moe_shared_gate";
     return NULL;
 }
 

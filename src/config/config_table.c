@@ -333,6 +333,11 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "0", .ilo = 0, INT32_ONLY,
      .doc = "Hidden width of a shared SwiGLU expert every token passes through besides its "
             "routed ones (DeepSeek style, ungated); 0 = none."},
+    {.name = "model.moe_shared_gate", .type = CFGK_BOOL, FIELD(model.moe_shared_gate),
+     .def = "false",
+     .doc = "Gate the shared expert per token: its output times sigmoid(x . w), w = `shgatew` "
+            "(n_moe_layers, 1, d_model), weight-decayed (Qwen2-MoE, Qwen3-Next's "
+            "shared_expert_gate). Needs model.moe_shared_size > 0; CPU only so far."},
     {.name = "model.moe_aux_loss_coef", .type = CFGK_FLOAT, FIELD(model.moe_aux_loss_coef),
      .def = "0.01", .lo = 0, NO_MAX,
      .doc = "Weight of the load-balancing loss E * sum_e f_e P_e per MoE layer (1 at perfect "

@@ -18,6 +18,7 @@
 #include "fsutil.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
+#include "hf/hf_qwen3next.h"
 #include "ops.h"
 #include "json.h"
 
@@ -59,7 +60,7 @@ static const char *json_double(char *buf, size_t cap, double v) {
  * load_balancing_loss_func divides the counts by N, not N K (K times tessera's value), and pools the
  * LM layers into one loss (about their mean, where tessera sums them): coef x LM / K gives about
  * the same gradient. */
-static double hf_aux_coef(const tsr_model *m, double coef) { return coef * m->LM / m->K; }
+double hf_aux_coef(const tsr_model *m, double coef) { return coef * m->LM / m->K; }
 
 static void write_moe(textbuf *b, const tsr_model *m, hf_arch a) {
     char coef[32];
@@ -153,6 +154,13 @@ static void write_rope_scaling(textbuf *b, const tsr_model_config *c) {
 /* The Llama family's keys (LlamaConfig and its relatives). */
 static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     const tsr_model_config *c = &m->cfg;
+    if (a == HF_QWEN3NEXT) { /* hf_qwen3next.c */
+        char keys[1 << 16];
+        double aux = m->E ? hf_aux_coef(m, c->moe_aux_loss_coef) : 0;
+        if (hf_qwen3next_config_text(m, aux, keys, sizeof keys) < 0) b->overflow = 1;
+        else add(b, "%s", keys);
+        return;
+    }
     char eps[32], theta[32];
     int gemma = hf_family_of(a)->mlp == TSR_MLP_GEGLU_TANH;
     add(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
@@ -521,6 +529,7 @@ static const struct llama_defaults {
     [HF_OLMO2] = {50304, 4096, 11008, 32, 32, 0},     [HF_OLMO3] = {50304, 4096, 11008, 32, 32, 0},
     [HF_GEMMA3] = {262208, 2304, 9216, 26, 8, 4},     [HF_GEMMA2] = {256000, 2304, 9216, 26, 8, 4},
     [HF_SMOLLM3] = {128256, 2048, 11008, 36, 16, 4},
+    [HF_QWEN3NEXT] = {151936, 2048, 5632, 48, 16, 2}, /* (hf_qwen3next.c reads its config) */
 };
 _Static_assert(sizeof llama_def / sizeof llama_def[0] == HF_ARCH_COUNT, "one row per class");
 
@@ -848,12 +857,13 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT)
         fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\", \"gemma3_text\", \"gemma2\" and \"smollm3\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\", \"smollm3\" and \"qwen3_next\" only", mt);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
         else if (out->arch == HF_MPT) check_mpt(&c, root, m);
+        else if (out->arch == HF_QWEN3NEXT) c.rc = hf_qwen3next_check(root, path, m);
         else check_llama(&c, root, m, out->arch);
-        check_moe(&c, root, m, out->arch);
+        if (out->arch != HF_QWEN3NEXT) check_moe(&c, root, m, out->arch);
         if (out->arch < HF_LLAMA) check_eps(&c, root);
         out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA ||
                              hf_family_of(out->arch)->tied);
@@ -1087,9 +1097,10 @@ int hf_config_fill(const char *dir, tsr_config_fill *f) {
     if (!F.c.rc && a == HF_ARCH_COUNT)
         fault(&F.c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\", \"gemma3_text\", \"gemma2\" and \"smollm3\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\", \"smollm3\" and \"qwen3_next\" only", mt);
     if (!F.c.rc) {
         if (a < HF_LLAMA) fill_gpt2_mpt(&F, a);
+        else if (a == HF_QWEN3NEXT) F.c.rc = hf_qwen3next_fill(root, f->source, f);
         else fill_llama(&F, a);
     }
     json_doc_free(&doc);

@@ -269,8 +269,8 @@ static int write_weights(const char *out_dir, const st_tensor *st, int n, const 
     uint64_t cur = 0;
     *total = 0;
     for (int k = 0; k < n; k++) {
-        uint64_t b = (uint64_t)st[k].shape[0] * (uint64_t)(st[k].ndim == 2 ? st[k].shape[1] : 1) *
-                     st_dtype_size(st[k].dtype);
+        uint64_t b = st_dtype_size(st[k].dtype);
+        for (int d = 0; d < st[k].ndim; d++) b *= (uint64_t)st[k].shape[d];
         if (cur > 0 && cur + b > max) s++, cur = 0;
         shard[k] = s;
         cur += b;
@@ -323,12 +323,21 @@ static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const
     return 0;
 }
 
+/* An interleaved tensor (hf_tensor.groups) joined into HF's row order (malloc'd). */
+static float *join_runs(const tsr_model *m, const hf_tensor *t) {
+    float *x = tsr_malloc(t->numel * sizeof *x);
+    size_t at, hf, len;
+    for (int i = 0; !hf_tensor_runs(t, i, &at, &hf, &len); i++)
+        memcpy(x + hf, m->params + at, len * sizeof *x);
+    return x;
+}
+
 int hf_export_check_opts(const hf_export_opts *o) {
     hf_arch want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
     uint64_t max_shard;
     if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
         tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
-                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3; GPT-2 and MPT follow from model.pos)", o->arch);
+                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next; GPT-2 and MPT follow from model.pos)", o->arch);
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);
@@ -363,17 +372,20 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     int n, nshards;
     hf_tensor *tab = hf_tensor_table(m, a, &n);
     st_tensor *st = tsr_calloc((size_t)n, sizeof *st);
+    float **joined = tsr_calloc((size_t)n, sizeof *joined); /* interleaved tensors, gathered */
     for (int k = 0; k < n; k++) {
         st[k].name = tab[k].name;
         st[k].dtype = o->dtype;
         st[k].ndim = tab[k].ndim;
-        st[k].shape[0] = tab[k].shape[0];
-        st[k].shape[1] = tab[k].shape[1];
+        for (int d = 0; d < tab[k].ndim; d++) st[k].shape[d] = tab[k].shape[d];
         st[k].src = tab[k].present ? m->params + tab[k].offset : NULL; /* absent bias: zeros */
+        if (tab[k].groups) st[k].src = joined[k] = join_runs(m, &tab[k]);
         st[k].transpose = tab[k].transpose;
         st[k].add = -tab[k].add; /* Gemma's norms: HF's w = tessera's weight - 1 */
     }
     int rc = write_weights(out_dir, st, n, o->source, max_shard, &bytes, &nshards);
+    for (int k = 0; k < n; k++) free(joined[k]);
+    free(joined);
     free(st);
     free(tab);
     if (rc) return rc;

@@ -84,10 +84,12 @@ static void shape_str(char *s, size_t cap, int ndim, const int64_t *shape) {
 }
 
 /* Non-parameter buffers: GPT-2's h.N.attn.bias (the causal mask) and h.N.attn.masked_bias, the
- * Llama family's layers.N.self_attn.rotary_emb.inv_freq (computed from config.json anyway). */
+ * Llama family's layers.N.self_attn.rotary_emb.inv_freq (computed from config.json anyway); and
+ * Qwen3-Next's mtp.* (its multi-token-prediction head, which transformers also skips on load). */
 static int is_buffer(hf_arch a, const char *name) {
     const char *pre = hf_prefix(a), *suf = ".rotary_emb.inv_freq";
     size_t n = strlen(name), k = strlen(suf);
+    if (a == HF_QWEN3NEXT && !strncmp(name, "mtp.", 4)) return 1; /* multi-token prediction */
     if (a >= HF_LLAMA) return n > k && !strcmp(name + n - k, suf);
     if (!strncmp(name, pre, strlen(pre))) name += strlen(pre);
     int l, pos = 0;
@@ -371,10 +373,30 @@ int hf_weights_check(const char *dir, const tsr_model *m) {
     return rc;
 }
 
+/* An interleaved tensor (hf_tensor.groups) into [lo, hi) of the flat buffer, run by run. */
+static int read_runs(hf_import *h, int k, size_t lo, size_t hi, float *dst, uint64_t *bytes) {
+    const hf_tensor *t = &h->tab[k];
+    size_t at, hf, len;
+    int any = 0;
+    for (int i = 0; !hf_tensor_runs(t, i, &at, &hf, &len); i++) any |= at < hi && at + len > lo;
+    if (!any) return 0;
+    const st_entry *e = h->src[k];
+    float *x = buffer(h, t->numel);
+    TSR_CHECK(st_read_f32_finite(&h->f[h->src_file[k]], e, x));
+    *bytes += e->end - e->begin;
+    for (int i = 0; !hf_tensor_runs(t, i, &at, &hf, &len); i++)
+        for (size_t j = at > lo ? at : lo; j < at + len && j < hi; j++) dst[j - lo] = x[hf + j - at];
+    return 0;
+}
+
 int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float *dst,
                    uint64_t *bytes) {
     for (int k = 0; k < h->n; k++) {
         const hf_tensor *t = &h->tab[k];
+        if (t->groups) {
+            TSR_CHECK(read_runs(h, k, lo, hi, dst, bytes));
+            continue;
+        }
         size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
         if (!t->present || a >= b) continue;
         const st_entry *e = h->src[k];

@@ -15,11 +15,12 @@
 /* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model.";
  * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md); HF_OLMO2, HF_OLMO3 and
  * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text), HF_GEMMA2 (Gemma2ForCausalLM) and
- * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family). A new class goes before HF_ARCH_COUNT with its row in
+ * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family), HF_QWEN3NEXT
+ * (Qwen3NextForCausalLM, hf_qwen3next.c) the hybrid of issue 68. A new class goes before HF_ARCH_COUNT with its row in
  * hf_map.c's families, hf_model_type, hf_class_name and hf_config.c's llama_def. */
 typedef enum {
     HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,
-    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_ARCH_COUNT
+    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_QWEN3NEXT, HF_ARCH_COUNT
 } hf_arch;
 
 /* What a Llama-family model_type fixes of tessera's decoder variants (docs/models.md "Families
@@ -42,6 +43,8 @@ typedef struct hf_family {
     int nope;                   /* no_rope_layers (or no_rope_layer_interval) is read (SmolLM3) */
     int llama_bias;             /* attention_bias + mlp_bias as LlamaConfig's (= model.bias) */
     int tied;                   /* tie_word_embeddings' default (Gemma, SmolLM3: true) */
+    int hybrid;                 /* linear_attention layers, the attention output gate, partial
+                                 * rotary and the shared expert's gate (Qwen3-Next: hf_qwen3next.c) */
 } hf_family;
 const hf_family *hf_family_of(hf_arch a);
 
@@ -62,15 +65,25 @@ int hf_arch_qk_norm(hf_arch a);
 /* One tensor of the HF model and the block of tessera's flat parameter buffer it maps to. */
 typedef struct hf_tensor {
     char name[96];        /* full HF name, "transformer.h.3.attn.c_attn.weight" */
-    int ndim;             /* 1 or 2 */
-    int64_t shape[2];     /* HF shape */
+    int ndim;             /* 1, 2 or 3 (Qwen3-Next's conv1d (CD, 1, K)) */
+    int64_t shape[3];     /* HF shape */
     int present;          /* 0: tessera's model has no such tensor (the biases of a bias-free
                              GPT-2-style model): exported as zeros, imported only if all zero */
     size_t offset, numel; /* the block in m->params (numel = HF numel; wte: the first V rows) */
     int transpose;        /* GPT-2 Conv1D: HF (in, out) = the transpose of tessera's (out, in) */
     int64_t rows, cols;   /* tessera's block shape (out, in) when transpose */
     float add;            /* tessera's value = the HF one + add (Gemma's norms: 1), else 0 */
+    /* groups > 0: the HF rows interleave pieces of several tessera blocks (Qwen3-Next's fused
+     * projections, hf_qwen3next.c): group g's rows are piece 0's rows [g rows0, (g + 1) rows0)
+     * (at piece[0].offset + g rows0 cols in m->params), then piece 1's, ...; offset and numel
+     * above are unused then (no transpose, no add) */
+    int groups, npieces;
+    struct { size_t offset; int64_t rows; } piece[4];
 } hf_tensor;
+
+/* Contiguous run i of tensor t: *len elements at tessera flat offset *at, from element *hf of the
+ * HF tensor; returns the number of runs (1 for a plain tensor) when i is past the last. */
+int hf_tensor_runs(const hf_tensor *t, int i, size_t *at, size_t *hf, size_t *len);
 
 /* Which architecture m exports to: learned positions -> GPT-2, ALiBi -> MPT, whose transformers
  * class has no biases, exact GELU only and an MLP of 4 d_model; RoPE + RMSNorm + SwiGLU -> Qwen 3
@@ -81,6 +94,9 @@ int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t c
 /* The HF tensors of m for architecture a (malloc'd; *n entries): GPT-2 and MPT in tessera's
  * parameter order, the Llama family in transformers' state-dict order; row 0 is wte. */
 hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n);
+
+/* transformers' router_aux_loss_coef for tessera's model.moe_aux_loss_coef coef (docs/moe.md). */
+double hf_aux_coef(const tsr_model *m, double coef);
 
 /* The parsed config.json of an import: its architecture and the choices that change the weights. */
 typedef struct hf_config {

@@ -1,6 +1,7 @@
 /* hf_map.c — tessera's parameters <-> the tensor names of transformers' GPT2LMHeadModel,
  * MptForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
- * MixtralForCausalLM and Qwen3MoeForCausalLM.
+ * MixtralForCausalLM and Qwen3MoeForCausalLM, the issue-67 classes; Qwen3NextForCausalLM's table
+ * is hf_qwen3next.c's (its fused projections interleave tessera's tensors: hf_tensor.groups).
  *
  * tessera stacks per-layer tensors (qkvw (L, QKV, C)) and stores every weight as nn.Linear does,
  * (out, in): y = x W^T. transformers' GPT-2 uses Conv1D, (in, out): y = x W, so its weights are the
@@ -26,15 +27,17 @@
 #include "common.h"
 #include "fsutil.h"
 #include "hf/hf_internal.h"
+#include "hf/hf_qwen3next.h"
 
 const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
                                                    "qwen3", "mixtral", "qwen3_moe", "olmo2",
-                                                   "olmo3", "gemma3_text", "gemma2", "smollm3"};
+                                                   "olmo3", "gemma3_text", "gemma2", "smollm3",
+                                                   "qwen3_next"};
 const char *const hf_class_name[HF_ARCH_COUNT] = {
     "GPT2LMHeadModel",  "MptForCausalLM",   "LlamaForCausalLM",   "MistralForCausalLM",
     "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
     "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM",
-    "SmolLM3ForCausalLM"};
+    "SmolLM3ForCausalLM", "Qwen3NextForCausalLM"};
 
 /* Olmo2ForCausalLM: post norms, QK-norm over the projections; Olmo3ForCausalLM: and layer_types
  * with sliding windows; Gemma3ForCausalLM: sandwich norms of (1 + w), QK-norm per head, the
@@ -59,12 +62,13 @@ static const hf_family families[HF_ARCH_COUNT] = {
                    .norm_add = 1.0f, .period = 2, .softcap = 1, .cap_attn = 50, .cap_final = 30,
                    .rope_linear = 1, .tied = 1},
     [HF_SMOLLM3] = {SWIGLU, .nope = 1, .llama_bias = 1, .tied = 1},
+    [HF_QWEN3NEXT] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1, .norm_add = 1.0f, .hybrid = 1},
 };
 #undef SWIGLU
 
 const hf_family *hf_family_of(hf_arch a) { return &families[a]; }
 
-int hf_arch_moe(hf_arch a) { return a == HF_MIXTRAL || a == HF_QWEN3_MOE; }
+int hf_arch_moe(hf_arch a) { return a == HF_MIXTRAL || a == HF_QWEN3_MOE || a == HF_QWEN3NEXT; }
 int hf_arch_qk_norm(hf_arch a) { return families[a].qk_norm; }
 
 const char *hf_prefix(hf_arch a) { return a >= HF_LLAMA ? "model." : "transformer."; }
@@ -104,6 +108,7 @@ static const struct map_row {
 _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera parameter");
 
 const char *hf_moe_need(const tsr_model *m, hf_arch a) {
+    if (a == HF_QWEN3NEXT) return hf_qwen3next_moe_need(m);
     if (!hf_arch_moe(a))
         return m->E ? "model.moe_experts = 0 (a dense model; MixtralForCausalLM and "
                       "Qwen3MoeForCausalLM hold mixtures of experts)" : NULL;
@@ -132,6 +137,11 @@ static hf_arch llama_default_arch(const tsr_model *m, const char **by) {
     if (c->norm_placement == TSR_NPLACE_SANDWICH || c->mlp == TSR_MLP_GEGLU_TANH || c->embed_scale)
         return c->qk_norm ? HF_GEMMA3 : HF_GEMMA2;
     if (c->norm_placement == TSR_NPLACE_POST) return has_window(c) ? HF_OLMO3 : HF_OLMO2;
+    if (config_linear_layers(c) > 0 || c->attn_output_gate || c->moe_shared_gate) {
+        *by = config_linear_layers(c) > 0 ? "model.layer_types with linear_attention"
+              : c->attn_output_gate ? "model.attn_output_gate" : "model.moe_shared_gate";
+        return HF_QWEN3NEXT;
+    }
     if (m->E) return c->qk_norm ? HF_QWEN3_MOE : HF_MIXTRAL;
     if (c->no_rope_layers[0] && !c->qk_norm) {
         *by = "model.no_rope_layers";
@@ -154,11 +164,12 @@ static const char *unexported_key(const tsr_model_config *c, const hf_family *f)
              (c->rope_scaling == TSR_ROPE_SCALING_LINEAR && !f->rope_linear))
         k = "model.rope_scaling";
     else if (c->rope_local_theta > 0 && !f->local_theta) k = "model.rope_local_theta";
-    else if (c->partial_rotary_factor != 1.0) k = "model.partial_rotary_factor";
+    else if (c->partial_rotary_factor != 1.0 && !f->hybrid) k = "model.partial_rotary_factor";
     else if (c->no_rope_layers[0] && !f->nope) k = "model.no_rope_layers";
     if (!k) k = config_moe_variant_key(c);
-    if (!k && config_linear_layers(c) > 0) k = "model.layer_types";
-    if (!k && c->attn_output_gate) k = "model.attn_output_gate";
+    if (k && f->hybrid && !strcmp(k, "model.moe_shared_gate")) k = NULL; /* Qwen3-Next's */
+    if (!k && !f->hybrid && config_linear_layers(c) > 0) k = "model.layer_types";
+    if (!k && !f->hybrid && c->attn_output_gate) k = "model.attn_output_gate";
     return k;
 }
 
@@ -239,6 +250,9 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
     case HF_GEMMA2:
         if (c->qk_norm || c->bias || c->qkv_bias) need = "model.qk_norm, model.bias and "
                                                          "model.qkv_bias false";
+        break;
+    case HF_QWEN3NEXT:
+        need = hf_qwen3next_need(m);
         break;
     default:
         need = "model.pos other than \"rope\"";
@@ -467,7 +481,25 @@ static hf_tensor *llama_table(const tsr_model *m, hf_arch a, int *n) {
 }
 
 hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n) {
+    if (a == HF_QWEN3NEXT) return hf_qwen3next_table(m, n);
     return a >= HF_LLAMA ? llama_table(m, a, n) : gpt2_table(m, a, n);
+}
+
+int hf_tensor_runs(const hf_tensor *t, int i, size_t *at, size_t *hf, size_t *len) {
+    if (!t->groups) {
+        if (i > 0) return 1;
+        *at = t->offset, *hf = 0, *len = t->numel;
+        return 0;
+    }
+    if (i >= t->groups * t->npieces) return t->groups * t->npieces;
+    const int g = i / t->npieces, p = i % t->npieces;
+    const size_t cols = (size_t)t->cols;
+    int64_t before = 0, group = 0; /* rows of the pieces before p in a group; a group's rows */
+    for (int q = 0; q < t->npieces; q++) group += t->piece[q].rows, before += q < p ? t->piece[q].rows : 0;
+    *len = (size_t)t->piece[p].rows * cols;
+    *at = t->piece[p].offset + (size_t)g * *len;
+    *hf = ((size_t)g * (size_t)group + (size_t)before) * cols;
+    return 0;
 }
 
 int hf_write_file(const char *path, const void *data, size_t n) {

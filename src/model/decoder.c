@@ -255,6 +255,8 @@ static void moe_combine_forward(const dec_run *r, int l, void *out, const dec_la
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     if (m->S) dec_linear(r, l, v->shout, NULL, v->shg, w[TSR_P_SHW2], NULL, r->N, m->S, m->C);
+    if (m->S && w[TSR_P_SHGATEW]) /* model.moe_shared_gate (fp32: CPU only) */
+        shgate_forward(v->shout, v->ln2, w[TSR_P_SHGATEW], r->N, m->C);
     be->moe_combine(be, out, m->S ? v->shout : NULL, v->y, v->wts, v->slot, r->N, m->K, m->C);
 }
 

@@ -45,6 +45,25 @@ static void lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, con
     lora_backward_at(r->d->lora, r->d->be, l, t, dinp, dout, inp, r->N);
 }
 
+/* The shared expert's backward: from dout to dln = d(ln2) (written); with its gate
+ * (model.moe_shared_gate, fp32) through moe_shout as scratch: s dout, then d(the gate's logit). */
+static void shared_backward(const dec_run *r, const dec_layer *v, const void *const *w,
+                            float *const *g, const void *dout) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    tsr_acts *a = r->d->a;
+    const int N = r->N, C = m->C, S = m->S;
+    const float *gw = w[TSR_P_SHGATEW], *x = v->ln2;
+    if (gw) shgate_dout(a->moe_shout, dout, x, gw, N, C);
+    be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, gw ? a->moe_shout : dout, v->shg,
+                        w[TSR_P_SHW2], N, S, C, TSR_GRAD_SET);
+    if (gw) shgate_grad(a->moe_shout, g[TSR_P_SHGATEW], v->shg, a->moe_dshg, x, gw, N, S, C);
+    be->swiglu_backward(be, a->moe_dsh, v->sh, a->moe_dshg, N, S, TSR_GRAD_SET);
+    be->matmul_backward(be, a->dln, g[TSR_P_SHW1], NULL, a->moe_dsh, v->ln2, w[TSR_P_SHW1], N, C,
+                        2 * S, TSR_GRAD_SET);
+    if (gw) shgate_dx(a->dln, a->moe_shout, gw, N, C);
+}
+
 /* A MoE layer's MLP backward: from dout = d(its output) to dln = d(ln2) (written). */
 static void moe_backward(const dec_run *r, int l, const dec_layer *v, const void *const *w,
                          float *const *g, const void *dout) {
@@ -56,11 +75,7 @@ static void moe_backward(const dec_run *r, int l, const dec_layer *v, const void
     const size_t e = tsr_dtype_size(be->act), n = (size_t)N;
     be->moe_combine_backward(be, a->moe_dxy, a->moe_dwts, dout, v->y, v->wts, v->slot, N, K, C);
     if (S) { /* the shared experts write dln first */
-        be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, dout, v->shg,
-                            w[TSR_P_SHW2], N, S, C, TSR_GRAD_SET);
-        be->swiglu_backward(be, a->moe_dsh, v->sh, a->moe_dshg, N, S, TSR_GRAD_SET);
-        be->matmul_backward(be, a->dln, g[TSR_P_SHW1], NULL, a->moe_dsh, v->ln2, w[TSR_P_SHW1], N,
-                            C, 2 * S, TSR_GRAD_SET);
+        shared_backward(r, v, w, g, dout);
     } else {
         be->zero(be, a->dln, n * C * e);
     }

@@ -178,6 +178,8 @@ static void mlp_params(tsr_model *m, const tsr_model_config *cfg) {
     set_param(m, TSR_P_EXPB2, "expb2", TSR_PK_BIAS, xb, 3, LM, E, C, 0);
     set_param(m, TSR_P_SHW1, "shw1", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, 2 * S, C, 0);
     set_param(m, TSR_P_SHW2, "shw2", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, C, S, 0);
+    set_param(m, TSR_P_SHGATEW, "shgatew", TSR_PK_WEIGHT, LM > 0 && S > 0 && cfg->moe_shared_gate,
+              3, LM, 1, C, 0);
 }
 
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
@@ -294,7 +296,7 @@ int model_moe_layer(const tsr_model *m, int l) {
  * attention ones, 4 the linear_attention ones */
 static int param_layer_set(tsr_param_id id) {
     if (id >= TSR_P_FCW && id <= TSR_P_FCPROJB) return 1;
-    if (id >= TSR_P_ROUTERW && id <= TSR_P_SHW2) return 2;
+    if (id >= TSR_P_ROUTERW && id <= TSR_P_SHGATEW) return 2;
     if ((id >= TSR_P_QKVW && id <= TSR_P_ATTPROJB) || id == TSR_P_ATTNGATEW) return 3;
     if (id >= TSR_P_DNQKVW && id <= TSR_P_DNOW) return 4;
     return 0;
@@ -400,6 +402,7 @@ static const uint64_t init_stream[TSR_P_COUNT] = {
     [TSR_P_DNCONV] = 31,  [TSR_P_DNDTB] = 32,  [TSR_P_DNALOG] = 33,  [TSR_P_DNNORMW] = 34,
     [TSR_P_DNOW] = 35,    [TSR_P_ATTNGATEW] = 36,
     [TSR_P_ROUTERB] = 37, [TSR_P_EXPB1] = 38,  [TSR_P_EXPB2] = 39, /* (zeros: unused so far) */
+    [TSR_P_SHGATEW] = 40,
 };
 
 /* A_log of value head h of a linear layer: log(A) with A spread evenly over [1, 16] across the

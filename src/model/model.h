@@ -56,6 +56,7 @@ typedef enum {
     TSR_P_EXPB2,   /* (LM, E, C) its bias (model.moe_expert_bias); size 0 without */
     TSR_P_SHW1,    /* (LM, 2S, C) the shared expert's [gate | up]; size 0 without one */
     TSR_P_SHW2,    /* (LM, C, S) */
+    TSR_P_SHGATEW, /* (LM, 1, C) the shared expert's gate (model.moe_shared_gate); size 0 without */
     /* Hybrid linear attention (docs/deltanet.md "Wiring"): the Gated DeltaNet of the LL
      * linear_attention layers, stacked over those layers only; the attention tensors above (qkvw
      * .. attprojb) are then stacked over the LA = L - LL other layers. CD = 2 HKl dkl + HVl dvl. */

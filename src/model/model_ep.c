@@ -3,6 +3,7 @@
  * tsr_ep_xfer of src/gpu/gpu_ep.c on CUDA), the checkpoint layout (model_ep.h; docs/moe.md). */
 #include "model/model_ep.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -498,4 +499,53 @@ void ep_from_part(tsr_ep *ep, const float *part, float *store) {
 
 void ep_bcast(tsr_ep *ep, float *store) {
     if (dist_group_size(ep->edp) > 1) dist_group_bcast_f32(ep->edp, store, ep->n, 0);
+}
+
+/* ---- the shared expert's gate ------------------------------------------------------------- */
+
+static float dot(const float *a, const float *b, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+/* s_n = sigmoid(x[n] . w) */
+static float gate_of(const float *x, const float *w, int n, int C) {
+    return 1.0f / (1.0f + expf(-dot(x + (size_t)n * C, w, C)));
+}
+
+void shgate_forward(float *out, const float *x, const float *w, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float s = gate_of(x, w, n, C);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] *= s;
+    }
+}
+
+void shgate_dout(float *dsc, const float *dout, const float *x, const float *w, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float s = gate_of(x, w, n, C);
+        for (int c = 0; c < C; c++) dsc[(size_t)n * C + c] = s * dout[(size_t)n * C + c];
+    }
+}
+
+void shgate_grad(float *dg, float *gw, const float *shg, const float *dshg, const float *x,
+                 const float *w, int N, int S, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        dg[n] = (1.0f - gate_of(x, w, n, C)) *
+                dot(shg + (size_t)n * S, dshg + (size_t)n * S, S);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        double s = 0;
+        for (int n = 0; n < N; n++) s += (double)dg[n] * x[(size_t)n * C + c];
+        gw[c] += (float)s;
+    }
+}
+
+void shgate_dx(float *dx, const float *dg, const float *w, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += dg[n] * w[c];
 }

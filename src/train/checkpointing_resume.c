@@ -287,6 +287,7 @@ static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size
         {"moe_every", dx.E ? x->moe_every : 0, dy.E ? y->moe_every : 0},
         {"moe_norm_topk", dx.E ? x->moe_norm_topk : 0, dy.E ? y->moe_norm_topk : 0},
         {"moe_shared_size", dx.S, dy.S},
+        {"moe_shared_gate", dx.S ? x->moe_shared_gate : 0, dy.S ? y->moe_shared_gate : 0},
         {"moe_act (0 swiglu, 1 gptoss)", dx.E ? x->moe_act : 0, dy.E ? y->moe_act : 0},
         {"swiglu_limit", x->moe_act ? x->swiglu_limit : 0, y->moe_act ? y->swiglu_limit : 0},
         {"max_seq_len", x->pos == TSR_POS_LEARNED ? (double)xs : 0,

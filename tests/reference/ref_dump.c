@@ -182,6 +182,7 @@ static void write_moe_attrs(hid_t f, const tsr_model *m) {
     attr_d(f, "moe_expert_bias", c->moe_expert_bias);
     attr_d(f, "moe_act_gptoss", c->moe_act == TSR_MOE_ACT_GPTOSS);
     attr_d(f, "swiglu_limit", c->swiglu_limit);
+    attr_d(f, "moe_shared_gate", c->moe_shared_gate); /* Qwen3-Next's shared_expert_gate */
 }
 
 /* The LM head's weight: lm_head when the embeddings are untied, else wte */

@@ -192,6 +192,12 @@ MOE_SHARED = dict(QWEN3, n_layer=4, moe_experts=4, moe_top_k=2, moe_intermediate
                   moe_z_loss_coef=0.001)
 MOE_SHARED_CLIP = 2.3
 MOE_SHARED_SEED = 1236
+# Qwen3-Next's MoE (Qwen2-MoE's gate): the shared expert's output times sigmoid(x . shgatew) per
+# token (model.moe_shared_gate), renormalised top-2 weights, otherwise moe-shared. Seed 1238: the
+# smallest routing gap 2.1e-4 (1236, 1239 and 1255 have near-ties, 1237 a gap of 1.0e-4).
+MOE_SHGATE = dict(MOE_SHARED, moe_shared_gate="true", moe_norm_topk="true")
+MOE_SHGATE_CLIP = 2.3
+MOE_SHGATE_SEED = 1238
 # Sliding windows (Gemma 3, gpt-oss, OLMo 3 style) on the Llama above: layer 0 sliding with a
 # window of 5 of the 16 positions, layer 1 full; under the document mask, so rows see the smaller of
 # their window and their document. Sinks (gpt-oss): a learned logit per head and layer, with
@@ -282,6 +288,7 @@ CONFIGS = [
     dict(name="moe-ckpt", grad_clip=MOE_CLIP, seed=MOE_SEED,
          model=dict(MOE, activation_checkpointing='"block"')),
     dict(name="moe-shared", grad_clip=MOE_SHARED_CLIP, seed=MOE_SHARED_SEED, model=MOE_SHARED),
+    dict(name="moe-shgate", grad_clip=MOE_SHGATE_CLIP, seed=MOE_SHGATE_SEED, model=MOE_SHGATE),
 ]
 # TSR_REF_CASES: a comma list of the names above to run (default: all); an unknown name stops it
 if os.environ.get("TSR_REF_CASES"):
@@ -421,7 +428,8 @@ def torch_config(a):
                                        **position_fields(a))
     return torch_moe.MoEConfig(**llama, E=i("E"), K=i("K"), FE=i("FE"), S=i("S"),
                                moe_every=i("moe_every"), norm_topk=bool(a["moe_norm_topk"]),
-                               aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"])
+                               aux_coef=a["moe_aux_loss_coef"], z_coef=a["moe_z_loss_coef"],
+                               shared_gate=bool(a.get("moe_shared_gate", 0)))
 
 
 def rope_scaling_of(a):
@@ -621,7 +629,7 @@ def config_names(m):
             return torch_llama.param_names(cfg)
         return torch_moe.param_names(types.SimpleNamespace(
             **vars(cfg), L=m["n_layer"], moe_every=m.get("moe_every", 1),
-            S=m.get("moe_shared_size", 0)))
+            S=m.get("moe_shared_size", 0), shared_gate=yes("moe_shared_gate")))
     return torch_gpt.param_names(types.SimpleNamespace(bias=yes("bias"),
                                                        alibi=m["pos"] == '"alibi"'))
 
@@ -669,7 +677,8 @@ def want_attrs(cfg):
     if want["E"]:
         want.update(K=m["moe_top_k"], FE=m["moe_intermediate_size"], S=m.get("moe_shared_size", 0),
                     LM=m["n_layer"] // m.get("moe_every", 1), moe_every=m.get("moe_every", 1),
-                    moe_norm_topk=yes("moe_norm_topk", "true"))
+                    moe_norm_topk=yes("moe_norm_topk", "true"),
+                    moe_shared_gate=yes("moe_shared_gate"))
     if m["pos"] == '"rope"':
         want["attn_sinks"] = yes("attn_sinks")
         want["query_pre_attn_scalar"] = m.get("query_pre_attn_scalar", 0)

@@ -66,6 +66,7 @@ PARAMS = {
     "expb2": ("bias", True),
     "shw1": ("weight", True),
     "shw2": ("weight", True),
+    "shgatew": ("weight", True),
     "lnfw": ("norm", False),
     "lnfb": ("norm", False),
     "lm_head": ("weight", False),

@@ -8,6 +8,8 @@ Layer l is MoE when (l + 1) % moe_every == 0; its MLP is replaced by, for the N 
   idx    = the K experts of highest probability, descending, ties to the lower expert index
   wts    = probs[idx], divided by their sum with norm_topk
   out[n] = shared(x[n]) (S > 0) + sum_j wts[n,j] * expert_idx[n,j](x[n])   (every token: dropless)
+           with shared_gate (Qwen2-MoE, Qwen3-Next's shared_expert_gate) the shared term is
+           sigmoid(x[n] . shgatew) * shared(x[n]), shgatew (1, C) per MoE layer
   expert e / shared = SwiGLU down(silu(gate(x)) * up(x)), w1 = [gate rows | up rows], no biases
   aux = E * sum_e f_e P_e,  f_e = count_e / (N*K) (a constant: no gradient),
         P_e = mean_n probs[n,e]
@@ -16,7 +18,8 @@ The experts run as the plain PyTorch loop over experts (Hugging Face's Mixtral):
 rows routed to it, weighted and added back with index_add.
 
 Parameters at tessera's layout (docs/moe.md "Parameters"), one MoE layer's slice each:
-router (E,C) = routerw, w1 (E,2FE,C) = expw1, w2 (E,C,FE) = expw2, shw1 (2S,C), shw2 (C,S).
+router (E,C) = routerw, w1 (E,2FE,C) = expw1, w2 (E,C,FE) = expw2, shw1 (2S,C), shw2 (C,S),
+shgatew (1,C).
 
 gpt-oss (docs/moe.md "gpt-oss's experts"), written from transformers' modeling_gpt_oss.py
 (GptOssTopKRouter, GptOssExperts, GptOssAttention), with tessera's [gate rows | up rows] in place
@@ -42,7 +45,8 @@ import torch.nn.functional as F
 import torch_llama
 
 # tessera names of the MoE tensors, in tessera's order (src/model/model.h), after the dense MLP's
-MOE_NAMES = ("routerw", "routerb", "expw1", "expb1", "expw2", "expb2", "shw1", "shw2")
+MOE_NAMES = ("routerw", "routerb", "expw1", "expb1", "expw2", "expb2", "shw1", "shw2",
+             "shgatew")
 GPTOSS_ALPHA = 1.702  # GptOssExperts.alpha (fixed in transformers)
 
 
@@ -62,6 +66,7 @@ class MoEConfig(torch_llama.LlamaConfig):
     limit: float = 7.0          # gptoss's clamp (swiglu_limit)
     topk_softmax: bool = False  # GptOssTopKRouter's softmax over the K chosen logits
     attn_bias: bool = False     # o_proj's bias (q, k, v: qkv_bias)
+    shared_gate: bool = False   # the shared expert times sigmoid(x . shgatew) (Qwen3-Next)
 
 
 def is_moe_layer(cfg, l):
@@ -76,6 +81,7 @@ def param_names(cfg):
     if getattr(cfg, "attn_bias", False):
         names.insert(names.index("attprojw") + 1, "attprojb")
     absent = set() if cfg.S > 0 else {"shw1", "shw2"}
+    absent |= set() if cfg.S > 0 and getattr(cfg, "shared_gate", False) else {"shgatew"}
     absent |= set() if getattr(cfg, "router_bias", False) else {"routerb"}
     absent |= set() if getattr(cfg, "expert_bias", False) else {"expb1", "expb2"}
     moe = [n for n in MOE_NAMES if n not in absent]
@@ -138,8 +144,9 @@ def router_losses(logits, probs, idx):
 
 
 def moe_forward(x, router, w1, w2, shw1, shw2, K, norm_topk, routerb=None, b1=None, b2=None,
-                gptoss=False, limit=7.0, topk_softmax=False):
-    """One MoE MLP on x (N,C). shw1/shw2 None without a shared expert; routerb (E,), b1 (E,2FE),
+                gptoss=False, limit=7.0, topk_softmax=False, shgatew=None):
+    """One MoE MLP on x (N,C). shw1/shw2 None without a shared expert, shgatew (1,C) None without
+    its gate; routerb (E,), b1 (E,2FE),
     b2 (E,C) None without biases; gptoss, limit, topk_softmax as in MoEConfig. Returns
     (out, aux, z, info) with info.idx, info.wts, info.margin, info.counts."""
     logits = F.linear(x, router, routerb)
@@ -151,6 +158,8 @@ def moe_forward(x, router, w1, w2, shw1, shw2, K, norm_topk, routerb=None, b1=No
         idx = idx2
     aux, z, counts = router_losses(logits, probs, idx)
     out = swiglu(x, shw1, shw2) if shw1 is not None else torch.zeros_like(x)
+    if shgatew is not None:
+        out = torch.sigmoid(F.linear(x, shgatew)) * out
     for e in range(router.shape[0]):
         n, j = torch.nonzero(idx == e, as_tuple=True)
         if len(n):
@@ -172,6 +181,7 @@ class MoE(nn.Module):
         self.w2 = nn.Parameter(torch.empty(c.E, c.C, c.FE))
         self.shw1 = nn.Parameter(torch.empty(2 * c.S, c.C)) if c.S else None
         self.shw2 = nn.Parameter(torch.empty(c.C, c.S)) if c.S else None
+        self.shgatew = nn.Parameter(torch.empty(1, c.C)) if c.S and c.shared_gate else None
         self.routerb = nn.Parameter(torch.zeros(c.E)) if c.router_bias else None
         self.b1 = nn.Parameter(torch.zeros(c.E, 2 * c.FE)) if c.expert_bias else None
         self.b2 = nn.Parameter(torch.zeros(c.E, c.C)) if c.expert_bias else None
@@ -182,7 +192,8 @@ class MoE(nn.Module):
         c = self.cfg
         out, self.aux, self.z, info = moe_forward(
             x.reshape(B * T, C), self.router, self.w1, self.w2, self.shw1, self.shw2, c.K,
-            c.norm_topk, self.routerb, self.b1, self.b2, c.gptoss, c.limit, c.topk_softmax)
+            c.norm_topk, self.routerb, self.b1, self.b2, c.gptoss, c.limit, c.topk_softmax,
+            self.shgatew)
         self.counts = info.counts
         self.min_margin = min(self.min_margin, float(info.margin.min()))
         return out.view(B, T, C)
@@ -235,6 +246,7 @@ class MoELlama(torch_llama.Llama):
             "expb2": [[m.b2] for m in moe],
             "shw1": [[m.shw1] for m in moe],
             "shw2": [[m.shw2] for m in moe],
+            "shgatew": [[m.shgatew] for m in moe],
         }
         return {n: own[n] if n in own else views[n] for n in param_names(self.cfg)}
 

@@ -19,7 +19,9 @@
 #  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types (exit
 #    1, a config error), nothing written in run_dir; lora.rank > 0 is planned with the DeltaNet's
 #    and the gate's targets (LoRA's runs: test_lora_hybrid.sh);
-#  - the Hugging Face export is refused naming model.layer_types, no weights written;
+#  - the Hugging Face export (Qwen3NextForCausalLM, the class of linear_attention layers) is
+#    refused naming model.qk_norm, which that class needs and this tiny model lacks, no weights
+#    written (tests/reference/test_hf_qwen3next.py exports the models it holds);
 #  - a resume whose model.layer_types holds as many linear and full layers in another order
 #    (full first) is refused naming model.layer_types (exit 1), the checkpoints untouched: the
 #    stacked tensors carry no layer index, so it would load the weights into the wrong layers;
@@ -143,6 +145,7 @@ tap_check $? "lora.rank > 0 with linear_attention layers: planned (exit $rc), al
 "$TOOL" ckpt export --format hf "$TMP/D/step-00000004.h5" "$TMP/hf" >"$TMP/export.txt" 2>&1
 rc=$?
 tap_diag "export: $(head -c 300 "$TMP/export.txt")"
-[[ $rc == 1 && ! -e $TMP/hf/model.safetensors ]] && grep -q "model.layer_types" "$TMP/export.txt"
-tap_check $? "ckpt export --format hf of the hybrid: refused (exit $rc) naming model.layer_types, no weights written"
+[[ $rc == 1 && ! -e $TMP/hf/model.safetensors ]] && grep -q "Qwen3NextForCausalLM" "$TMP/export.txt" &&
+    grep -q "model.qk_norm = true" "$TMP/export.txt"
+tap_check $? "ckpt export --format hf of the hybrid without QK-norm: refused (exit $rc) naming Qwen3NextForCausalLM's model.qk_norm, no weights written"
 tap_done

@@ -26,10 +26,14 @@
 #    their numbers are tests/reference/test_gptoss.py's): trains on 2 ranks, block checkpointing
 #    gives the same bits, generation with the KV cache equals the no-cache reference; a resume
 #    with moe_act = "swiglu" and the Hugging Face export are refused naming the key; device =
-#    "cuda" and a dense model with one of the keys are refused before any work.
+#    "cuda" and a dense model with one of the keys are refused before any work;
+#  - Qwen3-Next's shared-expert gate (model.moe_shared_gate): a resume of the shared-expert run
+#    with it is refused naming it (the checkpoint has no shgatew), as device = "cuda" with it and
+#    the gate without a shared expert (exit 1, nothing written; its maths: test_reference.py's
+#    moe-shgate case).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 16
+tap_plan 17
 make_synth "$TMP/data"
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
@@ -217,4 +221,18 @@ rc2=$?
     [[ ! -e $TMP/GC ]] && [[ $rc2 == 1 ]] &&
     grep -q "model.moe_expert_bias is set, but model.moe_experts = 0" "$TMP/GD.txt" && [[ ! -e $TMP/GD ]]
 tap_check $? "device = \"cuda\" with gpt-oss's keys (exit $rc) and moe_expert_bias on a dense model (exit $rc2): refused naming the key, nothing written"
+cp -r "$TMP/SD" "$TMP/SG"
+before=$(ls "$TMP/SG")
+run SG 2 "${alt[@]}" --set model.moe_shared_gate=true --set max_duration=12ba
+rc=$?
+run SC 1 "${alt[@]}" --set model.moe_shared_gate=true --set device=cuda
+rc2=$?
+run SN 1 --set model.moe_shared_gate=true
+rc3=$?
+[[ $rc == 1 ]] && grep -q "moe_shared_gate 1 vs 0" "$TMP/SG.txt" && [[ $(ls "$TMP/SG") == "$before" ]] &&
+    [[ $rc2 == 1 ]] && grep -q 'model.moe_shared_gate: device = "cuda" does not run' "$TMP/SC.txt" &&
+    [[ ! -e $TMP/SC ]] && [[ $rc3 == 1 ]] &&
+    grep -q "model.moe_shared_gate = true gates the shared expert, but model.moe_shared_size = 0" "$TMP/SN.txt" &&
+    [[ ! -e $TMP/SN ]]
+tap_check $? "model.moe_shared_gate: a resume that adds it (exit $rc), device = \"cuda\" (exit $rc2) and no shared expert (exit $rc3) refused naming it, nothing written"
 tap_done

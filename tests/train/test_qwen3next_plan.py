@@ -9,11 +9,10 @@ the gate half of HF's q_proj: n_head x head_dim rows) and the QK-norm weights; p
 linear_attention layer the Gated DeltaNet's in_proj_qkv (2 HK dk + HV dv rows), in_proj_z
 (HV dv), in_proj_b and in_proj_a (HV each), the depthwise convolution (its channels x K), dt_bias
 and A_log (HV), the gated norm (dv) and out_proj; per layer the router (E x C), E SwiGLU experts
-and the shared one, two norms;
-the final norm. tessera-train --plan 8 must print that total and active count (K of the E experts);
-Hugging Face's model holds, beyond it, the shared expert's sigmoid gate (C per layer: not in
-tessera's MoE yet), and with it the total must be the card's "80B" (79.5 .. 80.5 billion) and,
-without the embeddings, its "79B".
+and the shared one with its sigmoid gate (model.moe_shared_gate: C per layer), two norms;
+the final norm. tessera-train --plan 8 must print that total and active count (K of the E experts),
+and the total must be the card's "80B" (79.5 .. 80.5 billion) and, without the embeddings, its
+"79B".
 The time plan on 64 H200s (`--plan 64/8 --time`, the recipe's zero3 with no expert parallelism;
 docs/planning.md "Mixtures of experts and hybrid layers"), its W = 64 row against the same hand
 count: 4 sequences a rank, 4 microbatches; compute = the GEMMs' FLOPs (FLOPs/token less the
@@ -53,7 +52,7 @@ def keys(path):
 
 
 def by_hand(k):
-    """(total, active per token, the shared expert gates' count) of the recipe's model"""
+    """(total, active per token) of the recipe's model"""
     i = {n: int(v) for n, v in k.items() if re.fullmatch(r"\d+", v)}
     C, L, hs, NH, KVH = i["d_model"], i["n_layer"], i["head_dim"], i["n_head"], i["n_kv_head"]
     types = [t.strip() for t in k["layer_types"].split(",")]
@@ -65,9 +64,10 @@ def by_hand(k):
     linear = cd * C + HV * dv * C + 2 * HV * C + cd * K + 2 * HV + dv + C * HV * dv
     E, top = i["moe_experts"], i["moe_top_k"]
     FE, S = i["moe_intermediate_size"], i["moe_shared_size"]
-    shared = E * C + 3 * C * S + 2 * C  # router, shared expert, the block's two norms
+    gate = C if k.get("moe_shared_gate") == "true" else 0
+    shared = E * C + 3 * C * S + gate + 2 * C  # router, shared expert and gate, two norms
     common = 2 * i["vocab_size"] * C + (L - LL) * full + LL * linear + L * shared + C
-    return common + L * E * 3 * C * FE, common + L * top * 3 * C * FE, L * C
+    return common + L * E * 3 * C * FE, common + L * top * 3 * C * FE
 
 
 def time_row(k, out, total, active):
@@ -101,7 +101,7 @@ def time_row(k, out, total, active):
 
 def main():
     tap = Tap(7)
-    total, active, gates = by_hand(keys(CFG))
+    total, active = by_hand(keys(CFG))
     r = subprocess.run([TRAIN, "--config", CFG, "--plan", "8"], capture_output=True, text=True)
     m = re.search(r"params: (\d+) trainable, (\d+) active per token", r.stdout + r.stderr)
     if not tap.ok(r.returncode == 0 and m,
@@ -112,10 +112,10 @@ def main():
     got, got_active = int(m.group(1)), int(m.group(2))
     tap.ok(got == total, f"parameters: {got} printed, {total} by hand")
     tap.ok(got_active == active, f"active per token: {got_active} printed, {active} by hand")
-    hf = total + gates
+    hf = total
     emb = 2 * int(keys(CFG)["vocab_size"]) * int(keys(CFG)["d_model"])
     tap.ok(79.5e9 <= hf < 80.5e9 and 78.5e9 <= hf - emb < 79.5e9,
-           f"with the {gates} shared-expert gate weights, {hf} ({hf / 1e9:.2f}B; "
+           f"{hf} ({hf / 1e9:.2f}B; "
            f"{(hf - emb) / 1e9:.2f}B without the embeddings): the card's 80B and 79B non-embedding")
     r = subprocess.run([TRAIN, "--config", CFG, "--plan", "64/8", "--time"], capture_output=True,
                        text=True)
