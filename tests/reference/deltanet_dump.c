@@ -119,7 +119,7 @@ static int layer_main(void) {
     dn_cache fin, run;
     dn_acts_alloc(&a, &d), dn_cache_alloc(&fin, &d), dn_cache_alloc(&run, &d);
     dn_layer_forward(out, NULL, &fin, &a, x, &p, seq, &d);
-    dn_layer_backward(dx, &g, dout, NULL, &a, x, &p, seq, &d);
+    dn_layer_backward(dx, &g, dout, NULL, NULL, NULL, &a, x, &p, seq, &d);
     layer_rows(inc, &run, x, &p, seq, &d, 0, (d.T + 1) / 2); /* a prefill, then a row at a time */
     for (int t = (d.T + 1) / 2; t < d.T; t++) layer_rows(inc, &run, x, &p, seq, &d, t, 1);
     write_out(out, N * d.C), write_out(fin.state, ns), write_out(dx, N * d.C);
