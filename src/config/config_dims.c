@@ -324,9 +324,8 @@ int config_linear_layers(const tsr_model_config *m) {
     return n;
 }
 
-const char *config_attn_variant_key(const tsr_model_config *m) {
-    if (config_linear_layers(m) > 0) return "model.layer_types";
-    if (m->attn_output_gate) return "model.attn_output_gate";
+/* the variants after the hybrid's (the linear layers, the output gate), which the ring runs */
+static const char *attn_variant_rest(const tsr_model_config *m) {
     for (int l = 0; l < m->n_layer; l++)
         if (config_layer_window(m, l) > 0)
             return m->layer_types[0] ? "model.layer_types" : "model.sliding_window";
@@ -340,6 +339,12 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     if (m->mlp == TSR_MLP_GEGLU_TANH) return "model.mlp";
     const char *pos = config_position_variant_key(m);
     return pos ? pos : config_moe_variant_key(m);
+}
+
+const char *config_attn_variant_key(const tsr_model_config *m) {
+    if (config_linear_layers(m) > 0) return "model.layer_types";
+    if (m->attn_output_gate) return "model.attn_output_gate";
+    return attn_variant_rest(m);
 }
 
 const char *config_moe_variant_key(const tsr_model_config *m) {
@@ -358,7 +363,7 @@ const char *config_position_variant_key(const tsr_model_config *m) {
 
 /* the per-token variants (RoPE's, the experts') run in the ring: the rest does not yet */
 const char *config_ring_variant_key(const tsr_model_config *m) {
-    const char *key = config_attn_variant_key(m), *rope = config_rope_variant_key(m);
+    const char *key = attn_variant_rest(m), *rope = config_rope_variant_key(m);
     const char *moe = config_moe_variant_key(m);
     if (key && ((rope && !strcmp(key, rope)) || (moe && !strcmp(key, moe)))) return NULL;
     return key;

@@ -16,8 +16,9 @@
 #    batched path (4 prompts x 4 samples of 6 tokens a step) are logged with finite
 #    log-probabilities, and the run ends with its checkpoint (rewards are 0 from random weights:
 #    a smoke run, the maths being check 5's and the reference tests');
-#  - device = "cuda" and parallel.context = 2 are refused at start naming model.layer_types, as
-#    lora.rank > 0 naming lora.rank (exit 1, a config error), nothing written in run_dir;
+#  - device = "cuda" is refused at start naming model.layer_types (parallel.context > 1 runs the
+#    linear layers: tests/train/test_hybrid_context.sh), as lora.rank > 0 naming lora.rank (exit
+#    1, a config error), nothing written in run_dir;
 #  - the Hugging Face export is refused naming model.layer_types, no weights written;
 #  - a resume whose model.layer_types holds as many linear and full layers in another order
 #    (full first) is refused naming model.layer_types (exit 1), the checkpoints untouched: the
@@ -128,8 +129,13 @@ sys.exit(0 if ok else 1)
 PY
 tap_check $? "GRPO on a 3 linear + 1 full hybrid, 2 steps: 32 rollouts of 6 tokens logged with finite log-probabilities, checkpoint written (exit $rc)"
 
-variant_refused R model.layer_types
-tap_check $? "device = cuda and parallel.context = 2 with linear_attention layers: exit 1 naming model.layer_types, nothing written"
+mkdir -p "$TMP/R"
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/R/cuda" --set device=cuda >"$TMP/R.cuda.txt" 2>&1
+rc=$?
+tap_diag "cuda: $(grep -m1 -o 'model.layer_types: device.\{0,60\}' "$TMP/R.cuda.txt")"
+((rc == 1)) && grep -q 'model.layer_types: device = "cuda" does not run' "$TMP/R.cuda.txt" &&
+    [[ -z $(ls -A "$TMP/R") ]]
+tap_check $? "device = cuda with linear_attention layers: exit 1 naming model.layer_types, nothing written (parallel.context > 1 runs them: test_hybrid_context.sh)"
 
 mkdir -p "$TMP/L"
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 >"$TMP/lora.txt" 2>&1
