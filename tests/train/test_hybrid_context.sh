@@ -8,7 +8,9 @@
 # shorter than a 4-token chunk of N = 4, and documents across chunk and rank boundaries: the
 # first check says how many), through the real trainer on MPI ranks:
 #  - the document mask: N = 2 and N = 4, and data x context = 2 x 2 under zero3, give N = 1's
-#    losses within 1e-6 relative at each of 8 steps (the gradient norms within 1e-5);
+#    losses within 1e-6 relative at each of 8 steps (the gradient norms within 1e-5); step 0's
+#    gradients of every tensor at N = 4 (the AdamW first moments after step 1) within 1e-5 of
+#    the tensor's largest;
 #  - causal (no document mask: every chunk continues the one before) on 8-token rows at N = 4, 6
 #    steps: chunks of one position, shorter than the convolution's tail of K - 1 = 3 inputs,
 #    which then reaches back over several chunks and ranks: the same;
@@ -17,7 +19,7 @@
 #    weights).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 4
+tap_plan 5
 make_synth "$TMP/d" 64 60000
 base=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=64 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/d/train" --set data.val= --set eval_interval=0ba
@@ -65,8 +67,22 @@ print(f"# rows of 32: {short} documents inside a 4-token chunk, {across} across 
 sys.exit(0 if short > 0 and across > 0 else 1)
 PY
 corpus=$?
-run C1 1 1 && run C2 2 2 --set save_final=true && run C4 4 4 && exact C1 C2 C4 && ((corpus == 0))
+# step 1's checkpoints too: its AdamW first moments are (1 - beta1) g, step 0's gradients
+first=(--set save_interval=1ba --set keep_last=8)
+run C1 1 1 "${first[@]}" && run C2 2 2 --set save_final=true && run C4 4 4 "${first[@]}" &&
+    exact C1 C2 C4 && ((corpus == 0))
 tap_check $? "document mask: N = 2 and N = 4 equal N = 1 within 1e-6 at all 8 steps (documents shorter than a chunk and across chunks)"
+/usr/bin/python3 - "$TMP/C1/step-00000001.h5" "$TMP/C4/step-00000001.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r")["optim/m"] for p in sys.argv[1:])
+worst = {n: float(np.max(np.abs(a[n][()] - b[n][()]))) / max(float(np.max(np.abs(a[n][()]))), 1e-30)
+         for n in a}
+dn = sorted(n for n in a if n.startswith("dn"))
+print(f"# {len(worst)} tensors, the DeltaNet's {dn}; worst {max(worst.values()):.1e} of the tensor's largest"
+      f" ({max(worst, key=worst.get)})")
+sys.exit(0 if sorted(a) == sorted(b) and len(dn) == 9 and "attngatew" in a and max(worst.values()) <= 1e-5 else 1)
+PY
+tap_check $? "document mask: step 0's gradients of every tensor (the 9 DeltaNet ones, the gate's) at N = 4 equal N = 1's within 1e-5 of the tensor's largest"
 grep -h 'context ring:' "$TMP/C2.txt" "$TMP/C4.txt" | sed 's/^/# /'
 
 run Z 4 2 --set parallel.sharding=zero3 && exact C1 Z
