@@ -34,9 +34,10 @@ static dn_dims dn_dims_of(const tsr_model *m, int B, int T) {
 }
 
 /* the floats of the layer's activations before its output: under context parallelism (T this
- * rank's positions), its two chunks' (dn_ring.h) */
+ * rank's positions), its two chunks' (dn_ring.h), or a pass's without the ring if more */
 static size_t acts_floats(const tsr_model *m, const dn_dims *d) {
-    return m->cpN > 1 ? dn_ring_acts_floats(d) : dn_acts_floats(d);
+    const size_t one = dn_acts_floats(d), two = m->cpN > 1 ? dn_ring_acts_floats(d) : 0;
+    return two > one ? two : one;
 }
 
 size_t dec_dn_floats(const tsr_model *m, int B, int T) {
