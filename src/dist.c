@@ -353,6 +353,17 @@ void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t b
     }
     return r;
 }
+void dist_group_sendrecv(tsr_group *g, const void *send, int to, void *recv, int from,
+                         size_t bytes) {
+    const size_t chunk = extent_limit();
+    for (size_t at = 0; at < bytes; at += chunk) {
+        const int k = (int)(bytes - at < chunk ? bytes - at : chunk);
+        MPI_CHECK(MPI_Sendrecv(to >= 0 ? (const char *)send + at : NULL, to >= 0 ? k : 0, MPI_BYTE,
+                               to >= 0 ? to : MPI_PROC_NULL, 0,
+                               from >= 0 ? (char *)recv + at : NULL, from >= 0 ? k : 0, MPI_BYTE,
+                               from >= 0 ? from : MPI_PROC_NULL, 0, g->comm, MPI_STATUS_IGNORE));
+    }
+}
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
     if (g->size == 1) memmove(recv, send, (size_t)counts[0] * sizeof(float));
     else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
@@ -507,6 +518,11 @@ void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t b
     (void)g;
     memmove(recv, send, bytes);
     return NULL;
+}
+void dist_group_sendrecv(tsr_group *g, const void *send, int to, void *recv, int from,
+                         size_t bytes) {
+    (void)g;
+    if (to >= 0 && from >= 0) memmove(recv, send, bytes);
 }
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
     (void)g;

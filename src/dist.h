@@ -121,6 +121,11 @@ void dist_view_max_f64(const tsr_dist *d, double *buf, size_t n);
  * (non-blocking point-to-point); dist_wait completes it (send and recv are untouched until then).
  * A group of one copies. Returns the handle (NULL: done). */
 void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t bytes);
+/* Blocking point-to-point in a group (the Gated DeltaNet state under context parallelism,
+ * model/dn_ring.c): sends `bytes` of send to group rank `to` and receives as many from group
+ * rank `from` into recv; to or from -1 skips that half. */
+void dist_group_sendrecv(tsr_group *g, const void *send, int to, void *recv, int from,
+                         size_t bytes);
 void dist_group_allreduce_sum_i64(tsr_group *g, int64_t *buf, size_t n);
 
 /* buf (bytes) of world rank root, on every rank */

@@ -61,11 +61,12 @@ void cpu_deltanet_backward(float *dq, float *dk, float *dv, float *dg, float *db
  * t's own document (seq or NULL, as above: the window never reaches the previous document). Rows
  * before 0 are hist's (B, K-1, CD): the inputs before this pass (a decoding step, the previous
  * rank's), the document in progress at row 0 continuing them; or NULL, zeros (HF's padding).
- * x, y (B,T,CD), w (CD,K), K <= 16. Backward: dx (B,T,CD) +=, dw (CD,K) += or NULL; dy as y;
- * hist as the forward's (no gradient into it yet). */
+ * x, y (B,T,CD), w (CD,K), K <= 16. Backward: dx (B,T,CD) +=, dhist (B,K-1,CD) += or NULL (the
+ * gradient of hist: context parallelism passes it to the previous rank), dw (CD,K) += or NULL;
+ * dy as y; hist as the forward's. */
 void cpu_dn_conv_forward(float *y, const float *x, const float *hist, const float *w,
                          const int32_t *seq, int B, int T, int CD, int K);
-void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x,
+void cpu_dn_conv_backward(float *dx, float *dhist, float *dw, const float *dy, const float *x,
                           const float *hist, const float *w, const int32_t *seq, int B, int T,
                           int CD, int K);
 

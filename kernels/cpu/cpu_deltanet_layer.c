@@ -67,21 +67,24 @@ void cpu_dn_conv_forward(float *y, const float *x, const float *hist, const floa
         }
 }
 
-/* one channel of one sequence: dx += (its rows), dw[c] (K, double) += */
-static void conv_backward_channel(float *dx, double *dw, const float *dy, const conv_seq *s,
-                                  int T, int c) {
+/* one channel of one sequence: dx += (its rows), dhist (its K-1 rows before, or NULL) +=,
+ * dw[c] (K, double) += */
+static void conv_backward_channel(float *dx, float *dhist, double *dw, const float *dy,
+                                  const conv_seq *s, int T, int c) {
     const int CD = s->CD, K = s->K;
     for (int t = 0; t < T; t++) {
         const double d = dy[(size_t)t * CD + c] * silu_grad(conv_pre(s, t, c));
         for (int r = conv_lo(s, t); r <= t; r++) {
             const int j = (K - 1) - (t - r);
-            if (r >= 0) dx[(size_t)r * CD + c] += (float)(d * s->w[(size_t)c * K + j]);
+            const float dxr = (float)(d * s->w[(size_t)c * K + j]);
+            if (r >= 0) dx[(size_t)r * CD + c] += dxr;
+            else if (dhist) dhist[(size_t)(K - 1 + r) * CD + c] += dxr;
             dw[j] += d * conv_in(s, r, c);
         }
     }
 }
 
-void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x,
+void cpu_dn_conv_backward(float *dx, float *dhist, float *dw, const float *dy, const float *x,
                           const float *hist, const float *w, const int32_t *seq, int B, int T,
                           int CD, int K) {
 #pragma omp parallel for schedule(static)
@@ -90,7 +93,8 @@ void cpu_dn_conv_backward(float *dx, float *dw, const float *dy, const float *x,
         for (int b = 0; b < B; b++) {
             const conv_seq s = conv_view(x, hist, w, seq, b, T, CD, K);
             const size_t row = (size_t)b * T;
-            conv_backward_channel(dx + row * CD, acc, dy + row * CD, &s, T, c);
+            float *dh = dhist ? dhist + (size_t)b * (K - 1) * CD : NULL;
+            conv_backward_channel(dx + row * CD, dh, acc, dy + row * CD, &s, T, c);
         }
         if (dw)
             for (int j = 0; j < K; j++) dw[(size_t)c * K + j] += (float)acc[j];

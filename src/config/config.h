@@ -476,9 +476,6 @@ int config_layer_rope(const tsr_model_config *m, int l);
 const char *config_position_variant_key(const tsr_model_config *m);
 /* Its RoPE keys alone (linear or YaRN scaling, a local base, partial rotary, NoPE layers). */
 const char *config_rope_variant_key(const tsr_model_config *m);
-/* What parallel.context > 1 refuses of config_attn_variant_key's, or NULL: model.layer_types with
- * linear_attention layers (the ring runs the attention variants and the per-token ones). */
-const char *config_ring_variant_key(const tsr_model_config *m);
 /* The model uses linear_attention layers, a gated attention output, a sliding window, attention
  * sinks, a query_pre_attn_scalar other than the head size, a norm placement other than pre,
  * QK-norm over the projection, an embedding scale, GeGLU-tanh (what the CUDA backend, the ring

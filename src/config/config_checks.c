@@ -296,28 +296,21 @@ static void validate_fp8(load_ctx *c) {
 }
 
 /* Sliding windows, attention sinks and the other variants of docs/models.md
- * (config_attn_variant_key): the CPU's decoder runs them, the ring of context parallelism too
- * (config_ring_variant_key: but for the linear_attention layers); the CUDA kernels do not yet. */
+ * (config_attn_variant_key): the CPU's decoder runs them, the ring of context parallelism too (its
+ * blocks take the attention variants; the linear layers pass their state along the ranks:
+ * docs/deltanet.md "Context parallelism"); the CUDA kernels do not yet. */
 static void validate_attn_variants(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const char *key = config_attn_variant_key(&g->model);
-    const char *ring = config_ring_variant_key(&g->model);
     char at[1200];
     if (key && g->device == TSR_DEVICE_CUDA) {
         tsr_error("%s%s: device = \"cuda\" does not run linear (Gated DeltaNet) or "
                   "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
                   "post norms, QK-norm over the projection, an embedding scale, soft-capping, the "
                   "RoPE variants of docs/models.md \"Positions\", gpt-oss's router and expert "
-                  "biases and clamped unit or the shared expert's gate yet (no CUDA kernel for them): use device = \"cpu\", "
-                  "or a model without them",
+                  "biases and clamped unit or the shared expert's gate yet (no CUDA kernel for "
+                  "them): use device = \"cpu\", or a model without them",
                   cfgload_where(c, key, at, sizeof at), key);
-        c->errors++;
-    }
-    if (ring && g->context > 1) {
-        tsr_error("%s%s: parallel.context = %lld: the ring of context parallelism does not run "
-                  "linear_attention (Gated DeltaNet) layers yet (it runs sliding_attention and "
-                  "full_attention layers): set parallel.context = 1, or a model without them",
-                  cfgload_where(c, ring, at, sizeof at), ring, (long long)g->context);
         c->errors++;
     }
 }

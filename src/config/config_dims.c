@@ -332,9 +332,8 @@ int config_linear_layers(const tsr_model_config *m) {
     return n;
 }
 
-const char *config_attn_variant_key(const tsr_model_config *m) {
-    if (config_linear_layers(m) > 0) return "model.layer_types";
-    if (m->attn_output_gate) return "model.attn_output_gate";
+/* the variants after the hybrid's (the linear layers, the output gate), which the ring runs */
+static const char *attn_variant_rest(const tsr_model_config *m) {
     for (int l = 0; l < m->n_layer; l++)
         if (config_layer_window(m, l) > 0)
             return m->layer_types[0] ? "model.layer_types" : "model.sliding_window";
@@ -350,6 +349,12 @@ const char *config_attn_variant_key(const tsr_model_config *m) {
     return pos ? pos : config_moe_variant_key(m);
 }
 
+const char *config_attn_variant_key(const tsr_model_config *m) {
+    if (config_linear_layers(m) > 0) return "model.layer_types";
+    if (m->attn_output_gate) return "model.attn_output_gate";
+    return attn_variant_rest(m);
+}
+
 const char *config_moe_variant_key(const tsr_model_config *m) {
     if (m->moe_experts == 0) return NULL;
     if (m->moe_router_bias) return "model.moe_router_bias";
@@ -363,13 +368,6 @@ const char *config_position_variant_key(const tsr_model_config *m) {
     if (m->attn_logit_softcapping > 0) return "model.attn_logit_softcapping";
     if (m->final_logit_softcapping > 0) return "model.final_logit_softcapping";
     return config_rope_variant_key(m);
-}
-
-/* the ring runs every attention variant (window, sinks, scale, soft caps: its blocks take the
- * layer's) and the per-token ones (norms, scales, gates, units, RoPE's, the experts'): the
- * linear_attention layers' recurrence does not cross the ranks yet */
-const char *config_ring_variant_key(const tsr_model_config *m) {
-    return config_linear_layers(m) > 0 ? "model.layer_types" : NULL;
 }
 
 const char *config_rope_variant_key(const tsr_model_config *m) {

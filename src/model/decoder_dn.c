@@ -19,7 +19,9 @@
 #include "model/decoder.h"
 #include "model/decoder_int.h"
 #include "model/deltanet_layer.h"
+#include "model/dn_ring.h"
 #include "model/model_lora.h"
+#include "model/model_ring.h"
 
 #define DN_CHUNK DN_TRAIN_CHUNK
 
@@ -31,9 +33,16 @@ static dn_dims dn_dims_of(const tsr_model *m, int B, int T) {
                      .dv = m->dvl, .K = m->Kc, .chunk = DN_CHUNK, .eps = (float)m->cfg.norm_eps};
 }
 
+/* the floats of the layer's activations before its output: under context parallelism (T this
+ * rank's positions), its two chunks' (dn_ring.h), or a pass's without the ring if more */
+static size_t acts_floats(const tsr_model *m, const dn_dims *d) {
+    const size_t one = dn_acts_floats(d), two = m->cpN > 1 ? dn_ring_acts_floats(d) : 0;
+    return two > one ? two : one;
+}
+
 size_t dec_dn_floats(const tsr_model *m, int B, int T) {
     const dn_dims d = dn_dims_of(m, B, T);
-    return dn_acts_floats(&d) + (size_t)B * T * m->C; /* and the output (N, C) */
+    return acts_floats(m, &d) + (size_t)B * T * m->C; /* and the output (N, C) */
 }
 
 size_t dec_dn_scratch_floats(const tsr_model *m, int B, int T) {
@@ -47,11 +56,20 @@ size_t dec_dn_cache_floats(const tsr_model *m, int state) {
 }
 
 /* the layer's acts in the slot v->dn of a pass of B x T, *out its output (N, C) after them */
-static dn_acts acts_of(const dn_dims *d, const dec_layer *v, float **out) {
+static dn_acts acts_of(const tsr_model *m, const dn_dims *d, const dec_layer *v, float **out) {
     dn_acts a;
     dn_acts_at(&a, v->dn, d);
-    *out = v->dn + dn_acts_floats(d);
+    *out = v->dn + acts_floats(m, d);
     return a;
+}
+
+/* context parallelism's ring when this pass runs over it (training and evaluation; not
+ * decoding) */
+static tsr_ring *ring_of(const dec_run *r) { return r->kv || r->ks ? NULL : r->d->ring; }
+
+/* the whole sequences' segment ids under the document mask, else NULL */
+static const int32_t *ring_seq(const dec_run *r) {
+    return r->d->m->cfg.attn_mask == TSR_MASK_DOCUMENT ? r->d->ring->seq : NULL;
 }
 
 /* layer l's tensors of unit u: the weights (w) or their gradients (g) */
@@ -129,12 +147,16 @@ static void slots_rows_forward(const dec_run *r, int l, float *out, dn_acts *a, 
 void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
-    dn_acts a = acts_of(&d, v, &out);
+    dn_acts a = acts_of(r->d->m, &d, v, &out);
     dn_params p = params_of((void *const *)w);
     dn_hook h;
     hook_of(r, l, &h, &p);
     dn_cache c;
     const dn_cache *in = NULL;
+    if (ring_of(r)) {
+        dn_ring_forward(ring_of(r), out, v->dn, v->ln1, &p, ring_seq(r), &d);
+        return;
+    }
     if (r->ks && r->slot < 0) {
         slots_rows_forward(r, l, out, &a, v, &p, &d);
         return;
@@ -152,7 +174,7 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
 void dec_dn_out(const dec_run *r, const dec_layer *v) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
-    acts_of(&d, v, &out);
+    acts_of(r->d->m, &d, v, &out);
     memcpy(r->scratch, out, (size_t)r->N * r->d->m->C * sizeof(float));
 }
 
@@ -161,13 +183,16 @@ void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     tsr_acts *acts = r->d->a;
     float *out;
-    const dn_acts a = acts_of(&d, v, &out);
+    const dn_acts a = acts_of(r->d->m, &d, v, &out);
     dn_params p = params_of((void *const *)u->w);
     const dn_params g = params_of((void *const *)u->g);
     dn_hook h;
     hook_of(r, l, &h, &p);
     memset(acts->dln, 0, (size_t)r->N * r->d->m->C * sizeof(float));
-    dn_layer_backward(acts->dln, &g, dout, NULL, &a, v->ln1, &p, acts->seq, &d);
+    if (ring_of(r))
+        dn_ring_backward(ring_of(r), acts->dln, &g, dout, v->dn, v->ln1, &p, ring_seq(r), &d);
+    else
+        dn_layer_backward(acts->dln, &g, dout, NULL, NULL, NULL, &a, v->ln1, &p, acts->seq, &d);
 }
 
 /* ---- model.attn_output_gate ---------------------------------------------------------------- */

@@ -89,15 +89,22 @@ void dn_cache_free(dn_cache *c) {
     c->state = c->conv = NULL;
 }
 
+/* sequence b's last document's first row, or below 0 (it began before this pass): where the
+ * convolution's tail (its last K-1 inputs) starts being the next pass's */
+static int tail_lo(const int32_t *seq, int b, const dn_dims *d) {
+    const int32_t *sq = seq ? seq + (size_t)b * d->T : NULL;
+    int lo = d->T - 1;
+    while (lo > d->T - d->K && !(sq && lo > 0 && sq[lo] != sq[lo - 1])) lo--;
+    return lo;
+}
+
 /* the convolution's inputs of rows T-(K-1) .. T-1 of each sequence (hist's below row 0), zeros
  * before the last document's start: what the next pass's rows continue */
 static void conv_tail(float *tail, const float *pre, const float *hist, const int32_t *seq,
                       const dn_dims *d) {
     const size_t cd = dn_cd(d);
     for (int b = 0; b < d->B; b++) {
-        const int32_t *sq = seq ? seq + (size_t)b * d->T : NULL;
-        int lo = d->T - 1; /* the last document's first row, or below 0 (it began before) */
-        while (lo > d->T - d->K && !(sq && lo > 0 && sq[lo] != sq[lo - 1])) lo--;
+        const int lo = tail_lo(seq, b, d);
         for (int i = 0; i < d->K - 1; i++) {
             const int r = d->T - (d->K - 1) + i;
             float *dst = tail + ((size_t)b * (d->K - 1) + i) * cd;
@@ -105,6 +112,24 @@ static void conv_tail(float *tail, const float *pre, const float *hist, const in
                              : r >= 0 ? pre + ((size_t)b * d->T + r) * cd
                              : hist ? hist + ((size_t)b * (d->K - 1) + (d->K - 1 + r)) * cd : NULL;
             for (size_t c = 0; c < cd; c++) dst[c] = src ? src[c] : 0.0f;
+        }
+    }
+}
+
+/* conv_tail's backward: dtail (B, K-1, CD) added into dpre's rows and dhist's (or NULL) */
+static void conv_tail_backward(float *dpre, float *dhist, const float *dtail, const int32_t *seq,
+                               const dn_dims *d) {
+    const size_t cd = dn_cd(d);
+    for (int b = 0; b < d->B; b++) {
+        const int lo = tail_lo(seq, b, d);
+        for (int i = 0; i < d->K - 1; i++) {
+            const int r = d->T - (d->K - 1) + i;
+            const float *src = dtail + ((size_t)b * (d->K - 1) + i) * cd;
+            float *dst = r < lo ? NULL
+                       : r >= 0 ? dpre + ((size_t)b * d->T + r) * cd
+                       : dhist ? dhist + ((size_t)b * (d->K - 1) + (d->K - 1 + r)) * cd : NULL;
+            if (dst)
+                for (size_t c = 0; c < cd; c++) dst[c] += src[c];
         }
     }
 }
@@ -204,21 +229,23 @@ static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, 
                           d->dv);
 }
 
-void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *in,
-                       const dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
-                       const dn_dims *d) {
+void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *dnext,
+                       dn_cache *din, const dn_cache *in, const dn_acts *a, const float *x,
+                       const dn_params *p, const int32_t *seq, const dn_dims *d) {
     const tsr_ops *ops = &tsr_cpu_ops;
     const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
     const tsr_dn_shape s = core_shape(d);
     dn_dacts g = dacts_alloc(d);
     backward_out(&g, grad, dout, a, p, d);
-    cpu_deltanet_backward(g.q, g.k, g.v, g.g, g.beta, NULL, g.core, NULL, a->ckpt, a->q, a->k,
-                          a->v, a->g, a->beta, seq, &s);
+    cpu_deltanet_backward(g.q, g.k, g.v, g.g, g.beta, din ? din->state : NULL, g.core,
+                          dnext ? dnext->state : NULL, a->ckpt, a->q, a->k, a->v, a->g, a->beta,
+                          seq, &s);
     cpu_dn_gates_backward(g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a, p->a_log,
                           p->dt_bias, N, d->HV);
     qkv_split(g.qkv, g.q, g.k, g.v, d, 0);
-    cpu_dn_conv_backward(g.pre, grad->conv, g.qkv, a->pre, in ? in->conv : NULL, p->conv, seq,
-                         d->B, d->T, cd, d->K);
+    if (dnext) conv_tail_backward(g.pre, din ? din->conv : NULL, dnext->conv, seq, d);
+    cpu_dn_conv_backward(g.pre, din ? din->conv : NULL, grad->conv, g.qkv, a->pre,
+                         in ? in->conv : NULL, p->conv, seq, d->B, d->T, cd, d->K);
     ops->matmul_backward(dx, grad->wqkv, NULL, g.pre, x, p->wqkv, N, d->C, cd);
     ops->matmul_backward(dx, grad->wz, NULL, g.z, x, p->wz, N, d->C, vd);
     ops->matmul_backward(dx, grad->wb, NULL, g.b, x, p->wb, N, d->C, d->HV);

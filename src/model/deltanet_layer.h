@@ -88,10 +88,12 @@ void dn_cache_free(dn_cache *c);
  * restart at each start after row 0) or NULL. */
 void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
                       const dn_params *p, const int32_t *seq, const dn_dims *d);
-/* dx (N, C) +=, grad's parameter gradients += (NULL ones skipped); dout (N, C); in, a, x, p, seq
- * as the forward had them (no gradient into in yet) */
-void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *in,
-                       const dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
-                       const dn_dims *d);
+/* dx (N, C) +=, grad's parameter gradients += (NULL ones skipped); dout (N, C); dnext the
+ * gradient of the forward's next (its state and convolution tail), or NULL (zero); din the
+ * gradient of in, +=, or NULL (context parallelism passes both between the ranks: dn_ring.h);
+ * in, a, x, p, seq as the forward had them */
+void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *dnext,
+                       dn_cache *din, const dn_cache *in, const dn_acts *a, const float *x,
+                       const dn_params *p, const int32_t *seq, const dn_dims *d);
 
 #endif

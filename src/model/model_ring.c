@@ -276,3 +276,7 @@ void ring_attention_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, vo
                   s.KVW * sizeof(float), rows);
     be->f32_to_act(be, dqkv, a->ring_acc, rows * s.QKV);
 }
+
+struct tsr_group *ring_mpi_group(const tsr_ring *g) {
+    return g->comm.start == mpi_start ? g->comm.ctx : NULL;
+}

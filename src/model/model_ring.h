@@ -75,6 +75,7 @@ typedef struct tsr_ring {
 /* A ring over a group of the world (dist.h: MPI point-to-point on host memory), for the CPU
  * backend and the CUDA emulator. */
 void ring_init_mpi(tsr_ring *g, struct tsr_group *group);
+struct tsr_group *ring_mpi_group(const tsr_ring *g); /* that group, or NULL (another transport) */
 /* The host arrays for microbatches of B sequences of T positions (the backend's buffers are the
  * activations': decoder.c); ring_free releases them (not the transport). */
 void ring_alloc(tsr_ring *g, int B, int T);

@@ -100,6 +100,60 @@ static void layer_rows(float *out, dn_cache *cache, const float *x, const dn_par
     free(xs), free(os), free(ss_);
 }
 
+/* rows t1 of the sequences that start a document there: zeros in cache c (B sequences) */
+static void zero_fresh(dn_cache *c, const int32_t *seq, const dn_dims *full, int t1) {
+    const size_t cd = 2 * (size_t)full->HK * full->dk + (size_t)full->HV * full->dv,
+                 ss = (size_t)full->HV * full->dk * full->dv, cs = (size_t)(full->K - 1) * cd;
+    for (int b = 0; b < full->B; b++)
+        if (seq && seq[(size_t)b * full->T + t1] != seq[(size_t)b * full->T + t1 - 1]) {
+            memset(c->state + b * ss, 0, ss * sizeof(float));
+            memset(c->conv + b * cs, 0, cs * sizeof(float));
+        }
+}
+
+/* rows of (B, n, w) into rows t0 .. t0 + n - 1 of (B, T, w) */
+static void put_rows(float *dst, const float *src, int B, int T, int t0, int n, size_t w) {
+    for (int b = 0; b < B; b++)
+        memcpy(dst + ((size_t)b * T + t0) * w, src + (size_t)b * n * w, (size_t)n * w * 4);
+}
+
+/* The layer as two passes, rows 0 .. t1 - 1 then t1 .. T - 1, the cache carried from the first to
+ * the second (zeros where row t1 starts a document) and its gradient carried back (context
+ * parallelism's way: src/model/dn_ring.c): out and dx (B, T, C), g's parameter gradients. */
+static void layer_split(float *out, float *dx, const dn_params *g, const float *x,
+                        const float *dout, const dn_params *p, const int32_t *seq,
+                        const dn_dims *full, int t1) {
+    dn_dims d[2] = {*full, *full};
+    d[0].T = t1, d[1].T = full->T - t1;
+    const int t0[2] = {0, t1};
+    float *xs[2], *ds[2], *os[2], *dxs[2];
+    int32_t *sq[2];
+    dn_acts a[2];
+    dn_cache c, dc;
+    dn_cache_alloc(&c, full), dn_cache_alloc(&dc, full);
+    for (int i = 0; i < 2; i++) {
+        const size_t n = (size_t)d[i].B * d[i].T * d[i].C;
+        xs[i] = slice_rows(x, full->B, full->T, t0[i], d[i].T, (size_t)full->C, 4);
+        ds[i] = slice_rows(dout, full->B, full->T, t0[i], d[i].T, (size_t)full->C, 4);
+        sq[i] = seq ? slice_rows(seq, full->B, full->T, t0[i], d[i].T, 1, 4) : NULL;
+        os[i] = tsr_calloc(n + 1, 4), dxs[i] = tsr_calloc(n + 1, 4);
+        dn_acts_alloc(&a[i], &d[i]);
+    }
+    dn_layer_forward(os[0], NULL, &c, &a[0], xs[0], p, sq[0], &d[0]);
+    zero_fresh(&c, seq, full, t1);
+    dn_layer_forward(os[1], &c, NULL, &a[1], xs[1], p, sq[1], &d[1]);
+    dn_layer_backward(dxs[1], g, ds[1], NULL, &dc, &c, &a[1], xs[1], p, sq[1], &d[1]);
+    zero_fresh(&dc, seq, full, t1);
+    dn_layer_backward(dxs[0], g, ds[0], &dc, NULL, NULL, &a[0], xs[0], p, sq[0], &d[0]);
+    for (int i = 0; i < 2; i++) {
+        put_rows(out, os[i], full->B, full->T, t0[i], d[i].T, (size_t)full->C);
+        put_rows(dx, dxs[i], full->B, full->T, t0[i], d[i].T, (size_t)full->C);
+        dn_acts_free(&a[i]);
+        free(xs[i]), free(ds[i]), free(sq[i]), free(os[i]), free(dxs[i]);
+    }
+    dn_cache_free(&c), dn_cache_free(&dc);
+}
+
 static int layer_main(void) {
     int32_t hd[10];
     if (fread(hd, sizeof hd, 1, stdin) != 1) tsr_die(TSR_EXIT_USAGE, "deltanet_dump: no header");
@@ -119,12 +173,18 @@ static int layer_main(void) {
     dn_cache fin, run;
     dn_acts_alloc(&a, &d), dn_cache_alloc(&fin, &d), dn_cache_alloc(&run, &d);
     dn_layer_forward(out, NULL, &fin, &a, x, &p, seq, &d);
-    dn_layer_backward(dx, &g, dout, NULL, &a, x, &p, seq, &d);
+    dn_layer_backward(dx, &g, dout, NULL, NULL, NULL, &a, x, &p, seq, &d);
     layer_rows(inc, &run, x, &p, seq, &d, 0, (d.T + 1) / 2); /* a prefill, then a row at a time */
     for (int t = (d.T + 1) / 2; t < d.T; t++) layer_rows(inc, &run, x, &p, seq, &d, t, 1);
     write_out(out, N * d.C), write_out(fin.state, ns), write_out(dx, N * d.C);
     for (int i = 0; i < 9; i++) write_out(gp[i], n[i]);
     write_out(inc, N * d.C), write_out(run.state, ns);
+    float *gs[9], *os = tsr_calloc(N * d.C, 4), *dxs = tsr_calloc(N * d.C, 4);
+    for (int i = 0; i < 9; i++) gs[i] = tsr_calloc(n[i], 4);
+    const dn_params g2 = {gs[0], gs[1], gs[2], gs[3], gs[4], gs[5], gs[6], gs[7], gs[8]};
+    layer_split(os, dxs, &g2, x, dout, &p, seq, &d, d.T - 2); /* a second pass shorter than K-1 */
+    write_out(os, N * d.C), write_out(dxs, N * d.C);
+    for (int i = 0; i < 9; i++) write_out(gs[i], n[i]);
     return 0;
 }
 

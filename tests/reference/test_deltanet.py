@@ -20,7 +20,10 @@ SiLU over each document, the gates, the gated RMSNorm, the output projection) ag
 layer of torch_deltanet.py, packed documents (one shorter than the convolution's window) and not:
 the output and final state <= 1e-5, dx and every parameter's gradient <= 1e-4, the same bits with
 1 and 3 threads; and the decoding path: a prefill of the first half, then one row at a time with
-the cache (the core's state, the convolution's last inputs) carried, equals the whole pass <= 1e-5.
+the cache (the core's state, the convolution's last inputs) carried, equals the whole pass <= 1e-5;
+and context parallelism's path: two passes (the second of 2 rows, fewer than the convolution's
+K - 1), the cache carried forward and its gradient back, equal the whole pass: out <= 1e-6, dx and
+every parameter's gradient <= 1e-5 (the C layer against itself).
 
 build/tests/deltanet_dump runs the C op on stdin's inputs; the reference never calls it.
 """
@@ -206,6 +209,8 @@ def run_layer_c(c, P, x):
     shapes = [("out", (B, T, C)), ("state", (B, HV, dk, dv)), ("x", (B, T, C))]
     shapes += [(n, tuple(P[n].shape)) for n in ref.PARAMS]
     shapes += [("out_inc", (B, T, C)), ("state_inc", (B, HV, dk, dv))]
+    shapes += [("out_split", (B, T, C)), ("x_split", (B, T, C))]
+    shapes += [(n + "_split", tuple(P[n].shape)) for n in ref.PARAMS]
     out, at = {}, 0
     for name, shape in shapes:
         n = int(np.prod(shape))
@@ -233,17 +238,25 @@ def check_layer(tap, c):
     e = max(rel(C["out_inc"], C["out"]), rel(C["state_inc"], C["state"]))
     tap.ok(e <= 1e-5, f"{c['name']}: C prefill then a row at a time with the cache == the whole "
            f"pass (out, final state) {e:.2e} <= 1e-5")
+    # two passes (rows 0..T-3, then the last 2, fewer than the convolution's K - 1), the cache
+    # carried forward and its gradient back (context parallelism's way, dn_ring.c)
+    e = rel(C["out_split"], C["out"])
+    tap.ok(e <= 1e-6, f"{c['name']}: C two passes with the cache carried == the whole pass (out) "
+           f"{e:.2e} <= 1e-6")
+    e = max(rel(C[n + "_split"], C[n]) for n in ("x",) + ref.PARAMS)
+    tap.ok(e <= 1e-5, f"{c['name']}: C two passes with the cache's gradient carried back == the "
+           f"whole pass (dx and every parameter's gradient) {e:.2e} <= 1e-5")
 
 
 def main():
     torch.set_num_threads(1)
     count = lambda c: 13 + (2 if c["docs"] else 0)  # noqa: E731
-    tap = Tap(sum(count(c) for c in CASES) + 13 * len(LAYERS))
+    tap = Tap(sum(count(c) for c in CASES) + 15 * len(LAYERS))
     if not os.access(DUMP, os.X_OK):
         tap.fail_until(tap.plan, f"{DUMP} not built (make)")
         return tap.status()
     tap.run_cases(CASES, count, lambda c: check_case(tap, c))
-    tap.run_cases(LAYERS, lambda c: 13, lambda c: check_layer(tap, c))
+    tap.run_cases(LAYERS, lambda c: 15, lambda c: check_layer(tap, c))
     return tap.status()
 
 
