@@ -29,6 +29,7 @@
 #include "fsutil.h"
 #include "progress.h"
 #include "hf/hf.h"
+#include "hf/hf_gptoss.h"
 #include "hf/hf_internal.h"
 #include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
@@ -269,8 +270,8 @@ static int write_weights(const char *out_dir, const st_tensor *st, int n, const 
     uint64_t cur = 0;
     *total = 0;
     for (int k = 0; k < n; k++) {
-        uint64_t b = (uint64_t)st[k].shape[0] * (uint64_t)(st[k].ndim == 2 ? st[k].shape[1] : 1) *
-                     st_dtype_size(st[k].dtype);
+        uint64_t b = st_dtype_size(st[k].dtype);
+        for (int d = 0; d < st[k].ndim; d++) b *= (uint64_t)st[k].shape[d];
         if (cur > 0 && cur + b > max) s++, cur = 0;
         shard[k] = s;
         cur += b;
@@ -367,11 +368,12 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
         st[k].name = tab[k].name;
         st[k].dtype = o->dtype;
         st[k].ndim = tab[k].ndim;
-        st[k].shape[0] = tab[k].shape[0];
-        st[k].shape[1] = tab[k].shape[1];
+        for (int d = 0; d < tab[k].ndim; d++) st[k].shape[d] = tab[k].shape[d];
         st[k].src = tab[k].present ? m->params + tab[k].offset : NULL; /* absent bias: zeros */
         st[k].transpose = tab[k].transpose;
         st[k].add = -tab[k].add; /* Gemma's norms: HF's w = tessera's weight - 1 */
+        if (tab[k].experts) /* its permutation (transposes included) */
+            st[k].index = hf_gptoss_src_index, st[k].ctx = &tab[k], st[k].transpose = 0;
     }
     int rc = write_weights(out_dir, st, n, o->source, max_shard, &bytes, &nshards);
     free(st);

@@ -15,11 +15,13 @@
 /* HF_LLAMA and after: the Llama family (RoPE, RMSNorm, SwiGLU, GQA), names under "model.";
  * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md); HF_OLMO2, HF_OLMO3 and
  * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text), HF_GEMMA2 (Gemma2ForCausalLM) and
- * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family). A new class goes before HF_ARCH_COUNT with its row in
+ * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family), HF_GPTOSS
+ * (GptOssForCausalLM, model_type gpt_oss: hf_gptoss.h) its mixture of experts with sinks. A new
+ * class goes before HF_ARCH_COUNT with its row in
  * hf_map.c's families, hf_model_type, hf_class_name and hf_config.c's llama_def. */
 typedef enum {
     HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,
-    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_ARCH_COUNT
+    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_GPTOSS, HF_ARCH_COUNT
 } hf_arch;
 
 /* What a Llama-family model_type fixes of tessera's decoder variants (docs/models.md "Families
@@ -42,6 +44,7 @@ typedef struct hf_family {
     int nope;                   /* no_rope_layers (or no_rope_layer_interval) is read (SmolLM3) */
     int llama_bias;             /* attention_bias + mlp_bias as LlamaConfig's (= model.bias) */
     int tied;                   /* tie_word_embeddings' default (Gemma, SmolLM3: true) */
+    int gptoss;                 /* gpt-oss: sinks, YaRN, router and expert biases, the clamped unit */
 } hf_family;
 const hf_family *hf_family_of(hf_arch a);
 
@@ -62,14 +65,18 @@ int hf_arch_qk_norm(hf_arch a);
 /* One tensor of the HF model and the block of tessera's flat parameter buffer it maps to. */
 typedef struct hf_tensor {
     char name[96];        /* full HF name, "transformer.h.3.attn.c_attn.weight" */
-    int ndim;             /* 1 or 2 */
-    int64_t shape[2];     /* HF shape */
+    int ndim;             /* 1, 2 or 3 (gpt-oss's experts) */
+    int64_t shape[3];     /* HF shape */
     int present;          /* 0: tessera's model has no such tensor (the biases of a bias-free
                              GPT-2-style model): exported as zeros, imported only if all zero */
     size_t offset, numel; /* the block in m->params (numel = HF numel; wte: the first V rows) */
     int transpose;        /* GPT-2 Conv1D: HF (in, out) = the transpose of tessera's (out, in) */
     int64_t rows, cols;   /* tessera's block shape (out, in) when transpose */
     float add;            /* tessera's value = the HF one + add (Gemma's norms: 1), else 0 */
+    int64_t experts;      /* > 0: E blocks of (rows, cols), each transposed when transpose, its
+                             rows [gate | up] interleaved when interleave (gpt-oss: hf_gptoss.h) */
+    int interleave;
+    int mxfp4;            /* stored as NAME_blocks + NAME_scales (hf_gptoss.h), read dequantised */
 } hf_tensor;
 
 /* Which architecture m exports to: learned positions -> GPT-2, ALiBi -> MPT, whose transformers
@@ -87,6 +94,7 @@ typedef struct hf_config {
     hf_arch arch;
     int tied;             /* tie_word_embeddings (default true for GPT-2 and MPT, false for the
                              Llama family, as in transformers) */
+    int mxfp4;            /* quantization_config.quant_method = "mxfp4" (gpt-oss's experts) */
 } hf_config;
 
 /* Writes config.json for m (architecture a); bos, eos = token ids or -1 (then left out).
