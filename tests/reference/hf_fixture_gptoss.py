@@ -156,6 +156,30 @@ def config_json(fx=FX, mxfp4=False):
     return cj
 
 
+def published_config(size):
+    """openai/gpt-oss-20b's or -120b's config.json as published (transformers 4.55.0.dev0; read
+    through a copy quoted in public test code, 2026-11-28): the recipes' reference."""
+    L, E = {"20b": (24, 32), "120b": (36, 128)}[size]
+    return {"architectures": ["GptOssForCausalLM"], "attention_bias": True,
+            "attention_dropout": 0.0, "eos_token_id": 200002, "experts_per_token": 4,
+            "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+            "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 2880,
+            "layer_types": ["sliding_attention", "full_attention"] * (L // 2),
+            "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+            "num_experts_per_tok": 4, "num_hidden_layers": L, "num_key_value_heads": 8,
+            "num_local_experts": E, "output_router_logits": False, "pad_token_id": 199999,
+            "quantization_config": {"modules_to_not_convert": [
+                "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                "lm_head"], "quant_method": "mxfp4"},
+            "rms_norm_eps": 1e-05,
+            "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                             "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                             "truncate": False},
+            "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+            "swiglu_limit": 7.0, "tie_word_embeddings": False,
+            "transformers_version": "4.55.0.dev0", "use_cache": True, "vocab_size": 201088}
+
+
 def tessera_sets(fx=FX):
     """The run config of the same model (--set keys; docs/moe.md "gpt-oss's experts")."""
     y = fx["yarn"]

@@ -13,7 +13,8 @@ Checks:
     bf16 one does not; both checkpoints hold the same tensors bit for bit;
   - ref_dump --init-from each checkpoint: tessera's fp32 logits against the float64 forward (max
     |diff| <= 1e-5 x max(1, max |logit|)), the MXFP4 import's equal to the bf16 import's bit for bit;
-  - `tessera-train --init-from DIR` (each form) with a recipe WITHOUT a model block: step-1 loss =
+  - `tessera-train --init-from DIR` (each form; the MXFP4 one with parallel.expert = 2, each rank
+    reading its experts' part of the tensors) with a recipe WITHOUT a model block: step-1 loss =
     the mean cross-entropy of the fixture's logits (rel <= 1e-5);
   - `tessera ckpt export --format hf --dtype bf16` of each checkpoint: the bf16 fixture's tensors
     byte for byte (gate/up re-interleaved, the transposes), no _blocks/_scales, config.json's model
@@ -23,11 +24,15 @@ Checks:
     of another block shape, down_proj_scales of another shape, a scale byte of 255, rope_type
     "dynamic", quantization_config quant_method "fp8", swiglu_alpha 1.5;
   - a gpt-oss-shaped tessera model without the expert biases is refused by the export (exit 1,
-    naming model.moe_expert_bias, nothing written).
+    naming model.moe_expert_bias, nothing written);
+  - the recipes configs/gpt-oss-{20b,120b}.cfg against the published config.json
+    (hf_fixture_gptoss.published_config): no disagreement or warning, only the (tiny) weights stop
+    them.
 Run: TESTS=hf_gptoss bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -43,7 +48,7 @@ import numpy as np  # noqa: E402
 from tap import Tap  # noqa: E402
 
 TOL = 1e-5
-N_CHECKS = 12
+N_CHECKS = 13
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                "hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling", "attention_bias",
@@ -106,13 +111,17 @@ def bare_runs(tap, dirs, meta, want, data, tmp):
     for name, d in dirs.items():
         cfg, run_dir = os.path.join(tmp, name + "_bare.cfg"), os.path.join(tmp, name + "_bare")
         fam.bare_cfg(cfg, run_dir, data)
-        rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", cfg, "--init-from", d])
+        ep = name == "gptoss_mxfp4"  # each rank reads its own experts' rows of the blocks
+        rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", cfg, "--init-from", d]
+                          + (["--set", "parallel.expert=2"] if ep else []))
         s = hfe.step1(run_dir) if rc == 0 else None
         e = abs(s["loss"] - ref) / ref if s else float("inf")
-        if rc:
+        said = not ep or "2 ranks per group share the 4 experts, 2 on each" in out
+        if rc or not said:
             tap.diag(out[-1500:])
-        tap.ok(e <= TOL, f"{name}: a recipe without a model block --init-from the directory: "
-                         f"step-1 loss {s and s['loss']} vs the fixture's {ref:.8f}: rel err {e:.2e}")
+        tap.ok(e <= TOL and said, f"{name}: a recipe without a model block --init-from the directory"
+                                  f"{' (parallel.expert = 2)' if ep else ''}: step-1 loss "
+                                  f"{s and s['loss']} vs the fixture's {ref:.8f}: rel err {e:.2e}")
 
 
 def exports(tap, dirs, cks, tmp):
@@ -221,6 +230,27 @@ def export_refusal(tap, dirs, tmp):
            f"naming GptOssForCausalLM and model.moe_expert_bias, no weights written")
 
 
+def recipes(tap, dirs, tmp):
+    """configs/gpt-oss-{20b,120b}.cfg --init-from a directory with the published config.json (and
+    the tiny fixture's weights): every config.json check passes against the recipe's model block
+    (no disagreement, exit 1) and only the weights check stops it (exit 2: 24 / 36 layers, the
+    weights say 4), before any allocation."""
+    bad = []
+    for size, L in (("20b", 24), ("120b", 36)):
+        d = os.path.join(tmp, "published_" + size)
+        os.makedirs(d)
+        shutil.copy(os.path.join(dirs["gptoss_mxfp4"], "model.safetensors"), d)
+        json.dump(oss.published_config(size), open(os.path.join(d, "config.json"), "w"), indent=2)
+        rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", f"gpt-oss-{size}.cfg"),
+                           "--init-from", d, "--set", f"run_dir={os.path.join(tmp, 'run_' + size)}"])
+        want = f"num_hidden_layers = {L}, but the weights"
+        if rc != 2 or want not in out or "warning" in out:
+            bad.append(size)
+            tap.diag(f"gpt-oss-{size}: exit {rc}: {out[-800:]}")
+    tap.ok(not bad, "configs/gpt-oss-20b.cfg and -120b.cfg agree with the published config.json "
+                    "(no disagreement, no warning; stopped by the weights check only, exit 2)")
+
+
 def main():
     tap = Tap(N_CHECKS)
     if not os.access(fam.REF_DUMP, os.X_OK):
@@ -234,6 +264,7 @@ def main():
             exports(tap, dirs, cks, tmp)
             refusals(tap, tmp)
             export_refusal(tap, dirs, tmp)
+            recipes(tap, dirs, tmp)
         except Exception:
             tap.diag(traceback.format_exc())
         tap.fail_until(N_CHECKS, "stopped early")
