@@ -20,6 +20,8 @@ Checks:
     byte for byte (gate/up re-interleaved, the transposes), no _blocks/_scales, config.json's model
     keys equal to the fixture's and no quantization_config;
   - import -> export -> import: the second checkpoint's tensors equal the first's bit for bit;
+    2 steps trained from the import (fp32 values), exported in fp32 as shards, imported back:
+    bit for bit;
   - refused at import, exit 2, naming the tensor or key, no checkpoint written: gate_up_proj_blocks
     of another block shape, down_proj_scales of another shape, a scale byte of 255, rope_type
     "dynamic", quantization_config quant_method "fp8", swiglu_alpha 1.5;
@@ -48,7 +50,7 @@ import numpy as np  # noqa: E402
 from tap import Tap  # noqa: E402
 
 TOL = 1e-5
-N_CHECKS = 13
+N_CHECKS = 14
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                "hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling", "attention_bias",
@@ -210,6 +212,33 @@ def refusals(tap, tmp):
                     f"written: {len(cases) - len(bad)} of {len(cases)} ({'; '.join(c[0] for c in cases)})")
 
 
+def trained_roundtrip(tap, dirs, cks, tmp):
+    """Two AdamW steps from the bf16 import (fp32 weights no bf16 holds), exported in fp32 in
+    shards of at most 60 kB (TSR_HF_MAX_SHARD), imported back: the same tensors bit for bit."""
+    meta = json.load(open(os.path.join(dirs["gptoss_bf16"], "fixture.json")))
+    data = fam.dataset(tmp, "trained", np.array(meta["tokens"]))
+    sets = dict(meta["sets"], **fam.run_keys(tmp, "trained", data))
+    sets.update({"max_duration": "2ba", "save_interval": "2ba", "optim.lr": "1e-3",
+                 "optim.warmup": "0ba"})
+    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", "tiny.cfg"),
+                       "--init-from", cks["gptoss_bf16"]]
+                      + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
+    cks2 = sorted(f for f in os.listdir(sets["run_dir"]) if f.endswith(".h5")) if rc == 0 else []
+    ck = os.path.join(sets["run_dir"], cks2[-1]) if cks2 else ""
+    exp, back = os.path.join(tmp, "trained_export"), os.path.join(tmp, "trained_back.h5")
+    rc2, out2 = hfe.run(["env", "TSR_HF_MAX_SHARD=60000", hfe.TESSERA, "ckpt", "export", "--format",
+                         "hf", "--tokenizer", "none", ck, exp]) if ck else (-1, out)
+    shards = len([f for f in os.listdir(exp) if f.startswith("model-")]) if rc2 == 0 else 0
+    rc3, out3 = hfe.run([hfe.TESSERA, "ckpt", "import", exp, back]) if rc2 == 0 else (-1, "")
+    a = tensors(ck) if ck else {}
+    moved = bool(a) and not np.array_equal(a["expw1"], tensors(cks["gptoss_bf16"])["expw1"])
+    good = rc3 == 0 and shards > 1 and moved and same_tensors(a, tensors(back))
+    if not good:
+        tap.diag((out + out2 + out3)[-1500:])
+    tap.ok(good, f"2 steps trained from the import (expw1 moved: {moved}), exported in fp32 as "
+                 f"{shards} shards and imported back: every tensor bit for bit (exit {rc}/{rc2}/{rc3})")
+
+
 def export_refusal(tap, dirs, tmp):
     """The fixture's model without expert biases (one step from the seed): no class holds it."""
     meta = json.load(open(os.path.join(dirs["gptoss_bf16"], "fixture.json")))
@@ -263,6 +292,7 @@ def main():
             bare_runs(tap, dirs, meta, want, data, tmp)
             exports(tap, dirs, cks, tmp)
             refusals(tap, tmp)
+            trained_roundtrip(tap, dirs, cks, tmp)
             export_refusal(tap, dirs, tmp)
             recipes(tap, dirs, tmp)
         except Exception:
