@@ -1011,8 +1011,16 @@ static void put_word(filler *F, const char *run_key, const char *word, hf_arch a
     put(F, 0, run_key, word, from);
 }
 
-/* rope_theta and the Llama 3 scaling (rope_scaling, or transformers 5's rope_parameters); another
- * scaling type fills nothing (hf_config_check refuses it by name). */
+/* A scaling's original_max_position_embeddings (absent: def). */
+static void put_original(filler *F, const json_value *rs, long def) {
+    char v[32];
+    snprintf(v, sizeof v, "%ld", get_int(&F->c, rs, "original_max_position_embeddings", def));
+    put_key(F, 0, "model.rope_original_max_pos", rs, "original_max_position_embeddings", v);
+}
+
+/* rope_theta and the scaling (rope_scaling, or transformers 5's rope_parameters): Llama 3's,
+ * linear (Gemma) or YaRN (gpt-oss); another type fills nothing (hf_config_check refuses it by
+ * name, as it refuses linear or YaRN for a class without them). */
 static void fill_rope(filler *F) {
     const json_value *r = F->c.root, *rs = member(r, "rope_scaling");
     const char *key = "rope_scaling";
@@ -1031,28 +1039,21 @@ static void fill_rope(filler *F) {
         put(F, 0, "model.rope_scaling", "linear", from);
         put_num(F, "model.rope_factor", rs, "factor", 1);
     }
-    if (!strcmp(type, "yarn")) { /* hf_config_check refuses it for a class without it */
+    if (!strcmp(type, "yarn")) { /* gpt-oss; hf_config_check refuses it for a class without it */
         put(F, 0, "model.rope_scaling", "yarn", from);
         put_num(F, "model.rope_factor", rs, "factor", 32);
         put_num(F, "model.rope_beta_fast", rs, "beta_fast", 32);
         put_num(F, "model.rope_beta_slow", rs, "beta_slow", 1);
         put_key(F, 0, "model.rope_truncate", rs, "truncate",
                 get_bool(&F->c, rs, "truncate", 1) ? "true" : "false");
+        put_original(F, rs, 4096);
     }
-    if (strcmp(type, "llama3") != 0 && strcmp(type, "yarn") != 0) return;
-    if (!strcmp(type, "yarn")) {
-        char v[32];
-        snprintf(v, sizeof v, "%ld", get_int(&F->c, rs, "original_max_position_embeddings", 4096));
-        put_key(F, 0, "model.rope_original_max_pos", rs, "original_max_position_embeddings", v);
-        return;
-    }
+    if (strcmp(type, "llama3") != 0) return;
     put(F, 0, "model.rope_scaling", "llama3", from);
     put_num(F, "model.rope_factor", rs, "factor", 8);
     put_num(F, "model.rope_low_freq_factor", rs, "low_freq_factor", 1);
     put_num(F, "model.rope_high_freq_factor", rs, "high_freq_factor", 4);
-    char v[32];
-    snprintf(v, sizeof v, "%ld", get_int(&F->c, rs, "original_max_position_embeddings", 8192));
-    put_key(F, 0, "model.rope_original_max_pos", rs, "original_max_position_embeddings", v);
+    put_original(F, rs, 8192);
 }
 
 /* GptOssForCausalLM's router and experts (docs/moe.md "gpt-oss's experts"). */
