@@ -135,8 +135,9 @@ static void write_nope(textbuf *b, const tsr_model *m) {
     add(b, "],\n");
 }
 
-/* rope_scaling: Llama 3's, linear (Gemma), or null. */
-static void write_rope_scaling(textbuf *b, const tsr_model_config *c) {
+/* rope_scaling: Llama 3's, linear (Gemma), YaRN (gpt-oss), or null; gpt-oss without scaling
+ * writes {"rope_type": "default"} (GptOssConfig fills its YaRN in place of null: hf_gptoss.h). */
+static void write_rope_scaling(textbuf *b, const tsr_model_config *c, hf_arch a) {
     char f[32], lo[32], hi[32];
     if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
@@ -154,6 +155,8 @@ static void write_rope_scaling(textbuf *b, const tsr_model_config *c) {
             json_double(f, sizeof f, c->rope_factor), json_double(lo, sizeof lo, c->rope_beta_fast),
             json_double(hi, sizeof hi, c->rope_beta_slow), c->rope_original_max_pos,
             c->rope_truncate ? "true" : "false");
+    else if (a == HF_GPTOSS)
+        add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"default\"\n  },\n");
     else
         add(b, "  \"rope_scaling\": null,\n");
 }
@@ -184,7 +187,7 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     add(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
         rope_context(m), json_double(eps, sizeof eps, c->norm_eps),
         json_double(theta, sizeof theta, c->rope_theta));
-    write_rope_scaling(b, c);
+    write_rope_scaling(b, c, a);
     add(b, "  \"attention_dropout\": 0.0,\n");
     if (hf_family_of(a)->llama_bias)
         add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n%s", c->bias ? "true" : "false",
@@ -468,9 +471,14 @@ static void check_yarn(checker *c, const json_value *rs, const char *key, const 
     same_bool(c, name, get_bool(c, rs, "truncate", 1), "model.rope_truncate", mc->rope_truncate);
 }
 
+/* transformers' defaults when config.json has no rope_theta / rms_norm_eps: GptOssConfig's
+ * 150000 and 1e-5, LlamaConfig's 10000 and 1e-6 (the Llama family's readings). */
+static double default_theta(hf_arch a) { return a == HF_GPTOSS ? 150000 : 10000; }
+static double default_eps(hf_arch a) { return a == HF_GPTOSS ? 1e-5 : 1e-6; }
+
 /* rope_theta and rope_scaling (or transformers 5's rope_parameters holding both). */
 static void check_rope(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
-    double theta = get_num(c, r, "rope_theta", 10000);
+    double theta = get_num(c, r, "rope_theta", default_theta(a));
     const char *key = "rope_scaling";
     const json_value *rs = member(r, key);
     if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
@@ -483,6 +491,10 @@ static void check_rope(checker *c, const json_value *r, const tsr_model_config *
         fault(c, TSR_EXIT_DATA, "%s is a JSON %s, expected an object or null", key, json_type_name(rs->type));
     else if (rs && rs->type == JSON_OBJECT)
         type = get_str(c, rs, "rope_type", get_str(c, rs, "type", "default"));
+    else if (hf_family_of(a)->gptoss) /* GptOssConfig's own YaRN default; null differs by version */
+        fault(c, TSR_EXIT_DATA, "rope_scaling (or rope_parameters) is absent or null: GptOssConfig "
+              "then fills its own YaRN default (transformers 4.55 reads null as no scaling, 5.x as "
+              "that default); state it, as the published config.json does");
     same_num(c, "rope_theta", theta, "model.rope_theta", mc->rope_theta);
     int llama3 = mc->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
     if (!strcmp(type, "default")) {
@@ -903,7 +915,8 @@ static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_
              "model.intermediate_size", m->F, "");
     same(c, "vocab_size", get_int(c, r, "vocab_size", d->vocab), "model.vocab_size", mc->vocab_size, "");
     check_act(c, r, a);
-    same_num(c, "rms_norm_eps", get_num(c, r, "rms_norm_eps", 1e-6), "model.norm_eps", mc->norm_eps);
+    same_num(c, "rms_norm_eps", get_num(c, r, "rms_norm_eps", default_eps(a)), "model.norm_eps",
+             mc->norm_eps);
     check_unmapped(c, r, a);
     check_rope(c, r, mc, a);
     check_llama_extras(c, r, mc, a);
@@ -1021,7 +1034,7 @@ static void put_original(filler *F, const json_value *rs, long def) {
 /* rope_theta and the scaling (rope_scaling, or transformers 5's rope_parameters): Llama 3's,
  * linear (Gemma) or YaRN (gpt-oss); another type fills nothing (hf_config_check refuses it by
  * name, as it refuses linear or YaRN for a class without them). */
-static void fill_rope(filler *F) {
+static void fill_rope(filler *F, hf_arch a) {
     const json_value *r = F->c.root, *rs = member(r, "rope_scaling");
     const char *key = "rope_scaling";
     if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
@@ -1031,7 +1044,7 @@ static void fill_rope(filler *F) {
     int obj = rs && rs->type == JSON_OBJECT;
     const char *type = obj ? get_str(&F->c, rs, "rope_type", get_str(&F->c, rs, "type", "default")) : "default";
     if (obj && member(rs, "rope_theta")) put_num(F, "model.rope_theta", rs, "rope_theta", 10000);
-    else put_num(F, "model.rope_theta", r, "rope_theta", 10000);
+    else put_num(F, "model.rope_theta", r, "rope_theta", default_theta(a));
     char from[96];
     snprintf(from, sizeof from, "%s of type \"%s\"", key, type);
     if (!strcmp(type, "default")) put(F, 0, "model.rope_scaling", "none", from);
@@ -1133,8 +1146,8 @@ static void fill_llama(filler *F, hf_arch a) {
     put_int(F, 0, "model.head_dim", "head_dim", default_head_dim(a, C, NH));
     if (a != HF_MIXTRAL) put_int(F, 0, "model.intermediate_size", "intermediate_size", d->inter);
     put_int(F, 0, "model.vocab_size", "vocab_size", d->vocab);
-    put_num(F, "model.norm_eps", r, "rms_norm_eps", 1e-6);
-    fill_rope(F);
+    put_num(F, "model.norm_eps", r, "rms_norm_eps", default_eps(a));
+    fill_rope(F, a);
     int lb = hf_family_of(a)->llama_bias || a == HF_GPTOSS;
     if (lb) put_bool(F, "model.bias", "attention_bias", a == HF_GPTOSS);
     else put_word(F, "model.bias", "false", a, "no o_proj or MLP biases");

@@ -24,9 +24,10 @@ Checks:
     bit for bit;
   - refused at import, exit 2, naming the tensor or key, no checkpoint written: gate_up_proj_blocks
     of another block shape, down_proj_scales of another shape, a scale byte of 255, rope_type
-    "dynamic", quantization_config quant_method "fp8", swiglu_alpha 1.5;
+    "dynamic", quantization_config quant_method "fp8", swiglu_alpha 1.5, rope_scaling null;
   - a gpt-oss-shaped tessera model without the expert biases is refused by the export (exit 1,
     naming model.moe_expert_bias, nothing written);
+  - a gpt-oss model without YaRN exports rope_scaling {"rope_type": "default"} and imports back;
   - the recipes configs/gpt-oss-{20b,120b}.cfg against the published config.json
     (hf_fixture_gptoss.published_config): no disagreement or warning, only the (tiny) weights stop
     them.
@@ -50,7 +51,7 @@ import numpy as np  # noqa: E402
 from tap import Tap  # noqa: E402
 
 TOL = 1e-5
-N_CHECKS = 14
+N_CHECKS = 15
 CONFIG_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                "hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling", "attention_bias",
@@ -199,6 +200,8 @@ def refusals(tap, tmp):
          broken(tmp, "r_quant", quantization_config={"quant_method": "fp8"}),
          ["quantization_config.quant_method = \"fp8\""]),
         ("swiglu_alpha = 1.5", broken(tmp, "r_alpha", swiglu_alpha=1.5), ["swiglu_alpha = 1.5"]),
+        ("rope_scaling null (GptOssConfig's YaRN default differs by version)",
+         broken(tmp, "r_null", rope_scaling=None), ["rope_scaling (or rope_parameters) is absent or null"]),
     ]
     bad = []
     for what, d, needles in cases:
@@ -259,6 +262,27 @@ def export_refusal(tap, dirs, tmp):
            f"naming GptOssForCausalLM and model.moe_expert_bias, no weights written")
 
 
+def no_yarn(tap, dirs, tmp):
+    """A gpt-oss model without YaRN (one step from the seed): exported with rope_scaling
+    {"rope_type": "default"} (GptOssConfig would put its YaRN in place of null), which imports."""
+    meta = json.load(open(os.path.join(dirs["gptoss_bf16"], "fixture.json")))
+    data = fam.dataset(tmp, "noyarn", np.array(meta["tokens"]))
+    sets = dict(meta["sets"], **fam.run_keys(tmp, "noyarn", data))
+    sets.update({"model.rope_scaling": "none", "save_interval": "1ba"})
+    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", "tiny.cfg")]
+                      + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
+    cks = sorted(f for f in os.listdir(sets["run_dir"]) if f.endswith(".h5")) if rc == 0 else []
+    exp, back = os.path.join(tmp, "noyarn_export"), os.path.join(tmp, "noyarn_back.h5")
+    rc2, out2 = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none",
+                         os.path.join(sets["run_dir"], cks[-1]), exp]) if cks else (-1, out)
+    rs = json.load(open(os.path.join(exp, "config.json"))).get("rope_scaling") if rc2 == 0 else None
+    rc3, out3 = hfe.run([hfe.TESSERA, "ckpt", "import", exp, back]) if rc2 == 0 else (-1, "")
+    if rc3:
+        tap.diag((out + out2 + out3)[-1500:])
+    tap.ok(rc3 == 0 and rs == {"rope_type": "default"}, f"a gpt-oss model without YaRN exports "
+           f"rope_scaling {rs} (not null) and imports back (exit {rc}/{rc2}/{rc3})")
+
+
 def recipes(tap, dirs, tmp):
     """configs/gpt-oss-{20b,120b}.cfg --init-from a directory with the published config.json (and
     the tiny fixture's weights): every config.json check passes against the recipe's model block
@@ -294,6 +318,7 @@ def main():
             refusals(tap, tmp)
             trained_roundtrip(tap, dirs, cks, tmp)
             export_refusal(tap, dirs, tmp)
+            no_yarn(tap, dirs, tmp)
             recipes(tap, dirs, tmp)
         except Exception:
             tap.diag(traceback.format_exc())
