@@ -3,11 +3,12 @@
  * Accepted: model.safetensors, or the shards that model.safetensors.index.json names (F32, BF16 or
  * F16 tensors; names with or without the "transformer." / "model." prefix, as the *LMHeadModel /
  * *ForCausalLM classes and their base models save them) + config.json, for the model the run's
- * config describes. Ignored: GPT-2's attention-mask buffers (h.N.attn.bias of 4 dimensions,
- * h.N.attn.masked_bias) and the Llama family's rotary_emb.inv_freq, buffers older checkpoints
- * carry. With a tied head, lm_head.weight, when present, must equal wte. Any other tensor is
- * refused by name, as is a missing one or one of the wrong shape. Into a GPT-2-style run without
- * biases, a GPT-2 checkpoint imports only if all its biases are 0 (e.g. one exported from such a run).
+ * config describes; gpt-oss's experts also as MXFP4 _blocks + _scales (U8: hf_gptoss.h).
+ * Ignored: GPT-2's attention-mask buffers (h.N.attn.bias of 4 dimensions, h.N.attn.masked_bias)
+ * and the Llama family's rotary_emb.inv_freq, buffers older checkpoints carry. With a tied head,
+ * lm_head.weight, when present, must equal wte. Any other tensor is refused by name, as is a
+ * missing one or one of the wrong shape. Into a GPT-2-style run without biases, a GPT-2
+ * checkpoint imports only if all its biases are 0 (e.g. one exported from such a run).
  */
 #include <math.h>
 #include <stdio.h>

@@ -13,7 +13,8 @@
  * Mixtures of experts (docs/moe.md): a MoE layer's router is routerw[slot] (E, C); expert e's
  * gate / up projections are rows [0, FE) / [FE, 2FE) of expw1[slot, e] and its down projection
  * expw2[slot, e] (C, FE), each again one contiguous block. slot = model_layer_slot: the MoE layers
- * and the dense-MLP layers are stacked apart.
+ * and the dense-MLP layers are stacked apart. GptOssForCausalLM's experts are one tensor per layer
+ * for all E, permuted inside the block (transposed, gate/up interleaved): hf_gptoss.h.
  */
 #include <errno.h>
 #include <fcntl.h>
