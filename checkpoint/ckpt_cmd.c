@@ -220,11 +220,13 @@ static const cli_opt export_opts[] = {
     [EXPORT_TOKENIZER] = {"tokenizer", 't', "SPEC", "gpt2, a directory with encoder.json + vocab.bpe, "
                           "or none (default: the checkpoint's data.tokenizer)"},
     [EXPORT_ARCH] = {"arch", CLI_NO_SHORT('a'), "TYPE", "a RoPE model's model_type: llama, mistral, "
-                     "qwen2, qwen3, mixtral, qwen3_moe, olmo2, olmo3, gemma3_text, gemma2 or smollm3 "
+                     "qwen2, qwen3, mixtral, qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3 or "
+                     "gpt_oss "
                      "(default: "
                      "gemma3_text with sandwich norms, GeGLU or the embedding scale (gemma2 "
                      "without qk_norm); smollm3 with no_rope_layers; olmo3 with post "
-                     "norms and windows, else olmo2; with experts qwen3_moe with qk_norm, else "
+                     "norms and windows, else olmo2; with experts gpt_oss with sinks or a gpt-oss "
+                     "key, qwen3_moe with qk_norm, else "
                      "mixtral; qwen3 with qk_norm, qwen2 with qkv_bias, else llama)"},
     [EXPORT_ADAPTER] = {"adapter", CLI_NO_SHORT('A'), NULL, "a LoRA checkpoint: its adapters "
                         "as a PEFT directory (adapter_config.json + adapter_model.safetensors; "

@@ -485,9 +485,10 @@ const char *config_rope_variant_key(const tsr_model_config *m);
 const char *config_attn_variant_key(const tsr_model_config *m);
 /* gpt-oss's MoE (docs/moe.md "gpt-oss's experts"): the key of a MoE model that sets
  * model.moe_router_bias, model.moe_expert_bias, model.moe_act = "gptoss" or
- * model.moe_shared_gate, or NULL. The CUDA
- * backend and the Hugging Face export do not run them yet (config_attn_variant_key returns it
- * last); the ring of context parallelism does (the MLP is per row). */
+ * model.moe_shared_gate, or NULL. The CUDA backend does not run them yet
+ * (config_attn_variant_key returns it last); the Hugging Face export writes gpt-oss's as
+ * GptOssForCausalLM and the shared gate as Qwen3NextForCausalLM only; the ring of context
+ * parallelism runs them (the MLP is per row). */
 const char *config_moe_variant_key(const tsr_model_config *m);
 /* The MLP is gated (SwiGLU, GeGLU): fcw holds the gate rows then the up rows (2F) */
 int config_mlp_gated(const tsr_model_config *m);

@@ -65,9 +65,9 @@ double hf_aux_coef(const tsr_model *m, double coef) { return coef * m->LM / m->K
 static void write_moe(textbuf *b, const tsr_model *m, hf_arch a) {
     char coef[32];
     json_double(coef, sizeof coef, hf_aux_coef(m, m->cfg.moe_aux_loss_coef));
-    if (a == HF_MIXTRAL)
-        add(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
-                "  \"router_jitter_noise\": 0.0,\n", m->E, m->K);
+    if (a == HF_MIXTRAL || a == HF_GPTOSS)
+        add(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n%s", m->E, m->K,
+            a == HF_MIXTRAL ? "  \"router_jitter_noise\": 0.0,\n" : "");
     else
         add(b, "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
                 "  \"moe_intermediate_size\": %d,\n  \"norm_topk_prob\": %s,\n"
@@ -83,7 +83,8 @@ static int rope_context(const tsr_model *m) {
     const tsr_model_config *c = &m->cfg;
     double scaled = c->rope_original_max_pos * c->rope_factor;
     if (c->max_seq_len > 0) return c->max_seq_len;
-    if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3 && scaled > m->maxT && scaled < 1e9) return (int)scaled;
+    int scales = c->rope_scaling == TSR_ROPE_SCALING_LLAMA3 || c->rope_scaling == TSR_ROPE_SCALING_YARN;
+    if (scales && scaled > m->maxT && scaled < 1e9) return (int)scaled;
     return m->maxT;
 }
 
@@ -135,8 +136,9 @@ static void write_nope(textbuf *b, const tsr_model *m) {
     add(b, "],\n");
 }
 
-/* rope_scaling: Llama 3's, linear (Gemma), or null. */
-static void write_rope_scaling(textbuf *b, const tsr_model_config *c) {
+/* rope_scaling: Llama 3's, linear (Gemma), YaRN (gpt-oss), or null; gpt-oss without scaling
+ * writes {"rope_type": "default"} (GptOssConfig fills its YaRN in place of null: hf_gptoss.h). */
+static void write_rope_scaling(textbuf *b, const tsr_model_config *c, hf_arch a) {
     char f[32], lo[32], hi[32];
     if (c->rope_scaling == TSR_ROPE_SCALING_LLAMA3)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n    \"factor\": %s,\n"
@@ -147,8 +149,27 @@ static void write_rope_scaling(textbuf *b, const tsr_model_config *c) {
     else if (c->rope_scaling == TSR_ROPE_SCALING_LINEAR)
         add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"linear\",\n    \"factor\": %s\n  },\n",
             json_double(f, sizeof f, c->rope_factor));
+    else if (c->rope_scaling == TSR_ROPE_SCALING_YARN) /* gpt-oss (hf_arch_of refuses it elsewhere) */
+        add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"yarn\",\n    \"factor\": %s,\n"
+                "    \"beta_fast\": %s,\n    \"beta_slow\": %s,\n"
+                "    \"original_max_position_embeddings\": %d,\n    \"truncate\": %s\n  },\n",
+            json_double(f, sizeof f, c->rope_factor), json_double(lo, sizeof lo, c->rope_beta_fast),
+            json_double(hi, sizeof hi, c->rope_beta_slow), c->rope_original_max_pos,
+            c->rope_truncate ? "true" : "false");
+    else if (a == HF_GPTOSS)
+        add(b, "  \"rope_scaling\": {\n    \"rope_type\": \"default\"\n  },\n");
     else
         add(b, "  \"rope_scaling\": null,\n");
+}
+
+/* GptOssConfig's keys beyond LlamaConfig's: q, k, v, o biases, the windows, the unit's clamp
+ * (swiglu_alpha stays transformers' fixed 1.702); the experts' keys follow (write_moe). */
+static void write_gptoss(textbuf *b, const tsr_model *m) {
+    char v[32];
+    add(b, "  \"attention_bias\": %s,\n  \"sliding_window\": %d,\n", m->cfg.bias ? "true" : "false",
+        m->cfg.sliding_window > 0 ? m->cfg.sliding_window : 128);
+    write_layer_types(b, m);
+    add(b, "  \"swiglu_limit\": %s,\n", json_double(v, sizeof v, m->cfg.swiglu_limit));
 }
 
 /* The Llama family's keys (LlamaConfig and its relatives). */
@@ -165,7 +186,8 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     int gemma = hf_family_of(a)->mlp == TSR_MLP_GEGLU_TANH;
     add(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
             "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n", m->V, m->C, a == HF_MIXTRAL ? m->FE : m->F, m->L,
+            "  \"num_key_value_heads\": %d,\n", m->V, m->C,
+        a == HF_MIXTRAL || a == HF_GPTOSS ? m->FE : m->F, m->L,
         m->NH, m->KVH);
     if (hf_family_of(a)->head_dim_key) add(b, "  \"head_dim\": %d,\n", m->hs);
     add(b, "  \"%s\": \"%s\",\n", gemma ? "hidden_activation" : "hidden_act",
@@ -173,7 +195,7 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     add(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n",
         rope_context(m), json_double(eps, sizeof eps, c->norm_eps),
         json_double(theta, sizeof theta, c->rope_theta));
-    write_rope_scaling(b, c);
+    write_rope_scaling(b, c, a);
     add(b, "  \"attention_dropout\": 0.0,\n");
     if (hf_family_of(a)->llama_bias)
         add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n%s", c->bias ? "true" : "false",
@@ -182,6 +204,8 @@ static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
         write_nope(b, m);
     else if (a == HF_MISTRAL || a == HF_MIXTRAL)
         add(b, "  \"sliding_window\": null,\n");
+    else if (a == HF_GPTOSS)
+        write_gptoss(b, m);
     else if (a >= HF_OLMO2)
         write_family(b, m, a);
     else if (a != HF_LLAMA)
@@ -417,9 +441,52 @@ static void check_linear(checker *c, const json_value *rs, const char *key,
     same_num(c, name, v, "model.rope_factor", mc->rope_factor);
 }
 
+static const char *const scaling_word[] = {"none", "llama3", "linear", "yarn"};
+
+/* rope_scaling of type "yarn" (gpt-oss): factor, beta_fast, beta_slow,
+ * original_max_position_embeddings and truncate against the run's model.rope_* keys; an
+ * attention factor of its own (attention_factor, mscale, mscale_all_dim) is refused: tessera's is
+ * 0.1 ln(factor) + 1, transformers' default. */
+static void check_yarn(checker *c, const json_value *rs, const char *key, const tsr_model_config *mc) {
+    static const struct { const char *hf, *run; size_t off; double def; } k[] = {
+        {"factor", "model.rope_factor", offsetof(tsr_model_config, rope_factor), NAN},
+        {"beta_fast", "model.rope_beta_fast", offsetof(tsr_model_config, rope_beta_fast), 32},
+        {"beta_slow", "model.rope_beta_slow", offsetof(tsr_model_config, rope_beta_slow), 1},
+    };
+    static const char *const own[] = {"attention_factor", "mscale", "mscale_all_dim"};
+    char name[96];
+    if (mc->rope_scaling != TSR_ROPE_SCALING_YARN)
+        fault(c, TSR_EXIT_USAGE, "%s.rope_type = \"yarn\", but this run has model.rope_scaling = "
+              "\"%s\": set --set model.rope_scaling=yarn (and the rope_* keys)", key,
+              scaling_word[mc->rope_scaling]);
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        const json_value *v = member(rs, own[i]);
+        if (v && v->type != JSON_NULL)
+            fault(c, TSR_EXIT_DATA, "%s.%s is set: not supported (tessera's YaRN scales attention "
+                  "by 0.1 ln(factor) + 1, transformers' default); only null is accepted", key, own[i]);
+    }
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        double v = get_num(c, rs, k[i].hf, k[i].def);
+        snprintf(name, sizeof name, "%s.%s", key, k[i].hf);
+        if (isnan(v)) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"yarn\" needs it)", name);
+        same_num(c, name, v, k[i].run, *(const double *)((const char *)mc + k[i].off));
+    }
+    snprintf(name, sizeof name, "%s.original_max_position_embeddings", key);
+    long omp = get_int(c, rs, "original_max_position_embeddings", -1);
+    if (omp < 0) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"yarn\" needs it)", name);
+    same(c, name, omp, "model.rope_original_max_pos", mc->rope_original_max_pos, "");
+    snprintf(name, sizeof name, "%s.truncate", key);
+    same_bool(c, name, get_bool(c, rs, "truncate", 1), "model.rope_truncate", mc->rope_truncate);
+}
+
+/* transformers' defaults when config.json has no rope_theta / rms_norm_eps: GptOssConfig's
+ * 150000 and 1e-5, LlamaConfig's 10000 and 1e-6 (the Llama family's readings). */
+static double default_theta(hf_arch a) { return a == HF_GPTOSS ? 150000 : 10000; }
+static double default_eps(hf_arch a) { return a == HF_GPTOSS ? 1e-5 : 1e-6; }
+
 /* rope_theta and rope_scaling (or transformers 5's rope_parameters holding both). */
 static void check_rope(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
-    double theta = get_num(c, r, "rope_theta", 10000);
+    double theta = get_num(c, r, "rope_theta", default_theta(a));
     const char *key = "rope_scaling";
     const json_value *rs = member(r, key);
     if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
@@ -432,12 +499,20 @@ static void check_rope(checker *c, const json_value *r, const tsr_model_config *
         fault(c, TSR_EXIT_DATA, "%s is a JSON %s, expected an object or null", key, json_type_name(rs->type));
     else if (rs && rs->type == JSON_OBJECT)
         type = get_str(c, rs, "rope_type", get_str(c, rs, "type", "default"));
+    else if (hf_family_of(a)->gptoss) /* GptOssConfig's own YaRN default; null differs by version */
+        fault(c, TSR_EXIT_DATA, "rope_scaling (or rope_parameters) is absent or null: GptOssConfig "
+              "then fills its own YaRN default (transformers 4.55 reads null as no scaling, 5.x as "
+              "that default); state it, as the published config.json does");
     same_num(c, "rope_theta", theta, "model.rope_theta", mc->rope_theta);
     int llama3 = mc->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
     if (!strcmp(type, "default")) {
         if (mc->rope_scaling != TSR_ROPE_SCALING_NONE)
             fault(c, TSR_EXIT_USAGE, "%s has no scaling, but this run has model.rope_scaling = "
-                  "\"%s\": set --set model.rope_scaling=none", key, llama3 ? "llama3" : "linear");
+                  "\"%s\": set --set model.rope_scaling=none", key, scaling_word[mc->rope_scaling]);
+        return;
+    }
+    if (!strcmp(type, "yarn") && hf_family_of(a)->gptoss) {
+        check_yarn(c, rs, key, mc);
         return;
     }
     if (!strcmp(type, "linear") && hf_family_of(a)->rope_linear) {
@@ -446,8 +521,8 @@ static void check_rope(checker *c, const json_value *r, const tsr_model_config *
     }
     if (strcmp(type, "llama3") != 0) {
         fault(c, TSR_EXIT_DATA, "%s.rope_type = \"%s\": tessera reads the plain frequencies, "
-              "Llama 3's scaling (\"llama3\") and, for Gemma 2 and 3, \"linear\" only; dynamic, "
-              "yarn, longrope and the others are not supported for %s", key, type,
+              "Llama 3's scaling (\"llama3\"), for Gemma 2 and 3 \"linear\" and for gpt-oss \"yarn\" "
+              "only; dynamic, longrope and the others are not supported for %s", key, type,
               hf_class_name[a]);
         return;
     }
@@ -491,8 +566,11 @@ static void check_window(checker *c, const json_value *r, const tsr_model *m, hf
 
 /* The run must have the biases and QK-norm of the class. */
 static void check_llama_extras(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
-    int ab = a == HF_QWEN2 ? 0 : get_bool(c, r, "attention_bias", 0);
-    if (hf_family_of(a)->llama_bias) {
+    int ab = a == HF_QWEN2 ? 0 : get_bool(c, r, "attention_bias", a == HF_GPTOSS);
+    if (a == HF_GPTOSS) { /* q, k, v and o biases (no dense MLP to hold others) = model.bias */
+        same_bool(c, "attention_bias", ab, "model.bias", mc->bias);
+        if (!ab) same_bool(c, "attention_bias", 0, "model.qkv_bias", mc->qkv_bias);
+    } else if (hf_family_of(a)->llama_bias) {
         int mb = get_bool(c, r, "mlp_bias", 0);
         if (ab != mb)
             fault(c, TSR_EXIT_DATA, "attention_bias = %s and mlp_bias = %s: tessera's model.bias "
@@ -530,16 +608,28 @@ static const struct llama_defaults {
     [HF_GEMMA3] = {262208, 2304, 9216, 26, 8, 4},     [HF_GEMMA2] = {256000, 2304, 9216, 26, 8, 4},
     [HF_SMOLLM3] = {128256, 2048, 11008, 36, 16, 4},
     [HF_QWEN3NEXT] = {151936, 2048, 5632, 48, 16, 2}, /* (hf_qwen3next.c reads its config) */
+    [HF_GPTOSS] = {201088, 2880, 2880, 36, 64, 8},
 };
 _Static_assert(sizeof llama_def / sizeof llama_def[0] == HF_ARCH_COUNT, "one row per class");
+
+/* gpt-oss's clamped unit: swiglu_limit = model.swiglu_limit; swiglu_alpha (transformers 5) must
+ * be the 1.702 tessera's unit has. */
+static void check_gptoss_unit(checker *c, const json_value *r, const tsr_model_config *mc) {
+    same_num(c, "swiglu_limit", get_num(c, r, "swiglu_limit", 7.0), "model.swiglu_limit",
+             mc->swiglu_limit);
+    double alpha = get_num(c, r, "swiglu_alpha", 1.702);
+    if (alpha != 1.702)
+        fault(c, TSR_EXIT_DATA, "swiglu_alpha = %g: tessera's gpt-oss unit has the fixed 1.702 of "
+              "transformers' GptOssExperts", alpha);
+}
 
 /* The experts: a dense class into a MoE run (or the reverse) is refused; E, K, FE, the layers
  * that are MoE and the weights' normalisation must be the run's. */
 static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_arch a) {
     const tsr_model_config *mc = &m->cfg;
-    int mix = a == HF_MIXTRAL;
+    int mix = a == HF_MIXTRAL || a == HF_GPTOSS, oss = a == HF_GPTOSS; /* gpt-oss: Mixtral's keys */
     const char *ek = mix ? "num_local_experts" : "num_experts";
-    long E = hf_arch_moe(a) ? get_int(c, r, ek, mix ? 8 : 128) : 0;
+    long E = hf_arch_moe(a) ? get_int(c, r, ek, mix && !oss ? 8 : 128) : 0;
     if (!hf_arch_moe(a) || !m->E) {
         if (hf_arch_moe(a) != (m->E > 0))
             fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" %s, but this run has model.moe_experts = "
@@ -548,15 +638,16 @@ static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_ar
         return;
     }
     same(c, ek, E, "model.moe_experts", m->E, "");
-    same(c, "num_experts_per_tok", get_int(c, r, "num_experts_per_tok", mix ? 2 : 8),
+    same(c, "num_experts_per_tok", get_int(c, r, "num_experts_per_tok", oss ? 4 : mix ? 2 : 8),
          "model.moe_top_k", m->K, "");
     const char *fe = mix ? "intermediate_size" : "moe_intermediate_size";
-    same(c, fe, get_int(c, r, fe, mix ? 14336 : 768), "model.moe_intermediate_size", m->FE,
+    same(c, fe, get_int(c, r, fe, oss ? 2880 : mix ? 14336 : 768), "model.moe_intermediate_size", m->FE,
          mc->moe_intermediate_size ? "" : " (0 = the dense MLP width)");
     const char *need = hf_moe_need(m, a);
     if (need)
         fault(c, TSR_EXIT_USAGE, "%s cannot hold this run's experts: it needs %s (set those keys "
               "with --set)", hf_class_name[a], need);
+    if (oss) check_gptoss_unit(c, r, &m->cfg);
     if (!mix) {
         same(c, "decoder_sparse_step", get_int(c, r, "decoder_sparse_step", 1), "model.moe_every",
              mc->moe_every, "");
@@ -706,7 +797,7 @@ static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_v
     if (f->nope) read_nope(c, r, L, v);
     if (!f->windows) return;
     read_layer_types(c, r, a, L, v);
-    v->window = get_int(c, r, "sliding_window", 4096);
+    v->window = get_int(c, r, "sliding_window", f->gptoss ? 128 : 4096);
     int any = 0;
     long p = period_of(v->sliding, L);
     for (long l = 0; l < L; l++) any |= v->sliding[l];
@@ -761,9 +852,10 @@ static void check_family(checker *c, const json_value *r, const tsr_model *m, hf
               "this run has model.embed_scale = \"%s\": set --set model.embed_scale=%s", mt,
               f->embed ? "scales" : "does not scale", mc->embed_scale ? "sqrt_d_model" : "none",
               f->embed ? "sqrt_d_model" : "none");
-    if (mc->attn_sinks)
-        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has no attention sinks, but this run has "
-              "model.attn_sinks = true: set --set model.attn_sinks=false", mt);
+    if (mc->attn_sinks != f->gptoss)
+        fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has %s, but this run has model.attn_sinks = "
+              "%s: set --set model.attn_sinks=%s", mt, f->gptoss ? "attention sinks" :
+              "no attention sinks", mc->attn_sinks ? "true" : "false", f->gptoss ? "true" : "false");
     double q = v.qpas > 0 ? v.qpas : m->hs, run = mc->query_pre_attn_scalar > 0 ? mc->query_pre_attn_scalar : m->hs;
     if (!c->rc && q != run)
         fault(c, TSR_EXIT_USAGE, "query_pre_attn_scalar = %g, but this run's is %g: set --set "
@@ -785,9 +877,11 @@ static void check_family(checker *c, const json_value *r, const tsr_model *m, hf
     }
 }
 
-/* transformers' head_dim when config.json has none: Qwen3Config 128, Gemma 256, else C / NH. */
+/* transformers' head_dim when config.json has none: Qwen3Config 128, Gemma 256, GptOssConfig 64,
+ * else C / NH. */
 static long default_head_dim(hf_arch a, long C, long NH) {
     if (a == HF_QWEN3) return 128;
+    if (a == HF_GPTOSS) return 64;
     if (hf_family_of(a)->mlp == TSR_MLP_GEGLU_TANH) return 256;
     return NH > 0 ? C / NH : 0;
 }
@@ -831,12 +925,26 @@ static void check_llama(checker *c, const json_value *r, const tsr_model *m, hf_
              "model.intermediate_size", m->F, "");
     same(c, "vocab_size", get_int(c, r, "vocab_size", d->vocab), "model.vocab_size", mc->vocab_size, "");
     check_act(c, r, a);
-    same_num(c, "rms_norm_eps", get_num(c, r, "rms_norm_eps", 1e-6), "model.norm_eps", mc->norm_eps);
+    same_num(c, "rms_norm_eps", get_num(c, r, "rms_norm_eps", default_eps(a)), "model.norm_eps",
+             mc->norm_eps);
     check_unmapped(c, r, a);
     check_rope(c, r, mc, a);
     check_llama_extras(c, r, mc, a);
     check_window(c, r, m, a);
     check_family(c, r, m, a);
+}
+
+/* quantization_config: absent or null, or MXFP4 experts of gpt-oss (out->mxfp4; hf_gptoss.h). */
+static void check_quant(checker *c, const json_value *r, hf_config *out) {
+    const json_value *q = member(r, "quantization_config");
+    out->mxfp4 = 0;
+    if (!q || q->type == JSON_NULL) return;
+    const char *how = get_str(c, q, "quant_method", "");
+    if (out->arch == HF_GPTOSS && !strcmp(how, "mxfp4"))
+        out->mxfp4 = 1;
+    else if (!c->rc)
+        fault(c, TSR_EXIT_DATA, "quantization_config.quant_method = \"%s\": tessera reads "
+              "unquantised weights, and gpt-oss's MXFP4 experts (\"mxfp4\") only", how);
 }
 
 int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
@@ -857,13 +965,14 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT)
         fault(&c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\", \"gemma3_text\", \"gemma2\", \"smollm3\" and \"qwen3_next\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\", \"smollm3\", \"qwen3_next\" and \"gpt_oss\" only", mt);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
         else if (out->arch == HF_MPT) check_mpt(&c, root, m);
         else if (out->arch == HF_QWEN3NEXT) c.rc = hf_qwen3next_check(root, path, m);
         else check_llama(&c, root, m, out->arch);
         if (out->arch != HF_QWEN3NEXT) check_moe(&c, root, m, out->arch);
+        check_quant(&c, root, out);
         if (out->arch < HF_LLAMA) check_eps(&c, root);
         out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA ||
                              hf_family_of(out->arch)->tied);
@@ -926,9 +1035,17 @@ static void put_word(filler *F, const char *run_key, const char *word, hf_arch a
     put(F, 0, run_key, word, from);
 }
 
-/* rope_theta and the Llama 3 scaling (rope_scaling, or transformers 5's rope_parameters); another
- * scaling type fills nothing (hf_config_check refuses it by name). */
-static void fill_rope(filler *F) {
+/* A scaling's original_max_position_embeddings (absent: def). */
+static void put_original(filler *F, const json_value *rs, long def) {
+    char v[32];
+    snprintf(v, sizeof v, "%ld", get_int(&F->c, rs, "original_max_position_embeddings", def));
+    put_key(F, 0, "model.rope_original_max_pos", rs, "original_max_position_embeddings", v);
+}
+
+/* rope_theta and the scaling (rope_scaling, or transformers 5's rope_parameters): Llama 3's,
+ * linear (Gemma) or YaRN (gpt-oss); another type fills nothing (hf_config_check refuses it by
+ * name, as it refuses linear or YaRN for a class without them). */
+static void fill_rope(filler *F, hf_arch a) {
     const json_value *r = F->c.root, *rs = member(r, "rope_scaling");
     const char *key = "rope_scaling";
     if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
@@ -938,7 +1055,7 @@ static void fill_rope(filler *F) {
     int obj = rs && rs->type == JSON_OBJECT;
     const char *type = obj ? get_str(&F->c, rs, "rope_type", get_str(&F->c, rs, "type", "default")) : "default";
     if (obj && member(rs, "rope_theta")) put_num(F, "model.rope_theta", rs, "rope_theta", 10000);
-    else put_num(F, "model.rope_theta", r, "rope_theta", 10000);
+    else put_num(F, "model.rope_theta", r, "rope_theta", default_theta(a));
     char from[96];
     snprintf(from, sizeof from, "%s of type \"%s\"", key, type);
     if (!strcmp(type, "default")) put(F, 0, "model.rope_scaling", "none", from);
@@ -946,22 +1063,39 @@ static void fill_rope(filler *F) {
         put(F, 0, "model.rope_scaling", "linear", from);
         put_num(F, "model.rope_factor", rs, "factor", 1);
     }
+    if (!strcmp(type, "yarn")) { /* gpt-oss; hf_config_check refuses it for a class without it */
+        put(F, 0, "model.rope_scaling", "yarn", from);
+        put_num(F, "model.rope_factor", rs, "factor", 32);
+        put_num(F, "model.rope_beta_fast", rs, "beta_fast", 32);
+        put_num(F, "model.rope_beta_slow", rs, "beta_slow", 1);
+        put_key(F, 0, "model.rope_truncate", rs, "truncate",
+                get_bool(&F->c, rs, "truncate", 1) ? "true" : "false");
+        put_original(F, rs, 4096);
+    }
     if (strcmp(type, "llama3") != 0) return;
     put(F, 0, "model.rope_scaling", "llama3", from);
     put_num(F, "model.rope_factor", rs, "factor", 8);
     put_num(F, "model.rope_low_freq_factor", rs, "low_freq_factor", 1);
     put_num(F, "model.rope_high_freq_factor", rs, "high_freq_factor", 4);
-    char v[32];
-    snprintf(v, sizeof v, "%ld", get_int(&F->c, rs, "original_max_position_embeddings", 8192));
-    put_key(F, 0, "model.rope_original_max_pos", rs, "original_max_position_embeddings", v);
+    put_original(F, rs, 8192);
+}
+
+/* GptOssForCausalLM's router and experts (docs/moe.md "gpt-oss's experts"). */
+static void fill_gptoss(filler *F, hf_arch a) {
+    put_word(F, "model.moe_router_bias", "true", a, "a router bias");
+    put_word(F, "model.moe_expert_bias", "true", a, "expert biases");
+    put_word(F, "model.moe_act", "gptoss", a, "the clamped unit");
+    put_num(F, "model.swiglu_limit", F->c.root, "swiglu_limit", 7.0);
+    put_word(F, "model.attn_sinks", "true", a, "a sink logit per head");
 }
 
 static void fill_moe(filler *F, hf_arch a) {
-    int mix = a == HF_MIXTRAL;
-    put_int(F, 0, "model.moe_experts", mix ? "num_local_experts" : "num_experts", mix ? 8 : 128);
-    put_int(F, 0, "model.moe_top_k", "num_experts_per_tok", mix ? 2 : 8);
+    int mix = a == HF_MIXTRAL || a == HF_GPTOSS, oss = a == HF_GPTOSS;
+    put_int(F, 0, "model.moe_experts", mix ? "num_local_experts" : "num_experts", mix && !oss ? 8 : 128);
+    put_int(F, 0, "model.moe_top_k", "num_experts_per_tok", oss ? 4 : mix ? 2 : 8);
     put_int(F, 0, "model.moe_intermediate_size", mix ? "intermediate_size" : "moe_intermediate_size",
-            mix ? 14336 : 768);
+            oss ? 2880 : mix ? 14336 : 768);
+    if (oss) fill_gptoss(F, a);
     put_word(F, "model.moe_shared_size", "0", a, "no shared expert");
     if (mix) {
         put_word(F, "model.moe_every", "1", a, "experts in every layer");
@@ -1004,6 +1138,7 @@ static void fill_family(filler *F, hf_arch a, long L) {
     put(F, 0, "model.layer_types", v.types, "layer_types (its shortest repeating pattern)");
     snprintf(val, sizeof val, "%ld", v.window);
     put(F, 0, "model.sliding_window", val, member(F->c.root, "sliding_window") ? "sliding_window"
+        : f->gptoss ? "no sliding_window (transformers' default: 128)"
         : "no sliding_window (transformers' default: 4096)");
 }
 
@@ -1022,12 +1157,12 @@ static void fill_llama(filler *F, hf_arch a) {
     put_int(F, 0, "model.head_dim", "head_dim", default_head_dim(a, C, NH));
     if (a != HF_MIXTRAL) put_int(F, 0, "model.intermediate_size", "intermediate_size", d->inter);
     put_int(F, 0, "model.vocab_size", "vocab_size", d->vocab);
-    put_num(F, "model.norm_eps", r, "rms_norm_eps", 1e-6);
-    fill_rope(F);
-    int lb = hf_family_of(a)->llama_bias;
-    if (lb) put_bool(F, "model.bias", "attention_bias", 0);
+    put_num(F, "model.norm_eps", r, "rms_norm_eps", default_eps(a));
+    fill_rope(F, a);
+    int lb = hf_family_of(a)->llama_bias || a == HF_GPTOSS;
+    if (lb) put_bool(F, "model.bias", "attention_bias", a == HF_GPTOSS);
     else put_word(F, "model.bias", "false", a, "no o_proj or MLP biases");
-    if (lb && !get_bool(&F->c, r, "attention_bias", 0))
+    if (lb && !get_bool(&F->c, r, "attention_bias", a == HF_GPTOSS))
         put_word(F, "model.qkv_bias", "false", a, "no q/k/v biases without attention_bias");
     else if (!lb)
         put_word(F, "model.qkv_bias", a == HF_QWEN2 ? "true" : "false", a,
@@ -1097,7 +1232,7 @@ int hf_config_fill(const char *dir, tsr_config_fill *f) {
     if (!F.c.rc && a == HF_ARCH_COUNT)
         fault(&F.c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", "
               "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", "
-              "\"olmo3\", \"gemma3_text\", \"gemma2\", \"smollm3\" and \"qwen3_next\" only", mt);
+              "\"olmo3\", \"gemma3_text\", \"gemma2\", \"smollm3\", \"qwen3_next\" and \"gpt_oss\" only", mt);
     if (!F.c.rc) {
         if (a < HF_LLAMA) fill_gpt2_mpt(&F, a);
         else if (a == HF_QWEN3NEXT) F.c.rc = hf_qwen3next_fill(root, f->source, f);

@@ -29,6 +29,7 @@
 #include "fsutil.h"
 #include "progress.h"
 #include "hf/hf.h"
+#include "hf/hf_gptoss.h"
 #include "hf/hf_internal.h"
 #include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
@@ -337,7 +338,8 @@ int hf_export_check_opts(const hf_export_opts *o) {
     uint64_t max_shard;
     if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
         tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
-                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next; GPT-2 and MPT follow from model.pos)", o->arch);
+                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next, gpt_oss; GPT-2 "
+                  "and MPT follow from model.pos)", o->arch);
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);
@@ -382,6 +384,8 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
         if (tab[k].groups) st[k].src = joined[k] = join_runs(m, &tab[k]);
         st[k].transpose = tab[k].transpose;
         st[k].add = -tab[k].add; /* Gemma's norms: HF's w = tessera's weight - 1 */
+        if (tab[k].experts) /* its permutation (transposes included) */
+            st[k].index = hf_gptoss_src_index, st[k].ctx = &tab[k], st[k].transpose = 0;
     }
     int rc = write_weights(out_dir, st, n, o->source, max_shard, &bytes, &nshards);
     for (int k = 0; k < n; k++) free(joined[k]);

@@ -3,11 +3,12 @@
  * Accepted: model.safetensors, or the shards that model.safetensors.index.json names (F32, BF16 or
  * F16 tensors; names with or without the "transformer." / "model." prefix, as the *LMHeadModel /
  * *ForCausalLM classes and their base models save them) + config.json, for the model the run's
- * config describes. Ignored: GPT-2's attention-mask buffers (h.N.attn.bias of 4 dimensions,
- * h.N.attn.masked_bias) and the Llama family's rotary_emb.inv_freq, buffers older checkpoints
- * carry. With a tied head, lm_head.weight, when present, must equal wte. Any other tensor is
- * refused by name, as is a missing one or one of the wrong shape. Into a GPT-2-style run without
- * biases, a GPT-2 checkpoint imports only if all its biases are 0 (e.g. one exported from such a run).
+ * config describes; gpt-oss's experts also as MXFP4 _blocks + _scales (U8: hf_gptoss.h).
+ * Ignored: GPT-2's attention-mask buffers (h.N.attn.bias of 4 dimensions, h.N.attn.masked_bias)
+ * and the Llama family's rotary_emb.inv_freq, buffers older checkpoints carry. With a tied head,
+ * lm_head.weight, when present, must equal wte. Any other tensor is refused by name, as is a
+ * missing one or one of the wrong shape. Into a GPT-2-style run without biases, a GPT-2
+ * checkpoint imports only if all its biases are 0 (e.g. one exported from such a run).
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "fsutil.h"
 #include "json.h"
 #include "hf/hf.h"
+#include "hf/hf_gptoss.h"
 #include "hf/hf_internal.h"
 
 struct hf_import {
@@ -29,8 +31,10 @@ struct hf_import {
     hf_config hc;
     hf_tensor *tab;          /* n rows: the run's model in HF names */
     int n;
-    const st_entry **src;    /* the file's entry of each row */
+    const st_entry **src;    /* the file's entry of each row (an MXFP4 row's NAME_blocks) */
     int *src_file;           /* and the file that holds it */
+    const st_entry **scl;    /* an MXFP4 row's NAME_scales, and its file */
+    int *scl_file;
     int bare;                /* names lack the "transformer." / "model." prefix */
     float *buf;              /* one HF tensor, as float32 */
     size_t buf_cap;
@@ -97,6 +101,25 @@ static int is_buffer(hf_arch a, const char *name) {
     return !strcmp(name + pos, "bias") || !strcmp(name + pos, "masked_bias");
 }
 
+/* An MXFP4 row (hf_gptoss.h): NAME_blocks and NAME_scales, each found, U8, of the row's shape. */
+static int match_mxfp4(hf_import *h, int k, unsigned char **used) {
+    const hf_tensor *t = &h->tab[k];
+    char bn[128], sn[128];
+    int fb = 0, fs = 0;
+    snprintf(bn, sizeof bn, "%s_blocks", t->name);
+    snprintf(sn, sizeof sn, "%s_scales", t->name);
+    const st_entry *b = lookup(h, bn, &fb), *s = b ? lookup(h, sn, &fs) : NULL;
+    if (!s) {
+        tsr_error("%s: no tensor \"%s\" (config.json's quantization_config is MXFP4: the %s model "
+                  "holds %s as _blocks and _scales)", h->st_path, b ? sn : bn,
+                  hf_model_type[h->hc.arch], t->name);
+        return TSR_EXIT_DATA;
+    }
+    used[fb][b - h->f[fb].t] = used[fs][s - h->f[fs].t] = 1;
+    h->src[k] = b, h->src_file[k] = fb, h->scl[k] = s, h->scl_file[k] = fs;
+    return hf_gptoss_mxfp4_check(&h->f[fb], b, s, t);
+}
+
 /* Every row's tensor is there with its shape and a float dtype; nothing unknown is there. */
 static int match_tensors(hf_import *h, const tsr_model *m) {
     char want[64], got[64];
@@ -105,8 +128,14 @@ static int match_tensors(hf_import *h, const tsr_model *m) {
     int rc = 0, fi = 0;
     h->src = tsr_calloc((size_t)h->n, sizeof *h->src);
     h->src_file = tsr_calloc((size_t)h->n, sizeof *h->src_file);
+    h->scl = tsr_calloc((size_t)h->n, sizeof *h->scl);
+    h->scl_file = tsr_calloc((size_t)h->n, sizeof *h->scl_file);
     for (int k = 0; k < h->n && !rc; k++) {
         const hf_tensor *t = &h->tab[k];
+        if (t->mxfp4) {
+            rc = match_mxfp4(h, k, used);
+            continue;
+        }
         const st_entry *e = lookup(h, t->name, &fi);
         shape_str(want, sizeof want, t->ndim, t->shape);
         if (!e) {
@@ -350,6 +379,7 @@ static int open_headers(hf_import *h, const char *dir, const tsr_model *m) {
              h->hc.arch >= HF_LLAMA ? "embed_tokens.weight" : "wte.weight");
     h->bare = !find_any(h, full, &fi) && find_any(h, full + strlen(hf_prefix(h->hc.arch)), &fi);
     h->tab = hf_tensor_table(m, h->hc.arch, &h->n);
+    if (h->hc.mxfp4) hf_gptoss_mxfp4_form(h->tab, h->n);
     TSR_CHECK(sizes_agree(h, m));
     return match_tensors(h, m);
 }
@@ -363,6 +393,10 @@ int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
     if (add != 0.0f && tsr_log_rank() == 0) /* said once, not a warning */
         fprintf(stderr, "%s: %s's RMSNorm weights are w of (1 + w): imported as w + %g, tessera's "
                 "norm weight (an export subtracts it again)\n", dir, hf_class_name[h->hc.arch], add);
+    if (h->hc.mxfp4 && tsr_log_rank() == 0)
+        fprintf(stderr, "%s: the experts' gate_up_proj and down_proj are MXFP4 (quantization_config "
+                "quant_method \"mxfp4\"): dequantised to fp32, exactly (an export writes them "
+                "unquantised)\n", dir);
     return 0;
 }
 
@@ -401,11 +435,16 @@ int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float
         if (!t->present || a >= b) continue;
         const st_entry *e = h->src[k];
         float *x = buffer(h, t->numel);
-        TSR_CHECK(st_read_f32_finite(&h->f[h->src_file[k]], e, x));
-        *bytes += e->end - e->begin;
+        if (t->mxfp4)
+            TSR_CHECK(hf_gptoss_mxfp4_read(&h->f[h->src_file[k]], e, &h->f[h->scl_file[k]],
+                                           h->scl[k], t, x));
+        else
+            TSR_CHECK(st_read_f32_finite(&h->f[h->src_file[k]], e, x));
+        *bytes += e->end - e->begin + (t->mxfp4 ? h->scl[k]->end - h->scl[k]->begin : 0);
         size_t R = (size_t)t->rows, Cc = (size_t)t->cols;
         for (size_t i = a - t->offset; i < b - t->offset; i++) /* HF (in, out) -> (out, in) */
-            dst[t->offset + i - lo] = (t->transpose ? x[(i % Cc) * R + i / Cc] : x[i]) + t->add;
+            dst[t->offset + i - lo] = (t->experts ? x[hf_gptoss_hf_index(t, i)]
+                                       : t->transpose ? x[(i % Cc) * R + i / Cc] : x[i]) + t->add;
     }
     /* padded rows V..Vp-1 of wte and lm_head: zero, as at initialisation (never trained, never
      * sampled) */
@@ -425,6 +464,8 @@ void hf_import_close(hf_import *h) {
     free(h->tab);
     free(h->src);
     free(h->src_file);
+    free(h->scl);
+    free(h->scl_file);
     free(h->buf);
     free(h);
 }

@@ -16,11 +16,13 @@
  * HF_MIXTRAL and HF_QWEN3_MOE are its mixtures of experts (docs/moe.md); HF_OLMO2, HF_OLMO3 and
  * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text), HF_GEMMA2 (Gemma2ForCausalLM) and
  * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family), HF_QWEN3NEXT
- * (Qwen3NextForCausalLM, hf_qwen3next.c) the hybrid of issue 68. A new class goes before HF_ARCH_COUNT with its row in
- * hf_map.c's families, hf_model_type, hf_class_name and hf_config.c's llama_def. */
+ * (Qwen3NextForCausalLM, hf_qwen3next.c) the hybrid of issue 68, HF_GPTOSS (GptOssForCausalLM,
+ * model_type gpt_oss: hf_gptoss.h) issue 67's mixture of experts with sinks. A new class goes
+ * before HF_ARCH_COUNT with its row in hf_map.c's families, hf_model_type, hf_class_name and
+ * hf_config.c's llama_def. */
 typedef enum {
     HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,
-    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_QWEN3NEXT, HF_ARCH_COUNT
+    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_QWEN3NEXT, HF_GPTOSS, HF_ARCH_COUNT
 } hf_arch;
 
 /* What a Llama-family model_type fixes of tessera's decoder variants (docs/models.md "Families
@@ -45,6 +47,7 @@ typedef struct hf_family {
     int tied;                   /* tie_word_embeddings' default (Gemma, SmolLM3: true) */
     int hybrid;                 /* linear_attention layers, the attention output gate, partial
                                  * rotary and the shared expert's gate (Qwen3-Next: hf_qwen3next.c) */
+    int gptoss;                 /* gpt-oss: sinks, YaRN, router and expert biases, the clamped unit */
 } hf_family;
 const hf_family *hf_family_of(hf_arch a);
 
@@ -65,7 +68,7 @@ int hf_arch_qk_norm(hf_arch a);
 /* One tensor of the HF model and the block of tessera's flat parameter buffer it maps to. */
 typedef struct hf_tensor {
     char name[96];        /* full HF name, "transformer.h.3.attn.c_attn.weight" */
-    int ndim;             /* 1, 2 or 3 (Qwen3-Next's conv1d (CD, 1, K)) */
+    int ndim;             /* 1, 2 or 3 (Qwen3-Next's conv1d (CD, 1, K), gpt-oss's experts) */
     int64_t shape[3];     /* HF shape */
     int present;          /* 0: tessera's model has no such tensor (the biases of a bias-free
                              GPT-2-style model): exported as zeros, imported only if all zero */
@@ -79,6 +82,10 @@ typedef struct hf_tensor {
      * above are unused then (no transpose, no add) */
     int groups, npieces;
     struct { size_t offset; int64_t rows; } piece[4];
+    int64_t experts;      /* > 0: E blocks of (rows, cols), each transposed when transpose, its
+                             rows [gate | up] interleaved when interleave (gpt-oss: hf_gptoss.h) */
+    int interleave;
+    int mxfp4;            /* stored as NAME_blocks + NAME_scales (hf_gptoss.h), read dequantised */
 } hf_tensor;
 
 /* Contiguous run i of tensor t: *len elements at tessera flat offset *at, from element *hf of the
@@ -103,6 +110,7 @@ typedef struct hf_config {
     hf_arch arch;
     int tied;             /* tie_word_embeddings (default true for GPT-2 and MPT, false for the
                              Llama family, as in transformers) */
+    int mxfp4;            /* quantization_config.quant_method = "mxfp4" (gpt-oss's experts) */
 } hf_config;
 
 /* Writes config.json for m (architecture a); bos, eos = token ids or -1 (then left out).

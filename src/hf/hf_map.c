@@ -14,7 +14,8 @@
  * Mixtures of experts (docs/moe.md): a MoE layer's router is routerw[slot] (E, C); expert e's
  * gate / up projections are rows [0, FE) / [FE, 2FE) of expw1[slot, e] and its down projection
  * expw2[slot, e] (C, FE), each again one contiguous block. slot = model_layer_slot: the MoE layers
- * and the dense-MLP layers are stacked apart.
+ * and the dense-MLP layers are stacked apart. GptOssForCausalLM's experts are one tensor per layer
+ * for all E, permuted inside the block (transposed, gate/up interleaved): hf_gptoss.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,18 +27,19 @@
 
 #include "common.h"
 #include "fsutil.h"
+#include "hf/hf_gptoss.h"
 #include "hf/hf_internal.h"
 #include "hf/hf_qwen3next.h"
 
 const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
                                                    "qwen3", "mixtral", "qwen3_moe", "olmo2",
                                                    "olmo3", "gemma3_text", "gemma2", "smollm3",
-                                                   "qwen3_next"};
+                                                   "qwen3_next", "gpt_oss"};
 const char *const hf_class_name[HF_ARCH_COUNT] = {
     "GPT2LMHeadModel",  "MptForCausalLM",   "LlamaForCausalLM",   "MistralForCausalLM",
     "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
     "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM",
-    "SmolLM3ForCausalLM", "Qwen3NextForCausalLM"};
+    "SmolLM3ForCausalLM", "Qwen3NextForCausalLM", "GptOssForCausalLM"};
 
 /* Olmo2ForCausalLM: post norms, QK-norm over the projections; Olmo3ForCausalLM: and layer_types
  * with sliding windows; Gemma3ForCausalLM: sandwich norms of (1 + w), QK-norm per head, the
@@ -63,12 +65,16 @@ static const hf_family families[HF_ARCH_COUNT] = {
                    .rope_linear = 1, .tied = 1},
     [HF_SMOLLM3] = {SWIGLU, .nope = 1, .llama_bias = 1, .tied = 1},
     [HF_QWEN3NEXT] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1, .norm_add = 1.0f, .hybrid = 1},
+    /* GptOssForCausalLM: sinks, every other layer sliding, YaRN, its experts (hf_gptoss.h) */
+    [HF_GPTOSS] = {SWIGLU, .head_dim_key = 1, .windows = 1, .period = 2, .gptoss = 1},
 };
 #undef SWIGLU
 
 const hf_family *hf_family_of(hf_arch a) { return &families[a]; }
 
-int hf_arch_moe(hf_arch a) { return a == HF_MIXTRAL || a == HF_QWEN3_MOE || a == HF_QWEN3NEXT; }
+int hf_arch_moe(hf_arch a) {
+    return a == HF_MIXTRAL || a == HF_QWEN3_MOE || a == HF_QWEN3NEXT || a == HF_GPTOSS;
+}
 int hf_arch_qk_norm(hf_arch a) { return families[a].qk_norm; }
 
 const char *hf_prefix(hf_arch a) { return a >= HF_LLAMA ? "model." : "transformer."; }
@@ -110,8 +116,9 @@ _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera
 const char *hf_moe_need(const tsr_model *m, hf_arch a) {
     if (a == HF_QWEN3NEXT) return hf_qwen3next_moe_need(m);
     if (!hf_arch_moe(a))
-        return m->E ? "model.moe_experts = 0 (a dense model; MixtralForCausalLM and "
-                      "Qwen3MoeForCausalLM hold mixtures of experts)" : NULL;
+        return m->E ? "model.moe_experts = 0 (a dense model; MixtralForCausalLM, "
+                      "Qwen3MoeForCausalLM and GptOssForCausalLM hold mixtures of experts)" : NULL;
+    if (a == HF_GPTOSS) return hf_gptoss_need(m);
     if (!m->E) return "model.moe_experts > 0 (a mixture of experts)";
     if (m->S) return "model.moe_shared_size = 0 (it has no shared expert)";
     if (a == HF_MIXTRAL && (m->cfg.moe_every != 1 || !m->cfg.moe_norm_topk))
@@ -142,6 +149,10 @@ static hf_arch llama_default_arch(const tsr_model *m, const char **by) {
               : c->attn_output_gate ? "model.attn_output_gate" : "model.moe_shared_gate";
         return HF_QWEN3NEXT;
     }
+    if (m->E && (config_moe_variant_key(c) || c->attn_sinks)) {
+        *by = config_moe_variant_key(c) ? config_moe_variant_key(c) : "model.attn_sinks";
+        return HF_GPTOSS;
+    }
     if (m->E) return c->qk_norm ? HF_QWEN3_MOE : HF_MIXTRAL;
     if (c->no_rope_layers[0] && !c->qk_norm) {
         *by = "model.no_rope_layers";
@@ -160,13 +171,13 @@ static const char *unexported_key(const tsr_model_config *c, const hf_family *f)
     const char *k = NULL;
     if (!f->softcap && c->attn_logit_softcapping > 0) k = "model.attn_logit_softcapping";
     else if (!f->softcap && c->final_logit_softcapping > 0) k = "model.final_logit_softcapping";
-    else if (c->rope_scaling == TSR_ROPE_SCALING_YARN ||
+    else if ((c->rope_scaling == TSR_ROPE_SCALING_YARN && !f->gptoss) ||
              (c->rope_scaling == TSR_ROPE_SCALING_LINEAR && !f->rope_linear))
         k = "model.rope_scaling";
     else if (c->rope_local_theta > 0 && !f->local_theta) k = "model.rope_local_theta";
     else if (c->partial_rotary_factor != 1.0 && !f->hybrid) k = "model.partial_rotary_factor";
     else if (c->no_rope_layers[0] && !f->nope) k = "model.no_rope_layers";
-    if (!k) k = config_moe_variant_key(c);
+    if (!k && !f->gptoss) k = config_moe_variant_key(c);
     if (k && f->hybrid && !strcmp(k, "model.moe_shared_gate")) k = NULL; /* Qwen3-Next's */
     if (!k && !f->hybrid && config_linear_layers(c) > 0) k = "model.layer_types";
     if (!k && !f->hybrid && c->attn_output_gate) k = "model.attn_output_gate";
@@ -192,8 +203,8 @@ static int family_need(const tsr_model *m, hf_arch a, char *need, size_t cap) {
         snprintf(need, cap, "model.qk_norm_scope = \"%s\"", scope_name[f->scope]);
     else if (!f->windows && has_window(c))
         snprintf(need, cap, "no sliding window (model.layer_types, model.sliding_window)");
-    else if (c->attn_sinks)
-        snprintf(need, cap, "model.attn_sinks = false (gpt-oss's class comes with issue 67)");
+    else if (c->attn_sinks && !f->gptoss)
+        snprintf(need, cap, "model.attn_sinks = false (GptOssForCausalLM's attention has sinks)");
     else if (!f->qpas && c->query_pre_attn_scalar > 0 && c->query_pre_attn_scalar != m->hs)
         snprintf(need, cap, "model.query_pre_attn_scalar = 0 (the head size)");
     else if (!f->head_dim_key && m->hs * m->NH != m->C)
@@ -210,7 +221,7 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
         snprintf(why, cap, "model.pos = \"rope\" exports to the Llama family (LlamaForCausalLM, "
                  "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
                  "Qwen3MoeForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM, "
-                 "Gemma2ForCausalLM, SmolLM3ForCausalLM), "
+                 "Gemma2ForCausalLM, SmolLM3ForCausalLM, GptOssForCausalLM), "
                  "which needs model.norm = \"rmsnorm\" and a gated MLP; this model has \"%s\" "
                  "and \"%s\"", c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm",
                  mlp_name[c->mlp]);
@@ -253,6 +264,8 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
         break;
     case HF_QWEN3NEXT:
         need = hf_qwen3next_need(m);
+        break;
+    case HF_GPTOSS: /* attention_bias = model.bias; the rest: hf_gptoss_need (hf_moe_need) */
         break;
     default:
         need = "model.pos other than \"rope\"";
@@ -353,6 +366,7 @@ typedef struct llama_row {
 #define NROWS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 static const llama_row llama_global_first[] = {{TSR_P_WTE, "model.embed_tokens.weight", PART_VOCAB}},
   llama_attn[] = {
+    {TSR_P_SINKS, "self_attn.sinks", PART_ALL}, /* gpt-oss: the module's own parameter first */
     {TSR_P_QKVW, "self_attn.q_proj.weight", PART_Q},     {TSR_P_QKVB, "self_attn.q_proj.bias", PART_Q},
     {TSR_P_QKVW, "self_attn.k_proj.weight", PART_K},     {TSR_P_QKVB, "self_attn.k_proj.bias", PART_K},
     {TSR_P_QKVW, "self_attn.v_proj.weight", PART_V},     {TSR_P_QKVB, "self_attn.v_proj.bias", PART_V},
@@ -464,15 +478,19 @@ static hf_tensor *llama_table(const tsr_model *m, hf_arch a, int *n) {
     const row_set norms = pl == TSR_NPLACE_POST ? ROWS(post_norms)
                           : pl == TSR_NPLACE_SANDWICH ? ROWS(sandwich_norms) : ROWS(llama_norms);
     const int per_layer = NROWS(llama_attn) + NROWS(llama_mlp) + NROWS(sandwich_norms) +
-                          NROWS(mixtral_router) + NROWS(mixtral_expert) * m->E;
+                          NROWS(mixtral_router) + NROWS(mixtral_expert) * m->E + 6; /* gpt-oss */
     hf_tensor *t = tsr_calloc((size_t)per_layer * (size_t)m->L + 3, sizeof *t);
     int k = 0;
     llama_add_rows(m, ROWS(llama_global_first), -1, -1, add, t, &k);
     for (int l = 0; l < m->L; l++) {
         llama_add_rows(m, ROWS(llama_attn), l, -1, add, t, &k);
         llama_add_rows(m, ROWS(llama_mlp), l, -1, add, t, &k); /* none in a MoE layer */
-        llama_add_rows(m, router, l, -1, add, t, &k); /* none in a dense one */
-        for (int e = 0; e < m->E; e++) llama_add_rows(m, expert, l, e, add, t, &k);
+        if (a == HF_GPTOSS) {
+            hf_gptoss_moe_rows(m, l, t, &k);
+        } else {
+            llama_add_rows(m, router, l, -1, add, t, &k); /* none in a dense one */
+            for (int e = 0; e < m->E; e++) llama_add_rows(m, expert, l, e, add, t, &k);
+        }
         llama_add_rows(m, norms, l, -1, add, t, &k);
     }
     llama_add_rows(m, ROWS(llama_global_last), -1, -1, add, t, &k);

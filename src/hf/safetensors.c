@@ -128,6 +128,8 @@ static uint64_t numel_of(const st_tensor *t) {
 static void gather(const st_tensor *t, uint64_t k0, size_t n, float *out) {
     if (!t->src) {
         memset(out, 0, n * sizeof *out);
+    } else if (t->index) {
+        for (size_t k = 0; k < n; k++) out[k] = t->src[t->index(t->ctx, k0 + k)];
     } else if (!t->transpose) {
         memcpy(out, t->src + k0, n * sizeof *out);
     } else { /* out (R, C) from src (C, R): out[i][j] = src[j][i] */
@@ -571,6 +573,15 @@ const char *st_meta(const st_file *f, const char *key) {
     for (int k = 0; k < f->n_meta; k++)
         if (strcmp(f->meta[k].key, key) == 0) return f->meta[k].value;
     return NULL;
+}
+
+int st_read_raw(const st_file *f, const st_entry *e, void *dst) {
+    uint64_t off = f->data_start + e->begin;
+    if (!pread_full(f->fd, dst, (size_t)(e->end - e->begin), off)) return 0;
+    tsr_error("%s: tensor \"%s\": reading %llu bytes at offset %llu failed: %s", f->path, e->name,
+              (unsigned long long)(e->end - e->begin), (unsigned long long)off,
+              errno ? strerror(errno) : "short read (file changed while reading?)");
+    return TSR_EXIT_DATA;
 }
 
 int st_read_f32(const st_file *f, const st_entry *e, float *dst) {

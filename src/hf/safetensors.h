@@ -76,6 +76,8 @@ const char *st_meta(const st_file *f, const char *key);
 /* Reads tensor e as float32 into dst (e->numel floats): F32 as is, BF16 and F16 widened exactly.
  * Returns 0, or TSR_EXIT_DATA after tsr_error (another dtype, a short read). */
 int st_read_f32(const st_file *f, const st_entry *e, float *dst);
+/* The raw bytes of tensor e (end - begin of them) into dst. 0, or TSR_EXIT_DATA after tsr_error. */
+int st_read_raw(const st_file *f, const st_entry *e, void *dst);
 /* st_read_f32 for weights to start from: a NaN or infinity anywhere in the tensor is refused
  * (TSR_EXIT_DATA), naming the file, the tensor, the element and the value. */
 int st_read_f32_finite(const st_file *f, const st_entry *e, float *dst);
@@ -90,6 +92,9 @@ typedef struct st_tensor {
     const float *src;            /* row-major at shape; NULL = zeros */
     int transpose;               /* 2-D only: src holds the transpose, (shape[1], shape[0]) */
     float add;                   /* added to every value of src in fp32 (Gemma's norms: -1) */
+    /* when set: element k (row-major) is src[index(ctx, k)] (gpt-oss's interleaved experts) */
+    uint64_t (*index)(const void *ctx, uint64_t k);
+    const void *ctx;
 } st_tensor;
 
 /* Writes the n tensors and the metadata pairs to path atomically. Returns 0, or TSR_EXIT_DATA
