@@ -181,7 +181,7 @@ static int layer_main(void) {
     write_out(inc, N * d.C), write_out(run.state, ns);
     float *gs[9], *os = tsr_calloc(N * d.C, 4), *dxs = tsr_calloc(N * d.C, 4);
     for (int i = 0; i < 9; i++) gs[i] = tsr_calloc(n[i], 4);
-    const dn_params g2 = {gs[0], gs[1], gs[2], gs[3], gs[4], gs[5], gs[6], gs[7], gs[8]};
+    const dn_params g2 = {gs[0], gs[1], gs[2], gs[3], gs[4], gs[5], gs[6], gs[7], gs[8], NULL};
     layer_split(os, dxs, &g2, x, dout, &p, seq, &d, d.T - 2); /* a second pass shorter than K-1 */
     write_out(os, N * d.C), write_out(dxs, N * d.C);
     for (int i = 0; i < 9; i++) write_out(gs[i], n[i]);
