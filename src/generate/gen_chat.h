@@ -69,6 +69,12 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
 int gen_chat_render_messages(const gen_chat *gc, const char *spec, const json_value *messages,
                              char **text, size_t *n);
 
+/* The token that ends an assistant turn calling a tool: the added token that ends the template's
+ * rendering of [user "Hi", assistant calling function f] (harmony's <|call|>, Llama 3.1's
+ * <|eom_id|> / <|eot_id|>, Qwen's <|im_end|>), else UINT32_MAX (no template, or one that refuses
+ * tool calls or ends them otherwise). */
+uint32_t gen_chat_tool_call_end(const gen_chat *gc, const tsr_tokenizer *tok);
+
 /* The template's end-of-turn token: the first token of what the template prints after an
  * assistant message's content (white space skipped) when that token is an added token of tok,
  * else UINT32_MAX. Found by rendering the same conversation with an assistant reply added

@@ -89,6 +89,10 @@ static void stop_ids(tsr_trainer *t, tsr_grpo *g) {
         if (end == s) break;
         if (v >= 0 && v < t->model.V) g->stop_ids[g->n_stop++] = (int32_t)v;
     }
+    if (t->dist.rank != 0) return;
+    printf("grpo: a completion stops at id");
+    for (int i = 0; i < g->n_stop; i++) printf("%s %d", i ? "," : "", g->stop_ids[i]);
+    printf(" (end of text%s)\n", g->n_stop > 1 ? "; the prompts' stop_ids" : "");
 }
 
 static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
