@@ -167,7 +167,8 @@ sys.exit(0 if len(r) == 2 and c and all(len(x["tokens"]) <= 8 for x in c) else 1
         "$TMP/grpo/metrics.jsonl" "$TMP/grpo/completions.jsonl"
 rc=$?
 ((rc == 0)) || tail -5 "$TMP/grpo.log" | sed 's/^/# /'
-grep "^grpo: a completion stops" "$TMP/grpo.log" | sed 's/^/# /'
-((rc == 0)) && grep -q "^grpo: a completion stops at id 199999, 200002, 200012 " "$TMP/grpo.log"
+grep "^grpo: a completion stops\|^grpo: rollouts of" "$TMP/grpo.log" | sed 's/^/# /'
+((rc == 0)) && grep -q "^grpo: a completion stops at id 199999, 200002, 200012 " "$TMP/grpo.log" &&
+    grep -q "^grpo: rollouts of [0-9]* slots of [0-9]* positions: .* of KV caches" "$TMP/grpo.log"
 tap_check $? "GRPO: 2 steps of a tiny model on the harmony prompts (group 2, 8 new tokens at most), stopping at <|endoftext|>, <|return|>, <|call|>"
 tap_done
