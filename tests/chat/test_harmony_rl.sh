@@ -156,7 +156,7 @@ rc=$?
 ((rc == 0))
 tap_check $? "DPO: 2 steps of a tiny model on the harmony pairs (201,088 ids), finite losses"
 "$TRAIN" "${model[@]}" --set run_dir="$TMP/grpo" --set data.train="$TMP/prompts/train" \
-    --set objective=grpo --set grpo.group_size=2 --set grpo.max_new_tokens=8 \
+    --set objective=grpo --set grpo.group_size=2 --set grpo.max_new_tokens=8 --set grpo.rollout_batch=6 \
     --set reward.compare=exact --set grpo.log_completions=8 --set max_duration=2ba \
     --set save_interval=0ba --set guard.window=0 --init-from "$TMP/base" >"$TMP/grpo.log" 2>&1 &&
     "$PY3" -c '
