@@ -252,7 +252,7 @@ uint32_t gen_chat_tool_call_end(const gen_chat *gc, const tsr_tokenizer *tok) {
     static const char conv[] =
         "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
         "\"content\": \"\", \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": "
-        "\"f\", \"arguments\": {\"x\": 1}}}]}]}";
+        "\"tsr_probe_fn\", \"arguments\": {\"tsr_probe_arg\": 1}}}]}]}";
     if (!gc->loaded || !gc->cc.tpl) return UINT32_MAX;
     json_doc d;
     json_value *root = NULL;
@@ -265,8 +265,11 @@ uint32_t gen_chat_tool_call_end(const gen_chat *gc, const tsr_tokenizer *tok) {
         char *text = NULL;
         size_t n = 0;
         jinja_error e; /* a template that refuses tool calls has no such end */
+        /* the end after the call's arguments: a template that drops tool calls has none */
+        const char *at = NULL;
         if (jinja_render_ex(gc->cc.tpl, ctx, 2, &ov, &text, &n, &e) == JINJA_OK)
-            id = last_special(tok, text, n);
+            for (const char *p = text; (p = strstr(p, "tsr_probe_arg")); p++) at = p;
+        if (at) id = last_special(tok, at, n - (size_t)(at - text));
         free(text);
     }
     json_doc_free(&d);

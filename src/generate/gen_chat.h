@@ -70,9 +70,9 @@ int gen_chat_render_messages(const gen_chat *gc, const char *spec, const json_va
                              char **text, size_t *n);
 
 /* The token that ends an assistant turn calling a tool: the added token that ends the template's
- * rendering of [user "Hi", assistant calling function f] (harmony's <|call|>, Llama 3.1's
- * <|eom_id|> / <|eot_id|>, Qwen's <|im_end|>), else UINT32_MAX (no template, or one that refuses
- * tool calls or ends them otherwise). */
+ * rendering of [user "Hi", assistant calling a function], when it follows the call's arguments
+ * (harmony's <|call|>, Qwen's <|im_end|>), else UINT32_MAX (no template, one that refuses or
+ * drops tool calls, or one that ends them with text). */
 uint32_t gen_chat_tool_call_end(const gen_chat *gc, const tsr_tokenizer *tok);
 
 /* The template's end-of-turn token: the first token of what the template prints after an

@@ -20,12 +20,13 @@ NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 HFJS=$NPM_DIR/hf-tokenizers JINJA=$NPM_DIR/hf-jinja GPTOSS=$NPM_DIR/chat/gptoss
 TEMPLATE=${TSR_GPTOSS_CHAT_TEMPLATE:-$TSR_ROOT/tests/chat/templates/harmony_style.jinja}
 command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$HFJS/dist/main.js" "$JINJA/dist/index.cjs" "$GPTOSS"/tokenizer{,_config}.json; do
+for f in "$HFJS/dist/main.js" "$JINJA/dist/index.cjs" "$GPTOSS"/tokenizer{,_config}.json \
+    "$NPM_DIR"/chat/{llama3,qwen3}/tokenizer{,_config}.json; do
     [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }
 done
 for x in "$TOOL" "$TRAIN"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 tsr_tmpdir; [[ -n ${KEEP_TMP:-} ]] && trap - EXIT && echo "# TMP $TMP"
-tap_plan 6
+tap_plan 7
 export TZ=UTC LC_ALL=C TSR_JINJA_NOW=1721952000   # strftime_now in the system message, both sides
 
 M=$TMP/gptoss
@@ -135,6 +136,18 @@ tap_check $? "preference: the targets (what DPO scores) are each answer + <|retu
 tap_check $? "prompts: the 3 prompts' ids = the reference's with the generation prompt (ending <|start|>assistant), every prompt id mask 1"
 result stops
 tap_check $? "prompts: the stop ids noted for GRPO are harmony's <|return|> and <|call|>"
+
+# the tool-call end only where the template writes one after the call: Llama 3's template drops
+# tool calls (its stops stay <|end_of_text|>, <|eot_id|>), Qwen 3's ends them with <|im_end|>
+stops=""
+for m in llama3 qwen3; do
+    "$TOOL" prep --val-fraction 0 --format prompts --pack 512 --tokenizer "$NPM_DIR/chat/$m/tokenizer.json" \
+        --out "$TMP/stops-$m" "$TMP/prompts.jsonl" >"$TMP/stops-$m.log" 2>&1
+    stops+="$m $(grep '^# stop_ids' "$TMP/stops-$m/train/index.tsv" | cut -f2) "
+done
+tap_diag "stop_ids: $stops"
+[[ $stops == "llama3 128001,128009 qwen3 151645 " ]]
+tap_check $? "prompts: the other templates' stop ids unchanged (Llama 3: 128001,128009; Qwen 3: 151645)"
 
 # a tiny model over the 201,088 ids: 1 LM step on the pairs as a base, then DPO, then GRPO
 model=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.n_layer=1 --set model.d_model=16
