@@ -397,14 +397,18 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
 
 /* ---- decoding over a KV cache ------------------------------------------------------------- */
 
+/* A layer's cache holds cap positions as a ring: position p at index p % cap. A full layer's cap
+ * is the whole context (p < cap: index p); a sliding layer's is its window W (ops.h), so it keeps
+ * the last W positions only. */
+
 /* Keys and values of rows p0..p0+c-1 (from qkv (c,QKV) = [q | k | v]) into one layer's cache:
- * kt (KVH, hs, cap) keys transposed per head, v (KVH, cap, hs). */
+ * kt (KVH, hs, cap) keys transposed per head, v (KVH, cap, hs), position p at index p % cap. */
 static void cache_store(float *kt, float *v, const float *qkv, int p0, int c, int cap, int NH,
                         int KVH, int hs) {
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     for (int i = 0; i < c; i++) {
         const float *k = qkv + i * QKV + (size_t)NH * hs, *vi = k + (size_t)KVH * hs;
-        const size_t p = (size_t)(p0 + i);
+        const size_t p = (size_t)(p0 + i) % (size_t)cap;
         for (int g = 0; g < KVH; g++) {
             float *ktg = kt + (size_t)g * hs * cap + p;
             for (int d = 0; d < hs; d++) ktg[(size_t)d * cap] = k[g * hs + d];
@@ -413,25 +417,27 @@ static void cache_store(float *kt, float *v, const float *qkv, int p0, int c, in
     }
 }
 
-/* One head of one row at position p of its sequence (which starts at kt, v): the same arithmetic
- * as cpu_attention_forward's tiles, one column at a time:
+/* One head of one row at position p that sees positions s..p of one key/value head's ring (kt,
+ * v; s and p absolute, p - s < cap): the same arithmetic as cpu_attention_forward's tiles, one
+ * column at a time, columns in position order (index (s + j) % cap: the ring's two runs):
  *   s_j = (fmaf-chain over d of q_d k_j[d]) * scale,  a = softmax_causal_row(s),
  *   out[d] = fmaf-chain over j of a_j v_j[d].
- * q (hs), kt (hs, cap), v (cap, hs), row (p+1) scratch, out (hs) */
+ * q (hs), kt (hs, cap), v (cap, hs), row (p-s+1) scratch, out (hs) */
 static void decode_row(float *out, float *row, const float *q, const float *kt, const float *v,
-                       int cap, int hs, int p, float slope, float scale, const float *sink,
+                       int cap, int hs, int s, int p, float slope, float scale, const float *sink,
                        float softcap) {
-    const int n = p + 1;
+    const int n = p - s + 1, a0 = s % cap, n1 = imin(n, cap - a0); /* run 1: a0.., run 2: 0.. */
     for (int j = 0; j < n; j++) row[j] = 0.0f;
     for (int d = 0; d < hs; d++) {
         const float a = q[d], *k = kt + (size_t)d * cap;
-        for (int j = 0; j < n; j++) row[j] = fmaf(a, k[j], row[j]);
+        for (int j = 0; j < n1; j++) row[j] = fmaf(a, k[a0 + j], row[j]);
+        for (int j = n1; j < n; j++) row[j] = fmaf(a, k[j - n1], row[j]);
     }
     for (int j = 0; j < n; j++) row[j] = scale * row[j];
-    softmax_causal_row(row, 0, p, n, slope, sink, softcap);
+    softmax_causal_row(row, 0, n - 1, n, slope, sink, softcap);
     for (int d = 0; d < hs; d++) out[d] = 0.0f;
     for (int j = 0; j < n; j++) {
-        const float a = row[j], *vj = v + (size_t)j * hs;
+        const float a = row[j], *vj = v + (size_t)(j < n1 ? a0 + j : j - n1) * hs;
         for (int d = 0; d < hs; d++) out[d] = fmaf(a, vj[d], out[d]);
     }
 }
@@ -446,32 +452,40 @@ static int window_start(int seg, int p, int W) {
 #define DECODE_PAR_MIN 32768
 
 /* out (c, NH hs): each query head h of rows p0..p0+c-1 over key/value head g = h / (NH/KVH) of
- * the cache (see ops.h); one task per (row, query head) */
+ * the cache (see ops.h); one task per (row, query head). When the chunk's keys wrap round the
+ * ring (a sliding layer's, p0 + c > cap), a later row's key would overwrite one an earlier row
+ * still sees: the rows then go one at a time (the same bits). */
 void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           const float *alibi_slopes, const tsr_attn_var *var, float *scratch,
                           int nscratch, int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
     const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
     check_heads("attention_decode", NH, KVH, hs);
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
+    if (c > 1 && p0 + c > cap) {
+        for (int i = 0; i < c; i++)
+            cpu_attention_decode(out + (size_t)i * C, kt, v, qkv + i * QKV, alibi_slopes, var,
+                                 scratch, nscratch, p0 + i, 1, seg, cap, NH, KVH, hs);
+        return;
+    }
     const float scale = var_scale(var, hs);
     cache_store(kt, v, qkv, p0, c, cap, NH, KVH, hs);
-    const long tasks = (long)c * NH, work = tasks * (p0 + c - seg) * hs;
+    const long tasks = (long)c * NH, work = tasks * imin(p0 + c - seg, cap) * hs;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nscratch) if (work >= DECODE_PAR_MIN)
     for (long t = 0; t < tasks; t++) {
         const int i = (int)(t / NH), h = (int)(t % NH), g = h / R;
         const int s = window_start(seg, p0 + i, var_window(var));
         float *row = scratch + (size_t)omp_get_thread_num() * cap;
         decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
-                   kt + (size_t)g * hs * cap + s, v + ((size_t)g * cap + s) * hs, cap, hs,
-                   p0 + i - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale, var_sink(var, h),
+                   kt + (size_t)g * hs * cap, v + (size_t)g * cap * hs, cap, hs, s, p0 + i,
+                   alibi_slopes ? alibi_slopes[h] : 0.0f, scale, var_sink(var, h),
                    var_cap(var));
     }
 }
 
 /* out (n, NH hs): row i is the next token of the sequence in cache slot slot[i] (slots
- * slot_stride floats apart in kt and v), at cache position pos[i], its segment from seg[i]: its
- * key and value stored there, then each query head as cpu_attention_decode computes one row (the
- * same bits); one task per (row, query head) */
+ * slot_stride floats apart in kt and v), at position pos[i], its segment from seg[i]: its key
+ * and value stored there (index pos[i] % cap of the slot's ring), then each query head as
+ * cpu_attention_decode computes one row (the same bits); one task per (row, query head) */
 void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv,
                                const float *alibi_slopes, const tsr_attn_var *var, float *scratch,
                                int nscratch,
@@ -485,7 +499,7 @@ void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv
     for (int i = 0; i < n; i++) {
         const size_t at = (size_t)slot[i] * slot_stride;
         cache_store(kt + at, v + at, qkv + i * QKV, pos[i], 1, cap, NH, KVH, hs);
-        work += (long)NH * (pos[i] + 1 - seg[i]) * hs;
+        work += (long)NH * imin(pos[i] + 1 - seg[i], cap) * hs;
     }
     const long tasks = (long)n * NH;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nscratch) if (work >= DECODE_PAR_MIN)
@@ -495,8 +509,8 @@ void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv
         const size_t at = (size_t)slot[i] * slot_stride;
         float *row = scratch + (size_t)omp_get_thread_num() * cap;
         decode_row(out + (size_t)i * C + (size_t)h * hs, row, qkv + i * QKV + (size_t)h * hs,
-                   kt + at + (size_t)g * hs * cap + s, v + at + ((size_t)g * cap + s) * hs, cap,
-                   hs, pos[i] - s, alibi_slopes ? alibi_slopes[h] : 0.0f, scale,
-                   var_sink(var, h), var_cap(var));
+                   kt + at + (size_t)g * hs * cap, v + at + (size_t)g * cap * hs, cap, hs, s,
+                   pos[i], alibi_slopes ? alibi_slopes[h] : 0.0f, scale, var_sink(var, h),
+                   var_cap(var));
     }
 }

@@ -530,7 +530,9 @@ const cfgtab_key cfgtab_keys[] = {
             "docs/tokenizer.md), a Hugging Face tokenizer.json or a "
             "`tessera tokenizer train` file; `auto` = the one data.train was prepared with (its "
             "index's `tokenizer`; when it records none, the tokenizer of an --init-from Hugging "
-            "Face directory, else none); empty = none (print token ids)."},
+            "Face directory, else none); empty = none (print token ids). With --init-from a "
+            "Hugging Face directory that holds a tokenizer, a value from the recipe file counts "
+            "as `auto`; only a --set keeps its own."},
     {.name = "data.tokenizer_mismatch", .type = CFGK_ENUM, FIELD(data.tokenizer_mismatch),
      .def = "error", ENUM(tok_mismatch_names),
      .doc = "A data.tokenizer other than the one the dataset was prepared with (its index's "

@@ -230,6 +230,52 @@ uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, cons
     return id;
 }
 
+/* The added token that ends text (n bytes; white space after it skipped), else UINT32_MAX */
+static uint32_t last_special(const tsr_tokenizer *tok, const char *text, size_t n) {
+    while (n && strchr(" \t\r\n", text[n - 1])) n--;
+    uint32_t *ids = NULL, id = UINT32_MAX, len = 0;
+    size_t nids = 0, cap = 0;
+    tokenizer_encode(tok, (const uint8_t *)text, n, 1, &ids, &nids, &cap);
+    const uint8_t *b = nids ? tokenizer_token_bytes(tok, ids[nids - 1], &len) : NULL;
+    if (b) {
+        char *name = tsr_malloc((size_t)len + 1);
+        memcpy(name, b, len);
+        name[len] = '\0';
+        if (tokenizer_special_id(tok, name) == ids[nids - 1]) id = ids[nids - 1];
+        free(name);
+    }
+    free(ids);
+    return id;
+}
+
+uint32_t gen_chat_tool_call_end(const gen_chat *gc, const tsr_tokenizer *tok) {
+    static const char conv[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
+        "\"content\": \"\", \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": "
+        "\"tsr_probe_fn\", \"arguments\": {\"tsr_probe_arg\": 1}}}]}]}";
+    if (!gc->loaded || !gc->cc.tpl) return UINT32_MAX;
+    json_doc d;
+    json_value *root = NULL;
+    json_error err;
+    uint32_t id = UINT32_MAX;
+    json_doc_init(&d);
+    if (json_parse(&d, conv, sizeof conv - 1, &root, &err) == 0) {
+        const json_value *ctx[2] = {gc->cc.vars, root};
+        const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 0};
+        char *text = NULL;
+        size_t n = 0;
+        jinja_error e; /* a template that refuses tool calls has no such end */
+        /* the end after the call's arguments: a template that drops tool calls has none */
+        const char *at = NULL;
+        if (jinja_render_ex(gc->cc.tpl, ctx, 2, &ov, &text, &n, &e) == JINJA_OK)
+            for (const char *p = text; (p = strstr(p, "tsr_probe_arg")); p++) at = p;
+        if (at) id = last_special(tok, at, n - (size_t)(at - text));
+        free(text);
+    }
+    json_doc_free(&d);
+    return id;
+}
+
 /* One eos_token_id entry: a non-negative integer. */
 static int id_of(const json_value *v, int64_t *out) {
     if (v->type != JSON_NUMBER || v->num < 0 || v->num > INT32_MAX || v->num != floor(v->num))

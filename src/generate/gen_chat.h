@@ -69,6 +69,12 @@ int gen_chat_render(const gen_chat *gc, const char *spec, const char *system, co
 int gen_chat_render_messages(const gen_chat *gc, const char *spec, const json_value *messages,
                              char **text, size_t *n);
 
+/* The token that ends an assistant turn calling a tool: the added token that ends the template's
+ * rendering of [user "Hi", assistant calling a function], when it follows the call's arguments
+ * (harmony's <|call|>, Qwen's <|im_end|>), else UINT32_MAX (no template, one that refuses or
+ * drops tool calls, or one that ends them with text). */
+uint32_t gen_chat_tool_call_end(const gen_chat *gc, const tsr_tokenizer *tok);
+
 /* The template's end-of-turn token: the first token of what the template prints after an
  * assistant message's content (white space skipped) when that token is an added token of tok,
  * else UINT32_MAX. Found by rendering the same conversation with an assistant reply added

@@ -60,6 +60,7 @@ int hf_config_load(const char *dir, const char *path, const char *const *sets, i
         model_init(&lay, &cfg->model, (int)cfg->seq_len, &tsr_cpu_ops);
         rc = hf_config_check(f->source, &lay, &hc);
         if (!rc) rc = hf_weights_check(dir, &lay); /* and against the weights' headers */
+        model_free(&lay); /* (what model_init allocates: the final soft cap's buffer) */
     }
     free(f);
     return rc;

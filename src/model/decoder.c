@@ -173,29 +173,27 @@ static void attention(const dec_run *r, int l, const dec_layer *v, const void *s
                               NH, KVH, hs);
         return;
     }
-    tsr_kv_cache *kv = r->kv;
-    const size_t per = (size_t)KVH * hs * kv->cap, e = tsr_dtype_size(be->act);
-    const size_t la = (size_t)model_layer_slot(d->m, TSR_P_QKVW, l); /* the attention layers' */
+    tsr_kv_cache *kv = r->kv; /* attention layer la's ring of lc positions (model.h) */
+    const int la = model_layer_slot(d->m, TSR_P_QKVW, l), lc = kv->lcap[la];
+    const size_t per = (size_t)KVH * hs * lc, e = tsr_dtype_size(be->act);
+    const size_t at = kv->lofs[la] * (r->ks ? (size_t)r->ks->slots : 1) * e;
+    char *kt = (char *)kv->kt + at, *vv = (char *)kv->v + at;
     if (r->ks) { /* layer l of every slot, then the slot */
         const tsr_kv_slots *ks = r->ks;
-        char *kt = (char *)kv->kt + la * ks->slots * per * e;
-        char *vv = (char *)kv->v + la * ks->slots * per * e;
         const int32_t *ids = ks->dev_ids, R = ks->rows;
         if (r->slot >= 0)
             be->attention_decode(be, v->atty, kt + (size_t)r->slot * per * e,
                                  vv + (size_t)r->slot * per * e, v->qkv, d->slopes, var,
-                                 kv->att, kv->nthreads, r->p0, r->N, ks->seg[r->slot], kv->cap, NH,
-                                 KVH,
-                                 hs);
+                                 kv->att, kv->nthreads, r->p0, r->N, ks->seg[r->slot], lc, NH,
+                                 KVH, hs);
         else
             be->attention_decode_rows(be, v->atty, kt, vv, v->qkv, d->slopes, var, kv->att,
                                       kv->nthreads, ids + R, ids + 2 * R, ids + 3 * R, r->N, per,
-                                      kv->cap, NH, KVH, hs);
+                                      lc, NH, KVH, hs);
         return;
     }
-    be->attention_decode(be, v->atty, (char *)kv->kt + la * per * e, (char *)kv->v + la * per * e,
-                         v->qkv, d->slopes, var, kv->att, kv->nthreads, r->p0, r->N, kv->seg,
-                         kv->cap, NH, KVH, hs);
+    be->attention_decode(be, v->atty, kt, vv, v->qkv, d->slopes, var, kv->att, kv->nthreads,
+                         r->p0, r->N, kv->seg, lc, NH, KVH, hs);
 }
 
 /* LoRA (model_lora.h): target t's adapter path of layer l added to out, the projection's

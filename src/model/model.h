@@ -459,14 +459,18 @@ void model_rope_apply(const tsr_model *m, const tsr_backend *be, const float *ta
 /* ---- Inference on one sequence (model_infer.c; docs/generate.md) ---- */
 
 /* A KV cache for one sequence, plus the scratch of a forward over `chunk` new positions.
- * kt (L, KVH, hs, cap): keys transposed per head; v (L, KVH, cap, hs). Positions 0..len-1 are
- * filled.
+ * Per attention layer la (of LA), at lofs[la] floats into kt and v, a ring of lcap[la] positions
+ * (position p at index p % lcap[la]): kt (KVH, hs, lcap) keys transposed per head, v (KVH, lcap,
+ * hs). A full layer's lcap is cap (it keeps positions 0..len-1), a sliding layer's its window W
+ * when W < cap (it keeps the last W: model_kv_layer_cap; docs/decoder.md "Rolling window").
  * With attn_mask = document, seg is where the current segment starts (after the last eot_token
  * fed): new positions attend to seg..; without it seg stays 0. */
 typedef struct tsr_kv_cache {
     int cap, len, chunk, nthreads; /* nthreads: OpenMP threads at init (per-thread score rows) */
     int seg;                       /* attn_mask = document: first position of the current segment */
-    float *kt, *v;                 /* (L, KVH, hs, cap), (L, KVH, cap, hs) */
+    float *kt, *v;                 /* per attention layer (KVH, hs, lcap), (KVH, lcap, hs) */
+    int *lcap;                     /* (LA) host: each attention layer's ring of positions */
+    size_t *lofs;                  /* (LA) host: its offset in kt and v (floats, one sequence) */
     float *x, *ln, *mean, *rstd;   /* (chunk, C), (chunk, C), (chunk), (chunk) */
     float *qkv, *atty, *proj;      /* (chunk, QKV), (chunk, NH*hs), (chunk, C) */
     float *qkvr, *qknr;            /* qk_norm: (chunk, QKV), (chunk, NH+KVH); else NULL */
@@ -490,8 +494,12 @@ typedef struct tsr_kv_cache {
  * after cpu_ops_set_threads. */
 void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk);
 void model_kv_free(tsr_kv_cache *kv, const tsr_model *m);
-/* Bytes of the cache proper (kt and v): 2 * L * cap * KVH * hs floats. */
+/* Bytes of the cache proper (kt and v): 2 * KVH * hs floats per position each attention layer
+ * keeps (model_kv_layer_cap). */
 size_t model_kv_bytes(const tsr_model *m, int cap);
+/* The positions layer l's cache keeps in a context of cap: its window when it is a sliding layer
+ * with a window under cap (a ring of the last W), else cap. */
+int model_kv_layer_cap(const tsr_model *m, int l, int cap);
 /* Runs tokens (n) at positions kv->len.. through the model, appending their keys and values;
  * probs (Vp): the next-token distribution after the last of them, as model_forward's softmax
  * (columns >= V are 0). Needs kv->len + n <= cap, and <= maxT with learned positions. */
@@ -503,8 +511,8 @@ struct tsr_decoder;
 
 /* The KV caches of `slots` sequences decoded together, on a backend be, and the buffers of one
  * forward of up to `rows` rows: a chunk of one slot's prompt, or one new token of each of up to
- * `rows` slots. Slot s's cache of layer l is at kt + (l slots + s) KVH hs cap elements, laid out
- * as tsr_kv_cache's (keys transposed per head), likewise v. */
+ * `rows` slots. Slot s's cache of attention layer la is at kt + lofs[la] slots + s KVH hs lcap[la]
+ * elements, laid out as tsr_kv_cache's (a ring, keys transposed per head), likewise v. */
 typedef struct tsr_kv_slots {
     tsr_kv_cache buf;        /* cap, chunk = rows, the row buffers; kt, v: every slot's caches */
     int slots, rows;

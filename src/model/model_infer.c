@@ -30,8 +30,34 @@
 #include "model.h"
 #include "model/decoder.h"
 
-size_t model_kv_bytes(const tsr_model *m, int cap) { /* the attention layers' (LA of L) */
-    return 2 * (size_t)m->LA * (size_t)cap * (size_t)m->KVH * (size_t)m->hs * sizeof(float);
+int model_kv_layer_cap(const tsr_model *m, int l, int cap) {
+    const int W = config_layer_window(&m->cfg, l);
+    return W > 0 && W < cap ? W : cap;
+}
+
+/* The positions the attention layers keep in a context of cap, all together; with lcap and lofs
+ * (LA) each layer's ring and its offset (floats of one sequence's kt or v) too. */
+static size_t kv_layout(const tsr_model *m, int cap, int *lcap, size_t *lofs) {
+    size_t n = 0;
+    for (int l = 0; l < m->L; l++) {
+        const int la = model_layer_slot(m, TSR_P_QKVW, l);
+        if (la < 0) continue; /* a linear layer: a state, not keys and values */
+        const int c = model_kv_layer_cap(m, l, cap);
+        if (lcap) lcap[la] = c, lofs[la] = n * m->KVH * m->hs;
+        n += (size_t)c;
+    }
+    return n;
+}
+
+/* kv's lcap and lofs for a context of cap; the floats of kt (or v) of one sequence */
+static size_t kv_layout_alloc(tsr_kv_cache *kv, const tsr_model *m, int cap) {
+    kv->lcap = tsr_calloc((size_t)m->LA + 1, sizeof *kv->lcap);
+    kv->lofs = tsr_calloc((size_t)m->LA + 1, sizeof *kv->lofs);
+    return kv_layout(m, cap, kv->lcap, kv->lofs) * m->KVH * m->hs;
+}
+
+size_t model_kv_bytes(const tsr_model *m, int cap) {
+    return 2 * kv_layout(m, cap, NULL, NULL) * (size_t)m->KVH * (size_t)m->hs * sizeof(float);
 }
 
 /* a buffer on be of n elements of elem bytes (exit 3 naming it when there is no room) */
@@ -98,7 +124,7 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
     memset(kv, 0, sizeof *kv);
     kv->cap = cap;
     kv->chunk = chunk < cap ? chunk : cap;
-    size_t per = (size_t)m->LA * cap * m->KVH * m->hs + 1; /* the attention layers' */
+    const size_t per = kv_layout_alloc(kv, m, cap) + 1; /* the attention layers' */
     kv->kt = kv_alloc(&m->be, per, sizeof(float), "keys");
     kv->v = kv_alloc(&m->be, per, sizeof(float), "values");
     if (m->LL) { /* the linear layers' state and convolution tail (decoder_dn.c) */
@@ -127,6 +153,8 @@ static void kv_free_on(tsr_kv_cache *kv, const tsr_backend *be) {
         if (*ibufs[i]) be->free(be, *ibufs[i]);
         *ibufs[i] = NULL;
     }
+    free(kv->lcap), free(kv->lofs);
+    kv->lcap = NULL, kv->lofs = NULL;
 }
 
 void model_kv_free(tsr_kv_cache *kv, const tsr_model *m) { kv_free_on(kv, &m->be); }
@@ -196,7 +224,7 @@ const float *model_forward_last(tsr_model *m, const int32_t *tokens, int n) {
 size_t model_kv_slots_bytes(const tsr_model *m, const tsr_backend *be, int slots, int cap,
                             int rows) {
     const size_t e = tsr_dtype_size(be->act), n = (size_t)rows, f = sizeof(float);
-    size_t b = 2 * (size_t)m->LA * slots * cap * m->KVH * m->hs * e; /* the caches */
+    size_t b = 2 * kv_layout(m, cap, NULL, NULL) * slots * m->KVH * m->hs * e; /* the caches */
     if (m->LL) /* the linear layers' states and tails, and one step's rows of them */
         b += ((size_t)m->LL * slots + n) * f *
              (dec_dn_cache_floats(m, 1) + dec_dn_cache_floats(m, 0));
@@ -224,7 +252,7 @@ void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend
     memset(ks, 0, sizeof *ks);
     ks->slots = slots, ks->rows = rows;
     ks->buf.cap = cap, ks->buf.chunk = rows;
-    const size_t per = (size_t)m->LA * slots * cap * m->KVH * m->hs + 1;
+    const size_t per = kv_layout_alloc(&ks->buf, m, cap) * slots + 1;
     const size_t e = tsr_dtype_size(be->act);
     ks->buf.kt = kv_alloc(be, per, e, "the slots' keys");
     ks->buf.v = kv_alloc(be, per, e, "the slots' values");
@@ -252,13 +280,13 @@ void model_kv_slots_reset(tsr_kv_slots *ks, int s) { ks->len[s] = ks->seg[s] = 0
 
 void model_kv_slots_copy(tsr_kv_slots *ks, const tsr_backend *be, const tsr_model *m, int dst,
                          int src) {
-    const size_t per = (size_t)ks->buf.cap * m->KVH * m->hs * tsr_dtype_size(be->act);
+    const size_t e = tsr_dtype_size(be->act);
     for (int l = 0; l < m->LA; l++) { /* the attention layers' keys and values */
-        const size_t at = (size_t)l * ks->slots;
-        be->copy(be, (char *)ks->buf.kt + (at + dst) * per, (char *)ks->buf.kt + (at + src) * per,
+        const size_t per = (size_t)ks->buf.lcap[l] * m->KVH * m->hs * e;
+        const size_t at = ks->buf.lofs[l] * ks->slots * e;
+        be->copy(be, (char *)ks->buf.kt + at + dst * per, (char *)ks->buf.kt + at + src * per,
                  per);
-        be->copy(be, (char *)ks->buf.v + (at + dst) * per, (char *)ks->buf.v + (at + src) * per,
-                 per);
+        be->copy(be, (char *)ks->buf.v + at + dst * per, (char *)ks->buf.v + at + src * per, per);
     }
     const size_t ss = dec_dn_cache_floats(m, 1), cs = dec_dn_cache_floats(m, 0);
     for (int l = 0; l < m->LL; l++) { /* the linear layers' states and tails (host fp32) */

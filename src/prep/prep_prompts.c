@@ -34,9 +34,13 @@ int prompts_side_open(prompts_side *s, const char *tmp, int val) {
 
 void prompts_side_stops(prompts_side *s, const chat_config *cc, const tsr_tokenizer *tok) {
     gen_chat gc = {.cc = *cc, .loaded = 1}; /* (a view of prep's: not freed here) */
-    const uint32_t ids[2] = {gen_chat_eos_id(&gc, tok), gen_chat_end_of_turn(&gc, tok, NULL, "Hi")};
-    for (int k = 0; k < 2; k++)
-        if (ids[k] != UINT32_MAX && (k == 0 || ids[1] != ids[0])) s->stop[s->n_stop++] = ids[k];
+    const uint32_t ids[3] = {gen_chat_eos_id(&gc, tok), gen_chat_end_of_turn(&gc, tok, NULL, "Hi"),
+                             gen_chat_tool_call_end(&gc, tok)};
+    for (int k = 0; k < 3; k++) {
+        int seen = ids[k] == UINT32_MAX;
+        for (int i = 0; i < s->n_stop; i++) seen |= s->stop[i] == ids[k];
+        if (!seen) s->stop[s->n_stop++] = ids[k];
+    }
 }
 
 int prompts_side_add(prompts_side *s, int val, const char *line, size_t len) {

@@ -27,6 +27,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
 #include "rl/grpo_int.h"
+#include "telemetry/metrics_units.h"
 #include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/watchdog.h"
@@ -89,6 +90,10 @@ static void stop_ids(tsr_trainer *t, tsr_grpo *g) {
         if (end == s) break;
         if (v >= 0 && v < t->model.V) g->stop_ids[g->n_stop++] = (int32_t)v;
     }
+    if (t->dist.rank != 0) return;
+    printf("grpo: a completion stops at id");
+    for (int i = 0; i < g->n_stop; i++) printf("%s %d", i ? "," : "", g->stop_ids[i]);
+    printf(" (end of text%s)\n", g->n_stop > 1 ? "; the prompts' stop_ids" : "");
 }
 
 static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
@@ -236,6 +241,16 @@ static void read_prompt(const tsr_trainer *t, const tsr_dataset *ds, const char 
     free(in);
 }
 
+/* once, rank 0: what the first generation's slots allocate (their caches keep a sliding layer's
+ * window only: docs/decoder.md "Rolling window") */
+static void say_kv(tsr_trainer *t, const tsr_decoder *d, const gen_batch_opts *o) {
+    if (t->grpo->kv_said++ || t->dist.rank != 0) return;
+    char b[32];
+    metrics_human_bytes(b, sizeof b, (double)gen_batch_bytes(d, o));
+    printf("grpo: rollouts of %d slots of %d positions: %s of KV caches and buffers\n", o->batch,
+           o->cap, b);
+}
+
 /* the rows' completions: G sequences per prompt row (rows r0, r0 + G, ...), sampled (or greedy
  * with temperature 0) on the rollout weights */
 static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_rows,
@@ -261,6 +276,7 @@ static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_ro
     } else {
         tsr_decoder dec;
         model_infer_decoder(&w->m, &dec);
+        say_kv(t, &dec, &o);
         tokens = gen_batch_run(&dec, &o, s, n_rows);
     }
     for (int i = 0; i < n_rows; i++) {

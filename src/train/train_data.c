@@ -88,9 +88,19 @@ static int check_pairs(const tsr_trainer *t, const char *path, const char *key) 
 }
 
 static char init_dir[4096]; /* train_data_init_dir's, "" for none */
+static char recipe_tok[sizeof ((tsr_config *)0)->data.tokenizer]; /* the value it replaced */
+static int replaced;
 
-void train_data_init_dir(const char *dir) {
+void train_data_init_dir(const char *dir, tsr_config *cfg, int set_on_cli) {
     snprintf(init_dir, sizeof init_dir, "%s", dir ? dir : "");
+    tokenizer_files f;
+    replaced = 0;
+    if (!cfg || set_on_cli || !init_dir[0] || !strcmp(cfg->data.tokenizer, "auto") ||
+        tokenizer_find_files(init_dir, &f) == TOKENIZER_FILES_NONE)
+        return;
+    snprintf(recipe_tok, sizeof recipe_tok, "%s", cfg->data.tokenizer);
+    snprintf(cfg->data.tokenizer, sizeof cfg->data.tokenizer, "auto");
+    replaced = 1;
 }
 
 /* "auto" with a dataset that records no tokenizer: the --init-from directory's, if it has one. */
@@ -104,8 +114,10 @@ static void init_dir_tokenizer(tsr_trainer *t) {
         return;
     }
     if (t->dist.rank == 0)
-        printf("data.tokenizer = \"%s\": the --init-from directory's (the dataset records none)\n",
-               init_dir);
+        printf("data.tokenizer = \"%s\": the --init-from directory's (the dataset records none)"
+               "%s%s%s\n", init_dir, replaced ? "; the recipe's \"" : "",
+               replaced ? recipe_tok : "",
+               replaced ? "\" gives way to it (--set data.tokenizer=... keeps one)" : "");
 }
 
 /* Rank 0's text (n bytes; n < 0: none) handed to every rank: n returned, *text allocated on the

@@ -27,8 +27,10 @@ int train_data_fetch_shared(const tsr_trainer *t, const char *dir, const char *n
                             char **text, size_t *len);
 /* The Hugging Face directory the run starts from (--init-from HF_DIR; before trainer_init): its
  * tokenizer files (tokenizer_find_files), if any, are data.tokenizer "auto"'s when the dataset
- * records no tokenizer (docs/hf.md "Import"). */
-void train_data_init_dir(const char *dir);
+ * records no tokenizer (docs/hf.md "Import"). A directory with tokenizer files supplies the
+ * tokenizer: a data.tokenizer the recipe file names (cfg; "" included) is set back to "auto",
+ * unless a --set gave it (set_on_cli). cfg NULL: the directory only. */
+void train_data_init_dir(const char *dir, tsr_config *cfg, int set_on_cli);
 /* Samples per epoch of the training data (the `ep` unit): one stream's samples; for a mix, the
  * sum of the streams' epoch sizes (docs/data-mixing.md). */
 uint64_t train_data_epoch_samples(const tsr_trainer *t);

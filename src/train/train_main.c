@@ -283,6 +283,19 @@ static int lock_run_dir(const tsr_dist *d, const tsr_trainer *t, tsr_lock *lock,
 /* The recipe; with --init-from a Hugging Face directory, its config.json gives every model.*
  * key the recipe leaves out, and one the recipe sets otherwise is refused, all of them in one
  * error, before anything is allocated (docs/hf.md "Import"). */
+/* 1 when a --set gives key ("key=..." or "key = ...") */
+static int cli_sets_key(const cli *c, const char *key) {
+    const size_t n = strlen(key);
+    for (int i = 0; i < c->n_sets; i++) {
+        const char *s = c->sets[i];
+        if (strncmp(s, key, n)) continue;
+        s += n;
+        while (*s == ' ' || *s == '\t') s++;
+        if (*s == '=') return 1;
+    }
+    return 0;
+}
+
 static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
     if (c->init_from && hf_is_dir(c->init_from) && !hf_is_peft_dir(c->init_from))
         return hf_config_load(c->init_from, recipe, c->sets, c->n_sets, 0, cfg);
@@ -316,7 +329,8 @@ int main(int argc, char **argv) {
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
     checkpointing_use_importer(&hf_checkpointing_importer);
-    if (c.init_from && hf_is_dir(c.init_from)) train_data_init_dir(c.init_from); /* its tokenizer */
+    if (c.init_from && hf_is_dir(c.init_from)) /* its tokenizer, unless a --set names one */
+        train_data_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
     trainer_use_icl(&icl_evaluation);
     metrics_use_run_line(account_run_line);
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);

@@ -8,7 +8,11 @@
  * model is a tiny one of the family config.json names ("qwen3" QK-norm, "qwen2" q/k/v biases,
  * otherwise Llama/Mistral: L 1, d_model 8, 2 heads, 1 key/value head, head 4, MLP 8, vocabulary
  * 16 padded to 24, untied), so the seeds (tests/fuzz/corpus/hfdir, written by hf_fixture.py's
- * formats) import. An import that succeeds must have read finite values only. */
+ * formats) import; or, when hf_config_alone accepts config.json (with the weights' headers) and
+ * the model is small, the model it states: the seeds of the 2026 families (Gemma 2/3, OLMo 2/3,
+ * SmolLM3: hf_fixture.py --fuzz-seeds) import whole, and gpt-oss's and Qwen3-Next's config.json
+ * seeds (no weights) start the fuzzer on their keys. An import that succeeds must have read
+ * finite values only. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +24,22 @@
 #include "model/model.h"
 #include "ops.h"
 
+/* The model config.json states (hf_config_alone: the families of issue 67 too), when it is
+ * accepted and small (at most 2^16 parameters); 0 leaves m untouched. */
+static int build_from_config(tsr_model *m) {
+    static tsr_config c;
+    if (hf_config_alone(fuzz_dir(), NULL, 0, &c)) return 0;
+    model_init(m, &c.model, 16, &tsr_cpu_ops);
+    if (m->n_params > ((size_t)1 << 16)) {
+        model_free(m);
+        return 0;
+    }
+    model_alloc_params(m);
+    return 1;
+}
+
 static void build(tsr_model *m, const fuzz_part *cfg) {
+    if (build_from_config(m)) return;
     static tsr_config d;
     cfgtab_defaults(&d);
     tsr_model_config c = d.model;

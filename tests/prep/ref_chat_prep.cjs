@@ -6,6 +6,8 @@
 // tokens in the text matched (what apply_chat_template(..., {tokenize: true}) does).
 //   node ref_chat_prep.cjs TOKENIZERS_PKG JINJA_PKG MODEL_DIR encode FILE.jsonl
 //     one line per conversation: the ids, or "error: MESSAGE" when the template fails
+//   node ref_chat_prep.cjs TOKENIZERS_PKG JINJA_PKG MODEL_DIR encode_gen FILE.jsonl
+//     the same with add_generation_prompt true (the prompts of reinforcement learning)
 //   node ref_chat_prep.cjs TOKENIZERS_PKG JINJA_PKG MODEL_DIR decode FILE
 //     one JSON string per line of ids: the decoded text
 "use strict";
@@ -30,7 +32,7 @@ for (const k of ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token"
 const tpl = new Template(cfg.chat_template);
 for (const l of lines) {
   try {
-    const text = tpl.render({ ...vars, ...JSON.parse(l), add_generation_prompt: false });
+    const text = tpl.render({ ...vars, ...JSON.parse(l), add_generation_prompt: mode === "encode_gen" });
     console.log(tok.encode(text, { add_special_tokens: false }).join(" "));
   } catch (e) {
     console.log("error: " + String(e.message || e).split("\n")[0]);

@@ -5,6 +5,7 @@ written by hand, with the logits of a float64 PyTorch forward of each.
     python3 tests/reference/hf_fixture.py OUT_ROOT     # writes OUT_ROOT/<name>/ for every fixture
                                                        # (FIXTURES and MOE_FIXTURES)
     python3 tests/reference/hf_fixture.py --fuzz-seeds DIR   # tests/fuzz/corpus/hfdir's seeds
+                                                            # (+ the issue 67 families')
 
 Each OUT_ROOT/<name>/ holds what transformers' save_pretrained writes for the class — config.json
 and model.safetensors (or model-0000k-of-0000n.safetensors + model.safetensors.index.json) in the
@@ -619,9 +620,73 @@ def fuzz_seeds(out):
             f.write(FUZZ_SEP.join(parts))
 
 
+# config.json only (no weights: the harness's import stops at the config check) of the 2026
+# families with no fixture here, in the shapes their transformers configs save
+GPTOSS_CONFIG = {
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "vocab_size": 16,
+    "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 4, "max_position_embeddings": 16, "rms_norm_eps": 1e-05,
+    "rope_theta": 150000.0, "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                             "beta_slow": 1.0, "truncate": False,
+                                             "original_max_position_embeddings": 4096},
+    "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
+    "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.9,
+    "output_router_logits": False, "swiglu_limit": 7.0, "attention_bias": True,
+    "attention_dropout": 0.0, "hidden_act": "silu", "initializer_range": 0.02,
+    "tie_word_embeddings": False, "use_cache": True, "eos_token_id": 2, "pad_token_id": 1,
+    "torch_dtype": "bfloat16", "quantization_config": {"quant_method": "mxfp4",
+                                                       "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+QWEN3NEXT_CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "vocab_size": 16,
+    "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 4, "max_position_embeddings": 16, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000000.0, "rope_scaling": None, "partial_rotary_factor": 0.25,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"], "full_attention_interval": 4,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 4,
+    "linear_value_head_dim": 4, "linear_conv_kernel_dim": 4, "num_experts": 4,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 8, "shared_expert_intermediate_size": 8,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+    "router_aux_loss_coef": 0.001, "output_router_logits": False, "attention_bias": False,
+    "attention_dropout": 0.0, "hidden_act": "silu", "initializer_range": 0.02,
+    "tie_word_embeddings": False, "use_cache": True, "torch_dtype": "bfloat16"}
+
+
+def fuzz_family_seeds(out):
+    """Seeds of fuzz_hfdir for the families of issue 67: FAMILY_FIXTURES' OLMo 2, OLMo 3, Gemma 3
+    text, Gemma 2 and SmolLM3 at the harness's sizes (d_model 8, 2 heads, 1 kv head of 4, MLP 8,
+    vocabulary 16; their layer patterns, norms, windows and RoPE keys) with their weights, and
+    gpt-oss's and Qwen3-Next's config.json alone. The harness builds its model from a config.json
+    that hf_config_alone accepts, so the family seeds import whole."""
+    import tempfile
+    global V
+    saved, V = V, 16
+    try:
+        for k, base in enumerate(FAMILY_FIXTURES):
+            fx = dict(base, C=8, NH=2, KVH=1, hs=4, F=8)
+            fx["W"] = min(fx.get("W", 4), 4) if "W" in fx else None
+            if fx["W"] is None:
+                del fx["W"]
+            if "qpas" in fx:
+                fx["qpas"] = 4.0 if fx["model_type"] == "gemma2" else 8.0
+            with tempfile.TemporaryDirectory() as d:
+                write_weights(d, fx, family_state_dict(fx, 300 + k))
+                cj = config_json(fx)
+                cj["max_position_embeddings"] = 16
+                parts = [json.dumps(cj, indent=2).encode(),
+                         open(os.path.join(d, "model.safetensors"), "rb").read()]
+            with open(os.path.join(out, f"seed-{fx['model_type']}"), "wb") as f:
+                f.write(FUZZ_SEP.join(parts))
+    finally:
+        V = saved
+    for name, cj in (("gpt_oss", GPTOSS_CONFIG), ("qwen3_next", QWEN3NEXT_CONFIG)):
+        with open(os.path.join(out, f"seed-{name}-config"), "wb") as f:
+            f.write(FUZZ_SEP.join([json.dumps(cj, indent=2).encode(), b""]))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--fuzz-seeds":
         fuzz_seeds(sys.argv[2])
+        fuzz_family_seeds(sys.argv[2])
         sys.exit(0)
     if len(sys.argv) != 2:
         sys.exit("usage: hf_fixture.py OUT_ROOT | --fuzz-seeds DIR")
