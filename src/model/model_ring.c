@@ -19,6 +19,12 @@ int ring_position(int N, int r, int T, int t) {
     return chunk_of(N, r, t >= c) * c + t % c;
 }
 
+int ring_owner(int N, int T, int p, int *t) {
+    const int c = T / (2 * N), j = p / c, k = j >= N;
+    *t = k * c + p % c;
+    return k ? 2 * N - 1 - j : j;
+}
+
 void ring_split(void *local, const void *full, size_t elem, int B, int N, int r, int T) {
     const int c = T / (2 * N), Tl = T / N;
     for (int b = 0; b < B; b++)

@@ -34,6 +34,9 @@ struct tsr_group;
 
 /* Position in the whole sequence of local position t of rank r (T positions, N ranks). */
 int ring_position(int N, int r, int T, int t);
+/* The inverse: the rank whose share holds position p of the whole sequence, and (*t) its local
+ * position there. */
+int ring_owner(int N, int T, int p, int *t);
 /* local (B, T/N) = rank r's zig-zag share of full (B, T), elements of elem bytes */
 void ring_split(void *local, const void *full, size_t elem, int B, int N, int r, int T);
 /* full (B, T) from every rank's share, all (N, B, T/N) in rank order */

@@ -1,5 +1,6 @@
 /* sample.c — text from the trained model: top-k sampling with temperature, on rank 0 (on every
- * rank under zero3 / hsdp, whose forwards gather; rank 0 prints).
+ * rank under zero3 / hsdp, whose forwards gather, and under context parallelism, whose forwards
+ * go round the ring; rank 0 prints).
  *
  * No KV cache (that is `tessera generate`'s job): each new token reruns the forward pass over a
  * window of the last T tokens, padded at the end. Causal attention makes position len-1 depend only
@@ -10,7 +11,27 @@
 
 #include "common.h"
 #include "generate/gen_sample.h"
+#include "model/model_ring.h"
 #include "train/trainer.h"
+
+/* The next token from the probabilities of window position p: this rank's rows, or under context
+ * parallelism those of the rank whose share holds p, which picks and tells the group (each rank
+ * ran the same forward; the pick's randomness is seeded by the step s alone) */
+static int32_t pick_at(const tsr_model *m, int T, int p, const gen_sampling *how, int s,
+                       gen_cand *c, double *wts) {
+    const tsr_ring *g = m->ring;
+    int t = p;
+    const int owner = g ? ring_owner(g->N, T, p, &t) : 0;
+    int32_t mine = -1;
+    if (!g || g->r == owner) mine = gen_pick(m->acts.probs + (size_t)t * m->Vp, m->V, how,
+                                             (uint64_t)s, c, wts);
+    if (!g) return mine;
+    int32_t *all = tsr_malloc((size_t)g->N * sizeof *all);
+    g->comm.gather(g->comm.ctx, &mine, all, sizeof mine);
+    mine = all[owner];
+    free(all);
+    return mine;
+}
 
 int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_new, uint64_t seed,
                    int32_t *out) {
@@ -30,8 +51,7 @@ int trainer_sample(tsr_trainer *t, const int32_t *prompt, int n_prompt, int n_ne
         memcpy(win, ctx + start, (size_t)w * sizeof *win);
         for (int i = w; i < T; i++) win[i] = 0;
         model_forward(m, win, tg, 1, T);
-        const float *probs = m->acts.probs + (size_t)(w - 1) * m->Vp;
-        ctx[len++] = out[s] = gen_pick(probs, V, &how, (uint64_t)s, c, wts);
+        ctx[len++] = out[s] = pick_at(m, T, w - 1, &how, s, c, wts);
     }
     free(ctx), free(win), free(tg), free(c), free(wts);
     return n_new;

@@ -180,7 +180,8 @@ static void ring_report(tsr_trainer *t) {
 
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
  * device's weights) and logs it; under zero3 / hsdp every rank samples alongside, on its shard
- * (each forward gathers the units over the group: the same forwards on every rank). The prompt is
+ * (each forward gathers the units over the group: the same forwards on every rank), and under
+ * context parallelism too (each forward goes round its context group's ring). The prompt is
  * the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256, the synthetic
  * corpus' V-1, a trained tokenizer's last special). Collective. */
 static void end_of_run_sample(tsr_trainer *t) {
@@ -189,7 +190,7 @@ static void end_of_run_sample(tsr_trainer *t) {
     checkpointing_before_pull(t);
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
     else trainer_host_weights(t, 1);
-    if (t->dist.rank == 0 || t->part.fsdp_on) {
+    if (t->dist.rank == 0 || t->part.fsdp_on || t->model.ring) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
         int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
         trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);

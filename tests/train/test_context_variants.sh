@@ -22,7 +22,7 @@
 #  (the linear_attention layers under the ring: tests/train/test_hybrid_context.sh).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 9
 make_synth "$TMP/d" 64 20000
 tiny_llama_args "$TMP/d/train"
 args+=(--set model.vocab_size=64 --set model.n_head=4 --set model.n_kv_head=2
@@ -32,8 +32,8 @@ doc=(--set model.attn_mask=document --set model.eot_token=8)
 # run DIR NP N ARGS...
 run() {
     local dir=$1 np=$2 n=$3; shift 3
-    ranks "$np" "$TRAIN" "${args[@]}" --set parallel.context="$n" --set run_dir="$TMP/$dir" "$@" \
-        >"$TMP/$dir.txt" 2>&1
+    ranks "$np" timeout -k 5 300 "$TRAIN" "${args[@]}" --set parallel.context="$n" \
+        --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
 close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-5; }
 # exact REF DIR...: every DIR's steps within 1e-6 of REF's; the differences as a diagnostic
@@ -49,13 +49,23 @@ exact() {
 # skipped DIR: the blocks the ring skipped outside the windows' bands, from its end-of-run line
 skipped() { sed -n 's/^context ring: .*), \([0-9]*\) attention blocks outside.*/\1/p' "$TMP/$1.txt"; }
 
-win=(--set model.layer_types=sliding_attention,full_attention --set model.sliding_window=3 "${doc[@]}")
+win=(--set model.layer_types=sliding_attention,full_attention --set model.sliding_window=3 "${doc[@]}"
+     --set sample.tokens=6 --set sample.top_k=1)
 run W1 1 1 "${win[@]}" && run W2 2 2 "${win[@]}" && run W4 4 4 "${win[@]}" && exact W1 W2 W4
 rc=$?
 s2=$(skipped W2) s4=$(skipped W4)
 tap_diag "blocks skipped outside the band: ${s2:-none} at N = 2, ${s4:-none} at N = 4"
 ((rc == 0)) && ((${s2:-0} > 0 && ${s4:-0} > 0))
 tap_check $? "sliding windows of 3 (< a rank's chunk), document mask: N = 2 and 4 equal N = 1 within 1e-6, whole blocks outside the band skipped ($s2, $s4)"
+
+# the end-of-run sample (greedy, 6 tokens) under the ring: every rank of the context group runs
+# the forwards, the rank holding the last position picks (it hung before: rank 0 alone went round
+# the ring); the same tokens as one rank's
+sample_of() { grep -A1 '^sample' "$TMP/$1.txt" | tail -1; }
+s1=$(sample_of W1) s2=$(sample_of W2) s4=$(sample_of W4)
+tap_diag "samples: N = 1 '$s1', N = 2 '$s2', N = 4 '$s4'"
+[[ -n $s1 && $(wc -w <<<"$s1") == 6 && $s2 == "$s1" && $s4 == "$s1" ]]
+tap_check $? "the end-of-run sample at N = 2 and 4 (greedy, 6 tokens) ends and equals N = 1's"
 
 # moments_close A B: every tensor's Adam first moments of B's final checkpoint within 1e-5 of the
 # largest |m| of A's tensor, a sinks tensor among them
