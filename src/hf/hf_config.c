@@ -484,16 +484,57 @@ static void check_yarn(checker *c, const json_value *rs, const char *key, const 
 static double default_theta(hf_arch a) { return a == HF_GPTOSS ? 150000 : 10000; }
 static double default_eps(hf_arch a) { return a == HF_GPTOSS ? 1e-5 : 1e-6; }
 
+/* transformers 5's rope_parameters per layer type ({"full_attention": {...}, "sliding_attention":
+ * {...}}: Gemma 3's): the entry of layer type `type`, or NULL when the form is flat or absent */
+static const json_value *rope_per_type(const json_value *r, const char *type) {
+    const json_value *rp = member(r, "rope_parameters"), *e = rp ? member(rp, type) : NULL;
+    return e && e->type == JSON_OBJECT ? e : NULL;
+}
+
+/* The object holding the (full layers') rope_theta and scaling, and its name: rope_scaling, else
+ * transformers 5's rope_parameters (flat, or its full_attention entry) */
+static const json_value *rope_object(const json_value *r, const char **key) {
+    const json_value *rs = member(r, *key = "rope_scaling");
+    if (rs && rs->type != JSON_NULL) return rs;
+    const json_value *full = rope_per_type(r, "full_attention");
+    if (full) return *key = "rope_parameters.full_attention", full;
+    const json_value *rp = member(r, "rope_parameters");
+    if (rp) *key = "rope_parameters";
+    return rp ? rp : rs;
+}
+
+/* Gemma 3's sliding layers' base: rope_local_base_freq, or rope_parameters' sliding_attention
+ * entry (plain frequencies only) */
+static double local_base(checker *c, const json_value *r) {
+    const json_value *s = rope_per_type(r, "sliding_attention");
+    if (!s) return get_num(c, r, "rope_local_base_freq", 10000);
+    const char *type = get_str(c, s, "rope_type", "default");
+    if (strcmp(type, "default") != 0)
+        fault(c, TSR_EXIT_DATA, "rope_parameters.sliding_attention.rope_type = \"%s\": tessera "
+              "turns the sliding layers by the plain frequencies only", type);
+    return get_num(c, s, "rope_theta", 10000);
+}
+
+/* A class without a local base (hf_family.local_theta) turns every layer alike: rope_parameters'
+ * sliding_attention entry, if any, must be its full_attention one */
+static void check_same_types(checker *c, const json_value *r, hf_arch a) {
+    const json_value *s = rope_per_type(r, "sliding_attention");
+    const json_value *f = rope_per_type(r, "full_attention");
+    if (!s || hf_family_of(a)->local_theta) return;
+    if (!f || get_num(c, s, "rope_theta", 10000) != get_num(c, f, "rope_theta", 10000) ||
+        strcmp(get_str(c, s, "rope_type", "default"), get_str(c, f, "rope_type", "default")))
+        fault(c, TSR_EXIT_DATA, "rope_parameters: the sliding_attention layers turn otherwise than "
+              "the full_attention ones, which %s does not hold in tessera (one RoPE for every "
+              "layer)", hf_class_name[a]);
+}
+
 /* rope_theta and rope_scaling (or transformers 5's rope_parameters holding both). */
 static void check_rope(checker *c, const json_value *r, const tsr_model_config *mc, hf_arch a) {
     double theta = get_num(c, r, "rope_theta", default_theta(a));
-    const char *key = "rope_scaling";
-    const json_value *rs = member(r, key);
-    if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
-        key = "rope_parameters";
-        rs = member(r, key);
-        theta = get_num(c, rs, "rope_theta", theta);
-    }
+    const char *key;
+    const json_value *rs = rope_object(r, &key);
+    if (strcmp(key, "rope_scaling") != 0) theta = get_num(c, rs, "rope_theta", theta);
+    check_same_types(c, r, a);
     const char *type = "default";
     if (rs && rs->type != JSON_NULL && rs->type != JSON_OBJECT)
         fault(c, TSR_EXIT_DATA, "%s is a JSON %s, expected an object or null", key, json_type_name(rs->type));
@@ -682,8 +723,6 @@ static const struct unmapped {
     const char *key;
     const char *why;
 } unmapped[] = {
-    {HF_GEMMA3, "rope_parameters", "RoPE parameters per layer type are not read yet"},
-    {HF_GEMMA2, "rope_parameters", "RoPE parameters per layer type are not read yet"},
     {HF_OLMO3, "rope_scaling", "Olmo 3 scales the full-attention layers' RoPE only; "
      "tessera's scaling applies to every layer"},
 };
@@ -792,7 +831,7 @@ static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_v
         v->cap_attn = get_cap(c, r, "attn_logit_softcapping", f->cap_attn);
         v->cap_final = get_cap(c, r, "final_logit_softcapping", f->cap_final);
     }
-    if (f->local_theta) v->local = get_num(c, r, "rope_local_base_freq", 10000);
+    if (f->local_theta) v->local = local_base(c, r);
     for (long l = 0; l < L; l++) v->rope[l] = 1;
     if (f->nope) read_nope(c, r, L, v);
     if (!f->windows) return;
@@ -1046,12 +1085,9 @@ static void put_original(filler *F, const json_value *rs, long def) {
  * linear (Gemma) or YaRN (gpt-oss); another type fills nothing (hf_config_check refuses it by
  * name, as it refuses linear or YaRN for a class without them). */
 static void fill_rope(filler *F, hf_arch a) {
-    const json_value *r = F->c.root, *rs = member(r, "rope_scaling");
-    const char *key = "rope_scaling";
-    if ((!rs || rs->type == JSON_NULL) && member(r, "rope_parameters")) {
-        key = "rope_parameters";
-        rs = member(r, key);
-    }
+    const json_value *r = F->c.root;
+    const char *key;
+    const json_value *rs = rope_object(r, &key);
     int obj = rs && rs->type == JSON_OBJECT;
     const char *type = obj ? get_str(&F->c, rs, "rope_type", get_str(&F->c, rs, "type", "default")) : "default";
     if (obj && member(rs, "rope_theta")) put_num(F, "model.rope_theta", rs, "rope_theta", 10000);
@@ -1131,7 +1167,10 @@ static void fill_family(filler *F, hf_arch a, long L) {
         put_cap(F, "model.attn_logit_softcapping", "attn_logit_softcapping", v.cap_attn);
         put_cap(F, "model.final_logit_softcapping", "final_logit_softcapping", v.cap_final);
     }
-    if (f->local_theta) put_num(F, "model.rope_local_theta", F->c.root, "rope_local_base_freq", 10000);
+    const json_value *sl = rope_per_type(F->c.root, "sliding_attention");
+    if (f->local_theta)
+        put_num(F, "model.rope_local_theta", sl ? sl : F->c.root,
+                sl ? "rope_theta" : "rope_local_base_freq", 10000);
     if (f->nope) put(F, 0, "model.no_rope_layers", v.nope, "no_rope_layers (its shortest repeating "
                      "pattern; \"\": every layer turns by RoPE)");
     if (!f->windows) return;

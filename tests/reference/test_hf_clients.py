@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_hf_export as hfe  # noqa: E402  (skips with 77 without torch/h5py or the programs)
 import hf_fixture as fxm  # noqa: E402
+import hf_fixture_gptoss as fxo  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tap import Tap  # noqa: E402
@@ -46,7 +47,7 @@ import clients_prep  # noqa: E402
 import real_clients as rcl  # noqa: E402
 
 N_MODELS = len(clients_prep.MODELS)
-N_FAMILY_CHECKS = 4
+N_FAMILY_CHECKS = 5
 PLAN = 1 + 2 * N_MODELS + 1 + 2 + 1 + N_FAMILY_CHECKS
 
 
@@ -61,7 +62,8 @@ def reference_logits(hf_dir, tokens):
     sd = {n: torch.from_numpy(hfe.as_f32(*ents[n]).astype(np.float64)) for n in names}
     idx = torch.as_tensor(tokens, dtype=torch.long)
     with torch.no_grad():
-        fwd = hfe.hf_forward if cj["model_type"] in ("gpt2", "mpt") else fxm.forward
+        fwd = (hfe.hf_forward if cj["model_type"] in ("gpt2", "mpt")
+               else fxo.forward if cj["model_type"] == "gpt_oss" else fxm.forward)
         return problems, cj, fwd(sd, cj, idx).numpy()
 
 
@@ -88,6 +90,32 @@ def transformers5_rope(cj):
     cj["rope_parameters"] = {"full_attention": full, "sliding_attention": {
         "rope_type": "default", "rope_theta": cj.pop("rope_local_base_freq")}}
     return cj
+
+
+def bad_rope5(tap, fx, tmp):
+    """rope_parameters tessera cannot hold, refused at import (exit 2, naming the entry): Gemma 3's
+    sliding layers scaled, and OLMo 3's sliding and full layers turning otherwise (one RoPE there)"""
+    got = []
+    for name, entry, want in (("gemma3_text", dict(rope_type="linear", factor=2.0, rope_theta=10000.0),
+                               "rope_parameters.sliding_attention.rope_type = \"linear\""),
+                              ("olmo3_swa", dict(rope_type="default", rope_theta=1234.0),
+                               "rope_parameters: the sliding_attention layers turn otherwise")):
+        d = os.path.join(tmp, "rope5-" + name)
+        shutil.copytree(fx[name], d)
+        cj = json.load(open(os.path.join(d, "config.json")))
+        if name == "gemma3_text":
+            cj = transformers5_rope(cj)
+            cj["rope_parameters"]["sliding_attention"] = entry
+        else:
+            theta = cj.pop("rope_theta", 10000.0)
+            cj["rope_parameters"] = {"full_attention": dict(rope_type="default", rope_theta=theta),
+                                     "sliding_attention": entry}
+        json.dump(cj, open(os.path.join(d, "config.json"), "w"))
+        r = subprocess.run([hfe.TESSERA, "ckpt", "import", d, os.path.join(d, "out.h5")], capture_output=True,
+                           text=True)
+        got.append((name, r.returncode, want in r.stderr, os.path.exists(os.path.join(d, "out.h5"))))
+    tap.ok(all(rc == 2 and said and not wrote for _, rc, said, wrote in got),
+           f"rope_parameters tessera cannot hold refused at import, exit 2 naming it, nothing written: {got}")
 
 
 def check_families(tap, tmp):
@@ -121,8 +149,10 @@ def check_families(tap, tmp):
     g5 = of("gemma3_rope5")
     passed = len(g5) == 2 and all(x.startswith("ok ") and "# SKIP" not in x for x in g5)
     said = len(g5) == 2 and all("# SKIP tessera cannot import it yet: " in x and "rope_parameters" in x for x in g5)
-    tap.ok(passed or said, "Gemma 3 with transformers 5's per-type rope_parameters: "
-                           + ("passes" if passed else f"skipped with tessera's reason ({g5[0] if g5 else 'no line'})"))
+    tap.ok(passed, "Gemma 3 with transformers 5's per-type rope_parameters (full_attention: theta and the "
+                   "linear scaling; sliding_attention: the local base): imports and passes "
+                   + ("" if passed else f"(skipped: {said}; {g5[:1]})"))
+    bad_rope5(tap, fx, tmp)
     fl = of("falcon")
     tap.ok(len(fl) == 2 and all('# SKIP tessera cannot import it yet: ' in x and 'model_type = "falcon_h1"' in x
                                 for x in fl), f"model_type falcon_h1: two SKIP lines naming it ({fl[:1]})")

@@ -19,7 +19,7 @@ For each:
     identical to the fixture's (Gemma's norms through + 1 then - 1: the fixture's w are multiples
     of 2^-20, exact both ways), and config.json's keys equal to the fixture's.
 Then config.json keys tessera cannot represent yet are refused at import, exit 2, naming key and
-value (transformers 5's rope_parameters per layer type, Gemma 3's and OLMo 3's rope_scaling yarn,
+value (Gemma 3's and OLMo 3's rope_scaling yarn,
 Gemma 2's negative cap), Gemma 3's older sliding_window_pattern form imports the model the
 layer_types list gives and SmolLM3's no_rope_layer_interval the model of its no_rope_layers list
 (same logits bit for bit).
@@ -188,12 +188,7 @@ def edited(tmp, src, name, **changes):
 def refusals(tap, tmp, dirs):
     """Keys tessera cannot represent yet: exit 2 naming key and value; the older Gemma 3 form."""
     g, o3, g2 = dirs["gemma3_text"], dirs["olmo3_swa"], dirs["gemma2"]
-    per_type = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
     cases = [
-        ("Gemma 3 rope_parameters per layer type",
-         edited(tmp, g, "g_params", rope_scaling=None, rope_parameters=per_type),
-         ["rope_parameters = ", "per layer type"]),
         ("Gemma 3 rope_scaling yarn",
          edited(tmp, g, "g_yarn", rope_scaling={"rope_type": "yarn", "factor": 8.0}),
          ["rope_scaling.rope_type = \"yarn\"", "Gemma3ForCausalLM"]),
@@ -223,6 +218,20 @@ def refusals(tap, tmp, dirs):
     tap.ok(a is not None and b is not None and np.array_equal(a, b),
            "gemma3_text with sliding_window_pattern = 3 (no layer_types) imports the model of "
            "layer_types [sliding, sliding, full]: the same logits bit for bit")
+    # transformers 5 writes Gemma 3's RoPE as rope_parameters per layer type
+    cj = json.load(open(os.path.join(g, "config.json")))
+    per_type = {"full_attention": dict({"rope_type": "default"}, **(cj.get("rope_scaling") or {}),
+                                       rope_theta=cj["rope_theta"]),
+                "sliding_attention": {"rope_type": "default",
+                                      "rope_theta": cj.get("rope_local_base_freq", 10000.0)}}
+    newer = edited(tmp, g, "g_params", rope_scaling=KeyError, rope_theta=KeyError,
+                   rope_local_base_freq=KeyError, rope_parameters=per_type)
+    rc_c, out_c, c = ref_logits(tmp, "g_params", newer, dict(meta["sets"], **run_keys(tmp, "g_params", data)))
+    if rc_c:
+        tap.diag(out_c[-1500:])
+    tap.ok(a is not None and c is not None and np.array_equal(a, c),
+           f"gemma3_text with transformers 5's rope_parameters per layer type {per_type} imports the "
+           "model of rope_theta, rope_scaling and rope_local_base_freq: the same logits bit for bit")
     same_model(tap, tmp, dirs["smollm3"], "s_interval", "smollm3 with no_rope_layer_interval = 4 "
                "(no no_rope_layers) imports the model of no_rope_layers [1, 1, 1, 0]",
                no_rope_layers=KeyError, no_rope_layer_interval=4)
