@@ -358,23 +358,33 @@ static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, 
     }
 }
 
-/* parallel.context = N (docs/parallelism.md "Ring attention"): per layer and microbatch each
- * rank passes its key/value blocks N - 1 hops in the forward, again in the backward with their
- * fp32 gradients N hops (ring_layer_bytes, bf16 activations on the GPU), and a checkpointed
- * layer's recomputation a forward's more, over its context group's link; each hop runs beside the
- * attention of a block, so what the attention's time does not cover waits */
+/* A linear (Gated DeltaNet) layer's state messages under context N, per rank and pass of a
+ * microbatch of B sequences (docs/deltanet.md "Context parallelism"): the group's 2N - 2 messages
+ * of B (HV dk dv + (K - 1) CD) fp32 over its N ranks */
+static double dn_state_bytes(const tsr_model *m, int N, double B) {
+    const double cd = 2.0 * m->HKl * m->dkl + (double)m->HVl * m->dvl;
+    return (2.0 * N - 2) / N * B * ((double)m->HVl * m->dkl * m->dvl + (m->Kc - 1) * cd) * 4;
+}
+
+/* parallel.context = N (docs/parallelism.md "Ring attention"): per attention layer and
+ * microbatch each rank passes its key/value blocks N - 1 hops in the forward, again in the
+ * backward with their fp32 gradients N hops (ring_layer_bytes, bf16 activations on the GPU), and
+ * a checkpointed layer's recomputation a forward's more, over its context group's link; each hop
+ * runs beside the attention of a block, so what the attention's time does not cover waits. A
+ * hybrid's linear layers pass their state instead (dn_state_bytes), blocking: all of it waits. */
 static void ring_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, tp_step *s) {
     const tsr_model *m = &t->model;
     if (s->N < 2) return;
     double M = ceil((double)s->per_rank / s->micro), re = recompute_share(&t->cfg);
     double fw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 0);
     double bw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 1);
-    double link = bw_of(s->N, per_node, o), tf = M * m->L * (1 + re) * fw / link,
-           tb = M * m->L * bw / link;
+    const double LA = m->L - m->LL, sb = dn_state_bytes(m, s->N, s->micro);
+    double link = bw_of(s->N, per_node, o), tf = M * LA * (1 + re) * fw / link,
+           tb = M * LA * bw / link, ts = M * m->LL * (2 + re) * sb / link;
     double af = s->att / 3 * (1 + re), ab = s->att * 2 / 3; /* attention's forward, backward */
-    s->bytes += M * m->L * ((1 + re) * fw + bw);
-    s->comm += tf + tb;
-    s->exposed += (tf > af ? tf - af : 0) + (tb > ab ? tb - ab : 0);
+    s->bytes += M * LA * ((1 + re) * fw + bw) + M * m->LL * (2 + re) * sb;
+    s->comm += tf + tb + ts;
+    s->exposed += (tf > af ? tf - af : 0) + (tb > ab ? tb - ab : 0) + ts;
 }
 
 /* W's data ranks by the trainer's mesh (mesh_build, as a plan); 0, or why they do not split */
@@ -545,6 +555,14 @@ static void print_context(const tsr_trainer *t, long long micro) {
            "%s, forward and backward; their fp32 gradients %s; a checkpointed layer's "
            "recomputation a forward's more), in the comm columns; it waits where the attention "
            "beside it is shorter\n", N, N, N, t->T / N, t->T, a, micro, b, c);
+    if (!m->LL) return;
+    metrics_human_bytes(a, sizeof a, dn_state_bytes(m, N, (double)micro));
+    printf("  the ring goes round the %d attention layers only; the %d linear layers pass their "
+           "state and convolution tail along the group instead, %s a rank, layer and pass "
+           "(forward, backward, recomputation), blocking: all of it in exposed. Not priced: the "
+           "state pipeline is a chain, so a linear layer takes about the whole sequence's time on "
+           "its critical path where the table divides it by %d (docs/deltanet.md \"Context "
+           "parallelism\")\n", m->L - m->LL, m->LL, a, N);
 }
 
 /* the lines above the table: the rates, or what is missing */

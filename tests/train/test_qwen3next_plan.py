@@ -100,7 +100,7 @@ def time_row(k, out, total, active):
 
 
 def main():
-    tap = Tap(7)
+    tap = Tap(8)
     total, active = by_hand(keys(CFG))
     r = subprocess.run([TRAIN, "--config", CFG, "--plan", "8"], capture_output=True, text=True)
     m = re.search(r"params: (\d+) trainable, (\d+) active per token", r.stdout + r.stderr)
@@ -131,7 +131,30 @@ def main():
            f"{mb:.1f} by hand (zero3, G = 64, M = 4)")
     tap.ok(abs(step - (comp + exposed)) <= 0.02 and abs(tps - 256 * 4096 / (step / 1e3)) <= 1,
            f"W = 64: step {step} ms = compute + exposed {exposed}; {tps:.0f} tokens/s")
+    context_row(tap, keys(CFG))
     return tap.status()
+
+
+def context_row(tap, k):
+    """parallel.context = 8: the ring over the full layers only, the linear layers' state messages
+    (docs/deltanet.md "Context parallelism") by hand: (2N - 2) / N messages of
+    B (HV dk dv + (K - 1) CD) fp32 a rank, layer and pass"""
+    r = subprocess.run([TRAIN, "--config", CFG, "--set", "parallel.context=8", "--plan", "64/8", "--time"],
+                       capture_output=True, text=True)
+    i = {n: int(v) for n, v in k.items() if re.fullmatch(r"\d+", v)}
+    types = [t.strip() for t in k["layer_types"].split(",")]
+    L = i["n_layer"]
+    LL = sum(types[l % len(types)] == "linear_attention" for l in range(L))
+    HK, HV = i["linear_num_key_heads"], i["linear_num_value_heads"]
+    dk, dv, K = i["linear_key_head_dim"], i["linear_value_head_dim"], i["linear_conv_kernel_dim"]
+    N, cd = 8, 2 * HK * dk + HV * dv
+    mib = (2 * N - 2) / N * (HV * dk * dv + (K - 1) * cd) * 4 / 2**20
+    m = re.search(r"the ring goes round the (\d+) attention layers only; the (\d+) linear layers pass "
+                  r"their state and convolution tail along the group instead, ([0-9.]+) MiB", r.stdout)
+    got = (int(m.group(1)), int(m.group(2)), float(m.group(3))) if m else None
+    tap.ok(r.returncode == 0 and got and got[:2] == (L - LL, LL) and abs(got[2] - mib) <= 0.05,
+           f"parallel.context = 8: the ring over the {L - LL} full layers, the {LL} linear layers' state "
+           f"{mib:.2f} MiB a rank, layer and pass by hand; printed {got}")
 
 
 if __name__ == "__main__":
