@@ -443,12 +443,36 @@ static void check_linear(checker *c, const json_value *rs, const char *key,
 
 static const char *const scaling_word[] = {"none", "llama3", "linear", "yarn"};
 
+/* One scaling key of rope_scaling and the run's model.rope_* double it is (def NAN: required). */
+typedef struct scaling_key {
+    const char *hf, *run;
+    size_t off;
+    double def;
+} scaling_key;
+
+/* The n keys of a rope_scaling of type `type` (its object rs, named key) and its
+ * original_max_position_embeddings (required) against the run's. */
+static void same_scaling(checker *c, const json_value *rs, const char *key, const char *type,
+                         const scaling_key *k, size_t n, const tsr_model_config *mc) {
+    char name[96];
+    for (size_t i = 0; i < n; i++) {
+        double v = get_num(c, rs, k[i].hf, k[i].def);
+        snprintf(name, sizeof name, "%s.%s", key, k[i].hf);
+        if (isnan(v)) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"%s\" needs it)", name, type);
+        same_num(c, name, v, k[i].run, *(const double *)((const char *)mc + k[i].off));
+    }
+    snprintf(name, sizeof name, "%s.original_max_position_embeddings", key);
+    long omp = get_int(c, rs, "original_max_position_embeddings", -1);
+    if (omp < 0) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"%s\" needs it)", name, type);
+    same(c, name, omp, "model.rope_original_max_pos", mc->rope_original_max_pos, "");
+}
+
 /* rope_scaling of type "yarn" (gpt-oss): factor, beta_fast, beta_slow,
  * original_max_position_embeddings and truncate against the run's model.rope_* keys; an
  * attention factor of its own (attention_factor, mscale, mscale_all_dim) is refused: tessera's is
  * 0.1 ln(factor) + 1, transformers' default. */
 static void check_yarn(checker *c, const json_value *rs, const char *key, const tsr_model_config *mc) {
-    static const struct { const char *hf, *run; size_t off; double def; } k[] = {
+    static const scaling_key k[] = {
         {"factor", "model.rope_factor", offsetof(tsr_model_config, rope_factor), NAN},
         {"beta_fast", "model.rope_beta_fast", offsetof(tsr_model_config, rope_beta_fast), 32},
         {"beta_slow", "model.rope_beta_slow", offsetof(tsr_model_config, rope_beta_slow), 1},
@@ -465,16 +489,7 @@ static void check_yarn(checker *c, const json_value *rs, const char *key, const 
             fault(c, TSR_EXIT_DATA, "%s.%s is set: not supported (tessera's YaRN scales attention "
                   "by 0.1 ln(factor) + 1, transformers' default); only null is accepted", key, own[i]);
     }
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        double v = get_num(c, rs, k[i].hf, k[i].def);
-        snprintf(name, sizeof name, "%s.%s", key, k[i].hf);
-        if (isnan(v)) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"yarn\" needs it)", name);
-        same_num(c, name, v, k[i].run, *(const double *)((const char *)mc + k[i].off));
-    }
-    snprintf(name, sizeof name, "%s.original_max_position_embeddings", key);
-    long omp = get_int(c, rs, "original_max_position_embeddings", -1);
-    if (omp < 0) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"yarn\" needs it)", name);
-    same(c, name, omp, "model.rope_original_max_pos", mc->rope_original_max_pos, "");
+    same_scaling(c, rs, key, "yarn", k, sizeof k / sizeof k[0], mc);
     snprintf(name, sizeof name, "%s.truncate", key);
     same_bool(c, name, get_bool(c, rs, "truncate", 1), "model.rope_truncate", mc->rope_truncate);
 }
@@ -570,22 +585,14 @@ static void check_rope(checker *c, const json_value *r, const tsr_model_config *
     if (!llama3)
         fault(c, TSR_EXIT_USAGE, "%s.rope_type = \"llama3\", but this run has model.rope_scaling = "
               "\"none\": set --set model.rope_scaling=llama3 (and the rope_* keys)", key);
-    static const struct { const char *hf, *run; size_t off; } k[] = {
-        {"factor", "model.rope_factor", offsetof(tsr_model_config, rope_factor)},
-        {"low_freq_factor", "model.rope_low_freq_factor", offsetof(tsr_model_config, rope_low_freq_factor)},
-        {"high_freq_factor", "model.rope_high_freq_factor", offsetof(tsr_model_config, rope_high_freq_factor)},
+    static const scaling_key k[] = {
+        {"factor", "model.rope_factor", offsetof(tsr_model_config, rope_factor), NAN},
+        {"low_freq_factor", "model.rope_low_freq_factor",
+         offsetof(tsr_model_config, rope_low_freq_factor), NAN},
+        {"high_freq_factor", "model.rope_high_freq_factor",
+         offsetof(tsr_model_config, rope_high_freq_factor), NAN},
     };
-    char name[64];
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        double v = get_num(c, rs, k[i].hf, NAN);
-        snprintf(name, sizeof name, "%s.%s", key, k[i].hf);
-        if (isnan(v)) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"llama3\" needs it)", name);
-        same_num(c, name, v, k[i].run, *(const double *)((const char *)mc + k[i].off));
-    }
-    snprintf(name, sizeof name, "%s.original_max_position_embeddings", key);
-    long omp = get_int(c, rs, "original_max_position_embeddings", -1);
-    if (omp < 0) fault(c, TSR_EXIT_DATA, "%s is missing (rope_type \"llama3\" needs it)", name);
-    same(c, name, omp, "model.rope_original_max_pos", mc->rope_original_max_pos, "");
+    same_scaling(c, rs, key, "llama3", k, sizeof k / sizeof k[0], mc);
 }
 
 /* Sliding-window attention: tessera attends to the whole causal context, so a window is accepted
