@@ -183,6 +183,19 @@ print(f"loss {wl:.1e}, norm {wn:.1e} over steps {keys[0]}..{keys[-1]}")
 sys.exit(0 if wl <= float(sys.argv[4]) and wn <= float(sys.argv[5]) else 1)
 PY
 }
+# runs_exact REF DIR...: each run $TMP/DIR's steps within 1e-6 (losses) and 1e-5 (gradient norms)
+# of run $TMP/REF's, as metrics_close judges them (context parallelism's bar: the ring sums each
+# row's attention in another order, which moved a norm by up to ~3e-6 within 20 steps, measured);
+# the differences as one diagnostic line
+runs_exact() {
+    local ref=$1 d ok=0 msg="" out; shift
+    for d in "$@"; do
+        out=$(metrics_close "$TMP/$ref/metrics.jsonl" "$TMP/$d/metrics.jsonl" 1 1e-6 1e-5) || ok=1
+        msg+=" $d: $out;"
+    done
+    tap_diag "vs $ref:$msg"
+    return $ok
+}
 # json_field FILE STEP FIELD: the value of FIELD on the metrics.jsonl line of STEP (train lines)
 json_field() {
     grep "\"step\": $2," "$1" | grep "\"$3\"" | head -1 | sed -E "s/.*\"$3\": ([^,}]+).*/\1/"

@@ -49,11 +49,17 @@ static void acts_fields(dn_acts *a, float **f[15]) {
     memcpy(f, all, sizeof all);
 }
 
-size_t dn_acts_floats(const dn_dims *d) {
-    size_t n[15], sum = 0;
-    acts_sizes(n, d);
-    for (int i = 0; i < 15; i++) sum += n[i];
+/* the sum of a buffer list's k sizes */
+static size_t total_of(const size_t *n, int k) {
+    size_t sum = 0;
+    for (int i = 0; i < k; i++) sum += n[i];
     return sum;
+}
+
+size_t dn_acts_floats(const dn_dims *d) {
+    size_t n[15];
+    acts_sizes(n, d);
+    return total_of(n, 15);
 }
 
 void dn_acts_at(dn_acts *a, float *base, const dn_dims *d) {
@@ -196,10 +202,9 @@ static void dacts_sizes(size_t n[13], const dn_dims *d) {
 }
 
 size_t dn_backward_floats(const dn_dims *d) {
-    size_t n[13], sum = 0;
+    size_t n[13];
     dacts_sizes(n, d);
-    for (int i = 0; i < 13; i++) sum += n[i];
-    return sum;
+    return total_of(n, 13);
 }
 
 /* one zeroed block from the CPU op table's allocator (so the run's peak_mem_bytes holds it, as

@@ -35,23 +35,12 @@ run() {
     ranks "$np" timeout -k 5 300 "$TRAIN" "${args[@]}" --set parallel.context="$n" \
         --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
 }
-close() { metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 1 1e-6 1e-5; }
-# exact REF DIR...: every DIR's steps within 1e-6 of REF's; the differences as a diagnostic
-exact() {
-    local ref=$1 d ok=0 msg=""; shift
-    for d in "$@"; do
-        msg+=" $d: $(close "$ref" "$d");"
-        close "$ref" "$d" >/dev/null || ok=1
-    done
-    tap_diag "vs $ref:$msg"
-    return $ok
-}
 # skipped DIR: the blocks the ring skipped outside the windows' bands, from its end-of-run line
 skipped() { sed -n 's/^context ring: .*), \([0-9]*\) attention blocks outside.*/\1/p' "$TMP/$1.txt"; }
 
 win=(--set model.layer_types=sliding_attention,full_attention --set model.sliding_window=3 "${doc[@]}"
      --set sample.tokens=6 --set sample.top_k=1)
-run W1 1 1 "${win[@]}" && run W2 2 2 "${win[@]}" && run W4 4 4 "${win[@]}" && exact W1 W2 W4
+run W1 1 1 "${win[@]}" && run W2 2 2 "${win[@]}" && run W4 4 4 "${win[@]}" && runs_exact W1 W2 W4
 rc=$?
 s2=$(skipped W2) s4=$(skipped W4)
 tap_diag "blocks skipped outside the band: ${s2:-none} at N = 2, ${s4:-none} at N = 4"
@@ -80,20 +69,20 @@ sys.exit(0 if sorted(a) == sorted(b) and sinks and worst <= 1e-5 else 1)
 PY
 }
 run S1 1 1 --set model.attn_sinks=true --set save_final=true &&
-    run S2 2 2 --set model.attn_sinks=true --set save_final=true && exact S1 S2 && moments_close S1 S2
+    run S2 2 2 --set model.attn_sinks=true --set save_final=true && runs_exact S1 S2 && moments_close S1 S2
 tap_check $? "attention sinks, causal: N = 2 equals N = 1 within 1e-6, and every tensor's first moments (the sinks' too) within 1e-5"
 
 cap=(--set model.attn_logit_softcapping=0.5 --set model.final_logit_softcapping=3.0)
-run C1 1 1 "${cap[@]}" && run C2 2 2 "${cap[@]}" && exact C1 C2
+run C1 1 1 "${cap[@]}" && run C2 2 2 "${cap[@]}" && runs_exact C1 C2
 tap_check $? "attention and final-logit soft caps: N = 2 equals N = 1 within 1e-6"
 
 run Q1 1 1 --set model.query_pre_attn_scalar=7 "${doc[@]}" &&
-    run Q2 2 2 --set model.query_pre_attn_scalar=7 "${doc[@]}" && exact Q1 Q2
+    run Q2 2 2 --set model.query_pre_attn_scalar=7 "${doc[@]}" && runs_exact Q1 Q2
 tap_check $? "query_pre_attn_scalar = 7 (head size 16), document mask: N = 2 equals N = 1 within 1e-6"
 
 olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_norm_scope=projection
       --set model.attn_output_gate=true)
-run O1 1 1 "${olmo[@]}" && run O2 2 2 "${olmo[@]}" && exact O1 O2
+run O1 1 1 "${olmo[@]}" && run O2 2 2 "${olmo[@]}" && runs_exact O1 O2
 tap_check $? "OLMo 2's post norms with QK-norm over the projection, and Qwen3-Next's gated attention output: N = 2 equals N = 1 within 1e-6"
 
 gemma=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
@@ -102,7 +91,7 @@ gemma=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
        --set model.layer_types=sliding_attention,full_attention --set model.sliding_window=5
        --set model.rope_theta=1000000 --set model.rope_local_theta=10000 "${doc[@]}")
 run G1 1 1 "${gemma[@]}" && run G4 4 4 "${gemma[@]}" &&
-    run GZ 4 2 "${gemma[@]}" --set micro_batch=2 --set parallel.sharding=zero3 && exact G1 G4 GZ
+    run GZ 4 2 "${gemma[@]}" --set micro_batch=2 --set parallel.sharding=zero3 && runs_exact G1 G4 GZ
 tap_check $? "Gemma-3-like (sandwich, embedding scale, GeGLU-tanh, QK-norm, query_pre_attn_scalar, window 5 and local RoPE, MQA, document mask): N = 4 and 2 x 2 under zero3 equal N = 1 within 1e-6"
 
 oss=(--set model.attn_sinks=true --set model.layer_types=sliding_attention,full_attention
@@ -111,7 +100,7 @@ oss=(--set model.attn_sinks=true --set model.layer_types=sliding_attention,full_
      --set model.moe_top_k=2 --set model.moe_intermediate_size=32 --set model.moe_router_bias=true
      --set model.moe_expert_bias=true --set model.moe_act=gptoss --set model.moe_aux_loss_coef=0
      --set model.moe_z_loss_coef=0 "${doc[@]}")
-run X1 1 1 "${oss[@]}" && run X2 2 2 "${oss[@]}" && exact X1 X2
+run X1 1 1 "${oss[@]}" && run X2 2 2 "${oss[@]}" && runs_exact X1 X2
 rc=$?
 s2=$(skipped X2)
 ((rc == 0)) && ((${s2:-0} > 0))

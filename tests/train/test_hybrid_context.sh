@@ -39,16 +39,6 @@ run() {
     ranks "$np" "$TRAIN" "${base[@]}" --set parallel.context="$n" --set run_dir="$TMP/$dir" "$@" \
         >"$TMP/$dir.txt" 2>&1
 }
-# exact REF DIR...: every DIR's losses within 1e-6 of REF's, gradient norms within 1e-5
-exact() {
-    local ref=$1 d ok=0 msg=""; shift
-    for d in "$@"; do
-        msg+=" $d: $(metrics_close "$TMP/$ref/metrics.jsonl" "$TMP/$d/metrics.jsonl" 1 1e-6 1e-5);"
-        metrics_close "$TMP/$ref/metrics.jsonl" "$TMP/$d/metrics.jsonl" 1 1e-6 1e-5 >/dev/null || ok=1
-    done
-    tap_diag "vs $ref:$msg"
-    return $ok
-}
 
 # the corpus' 32-token rows: documents inside one 4-token chunk, documents across chunks
 "$PY3" - "$TMP/d/train/shard-00000.bin" <<'PY'
@@ -71,7 +61,7 @@ corpus=$?
 # step 1's checkpoints too: its AdamW first moments are (1 - beta1) g, step 0's gradients
 first=(--set save_interval=1ba --set keep_last=8)
 run C1 1 1 "${first[@]}" && run C2 2 2 --set save_final=true && run C4 4 4 "${first[@]}" &&
-    exact C1 C2 C4 && ((corpus == 0))
+    runs_exact C1 C2 C4 && ((corpus == 0))
 tap_check $? "document mask: N = 2 and N = 4 equal N = 1 within 1e-6 at all 8 steps (documents shorter than a chunk and across chunks)"
 /usr/bin/python3 - "$TMP/C1/step-00000001.h5" "$TMP/C4/step-00000001.h5" <<'PY'
 import sys, h5py, numpy as np
@@ -86,11 +76,11 @@ PY
 tap_check $? "document mask: step 0's gradients of every tensor (the 9 DeltaNet ones, the gate's) at N = 4 equal N = 1's within 1e-5 of the tensor's largest"
 grep -h 'context ring:' "$TMP/C2.txt" "$TMP/C4.txt" | sed 's/^/# /'
 
-run Z 4 2 --set parallel.sharding=zero3 --set model.activation_checkpointing=block && exact C1 Z
+run Z 4 2 --set parallel.sharding=zero3 --set model.activation_checkpointing=block && runs_exact C1 Z
 tap_check $? "document mask: data x context = 2 x 2 under zero3, block activation checkpointing (the pipeline rerun before each layer's backward), equals N = 1 within 1e-6"
 
 short=(--set model.attn_mask=causal --set max_duration=6ba --set seq_len=8 --set model.max_seq_len=8)
-run K1 1 1 "${short[@]}" && run K4 4 4 "${short[@]}" && exact K1 K4
+run K1 1 1 "${short[@]}" && run K4 4 4 "${short[@]}" && runs_exact K1 K4
 tap_check $? "causal, 8-token rows at N = 4 (chunks of 1 position: the convolution's 3-row tail spans ranks): N = 1 within 1e-6 at all 6 steps"
 
 TSR_FAULT=kill:6:1 run R2 2 2 --set save_interval=4ba --set save_async=false --set save_final=true
