@@ -254,9 +254,10 @@ CUDA_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/cuda/*.c
 CUDA_LIB      := $(BUILD)/libtessera-cuda.a
 CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ikernels -Ikernels/cuda -Isrc -Isrc/base -MMD -MP
-CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static \
+CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static \
                  -lstdc++ -ldl -lpthread -lrt
-CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_wgmma_gpu \
+CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_lt_load \
+                                 $(BUILD)/tests/test_wgmma_gpu \
                                  $(BUILD)/bench/ring_bench)
 # device = cuda: the trainer's GPU path and the backend as one library tessera-train opens when a
 # run asks for it (NCCL in turn opened by it at run time); its undefined symbols are the
@@ -456,6 +457,12 @@ $(BUILD)/bench/ring_bench: $(BUILD)/obj/bench/gpu/ring_bench.o $(CUDA_LIB) $(BUI
 $(BUILD)/tests/test_gpu_ops: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
+
+# cuBLASLt opened at its first call (kernels/cuda/cuda_lt_load.cu); no GPU needed
+$(BUILD)/obj/tests/gpu/test_lt_load.o: CFLAGS += -Ikernels/cuda -isystem $(CUDA_HOME)/include
+$(BUILD)/tests/test_lt_load: $(BUILD)/obj/tests/gpu/test_lt_load.o $(CUDA_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS)
 
 # wgmma's layouts on an sm_90 GPU (tests/gpu/wgmma_layouts.cuh, shared with the SIMT selftest)
 $(BUILD)/tests/test_wgmma_gpu: tests/gpu/test_wgmma_gpu.cu | deps

@@ -117,6 +117,9 @@ float tcu_event_elapsed_ms(tcu_event start, tcu_event end);
  * GPU). tcu_init selects device `device`, creates them; tcu_shutdown frees them. */
 void tcu_init(int device);
 void tcu_shutdown(void);
+/* cuBLASLt is opened at its first call (kernels/cuda/cuda_lt_load.cu), not with this library:
+ * NULL when every function the backend calls resolves, else why not (the loader's message) */
+const char *tcu_lt_missing(void);
 /* Called (when set) after a failure is reported, instead of exit(1): an MPI program passes a
  * function that aborts every rank (one rank exiting alone leaves the others hung in a
  * collective). It must not return. */

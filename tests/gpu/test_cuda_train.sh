@@ -46,7 +46,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 24))
+tap_plan $((2 * PER + 25))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -133,7 +133,7 @@ tap_check $? "device = cuda without its library: exit $rc (want 1), naming the l
 if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
     pl=(--config "$TSR_ROOT/configs/tiny.cfg" --set device=cuda --set model.vocab_size=256
         --set model.n_layer=1 --set 'data.tokenizer=""' --plan 1)
-    "$TRAIN" "${pl[@]}" >"$TMP/plan0.txt" 2>&1 &&
+    LD_DEBUG=files LD_DEBUG_OUTPUT=$TMP/ld "$TRAIN" "${pl[@]}" >"$TMP/plan0.txt" 2>&1 &&
         TSR_ATT_DQ_FUSED=1 "$TRAIN" "${pl[@]}" >"$TMP/plan1.txt" 2>&1
     rc=$?
     TSR_ATT_DQ_FUSED=2 "$TRAIN" "${pl[@]}" >"$TMP/plan2.txt" 2>&1
@@ -154,9 +154,15 @@ if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
     ((rc == 0 && rcb == 0)) && ! grep -q TSR_NORM_HOLD "$TMP/nhl.txt" &&
         grep -q 'environment TSR_NORM_HOLD = "0": the LayerNorm and RMSNorm backwards read each row twice' "$TMP/nh0.txt"
     tap_check $? "--plan 1 with TSR_NORM_HOLD=layernorm (the default, not said: exit $rc) and =0 (said: exit $rcb)"
+    # cuBLASLt is opened at the backend's first GEMM (kernels/cuda/cuda_lt_load.cu), so a plan or
+    # a dry run (a login node, the recipe checks) opens the backend without it (the loader's log)
+    grep -qs 'libtessera-cuda-train.so' "$TMP"/ld.* && ! grep -qs 'libcublasLt' "$TMP"/ld.* &&
+        ! readelf -d "$BUILD/libtessera-cuda-train.so" | grep -q 'NEEDED.*libcublasLt'
+    tap_check $? "--plan 1 with device = cuda opens the backend library but not cuBLASLt (not among its needed libraries)"
 else
     tap_skip "--plan with TSR_ATT_DQ_FUSED=1 counts the fused dq's sums" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
     tap_skip "--plan with TSR_NORM_HOLD=layernorm and =0" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+    tap_skip "--plan with device = cuda opens the backend but not cuBLASLt" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
 fi
 
 # same_accumulating RUN ARGS...: run RUN's configuration again on $bin (the suite's) with
