@@ -35,6 +35,13 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 #     (test_resume_timing), a time-capped fuzzer (tests/fuzz/), the CPU health checks of
 #     test_hc_gpu; the free memory read once before a large allocation (test_alltoallv);
 #   - a make in this checkout (tests/install/, test_demo, test_fuzz_regress);
+#   - the two tests made of many short runs of 2 to 4 ranks, test_cuda_train (13 such runs
+#     among 75 starts) and test_moe_ep (24 runs of 2 and 4 ranks): beside another test their
+#     ranks, on 2 cores with its processes, wait on each other's turns at every collective. The
+#     CI of 2026-11-28 (evening) ran them in the lanes in 203 s for 55 CPU-s and 137 s for 50
+#     CPU-s; test_cuda_train took 35 s for 34 CPU-s alone on the idle machine the next day (the
+#     same machine with one busy loop beside it: 75 s for 50 CPU-s). Alone, they cost the alone
+#     phase what they compute; in the lanes they held one lane for about 340 s;
 #   - multi-rank runs of 150 steps or more with the straggler watchdog on (a rank 2x slower than
 #     the other for 3 windows of 50 steps stops the run; a run of 2 ms steps measured 1.06-1.48x
 #     between its ranks beside another test, 2026-11-26); and test_matmul_floor (a timed
@@ -47,7 +54,7 @@ SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ t
       tests/ckpt/test_ckpt_async_kill.sh tests/ckpt/test_ckpt_diskfull0.sh tests/train/test_staging.sh
       tests/resume/test_resume.sh tests/resume/test_resume_timing.sh tests/jobs/test_job_hook.sh
       tests/gpu/test_hc_gpu.sh tests/mpi/test_alltoallv.sh tests/tools/test_matmul_floor.sh
-      tests/tools/test_prometheus.sh)
+      tests/tools/test_prometheus.sh tests/gpu/test_cuda_train.sh tests/train/test_moe_ep.sh)
 # A test in BESIDE runs during the shared phase, in a lane of its own beside the LANES (one such
 # test at a time, in this order): tests of the SOLO kind (their own private Slurm cluster) whose
 # time is mostly a wait on Slurm's clocks (the 30 s time-limit check, requeue delays, the
@@ -108,13 +115,13 @@ alone+=(${lasts[@]+"${lasts[@]}"})
 # The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
 # lanes end together instead of one lane running a long test alone at the end (the run of
 # 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane)
-FIRST=(tests/gpu/test_cuda_train.sh tests/tokenizer/test_hf_identity.sh tests/train/test_moe_ep.sh
-       tests/train/test_recipes.sh tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
+FIRST=(tests/tokenizer/test_hf_identity.sh tests/train/test_recipes.sh
+       tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
        tests/tokenizer/test_hf_spm_metaspace.sh tests/train/test_train_cli.sh tests/eval/test_generate.sh
        tests/train/test_spike_guard.sh tests/tokenizer/test_gpt2_identity.sh tests/test_gpu_ops_simt
        tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh)
 # (in FIRST's order, longest first: the run of 2026-11-27 started them in the tests' own order,
-# test_cuda_train, the longest, after three others)
+# the longest after three others)
 first=() rest=()
 for f in "${FIRST[@]}"; do
     for t in ${shared[@]+"${shared[@]}"}; do [[ ${t#"$BUILD"/} == "$f" ]] && first+=("$t"); done
