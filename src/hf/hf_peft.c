@@ -315,7 +315,7 @@ static int check_pattern(const char *path, const json_value *root, const char *k
     }
     for (const json_value *e = p->child; e; e = e->next) {
         if (e->type == JSON_NUMBER && e->num == global) continue;
-        if (e->type == JSON_NUMBER && e->num == q_too && !strcmp(e->key, "q_proj")) {
+        if (q_too > 0 && e->type == JSON_NUMBER && e->num == q_too && !strcmp(e->key, "q_proj")) {
             *q = q_too; /* a gated q_proj holding q's and attn_gate's adapters */
             continue;
         }
