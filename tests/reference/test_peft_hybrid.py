@@ -23,7 +23,8 @@ in_proj_ba, out_proj, attn_gate; r 4, alpha 8) from it; then
   - PEFT's own form of a gated q_proj (rank r, one A for the query and gate rows, no patterns)
     is read: `ckpt export --merge` of such a directory gives W + (alpha / r) B A on q_proj;
   - refused (exit 1, nothing written): that adapter into a run whose lora.targets lacks
-    attn_gate while its gate rows are not zero.
+    attn_gate while its gate rows are not zero; the export's q_proj with its rank_pattern but
+    not its alpha_pattern (another scale).
 Run: TESTS=test_peft_hybrid bash tests/run.sh
 """
 import json
@@ -51,7 +52,7 @@ LINEAR = [l for l in range(L) if l % 2 == 0]
 MODS = {"linear_attn": ["in_proj_qkvz", "in_proj_ba", "out_proj"],
         "self_attn": ["q_proj", "k_proj", "v_proj", "o_proj"],
         "mlp": ["gate_proj", "up_proj", "down_proj"]}
-PLAN = 9
+PLAN = 10
 
 
 def st(path):
@@ -235,6 +236,19 @@ def run(tap, tmp):
            f"its gate rows into a run without attn_gate: refused (exit {r9}), nothing written")
     if r9 != 1:
         tap.diag(o9[-1500:])
+
+    # the export's q_proj of rank 2 r with its rank_pattern but not its alpha_pattern: another scale
+    halfway = os.path.join(tmp, "halfway")
+    shutil.copytree(peft, halfway)
+    json.dump(dict(cj, alpha_pattern={}), open(os.path.join(halfway, "adapter_config.json"), "w"))
+    r10, o10 = X.run([X.TRAIN, "--config", cfg, "--init-from", halfway, "--set", f"run_dir={bad}",
+                      "--set", f"lora.rank={R}", "--set", f"lora.alpha={ALPHA}", "--set",
+                      f"lora.base={base}"])
+    tap.ok(r10 == 1 and "do not keep the adapters' scale" in o10 and not os.path.exists(bad),
+           f"q_proj's rank_pattern 2 r without its alpha_pattern (scale alpha / 2r): refused "
+           f"(exit {r10}), nothing written")
+    if r10 != 1:
+        tap.diag(o10[-1500:])
 
 
 def write_adapters(path, arrays):
