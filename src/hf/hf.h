@@ -45,8 +45,11 @@ int hf_export_check_opts(const hf_export_opts *o);
  * PEFT directory (docs/lora.md): out_dir/adapter_model.safetensors, tensors
  * base_model.model.model.layers.<l>.<self_attn|mlp>.<q_proj..down_proj>.lora_<A|B>.weight at
  * (r, in) and (out, r) in o->dtype, and adapter_config.json (r, lora_alpha, lora_dropout,
- * target_modules, base_model_name_or_path = lora.base). 0, TSR_EXIT_USAGE (not a Llama-family
- * model) or TSR_EXIT_DATA after tsr_error. Local. */
+ * target_modules, base_model_name_or_path = lora.base). Qwen3-Next (a hybrid): linear_attn.
+ * <in_proj_qkvz|in_proj_ba|out_proj> on the linear layers, B's rows in HF's per-head order, and
+ * a gated q_proj holding q's and attn_gate's adapters (rank 2 r with rank_pattern / alpha_pattern
+ * when both: docs/lora.md "PEFT and the hybrid"). 0, TSR_EXIT_USAGE (not a Llama-family model)
+ * or TSR_EXIT_DATA after tsr_error. Local. */
 int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct tsr_lora *lo,
                       const char *out_dir, const hf_export_opts *o);
 
@@ -55,7 +58,8 @@ int hf_is_peft_dir(const char *path);
 /* A PEFT LoRA directory into lo's weights (lo planned and allocated for the run's model):
  * adapter_config.json must agree with cfg's lora keys (r, lora_alpha, the target modules; no
  * rsLoRA, no DoRA), adapter_model.safetensors hold exactly the run's tensors at their shapes
- * (F32, BF16 or F16). base gets base_model_name_or_path ("" when absent). 0, TSR_EXIT_USAGE (the
+ * (F32, BF16 or F16); a gated q_proj of rank 2 r (the export's) or r (PEFT's own: q and attn_gate
+ * share its A), entries the run cannot hold refused (TSR_EXIT_USAGE). base gets base_model_name_or_path ("" when absent). 0, TSR_EXIT_USAGE (the
  * adapter's settings differ from the run's: both named) or TSR_EXIT_DATA after tsr_error. */
 int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo, char *base,
                     size_t cap);

@@ -69,14 +69,24 @@ static void plain(table *tb, const char *fmt, int e, tsr_param_id p, int64_t r0,
     h->add = add;
 }
 
-/* An interleaved tensor: groups of the pieces (tensor, first row of the slice, rows a group). */
-typedef struct piece_spec {
-    tsr_param_id p;
-    int64_t r0, rows;
-} piece_spec;
+int hf_qwen3next_fused(const tsr_model *m, hf_fused which, hf_piece ps[4], int *groups) {
+    const int64_t HK = m->HKl, dk = m->dkl, dv = m->dvl, r = m->HKl ? m->HVl / m->HKl : 0;
+    const hf_piece qkvz[] = {{TSR_P_DNQKVW, 0, dk}, {TSR_P_DNQKVW, HK * dk, dk},
+                             {TSR_P_DNQKVW, 2 * HK * dk, r * dv}, {TSR_P_DNZW, 0, r * dv}};
+    const hf_piece ba[] = {{TSR_P_DNBW, 0, r}, {TSR_P_DNAW, 0, r}};
+    const hf_piece q[] = {{TSR_P_QKVW, 0, m->hs}, {TSR_P_ATTNGATEW, 0, m->hs}};
+    const hf_piece *src = which == HF_FUSED_QKVZ ? qkvz : which == HF_FUSED_BA ? ba : q;
+    const int np = which == HF_FUSED_QKVZ ? 4 : 2;
+    *groups = which == HF_FUSED_Q ? m->NH : m->HKl;
+    memcpy(ps, src, (size_t)np * sizeof *ps);
+    return np;
+}
 
-static void interleaved(table *tb, const char *fmt, int groups, const piece_spec *ps, int np,
-                        int64_t cols) {
+/* An interleaved tensor: the groups of a fused projection's pieces (hf_qwen3next_fused). */
+static void interleaved(table *tb, const char *fmt, hf_fused which, int64_t cols) {
+    hf_piece ps[4];
+    int groups;
+    const int np = hf_qwen3next_fused(tb->m, which, ps, &groups);
     hf_tensor *h = next(tb, fmt, 0);
     int64_t rows = 0;
     for (int i = 0; i < np; i++) {
@@ -95,16 +105,12 @@ static void interleaved(table *tb, const char *fmt, int groups, const piece_spec
 
 static void linear_layer(table *tb) {
     const tsr_model *m = tb->m;
-    const int64_t C = m->C, HK = m->HKl, HV = m->HVl, dk = m->dkl, dv = m->dvl, r = HV / HK;
-    const int64_t CD = 2 * HK * dk + HV * dv;
+    const int64_t C = m->C, HV = m->HVl, dv = m->dvl, CD = 2 * m->HKl * m->dkl + HV * dv;
     plain(tb, "linear_attn.conv1d.weight", -1, TSR_P_DNCONV, 0, CD, m->Kc, 0);
     tb->t[tb->n - 1].ndim = 3; /* (CD, 1, K) */
     tb->t[tb->n - 1].shape[1] = 1, tb->t[tb->n - 1].shape[2] = m->Kc;
-    const piece_spec qkvz[] = {{TSR_P_DNQKVW, 0, dk}, {TSR_P_DNQKVW, HK * dk, dk},
-                               {TSR_P_DNQKVW, 2 * HK * dk, r * dv}, {TSR_P_DNZW, 0, r * dv}};
-    interleaved(tb, "linear_attn.in_proj_qkvz.weight", (int)HK, qkvz, 4, C);
-    const piece_spec ba[] = {{TSR_P_DNBW, 0, r}, {TSR_P_DNAW, 0, r}};
-    interleaved(tb, "linear_attn.in_proj_ba.weight", (int)HK, ba, 2, C);
+    interleaved(tb, "linear_attn.in_proj_qkvz.weight", HF_FUSED_QKVZ, C);
+    interleaved(tb, "linear_attn.in_proj_ba.weight", HF_FUSED_BA, C);
     plain(tb, "linear_attn.dt_bias", -1, TSR_P_DNDTB, 0, HV, 0, 0);
     plain(tb, "linear_attn.A_log", -1, TSR_P_DNALOG, 0, HV, 0, 0);
     plain(tb, "linear_attn.norm.weight", -1, TSR_P_DNNORMW, 0, dv, 0, 0);
@@ -114,8 +120,7 @@ static void linear_layer(table *tb) {
 static void full_layer(table *tb) {
     const tsr_model *m = tb->m;
     const int64_t C = m->C, hs = m->hs, QD = m->QD, KV = (int64_t)m->KVH * hs;
-    const piece_spec q[] = {{TSR_P_QKVW, 0, hs}, {TSR_P_ATTNGATEW, 0, hs}};
-    interleaved(tb, "self_attn.q_proj.weight", m->NH, q, 2, C);
+    interleaved(tb, "self_attn.q_proj.weight", HF_FUSED_Q, C);
     plain(tb, "self_attn.k_proj.weight", -1, TSR_P_QKVW, QD, KV, C, 0);
     plain(tb, "self_attn.v_proj.weight", -1, TSR_P_QKVW, QD + KV, KV, C, 0);
     plain(tb, "self_attn.o_proj.weight", -1, TSR_P_ATTPROJW, 0, C, QD, 0);

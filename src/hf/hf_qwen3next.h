@@ -16,6 +16,18 @@
  * in_proj_qkvz (per key head [q k v z]), in_proj_ba (per key head [b a]) and the full layers'
  * q_proj (per head [query gate]) are interleaved tensors (hf_tensor.groups). */
 hf_tensor *hf_qwen3next_table(const tsr_model *m, int *n);
+/* The row layout of one of Qwen3-Next's fused projections: HF_FUSED_QKVZ (linear_attn.in_proj_qkvz,
+ * per key head [q k v z]), HF_FUSED_BA (in_proj_ba, per key head [b a]) or HF_FUSED_Q (a full
+ * layer's self_attn.q_proj with the output gate, per head [query gate]): *groups groups of rows,
+ * group g the pieces ps[0..np) in turn, piece i its rows [r0 + g rows, r0 + (g + 1) rows) of
+ * tessera's tensor p. Returns np. The export's tensor table and the PEFT adapters' B rows
+ * (hf_peft.c) both follow it. */
+typedef enum { HF_FUSED_QKVZ, HF_FUSED_BA, HF_FUSED_Q } hf_fused;
+typedef struct hf_piece {
+    tsr_param_id p;
+    int64_t r0, rows;
+} hf_piece;
+int hf_qwen3next_fused(const tsr_model *m, hf_fused which, hf_piece ps[4], int *groups);
 /* What m lacks for Qwen3NextForCausalLM beyond the family table's row (NULL: nothing):
  * QK-norm and no biases, the output gate on the full layers, linear or full layers only, no
  * RoPE scaling. */

@@ -271,22 +271,21 @@ static void backward_run(void *ctx, int n0, int n, int64_t row0) {
                          scratch_for(lo, c->be, c->N), n, lo->in[t], o.rows, lo->R);
 }
 
-/* layer l's slot in target t's stack */
-static int slot_of(const tsr_lora *lo, int l, int t) {
+int lora_slot(const tsr_lora *lo, int l, int t) {
     return model_layer_slot(lo->model, base_of(t, 0), l);
 }
 
 static void forward_call(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *out,
                          const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
-    lora_call c = {lo, be, slot_of(lo, l, t), t, N, part, out, inp, NULL};
+    lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, out, inp, NULL};
     row_runs(lo, N, forward_run, &c);
 }
 
 static void backward_call(tsr_lora *lo, const tsr_backend *be, int l, int t, int part,
                           void *dinp, const void *dout, const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
-    lora_call c = {lo, be, slot_of(lo, l, t), t, N, part, dinp, inp, dout};
+    lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, dinp, inp, dout};
     row_runs(lo, N, backward_run, &c);
 }
 

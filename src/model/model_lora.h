@@ -78,6 +78,9 @@ void lora_init_weights(tsr_lora *lo, uint64_t seed);
  * 0 when that target has none; else 1 with its name ("q_A"), its shape (3 dims) and offset. */
 int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size_t *offset,
                 size_t *numel);
+/* Layer l's slot in target t's stack (the index of its A and B among lo->Lt[t]), or -1 when
+ * layer l has no such projection (an attention target on a linear layer, or the reverse). */
+int lora_slot(const tsr_lora *lo, int l, int t);
 /* A training pass (train = 1: dropout with key, its first row global row0) or an evaluation one
  * (train = 0: no dropout). */
 void lora_set_pass(tsr_lora *lo, int train, uint64_t key, int64_t row0);

@@ -90,10 +90,17 @@ static void stop_ids(tsr_trainer *t, tsr_grpo *g) {
         if (end == s) break;
         if (v >= 0 && v < t->model.V) g->stop_ids[g->n_stop++] = (int32_t)v;
     }
+    reward_harmony_find(&g->harmony, t->tok, g->stop_ids, g->n_stop);
     if (t->dist.rank != 0) return;
     printf("grpo: a completion stops at id");
     for (int i = 0; i < g->n_stop; i++) printf("%s %d", i ? "," : "", g->stop_ids[i]);
     printf(" (end of text%s)\n", g->n_stop > 1 ? "; the prompts' stop_ids" : "");
+    if (g->harmony.on)
+        printf("grpo: the rewards read each completion's final channel (harmony: the text after "
+               "its last <|channel|>final<|message|>; none: no answer, 0), a reward program gets "
+               "it as \"final\" beside the whole completion\n");
+    else
+        printf("grpo: the rewards read the whole completion\n");
 }
 
 static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
@@ -287,13 +294,11 @@ static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_ro
     return tokens;
 }
 
-/* row r's completion as text (valid UTF-8; "" without a tokenizer), malloc'd; its stop id is
- * not text */
-static char *completion_text(const tsr_trainer *t, grpo_row *r) {
-    if (!t->tok) return strdup("");
-    size_t len;
-    return tokenizer_decode_text(t->tok, (const uint32_t *)(grpo_ctx(r) + 1 + r->n_prompt),
-                                 (size_t)(r->n - (r->stop == GEN_STOP_EOS)), &len);
+/* row r's completion as text (valid UTF-8; "" without a tokenizer) and, harmony on, its final
+ * channel's text (else NULL): what its reward sees (reward_texts); its stop id is not text */
+static void row_texts(const tsr_trainer *t, grpo_row *r, char **text, char **final) {
+    reward_texts(&t->grpo->harmony, t->tok, grpo_ctx(r) + 1 + r->n_prompt,
+                 r->n - (r->stop == GEN_STOP_EOS), text, final);
 }
 
 /* the rows' rewards (rec: 0 train, 1 val records); 0, or TSR_EXIT_DATA with the reason in rw.err */
@@ -307,17 +312,20 @@ static int score(tsr_trainer *t, char *rows, int n_rows, int rec, int64_t step) 
         grpo_row *r = grpo_row_at(g, rows, (size_t)i);
         q[i] = (reward_req){.id = (uint64_t)i, .record = R->text + R->at[r->prompt],
                             .record_len = R->at[r->prompt + 1] - R->at[r->prompt] - 1,
-                            .completion = completion_text(t, r),
+                            .harmony = g->harmony.on,
                             .ids = grpo_ctx(r) + 1 + r->n_prompt, .n = r->n,
                             .stop = gen_stop_names[r->stop], .step = step,
                             .prompt_index = r->prompt, .sample = r->sample};
+        char *text, *final;
+        row_texts(t, r, &text, &final);
+        q[i].completion = text, q[i].final = final;
     }
     int rc = reward_score(&g->rw, q, n_rows, rw, pass);
     for (int i = 0; i < n_rows && !rc; i++) {
         grpo_row *r = grpo_row_at(g, rows, (size_t)i);
         r->reward = rw[i], r->pass = pass[i];
     }
-    for (int i = 0; i < n_rows; i++) free((char *)q[i].completion);
+    for (int i = 0; i < n_rows; i++) free((char *)q[i].completion), free((char *)q[i].final);
     free(q), free(rw), free(pass);
     return rc;
 }
@@ -472,7 +480,8 @@ static void log_completions(tsr_trainer *t) {
     }
     for (size_t i = 0; i < n; i++) {
         grpo_row *r = grpo_row_at(g, g->kept, i);
-        char *text = completion_text(t, r);
+        char *text, *final;
+        row_texts(t, r, &text, &final);
         double lp = 0.0;
         for (int k = 0; k < r->n; k++) lp += grpo_logp(g, r)[k];
         fprintf(g->log, "{\"step\": %lld, \"prompt_index\": %llu, \"position\": %d, \"sample\": %d, "
@@ -484,8 +493,13 @@ static void log_completions(tsr_trainer *t) {
             fprintf(g->log, "%s%d", k ? ", " : "", grpo_ctx(r)[1 + r->n_prompt + k]);
         fputs("], \"completion\": ", g->log);
         json_fput_string(g->log, text);
+        if (g->harmony.on) { /* what the reward read (docs/rl.md "What a reward sees") */
+            fputs(", \"final\": ", g->log);
+            if (final) json_fput_string(g->log, final);
+            else fputs("null", g->log);
+        }
         fputs("}\n", g->log);
-        free(text);
+        free(text), free(final);
     }
     fflush(g->log);
 }

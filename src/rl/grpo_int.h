@@ -37,6 +37,7 @@ typedef struct tsr_grpo {
     grpo_records recs[2];   /* data.train's, data.val's */
     int32_t stop_ids[16];   /* what ends a completion: the end of text, the prompts' noted ids */
     int n_stop;
+    reward_harmony harmony; /* the prompts' template is harmony: rewards read the final channel */
     int kv_said;            /* the rollout caches' size printed (the first generation) */
     reward_ctx rw;
     char *round, *kept;     /* (global_batch x G) records: a round's, the step's */

@@ -43,6 +43,65 @@ static const char *after_marker(const char *text, const char *marker, size_t *n)
     return at + m;
 }
 
+/* ---- what a reward sees (docs/rl.md "What a reward sees") ---- */
+
+void reward_harmony_find(reward_harmony *h, const tsr_tokenizer *tok, const int32_t *stop,
+                         int n_stop) {
+    static const char *const names[] = {"<|channel|>", "<|message|>", "<|start|>", "<|end|>",
+                                        "<|return|>", "<|call|>"};
+    int32_t *const at[] = {&h->channel, &h->message, &h->start, &h->end, &h->ret, &h->call};
+    memset(h, 0, sizeof *h);
+    for (size_t i = 0; tok && i < sizeof names / sizeof names[0]; i++) {
+        const uint32_t id = tokenizer_special_id(tok, names[i]);
+        if (id > INT32_MAX) return; /* UINT32_MAX: the tokenizer has no such token */
+        *at[i] = (int32_t)id;
+    }
+    for (int i = 0; tok && i < n_stop; i++) h->on |= stop[i] == h->ret;
+}
+
+/* a token that ends a header or a message */
+static int harmony_mark(const reward_harmony *h, int32_t id) {
+    return id == h->channel || id == h->message || id == h->start || id == h->end ||
+           id == h->ret || id == h->call;
+}
+
+/* do the k ids decode to "final" (spaces around it dropped)? */
+static int header_final(const tsr_tokenizer *tok, const int32_t *ids, int k) {
+    size_t len;
+    char *s = tokenizer_decode_text(tok, (const uint32_t *)ids, (size_t)k, &len);
+    const char *w = trim(s, &len);
+    const int yes = len == 5 && memcmp(w, "final", 5) == 0;
+    free(s);
+    return yes;
+}
+
+/* the last final-channel message of ids: [*from, *to), 1; or 0 */
+static int final_span(const reward_harmony *h, const tsr_tokenizer *tok, const int32_t *ids,
+                      int n, int *from, int *to) {
+    int found = 0;
+    for (int c = 0; c < n; c++) {
+        if (ids[c] != h->channel) continue;
+        int m = c + 1, e;
+        while (m < n && !harmony_mark(h, ids[m])) m++;
+        if (m == n || ids[m] != h->message || !header_final(tok, ids + c + 1, m - c - 1)) continue;
+        for (e = m + 1; e < n && !harmony_mark(h, ids[e]);) e++;
+        *from = m + 1, *to = e, found = 1;
+    }
+    return found;
+}
+
+void reward_texts(const reward_harmony *h, const tsr_tokenizer *tok, const int32_t *ids, int n,
+                  char **text, char **final) {
+    size_t len;
+    int from, to;
+    *text = tok ? tokenizer_decode_text(tok, (const uint32_t *)ids, (size_t)n, &len) : strdup("");
+    *final = NULL;
+    if (tok && h->on && final_span(h, tok, ids, n, &from, &to))
+        *final = tokenizer_decode_text(tok, (const uint32_t *)ids + from, (size_t)(to - from), &len);
+}
+
+const char *reward_seen(const reward_req *q) { return q->harmony ? q->final : q->completion; }
+
 const char *reward_extract(const tsr_config *cfg, const char *text, size_t *n) {
     const tsr_extract_kind k = cfg->reward.extract;
     const char *s = NULL;
@@ -91,9 +150,10 @@ static const char *record_answer(reward_ctx *r, const reward_req *q, char *buf, 
 /* reward.kind = answer, regex: 1 or 0 (pass the same), then the format reward */
 static int builtin(reward_ctx *r, const reward_req *q, double *reward, int *pass) {
     const tsr_config *c = r->cfg;
+    const char *seen = reward_seen(q); /* NULL: harmony without a final channel, no answer */
     int ok;
     if (c->reward.kind == TSR_REWARD_REGEX) {
-        ok = regexec(&r->re, q->completion, 0, NULL, 0) == 0;
+        ok = seen && regexec(&r->re, seen, 0, NULL, 0) == 0;
     } else {
         char num[64];
         const char *want = record_answer(r, q, num, sizeof num);
@@ -104,12 +164,12 @@ static int builtin(reward_ctx *r, const reward_req *q, double *reward, int *pass
             return TSR_EXIT_DATA;
         }
         size_t n = 0;
-        const char *got = reward_extract(c, q->completion, &n);
+        const char *got = seen ? reward_extract(c, seen, &n) : NULL;
         ok = got && reward_equal(c, got, n, want);
     }
     *pass = ok;
     *reward = ok ? 1.0 : 0.0;
-    if (r->have_fmt && regexec(&r->fmt, q->completion, 0, NULL, 0) == 0)
+    if (r->have_fmt && seen && regexec(&r->fmt, seen, 0, NULL, 0) == 0)
         *reward += c->reward.format_weight;
     return 0;
 }
@@ -145,7 +205,7 @@ int reward_score(reward_ctx *r, const reward_req *q, int n, double *reward, int 
         TSR_CHECK(reward_proc_score(r, q, n, reward, pass));
         if (r->have_fmt)
             for (int i = 0; i < n; i++)
-                if (regexec(&r->fmt, q[i].completion, 0, NULL, 0) == 0)
+                if (reward_seen(&q[i]) && regexec(&r->fmt, reward_seen(&q[i]), 0, NULL, 0) == 0)
                     reward[i] += r->cfg->reward.format_weight;
         return 0;
     }

@@ -9,7 +9,8 @@
  *   -> {"id": 17, "step": 3, "prompt_index": 40, "sample": 2, "prompt": {the record},
  *       "completion": "TEXT", "tokens": [ids], "stop": "eos"}
  *   <- {"id": 17, "reward": 0.5}            (optionally "pass": true|false)
- * in any order. It is untrusted: its address space at most reward.memory_mib; each line at most
+ * in any order (a harmony run adds "final": the final channel's text or null, after
+ * "completion": reward_texts). It is untrusted: its address space at most reward.memory_mib; each line at most
  * REWARD_MAX_LINE bytes, all of a step's within reward.timeout seconds, exactly one per id sent; anything else (the program
  * exits, hangs, writes a line that is not such an object, a reward that is not a finite number,
  * an id it was not sent or one twice) is an error that quotes the exchange: the run stops, never
@@ -25,6 +26,7 @@
 
 #include "config/config.h"
 #include "json.h"
+#include "tokenizer/tokenizer.h"
 
 #define REWARD_MAX_LINE 65536
 #define REWARD_MAX_ABS 1e6 /* the bound on |reward| an answer may give (docs/rl.md) */
@@ -35,6 +37,9 @@ typedef struct reward_req {
     const char *record;       /* the prompt's record: a JSON object (its line of prompts.jsonl) */
     size_t record_len;
     const char *completion;   /* its text (NUL-terminated; "" without a tokenizer) */
+    const char *final;        /* harmony: its final channel's text, NULL when it has none */
+    int harmony;              /* the prompts' chat template is harmony: the built-in rewards read
+                               * final (NULL: no answer), the program gets it as "final" */
     const int32_t *ids;       /* its tokens */
     int n;
     const char *stop;         /* how it ended: "eos", "length", ... */
@@ -69,6 +74,29 @@ int reward_score(reward_ctx *r, const reward_req *q, int n, double *reward, int 
 /* Stops the program (its stdin closed, then, after a second, its keeper's lifeline: the keeper
  * SIGKILLs whatever is left of it and what it started) and frees r. */
 void reward_close(reward_ctx *r);
+
+/* gpt-oss's harmony format: the ids of its tokens, on when the prompts' chat template is
+ * harmony (docs/rl.md "What a reward sees"). */
+typedef struct reward_harmony {
+    int on;
+    int32_t channel, message, start, end, ret, call;
+} reward_harmony;
+
+/* Harmony is on when tok has <|channel|>, <|message|>, <|start|>, <|end|>, <|return|> and
+ * <|call|> as added tokens and the stop ids (the prompts' stop_ids: their template's ends of an
+ * assistant turn) hold <|return|>; off without a tokenizer. */
+void reward_harmony_find(reward_harmony *h, const tsr_tokenizer *tok, const int32_t *stop,
+                         int n_stop);
+/* What a reward sees of a completion's ids (n, its stop id left out): *text its decode (as
+ * tokenizer_decode_text; "" without a tokenizer), and with harmony on *final the text of its last
+ * final-channel message (after the last <|channel|>final<|message|>, up to the next <|end|>,
+ * <|return|>, <|call|>, <|start|> or <|channel|>, else the end: a message cut by
+ * grpo.max_new_tokens as it stands), NULL when it has none; off, *final = NULL. Both malloc'd. */
+void reward_texts(const reward_harmony *h, const tsr_tokenizer *tok, const int32_t *ids, int n,
+                  char **text, char **final);
+/* The text the built-in rewards (and the format reward) read of q: harmony's final (NULL: no
+ * answer, scored 0), else the completion. */
+const char *reward_seen(const reward_req *q);
 
 /* The final answer of a completion (reward.extract, reward.marker): its bytes in text (a pointer
  * into it and *n), trimmed. Exposed for the tests and `tessera eval`'s generation tasks. */

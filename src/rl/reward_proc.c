@@ -178,6 +178,11 @@ static void put_request(FILE *f, const reward_req *q, uint64_t id) {
     fwrite(q->record, 1, q->record_len, f);
     fputs(", \"completion\": ", f);
     json_fput_string(f, q->completion);
+    if (q->harmony) { /* the final channel's text, null without one (docs/rl.md) */
+        fputs(", \"final\": ", f);
+        if (q->final) json_fput_string(f, q->final);
+        else fputs("null", f);
+    }
     fputs(", \"tokens\": [", f);
     for (int i = 0; i < q->n; i++) fprintf(f, "%s%d", i ? ", " : "", q->ids[i]);
     fprintf(f, "], \"stop\": \"%s\"}\n", q->stop);

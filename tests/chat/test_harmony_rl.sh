@@ -26,7 +26,7 @@ for f in "$HFJS/dist/main.js" "$JINJA/dist/index.cjs" "$GPTOSS"/tokenizer{,_conf
 done
 for x in "$TOOL" "$TRAIN"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 tsr_tmpdir; [[ -n ${KEEP_TMP:-} ]] && trap - EXIT && echo "# TMP $TMP"
-tap_plan 7
+tap_plan 8
 export TZ=UTC LC_ALL=C TSR_JINJA_NOW=1721952000   # strftime_now in the system message, both sides
 
 M=$TMP/gptoss
@@ -168,20 +168,74 @@ rc=$?
 ((rc == 0)) || tail -5 "$TMP/base.log" "$TMP/dpo.log" | sed 's/^/# /'
 ((rc == 0))
 tap_check $? "DPO: 2 steps of a tiny model on the harmony pairs (201,088 ids), finite losses"
+# the reward program: reads each completion's final channel from its tokens on its own (ids from
+# tokenizer.json) and notes whether the trainer's "final" is that (null without one)
+cat >"$TMP/reward.py" <<'PY'
+import json, sys
+tj = json.load(open(sys.argv[1]))
+sp = {t["content"]: t["id"] for t in tj["added_tokens"]}
+inv = {v: k for k, v in tj["model"]["vocab"].items()}
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, k = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + k); k += 1
+byte = {chr(c): b for b, c in zip(bs, cs)}
+names = {v: k for k, v in sp.items()}
+dec = lambda ids: b"".join(names[i].encode() if i in names else bytes(byte[c] for c in inv[i])
+                           for i in ids).decode("utf-8", "replace")
+marks = {sp[n] for n in ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>")}
+def final(ids):
+    got = None
+    for c, i in enumerate(ids):
+        if i != sp["<|channel|>"]:
+            continue
+        m = c + 1
+        while m < len(ids) and ids[m] not in marks:
+            m += 1
+        if m < len(ids) and ids[m] == sp["<|message|>"] and dec(ids[c + 1:m]).strip() == "final":
+            e = m + 1
+            while e < len(ids) and ids[e] not in marks:
+                e += 1
+            got = dec(ids[m + 1:e])
+    return got
+out = open(sys.argv[2], "a")
+for line in sys.stdin:
+    q = json.loads(line)
+    ids = q["tokens"][:-1] if q["stop"] == "eos" else q["tokens"]
+    mine = final(ids)
+    out.write(json.dumps({"has": "final" in q, "same": q.get("final", 0) == mine,
+                          "completion": q["completion"] == dec(ids)}) + "\n")
+    out.flush()
+    want = str(q["prompt"]["answer"])
+    print(json.dumps({"id": q["id"], "reward": float(mine is not None and mine.strip() == want)}),
+          flush=True)
+PY
 "$TRAIN" "${model[@]}" --set run_dir="$TMP/grpo" --set data.train="$TMP/prompts/train" \
     --set objective=grpo --set grpo.group_size=2 --set grpo.max_new_tokens=8 --set grpo.rollout_batch=6 \
-    --set reward.compare=exact --set grpo.log_completions=8 --set max_duration=2ba \
+    --set reward.kind=command --set reward.command="$PY3 -u $TMP/reward.py $GPTOSS/tokenizer.json $TMP/seen.jsonl" \
+    --set grpo.log_completions=8 --set max_duration=2ba \
     --set save_interval=0ba --set guard.window=0 --init-from "$TMP/base" >"$TMP/grpo.log" 2>&1 &&
     "$PY3" -c '
 import json, math, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if "grpo_reward_mean" in l]
 c = [json.loads(l) for l in open(sys.argv[2])]
-sys.exit(0 if len(r) == 2 and c and all(len(x["tokens"]) <= 8 for x in c) else 1)' \
+sys.exit(0 if len(r) == 2 and c and all(len(x["tokens"]) <= 8 and "final" in x for x in c) else 1)' \
         "$TMP/grpo/metrics.jsonl" "$TMP/grpo/completions.jsonl"
 rc=$?
 ((rc == 0)) || tail -5 "$TMP/grpo.log" | sed 's/^/# /'
-grep "^grpo: a completion stops\|^grpo: rollouts of" "$TMP/grpo.log" | sed 's/^/# /'
+grep "^grpo: a completion stops\|^grpo: rollouts of\|^grpo: the rewards read" "$TMP/grpo.log" | sed 's/^/# /'
 ((rc == 0)) && grep -q "^grpo: a completion stops at id 199999, 200002, 200012 " "$TMP/grpo.log" &&
     grep -q "^grpo: rollouts of [0-9]* slots of [0-9]* positions: .* of KV caches" "$TMP/grpo.log"
 tap_check $? "GRPO: 2 steps of a tiny model on the harmony prompts (group 2, 8 new tokens at most), stopping at <|endoftext|>, <|return|>, <|call|>"
+# what the reward saw (the scoring itself, with real ids: build/tests/test_reward_harmony)
+"$PY3" -c '
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1])]
+n = [sum(x[k] for x in s) for k in ("has", "same", "completion")]
+print("# %d requests; with final: %d, equal to the program own reading of the tokens: %d, "
+      "completion the decode: %d" % (len(s), *n))
+sys.exit(0 if len(s) >= 8 and n == [len(s)] * 3 else 1)' "$TMP/seen.jsonl" &&
+    grep -q "^grpo: the rewards read each completion.s final channel (harmony" "$TMP/grpo.log"
+tap_check $? "GRPO in harmony: the start says the rewards read the final channel; the reward program gets the whole completion and \"final\" (its own reading of the tokens, null without one) on every request"
 tap_done
