@@ -730,7 +730,9 @@ const cfgtab_key cfgtab_keys[] = {
      ENUM(reward_kind_names),
      .doc = "GRPO's reward: `answer`, 1 when the completion's final answer (reward.extract) equals "
             "the prompt's \"answer\" (reward.compare); `regex`, 1 when the completion matches "
-            "reward.regex; `command`, what the program reward.command answers (docs/rl.md)."},
+            "reward.regex; `command`, what the program reward.command answers (docs/rl.md). "
+            "With gpt-oss's harmony prompts every kind reads the final channel only (docs/rl.md "
+            "\"What a reward sees\")."},
     {.name = "reward.extract", .type = CFGK_ENUM, FIELD(reward.extract), .def = "auto",
      ENUM(extract_names),
      .doc = "reward.kind = answer: the final answer is the content of the last `\\boxed{...}` "
