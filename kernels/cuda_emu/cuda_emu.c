@@ -1599,4 +1599,32 @@ void tcu_deltanet_forward(tsr_bf16 *out, float *state_out, float *ckpt, const ts
     round_into(out, o, nv);
     free(qf), free(kf), free(vf), free(o);
 }
+
+size_t tcu_deltanet_backward_scratch_bytes(int B, int T, int HV, int dk, int dv) {
+    return sizeof(float) * (size_t)B * HV * ((size_t)2 * T * dk + (size_t)dk * dv);
+}
+
+/* The CPU core's backward on the widened inputs; dq, dk, dv get one rounding of their sums */
+void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, float *dbeta,
+                           float *dstate0, const tsr_bf16 *dout, const float *dstate_out,
+                           const float *ckpt, const tsr_bf16 *q, const tsr_bf16 *k,
+                           const tsr_bf16 *v, const float *g, const float *beta,
+                           const int32_t *seq, void *scratch, int B, int T, int HK, int HV,
+                           int dkd, int dvd, tcu_stream s) {
+    const char *what = "tcu_deltanet_backward";
+    REQUIRE(B >= 0 && T >= 0 && HK >= 1 && HV >= HK && HV % HK == 0, what,
+            "need B, T >= 0 and HV a multiple of HK >= 1: B=%d T=%d HK=%d HV=%d", B, T, HK, HV);
+    if (B == 0 || T == 0) return;
+    REQUIRE(scratch && ckpt, what, "scratch and ckpt must be given");
+    const tsr_dn_shape sh = {B, T, HK, HV, dkd, dvd, 64};
+    const size_t N = (size_t)B * T, nq = N * HK * dkd, nv = N * HV * dvd;
+    float *qf = host_zeros(nq, what), *kf = host_zeros(nq, what), *vf = host_zeros(nv, what);
+    float *of = host_zeros(nv, what), *gq = host_zeros(nq, what), *gk = host_zeros(nq, what);
+    float *gv = host_zeros(nv, what);
+    widen_into(qf, q, nq), widen_into(kf, k, nq), widen_into(vf, v, nv), widen_into(of, dout, nv);
+    cpu_deltanet_backward(gq, gk, gv, dg, dbeta, dstate0, of, dstate_out, ckpt, qf, kf, vf, g,
+                          beta, seq, &sh);
+    add_round_into(dq, gq, nq), add_round_into(dk, gk, nq), add_round_into(dv, gv, nv);
+    free(qf), free(kf), free(vf), free(of), free(gq), free(gk), free(gv);
+}
 #endif /* TCU_EMU_SIMT_KERNELS */

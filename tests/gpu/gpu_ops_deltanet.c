@@ -77,7 +77,118 @@ static void test_deltanet(const dn_cfg *c) {
     scope_end(tag);
 }
 
-static int deltanet_checks(void) { return (int)NCASES(DN) * DN_CHECKS; }
+/* the backward's checks: |gpu - cpu| <= 2u |cpu| + DN_GTOL u rms(cpu) per gradient tensor
+ * (docs/deltanet.md "CUDA": the roundings of the products' operands, as the forward's, of
+ * terms of the gradients' scale), then that it adds (+=) and is deterministic */
+#define DN_BWD_CHECKS 8
+#define DN_GTOL 12
+
+/* x (n) random in [lo, hi), and the same on the device as bf16 (x rounded to it) or fp32 */
+static float *dn_rand(size_t n, double lo, double hi, int b16, void **dev) {
+    float *x = hf(n);
+    b16 ? fill_bf16(x, n, lo, hi) : fill_f32(x, n, lo, hi);
+    *dev = b16 ? (void *)new_bf16(x, n) : (void *)new_f32(x, n);
+    return x;
+}
+
+/* the six gradients of one case: host arrays, device buffers, sizes, bf16 or fp32 */
+typedef struct {
+    float *h[6];
+    void *d[6];
+    size_t n[6];
+} dn_grads6;
+static const char *const DN_GNAME[6] = {"dq", "dk", "dv", "dg", "dbeta", "dstate0"};
+
+/* the device gradients set to start (NULL: zeros) */
+static void dn_grads_put(const dn_grads6 *G, float *const *start) {
+    for (int i = 0; i < 6; i++) {
+        float *z = start ? start[i] : memset(hf(G->n[i]), 0, G->n[i] * sizeof(float));
+        i < 3 ? put_bf16(G->d[i], z, G->n[i]) : put_f32(G->d[i], z, G->n[i]);
+    }
+}
+static void dn_grads_get(const dn_grads6 *G, float **out) {
+    for (int i = 0; i < 6; i++) out[i] = i < 3 ? get_bf16(G->d[i], G->n[i]) : get_f32(G->d[i], G->n[i]);
+}
+
+typedef struct {
+    const dn_cfg *c;
+    void *in[5], *dout, *dso, *ck, *scratch;
+    int32_t *seq;
+} dn_bwd_dev;
+
+static void dn_bwd_run(const dn_bwd_dev *D, const dn_grads6 *G) {
+    const dn_cfg *c = D->c;
+    tcu_deltanet_backward(G->d[0], G->d[1], G->d[2], G->d[3], G->d[4], G->d[5], D->dout, D->dso,
+                          D->ck, D->in[0], D->in[1], D->in[2], D->in[3], D->in[4], D->seq,
+                          D->scratch, c->B, c->T, c->HK, c->HV, c->dk, c->dv, g_s);
+    tcu_sync(g_s);
+}
+
+/* run from a random start adds what the run from zeros gave (one rounding for bf16, exact fp32);
+ * a second run from zeros gives the first's bits */
+static void dn_bwd_adds(const char *tag, const dn_bwd_dev *D, const dn_grads6 *G, float **first) {
+    float *start[6], *got[6];
+    void *unused;
+    size_t bad = 0, same = 0;
+    for (int i = 0; i < 6; i++) start[i] = dn_rand(G->n[i], -1, 1, i < 3, &unused);
+    dn_grads_put(G, start);
+    dn_bwd_run(D, G);
+    dn_grads_get(G, got);
+    for (int i = 0; i < 6; i++)
+        for (size_t e = 0; e < G->n[i]; e++) {
+            const float want = start[i][e] + first[i][e];
+            bad += !(fabsf(got[i][e] - want) <= (i < 3 ? RTOL_BF16 * (fabsf(want) + fabsf(first[i][e])) : 0.f));
+        }
+    tap_ok(bad == 0, "%s: adds into its six outputs (%zu elements not start + the run from zeros)", tag, bad);
+    dn_grads_put(G, NULL);
+    dn_bwd_run(D, G);
+    dn_grads_get(G, got);
+    for (int i = 0; i < 6; i++) same += ndiff(got[i], first[i], G->n[i], sizeof(float));
+    tap_ok(same == 0, "%s: a second run gives the same bits (%zu differ)", tag, same);
+}
+
+static void test_deltanet_backward(const dn_cfg *c) {
+    char tag[160];
+    snprintf(tag, sizeof tag, "deltanet backward B=%d T=%d HK=%d HV=%d dk=%d dv=%d%s%s", c->B,
+             c->T, c->HK, c->HV, c->dk, c->dv, c->seq ? " packed" : "", c->state0 ? " state0" : "");
+    const size_t N = (size_t)c->B * c->T, nq = N * c->HK * c->dk, nv = N * c->HV * c->dv,
+                 ng = N * c->HV, ns = (size_t)c->B * c->HV * c->dk * c->dv,
+                 nck = tcu_deltanet_ckpt_floats(c->B, c->T, c->HV, c->dk, c->dv);
+    dn_bwd_dev D = {.c = c};
+    float *q = dn_rand(nq, -1, 1, 1, &D.in[0]), *k = dn_rand(nq, -1, 1, 1, &D.in[1]);
+    float *v = dn_rand(nv, -1, 1, 1, &D.in[2]), *g = dn_rand(ng, -1, 0, 0, &D.in[3]);
+    float *beta = dn_rand(ng, 0, 1, 0, &D.in[4]), *ck = hf(nck);
+    float *s0 = c->state0 ? hf(ns) : NULL;
+    if (s0) fill_f32(s0, ns, -0.5, 0.5);
+    int32_t *seq = c->seq ? hi32(N) : NULL;
+    for (int b = 0; seq && b < c->B; b++) make_segments(seq + (size_t)b * c->T, c->T, 3 * b);
+    const tsr_dn_shape sh = {c->B, c->T, c->HK, c->HV, c->dk, c->dv, 64};
+    cpu_deltanet_forward(hf(nv), NULL, ck, q, k, v, g, beta, s0, seq, &sh);
+    /* d final state of the scale of the state gradients the chunks make themselves (the next
+     * rank's under context parallelism): |q~| = dk^-1/2 times d out over a few decayed rows */
+    float *dout = dn_rand(nv, -1, 1, 1, &D.dout), *dso = dn_rand(ns, -0.05, 0.05, 0, &D.dso);
+    dn_grads6 G = {.n = {nq, nq, nv, ng, ng, ns}};
+    float *ref[6], *got[6];
+    for (int i = 0; i < 6; i++) {
+        ref[i] = memset(hf(G.n[i]), 0, G.n[i] * sizeof(float));
+        G.d[i] = dalloc(G.n[i] * (i < 3 ? sizeof(tsr_bf16) : sizeof(float)));
+    }
+    cpu_deltanet_backward(ref[0], ref[1], ref[2], ref[3], ref[4], ref[5], dout, dso, ck, q, k, v,
+                          g, beta, seq, &sh);
+    D.scratch = dalloc(tcu_deltanet_backward_scratch_bytes(c->B, c->T, c->HV, c->dk, c->dv));
+    D.ck = new_f32(ck, nck), D.seq = seq ? new_i32(seq, N) : NULL;
+    dn_grads_put(&G, NULL);
+    dn_bwd_run(&D, &G);
+    dn_grads_get(&G, got);
+    for (int i = 0; i < 6; i++)
+        check_close(L("%s: %s", tag, DN_GNAME[i]), got[i], ref[i], G.n[i],
+                    DN_GTOL * U_BF16 * dn_rms(ref[i], G.n[i]), 2 * U_BF16, NULL, 0);
+    dn_bwd_adds(tag, &D, &G, got);
+    scope_end(tag);
+}
+
+static int deltanet_checks(void) { return (int)NCASES(DN) * (DN_CHECKS + DN_BWD_CHECKS); }
 static void run_deltanet(void) {
     for (size_t i = 0; i < NCASES(DN); i++) test_deltanet(&DN[i]);
+    for (size_t i = 0; i < NCASES(DN); i++) test_deltanet_backward(&DN[i]);
 }
