@@ -5,10 +5,11 @@
  *
  *   deltanet_gpu B T HK HV DK DV REPS
  *
- * Inputs random (q, k, v in [-1, 1) as bf16, g in (-1, 0), beta in (0, 1)), the chunk states
- * saved as training saves them (ckpt) and the final state written. One warm-up run, then REPS
- * runs timed by CUDA events; prints one JSON object as bench/deltanet_bench.c does: the shape
- * and the median forward seconds. The backward is not built on CUDA yet: backward_s is null.
+ * Inputs random (q, k, v and d out in [-1, 1) as bf16, g in (-1, 0), beta in (0, 1)), the chunk
+ * states saved as training saves them (ckpt) and the final state written; the backward
+ * (tcu_deltanet_backward) from them into dq, dk, dv, dg, dbeta. One warm-up run, then REPS runs
+ * of the forward and of the backward, each timed by CUDA events; prints one JSON object as
+ * bench/deltanet_bench.c does: the shape and the median forward and backward seconds.
  * Exit 1 on bad arguments, 77 without a CUDA device. */
 #include <stdint.h>
 #include <stdio.h>
@@ -63,21 +64,32 @@ int main(int argc, char **argv) {
     float *g = random_dev(ng, -1, 0, 0, &x, s), *beta = random_dev(ng, 0, 1, 0, &x, s);
     float *st = dev((size_t)B * HV * dk * dv * sizeof *st);
     float *ck = dev(tcu_deltanet_ckpt_floats(B, T, HV, dk, dv) * sizeof *ck);
-    float *ms = malloc(sizeof *ms * (size_t)reps);
-    tcu_event e0 = tcu_event_create_timed(), e1 = tcu_event_create_timed();
+    tsr_bf16 *dout = random_dev(nv, -1, 1, 1, &x, s), *dq = dev(nq * 2), *dkk = dev(nq * 2),
+             *dvv = dev(nv * 2);
+    float *dg = dev(ng * 4), *db = dev(ng * 4);
+    void *scratch = dev(tcu_deltanet_backward_scratch_bytes(B, T, HV, dk, dv));
+    tcu_zero(dq, nq * 2, s), tcu_zero(dkk, nq * 2, s), tcu_zero(dvv, nv * 2, s);
+    tcu_zero(dg, ng * 4, s), tcu_zero(db, ng * 4, s);
+    float *ms = malloc(sizeof *ms * 2 * (size_t)reps), *mb = ms + reps;
+    tcu_event e0 = tcu_event_create_timed(), e1 = tcu_event_create_timed(),
+              e2 = tcu_event_create_timed();
     for (int r = -1; r < reps; r++) {
         tcu_event_record(e0, s);
         tcu_deltanet_forward(out, st, ck, q, k, v, g, beta, NULL, NULL, B, T, HK, HV, dk, dv, s);
         tcu_event_record(e1, s);
-        const float t = tcu_event_elapsed_ms(e0, e1);
-        if (r >= 0) ms[r] = t;
+        tcu_deltanet_backward(dq, dkk, dvv, dg, db, NULL, dout, NULL, ck, q, k, v, g, beta, NULL,
+                              scratch, B, T, HK, HV, dk, dv, s);
+        tcu_event_record(e2, s);
+        const float tf = tcu_event_elapsed_ms(e0, e1), tb = tcu_event_elapsed_ms(e1, e2);
+        if (r >= 0) ms[r] = tf, mb[r] = tb;
     }
     qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
+    qsort(mb, (size_t)reps, sizeof *mb, cmp_float);
     printf("{\"B\": %d, \"T\": %d, \"HK\": %d, \"HV\": %d, \"dk\": %d, \"dv\": %d, \"chunk\": 64, "
-           "\"device\": \"cuda\", \"forward_s\": %.6f, \"backward_s\": null}\n",
-           B, T, HK, HV, dk, dv, ms[reps / 2] / 1000.0);
-    tcu_event_destroy(e0), tcu_event_destroy(e1);
-    void *bufs[] = {q, k, v, out, g, beta, st, ck};
+           "\"device\": \"cuda\", \"forward_s\": %.6f, \"backward_s\": %.6f}\n",
+           B, T, HK, HV, dk, dv, ms[reps / 2] / 1000.0, mb[reps / 2] / 1000.0);
+    tcu_event_destroy(e0), tcu_event_destroy(e1), tcu_event_destroy(e2);
+    void *bufs[] = {q, k, v, out, g, beta, st, ck, dout, dq, dkk, dvv, dg, db, scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) tcu_free(bufs[i]);
     tcu_stream_destroy(s);
     tcu_shutdown();

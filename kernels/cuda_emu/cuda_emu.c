@@ -1601,7 +1601,8 @@ void tcu_deltanet_forward(tsr_bf16 *out, float *state_out, float *ckpt, const ts
 }
 
 size_t tcu_deltanet_backward_scratch_bytes(int B, int T, int HV, int dk, int dv) {
-    return sizeof(float) * (size_t)B * HV * ((size_t)2 * T * dk + (size_t)dk * dv);
+    const size_t w = (size_t)(dk > dv ? dk : dv); /* the kernel's size, unused here */
+    return sizeof(float) * (size_t)B * HV * ((size_t)2 * T * dk + (size_t)dk * dv + 64 * w);
 }
 
 /* The CPU core's backward on the widened inputs; dq, dk, dv get one rounding of their sums */

@@ -2,7 +2,7 @@
 # bench/gpu/deltanet_gpu.sh (device.sh's deltanet stage) on the host emulator of the CUDA backend
 # (build/tests/deltanet_gpu_emu) at tiny shapes, its PyTorch peer's compiled form run eager on
 # the CPU (the Debian torch here has no torch.compile): the script runs to the end and prints its
-# table, a row per T with positive times on both sides; bad arguments are refused (exit 1); the
+# table, a row per T with positive times on both sides (forward, forward + backward); bad arguments are refused (exit 1); the
 # peer's form (the one the GPU call compiles) is the reference chunked algorithm's function.
 # Times say nothing (the emulator is not a GPU); docs/deltanet.md "CUDA" has what is measured where.
 source "$(dirname "$0")/../lib.sh"
@@ -15,9 +15,9 @@ BENCH=$bin TS="64 100" REPS=1 SHAPE="1 2 4 32 32" PEER_DEVICE=cpu PYTHON=/usr/bi
 rc=$?
 sed 's/^/# /' "$TMP/out.txt"
 ((rc == 0)) && awk -F'|' '
-    /^\| 1 (64|100) 2 4 32 32 \|/ { rows++; if ($3 + 0 <= 0 || $4 + 0 <= 0 || $7 + 0 <= 0) bad = 1 }
+    /^\| 1 (64|100) 2 4 32 32 \|/ { rows++; if ($3 + 0 <= 0 || $4 + 0 <= 0 || $6 + 0 <= $3 || $7 + 0 <= 0) bad = 1 }
     END { exit !(rows == 2 && !bad) }' "$TMP/out.txt"
-tap_check $? "deltanet_gpu.sh on the emulator: a row for T = 64 and 100, tessera's and the peer's times positive (exit $rc)"
+tap_check $? "deltanet_gpu.sh on the emulator: a row for T = 64 and 100, tessera's and the peer's times positive, tessera's forward + backward over its forward (exit $rc)"
 "$bin" 1 64 2 3 32 32 1 >"$TMP/bad.txt" 2>&1
 rc=$?
 ((rc == 1)) && grep -q "HV a multiple of HK" "$TMP/bad.txt"
