@@ -598,13 +598,13 @@ __global__ void __launch_bounds__(DN_THREADS) deltanet_backward_kernel(dnb_args 
     for (int e = threadIdx.x; a.dstate0 && e < ss; e += DN_THREADS) a.dstate0[bh * ss + e] += dS[e];
 }
 
-/* Launch: grid (HK, B T), 32 threads: row's key head hk, dq and dk (bf16 +=) through the L2
+/* Launch: grid (B T, HK) (rows in x: past 65535), 32 threads: row's key head hk, dq and dk (bf16 +=) through the L2
  * norms' backward from the sum of its value heads' dQn, dKn (in head order) */
 __global__ void __launch_bounds__(32)
     deltanet_l2_backward_kernel(bf16 *dq, bf16 *dk, const bf16 *q, const bf16 *k, const float *dqn,
                                 const float *dkn, int HK, int HV, int d) {
-    const int hk = blockIdx.x, lane = threadIdx.x, grp = HV / HK;
-    const size_t row = blockIdx.y;
+    const int hk = blockIdx.y, lane = threadIdx.x, grp = HV / HK;
+    const size_t row = blockIdx.x;
     for (int which = 0; which < 2; which++) {
         const bf16 *x = (which ? k : q) + (row * HK + hk) * d;
         const float *dy = (which ? dkn : dqn) + (row * HV + (size_t)hk * grp) * d;
@@ -696,7 +696,7 @@ extern "C" void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, 
     cudaStream_t st = (cudaStream_t)s;
     deltanet_backward_kernel<<<dim3((unsigned)HV, (unsigned)B), DN_THREADS, smem, st>>>(a);
     TCU_CHECK_LAUNCH(what);
-    deltanet_l2_backward_kernel<<<dim3((unsigned)HK, (unsigned)(B * T)), 32, 0, st>>>(
+    deltanet_l2_backward_kernel<<<dim3((unsigned)((size_t)B * T), (unsigned)HK), 32, 0, st>>>(
         (bf16 *)dq, (bf16 *)dk, (const bf16 *)q, (const bf16 *)k, sc, sc + bh * T * dkd, HK, HV,
         dkd);
     TCU_CHECK_LAUNCH(what);
