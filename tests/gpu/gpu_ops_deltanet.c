@@ -22,6 +22,7 @@ static const dn_cfg DN[] = {
     {2, 100, 1, 2, 32, 32, 1, 1}, /* packed documents (row 1: a start at t = 64), GQA, T % 64 */
     {1, 130, 1, 2, 16, 16, 0, 1}, /* one document over three chunks, from an initial state */
     {1, 64, 2, 4, 16, 32, 0, 0},  /* one full chunk, dk != dv, no state, no documents */
+    {1, 70, 1, 2, 128, 128, 1, 1}, /* Qwen3-Next's head size: the ~209 KiB shared-memory layouts */
 };
 #define DN_CHECKS 4
 
