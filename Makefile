@@ -264,15 +264,18 @@ CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops $(BUILD
 # trainer's, found in the executable, which exports exactly those (src/gpu/exports.list)
 CUDA_TRAIN_SO := $(BUILD)/libtessera-cuda-train.so
 CUDA_TARGETS  += $(if $(CUDA_OK),$(CUDA_TRAIN_SO))
+CUDA_TARGETS  += $(if $(CUDA_OK),$(BUILD)/bench/deltanet_gpu) # the Gated DeltaNet core (issue 68)
 # the host emulator of cuda_ops.h (kernels/cuda_emu/): the same trainer GPU path, runnable on any
 # machine; tests/gpu/test_cuda_train.sh checks it against the CPU backend
 CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu $(BUILD)/tests/ring_bench_emu
+CUEMU_TRAIN   += $(BUILD)/tests/deltanet_gpu_emu
 # the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,ring,
 # xent,layernorm,llama,moe,lora}.cu (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
 # compiler, run thread by thread against the CPU oracle by the op test's cases for them
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
 SIMT_KERNELS  := cuda_attention cuda_ring cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora \
                  cuda_decode cuda_fail
+SIMT_KERNELS  += cuda_deltanet # the Gated DeltaNet core (issue 68)
 SIMT_OK        = $(if $(CROSS),,$(wildcard $(CUDA_HOME)/include/cuda_bf16.h))
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
@@ -453,6 +456,18 @@ $(BUILD)/obj/bench/gpu/ring_bench.o: bench/gpu/ring_bench.c | deps
 $(BUILD)/bench/ring_bench: $(BUILD)/obj/bench/gpu/ring_bench.o $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
+# the Gated DeltaNet core on one GPU (tests/gpu/device.sh's deltanet stage, bench/gpu/deltanet_gpu.sh)
+# and on the emulator (tests/gpu/test_deltanet_bench.sh: that it runs and what it prints)
+$(BUILD)/obj/bench/gpu/deltanet_gpu.o: bench/gpu/deltanet_gpu.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Ikernels/cuda -c $< -o $@
+$(BUILD)/bench/deltanet_gpu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(CUDA_LIB) $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
+$(BUILD)/tests/deltanet_gpu_emu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+                $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
 $(BUILD)/tests/test_gpu_ops: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)

@@ -560,6 +560,32 @@ void tcu_axpby_bf16(tsr_bf16 *out, float alpha, const tsr_bf16 *x, float beta, c
 void tcu_muon_apply(float *p, tsr_bf16 *p_bf16, const tsr_bf16 *o, int rows, int cols,
                     int transposed, float decay, float step, tcu_stream s);
 
+/* ---- Gated DeltaNet core (issue 68; cuda_deltanet.cu, docs/deltanet.md "CUDA") ----
+ * kernels/cpu/cpu_deltanet.h's cpu_deltanet_forward (its meaning, shapes and packed-document
+ * rule) at chunk 64: the chunked (WY/UT) form, the chunk's products on the tensor cores, bf16 q,
+ * k, v and out, fp32 g, beta, states. q, k (B,T,HK,dk) raw (L2-normalised in the op, q times
+ * 1/sqrt(dk)); v, out (B,T,HV,dv); g (log-decay), beta (B,T,HV); state0 (B,HV,dk,dv) or NULL
+ * (zero), state_out (B,HV,dk,dv) the final state or NULL (may be state0); ckpt the state entering
+ * each block of 64 positions (B,HV,ceil(T/64),dk,dv: tcu_deltanet_ckpt_floats; as the CPU's ckpt)
+ * or NULL; seq (B,T) segment ids or NULL. dk, dv multiples of 16 from 16 to 128; HV a multiple
+ * of HK.
+ * The backward (cpu_deltanet_backward's): dq, dk (B,T,HK,dk), dv (B,T,HV,dv) bf16 +=; dg, dbeta
+ * (B,T,HV) fp32 +=; dstate0 (B,HV,dk,dv) fp32 += or NULL; dout bf16; dstate_out fp32 or NULL
+ * (zero); ckpt as the forward wrote it; the inputs as given to the forward; scratch device
+ * memory of tcu_deltanet_backward_scratch_bytes. */
+size_t tcu_deltanet_ckpt_floats(int B, int T, int HV, int dk, int dv);
+void tcu_deltanet_forward(tsr_bf16 *out, float *state_out, float *ckpt, const tsr_bf16 *q,
+                          const tsr_bf16 *k, const tsr_bf16 *v, const float *g, const float *beta,
+                          const float *state0, const int32_t *seq, int B, int T, int HK, int HV,
+                          int dk, int dv, tcu_stream s);
+size_t tcu_deltanet_backward_scratch_bytes(int B, int T, int HV, int dk, int dv);
+void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, float *dbeta,
+                           float *dstate0, const tsr_bf16 *dout, const float *dstate_out,
+                           const float *ckpt, const tsr_bf16 *q, const tsr_bf16 *k,
+                           const tsr_bf16 *v, const float *g, const float *beta,
+                           const int32_t *seq, void *scratch, int B, int T, int HK, int HV,
+                           int dkd, int dvd, tcu_stream s);
+
 #ifdef __cplusplus
 }
 #endif

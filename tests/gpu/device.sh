@@ -60,6 +60,13 @@
 #           bash tests/gpu/device.sh attn           the attention kernel, mma.sync and wgmma, and
 #                                                   PyTorch's SDPA at T = 2048, 4096, 8192 (ring_bench's
 #                                                   one-GPU row; ATTN_T to choose; ~40 s)
+#           bash tests/gpu/device.sh deltanet       the Gated DeltaNet core (issue 68; cuda_deltanet.cu)
+#                                                   against the PyTorch peer of the same chunked
+#                                                   algorithm (torch.compile, bf16 inputs, fp32
+#                                                   state), Qwen3-Next's heads at T = 4096 and
+#                                                   16384 (DN_T to choose): one markdown table in
+#                                                   $OUT/deltanet.md (~3 min by estimate: two
+#                                                   compilations of the peer; limit 450 s)
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
 #                                                   with the shipped thresholds, timed, --json kept
@@ -145,7 +152,7 @@ pack() {
         die "pack needs nvcc (the CUDA toolkit) to build the GPU library"
     local b=build-device stage
     local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops" "$b/tests/test_wgmma_gpu"
-                 "$b/bench/ring_bench"
+                 "$b/bench/ring_bench" "$b/bench/deltanet_gpu"
                  "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
                  "$b/tests/libtessera-hc-gpu-mock.so")
     # one version for both builds (the CUDA library refuses a trainer of another), read once:
@@ -437,6 +444,17 @@ attn() {
         STEP_LIMIT_S=60 limited "$log.3" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py "$t" 5 || rc=1
         cat "$log.1" "$log.2" "$log.3" >>"$log" && rm -f "$log".[123]
     done
+    return $rc
+}
+
+# deltanet: the Gated DeltaNet core (issue 68) against its PyTorch peer (bench/gpu/deltanet_gpu.sh,
+# the peer under setup's python3-machine), its table in $OUTDIR/deltanet.md, its log deltanet.txt
+deltanet() {
+    setup
+    local rc=0
+    BENCH=$BUILD/bench/deltanet_gpu PYTHON=$UNPACKED/python3-machine TS="${DN_T:-4096 16384}" \
+        STEP_LIMIT_S=450 limited "$OUTDIR/deltanet.txt" bash bench/gpu/deltanet_gpu.sh || rc=$?
+    grep -E '^\|' "$OUTDIR/deltanet.txt" >"$OUTDIR/deltanet.md" || true
     return $rc
 }
 
@@ -824,6 +842,7 @@ case ${1:-} in
     hc) hc ;;
     gen) gen ;;
     attn) attn ;;
+    deltanet) deltanet ;;
     profile) shift; profile "$@" ;;
     firstlight) shift; firstlight "$@" ;;
     multirank) multirank ;;

@@ -2837,11 +2837,14 @@ static void test_fp8_rules(void) {
            "N = 8200 refused: %s", why ? why : "ok", why_bad ? why_bad : "accepted");
 }
 
+#include "gpu_ops_deltanet.c" /* the Gated DeltaNet core (issue 68) */
+
 static int plan_size_simt(void) {
+    int ndn = deltanet_checks();
     int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
             ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS +
             (int)NCASES(XENT) * (XENT_CHECKS + 1) +
-            (int)NCASES(ARGMAX_MORE) + 1;
+            (int)NCASES(ARGMAX_MORE) + 1 + ndn;
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < NCASES(LN_FZ); i++) n += ln_frozen_checks(&LN_FZ[i]);
     n += (int)NCASES(RMS) * RMS_CHECKS + (int)NCASES(QKN) * QKN_CHECKS;
@@ -2878,11 +2881,12 @@ static void run_simt(void) {
     for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
     run_decode();
+    run_deltanet();
 }
 
 static int plan_size(void) {
     if (simt_only) return plan_size_simt();
-    int n = 3 + 1 + 1; /* conversions; guard bytes; memory statistics */
+    int n = 3 + 1 + 1 + deltanet_checks(); /* conversions; guard bytes; memory statistics; DeltaNet */
     for (size_t i = 0; i < NCASES(ENC); i++) n += enc_checks(&ENC[i]);
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < NCASES(MMF); i++) n += mmf_checks(&MMF[i]);
@@ -3016,6 +3020,7 @@ int main(void) {
     tap_diag("next: FP8 (the casts of tcu_fp8.h, cuBLASLt's FP8 GEMM)");
     test_fp8_rules();
     for (size_t i = 0; i < NCASES(FP8); i++) test_fp8(&FP8[i]);
+    run_deltanet();
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);
