@@ -82,6 +82,17 @@ BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_d
 # that build if it still runs (one make at a time: tests/fuzz/fuzz_lib.sh), then finds it done.
 IDLE=(tests/fuzz/test_fuzz_build.sh tests/install/test_aarch64.sh tests/install/test_build_nompi.sh)
 LAST=(tests/fuzz/test_fuzz_regress.sh)
+# A shared test in NICED may also run in that lane during the shared phase, under `nice -n 19`, once
+# the BESIDE tests are done (after about 255 s of a shared phase of about 1200, CI of 2026-11-28):
+# the lane takes the last one the LANES have not started, so it runs on the CPU they leave idle
+# (that CI's shared phase used 1.65 of the 2 cores: about 430 CPU-s idle) while they work through
+# the queue from its front. When the LANES have no test left to start, the one it still runs gets
+# the runner's priority back (renice_beside) and the phase waits for it. The float64 references
+# (tests/reference/*.py: 20 tests, 191 CPU-s in that CI) are all CPU, judge no time and wait on no
+# timer; test_lora_peft.py stays out (its runs have a 120 s time-out). Their time-out is twice the
+# others'.
+NICED=(tests/reference/)
+NICED_NOT=(tests/reference/test_lora_peft.py)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
 compgen -G '/dev/nvidia[0-9]*' >/dev/null && SOLO+=(tests/gpu/ tests/test_gpu_ops)
@@ -96,8 +107,16 @@ fi
 solo() { local p; for p in "${SOLO[@]}"; do [[ $1 == "$p"* ]] && return 0; done; return 1; }
 beside() { local p; for p in "${BESIDE[@]}"; do [[ $1 == "$p" ]] && return 0; done; return 1; }
 idle() { local p; for p in "${IDLE[@]}"; do [[ $1 == "$p" ]] && return 0; done; return 1; }
+niceable() { # niceable TEST: a NICED test
+    local p
+    for p in "${NICED_NOT[@]}"; do [[ $1 == "$p" ]] && return 1; done
+    for p in "${NICED[@]}"; do [[ $1 == "$p"* ]] && return 0; done
+    return 1
+}
 # limit_of TEST: its time-out in seconds
-limit_of() { if idle "${1#"$BUILD"/}"; then echo $((TIMEOUT * 2)); else echo "$TIMEOUT"; fi; }
+limit_of() {
+    if idle "${1#"$BUILD"/}" || niceable "${1#"$BUILD"/}"; then echo $((TIMEOUT * 2)); else echo "$TIMEOUT"; fi
+}
 
 shared=() alone=() besides=() idles=() lasts=()
 for t in "${tests[@]}"; do
@@ -159,24 +178,27 @@ cpu_of() {
     awk 'NR == 2 { split($1, a, /[ms]/); split($2, b, /[ms]/); printf "%.0f", a[1] * 60 + a[2] + b[1] * 60 + b[2] }' "$1"
 }
 nice_idle=$((LANES > 1)) # an IDLE test starts under nice 19 while tests run alone
-# unnice_beside: the tests run alone are done; the IDLE test still running in the BESIDE lane gets the
-# runner's own priority back (renice of its process group, the one timeout made: lowering a nice
-# value needs root, as CI runs; elsewhere it keeps 19), and the next ones start without nice
-unnice_beside() {
-    nice_idle=0
-    [[ -n $beside_pid ]] && idle "${running[$beside_pid]#"$BUILD"/}" || return 0
+beside_niced=0 # the test in the BESIDE lane runs under nice 19
+# renice_beside: the niced test still running in the BESIDE lane gets the runner's own priority
+# back (renice of its process group, the one timeout made: lowering a nice value needs root, as CI
+# runs; elsewhere it keeps 19)
+renice_beside() {
+    [[ -n $beside_pid ]] && ((beside_niced)) || return 0
     local pg
     pg=$(ps -o pgid=,comm= --ppid "$beside_pid" 2>/dev/null | awk '$2 == "timeout" { print $1; exit }')
     [[ -n $pg ]] && renice -n "$(nice)" -g "$pg" >/dev/null 2>&1
     return 0
 }
+# unnice_beside: the tests run alone are done; the IDLE test still running gets the runner's
+# priority back, and the next ones start without nice
+unnice_beside() { nice_idle=0; renice_beside; }
 # run_one TEST [VAR=VALUE...]: runs it under the time-out, with those variables in its environment,
 # into its log; writes "RC SECONDS CPU_SECONDS" to the log's .rc (CPU: of the processes it waited
 # for, not of one that outlived its parent, such as a daemon or a singleton MPI process's orted)
 run_one() {
     local t=$1 log start=$SECONDS rc cpu0 cpu1 pre=() limit
     shift
-    idle "${t#"$BUILD"/}" && ((nice_idle)) && pre=(nice -n 19) # (IDLE, above)
+    ((${niced_now:-0})) && pre=(nice -n 19) # (IDLE and NICED, above)
     limit=$(limit_of "$t")
     # A tessera-train started without mpirun is a singleton MPI process, for which OpenMPI forks an
     # orted: not for the tests (OMPI_MCA_ess_singleton_isolated=1, as test_time_plan.sh did):
@@ -261,11 +283,30 @@ report() {
 # it ends
 phase_start=$SECONDS
 declare -A running=() # pid -> test
-beside_pid='' next_beside=0
-start_beside() { # starts the next BESIDE test when none runs
-    [[ -z $beside_pid ]] && ((next_beside < ${#besides[@]})) || return 0
-    run_one "${besides[$next_beside]}" "${SHARE_ENV[@]}" &
-    beside_pid=$! running[$!]=${besides[$next_beside]} next_beside=$((next_beside + 1))
+beside_pid='' next_beside=0 steal=0
+declare -A taken=() # the shared tests started (by the LANES or, NICED ones, the BESIDE lane)
+last_niced() { # the last NICED shared test not started yet, or nothing
+    local i
+    for ((i = ${#shared[@]} - 1; i >= 0; i--)); do
+        [[ -z ${taken[${shared[i]}]+x} ]] && niceable "${shared[i]#"$BUILD"/}" && echo "${shared[i]}" && return 0
+    done
+    return 0
+}
+start_beside() { # starts the next BESIDE test when none runs; then, while steal is 1, a NICED one
+    [[ -z $beside_pid ]] || return 0
+    local t niced=0
+    if ((next_beside < ${#besides[@]})); then
+        t=${besides[$next_beside]} next_beside=$((next_beside + 1))
+        idle "${t#"$BUILD"/}" && ((nice_idle)) && niced=1
+    elif ((steal)); then
+        t=$(last_niced) niced=1
+        [[ -n $t ]] || return 0
+        taken[$t]=1
+    else
+        return 0
+    fi
+    niced_now=$niced run_one "$t" "${SHARE_ENV[@]}" &
+    beside_pid=$! running[$!]=$t beside_niced=$niced
 }
 ended() { # ended PID: report its test; a BESIDE test's end starts the next one
     report "${running[$1]}"
@@ -289,12 +330,17 @@ reap() { # waits for one running test to end, reports it
     fi
     ended "$pid"
 }
+steal=$((LANES > 1))
 start_beside
 for t in ${shared[@]+"${shared[@]}"}; do
-    while ((${#running[@]} - (${#beside_pid} > 0) >= LANES)); do reap; done
+    while [[ -z ${taken[$t]+x} ]] && ((${#running[@]} - (${#beside_pid} > 0) >= LANES)); do reap; done
+    [[ -z ${taken[$t]+x} ]] || continue # (the BESIDE lane took it)
+    taken[$t]=1
     run_one "$t" "${SHARE_ENV[@]}" &
     running[$!]=$t
 done
+steal=0
+renice_beside
 while ((${#running[@]} > 0)); do reap; done
 shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS shared_cpu=$cpu_total
 # then the others, one at a time, and the IDLE ones beside them in the BESIDE lane
