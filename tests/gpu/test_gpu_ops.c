@@ -2837,6 +2837,8 @@ static void test_fp8_rules(void) {
            "N = 8200 refused: %s", why ? why : "ok", why_bad ? why_bad : "accepted");
 }
 
+#include "gpu_ops_variants.c" /* issue 67/68's model variants (cuvar67): run_variants */
+
 static int plan_size_simt(void) {
     int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
             ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS +
@@ -2878,6 +2880,7 @@ static void run_simt(void) {
     for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
     run_decode();
+    run_variants();
 }
 
 static int plan_size(void) {
@@ -2949,7 +2952,7 @@ int main(void) {
              name, sm, mem_total / 1073741824.0, mem_free / 1073741824.0, ncpu,
              cpu_ops_blas_core());
     if (quick) tap_diag("TSR_GPU_OPS_QUICK=1: the first %d cases of each table", QUICK_CASES);
-    tap_plan(plan_size());
+    tap_plan(plan_size() + variants_checks());
     if (simt_only) {
         run_simt();
         tap_ok(guards_broken == 0, "no kernel wrote into the %d guard bytes around its buffers "
@@ -3016,6 +3019,7 @@ int main(void) {
     tap_diag("next: FP8 (the casts of tcu_fp8.h, cuBLASLt's FP8 GEMM)");
     test_fp8_rules();
     for (size_t i = 0; i < NCASES(FP8); i++) test_fp8(&FP8[i]);
+    run_variants();
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);
