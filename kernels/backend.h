@@ -171,7 +171,7 @@ struct tsr_backend {
                                 const float *wts, const int32_t *offs, int N, int E, int K,
                                 int norm, float aux_w, float z_w);
     /* gpt-oss's experts (ops.h moe_bias_*, moe_gptoss_*): out, dout, inp, dinp act; b weight;
-     * db fp32; NULL where not built (the CUDA backend so far: the config refuses the keys) */
+     * db fp32; or NULL (the model then refuses the keys: dec_check_backend) */
     void (*moe_bias_forward)(const tsr_backend *be, void *out, const void *b,
                              const int32_t *offs, int E, int OC);
     void (*moe_bias_backward)(const tsr_backend *be, float *db, const void *dout,

@@ -1779,10 +1779,8 @@ void tcu_softmax_xent_capped(float *losses, tsr_bf16 *logits, const int32_t *tar
         for (int j = 0; j < Vp; j++) z[j] = row[j];
         cpu->softcap_forward(z, row, 1, V, Vp, cap);
         for (int j = 0; j < Vp; j++) row[j] = z[j];
-        if (targets[n] >= V) {
-            losses[n] = NAN;
-            if (dlosses)
-                for (int j = 0; j < Vp; j++) lr[j] = bf16_round(j < V ? NAN : 0.0f);
+        if (targets[n] >= V) { /* tcu_softmax_xent's poisoned row, its NaN bits */
+            tcu_softmax_xent(losses + n, lr, targets + n, dlosses ? dlosses + n : NULL, 1, V, Vp, s);
             continue;
         }
         cpu->softmax_xent_forward(losses + n, row, row, targets + n, 1, V, Vp);

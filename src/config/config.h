@@ -493,15 +493,14 @@ const char *config_position_variant_key(const tsr_model_config *m);
 const char *config_rope_variant_key(const tsr_model_config *m);
 /* The model uses linear_attention layers, a gated attention output, a sliding window, attention
  * sinks, a query_pre_attn_scalar other than the head size, a norm placement other than pre,
- * QK-norm over the projection, an embedding scale, GeGLU-tanh (what the CUDA backend, the ring
- * of context parallelism and the Hugging Face export do not run yet), then
- * config_position_variant_key's, then config_moe_variant_key's: the key that asks for it, or
- * NULL. */
+ * QK-norm over the projection, an embedding scale, GeGLU-tanh, then
+ * config_position_variant_key's, then config_moe_variant_key's: the key of the first that is set
+ * (config_variant_key's order), or NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
 /* gpt-oss's MoE (docs/moe.md "gpt-oss's experts"): the key of a MoE model that sets
  * model.moe_router_bias, model.moe_expert_bias, model.moe_act = "gptoss" or
- * model.moe_shared_gate, or NULL. The CUDA backend does not run them yet
- * (config_attn_variant_key returns it last); the Hugging Face export writes gpt-oss's as
+ * model.moe_shared_gate, or NULL (config_attn_variant_key returns it last; the CUDA backend runs
+ * them: config_checks.c cuda_variants); the Hugging Face export writes gpt-oss's as
  * GptOssForCausalLM and the shared gate as Qwen3NextForCausalLM only; the ring of context
  * parallelism runs them (the MLP is per row). */
 const char *config_moe_variant_key(const tsr_model_config *m);
