@@ -17,6 +17,8 @@
 # otherwise). The real kernels are checked op by op by tests/gpu/gpu_ops_variants.c.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
+EMU=$BUILD/tests/tessera-train-cuemu
+[[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
 tsr_tmpdir
 FAMILIES=(olmo gemma smol gptoss qnext)
 PER=${#FAMILIES[@]}
@@ -81,7 +83,7 @@ suite() {
 # the emulator: the losses as test_cuda_train.sh's MoE (gpt-oss-like measured 3.6e-4), the norms
 # as its Llama block's doubled (the post-norm model measured 8.2e-3 at step 4)
 if emulator_half "$PER"; then
-    LOSS_TOL=5e-4 NORM_TOL=1e-2 suite "$BUILD/tests/tessera-train-cuemu" emulator
+    LOSS_TOL=5e-4 NORM_TOL=1e-2 suite "$EMU" emulator
     emulator_half_end
 fi
 
