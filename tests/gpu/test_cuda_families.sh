@@ -11,7 +11,10 @@
 #    QK-norm per head, a shared expert with its gate.
 # Every step's loss within LOSS_TOL of the CPU run's, the gradient norms of steps 1-5 within
 # NORM_TOL (later ones drift apart with the bf16 weights: measured 17% at step 10 of the post-norm
-# model while its losses stay within 5e-5). It runs on the host emulator of the CUDA backend
+# model while its losses stay within 5e-5), and every parameter tensor's 10-step update within
+# UPD_TOL of the CPU's (|w - w_cpu| <= UPD_TOL |w_cpu - w_0|, w_0 the common initialisation: a
+# parameter whose gradient is lost, such as the gates', moves differently though the loss barely
+# does). It runs on the host emulator of the CUDA backend
 # (build/tests/tessera-train-cuemu: the trainer's GPU path with the emulator's stand-ins) and on
 # the real backend when a GPU is present (tests/gpu/device.sh's train stage; skipped loudly
 # otherwise). The real kernels are checked op by op by tests/gpu/gpu_ops_variants.c.
@@ -27,7 +30,7 @@ make_synth "$TMP/data" 512 30000
 
 tiny_llama_args "$TMP/data/train"
 # head size 32: a size the GPU's attention kernels have
-args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=10ba --set save_interval=0ba
+args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=10ba --set save_interval=10ba
        --set watchdog.window=0 "${GPU_COMM_ARGS[@]}")
 olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_norm_scope=projection)
 gemma=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
@@ -66,31 +69,59 @@ sys.exit(0 if wl <= float(sys.argv[3]) and wn <= float(sys.argv[4]) else 1)
 PY
 }
 
+# updates INIT A B: every parameter tensor of B's step-10 checkpoint within UPD_TOL of A's,
+# relative to A's update from INIT's weights (the initialisation); prints the largest
+updates() {
+    "$PY3" - "$TMP/$1/step-00000001.h5" "$TMP/$2/step-00000010.h5" "$TMP/$3/step-00000010.h5" \
+        "$UPD_TOL" <<'PY'
+import sys, h5py, numpy as np
+z, a, b = (h5py.File(p, "r") for p in sys.argv[1:4])
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and n.startswith("model/") else None)
+worst, wn = 0.0, "-"
+for n in names:
+    w0, wa, wb = (np.asarray(f[n][()], dtype=np.float64) for f in (z, a, b))
+    u, d = np.linalg.norm(wa - w0), np.linalg.norm(wb - wa)
+    r = d / u if u > 0 else (0.0 if d == 0 else np.inf)
+    if r > worst: worst, wn = r, n
+print(f"updates: worst {worst:.2g} of the CPU's ({wn}) over {len(names)} tensors")
+sys.exit(0 if names and worst <= float(sys.argv[4]) else 1)
+PY
+}
+
 ok=0
-for f in "${FAMILIES[@]}"; do fam "$f"; run "$TRAIN" "cpu_$f" "${opts[@]}" || ok=1; done
-tap_check $ok "CPU reference runs: ${FAMILIES[*]}"
+for f in "${FAMILIES[@]}"; do
+    fam "$f"
+    # the initial weights: one step at a rate that moves nothing
+    run "$TRAIN" "cpu_$f" "${opts[@]}" && run "$TRAIN" "init_$f" "${opts[@]}" --set optim.lr=1e-30 \
+        --set max_duration=1ba --set save_interval=1ba || ok=1
+done
+tap_check $ok "CPU reference runs and initial weights: ${FAMILIES[*]}"
 
 # suite BIN LABEL: each family with device = cuda on BIN against its CPU run
 suite() {
     local bin=$1 l=$2 f d
     for f in "${FAMILIES[@]}"; do
         fam "$f"
-        run "$bin" "$l.$f" "${opts[@]}" --set device=cuda && d=$(near "cpu_$f" "$l.$f")
+        run "$bin" "$l.$f" "${opts[@]}" --set device=cuda && d=$(near "cpu_$f" "$l.$f") &&
+            d="$d; $(updates "init_$f" "cpu_$f" "$l.$f")"
         tap_check $? "$l: $f-like (${opts[*]}) within the CPU's tolerance: $d"
     done
 }
 
 # the emulator: the losses as test_cuda_train.sh's MoE (gpt-oss-like measured 3.6e-4), the norms
-# as its Llama block's doubled (the post-norm model measured 8.2e-3 at step 4)
+# as its Llama block's doubled (the post-norm model measured 8.2e-3 at step 4), the updates at
+# 0.4 (measured at most 0.26: the gpt-oss-like model's qkvb, a bias whose update is small; a lost
+# gradient gives 1)
 if emulator_half "$PER"; then
-    LOSS_TOL=5e-4 NORM_TOL=1e-2 suite "$EMU" emulator
+    LOSS_TOL=5e-4 NORM_TOL=1e-2 UPD_TOL=0.4 suite "$EMU" emulator
     emulator_half_end
 fi
 
 # the real backend: the issue's 0.5% on the loss, test_cuda_train.sh's 5e-2 on the norm
 real_backend
 if [[ -z $why ]]; then
-    LOSS_TOL=5e-3 NORM_TOL=5e-2 suite "$TRAIN" cuda
+    LOSS_TOL=5e-3 NORM_TOL=5e-2 UPD_TOL=0.5 suite "$TRAIN" cuda
     _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
 else
     fam qnext
