@@ -288,6 +288,16 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {m->S > 0 && c->moe_shared_gate, be->moe_shgate_forward, "model.moe_shared_gate"},
         {m->S > 0 && c->moe_shared_gate, be->moe_shgate_grad, "model.moe_shared_gate"},
         {m->S > 0 && c->moe_shared_gate, be->moe_shgate_dx, "model.moe_shared_gate"},
+        {m->E > 0 && c->moe_expert_bias, be->moe_bias_forward, "model.moe_expert_bias"},
+        {m->E > 0 && c->moe_expert_bias, be->moe_bias_backward, "model.moe_expert_bias"},
+        {m->E > 0 && c->moe_act == TSR_MOE_ACT_GPTOSS, be->moe_gptoss_forward, "model.moe_act"},
+        {m->E > 0 && c->moe_act == TSR_MOE_ACT_GPTOSS, be->moe_gptoss_backward, "model.moe_act"},
+        {c->pos == TSR_POS_ROPE && (c->partial_rotary_factor != 1.0 ||
+                                    c->rope_scaling == TSR_ROPE_SCALING_YARN),
+         be->rope_part_forward, "model.partial_rotary_factor or rope_scaling = \"yarn\""},
+        {c->pos == TSR_POS_ROPE && (c->partial_rotary_factor != 1.0 ||
+                                    c->rope_scaling == TSR_ROPE_SCALING_YARN),
+         be->rope_part_backward, "model.partial_rotary_factor or rope_scaling = \"yarn\""},
         {c->mlp == TSR_MLP_GEGLU_TANH, be->geglu_forward, "model.mlp = \"geglu_tanh\""},
         {c->mlp == TSR_MLP_GEGLU_TANH, be->geglu_backward, "model.mlp = \"geglu_tanh\""},
         {c->qk_norm && c->qk_norm_scope == TSR_QKN_PROJECTION, be->qknorm_proj_forward,
