@@ -171,7 +171,7 @@ struct tsr_backend {
                                 const float *wts, const int32_t *offs, int N, int E, int K,
                                 int norm, float aux_w, float z_w);
     /* gpt-oss's experts (ops.h moe_bias_*, moe_gptoss_*): out, dout, inp, dinp act; b weight;
-     * db fp32; NULL where not built (the CUDA backend so far: the config refuses the keys) */
+     * db fp32; or NULL (the model then refuses the keys: dec_check_backend) */
     void (*moe_bias_forward)(const tsr_backend *be, void *out, const void *b,
                              const int32_t *offs, int E, int OC);
     void (*moe_bias_backward)(const tsr_backend *be, float *db, const void *dout,
@@ -274,8 +274,25 @@ struct tsr_backend {
     size_t (*ring_scratch)(int B, int T, int NH, int KVH, int hs);
     void (*f32_to_act)(const tsr_backend *be, void *dst, const float *src, size_t n);
     void (*add_f32)(const tsr_backend *be, float *dst, const float *src, size_t n);
-    /* x (n) fp32 *= s (model.embed_scale on the embedding and its gradient), or NULL */
-    void (*scale_f32)(const tsr_backend *be, float *x, float s, size_t n);
+    /* x (n) act *= s (model.embed_scale on the embedding and its gradient), or NULL */
+    void (*scale_act)(const tsr_backend *be, void *x, float s, size_t n);
+    /* dst (n) act += src (n) act (model.norm_placement = post's residual adds), or NULL */
+    void (*add_act)(const tsr_backend *be, void *dst, const void *src, size_t n);
+    /* model.attn_output_gate (Qwen3-Next): gated (n) act = y sigmoid(gate); the backward from
+     * dy = d(gated) in place: dy = dy s, dgate (n) act = dy y s (1 - s), written; or NULL */
+    void (*gate_forward)(const tsr_backend *be, void *gated, const void *y, const void *gate,
+                         size_t n);
+    void (*gate_backward)(const tsr_backend *be, void *dy, void *dgate, const void *y,
+                          const void *gate, size_t n);
+    /* model.moe_shared_gate (ops.h moe_shgate_*): out (N,C) act *= s_n = sigmoid(x[n] . w), x
+     * (N,C) act, w (C) weight; grad: dg (N) fp32 = (1 - s_n) shg[n] . dshg[n] (shg, dshg (N,S)
+     * act), gw (C) fp32 += sum_n dg[n] x[n]; dx: dx (N,C) act += dg[n] w; or NULL */
+    void (*moe_shgate_forward)(const tsr_backend *be, void *out, const void *x, const void *w,
+                               int N, int C);
+    void (*moe_shgate_grad)(const tsr_backend *be, float *dg, float *gw, const void *shg,
+                            const void *dshg, const void *x, const void *w, int N, int S, int C);
+    void (*moe_shgate_dx)(const tsr_backend *be, void *dx, const float *dg, const void *w, int N,
+                          int C);
     void (*copy_rows)(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
                       size_t spitch, size_t width, size_t rows);
 

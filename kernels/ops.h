@@ -270,6 +270,19 @@ typedef struct tsr_ops {
      * included, as torch.clamp), 0 outside */
     void (*moe_gptoss_backward)(float *dinp, const float *inp, const float *dout, int N, int F,
                                 float alpha, float limit);
+    /* The shared expert's gate (model.moe_shared_gate: Qwen2-MoE's and Qwen3-Next's
+     * shared_expert_gate; docs/moe.md), optional like the moe_* above. Per row n of N,
+     * s_n = sigmoid(x[n] . w) (the dot product in double) with x (N,C) the layer's ln2, w (C):
+     *   moe_shgate_forward  out (N,C) *= s_n in place (the shared expert's output; also the
+     *                       d(output) of the ungated expert, from a copy of dout);
+     *   moe_shgate_grad     dg (N) = d(the gate's logit) = (1 - s_n) shg[n] . dshg[n] from the
+     *                       expert's hidden shg (N,S) and dshg = s_n (dout W2) (N,S); gw (C) +=
+     *                       sum_n dg[n] x[n] (in double, rows in order), gw NULL: frozen;
+     *   moe_shgate_dx       dx (N,C) += dg[n] w. */
+    void (*moe_shgate_forward)(float *out, const float *x, const float *w, int N, int C);
+    void (*moe_shgate_grad)(float *dg, float *gw, const float *shg, const float *dshg,
+                            const float *x, const float *w, int N, int S, int C);
+    void (*moe_shgate_dx)(float *dx, const float *dg, const float *w, int N, int C);
 
     /* LoRA's adapter path on one target projection (docs/lora.md), beside the frozen base:
      *   out[n, :OC] += scale * (drop(inp) @ A^T) @ B^T

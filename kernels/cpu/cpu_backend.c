@@ -1,6 +1,7 @@
 /* cpu_backend.c — the fp32 backend of backend.h over an op table (ops.h): host memory, fp32
  * activations and weights. Each fused op is the unfused sequence of table calls written beside it,
  * so the decoder computes with it exactly what those calls compute one by one. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -308,9 +309,53 @@ static void f_ring_backward(const tsr_backend *be, float *dq, int lddq, float *d
     OPS(be)->ring_backward(dq, lddq, dkv, lddkv, dout, out, lse, k);
 }
 
-static void f_scale_f32(const tsr_backend *be, float *x, float s, size_t n) {
+static void f_scale_act(const tsr_backend *be, void *x, float s, size_t n) {
     (void)be;
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+    float *f = x;
+    for (size_t i = 0; i < n; i++) f[i] *= s;
+}
+
+static void f_add_act(const tsr_backend *be, void *dst, const void *src, size_t n) {
+    OPS(be)->residual_forward(dst, dst, src, n);
+}
+
+/* model.attn_output_gate: gated = y sigmoid(gate); backward dy = dy s, dgate = dy y s (1 - s) */
+static float gate_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static void f_gate_forward(const tsr_backend *be, void *gated, const void *y, const void *gate,
+                           size_t n) {
+    (void)be;
+    const float *yf = y, *gf = gate;
+    float *o = gated;
+    for (size_t i = 0; i < n; i++) o[i] = yf[i] * gate_sigmoid(gf[i]);
+}
+
+static void f_gate_backward(const tsr_backend *be, void *dy, void *dgate, const void *y,
+                            const void *gate, size_t n) {
+    (void)be;
+    const float *yf = y, *gf = gate;
+    float *d = dy, *dg = dgate;
+    for (size_t i = 0; i < n; i++) {
+        const float s = gate_sigmoid(gf[i]), g = d[i];
+        dg[i] = g * yf[i] * s * (1.0f - s);
+        d[i] = g * s;
+    }
+}
+
+static void f_moe_shgate_forward(const tsr_backend *be, void *out, const void *x, const void *w,
+                                 int N, int C) {
+    OPS(be)->moe_shgate_forward(out, x, w, N, C);
+}
+
+static void f_moe_shgate_grad(const tsr_backend *be, float *dg, float *gw, const void *shg,
+                              const void *dshg, const void *x, const void *w, int N, int S,
+                              int C) {
+    OPS(be)->moe_shgate_grad(dg, gw, shg, dshg, x, w, N, S, C);
+}
+
+static void f_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, const void *w,
+                            int N, int C) {
+    OPS(be)->moe_shgate_dx(dx, dg, w, N, C);
 }
 
 static size_t f_ring_scratch(int B, int T, int NH, int KVH, int hs) {
@@ -471,7 +516,13 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .ring_scratch = f_ring_scratch,
         .f32_to_act = f_f32_to_act,
         .add_f32 = f_add_f32,
-        .scale_f32 = f_scale_f32,
+        .scale_act = f_scale_act,
+        .add_act = f_add_act,
+        .gate_forward = f_gate_forward,
+        .gate_backward = f_gate_backward,
+        .moe_shgate_forward = ops->moe_shgate_forward ? f_moe_shgate_forward : NULL,
+        .moe_shgate_grad = ops->moe_shgate_grad ? f_moe_shgate_grad : NULL,
+        .moe_shgate_dx = ops->moe_shgate_dx ? f_moe_shgate_dx : NULL,
         .copy_rows = f_copy_rows,
         .attention_decode_rows = ops->attention_decode_rows ? f_attention_decode_rows : NULL,
         .softmax_xent = f_softmax_xent,

@@ -114,6 +114,10 @@ void cpu_moe_gptoss_forward(float *out, const float *inp, int N, int F, float al
                             float limit);
 void cpu_moe_gptoss_backward(float *dinp, const float *inp, const float *dout, int N, int F,
                              float alpha, float limit);
+void cpu_moe_shgate_forward(float *out, const float *x, const float *w, int N, int C);
+void cpu_moe_shgate_grad(float *dg, float *gw, const float *shg, const float *dshg,
+                         const float *x, const float *w, int N, int S, int C);
+void cpu_moe_shgate_dx(float *dx, const float *dg, const float *w, int N, int C);
 
 /* cpu_softmax.c */
 void cpu_softmax_xent_forward(float *losses, float *probs, const float *logits,

@@ -327,3 +327,48 @@ void cpu_moe_router_backward(float *dlogits, const float *dwts, const float *pro
                             idx + nk, wts + nk, offs, E, K, norm, cst, zscale);
     }
 }
+
+/* ---- the shared expert's gate (model.moe_shared_gate; ops.h moe_shgate_*) ------------------ */
+
+static float shgate_dot(const float *a, const float *b, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+/* s_n = sigmoid(x[n] . w) */
+static float gate_of(const float *x, const float *w, int n, int C) {
+    return 1.0f / (1.0f + expf(-shgate_dot(x + (size_t)n * C, w, C)));
+}
+
+/* out[n] *= s_n (in place) */
+void cpu_moe_shgate_forward(float *out, const float *x, const float *w, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float s = gate_of(x, w, n, C);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] *= s;
+    }
+}
+
+/* dg[n] = (1 - s_n) shg[n] . dshg[n]; gw (or NULL: frozen) += sum_n dg[n] x[n] (rows in order) */
+void cpu_moe_shgate_grad(float *dg, float *gw, const float *shg, const float *dshg,
+                         const float *x, const float *w, int N, int S, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        dg[n] = (1.0f - gate_of(x, w, n, C)) *
+                shgate_dot(shg + (size_t)n * S, dshg + (size_t)n * S, S);
+    if (!gw) return;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        double s = 0;
+        for (int n = 0; n < N; n++) s += (double)dg[n] * x[(size_t)n * C + c];
+        gw[c] += (float)s;
+    }
+}
+
+/* dx[n] += dg[n] w */
+void cpu_moe_shgate_dx(float *dx, const float *dg, const float *w, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) dx[(size_t)n * C + c] += dg[n] * w[c];
+}

@@ -422,13 +422,59 @@ __device__ __forceinline__ float sigmoid_f(float x) {
     return 1.0f / (1.0f + expf(fminf(-x, 87.0f)));
 }
 
-/* BACKWARD = false: out[n,f] = silu(g) * u; true: dinp[n,f] += dout * u * silu'(g),
- * dinp[n,F+f] += dout * silu(g) (set: = instead of +=, dinp unread), silu(g) = g sigmoid(g), silu' = s (1 + g (1 - s)); g = inp[n,f],
- * u = inp[n,F+f]. out, dout (N,F), inp, dinp (N,2F) bf16. One item = W columns of one row (W = 8:
- * F % 8 == 0 and every pointer 16-byte aligned); grid-stride, EW_THREADS. */
-template <int W, bool BACKWARD>
-__global__ void swiglu_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F, size_t items,
-                              bool set) {
+/* The gated units (UNIT): SWIGLU silu(g) u; GEGLU gelu_tanh(g) u (gelu_tanh(g) = g sigmoid(2v),
+ * v = sqrt(2/pi)(g + 0.044715 g^3): cpu_geglu_*); GPTOSS gpt-oss's (u' + 1) g' sigmoid(alpha g'),
+ * g' = min(g, limit), u' = clamp(u, -limit, limit) (cpu_moe_gptoss_*: the clamps pass the
+ * gradient inside the bounds, bounds included). */
+enum { UNIT_SWIGLU = 0, UNIT_GEGLU = 1, UNIT_GPTOSS = 2 };
+struct unit_args {
+    float alpha, limit; /* GPTOSS only */
+};
+#define GEGLU_K0 0.7978845608028654f /* sqrt(2/pi), cpu_llama.c's constants */
+#define GEGLU_K1 0.044715f
+
+/* the unit's value at (g, u) */
+template <int UNIT>
+__device__ __forceinline__ float unit_value(float g, float u, unit_args a) {
+    if constexpr (UNIT == UNIT_SWIGLU) return g * sigmoid_f(g) * u;
+    if constexpr (UNIT == UNIT_GEGLU) {
+        const float v = GEGLU_K0 * (g + GEGLU_K1 * g * g * g);
+        return g * sigmoid_f(2.0f * v) * u;
+    }
+    const float gc = fminf(g, a.limit), uc = fminf(fmaxf(u, -a.limit), a.limit);
+    return (uc + 1.0f) * (gc * sigmoid_f(a.alpha * gc));
+}
+
+/* the unit's gradient at (g, u) given d = d(out): dg += d(gate), du += d(up) */
+template <int UNIT>
+__device__ __forceinline__ void unit_grad(float g, float u, float d, unit_args a, float &dg,
+                                          float &du) {
+    if constexpr (UNIT == UNIT_SWIGLU) {
+        const float sg = sigmoid_f(g);
+        dg += d * u * (sg * (1.0f + g * (1.0f - sg)));
+        du += d * (g * sg);
+    } else if constexpr (UNIT == UNIT_GEGLU) {
+        const float v = GEGLU_K0 * (g + GEGLU_K1 * g * g * g);
+        const float dv = GEGLU_K0 * (1.0f + 3.0f * GEGLU_K1 * g * g);
+        const float s = sigmoid_f(2.0f * v);
+        dg += d * u * (s + 2.0f * g * s * (1.0f - s) * dv);
+        du += d * (g * s);
+    } else {
+        const float gc = fminf(g, a.limit), uc = fminf(fmaxf(u, -a.limit), a.limit);
+        const float s = sigmoid_f(a.alpha * gc), dglu = s + a.alpha * gc * s * (1.0f - s);
+        dg += g <= a.limit ? d * (uc + 1.0f) * dglu : 0.0f;
+        du += u >= -a.limit && u <= a.limit ? d * gc * s : 0.0f;
+    }
+}
+
+/* BACKWARD = false: out[n,f] = unit(g, u); true: dinp[n,f] += d(gate), dinp[n,F+f] += d(up)
+ * (set: = instead of +=, dinp unread); g = inp[n,f], u = inp[n,F+f] (SWIGLU: silu(g) = g
+ * sigmoid(g), silu' = s (1 + g (1 - s))). out, dout (N,F), inp, dinp (N,2F) bf16. One item = W
+ * columns of one row (W = 8: F % 8 == 0 and every pointer 16-byte aligned); grid-stride,
+ * EW_THREADS. */
+template <int W, bool BACKWARD, int UNIT>
+__global__ void gated_unit_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F,
+                                  size_t items, bool set, unit_args ua) {
     const int packs = F / W;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < items; k += stride) {
@@ -440,7 +486,7 @@ __global__ void swiglu_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F,
         tcu_load_bf16<W>(u, up);
         if constexpr (!BACKWARD) {
 #pragma unroll
-            for (int j = 0; j < W; j++) g[j] = g[j] * sigmoid_f(g[j]) * u[j];
+            for (int j = 0; j < W; j++) g[j] = unit_value<UNIT>(g[j], u[j], ua);
             tcu_store_bf16<W>(o + n * F + f, g);
         } else {
             float d[W], dg[W] = {}, du[W] = {};
@@ -451,28 +497,24 @@ __global__ void swiglu_kernel(bf16 *o, const bf16 *inp, const bf16 *dout, int F,
                 tcu_load_bf16<W>(du, dup);
             }
 #pragma unroll
-            for (int j = 0; j < W; j++) {
-                const float sg = sigmoid_f(g[j]);
-                dg[j] += d[j] * u[j] * (sg * (1.0f + g[j] * (1.0f - sg)));
-                du[j] += d[j] * (g[j] * sg);
-            }
+            for (int j = 0; j < W; j++) unit_grad<UNIT>(g[j], u[j], d[j], ua, dg[j], du[j]);
             tcu_store_bf16<W>(dgp, dg);
             tcu_store_bf16<W>(dup, du);
         }
     }
 }
 
-template <bool BACKWARD>
+template <bool BACKWARD, int UNIT = UNIT_SWIGLU>
 static void swiglu_launch(const char *what, bf16 *o, const bf16 *inp, const bf16 *dout, int N,
-                          int F, bool set, cudaStream_t st) {
+                          int F, bool set, cudaStream_t st, unit_args ua = unit_args{0.0f, 0.0f}) {
     TCU_REQUIRE(N >= 0 && F >= 1, what, tcu_msg("need N >= 0 and F >= 1, got N=%d F=%d", N, F));
     TCU_REQUIRE(o && inp && (!BACKWARD || dout), what, "a required pointer is NULL");
     if (N == 0) return;
     const bool v8 = F % 8 == 0 && tcu_aligned16(o) && tcu_aligned16(inp) &&
                     (!BACKWARD || tcu_aligned16(dout));
     const size_t items = (size_t)N * (v8 ? F / 8 : F);
-    auto kern = v8 ? swiglu_kernel<8, BACKWARD> : swiglu_kernel<1, BACKWARD>;
-    kern<<<ew_grid(items), EW_THREADS, 0, st>>>(o, inp, dout, F, items, set);
+    auto kern = v8 ? gated_unit_kernel<8, BACKWARD, UNIT> : gated_unit_kernel<1, BACKWARD, UNIT>;
+    kern<<<ew_grid(items), EW_THREADS, 0, st>>>(o, inp, dout, F, items, set, ua);
     TCU_CHECK_LAUNCH(what);
 }
 
@@ -485,4 +527,188 @@ void tcu_swiglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *do
                          tsr_grad_mode mode, tcu_stream s) {
     swiglu_launch<true>("tcu_swiglu_backward", (bf16 *)dinp, (const bf16 *)inp,
                         (const bf16 *)dout, N, F, mode == TSR_GRAD_SET, (cudaStream_t)s);
+}
+
+/* ---- issue 67's variants (docs/cuda.md "Model variants") ----------------------------------- */
+
+/* GeGLU with the tanh GELU (model.mlp = geglu_tanh): tcu_swiglu_*'s shapes and modes */
+void tcu_geglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_stream s) {
+    swiglu_launch<false, UNIT_GEGLU>("tcu_geglu_forward", (bf16 *)out, (const bf16 *)inp, nullptr,
+                                     N, F, false, (cudaStream_t)s);
+}
+
+void tcu_geglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
+                        tsr_grad_mode mode, tcu_stream s) {
+    swiglu_launch<true, UNIT_GEGLU>("tcu_geglu_backward", (bf16 *)dinp, (const bf16 *)inp,
+                                    (const bf16 *)dout, N, F, mode == TSR_GRAD_SET,
+                                    (cudaStream_t)s);
+}
+
+/* gpt-oss's clamped unit (cpu_moe_gptoss_*) */
+void tcu_moe_gptoss_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, float alpha,
+                            float limit, tcu_stream s) {
+    swiglu_launch<false, UNIT_GPTOSS>("tcu_moe_gptoss_forward", (bf16 *)out, (const bf16 *)inp,
+                                      nullptr, N, F, false, (cudaStream_t)s,
+                                      unit_args{alpha, limit});
+}
+
+void tcu_moe_gptoss_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N,
+                             int F, float alpha, float limit, tsr_grad_mode mode, tcu_stream s) {
+    swiglu_launch<true, UNIT_GPTOSS>("tcu_moe_gptoss_backward", (bf16 *)dinp, (const bf16 *)inp,
+                                     (const bf16 *)dout, N, F, mode == TSR_GRAD_SET,
+                                     (cudaStream_t)s, unit_args{alpha, limit});
+}
+
+/* QK-norm over the whole projections (OLMo 2): the NH hs query columns of a row one RMSNorm row
+ * with qw (NH hs), the KVH hs key columns one with kw (KVH hs), the values copied; rstd (N, 2).
+ * The per-head kernels with one row per token (H = 1, sld = 2). */
+void tcu_qknorm_proj_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                             const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
+                             tcu_stream s) {
+    const char *what = "tcu_qknorm_proj_forward";
+    check_heads(what, N, NH, KVH, hs);
+    check_nc(what, N, hs, eps);
+    TCU_REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
+    if (N == 0) return;
+    const cudaStream_t st = (cudaStream_t)s;
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, koff = (size_t)NH * hs;
+    bf16 *o = (bf16 *)out;
+    const bf16 *x = (const bf16 *)inp;
+    rms_forward_launch<false>(what, o, rstd, nullptr, x, nullptr, (const bf16 *)qw, N, NH * hs,
+                              rows_layout{1, ld, 2}, eps, st);
+    rms_forward_launch<false>(what, o + koff, rstd ? rstd + 1 : nullptr, nullptr, x + koff,
+                              nullptr, (const bf16 *)kw, N, KVH * hs, rows_layout{1, ld, 2}, eps,
+                              st);
+    value_columns<false>(what, o, x, N, NH, KVH, hs, st);
+}
+
+void tcu_qknorm_proj_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
+                              const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
+    const char *what = "tcu_qknorm_proj_backward";
+    check_heads(what, N, NH, KVH, hs);
+    TCU_REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
+    if (N == 0) return;
+    const cudaStream_t st = (cudaStream_t)s;
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, koff = (size_t)NH * hs;
+    bf16 *d = (bf16 *)dinp;
+    const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)inp;
+    rms_backward_rows(what, d, dqw, g, x, (const bf16 *)qw, rstd, N, NH * hs,
+                      rows_layout{1, ld, 2}, st);
+    rms_backward_rows(what, d + koff, dkw, g + koff, x + koff, (const bf16 *)kw, rstd + 1, N,
+                      KVH * hs, rows_layout{1, ld, 2}, st);
+    value_columns<true>(what, d, g, N, NH, KVH, hs, st);
+}
+
+/* Partial / scaled RoPE (ops.h rope_part_forward): rope_rotate_half_kernel's rotation over the
+ * first rot dimensions of each query and key head (pairs (i, i + rot/2), inv_freq (rot/2)), the
+ * cosine and sine times mscale (YaRN); dimensions rot..hs-1 untouched. One item = one pair of one
+ * head of one row; grid-stride over N (NH+KVH) rot/2 items, EW_THREADS. */
+template <bool INVERSE>
+__global__ void rope_part_kernel(bf16 *x, const int32_t *pos, int p0, const float *inv_freq,
+                                 int T, int heads, int hs, int rot, float mscale, size_t ld,
+                                 size_t items) {
+    const int half = rot / 2;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < items; k += stride) {
+        const size_t n = k / ((size_t)heads * half);
+        const int rem = (int)(k - n * heads * half), hh = rem / half, i = rem % half;
+        const float p = (float)(pos ? pos[n] : (int)(n % T) + p0);
+        bf16 *a = x + n * ld + (size_t)hh * hs + i, *b = a + half;
+        float sn, cs;
+        sincosf(p * inv_freq[i], &sn, &cs);
+        cs *= mscale;
+        sn *= INVERSE ? -mscale : mscale;
+        const float va = __bfloat162float(*a), vb = __bfloat162float(*b);
+        *a = __float2bfloat16_rn(va * cs - vb * sn);
+        *b = __float2bfloat16_rn(vb * cs + va * sn);
+    }
+}
+
+template <bool INVERSE>
+static void rope_part_launch(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0,
+                             const float *inv_freq, int B, int T, int NH, int KVH, int hs, int rot,
+                             float mscale, tcu_stream s) {
+    TCU_REQUIRE(B >= 0 && T >= 1 && hs >= 2 && rot >= 2 && rot % 2 == 0 && rot <= hs, what,
+                tcu_msg("bad shape B=%d T=%d hs=%d rot=%d (rot even, 2 <= rot <= hs)", B, T, hs,
+                        rot));
+    check_heads(what, B * T, NH, KVH, hs);
+    TCU_REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
+    TCU_REQUIRE(pos || p0 >= 0, what, tcu_msg("p0 = %d must be >= 0", p0));
+    const size_t N = (size_t)B * T;
+    if (N == 0) return;
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs, items = N * (NH + KVH) * (size_t)(rot / 2);
+    rope_part_kernel<INVERSE><<<ew_grid(items), EW_THREADS, 0, (cudaStream_t)s>>>(
+        (bf16 *)qkv, pos, p0, inv_freq, T, NH + KVH, hs, rot, mscale, ld, items);
+    TCU_CHECK_LAUNCH(what);
+}
+
+void tcu_rope_part_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq,
+                           int B, int T, int NH, int KVH, int hs, int rot, float mscale,
+                           tcu_stream s) {
+    rope_part_launch<false>("tcu_rope_part_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs,
+                            rot, mscale, s);
+}
+
+void tcu_rope_part_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int hs, int rot, float mscale,
+                            tcu_stream s) {
+    rope_part_launch<true>("tcu_rope_part_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs,
+                           rot, mscale, s);
+}
+
+/* x (n) bf16 = round(x * sc) (model.embed_scale on the embedding and its gradient) */
+__global__ void scale_bf16_kernel(bf16 *x, float sc, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
+        x[k] = __float2bfloat16_rn(__bfloat162float(x[k]) * sc);
+}
+
+void tcu_scale_bf16(tsr_bf16 *x, float sc, size_t n, tcu_stream s) {
+    const char *what = "tcu_scale_bf16";
+    TCU_REQUIRE(x || n == 0, what, "x must not be NULL");
+    if (n == 0) return;
+    scale_bf16_kernel<<<ew_grid(n), EW_THREADS, 0, (cudaStream_t)s>>>((bf16 *)x, sc, n);
+    TCU_CHECK_LAUNCH(what);
+}
+
+/* ---- the gates (model.attn_output_gate, model.moe_shared_gate) ------------------------------ */
+
+/* gated (n) = y sigmoid(gate) (Qwen3-Next's attention output gate), bf16 */
+__global__ void gate_forward_kernel(bf16 *gated, const bf16 *y, const bf16 *gate, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
+        gated[k] = __float2bfloat16_rn(__bfloat162float(y[k]) *
+                                       sigmoid_f(__bfloat162float(gate[k])));
+}
+
+/* from dy = d(gated) (in place: dy becomes d(y) = dy s) and dgate = dy y s (1 - s), written */
+__global__ void gate_backward_kernel(bf16 *dy, bf16 *dgate, const bf16 *y, const bf16 *gate,
+                                     size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) {
+        const float s = sigmoid_f(__bfloat162float(gate[k])), d = __bfloat162float(dy[k]);
+        dgate[k] = __float2bfloat16_rn(d * __bfloat162float(y[k]) * s * (1.0f - s));
+        dy[k] = __float2bfloat16_rn(d * s);
+    }
+}
+
+void tcu_gate_forward(tsr_bf16 *gated, const tsr_bf16 *y, const tsr_bf16 *gate, size_t n,
+                      tcu_stream s) {
+    const char *what = "tcu_gate_forward";
+    TCU_REQUIRE(n == 0 || (gated && y && gate), what, "a required pointer is NULL");
+    if (n == 0) return;
+    gate_forward_kernel<<<ew_grid(n), EW_THREADS, 0, (cudaStream_t)s>>>(
+        (bf16 *)gated, (const bf16 *)y, (const bf16 *)gate, n);
+    TCU_CHECK_LAUNCH(what);
+}
+
+void tcu_gate_backward(tsr_bf16 *dy, tsr_bf16 *dgate, const tsr_bf16 *y, const tsr_bf16 *gate,
+                       size_t n, tcu_stream s) {
+    const char *what = "tcu_gate_backward";
+    TCU_REQUIRE(n == 0 || (dy && dgate && y && gate), what, "a required pointer is NULL");
+    if (n == 0) return;
+    gate_backward_kernel<<<ew_grid(n), EW_THREADS, 0, (cudaStream_t)s>>>(
+        (bf16 *)dy, (bf16 *)dgate, (const bf16 *)y, (const bf16 *)gate, n);
+    TCU_CHECK_LAUNCH(what);
 }

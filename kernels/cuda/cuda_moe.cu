@@ -625,3 +625,152 @@ void tcu_moe_matmul_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout,
         nullptr, dw, (const bf16 *)inp, (const bf16 *)dout, nullptr, offs, E, IC, OC);
     TCU_CHECK_LAUNCH("tcu_moe_matmul_backward: dw");
 }
+
+/* ---- gpt-oss's expert biases (ops.h moe_bias_*; docs/cuda.md "Model variants") -------------- */
+
+/* Block e (grid E): out[r, c] = round(out[r, c] + b[e, c]) over expert e's grouped rows
+ * r = offs[e] .. offs[e+1]-1, the block's threads striding over its (rows x OC) elements. */
+__global__ void moe_bias_forward_kernel(bf16 *out, const bf16 *b, const int32_t *offs, int OC) {
+    const int e = blockIdx.x;
+    const size_t r0 = (size_t)offs[e], n = ((size_t)offs[e + 1] - r0) * OC;
+    const bf16 *be = b + (size_t)e * OC;
+    for (size_t k = threadIdx.x; k < n; k += blockDim.x) {
+        const size_t at = r0 * OC + k;
+        out[at] = __float2bfloat16_rn(__bfloat162float(out[at]) +
+                                      __bfloat162float(be[k % OC]));
+    }
+}
+
+/* Block e (grid E): db[e, c] += the sum of dout's rows of expert e (in double, rows ascending,
+ * each column by one thread: cpu_moe_bias_backward's order), thread c over columns c, c + blockDim,
+ * ... */
+__global__ void moe_bias_backward_kernel(float *db, const bf16 *dout, const int32_t *offs,
+                                         int OC) {
+    const int e = blockIdx.x;
+    const int r0 = offs[e], r1 = offs[e + 1];
+    for (int c = threadIdx.x; c < OC; c += blockDim.x) {
+        double s = 0.0;
+        for (int r = r0; r < r1; r++) s += (double)__bfloat162float(dout[(size_t)r * OC + c]);
+        float *d = db + (size_t)e * OC + c;
+        *d = (float)((double)*d + s);
+    }
+}
+
+static void check_bias(const char *what, int E, int OC, bool ok) {
+    TCU_REQUIRE(E >= 1 && OC >= 1, what, tcu_msg("need E >= 1 and OC >= 1, got E=%d OC=%d", E, OC));
+    TCU_REQUIRE(ok, what, "a required pointer is NULL");
+}
+
+void tcu_moe_bias_forward(tsr_bf16 *out, const tsr_bf16 *b, const int32_t *offs, int E, int OC,
+                          tcu_stream s) {
+    const char *what = "tcu_moe_bias_forward";
+    check_bias(what, E, OC, out && b && offs);
+    moe_bias_forward_kernel<<<(unsigned)E, MOE_THREADS, 0, (cudaStream_t)s>>>(
+        (bf16 *)out, (const bf16 *)b, offs, OC);
+    TCU_CHECK_LAUNCH(what);
+}
+
+void tcu_moe_bias_backward(float *db, const tsr_bf16 *dout, const int32_t *offs, int E, int OC,
+                           tcu_stream s) {
+    const char *what = "tcu_moe_bias_backward";
+    check_bias(what, E, OC, db && dout && offs);
+    moe_bias_backward_kernel<<<(unsigned)E, MOE_THREADS, 0, (cudaStream_t)s>>>(
+        db, (const bf16 *)dout, offs, OC);
+    TCU_CHECK_LAUNCH(what);
+}
+
+/* ---- the shared expert's gate (model.moe_shared_gate; ops.h moe_shgate_*) ------------------- */
+
+/* the warp's sum of a[c] b[c] over c < C (lanes striding; fp32, then the butterfly) */
+__device__ __forceinline__ float warp_dot(const bf16 *a, const bf16 *b, int C) {
+    float s = 0.0f;
+    for (int c = threadIdx.x & 31; c < C; c += 32)
+        s = fmaf(__bfloat162float(a[c]), __bfloat162float(b[c]), s);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+__device__ __forceinline__ float shgate_sigmoid(float z) {
+    return 1.0f / (1.0f + expf(fminf(-z, 87.0f)));
+}
+
+/* GRAD = false: out[n] = round(out[n] s_n); true: dg[n] = (1 - s_n) shg[n] . dshg[n]; s_n =
+ * sigmoid(x[n] . w). One warp per row (MOE_WARPS rows per block). */
+template <bool GRAD>
+__global__ void shgate_rows_kernel(bf16 *out, float *dg, const bf16 *shg, const bf16 *dshg,
+                                   const bf16 *x, const bf16 *w, int N, int S, int C) {
+    const int n = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    if (n >= N) return; /* whole warp */
+    const float s = shgate_sigmoid(warp_dot(x + (size_t)n * C, w, C));
+    if constexpr (GRAD) {
+        const float d = warp_dot(shg + (size_t)n * S, dshg + (size_t)n * S, S);
+        if ((threadIdx.x & 31) == 0) dg[n] = (1.0f - s) * d;
+    } else {
+        bf16 *o = out + (size_t)n * C;
+        for (int c = threadIdx.x & 31; c < C; c += 32)
+            o[c] = __float2bfloat16_rn(__bfloat162float(o[c]) * s);
+    }
+}
+
+/* gw[c] += sum_n dg[n] x[n, c] (double, rows in order: one thread per column) */
+__global__ void shgate_wgrad_kernel(float *gw, const float *dg, const bf16 *x, int N, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s = 0.0;
+    for (int n = 0; n < N; n++) s += (double)dg[n] * __bfloat162float(x[(size_t)n * C + c]);
+    gw[c] = (float)((double)gw[c] + s);
+}
+
+/* dx[n, c] = round(dx + dg[n] w[c]) */
+__global__ void shgate_dx_kernel(bf16 *dx, const float *dg, const bf16 *w, int C, size_t items) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < items; k += stride) {
+        const size_t n = k / C;
+        const int c = (int)(k - n * C);
+        dx[k] = __float2bfloat16_rn(__bfloat162float(dx[k]) + dg[n] * __bfloat162float(w[c]));
+    }
+}
+
+static void check_shgate(const char *what, int N, int C, bool ok) {
+    TCU_REQUIRE(N >= 0 && C >= 1, what, tcu_msg("need N >= 0 and C >= 1, got N=%d C=%d", N, C));
+    TCU_REQUIRE(ok, what, "a required pointer is NULL");
+}
+
+void tcu_moe_shgate_forward(tsr_bf16 *out, const tsr_bf16 *x, const tsr_bf16 *w, int N, int C,
+                            tcu_stream s) {
+    const char *what = "tcu_moe_shgate_forward";
+    check_shgate(what, N, C, out && x && w);
+    if (N == 0) return;
+    shgate_rows_kernel<false><<<tcu_blocks((size_t)N, MOE_WARPS), MOE_THREADS, 0,
+                                (cudaStream_t)s>>>((bf16 *)out, nullptr, nullptr, nullptr,
+                                                   (const bf16 *)x, (const bf16 *)w, N, 0, C);
+    TCU_CHECK_LAUNCH(what);
+}
+
+void tcu_moe_shgate_grad(float *dg, float *gw, const tsr_bf16 *shg, const tsr_bf16 *dshg,
+                         const tsr_bf16 *x, const tsr_bf16 *w, int N, int S, int C, tcu_stream s) {
+    const char *what = "tcu_moe_shgate_grad";
+    check_shgate(what, N, C, dg && shg && dshg && x && w && S >= 1);
+    if (N == 0) return;
+    const cudaStream_t st = (cudaStream_t)s;
+    shgate_rows_kernel<true><<<tcu_blocks((size_t)N, MOE_WARPS), MOE_THREADS, 0, st>>>(
+        nullptr, dg, (const bf16 *)shg, (const bf16 *)dshg, (const bf16 *)x, (const bf16 *)w, N,
+        S, C);
+    TCU_CHECK_LAUNCH(what);
+    if (!gw) return;
+    shgate_wgrad_kernel<<<tcu_blocks((size_t)C, MOE_THREADS), MOE_THREADS, 0, st>>>(
+        gw, dg, (const bf16 *)x, N, C);
+    TCU_CHECK_LAUNCH(what);
+}
+
+void tcu_moe_shgate_dx(tsr_bf16 *dx, const float *dg, const tsr_bf16 *w, int N, int C,
+                       tcu_stream s) {
+    const char *what = "tcu_moe_shgate_dx";
+    check_shgate(what, N, C, dx && dg && w);
+    if (N == 0) return;
+    const size_t items = (size_t)N * C;
+    shgate_dx_kernel<<<ew_grid(items), MOE_THREADS, 0, (cudaStream_t)s>>>(
+        (bf16 *)dx, dg, (const bf16 *)w, C, items);
+    TCU_CHECK_LAUNCH(what);
+}

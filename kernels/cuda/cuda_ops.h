@@ -585,6 +585,63 @@ void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, 
                            const tsr_bf16 *v, const float *g, const float *beta,
                            const int32_t *seq, void *scratch, int B, int T, int HK, int HV,
                            int dkd, int dvd, tcu_stream s);
+/* ---- issue 67/68's model variants (cuvar67; docs/cuda.md "Model variants"): the maths of the
+ * ops.h ops of the same names, bf16 activations and weights, fp32 arithmetic and gradients ---- */
+/* QK-norm over the whole projections (cuda_llama.cu): tcu_qknorm_*'s arguments, rstd (N, 2),
+ * qw (NH hs), kw (KVH hs); dqw, dkw fp32 += (each or NULL: frozen) */
+void tcu_qknorm_proj_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                             const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
+                             tcu_stream s);
+void tcu_qknorm_proj_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
+                              const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s);
+/* tcu_rope_* over the first rot dimensions of each head (inv_freq (rot/2)), cosine and sine
+ * times mscale; 2 <= rot <= hs, rot even */
+void tcu_rope_part_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq,
+                           int B, int T, int NH, int KVH, int hs, int rot, float mscale,
+                           tcu_stream s);
+void tcu_rope_part_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int hs, int rot, float mscale,
+                            tcu_stream s);
+/* GeGLU (tanh GELU) and gpt-oss's clamped unit: tcu_swiglu_*'s shapes and modes */
+void tcu_geglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_stream s);
+void tcu_geglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
+                        tsr_grad_mode mode, tcu_stream s);
+void tcu_moe_gptoss_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, float alpha,
+                            float limit, tcu_stream s);
+void tcu_moe_gptoss_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N,
+                             int F, float alpha, float limit, tsr_grad_mode mode, tcu_stream s);
+/* gpt-oss's expert biases (cuda_moe.cu): out (NK,OC) bf16 rows of expert e += b[e] (b (E,OC)
+ * bf16); db (E,OC) fp32 += each expert's rows of dout summed (double, rows ascending) */
+void tcu_moe_bias_forward(tsr_bf16 *out, const tsr_bf16 *b, const int32_t *offs, int E, int OC,
+                          tcu_stream s);
+void tcu_moe_bias_backward(float *db, const tsr_bf16 *dout, const int32_t *offs, int E, int OC,
+                           tcu_stream s);
+/* x (n) bf16 = round(x * sc) (model.embed_scale) */
+void tcu_scale_bf16(tsr_bf16 *x, float sc, size_t n, tcu_stream s);
+/* model.attn_output_gate: gated (n) = round(y sigmoid(gate)); backward from dy = d(gated), in
+ * place: dy = round(dy s), dgate (n) = round(dy y s (1 - s)), WRITTEN */
+void tcu_gate_forward(tsr_bf16 *gated, const tsr_bf16 *y, const tsr_bf16 *gate, size_t n,
+                      tcu_stream s);
+void tcu_gate_backward(tsr_bf16 *dy, tsr_bf16 *dgate, const tsr_bf16 *y, const tsr_bf16 *gate,
+                       size_t n, tcu_stream s);
+/* model.moe_shared_gate (cuda_moe.cu; ops.h moe_shgate_*): s_n = sigmoid(x[n] . w), x (N,C) and
+ * w (C) bf16. forward: out (N,C) bf16 *= s_n; grad: dg (N) fp32 = (1 - s_n) shg[n] . dshg[n]
+ * (shg, dshg (N,S) bf16), gw (C) fp32 += sum_n dg[n] x[n] (double, rows in order; NULL: frozen);
+ * dx: dx (N,C) bf16 += dg[n] w */
+void tcu_moe_shgate_forward(tsr_bf16 *out, const tsr_bf16 *x, const tsr_bf16 *w, int N, int C,
+                            tcu_stream s);
+void tcu_moe_shgate_grad(float *dg, float *gw, const tsr_bf16 *shg, const tsr_bf16 *dshg,
+                         const tsr_bf16 *x, const tsr_bf16 *w, int N, int S, int C, tcu_stream s);
+void tcu_moe_shgate_dx(tsr_bf16 *dx, const float *dg, const tsr_bf16 *w, int N, int C,
+                       tcu_stream s);
+/* tcu_softmax_xent and tcu_argmax over cap tanh(logits / cap) (model.final_logit_softcapping,
+ * cap > 0; cap 0: the plain ops): the gradient times 1 - (z / cap)^2, the logits left raw in an
+ * evaluation (a later capped call recomputes z) */
+void tcu_softmax_xent_capped(float *losses, tsr_bf16 *logits, const int32_t *targets,
+                             const float *dlosses, int N, int V, int Vp, float cap, tcu_stream s);
+void tcu_argmax_capped(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, float cap,
+                       tcu_stream s);
 
 #ifdef __cplusplus
 }

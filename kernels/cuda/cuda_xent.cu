@@ -90,6 +90,21 @@ __device__ __forceinline__ void xent_grad_chunk(float *v, int c, int V, int t, b
     }
 }
 
+/* The final-logit soft-cap (model.final_logit_softcapping, cap > 0; cpu_softcap_forward): the
+ * columns < V of a W-wide chunk at column c become cap tanh(v / cap); fct (or NULL) gets each
+ * one's 1 - (z / cap)^2, the gradient's factor (cpu_softcap_backward). cap 0: nothing. */
+template <int W>
+__device__ __forceinline__ void xent_cap(float *v, float *fct, int c, int V, float cap) {
+    if (!(cap > 0.0f)) return;
+#pragma unroll
+    for (int k = 0; k < W; k++)
+        if (c + k < V) {
+            v[k] = cap * tanhf(v[k] / cap);
+            const float t = v[k] / cap;
+            if (fct) fct[k] = 1.0f - t * t;
+        }
+}
+
 /* A row whose target is < 0 (ignored): loss 0 (thread 0) and, with a gradient asked for, the
  * whole row of dlogits 0, each thread its W-wide chunks from c0 in steps of `step`. */
 template <int W, bool VEC>
@@ -123,7 +138,7 @@ __device__ __forceinline__ void xent_ignored_row(float *loss, bf16 *x, bool grad
 template <int W, bool VEC>
 __global__ void __launch_bounds__(XENT_MAX_THREADS)
     softmax_xent_block_per_row_kernel(float *losses, bf16 *logits, const int32_t *targets,
-                                      const float *dlosses, int V, int Vp) {
+                                      const float *dlosses, int V, int Vp, float cap) {
     __shared__ float2 red[32];
     const int n = blockIdx.x;
     bf16 *x = logits + (size_t)n * Vp;
@@ -135,7 +150,8 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
         return;
     }
     const bool bad = t >= V;
-    const float xt = (threadIdx.x == 0 && !bad) ? __bfloat162float(x[t]) : 0.0f;
+    float xt = (threadIdx.x == 0 && !bad) ? __bfloat162float(x[t]) : 0.0f;
+    xent_cap<1>(&xt, nullptr, 0, 1, cap);
     const float dl = dlosses ? dlosses[n] : 0.0f; /* before losses[n] is written: may alias */
 
     /* pass 1: online max and sum over columns < V */
@@ -143,6 +159,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     for (int c = c0; c < V; c += step) {
         float v[W];
         tcu_load_bf16<W, VEC>(v, x + c);
+        xent_cap<W>(v, nullptr, c, V, cap);
         xent_chunk<W>(st, v, c, V);
     }
     const float2 row = xent_row_state(st, red);
@@ -154,9 +171,14 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     /* pass 2: dlogits over the whole row, in place */
     const float inv = 1.0f / sum;
     for (int c = c0; c < Vp; c += step) {
-        float v[W];
+        float v[W], fct[W] = {};
         tcu_load_bf16<W, VEC>(v, x + c);
+        xent_cap<W>(v, fct, c, V, cap);
         xent_grad_chunk<W>(v, c, V, t, bad, mx, inv, dl);
+        if (cap > 0.0f)
+#pragma unroll
+            for (int k = 0; k < W; k++)
+                if (c + k < V) v[k] *= fct[k];
         tcu_store_bf16<W, VEC>(x + c, v);
     }
 }
@@ -241,23 +263,30 @@ static int row_threads(int cols, int W) {
  * Vp % 8 == 0 and logits is 16-byte aligned. N >= 0, 1 <= V <= Vp. */
 void tcu_softmax_xent(float *losses, tsr_bf16 *logits, const int32_t *targets,
                       const float *dlosses, int N, int V, int Vp, tcu_stream s) {
+    tcu_softmax_xent_capped(losses, logits, targets, dlosses, N, V, Vp, 0.0f, s);
+}
+
+/* tcu_softmax_xent over cap tanh(logits / cap) for cap > 0 (never the register-resident kernel) */
+void tcu_softmax_xent_capped(float *losses, tsr_bf16 *logits, const int32_t *targets,
+                             const float *dlosses, int N, int V, int Vp, float cap, tcu_stream s) {
     const char *what = "tcu_softmax_xent";
     TCU_REQUIRE(N >= 0 && V >= 1 && Vp >= V, what,
                 tcu_msg("need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp));
+    TCU_REQUIRE(cap >= 0.0f, what, tcu_msg("cap = %g must be >= 0", (double)cap));
     TCU_REQUIRE(losses && logits && targets, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
     const bool vec = Vp % 8 == 0 && ((uintptr_t)logits & 15u) == 0;
     const int threads = row_threads(Vp, vec ? 8 : 1);
-    if (vec && xent_resident && Vp / 8 <= XENT_RES_CHUNKS * threads)
+    if (vec && xent_resident && !(cap > 0.0f) && Vp / 8 <= XENT_RES_CHUNKS * threads)
         softmax_xent_resident_kernel<<<(unsigned)N, threads, 0, st>>>(
             losses, (bf16 *)logits, targets, dlosses, V, Vp);
     else if (vec)
         softmax_xent_block_per_row_kernel<8, true><<<(unsigned)N, threads, 0, st>>>(
-            losses, (bf16 *)logits, targets, dlosses, V, Vp);
+            losses, (bf16 *)logits, targets, dlosses, V, Vp, cap);
     else
         softmax_xent_block_per_row_kernel<1, false><<<(unsigned)N, threads, 0, st>>>(
-            losses, (bf16 *)logits, targets, dlosses, V, Vp);
+            losses, (bf16 *)logits, targets, dlosses, V, Vp, cap);
     TCU_CHECK_LAUNCH(what);
 }
 
@@ -280,7 +309,7 @@ __device__ __forceinline__ bool argmax_beats(float v, int j, float bv, int bj) {
  * as tcu_softmax_xent. */
 template <int W, bool VEC>
 __global__ void __launch_bounds__(XENT_MAX_THREADS)
-    argmax_block_per_row_kernel(int32_t *idx, const bf16 *logits, int V, int Vp) {
+    argmax_block_per_row_kernel(int32_t *idx, const bf16 *logits, int V, int Vp, float cap) {
     __shared__ float red_v[32];
     __shared__ int red_j[32];
     const int n = blockIdx.x;
@@ -290,6 +319,7 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
     for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
         float v[W];
         tcu_load_bf16<W, VEC>(v, x + c);
+        xent_cap<W>(v, nullptr, c, V, cap);
 #pragma unroll
         for (int k = 0; k < W; k++) {
             const float e = isnan(v[k]) ? -CUDART_INF_F : v[k];
@@ -314,6 +344,13 @@ __global__ void __launch_bounds__(XENT_MAX_THREADS)
 /* idx (N) int32 =; logits (N,Vp) bf16. One block per row (argmax_block_per_row_kernel), 16-byte
  * loads when Vp % 8 == 0 and logits is 16-byte aligned. N >= 0, 1 <= V <= Vp. */
 void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_stream s) {
+    tcu_argmax_capped(idx, logits, N, V, Vp, 0.0f, s);
+}
+
+/* tcu_argmax over cap tanh(logits / cap) for cap > 0 (the CPU's argmax over the capped
+ * logits' probabilities: ties where the cap saturates go to the lower column as there) */
+void tcu_argmax_capped(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, float cap,
+                       tcu_stream s) {
     const char *what = "tcu_argmax";
     TCU_REQUIRE(N >= 0 && V >= 1 && Vp >= V, what,
                 tcu_msg("need N >= 0 and 1 <= V <= Vp, got N=%d V=%d Vp=%d", N, V, Vp));
@@ -324,9 +361,9 @@ void tcu_argmax(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, tcu_
     const int threads = row_threads(V, vec ? 8 : 1);
     if (vec)
         argmax_block_per_row_kernel<8, true><<<(unsigned)N, threads, 0, st>>>(
-            idx, (const bf16 *)logits, V, Vp);
+            idx, (const bf16 *)logits, V, Vp, cap);
     else
         argmax_block_per_row_kernel<1, false><<<(unsigned)N, threads, 0, st>>>(
-            idx, (const bf16 *)logits, V, Vp);
+            idx, (const bf16 *)logits, V, Vp, cap);
     TCU_CHECK_LAUNCH(what);
 }

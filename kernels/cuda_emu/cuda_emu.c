@@ -1628,4 +1628,250 @@ void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, 
     add_round_into(dq, gq, nq), add_round_into(dk, gk, nq), add_round_into(dv, gv, nv);
     free(qf), free(kf), free(vf), free(of), free(gq), free(gk), free(gv);
 }
+/* ---- issue 67/68's model variants (cuvar67; cuda_llama.cu, cuda_moe.cu, cuda_xent.cu) -------- */
+
+/* Built with TCU_EMU_SIMT_KERNELS: left out, the real kernels run instead (SIMT emulator) */
+#ifndef TCU_EMU_SIMT_KERNELS
+
+/* out = round(the CPU op on the widened inp) */
+void tcu_qknorm_proj_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                             const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
+                             tcu_stream s) {
+    const char *what = "tcu_qknorm_proj_forward";
+    check_heads(what, N, NH, KVH, hs);
+    REQUIRE(eps >= 0.0f, what, "eps = %g must be >= 0", (double)eps);
+    REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
+    if (N == 0) return;
+    const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
+    float *x = widen(inp, n, what), *qf = widen(qw, (size_t)NH * hs, what);
+    float *kf = widen(kw, (size_t)KVH * hs, what);
+    float *rs = rstd ? rstd : host_alloc((size_t)N * 2 * sizeof *rs, what);
+    cpu->qknorm_proj_forward(x, rs, x, qf, kf, N, NH, KVH, hs, eps);
+    round_into(out, x, n);
+    if (!rstd) free(rs);
+    free(kf), free(qf), free(x);
+}
+
+/* dinp (bf16) += the CPU op's fp32 increment; dqw, dkw fp32 += by the CPU op (each or NULL) */
+void tcu_qknorm_proj_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
+                              const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
+                              const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
+    const char *what = "tcu_qknorm_proj_backward";
+    check_heads(what, N, NH, KVH, hs);
+    REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
+    if (N == 0) return;
+    const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
+    float *x = widen(inp, n, what), *g = widen(dout, n, what), *dx = host_zeros(n, what);
+    float *qf = widen(qw, (size_t)NH * hs, what), *kf = widen(kw, (size_t)KVH * hs, what);
+    cpu->qknorm_proj_backward(dx, dqw, dkw, g, x, qf, kf, rstd, N, NH, KVH, hs);
+    add_round_into(dinp, dx, n);
+    free(kf), free(qf), free(dx), free(g), free(x);
+}
+
+static void rope_part_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0,
+                          const float *inv_freq, int B, int T, int NH, int KVH, int hs, int rot,
+                          float mscale, int backward) {
+    REQUIRE(B >= 0 && T >= 1 && hs >= 2 && rot >= 2 && rot % 2 == 0 && rot <= hs, what,
+            "bad shape B=%d T=%d hs=%d rot=%d (rot even, 2 <= rot <= hs)", B, T, hs, rot);
+    check_heads(what, B * T, NH, KVH, hs);
+    REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
+    REQUIRE(pos || p0 >= 0, what, "p0 = %d must be >= 0", p0);
+    const size_t n = (size_t)B * T * (NH + 2 * KVH) * hs;
+    if (n == 0) return;
+    float *x = widen(qkv, n, what);
+    (backward ? cpu->rope_part_backward : cpu->rope_part_forward)(x, pos, p0, inv_freq, B, T, NH,
+                                                                  KVH, hs, rot, mscale);
+    round_into(qkv, x, n);
+    free(x);
+}
+
+void tcu_rope_part_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq,
+                           int B, int T, int NH, int KVH, int hs, int rot, float mscale,
+                           tcu_stream s) {
+    rope_part_emu("tcu_rope_part_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
+                  mscale, 0);
+}
+
+void tcu_rope_part_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq,
+                            int B, int T, int NH, int KVH, int hs, int rot, float mscale,
+                            tcu_stream s) {
+    rope_part_emu("tcu_rope_part_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
+                  mscale, 1);
+}
+
+/* a gated unit's forward and backward (the CPU op on the widened rows): GeGLU or gpt-oss's
+ * (alpha, limit) */
+static void unit_emu(const char *what, int gptoss, tsr_bf16 *o, const tsr_bf16 *inp,
+                     const tsr_bf16 *dout, int N, int F, float alpha, float limit,
+                     tsr_grad_mode mode) {
+    check_nf(what, N, F, o && inp);
+    if (N == 0) return;
+    const size_t n = (size_t)N * F;
+    float *x = widen(inp, 2 * n, what);
+    if (!dout) {
+        float *y = host_alloc(n * sizeof *y, what);
+        if (gptoss) cpu->moe_gptoss_forward(y, x, N, F, alpha, limit);
+        else cpu->geglu_forward(y, x, N, F);
+        round_into(o, y, n);
+        free(y), free(x);
+        return;
+    }
+    float *g = widen(dout, n, what), *dx = host_zeros(2 * n, what);
+    if (gptoss) cpu->moe_gptoss_backward(dx, x, g, N, F, alpha, limit);
+    else cpu->geglu_backward(dx, x, g, N, F);
+    grad_round_into(o, dx, 2 * n, mode);
+    free(dx), free(g), free(x);
+}
+
+void tcu_geglu_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, tcu_stream s) {
+    unit_emu("tcu_geglu_forward", 0, out, inp, NULL, N, F, 0.0f, 0.0f, TSR_GRAD_SET);
+}
+
+void tcu_geglu_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N, int F,
+                        tsr_grad_mode mode, tcu_stream s) {
+    REQUIRE(dout, "tcu_geglu_backward", "a required pointer is NULL");
+    unit_emu("tcu_geglu_backward", 0, dinp, inp, dout, N, F, 0.0f, 0.0f, mode);
+}
+
+void tcu_moe_gptoss_forward(tsr_bf16 *out, const tsr_bf16 *inp, int N, int F, float alpha,
+                            float limit, tcu_stream s) {
+    unit_emu("tcu_moe_gptoss_forward", 1, out, inp, NULL, N, F, alpha, limit, TSR_GRAD_SET);
+}
+
+void tcu_moe_gptoss_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16 *dout, int N,
+                             int F, float alpha, float limit, tsr_grad_mode mode, tcu_stream s) {
+    REQUIRE(dout, "tcu_moe_gptoss_backward", "a required pointer is NULL");
+    unit_emu("tcu_moe_gptoss_backward", 1, dinp, inp, dout, N, F, alpha, limit, mode);
+}
+
+/* out's rows of expert e = round(out + b[e]) (the CPU op on the widened rows) */
+void tcu_moe_bias_forward(tsr_bf16 *out, const tsr_bf16 *b, const int32_t *offs, int E, int OC,
+                          tcu_stream s) {
+    const char *what = "tcu_moe_bias_forward";
+    REQUIRE(E >= 1 && OC >= 1 && out && b && offs, what, "bad arguments E=%d OC=%d", E, OC);
+    const size_t n = (size_t)offs[E] * OC;
+    float *x = widen(out, n, what), *bf = widen(b, (size_t)E * OC, what);
+    cpu->moe_bias_forward(x, bf, offs, E, OC);
+    round_into(out, x, n);
+    free(bf), free(x);
+}
+
+void tcu_moe_bias_backward(float *db, const tsr_bf16 *dout, const int32_t *offs, int E, int OC,
+                           tcu_stream s) {
+    const char *what = "tcu_moe_bias_backward";
+    REQUIRE(E >= 1 && OC >= 1 && db && dout && offs, what, "bad arguments E=%d OC=%d", E, OC);
+    float *g = widen(dout, (size_t)offs[E] * OC, what);
+    cpu->moe_bias_backward(db, g, offs, E, OC);
+    free(g);
+}
+
+void tcu_scale_bf16(tsr_bf16 *x, float sc, size_t n, tcu_stream s) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(bf16_widen(x[i]) * sc);
+}
+
+static float emu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void tcu_gate_forward(tsr_bf16 *gated, const tsr_bf16 *y, const tsr_bf16 *gate, size_t n,
+                      tcu_stream s) {
+    for (size_t i = 0; i < n; i++)
+        gated[i] = bf16_round(bf16_widen(y[i]) * emu_sigmoid(bf16_widen(gate[i])));
+}
+
+void tcu_gate_backward(tsr_bf16 *dy, tsr_bf16 *dgate, const tsr_bf16 *y, const tsr_bf16 *gate,
+                       size_t n, tcu_stream s) {
+    for (size_t i = 0; i < n; i++) {
+        const float sg = emu_sigmoid(bf16_widen(gate[i])), d = bf16_widen(dy[i]);
+        dgate[i] = bf16_round(d * bf16_widen(y[i]) * sg * (1.0f - sg));
+        dy[i] = bf16_round(d * sg);
+    }
+}
+
+/* the shared expert's gate: the CPU ops on the widened tensors, activations rounded back */
+void tcu_moe_shgate_forward(tsr_bf16 *out, const tsr_bf16 *x, const tsr_bf16 *w, int N, int C,
+                            tcu_stream s) {
+    const char *what = "tcu_moe_shgate_forward";
+    REQUIRE(N >= 0 && C >= 1 && out && x && w, what, "bad arguments N=%d C=%d", N, C);
+    const size_t n = (size_t)N * C;
+    float *o = widen(out, n, what), *xf = widen(x, n, what), *wf = widen(w, C, what);
+    cpu->moe_shgate_forward(o, xf, wf, N, C);
+    round_into(out, o, n);
+    free(wf), free(xf), free(o);
+}
+
+void tcu_moe_shgate_grad(float *dg, float *gw, const tsr_bf16 *shg, const tsr_bf16 *dshg,
+                         const tsr_bf16 *x, const tsr_bf16 *w, int N, int S, int C, tcu_stream s) {
+    const char *what = "tcu_moe_shgate_grad";
+    REQUIRE(N >= 0 && C >= 1 && S >= 1 && dg && shg && dshg && x && w, what,
+            "bad arguments N=%d S=%d C=%d", N, S, C);
+    const size_t n = (size_t)N * C, ns = (size_t)N * S;
+    float *xf = widen(x, n, what), *wf = widen(w, C, what);
+    float *hf = widen(shg, ns, what), *df = widen(dshg, ns, what);
+    cpu->moe_shgate_grad(dg, gw, hf, df, xf, wf, N, S, C);
+    free(df), free(hf), free(wf), free(xf);
+}
+
+void tcu_moe_shgate_dx(tsr_bf16 *dx, const float *dg, const tsr_bf16 *w, int N, int C,
+                       tcu_stream s) {
+    const char *what = "tcu_moe_shgate_dx";
+    REQUIRE(N >= 0 && C >= 1 && dx && dg && w, what, "bad arguments N=%d C=%d", N, C);
+    const size_t n = (size_t)N * C;
+    float *d = host_zeros(n, what), *wf = widen(w, C, what);
+    cpu->moe_shgate_dx(d, dg, wf, N, C);
+    add_round_into(dx, d, n);
+    free(wf), free(d);
+}
+
+/* each row's capped logits z (the CPU's softcap_forward on the widened row), the softmax and loss
+ * over z, with dlosses the gradient times the CPU's 1 - (z / cap)^2, rounded over the row */
+void tcu_softmax_xent_capped(float *losses, tsr_bf16 *logits, const int32_t *targets,
+                             const float *dlosses, int N, int V, int Vp, float cap, tcu_stream s) {
+    const char *what = "tcu_softmax_xent";
+    REQUIRE(cap >= 0.0f, what, "cap = %g must be >= 0", (double)cap);
+    if (!(cap > 0.0f) || N == 0) {
+        tcu_softmax_xent(losses, logits, targets, dlosses, N, V, Vp, s);
+        return;
+    }
+    REQUIRE(V >= 1 && Vp >= V && N > 0 && losses && logits && targets, what, "bad arguments");
+    float *row = host_alloc((size_t)Vp * sizeof *row, what);
+    float *z = host_alloc((size_t)Vp * sizeof *z, what);
+    for (int n = 0; n < N; n++) {
+        tsr_bf16 *lr = logits + (size_t)n * Vp;
+        widen_into(row, lr, Vp);
+        for (int j = 0; j < Vp; j++) z[j] = row[j];
+        cpu->softcap_forward(z, row, 1, V, Vp, cap);
+        for (int j = 0; j < Vp; j++) row[j] = z[j];
+        if (targets[n] >= V) { /* tcu_softmax_xent's poisoned row, its NaN bits */
+            tcu_softmax_xent(losses + n, lr, targets + n, dlosses ? dlosses + n : NULL, 1, V, Vp, s);
+            continue;
+        }
+        cpu->softmax_xent_forward(losses + n, row, row, targets + n, 1, V, Vp);
+        if (!dlosses) continue;
+        cpu->softmax_xent_backward(row, dlosses + n, row, targets + n, 1, V, Vp);
+        if (targets[n] >= 0) cpu->softcap_backward(row, z, 1, V, Vp, cap);
+        round_into(lr, row, Vp);
+    }
+    free(z), free(row);
+}
+
+void tcu_argmax_capped(int32_t *idx, const tsr_bf16 *logits, int N, int V, int Vp, float cap,
+                       tcu_stream s) {
+    const char *what = "tcu_argmax";
+    REQUIRE(N >= 0 && V >= 1 && Vp >= V && idx && logits, what, "bad arguments");
+    if (!(cap > 0.0f)) {
+        tcu_argmax(idx, logits, N, V, Vp, s);
+        return;
+    }
+    for (int n = 0; n < N; n++) { /* the largest capped value, the lowest column on ties */
+        const tsr_bf16 *x = logits + (size_t)n * Vp;
+        float bv = -INFINITY;
+        int bj = 0;
+        for (int j = 0; j < V; j++) {
+            float v = cap * tanhf(bf16_widen(x[j]) / cap);
+            if (isnan(v)) v = -INFINITY;
+            if (v > bv) bv = v, bj = j;
+        }
+        idx[n] = bj;
+    }
+}
+
 #endif /* TCU_EMU_SIMT_KERNELS */

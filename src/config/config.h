@@ -470,6 +470,21 @@ int config_linear_layers(const tsr_model_config *m);
 /* 1 when layer l turns q and k by RoPE: model.pos = rope and the layer's model.no_rope_layers
  * entry is not 0 (every layer when that key is ""). */
 int config_layer_rope(const tsr_model_config *m, int l);
+/* The model variants of issues 67/68 (docs/models.md), in the order config_attn_variant_key
+ * reports them: linear_attention layers, the attention output gate, sliding windows, sinks,
+ * query_pre_attn_scalar, norm placement, QK-norm over the projection, embedding scale, GeGLU-tanh,
+ * then the "Positions" keys (soft-capping, RoPE scaling, a local base, partial rotary, NoPE
+ * layers), then gpt-oss's MoE keys (router bias, expert biases, the unit) and the shared
+ * expert's gate. */
+typedef enum {
+    TSR_VAR_LINEAR = 0, TSR_VAR_ATTN_GATE, TSR_VAR_WINDOW, TSR_VAR_SINKS, TSR_VAR_QPAS,
+    TSR_VAR_NORM_PLACEMENT, TSR_VAR_QKN_PROJECTION, TSR_VAR_EMBED_SCALE, TSR_VAR_GEGLU,
+    TSR_VAR_ATTN_SOFTCAP, TSR_VAR_FINAL_SOFTCAP, TSR_VAR_ROPE_SCALING, TSR_VAR_ROPE_LOCAL,
+    TSR_VAR_PARTIAL_ROTARY, TSR_VAR_NOPE, TSR_VAR_ROUTER_BIAS, TSR_VAR_EXPERT_BIAS,
+    TSR_VAR_MOE_ACT, TSR_VAR_SHARED_GATE, TSR_VAR_COUNT
+} tsr_model_variant;
+/* The key that sets variant v in m, or NULL when m does not use it. */
+const char *config_variant_key(const tsr_model_config *m, tsr_model_variant v);
 /* The first key of docs/models.md "Positions" (soft-capping, linear or YaRN scaling, a local
  * base, partial rotary, NoPE layers) that is set, or NULL; config_attn_variant_key returns it
  * after its own. */
@@ -478,15 +493,14 @@ const char *config_position_variant_key(const tsr_model_config *m);
 const char *config_rope_variant_key(const tsr_model_config *m);
 /* The model uses linear_attention layers, a gated attention output, a sliding window, attention
  * sinks, a query_pre_attn_scalar other than the head size, a norm placement other than pre,
- * QK-norm over the projection, an embedding scale, GeGLU-tanh (what the CUDA backend, the ring
- * of context parallelism and the Hugging Face export do not run yet), then
- * config_position_variant_key's, then config_moe_variant_key's: the key that asks for it, or
- * NULL. */
+ * QK-norm over the projection, an embedding scale, GeGLU-tanh, then
+ * config_position_variant_key's, then config_moe_variant_key's: the key of the first that is set
+ * (config_variant_key's order), or NULL. */
 const char *config_attn_variant_key(const tsr_model_config *m);
 /* gpt-oss's MoE (docs/moe.md "gpt-oss's experts"): the key of a MoE model that sets
  * model.moe_router_bias, model.moe_expert_bias, model.moe_act = "gptoss" or
- * model.moe_shared_gate, or NULL. The CUDA backend does not run them yet
- * (config_attn_variant_key returns it last); the Hugging Face export writes gpt-oss's as
+ * model.moe_shared_gate, or NULL (config_attn_variant_key returns it last; the CUDA backend runs
+ * them: config_checks.c cuda_variants); the Hugging Face export writes gpt-oss's as
  * GptOssForCausalLM and the shared gate as Qwen3NextForCausalLM only; the ring of context
  * parallelism runs them (the MLP is per row). */
 const char *config_moe_variant_key(const tsr_model_config *m);

@@ -296,22 +296,38 @@ static void validate_fp8(load_ctx *c) {
 }
 
 /* Sliding windows, attention sinks and the other variants of docs/models.md
- * (config_attn_variant_key): the CPU's decoder runs them, the ring of context parallelism too (its
+ * (config_variant_key): the CPU's decoder runs them all, the ring of context parallelism too (its
  * blocks take the attention variants; the linear layers pass their state along the ranks:
- * docs/deltanet.md "Context parallelism"); the CUDA kernels do not yet. */
+ * docs/deltanet.md "Context parallelism"); the CUDA backend those of cuda_variants. */
+/* Which model variants device = "cuda" runs (docs/cuda.md "Model variants"): 1 where the CUDA
+ * backend has the kernels, 0 where it has not yet (the attention variants: cuattn67's kernels;
+ * the linear layers: cudn68's). One line per variant: flip it when its kernels are in. */
+static const struct {
+    tsr_model_variant v;
+    int cuda;
+} cuda_variants[TSR_VAR_COUNT] = {
+    {TSR_VAR_LINEAR, 0},         {TSR_VAR_ATTN_GATE, 1},      {TSR_VAR_WINDOW, 0},
+    {TSR_VAR_SINKS, 0},          {TSR_VAR_QPAS, 0},           {TSR_VAR_NORM_PLACEMENT, 1},
+    {TSR_VAR_QKN_PROJECTION, 1}, {TSR_VAR_EMBED_SCALE, 1},    {TSR_VAR_GEGLU, 1},
+    {TSR_VAR_ATTN_SOFTCAP, 0},   {TSR_VAR_FINAL_SOFTCAP, 1},  {TSR_VAR_ROPE_SCALING, 1},
+    {TSR_VAR_ROPE_LOCAL, 1},     {TSR_VAR_PARTIAL_ROTARY, 1}, {TSR_VAR_NOPE, 1},
+    {TSR_VAR_ROUTER_BIAS, 1},    {TSR_VAR_EXPERT_BIAS, 1},    {TSR_VAR_MOE_ACT, 1},
+    {TSR_VAR_SHARED_GATE, 1},
+};
+
+/* The first variant of the model that device = "cuda" does not run yet, refused with its key */
 static void validate_attn_variants(load_ctx *c) {
     const tsr_config *g = c->cfg;
-    const char *key = config_attn_variant_key(&g->model);
     char at[1200];
-    if (key && g->device == TSR_DEVICE_CUDA) {
-        tsr_error("%s%s: device = \"cuda\" does not run linear (Gated DeltaNet) or "
-                  "sliding-window attention, attention sinks, query_pre_attn_scalar, sandwich or "
-                  "post norms, QK-norm over the projection, an embedding scale, soft-capping, the "
-                  "RoPE variants of docs/models.md \"Positions\", gpt-oss's router and expert "
-                  "biases and clamped unit or the shared expert's gate yet (no CUDA kernel for "
-                  "them): use device = \"cpu\", or a model without them",
-                  cfgload_where(c, key, at, sizeof at), key);
+    if (g->device != TSR_DEVICE_CUDA) return;
+    for (int i = 0; i < TSR_VAR_COUNT; i++) {
+        const char *key = config_variant_key(&g->model, cuda_variants[i].v);
+        if (!key || cuda_variants[i].cuda) continue;
+        tsr_error("%s%s: device = \"cuda\" does not run this model variant yet (no CUDA kernel "
+                  "for it: docs/cuda.md \"Model variants\"): use device = \"cpu\", or a model "
+                  "without it", cfgload_where(c, key, at, sizeof at), key);
         c->errors++;
+        return;
     }
 }
 

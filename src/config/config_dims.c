@@ -332,52 +332,95 @@ int config_linear_layers(const tsr_model_config *m) {
     return n;
 }
 
-/* the variants after the hybrid's (the linear layers, the output gate), which the ring runs */
-static const char *attn_variant_rest(const tsr_model_config *m) {
+/* whether window layers are set, and by which key */
+static const char *window_key(const tsr_model_config *m) {
     for (int l = 0; l < m->n_layer; l++)
         if (config_layer_window(m, l) > 0)
             return m->layer_types[0] ? "model.layer_types" : "model.sliding_window";
-    if (m->attn_sinks) return "model.attn_sinks";
+    return NULL;
+}
+
+static int qpas_set(const tsr_model_config *m) {
     const int hs = m->head_dim > 0 ? m->head_dim : m->d_model / (m->n_head > 0 ? m->n_head : 1);
-    if (m->query_pre_attn_scalar > 0 && m->query_pre_attn_scalar != hs)
-        return "model.query_pre_attn_scalar";
-    if (m->norm_placement != TSR_NPLACE_PRE) return "model.norm_placement";
-    if (m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION) return "model.qk_norm_scope";
-    if (m->embed_scale != TSR_EMB_SCALE_NONE) return "model.embed_scale";
-    if (m->mlp == TSR_MLP_GEGLU_TANH) return "model.mlp";
-    const char *pos = config_position_variant_key(m);
-    return pos ? pos : config_moe_variant_key(m);
+    return m->query_pre_attn_scalar > 0 && m->query_pre_attn_scalar != hs;
+}
+
+static const char *rope_key(const tsr_model_config *m, tsr_model_variant v) {
+    if (m->pos != TSR_POS_ROPE) return NULL;
+    switch (v) {
+    case TSR_VAR_ROPE_SCALING:
+        return m->rope_scaling == TSR_ROPE_SCALING_LINEAR || m->rope_scaling == TSR_ROPE_SCALING_YARN
+                   ? "model.rope_scaling" : NULL;
+    case TSR_VAR_ROPE_LOCAL: return m->rope_local_theta > 0 ? "model.rope_local_theta" : NULL;
+    case TSR_VAR_PARTIAL_ROTARY:
+        return m->partial_rotary_factor != 1.0 ? "model.partial_rotary_factor" : NULL;
+    case TSR_VAR_NOPE: return m->no_rope_layers[0] ? "model.no_rope_layers" : NULL;
+    default: return NULL;
+    }
+}
+
+static const char *moe_key(const tsr_model_config *m, tsr_model_variant v) {
+    if (m->moe_experts == 0) return NULL;
+    switch (v) {
+    case TSR_VAR_ROUTER_BIAS: return m->moe_router_bias ? "model.moe_router_bias" : NULL;
+    case TSR_VAR_EXPERT_BIAS: return m->moe_expert_bias ? "model.moe_expert_bias" : NULL;
+    case TSR_VAR_MOE_ACT: return m->moe_act != TSR_MOE_ACT_SWIGLU ? "model.moe_act" : NULL;
+    case TSR_VAR_SHARED_GATE: return m->moe_shared_gate ? "model.moe_shared_gate" : NULL;
+    default: return NULL;
+    }
+}
+
+#define KEY_IF(cond, key) ((cond) ? (key) : NULL)
+
+const char *config_variant_key(const tsr_model_config *m, tsr_model_variant v) {
+    switch (v) {
+    case TSR_VAR_LINEAR: return KEY_IF(config_linear_layers(m) > 0, "model.layer_types");
+    case TSR_VAR_ATTN_GATE: return KEY_IF(m->attn_output_gate, "model.attn_output_gate");
+    case TSR_VAR_WINDOW: return window_key(m);
+    case TSR_VAR_SINKS: return KEY_IF(m->attn_sinks, "model.attn_sinks");
+    case TSR_VAR_QPAS: return KEY_IF(qpas_set(m), "model.query_pre_attn_scalar");
+    case TSR_VAR_NORM_PLACEMENT:
+        return KEY_IF(m->norm_placement != TSR_NPLACE_PRE, "model.norm_placement");
+    case TSR_VAR_QKN_PROJECTION:
+        return KEY_IF(m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION, "model.qk_norm_scope");
+    case TSR_VAR_EMBED_SCALE: return KEY_IF(m->embed_scale != TSR_EMB_SCALE_NONE, "model.embed_scale");
+    case TSR_VAR_GEGLU: return KEY_IF(m->mlp == TSR_MLP_GEGLU_TANH, "model.mlp");
+    case TSR_VAR_ATTN_SOFTCAP:
+        return KEY_IF(m->attn_logit_softcapping > 0, "model.attn_logit_softcapping");
+    case TSR_VAR_FINAL_SOFTCAP:
+        return KEY_IF(m->final_logit_softcapping > 0, "model.final_logit_softcapping");
+    case TSR_VAR_ROPE_SCALING: case TSR_VAR_ROPE_LOCAL: case TSR_VAR_PARTIAL_ROTARY:
+    case TSR_VAR_NOPE: return rope_key(m, v);
+    default: return moe_key(m, v);
+    }
+}
+
+#undef KEY_IF
+
+/* the first variant of [first, last] that is set (the enum's order), or NULL */
+static const char *first_variant(const tsr_model_config *m, tsr_model_variant first,
+                                 tsr_model_variant last) {
+    for (int v = first; v <= (int)last; v++) {
+        const char *k = config_variant_key(m, (tsr_model_variant)v);
+        if (k) return k;
+    }
+    return NULL;
 }
 
 const char *config_attn_variant_key(const tsr_model_config *m) {
-    if (config_linear_layers(m) > 0) return "model.layer_types";
-    if (m->attn_output_gate) return "model.attn_output_gate";
-    return attn_variant_rest(m);
+    return first_variant(m, TSR_VAR_LINEAR, TSR_VAR_COUNT - 1);
 }
 
 const char *config_moe_variant_key(const tsr_model_config *m) {
-    if (m->moe_experts == 0) return NULL;
-    if (m->moe_router_bias) return "model.moe_router_bias";
-    if (m->moe_expert_bias) return "model.moe_expert_bias";
-    if (m->moe_act != TSR_MOE_ACT_SWIGLU) return "model.moe_act";
-    if (m->moe_shared_gate) return "model.moe_shared_gate";
-    return NULL;
+    return first_variant(m, TSR_VAR_ROUTER_BIAS, TSR_VAR_SHARED_GATE);
 }
 
 const char *config_position_variant_key(const tsr_model_config *m) {
-    if (m->attn_logit_softcapping > 0) return "model.attn_logit_softcapping";
-    if (m->final_logit_softcapping > 0) return "model.final_logit_softcapping";
-    return config_rope_variant_key(m);
+    return first_variant(m, TSR_VAR_ATTN_SOFTCAP, TSR_VAR_NOPE);
 }
 
 const char *config_rope_variant_key(const tsr_model_config *m) {
-    if (m->pos != TSR_POS_ROPE) return NULL;
-    if (m->rope_scaling == TSR_ROPE_SCALING_LINEAR || m->rope_scaling == TSR_ROPE_SCALING_YARN)
-        return "model.rope_scaling";
-    if (m->rope_local_theta > 0) return "model.rope_local_theta";
-    if (m->partial_rotary_factor != 1.0) return "model.partial_rotary_factor";
-    if (m->no_rope_layers[0]) return "model.no_rope_layers";
-    return NULL;
+    return first_variant(m, TSR_VAR_ROPE_SCALING, TSR_VAR_NOPE);
 }
 
 int config_mlp_gated(const tsr_model_config *m) { return m->mlp != TSR_MLP_GELU; }

@@ -390,13 +390,14 @@ static void c_copy_rows(const tsr_backend *be, void *dst, size_t dpitch, const v
 static void c_softmax_xent(const tsr_backend *be, float *losses, void *logits,
                            const int32_t *targets, const float *dlosses, int N, int V, int Vp) {
     PROF(be, "softmax_xent", N, Vp, 0,
-         tcu_softmax_xent(losses, logits, targets, dlosses, N, V, Vp, STREAM(be)));
+         tcu_softmax_xent_capped(losses, logits, targets, dlosses, N, V, Vp, be->logit_softcap,
+                                 STREAM(be)));
 }
 
 static void c_argmax(const tsr_backend *be, int32_t *idx, const void *logits, int N, int V,
                      int Vp) {
     PROF(be, "argmax", 0, 0, 0,
-         tcu_argmax(idx, logits, N, V, Vp, STREAM(be)));
+         tcu_argmax_capped(idx, logits, N, V, Vp, be->logit_softcap, STREAM(be)));
 }
 
 /* The gradient after an evaluation forward (DPO's weighted backward, docs/dpo.md): the fused op
@@ -406,7 +407,8 @@ static void c_softmax_xent_grad(const tsr_backend *be, float *losses, void *logi
                                 const float *dlosses, const int32_t *targets, int N, int V,
                                 int Vp) {
     PROF(be, "softmax_xent_grad", N, Vp, 0,
-         tcu_softmax_xent(losses, logits, targets, dlosses, N, V, Vp, STREAM(be)));
+         tcu_softmax_xent_capped(losses, logits, targets, dlosses, N, V, Vp, be->logit_softcap,
+                                 STREAM(be)));
 }
 
 /* Batched decoding (cuda_decode.cu; model.h tsr_kv_slots): a chunk of one slot, or one row per
@@ -448,6 +450,112 @@ static void c_copy(const tsr_backend *be, void *dst, const void *src, size_t byt
 
 /* No matvec_forward: the one-sequence decode (tessera generate) runs on the CPU (docs/cuda.md);
  * batched decoding runs here (docs/generate.md "Batched generation"). */
+/* ---- issue 67/68's model variants (cuvar67; docs/cuda.md "Model variants") ------------------ */
+
+static void c_qknorm_proj_forward(const tsr_backend *be, void *out, float *rstd, const void *inp,
+                                  const void *qw, const void *kw, int N, int NH, int KVH, int hs,
+                                  float eps) {
+    PROF(be, "qknorm_proj_forward", 0, 0, 0,
+         tcu_qknorm_proj_forward(out, rstd, inp, qw, kw, N, NH, KVH, hs, eps, STREAM(be)));
+}
+
+static void c_qknorm_proj_backward(const tsr_backend *be, void *dinp, float *dqw, float *dkw,
+                                   const void *dout, const void *inp, const void *qw,
+                                   const void *kw, const float *rstd, int N, int NH, int KVH,
+                                   int hs) {
+    PROF(be, "qknorm_proj_backward", 0, 0, 0,
+         tcu_qknorm_proj_backward(dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KVH, hs,
+                                  STREAM(be)));
+}
+
+static void c_rope_part_forward(const tsr_backend *be, void *qkv, const int32_t *pos, int p0,
+                                const float *inv_freq, int B, int T, int NH, int KVH, int hs,
+                                int rot, float mscale) {
+    PROF(be, "rope_part_forward", 0, 0, 0,
+         tcu_rope_part_forward(qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot, mscale,
+                               STREAM(be)));
+}
+
+static void c_rope_part_backward(const tsr_backend *be, void *dqkv, const int32_t *pos, int p0,
+                                 const float *inv_freq, int B, int T, int NH, int KVH, int hs,
+                                 int rot, float mscale) {
+    PROF(be, "rope_part_backward", 0, 0, 0,
+         tcu_rope_part_backward(dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot, mscale,
+                                STREAM(be)));
+}
+
+static void c_geglu_forward(const tsr_backend *be, void *out, const void *inp, int N, int F) {
+    PROF(be, "geglu_forward", N, F, 0, tcu_geglu_forward(out, inp, N, F, STREAM(be)));
+}
+
+static void c_geglu_backward(const tsr_backend *be, void *dinp, const void *inp, const void *dout,
+                             int N, int F, tsr_grad_mode mode) {
+    mode = grad_mode(be, dinp, (size_t)N * 2 * F, mode);
+    PROF(be, "geglu_backward", N, F, 0,
+         tcu_geglu_backward(dinp, inp, dout, N, F, mode, STREAM(be)));
+}
+
+static void c_moe_bias_forward(const tsr_backend *be, void *out, const void *b,
+                               const int32_t *offs, int E, int OC) {
+    PROF(be, "moe_bias_forward", E, OC, 0, tcu_moe_bias_forward(out, b, offs, E, OC, STREAM(be)));
+}
+
+static void c_moe_bias_backward(const tsr_backend *be, float *db, const void *dout,
+                                const int32_t *offs, int E, int OC) {
+    PROF(be, "moe_bias_backward", E, OC, 0,
+         tcu_moe_bias_backward(db, dout, offs, E, OC, STREAM(be)));
+}
+
+static void c_moe_gptoss_forward(const tsr_backend *be, void *out, const void *inp, int N, int F,
+                                 float alpha, float limit) {
+    PROF(be, "moe_gptoss_forward", N, F, 0,
+         tcu_moe_gptoss_forward(out, inp, N, F, alpha, limit, STREAM(be)));
+}
+
+static void c_moe_gptoss_backward(const tsr_backend *be, void *dinp, const void *inp,
+                                  const void *dout, int N, int F, float alpha, float limit,
+                                  tsr_grad_mode mode) {
+    mode = grad_mode(be, dinp, (size_t)N * 2 * F, mode);
+    PROF(be, "moe_gptoss_backward", N, F, 0,
+         tcu_moe_gptoss_backward(dinp, inp, dout, N, F, alpha, limit, mode, STREAM(be)));
+}
+
+static void c_scale_act(const tsr_backend *be, void *x, float sc, size_t n) {
+    PROF(be, "scale", 0, 0, 0, tcu_scale_bf16(x, sc, n, STREAM(be)));
+}
+
+/* dst += src: the residual add with dst as its first operand (one rounding, as the CPU's) */
+static void c_add_act(const tsr_backend *be, void *dst, const void *src, size_t n) {
+    PROF(be, "add_act", 0, 0, 0, tcu_residual_forward(dst, dst, src, n, STREAM(be)));
+}
+
+static void c_gate_forward(const tsr_backend *be, void *gated, const void *y, const void *gate,
+                           size_t n) {
+    PROF(be, "gate_forward", 0, 0, 0, tcu_gate_forward(gated, y, gate, n, STREAM(be)));
+}
+
+static void c_gate_backward(const tsr_backend *be, void *dy, void *dgate, const void *y,
+                            const void *gate, size_t n) {
+    PROF(be, "gate_backward", 0, 0, 0, tcu_gate_backward(dy, dgate, y, gate, n, STREAM(be)));
+}
+
+static void c_moe_shgate_forward(const tsr_backend *be, void *out, const void *x, const void *w,
+                                 int N, int C) {
+    PROF(be, "shgate_forward", N, C, 0, tcu_moe_shgate_forward(out, x, w, N, C, STREAM(be)));
+}
+
+static void c_moe_shgate_grad(const tsr_backend *be, float *dg, float *gw, const void *shg,
+                              const void *dshg, const void *x, const void *w, int N, int S,
+                              int C) {
+    PROF(be, "shgate_grad", N, C, 0,
+         tcu_moe_shgate_grad(dg, gw, shg, dshg, x, w, N, S, C, STREAM(be)));
+}
+
+static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, const void *w, int N,
+                            int C) {
+    PROF(be, "shgate_dx", N, C, 0, tcu_moe_shgate_dx(dx, dg, w, N, C, STREAM(be)));
+}
+
 static tsr_backend cuda_backend(tcu_stream s) {
     return (tsr_backend){
         .name = "cuda",
@@ -476,6 +584,23 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .rope_backward = c_rope_backward,
         .swiglu_forward = c_swiglu_forward,
         .swiglu_backward = c_swiglu_backward,
+        .qknorm_proj_forward = c_qknorm_proj_forward,
+        .qknorm_proj_backward = c_qknorm_proj_backward,
+        .rope_part_forward = c_rope_part_forward,
+        .rope_part_backward = c_rope_part_backward,
+        .geglu_forward = c_geglu_forward,
+        .geglu_backward = c_geglu_backward,
+        .moe_bias_forward = c_moe_bias_forward,
+        .moe_bias_backward = c_moe_bias_backward,
+        .moe_gptoss_forward = c_moe_gptoss_forward,
+        .moe_gptoss_backward = c_moe_gptoss_backward,
+        .scale_act = c_scale_act,
+        .add_act = c_add_act,
+        .gate_forward = c_gate_forward,
+        .gate_backward = c_gate_backward,
+        .moe_shgate_forward = c_moe_shgate_forward,
+        .moe_shgate_grad = c_moe_shgate_grad,
+        .moe_shgate_dx = c_moe_shgate_dx,
         .moe_route = c_moe_route,
         .moe_gather = c_moe_gather,
         .moe_gather_backward = c_moe_gather_backward,
@@ -566,6 +691,7 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
     g->m = m;
     g->s = s;
     g->be = cuda_backend(s);
+    g->be.logit_softcap = (float)m->cfg.final_logit_softcapping; /* (the kernels keep no copy) */
     if (state == GPU_STATE_FULL)
         g->params = tcu_malloc(m->n_params * sizeof(float), "master weights (fp32)");
     if (state == GPU_STATE_FROZEN)
@@ -583,10 +709,10 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
         tcu_sync(s);
         free(h);
     }
-    if (m->cfg.pos == TSR_POS_ROPE) { /* the host model's frequencies, or the same computed */
-        const size_t n = (size_t)m->hs / 2;
+    if (m->cfg.pos == TSR_POS_ROPE) { /* the host model's tables, or the same computed */
+        const size_t n = (size_t)m->hs; /* (2, hs/2): the full layers', the sliding layers' */
         float *h = m->rope_freqs ? NULL : tsr_malloc(n * sizeof(float));
-        if (h) model_rope_freqs(h, &m->cfg, m->hs);
+        if (h) model_rope_tables(h, &m->cfg, m->hs);
         g->rope = tcu_malloc(n * sizeof(float), "RoPE frequencies");
         tcu_memcpy_h2d(g->rope, h ? h : m->rope_freqs, n * sizeof(float), s);
         tcu_sync(s);

@@ -60,7 +60,7 @@ typedef struct tsr_gpu_model {
     void (*experts)(void *ctx, int u, int backward, const void **w, float **gr);
     void *experts_ctx;
     float *slopes;      /* (NH) ALiBi slopes, or NULL */
-    float *rope;        /* (hs/2) RoPE frequencies (model_rope_freqs), or NULL */
+    float *rope;        /* (2, hs/2) RoPE frequencies (model_rope_tables), or NULL */
     int B, T;           /* activations allocated for B x T (0: none; = a.B, a.T) */
     struct tsr_lora *lora; /* LoRA: the adapters with w, g on the device (model_lora.h), or NULL */
     struct tsr_ring *ring; /* context parallelism: the ring over the device (gpu_ring.h), or NULL */

@@ -90,21 +90,17 @@ static void block_norm_forward(const dec_run *r, void *out, float *mean, float *
 }
 
 /* res = a + b, then out = the normalisation of res (fused); a block's (block: N2, or the next
- * layer's N1) with no_pre_norm: out = res, a copy (fp32 activations: CPU only, as the config
- * checks keep it) */
+ * layer's N1) with no_pre_norm: out = res, a copy */
 static void residual_norm_forward(const dec_run *r, void *res, void *out, float *mean, float *rstd,
                                   const void *a, const void *b, const void *w, const void *bias,
                                   int N, int block) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     if (block && no_pre_norm(m)) {
-        const size_t n = (size_t)N * m->C;
-        if (be->act != TSR_DT_F32 || !be->add_f32)
-            tsr_die(TSR_EXIT_INTERNAL, "decoder: model.norm_placement = \"post\" needs fp32 "
-                    "activations (the %s backend's are not)", be->name);
-        be->copy(be, res, a, n * sizeof(float));
-        be->add_f32(be, res, b, n);
-        be->copy(be, out, res, n * sizeof(float));
+        const size_t n = (size_t)N * m->C, e = tsr_dtype_size(be->act);
+        be->copy(be, res, a, n * e);
+        be->add_act(be, res, b, n);
+        be->copy(be, out, res, n * e);
         return;
     }
     if (m->cfg.norm == TSR_NORM_RMSNORM)
@@ -253,8 +249,8 @@ static void moe_combine_forward(const dec_run *r, int l, void *out, const dec_la
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     if (m->S) dec_linear(r, l, v->shout, NULL, v->shg, w[TSR_P_SHW2], NULL, r->N, m->S, m->C);
-    if (m->S && w[TSR_P_SHGATEW]) /* model.moe_shared_gate (fp32: CPU only) */
-        shgate_forward(v->shout, v->ln2, w[TSR_P_SHGATEW], r->N, m->C);
+    if (m->S && w[TSR_P_SHGATEW]) /* model.moe_shared_gate */
+        be->moe_shgate_forward(be, v->shout, v->ln2, w[TSR_P_SHGATEW], r->N, m->C);
     be->moe_combine(be, out, m->S ? v->shout : NULL, v->y, v->wts, v->slot, r->N, m->K, m->C);
 }
 
@@ -333,10 +329,7 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
 void dec_embed_scale(const tsr_decoder *d, void *x, int N) {
     const tsr_model *m = d->m;
     if (m->cfg.embed_scale == TSR_EMB_SCALE_NONE) return;
-    if (d->be->act != TSR_DT_F32)
-        tsr_die(TSR_EXIT_INTERNAL, "decoder: model.embed_scale needs fp32 activations (the %s "
-                "backend's are not)", d->be->name);
-    d->be->scale_f32(d->be, x, (float)sqrt((double)m->C), (size_t)N * m->C);
+    d->be->scale_act(d->be, x, (float)sqrt((double)m->C), (size_t)N * m->C);
 }
 
 /* Every layer's forward after the embedding (in x of layer 0, scaled here: model.embed_scale),

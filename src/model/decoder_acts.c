@@ -281,7 +281,23 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {c->norm == TSR_NORM_RMSNORM, be->rmsnorm_backward, "model.norm = \"rmsnorm\""},
         {c->qk_norm, be->qknorm_forward, "model.qk_norm = true"},
         {c->qk_norm, be->qknorm_backward, "model.qk_norm = true"},
-        {c->embed_scale != TSR_EMB_SCALE_NONE, be->scale_f32, "model.embed_scale"},
+        {c->embed_scale != TSR_EMB_SCALE_NONE, be->scale_act, "model.embed_scale"},
+        {c->norm_placement == TSR_NPLACE_POST, be->add_act, "model.norm_placement = \"post\""},
+        {c->attn_output_gate, be->gate_forward, "model.attn_output_gate"},
+        {c->attn_output_gate, be->gate_backward, "model.attn_output_gate"},
+        {m->S > 0 && c->moe_shared_gate, be->moe_shgate_forward, "model.moe_shared_gate"},
+        {m->S > 0 && c->moe_shared_gate, be->moe_shgate_grad, "model.moe_shared_gate"},
+        {m->S > 0 && c->moe_shared_gate, be->moe_shgate_dx, "model.moe_shared_gate"},
+        {m->E > 0 && c->moe_expert_bias, be->moe_bias_forward, "model.moe_expert_bias"},
+        {m->E > 0 && c->moe_expert_bias, be->moe_bias_backward, "model.moe_expert_bias"},
+        {m->E > 0 && c->moe_act == TSR_MOE_ACT_GPTOSS, be->moe_gptoss_forward, "model.moe_act"},
+        {m->E > 0 && c->moe_act == TSR_MOE_ACT_GPTOSS, be->moe_gptoss_backward, "model.moe_act"},
+        {c->pos == TSR_POS_ROPE && (c->partial_rotary_factor != 1.0 ||
+                                    c->rope_scaling == TSR_ROPE_SCALING_YARN),
+         be->rope_part_forward, "model.partial_rotary_factor or rope_scaling = \"yarn\""},
+        {c->pos == TSR_POS_ROPE && (c->partial_rotary_factor != 1.0 ||
+                                    c->rope_scaling == TSR_ROPE_SCALING_YARN),
+         be->rope_part_backward, "model.partial_rotary_factor or rope_scaling = \"yarn\""},
         {c->mlp == TSR_MLP_GEGLU_TANH, be->geglu_forward, "model.mlp = \"geglu_tanh\""},
         {c->mlp == TSR_MLP_GEGLU_TANH, be->geglu_backward, "model.mlp = \"geglu_tanh\""},
         {c->qk_norm && c->qk_norm_scope == TSR_QKN_PROJECTION, be->qknorm_proj_forward,
@@ -314,10 +330,9 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         if (need[i].needed && !need[i].entry)
             tsr_die(TSR_EXIT_USAGE, "%s: the %s backend does not have it yet (docs/models.md)",
                     need[i].what, be->name);
-    if ((m->LL > 0 || c->attn_output_gate) && (!be->host || be->act != TSR_DT_F32))
-        tsr_die(TSR_EXIT_USAGE, "%s: the %s run on the fp32 CPU backend only, not on %s yet "
-                "(docs/deltanet.md)", m->LL ? "model.layer_types" : "model.attn_output_gate",
-                m->LL ? "linear_attention layers" : "gated attention", be->name);
+    if (m->LL > 0 && (!be->host || be->act != TSR_DT_F32))
+        tsr_die(TSR_EXIT_USAGE, "model.layer_types: the linear_attention layers run on the fp32 "
+                "CPU backend only, not on %s yet (docs/deltanet.md)", be->name);
 }
 
 int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T) {

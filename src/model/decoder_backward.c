@@ -32,7 +32,7 @@ static void norm_backward(const dec_run *r, void *dinp, float *dw, float *db, co
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     if (block && m->cfg.norm_placement == TSR_NPLACE_POST)
-        be->add_f32(be, dinp, dout, (size_t)r->N * m->C);
+        be->add_act(be, dinp, dout, (size_t)r->N * m->C);
     else if (m->cfg.norm == TSR_NORM_RMSNORM)
         be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, r->N, m->C);
     else be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, r->N, m->C);
@@ -46,22 +46,26 @@ static void lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, con
 }
 
 /* The shared expert's backward: from dout to dln = d(ln2) (written); with its gate
- * (model.moe_shared_gate, fp32) through moe_shout as scratch: s dout, then d(the gate's logit). */
+ * (model.moe_shared_gate) through moe_shout as scratch: s dout, then d(the gate's logit) (N fp32). */
 static void shared_backward(const dec_run *r, const dec_layer *v, const void *const *w,
                             float *const *g, const void *dout) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     tsr_acts *a = r->d->a;
     const int N = r->N, C = m->C, S = m->S;
-    const float *gw = w[TSR_P_SHGATEW], *x = v->ln2;
-    if (gw) shgate_dout(a->moe_shout, dout, x, gw, N, C);
+    const void *gw = w[TSR_P_SHGATEW], *x = v->ln2;
+    float *dg = a->moe_shout;
+    if (gw) { /* moe_shout = s dout */
+        be->copy(be, a->moe_shout, dout, (size_t)N * C * tsr_dtype_size(be->act));
+        be->moe_shgate_forward(be, a->moe_shout, x, gw, N, C);
+    }
     be->matmul_backward(be, a->moe_dshg, g[TSR_P_SHW2], NULL, gw ? a->moe_shout : dout, v->shg,
                         w[TSR_P_SHW2], N, S, C, TSR_GRAD_SET);
-    if (gw) shgate_grad(a->moe_shout, g[TSR_P_SHGATEW], v->shg, a->moe_dshg, x, gw, N, S, C);
+    if (gw) be->moe_shgate_grad(be, dg, g[TSR_P_SHGATEW], v->shg, a->moe_dshg, x, gw, N, S, C);
     be->swiglu_backward(be, a->moe_dsh, v->sh, a->moe_dshg, N, S, TSR_GRAD_SET);
     be->matmul_backward(be, a->dln, g[TSR_P_SHW1], NULL, a->moe_dsh, v->ln2, w[TSR_P_SHW1], N, C,
                         2 * S, TSR_GRAD_SET);
-    if (gw) shgate_dx(a->dln, a->moe_shout, gw, N, C);
+    if (gw) be->moe_shgate_dx(be, a->dln, dg, gw, N, C);
 }
 
 /* A MoE layer's MLP backward: from dout = d(its output) to dln = d(ln2) (written). */

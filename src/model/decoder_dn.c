@@ -197,14 +197,10 @@ void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit
 
 /* ---- model.attn_output_gate ---------------------------------------------------------------- */
 
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 void dec_gate_forward(const dec_run *r, const dec_layer *v) {
     if (!v->agate) return;
-    const size_t n = (size_t)r->N * r->d->m->QD;
-    const float *gate = v->agate, *y = v->atty;
-    float *gated = v->agated;
-    for (size_t i = 0; i < n; i++) gated[i] = y[i] * sigmoidf(gate[i]);
+    const tsr_backend *be = r->d->be;
+    be->gate_forward(be, v->agated, v->atty, v->agate, (size_t)r->N * r->d->m->QD);
 }
 
 const void *dec_attn_in(const tsr_model *m, const dec_layer *v) {
@@ -223,10 +219,6 @@ void dec_gate_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, 
                             u->w[TSR_P_ATTNGATEW], r->N, m->C, m->QD, TSR_GRAD_ADD);
         return;
     }
-    const float *gate = v->agate, *y = v->atty;
-    for (size_t i = 0; i < n; i++) { /* datty = d gated: d y = it s, d gate = it y s (1 - s) */
-        const float s = sigmoidf(gate[i]), dg = a->datty[i];
-        a->dagate[i] = dg * y[i] * s * (1.0f - s);
-        a->datty[i] = dg * s;
-    }
+    /* datty = d gated: d y = it s, d gate = it y s (1 - s) */
+    be->gate_backward(be, a->datty, a->dagate, v->atty, v->agate, n);
 }

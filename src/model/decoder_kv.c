@@ -42,7 +42,8 @@ void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens,
 
 /* probs (n, Vp) host: the softmax of the n rows of logits over the V real columns (columns >= V
  * are 0). A host backend runs its softmax_xent (model_forward's probabilities, the same bits); a
- * device's bf16 logits are brought to the host and normalised there, in double. */
+ * device's bf16 logits are brought to the host, capped there (cap tanh(z / cap) with the
+ * backend's logit_softcap, as its softmax_xent) and normalised, in double. */
 static void head_probs(const tsr_decoder *d, tsr_kv_slots *ks, int n, float *probs) {
     const tsr_backend *be = d->be;
     const int V = d->m->V, Vp = d->m->Vp;
@@ -59,6 +60,8 @@ static void head_probs(const tsr_decoder *d, tsr_kv_slots *ks, int n, float *pro
         for (int j = 0; j < Vp; j++) {
             uint32_t bits = (uint32_t)h[(size_t)i * Vp + j] << 16;
             memcpy(&p[j], &bits, sizeof bits);
+            if (j < V && be->logit_softcap > 0.0f)
+                p[j] = be->logit_softcap * tanhf(p[j] / be->logit_softcap);
             if (j < V && p[j] > mx) mx = p[j];
         }
         for (int j = 0; j < V; j++) sum += exp((double)p[j] - mx);

@@ -351,16 +351,20 @@ void model_alloc_slopes(tsr_model *m) {
         model_alibi_slopes(m->alibi_slopes, m->NH);
     }
     if (m->cfg.pos == TSR_POS_ROPE && !m->rope_freqs) {
-        const int half = m->hs / 2;
-        m->rope_freqs = m->ops->alloc((size_t)2 * half * sizeof(float));
-        model_rope_freqs(m->rope_freqs, &m->cfg, m->hs);
-        memcpy(m->rope_freqs + half, m->rope_freqs, (size_t)half * sizeof(float));
-        if (m->cfg.rope_local_theta > 0) { /* the sliding layers' table: own base, unscaled */
-            tsr_model_config local = m->cfg;
-            local.rope_theta = m->cfg.rope_local_theta;
-            local.rope_scaling = TSR_ROPE_SCALING_NONE;
-            model_rope_freqs(m->rope_freqs + half, &local, m->hs);
-        }
+        m->rope_freqs = m->ops->alloc((size_t)m->hs * sizeof(float));
+        model_rope_tables(m->rope_freqs, &m->cfg, m->hs);
+    }
+}
+
+void model_rope_tables(float *t, const tsr_model_config *cfg, int hs) {
+    const int half = hs / 2;
+    model_rope_freqs(t, cfg, hs);
+    memcpy(t + half, t, (size_t)half * sizeof(float));
+    if (cfg->rope_local_theta > 0) { /* the sliding layers' table: own base, unscaled */
+        tsr_model_config local = *cfg;
+        local.rope_theta = cfg->rope_local_theta;
+        local.rope_scaling = TSR_ROPE_SCALING_NONE;
+        model_rope_freqs(t + half, &local, hs);
     }
 }
 

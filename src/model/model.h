@@ -441,6 +441,10 @@ void model_alibi_slopes(float *slopes, int NH);
  * original_max_pos / high_freq_factor kept, those between interpolated with
  * s = (original_max_pos / wavelength - low) / (high - low): f' = (1 - s) f / factor + s f. */
 void model_rope_freqs(float *inv_freq, const tsr_model_config *cfg, int hs);
+/* The two tables of RoPE frequencies, t (2, hs/2): the full layers' (model_rope_freqs), then the
+ * sliding layers' (model.rope_local_theta, unscaled; the full layers' copied without it): what
+ * m->rope_freqs holds and model_rope_apply reads. */
+void model_rope_tables(float *t, const tsr_model_config *cfg, int hs);
 /* docs/models.md "Positions": the rotary dimensions of a head, partial_rotary_factor x hs (the
  * frequencies above are over this size: theta^(-2i/rot), rot/2 of them, zeros after); with
  * rope_scaling = linear every frequency is divided by rope_factor, with yarn they are YaRN's

@@ -165,19 +165,4 @@ void ep_from_part(tsr_ep *ep, const float *part, float *store);
 /* After a load into this rank's store by the first EP group: copied to the other EDP members. */
 void ep_bcast(tsr_ep *ep, float *store);
 
-/* The shared expert's gate (model.moe_shared_gate: Qwen2-MoE's and Qwen3-Next's
- * shared_expert_gate; docs/moe.md), fp32 on the CPU (the option is refused on CUDA). Per row n of
- * the layer's N rows, s_n = sigmoid(x[n] . w) with x = ln2 (N, C) and w = shgatew (C):
- *   shgate_forward   out[n] *= s_n: the shared expert's output (N, C) gated, in place;
- *   shgate_dout      dsc[n] = s_n dout[n]: the d(output) of the ungated expert (its W2 backward's);
- *   shgate_grad      after that backward gave dshg = s_n (dout W2) (N, S) from the expert's hidden
- *                    shg (N, S): dg[n] = d(the gate's logit) = (1 - s_n) shg[n] . dshg[n], and
- *                    gw += sum_n dg[n] x[n] (in row order: the same bits on any thread count);
- *   shgate_dx        dx[n] += dg[n] w. */
-void shgate_forward(float *out, const float *x, const float *w, int N, int C);
-void shgate_dout(float *dsc, const float *dout, const float *x, const float *w, int N, int C);
-void shgate_grad(float *dg, float *gw, const float *shg, const float *dshg, const float *x,
-                 const float *w, int N, int S, int C);
-void shgate_dx(float *dx, const float *dg, const float *w, int N, int C);
-
 #endif

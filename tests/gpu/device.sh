@@ -22,7 +22,8 @@
 #             synccheck  the same under synccheck; all three with CUDA_LAUNCH_BLOCKING=1
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
 #             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh,
-#                        test_cuda_muon.sh, test_cuda_context.sh, test_cuda_fp8.sh: their GPU halves
+#                        test_cuda_muon.sh, test_cuda_context.sh, test_cuda_fp8.sh,
+#                        test_cuda_families.sh (issue 67/68's variants): their GPU halves
 #                        (the emulator's with TSR_TEST_EMULATOR=1; CI runs them); TRAIN_TESTS="..."
 #                        names others
 #             ckpt       tests/gpu/ckpt_async_gpu.sh: gpt2-124m on the GPU with save_async and without
@@ -390,7 +391,7 @@ check() {
                 rm -f "$logs/race.txt" ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
-                       TESTS="${TRAIN_TESTS:-test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context test_cuda_fp8}" \
+                       TESTS="${TRAIN_TESTS:-test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context test_cuda_fp8 test_cuda_families}" \
                        bash tests/run.sh || r=$? ;;
             ckpt) limited "$logs/$st.txt" bash tests/gpu/ckpt_async_gpu.sh || r=$? ;;
             ring) ring_stage "$logs/$st.txt" || r=$? ;;
@@ -728,7 +729,8 @@ clients() {
 # together: STAGE_END), going on past a failure; one not started for time is named with the
 # command that runs it:
 #   ops       the op test, every case (asynchronous, as in a step)                       90 s
-#   train     test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_muon.sh, test_cuda_fp8.sh: their GPU halves (TSR_TEST_EMULATOR=0)  180 s
+#   train     test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_muon.sh, test_cuda_fp8.sh,
+#             test_cuda_families.sh: their GPU halves (TSR_TEST_EMULATOR=0)              180 s
 #   bench     bench/gpu/run.sh for gpt2-124m (STEPS=10 WARMUP=3 unless set)               180 s
 #   profile   TSR_PROFILE=1 for gpt2-124m, then with TSR_GRAD_OVERWRITE=0, TSR_DGELU_FUSION=0,
 #             TSR_GEMM_REDUCTION=none and =any, TSR_ATT_WARP_ROWS=32, TSR_XENT_RESIDENT=1,
@@ -783,7 +785,7 @@ firstlight() {
         touch "$work/.stage-start"
         case $st in
             ops) op_test "$work/ops.txt" || r=$? ;;
-            train) limited "$work/train.txt" env TSR_TEST_EMULATOR=0 TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_muon test_cuda_fp8" \
+            train) limited "$work/train.txt" env TSR_TEST_EMULATOR=0 TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_muon test_cuda_fp8 test_cuda_families" \
                        bash tests/run.sh || r=$?
                    [[ -d $BUILD/test-logs ]] && cp -r "$BUILD/test-logs" "$work/" ;;
             bench) STEPS=${STEPS:-10} WARMUP=${WARMUP:-3} bench gpt2-124m >/dev/null || r=$?

@@ -2838,6 +2838,7 @@ static void test_fp8_rules(void) {
 }
 
 #include "gpu_ops_deltanet.c" /* the Gated DeltaNet core (issue 68) */
+#include "gpu_ops_variants.c" /* issue 67/68's model variants (cuvar67): run_variants */
 
 static int plan_size_simt(void) {
     int ndn = deltanet_checks();
@@ -2882,6 +2883,7 @@ static void run_simt(void) {
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
     run_decode();
     run_deltanet();
+    run_variants();
 }
 
 static int plan_size(void) {
@@ -2953,7 +2955,7 @@ int main(void) {
              name, sm, mem_total / 1073741824.0, mem_free / 1073741824.0, ncpu,
              cpu_ops_blas_core());
     if (quick) tap_diag("TSR_GPU_OPS_QUICK=1: the first %d cases of each table", QUICK_CASES);
-    tap_plan(plan_size());
+    tap_plan(plan_size() + variants_checks());
     if (simt_only) {
         run_simt();
         tap_ok(guards_broken == 0, "no kernel wrote into the %d guard bytes around its buffers "
@@ -3021,6 +3023,7 @@ int main(void) {
     test_fp8_rules();
     for (size_t i = 0; i < NCASES(FP8); i++) test_fp8(&FP8[i]);
     run_deltanet();
+    run_variants();
 
     tap_ok(guards_broken == 0, "no op wrote into the %d guard bytes around its buffers (%zu of %zu "
            "buffers hit)", GUARD, guards_broken, guards_checked);
