@@ -1628,6 +1628,8 @@ void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, 
     add_round_into(dq, gq, nq), add_round_into(dk, gk, nq), add_round_into(dv, gv, nv);
     free(qf), free(kf), free(vf), free(of), free(gq), free(gk), free(gv);
 }
+#endif /* TCU_EMU_SIMT_KERNELS */
+
 /* ---- issue 67/68's model variants (cuvar67; cuda_llama.cu, cuda_moe.cu, cuda_xent.cu) -------- */
 
 /* Built with TCU_EMU_SIMT_KERNELS: left out, the real kernels run instead (SIMT emulator) */
