@@ -34,7 +34,11 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 #     test_ckpt_damage, test_staging, test_resume, test_job_hook), step times and ETAs judged by the clock
 #     (test_resume_timing), a time-capped fuzzer (tests/fuzz/), the CPU health checks of
 #     test_hc_gpu; the free memory read once before a large allocation (test_alltoallv);
-#   - a make in this checkout (tests/install/, test_demo, test_fuzz_regress);
+#   - a make in this checkout that builds (test_demo, test_fuzz_regress; the builds of
+#     tests/install/ are IDLE, below). test_make_noapt (its makes stop at the dependency check,
+#     BUILD and PREFIX temporary) and test_standalone (make install of the build into a temporary
+#     PREFIX, as test_install does beside the lanes) share the lanes since 2026-11-28: 26 s and 4 s
+#     of the alone phase, all CPU;
 #   - the two tests made of many short runs of 2 to 4 ranks, test_cuda_train (13 such runs
 #     among 75 starts) and test_moe_ep (24 runs of 2 and 4 ranks): beside another test their
 #     ranks, on 2 cores with its processes, wait on each other's turns at every collective. The
@@ -49,7 +53,7 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 #     for that once, share the lanes since 2026-11-28: each of their runs sets
 #     watchdog.window = 0, as tests/lib.sh's tiny_args does.
 # A new test that does any of these belongs here.
-SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/install/ tests/cli/test_demo.sh
+SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/cli/test_demo.sh
       tests/ckpt/test_ckpt_signal.sh tests/ckpt/test_ckpt_damage.sh tests/ckpt/test_ckpt_async.sh
       tests/ckpt/test_ckpt_async_kill.sh tests/ckpt/test_ckpt_diskfull0.sh tests/train/test_staging.sh
       tests/resume/test_resume.sh tests/resume/test_resume_timing.sh tests/jobs/test_job_hook.sh
