@@ -93,9 +93,10 @@ LAST=(tests/fuzz/test_fuzz_regress.sh)
 # the queue from its front. When the LANES have no test left to start, the one it still runs gets
 # the runner's priority back (renice_beside) and the phase waits for it. The float64 references
 # (tests/reference/*.py: 20 tests, 191 CPU-s in that CI) are all CPU, judge no time and wait on no
-# timer; test_lora_peft.py stays out (its runs have a 120 s time-out). Their time-out is twice the
-# others'.
-NICED=(tests/reference/)
+# timer; test_lora_peft.py stays out (its runs have a 120 s time-out). test_hf_identity is in too
+# (91 CPU-s: node's reference encoders and tessera's, nothing timed; no longer started first): the
+# last NICED test in the queue, the lane takes it first. Their time-out is twice the others'.
+NICED=(tests/reference/ tests/tokenizer/test_hf_identity.sh)
 NICED_NOT=(tests/reference/test_lora_peft.py)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
@@ -138,8 +139,7 @@ alone+=(${lasts[@]+"${lasts[@]}"})
 # The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
 # lanes end together instead of one lane running a long test alone at the end (the run of
 # 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane)
-FIRST=(tests/tokenizer/test_hf_identity.sh tests/train/test_recipes.sh
-       tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
+FIRST=(tests/train/test_recipes.sh tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
        tests/tokenizer/test_hf_spm_metaspace.sh tests/train/test_train_cli.sh tests/eval/test_generate.sh
        tests/train/test_spike_guard.sh tests/tokenizer/test_gpt2_identity.sh tests/test_gpu_ops_simt
        tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh)
