@@ -2837,8 +2837,10 @@ static void test_fp8_rules(void) {
            "N = 8200 refused: %s", why ? why : "ok", why_bad ? why_bad : "accepted");
 }
 
+#include "gpu_ops_attnvar.c" /* issue 67's attention variants: attnvar_checks, run_attnvar */
+
 static int plan_size_simt(void) {
-    int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
+    int n = attnvar_checks() + ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
             ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS +
             (int)NCASES(XENT) * (XENT_CHECKS + 1) +
             (int)NCASES(ARGMAX_MORE) + 1;
@@ -2861,6 +2863,7 @@ static void run_decode(void) {
 
 static void run_simt(void) {
     run_attention();
+    run_attnvar();
     run_ring();
     for (size_t i = 0; i < NCASES(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < NCASES(XENT); i++) test_argmax(&XENT[i]);
@@ -2882,7 +2885,7 @@ static void run_simt(void) {
 
 static int plan_size(void) {
     if (simt_only) return plan_size_simt();
-    int n = 3 + 1 + 1; /* conversions; guard bytes; memory statistics */
+    int n = 3 + 1 + 1 + attnvar_checks(); /* conversions; guard bytes; memory statistics */
     for (size_t i = 0; i < NCASES(ENC); i++) n += enc_checks(&ENC[i]);
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < NCASES(MMF); i++) n += mmf_checks(&MMF[i]);
@@ -2983,6 +2986,7 @@ int main(void) {
     for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
     for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
     run_attention();
+    run_attnvar();
     run_ring();
     for (size_t i = 0; i < NCASES(RMS); i++) test_rmsnorm(&RMS[i]);
     for (size_t i = 0; i < NCASES(QKN); i++) test_qknorm(&QKN[i]);
