@@ -8,20 +8,23 @@
  * emulator) and test_gpu_ops_simt (the real kernels under the SIMT emulator): shapes tiny, seconds
  * in all. Tolerances: the attention cases' own (test_attention, test_ring, test_decode). */
 
-/* a case: shapes; seq: document mask (segments); alibi; window W (0: none); sinks; soft cap (0:
- * none); qpas (query_pre_attn_scalar: scale 1/sqrt(qpas); 0: 1/sqrt(hs)) */
+/* a case: shapes; seq: document mask (make_segments: documents of 1 to 30 positions, so a window
+ * under 30 binds in the longer ones and the documents in the shorter); alibi; window W (0: none);
+ * sinks; soft cap (0: none); qpas (query_pre_attn_scalar: scale 1/sqrt(qpas); 0: 1/sqrt(hs)) */
 typedef struct {
     int B, T, NH, KVH, hs, seq, alibi, window, sinks;
     float cap, qpas;
 } av_cfg;
 
 static const av_cfg AV[] = {
-    {1, 192, 2, 1, 32, 0, 0, 40, 0, 0.0f, 0.0f},  /* window, GQA: tiles left of the band skipped */
-    {2, 160, 2, 2, 32, 1, 0, 40, 0, 0.0f, 0.0f},  /* window + document mask */
+    {1, 192, 2, 1, 32, 0, 0, 65, 0, 0.0f, 0.0f},  /* window, GQA: tiles left of the band skipped;
+                                                    * W - 1 on a query tile's edge (64): the fused
+                                                    * dq's last block is the band's */
+    {2, 160, 2, 2, 32, 1, 0, 12, 0, 0.0f, 0.0f},  /* window + document mask (both bind) */
     {1, 130, 2, 1, 64, 0, 0, 24, 1, 0.0f, 0.0f},  /* window + sinks */
     {1, 96, 2, 2, 32, 0, 0, 0, 0, 3.0f, 8.0f},    /* soft cap + scale */
     {1, 80, 4, 2, 32, 0, 1, 0, 1, 0.0f, 0.0f},    /* sinks + ALiBi, GQA */
-    {1, 150, 4, 2, 32, 1, 0, 33, 1, 3.0f, 16.0f}, /* all of them, document mask, GQA */
+    {1, 150, 4, 2, 32, 1, 0, 10, 1, 3.0f, 16.0f}, /* all of them, document mask, GQA */
 };
 #define AV_CHECKS 5
 
@@ -138,8 +141,11 @@ static void test_attnvar(const av_cfg *a) {
     const size_t na = (size_t)B * NH * T * T;
     char tag[160];
     snprintf(tag, sizeof tag, "attention variants B=%d T=%d NH=%d KVH=%d hs=%d W=%d%s%s%s cap=%g "
-             "qpas=%g", B, T, NH, KVH, hs, a->window, a->sinks ? " sinks" : "",
-             a->seq ? " seq" : "", a->alibi ? " alibi" : "", a->cap, a->qpas);
+             "qpas=%g%s", B, T, NH, KVH, hs, a->window, a->sinks ? " sinks" : "",
+             a->seq ? " seq" : "", a->alibi ? " alibi" : "", a->cap, a->qpas,
+             tcu_attention_wgmma(hs)              ? " (wgmma)"
+             : tcu_attention_warp_rows(hs) == 32 ? " (32 rows a warp)"
+                                                  : "");
     float *qkv = hf(nq), *qabs = hf(nq), *slopes = hf(NH), *dout = hf(no), *g0 = hf(nq);
     int32_t *seq = hi32((size_t)B * T);
     av_inputs(qkv, qabs, (size_t)B * T, ld, VCOL(0));
@@ -357,13 +363,36 @@ static void test_decode_var(const avd_cfg *c) {
 
 /* the checks of this file, and the run */
 static int attnvar_checks(void) {
-    return (int)NCASES(AV) * AV_CHECKS + (int)NCASES(AVR) * AVR_CHECKS +
+    return ((int)NCASES(AV) + 2) * AV_CHECKS + (int)NCASES(AVR) * AVR_CHECKS +
            (int)NCASES(AVD) * AVD_CHECKS;
+}
+
+/* case a again with 32 rows a warp (wg 0) or on wgmma (wg 1), the kernels' other instances (the
+ * same mask, softmax and gradient code); skipped, saying so, where this backend has none */
+static void attnvar_instance(const av_cfg *a, int wg) {
+    if (wg ? !tcu_attention_wgmma_possible(a->hs) : a->hs > 64) {
+        for (int k = 0; k < AV_CHECKS; k++)
+            tap_skip(L("attention variants hs=%d on %s", a->hs, wg ? "wgmma" : "32 rows a warp"),
+                     "no such kernel for this head size or device");
+        return;
+    }
+    if (wg) tcu_attention_set_wgmma(1);
+    else tcu_attention_set_warp_rows(32);
+    if (wg || tcu_attention_warp_rows(a->hs) == 32) {
+        test_attnvar(a);
+    } else {
+        for (int k = 0; k < AV_CHECKS; k++)
+            tap_skip(L("attention variants hs=%d, 32 rows a warp", a->hs),
+                     "this backend has one attention kernel (tcu_attention_warp_rows: 16)");
+    }
+    tcu_attention_set_wgmma(0), tcu_attention_set_warp_rows(16);
 }
 
 static void run_attnvar(void) {
     tap_diag("next: issue 67's attention variants (tests/gpu/gpu_ops_attnvar.c)");
     for (size_t i = 0; i < NCASES(AV); i++) test_attnvar(&AV[i]);
+    attnvar_instance(&AV[5], 0); /* all the variants, 32 rows a warp */
+    attnvar_instance(&AV[2], 1); /* window and sinks (hs 64) on wgmma */
     for (size_t i = 0; i < NCASES(AVR); i++) test_ring_var(&AVR[i]);
     for (size_t i = 0; i < NCASES(AVD); i++) test_decode_var(&AVD[i]);
 }
