@@ -945,8 +945,8 @@ __device__ __forceinline__ int start_ticket(int *ticket, int *s) {
  * after a barrier. The last block in the order (the one below does not reach the tile: kb = 0,
  * or the document of key j0 - 1 ends at or before the tile, or with a window W its band: hi(j0 - 1)
  * is hi(j0) - 1 where the band, not the document, bounds hi(j0) = j0 + W) writes dq instead; each
- * counter ends at its tile's number of blocks. A block's place comes from a start ticket (turns[0], one
- * atomicAdd as it starts), not from blockIdx: tickets in a (key/value head, sequence) group go to
+ * counter ends at its tile's number of blocks. A block's place comes from a start ticket
+ * (turns[0], one atomicAdd as it starts), not from blockIdx: tickets in a (key/value head, sequence) group go to
  * key blocks from the highest down, so a block only ever waits for blocks that have started,
  * whatever order the GPU starts them in, and a waiting block never holds back one it waits for.
  * Causal order makes the waits short: block kb reaches a tile BK/BQ steps after block kb + 1 did

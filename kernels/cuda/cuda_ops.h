@@ -362,7 +362,8 @@ void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size
  * qkv (n, QKV) bf16, row i the next token of the sequence in cache slot slot[i] at cache position
  * pos[i], its segment from seg[i] (slot, pos, seg device arrays, or NULL: slot 0, position
  * p0 + i, segment seg0: a chunk of one sequence). Stores each row's key and value into its slot
- * (kt (KVH, hs, cap) keys transposed, v (KVH, cap, hs) bf16; slots slot_stride elements apart),
+ * (kt (KVH, hs, cap) keys transposed, v (KVH, cap, hs) bf16; slots slot_stride elements apart;
+ * position p at index p % cap, a ring: tcu_attention_decode_var below),
  * then out (n, NH*hs) bf16 = attention of each row over positions seg..pos, fp32 scores and
  * softmax. Each (row, head) is one block with a fixed reduction order: a row's output does not
  * depend on the other rows. Needs (cap + hs + 32) floats of shared memory per block. */

@@ -341,9 +341,10 @@ static void test_decode_var(const avd_cfg *c) {
     int32_t slot[8], pos[8], seg[8];
     for (int i = 0; i < n; i++)
         slot[i] = (i * 2 + 1) % R, pos[i] = 5 + 7 * i, seg[i] = i == 1 ? 3 : 0;
-    tsr_bf16 *d_kt = new_bf16(kt, nc), *d_v = new_bf16(v, nc), *d_q = new_bf16(qkv, (size_t)n * QKV);
-    int32_t *d_slot = c->slots ? new_i32(slot, n) : NULL, *d_pos = c->slots ? new_i32(pos, n) : NULL;
-    int32_t *d_seg = c->slots ? new_i32(seg, n) : NULL;
+    tsr_bf16 *d_kt = new_bf16(kt, nc), *d_v = new_bf16(v, nc);
+    tsr_bf16 *d_q = new_bf16(qkv, (size_t)n * QKV);
+    int32_t *d_slot = c->slots ? new_i32(slot, n) : NULL;
+    int32_t *d_pos = c->slots ? new_i32(pos, n) : NULL, *d_seg = c->slots ? new_i32(seg, n) : NULL;
     tsr_bf16 *d_out = d16(no);
     tcu_attention_decode_var(d_out, d_kt, d_v, d_q, NULL, &w.d, d_slot, d_pos, d_seg, c->p0, 0,
                              n, per, c->cap, NH, KVH, hs, g_s);

@@ -2840,7 +2840,7 @@ static void test_fp8_rules(void) {
 #include "gpu_ops_attnvar.c" /* issue 67's attention variants: attnvar_checks, run_attnvar */
 
 static int plan_size_simt(void) {
-    int n = attnvar_checks() + ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
+    int n = ((int)NCASES(ATT) + att_cases_32() + att_cases_wgmma()) * ATT_CHECKS +
             ((int)NCASES(RING) + ring_cases_wgmma()) * RING_CHECKS +
             (int)NCASES(XENT) * (XENT_CHECKS + 1) +
             (int)NCASES(ARGMAX_MORE) + 1;
@@ -2853,6 +2853,7 @@ static int plan_size_simt(void) {
     n += (int)NCASES(MOE) * MOE_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
+    n += attnvar_checks(); /* issue 67's attention variants (gpu_ops_attnvar.c) */
     return n;
 }
 
@@ -2885,7 +2886,7 @@ static void run_simt(void) {
 
 static int plan_size(void) {
     if (simt_only) return plan_size_simt();
-    int n = 3 + 1 + 1 + attnvar_checks(); /* conversions; guard bytes; memory statistics */
+    int n = 3 + 1 + 1; /* conversions; guard bytes; memory statistics */
     for (size_t i = 0; i < NCASES(ENC); i++) n += enc_checks(&ENC[i]);
     for (size_t i = 0; i < NCASES(LN); i++) n += ln_checks(&LN[i]);
     for (size_t i = 0; i < NCASES(MMF); i++) n += mmf_checks(&MMF[i]);
@@ -2915,6 +2916,7 @@ static int plan_size(void) {
     n += (int)NCASES(ADD_F32) * ADD_F32_CHECKS + (int)NCASES(D2D) * D2D_CHECKS;
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
     n += (int)NCASES(FP8) * FP8_CHECKS + FP8_RULE_CHECKS;
+    n += attnvar_checks(); /* issue 67's attention variants (gpu_ops_attnvar.c) */
     return n;
 }
 
