@@ -244,9 +244,9 @@ struct tsr_backend {
     /* Attention (the maths of ops.h attention_forward). What the backward reads besides qkv and
      * out is the backend's: `saved` fp32 of attention_saved(B,T,NH) floats (fp32: the
      * probabilities (B,NH,T,T); CUDA: the log-sum-exp (B,NH,T)), and attention_scratch bytes of
-     * scratch (0: none). var: the layer's window and sinks (ops.h tsr_attn_var; sinks and
-     * dsinks fp32), or NULL; a backend without the variants (CUDA, so far) is never given one:
-     * the trainer refuses such a model there at start (config_checks.c). */
+     * scratch (0: none). var: the layer's window, scale, soft cap and sinks (ops.h
+     * tsr_attn_var; sinks the weights' type, fp32 here and bf16 on CUDA, dsinks fp32), or NULL;
+     * both backends take them (CUDA: docs/cuda.md "Attention variants"). */
     size_t (*attention_saved)(int B, int T, int NH);
     size_t (*attention_scratch)(int B, int T, int NH, int KVH, int hs);
     void (*attention_forward)(const tsr_backend *be, void *out, float *saved, const void *qkv,

@@ -264,6 +264,17 @@ cuda_refused() {
     ((rc1 == 1)) && grep -q "$key: device = \"cuda\" does not run" "$TMP/$dir.cuda.txt" &&
         [[ -z $(ls -A "$TMP/$dir") ]]
 }
+# cuda_accepted DIR OPTIONS...: the trainer with "${args[@]}" OPTIONS with device = "cuda" passes
+# the start's checks (--dry-run, 1 rank: exit 0, no "does not run" refusal), for the variants
+# that once were cuda_refused (their runs on the emulator: tests/gpu/test_cuda_families.sh)
+cuda_accepted() {
+    local dir=$1 rc; shift
+    "$TRAIN" "${args[@]}" "$@" --set run_dir="$TMP/$dir/cuda" --set device=cuda --dry-run \
+        >"$TMP/$dir.cuda.txt" 2>&1
+    rc=$?
+    ((rc == 0)) || tail -3 "$TMP/$dir.cuda.txt" | sed 's/^/# /'
+    ((rc == 0)) && ! grep -q 'device = "cuda" does not run' "$TMP/$dir.cuda.txt"
+}
 # variant_refused DIR KEY OPTIONS...: cuda_refused, and once more with parallel.context = 2
 # (2 ranks): exit 1 naming KEY ("KEY: parallel.context = 2"), nothing written. For what the ring
 # of context parallelism does not run either (linear_attention layers).

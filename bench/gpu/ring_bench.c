@@ -3,7 +3,7 @@
  * tests/gpu/device.sh): Llama 3.1 8B's heads (32 query heads on 8 key/value heads of 128), one
  * sequence of Tl = T/N local positions (default 8192).
  *
- *   ring_bench [TL [REPS]]
+ *   ring_bench [TL [REPS [W]]]
  *
  * For N = 2 and 4, one rank's blocks of a whole step, as src/model/model_ring.c runs them (its own
  * chunks' three blocks, then two blocks of another rank's chunks per later step: kernels/cuda/
@@ -18,7 +18,13 @@
  * ring's TFLOP/s within 10% of the kernel's means the blocks cost what the attention costs; the
  * exchange's overlap is measured by a multi-GPU run.
  * TSR_ATT_WGMMA=1 times the wgmma forms of the kernels (tcu_attention_set_wgmma; refused where
- * the device cannot run them), as the trainer's switch of that name does. */
+ * the device cannot run them), as the trainer's switch of that name does.
+ * W (issue 67; the device tool's `attn` stage with WINDOW=W): the sliding-window kernel
+ * (tcu_attention_forward_var / _backward_var, window W) over the Tl positions instead of the
+ * rings, beside the plain (full causal) kernel: its pairs the band's, sum_i min(i + 1, W) =
+ * W Tl - W (W - 1) / 2 (W Tl, not Tl^2 / 2: the blocks outside the band are skipped, not
+ * masked), so its TFLOP/s are the band's work over its time and the last column says how close
+ * it runs to the full kernel's rate. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,17 +93,21 @@ static double ring_step(const bufs *b, int Tl, int N, int backward, tcu_stream s
     return pairs;
 }
 
-/* milliseconds of reps calls of what (0: the plain kernel; N: a ring step of N ranks) */
-static float timed(const bufs *b, int Tl, int N, int backward, int reps, tcu_stream s) {
+/* milliseconds of reps calls of what (0: the plain kernel, with var's window when var; N: a ring
+ * step of N ranks) */
+static float timed(const bufs *b, int Tl, int N, int backward, int reps, const tsr_attn_var *var,
+                   tcu_stream s) {
     tcu_event e0 = tcu_event_create_timed(), e1 = tcu_event_create_timed();
     for (int r = -1; r < reps; r++) { /* one call first: the kernels' set-up out of the timing */
         if (r == 0) tcu_event_record(e0, s);
         if (N && backward) ring_step(b, Tl, N, 1, s);
         else if (N) ring_step(b, Tl, N, 0, s);
         else if (backward)
-            tcu_attention_backward(b->out, b->dout, b->qkv, b->out, b->lse, NULL, NULL, b->att, 1,
-                                   Tl, NH, KVH, HS, TSR_GRAD_SET, s);
-        else tcu_attention_forward(b->out, b->lse, b->qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s);
+            tcu_attention_backward_var(b->out, b->dout, b->qkv, b->out, b->lse, NULL, NULL, var,
+                                       b->att, 1, Tl, NH, KVH, HS, TSR_GRAD_SET, s);
+        else
+            tcu_attention_forward_var(b->out, b->lse, b->qkv, NULL, NULL, var, 1, Tl, NH, KVH, HS,
+                                      s);
     }
     tcu_event_record(e1, s);
     tcu_sync(s);
@@ -108,8 +118,10 @@ static float timed(const bufs *b, int Tl, int N, int backward, int reps, tcu_str
 
 int main(int argc, char **argv) {
     const int Tl = argc > 1 ? atoi(argv[1]) : 8192, reps = argc > 2 ? atoi(argv[2]) : 5;
-    if (Tl < 128 || Tl % 128 || reps < 1) {
-        fprintf(stderr, "usage: ring_bench [TL (a multiple of 128) [REPS]]\n");
+    const int W = argc > 3 ? atoi(argv[3]) : 0;
+    if (Tl < 128 || Tl % 128 || reps < 1 || W < 0 || W > Tl || (argc > 3 && W < 1)) {
+        fprintf(stderr, "usage: ring_bench [TL (a multiple of 128) [REPS [W (1..TL: the sliding "
+                        "window instead of the rings)]]]\n");
         return 1;
     }
     if (tcu_device_count() == 0) {
@@ -143,18 +155,26 @@ int main(int argc, char **argv) {
     printf("| what | forward ms | TFLOP/s | backward ms | TFLOP/s | fwd+bwd vs the kernel |\n");
     printf("|---|---|---|---|---|---|\n");
     double base = 0;
-    const int Ns[] = {0, 2, 4}; /* the plain kernel, then rings of 2 and 4 */
-    for (int i = 0; i < 3; i++) {
-        const int N = Ns[i];
-        const double pairs = N ? ring_step(NULL, Tl, N, 0, s) : (double)Tl * Tl / 2.0;
+    const int Ns[] = {0, 2, 4}; /* the plain kernel, then rings of 2 and 4 (or the window's) */
+    const tsr_attn_var win = {.window = W};
+    for (int i = 0; i < 3 - (W > 0); i++) {
+        const int N = W ? 0 : Ns[i];
+        const tsr_attn_var *var = W && i ? &win : NULL;
+        const double pairs = N     ? ring_step(NULL, Tl, N, 0, s)
+                             : var ? (double)W * Tl - (double)W * (W - 1) / 2.0 /* the band */
+                                   : (double)Tl * Tl / 2.0;
         const double ff = 4.0 * HS * NH * pairs, fb = 2.5 * ff;
-        const float mf = timed(&b, Tl, N, 0, reps, s), mb = timed(&b, Tl, N, 1, reps, s);
+        const float mf = timed(&b, Tl, N, 0, reps, var, s), mb = timed(&b, Tl, N, 1, reps, var, s);
         const double tf = ff / (mf * 1e9), tb = fb / (mb * 1e9), all = (ff + fb) / ((mf + mb) * 1e9);
-        if (!N) base = all;
+        if (!i) base = all;
         char what[64];
         if (N) snprintf(what, sizeof what, "ring, N = %d (T = %d): a rank's blocks", N, N * Tl);
+        else if (var) snprintf(what, sizeof what, "sliding window W = %d, T = %d", W, Tl);
         else snprintf(what, sizeof what, "one-GPU kernel, T = %d", Tl);
         printf("| %s | %.2f | %.1f | %.2f | %.1f | %.2f |\n", what, mf, tf, mb, tb, all / base);
+        if (var) /* the count its TFLOP/s divide (tests/gpu/test_ring_bench.sh reads it) */
+            printf("ring_bench: the sliding window's pairs: %.0f (the full kernel's %.0f)\n", pairs,
+                   (double)Tl * Tl / 2.0);
     }
     tcu_stream_destroy(s);
     tcu_shutdown();

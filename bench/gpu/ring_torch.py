@@ -4,11 +4,17 @@ stage, tests/gpu/device.sh): PyTorch's fused causal attention (scaled_dot_produc
 flash backend where it has one) on one GPU at the shape ring_bench times, Llama 3.1 8B's heads (32
 query heads on 8 key/value heads of 128) over one sequence of TL positions (default 8192), bf16.
 
-    ring_torch.py [TL [REPS]]        (--cpu: the script's logic on the CPU, tiny TL; times mean nothing)
+    ring_torch.py [TL [REPS [W]]]
+        (--cpu: the script's logic on the CPU, tiny TL; times mean nothing)
 
 Prints one row in ring_bench's table: forward and backward ms and TFLOP/s, counted as ring_bench
 counts the plain kernel (the TL^2 / 2 pairs a causal mask lets through, 4 hs FLOPs a pair and head
 forward, 2.5 times that backward); the backward's time is a forward + backward less a forward.
+With W (issue 67; ring_bench's W): a second row, the causal sliding window of W keys, counted as
+ring_bench counts its band (W TL - W (W - 1) / 2 pairs): torch's flex_attention with a
+sliding-window block mask, compiled (torch >= 2.5: its blocks outside the band skipped, as
+tessera's), else scaled_dot_product_attention with an explicit boolean mask (every block
+computed), the row naming which.
 Exit 77 (SKIP) without a CUDA device or without torch."""
 import sys
 import time
@@ -21,8 +27,10 @@ def main(argv):
     args = [a for a in argv if a != "--cpu"]
     tl = int(args[0]) if args else (256 if cpu else 8192)
     reps = int(args[1]) if len(args) > 1 else 5
-    if tl < 128 or tl % 128 or reps < 1:
-        print("usage: ring_torch.py [TL (a multiple of 128) [REPS]] [--cpu]", file=sys.stderr)
+    win = int(args[2]) if len(args) > 2 else 0
+    if tl < 128 or tl % 128 or reps < 1 or (len(args) > 2 and not 1 <= win <= tl):
+        print("usage: ring_torch.py [TL (a multiple of 128) [REPS [W (1..TL)]]] [--cpu]",
+              file=sys.stderr)
         return 1
     try:
         import torch
@@ -61,7 +69,7 @@ def main(argv):
         mask = torch.ones(tl, tl, dtype=torch.bool, device=dev).tril()
         return s.masked_fill(~mask, float("-inf")).softmax(-1) @ vv
 
-    def timed(backward):
+    def timed(backward, attend=attend):
         def once():
             out = attend()
             if backward:
@@ -95,7 +103,46 @@ def main(argv):
           f"{NH} heads on {KVH}, hs {HS}, {tl} positions, {reps} reps")
     print(f"| PyTorch SDPA, T = {tl} | {mf:.2f} | {ff / (mf * 1e9):.1f} | {mb:.2f} | "
           f"{fb / (mb * 1e9):.1f} | (peer) |")
+    if win:
+        attend_w, how = window_attention(torch, F, sdpa, q, k, v, tl, win, cpu)
+        with ctx:
+            mf = timed(False, attend_w)
+            mb = max(timed(True, attend_w) - mf, 1e-9)
+        ff = 4.0 * HS * NH * (win * tl - win * (win - 1) / 2.0)  # the band's pairs
+        fb = 2.5 * ff
+        print(f"| PyTorch {how}, sliding window W = {win}, T = {tl} | {mf:.2f} | "
+              f"{ff / (mf * 1e9):.1f} | {mb:.2f} | {fb / (mb * 1e9):.1f} | (peer) |")
     return 0
+
+
+def window_attention(torch, F, sdpa, q, k, v, tl, win, cpu):
+    """The causal sliding window of win keys (query i sees keys i - win + 1 .. i) as torch runs it
+    best here: flex_attention with its block mask, compiled (torch >= 2.5, a GPU), else SDPA with
+    an explicit boolean mask (or, without SDPA, the plain maths). Returns (attend, its name)."""
+    dev = q.device
+    if not cpu:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            def band(b, h, qi, kv):
+                return (qi >= kv) & (qi - kv < win)
+            bm = create_block_mask(band, None, None, tl, tl, device=dev)
+            fa = torch.compile(flex_attention)
+            return (lambda: fa(q, k, v, block_mask=bm, enable_gqa=True),
+                    "flex_attention (sliding-window block mask, compiled)")
+        except (ImportError, TypeError):
+            pass
+    i = torch.arange(tl, device=dev)
+    mask = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < win)
+
+    def attend():
+        kk, vv = (x.repeat_interleave(NH // KVH, 1) for x in (k, v))
+        if sdpa is not None:
+            return sdpa(q, kk, vv, attn_mask=mask)
+        s = (q @ kk.transpose(-1, -2)) / HS ** 0.5
+        return s.masked_fill(~mask, float("-inf")).softmax(-1) @ vv
+    how = "SDPA, explicit boolean mask" if sdpa is not None else "plain maths, boolean mask"
+    return attend, how
 
 
 if __name__ == "__main__":

@@ -62,6 +62,17 @@
 static constexpr float kLog2e = 1.4426950408889634f;
 static constexpr float kLn2 = 0.6931471805599453f;
 
+/* The layer's variants as the kernels take them (ops.h tsr_attn_var; docs/cuda.md "Attention
+ * variants"): window W (0: none; row i sees keys from i - W + 1, folded into the rows' segment
+ * bounds, so the blocks left of the band are never visited), the soft cap (0: none; the logit is
+ * cap tanh(s scale / cap)) with the scale it needs, sinks (NH) bf16 on the device or NULL (the
+ * forward adds e^sink to each row's denominator, so lse counts it). */
+struct att_var {
+    int window;
+    float cap, scale;
+    const bf16 *sinks;
+};
+
 /* Tile sizes per head size and slabs per warp (MS). A block owns ROWS = 64 MS rows. Forward: BR
  * query rows x BC keys per step. Backward dk/dv: BK keys per block, BQ queries per step (32 at hs
  * 128, or with MS = 2, keeps dk, dv, P, dP in registers). Backward dq: BR query rows per block, BC
@@ -280,14 +291,17 @@ __device__ int segment_end(const int32_t *sq, int p, int T, int *s_red) {
 }
 
 /* s_lo[r] = lo(min(i0 + r, T-1)) for r < R (rows past T get the last row's bound), sq the ids of
- * this sequence or NULL (lo = 0). Ends with a barrier. s_seq: R ints of shared memory. */
+ * this sequence or NULL (lo = 0); with a window W > 0, lo(i) >= i - W + 1 (the band). Ends with a
+ * barrier. s_seq: R ints of shared memory. */
 template <int R>
 __device__ void segment_starts(int *s_lo, int *s_seq, int *s_red, const int32_t *sq, int i0,
-                               int T) {
+                               int T, int W) {
     static_assert(R <= ATT_THREADS, "one row per thread");
     const int tid = threadIdx.x;
+    /* a window moves each row's first key up to its row - W + 1 (rows past T: T - 1's) */
+    const int band = W > 0 ? min(i0 + tid, T - 1) - W + 1 : 0;
     if (!sq) {
-        if (tid < R) s_lo[tid] = 0;
+        if (tid < R) s_lo[tid] = max(0, band);
         __syncthreads();
         return;
     }
@@ -301,19 +315,23 @@ __device__ void segment_starts(int *s_lo, int *s_seq, int *s_red, const int32_t 
                 lo = i0 + k;
                 break;
             }
-        s_lo[tid] = lo;
+        s_lo[tid] = max(lo, band);
     }
     __syncthreads();
 }
 
-/* s_hi[r] = hi(min(j0 + r, T-1)) for r < R, hi(j) one past the end of j's run (T without seq).
+/* s_hi[r] = hi(min(j0 + r, T-1)) for r < R, hi(j) one past the end of j's run (T without seq);
+ * with a window W > 0, hi(j) <= j + W (the band).
  * Ends with a barrier. */
 template <int R>
-__device__ void segment_ends(int *s_hi, int *s_seq, int *s_red, const int32_t *sq, int j0, int T) {
+__device__ void segment_ends(int *s_hi, int *s_seq, int *s_red, const int32_t *sq, int j0, int T,
+                             int W) {
     static_assert(R <= ATT_THREADS, "one row per thread");
     const int tid = threadIdx.x;
+    /* a window ends each key's rows at its key + W (keys past T: T - 1's) */
+    const int band = W > 0 ? min(j0 + tid, T - 1) + W : T;
     if (!sq) {
-        if (tid < R) s_hi[tid] = T;
+        if (tid < R) s_hi[tid] = min(T, band);
         __syncthreads();
         return;
     }
@@ -327,7 +345,7 @@ __device__ void segment_ends(int *s_hi, int *s_seq, int *s_red, const int32_t *s
                 hi = j0 + k;
                 break;
             }
-        s_hi[tid] = hi;
+        s_hi[tid] = min(hi, band);
     }
     __syncthreads();
 }
@@ -337,8 +355,29 @@ __device__ void segment_ends(int *s_hi, int *s_seq, int *s_red, const int32_t *s
  * to contract each site its own way could give them different bits (the fused dq's identity with
  * the dq kernel needs the same dS in both). */
 __device__ __forceinline__ float att_bwd_logit(float s, float sl2, float slope2, int ij,
-                                               float lse2) {
+                                               float lse2, const att_var &v) {
+    if (v.cap > 0.0f)
+        return (v.cap * kLog2e * tanhf(s * v.scale / v.cap) - slope2 * (float)ij) - lse2;
     return fmaf(s, sl2, -(slope2 * (float)ij)) - lse2;
+}
+
+/* The forward's logit in log2 units before the mask: s sl2 - slope2 (i - j), or with a soft cap
+ * cap tanh(s scale / cap) log2(e) - slope2 (i - j) (cap, then ALiBi: cpu_attention.c's order) */
+__device__ __forceinline__ float att_fwd_logit(float s, float sl2, float slope2, int ij,
+                                               const att_var &v) {
+    if (v.cap > 0.0f) return v.cap * kLog2e * tanhf(s * v.scale / v.cap) - slope2 * (float)ij;
+    return s * sl2 - slope2 * (float)ij;
+}
+
+/* A soft cap's derivative 1 - t^2, t = tanh(s scale / cap), at a probability p = exp2(x - lse2)
+ * of the backward: neither kernel keeps s beside p, so t comes back from p (cap log2(e) t =
+ * log2 p + lse2 + slope2 (i - j)); one rule for the dk/dv and the dq kernels, so the fused dq's
+ * dS is the dq kernel's. 0 where p is 0 (its dS is 0 whatever the factor). */
+__device__ __forceinline__ float att_cap_grad(float p, float lse2, float slope2, int ij,
+                                              const att_var &v) {
+    if (!(p > 0.0f)) return 0.0f;
+    const float t = (log2f(p) + lse2 + slope2 * (float)ij) / (v.cap * kLog2e);
+    return 1.0f - t * t;
 }
 
 /* p[0], p[1] += x, y (bf16 pair: read, add in fp32, round once); set: p[0], p[1] = 0 + x, 0 + y
@@ -383,13 +422,13 @@ __device__ __forceinline__ void head_rows(const bf16 *&q, const bf16 *&k, const 
  * place, with x = s sl2 - slope2 (i - j) masked to lo <= j <= i (no mask when full: the tile lies
  * left of the diagonal, right of every row's segment start and before kend); the running maxima m and this
  * thread's column sums l of its rows a (elements 0, 1) and b (2, 3) are updated and o (NO n-tiles)
- * rescaled. */
+ * rescaled. v: the soft cap (att_fwd_logit). */
 template <int MS, int BC, int NO>
 __device__ __forceinline__ void
 flash_softmax_tile(float (&s)[MS][BC / 8][4], float (&o)[MS][NO][4], float (&m_a)[MS],
                    float (&m_b)[MS], float (&l_a)[MS], float (&l_b)[MS], const int (&ia)[MS],
                    const int (&ib)[MS], const int (&lo_a)[MS], const int (&lo_b)[MS], int j0,
-                   bool full, float sl2, float slope2, int kend, int t4) {
+                   bool full, float sl2, float slope2, int kend, int t4, const att_var &v) {
     /* mask, scale, ALiBi; every (i, j) allowed when the tile lies left of the diagonal and
      * right of every row's segment start (columns past T lie right of the diagonal) */
 #pragma unroll
@@ -401,7 +440,7 @@ flash_softmax_tile(float (&s)[MS][BC / 8][4], float (&o)[MS][NO][4], float (&m_a
             for (int e = 0; e < 4; e++) {
                 const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
                 const int lo = e < 2 ? lo_a[m] : lo_b[m];
-                float x = s[m][nt][e] * sl2 - slope2 * (float)(i - j);
+                float x = att_fwd_logit(s[m][nt][e], sl2, slope2, i - j, v);
                 if (!full && (j > i || j < lo || j >= kend)) x = -INFINITY;
                 s[m][nt][e] = x;
                 if (e < 2)
@@ -444,13 +483,24 @@ flash_softmax_tile(float (&s)[MS][BC / 8][4], float (&o)[MS][NO][4], float (&m_a
     }
 }
 
+/* A sink (log2 units, sk) joins a row's denominator: its maximum m becomes max(m, sk), its sum
+ * l (quad-summed) l 2^(m - m') + 2^(sk - m'); *w the factor its o then takes, 2^(m - m'). */
+__device__ __forceinline__ void flash_sink(float &m, float &l, float &w, float sk) {
+    const float mn = fmaxf(m, sk);
+    w = exp2f(m - mn); /* m = -inf (no key seen): 0 */
+    l = l * w + exp2f(sk - mn);
+    m = mn;
+}
+
 /* The forward kernels' end: out rows ia, ib (this thread's of each slab; rows >= T skipped) =
- * o / l, lse = (m + log2 l) ln 2, the row sums l first summed over the quad's 4 threads. */
+ * o / l, lse = (m + log2 l) ln 2, the row sums l first summed over the quad's 4 threads; with
+ * sinks (NH bf16, natural units, or NULL) head h's sink joins each row's sum first (flash_sink). */
 template <int MS, int HS>
 __device__ __forceinline__ void
-flash_store_rows(bf16 *out, float *lse, const float (&o)[MS][HS / 8][4], const float (&m_a)[MS],
-                 const float (&m_b)[MS], const float (&l_a)[MS], const float (&l_b)[MS],
-                 const int (&ia)[MS], const int (&ib)[MS], int b, int h, int T, int NH, int t4) {
+flash_store_rows(bf16 *out, float *lse, const float (&o)[MS][HS / 8][4], float (&m_a)[MS],
+                 float (&m_b)[MS], const float (&l_a)[MS], const float (&l_b)[MS],
+                 const int (&ia)[MS], const int (&ib)[MS], int b, int h, int T, int NH, int t4,
+                 const bf16 *sinks) {
     const int C = NH * HS;
 #pragma unroll
     for (int m = 0; m < MS; m++) {
@@ -459,9 +509,15 @@ flash_store_rows(bf16 *out, float *lse, const float (&o)[MS][HS / 8][4], const f
         la += __shfl_xor_sync(0xffffffffu, la, 2);
         lb += __shfl_xor_sync(0xffffffffu, lb, 1);
         lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+        float wa = 1.0f, wb = 1.0f;
+        if (sinks) {
+            const float sk = __bfloat162float(sinks[h]) * kLog2e;
+            flash_sink(m_a[m], la, wa, sk);
+            flash_sink(m_b[m], lb, wb, sk);
+        }
         /* a row < T saw its diagonal, so l >= 1, unless keys past kend are masked: a row that
          * saw none writes 0 (and lse -inf) */
-        const float inv_a = la > 0.0f ? 1.0f / la : 0.0f, inv_b = lb > 0.0f ? 1.0f / lb : 0.0f;
+        const float inv_a = la > 0.0f ? wa / la : 0.0f, inv_b = lb > 0.0f ? wb / lb : 0.0f;
         bf16 *oa = out + ((size_t)b * T + ia[m]) * C + (size_t)h * HS + 2 * t4;
         bf16 *ob = oa + 8 * (size_t)C;
 #pragma unroll
@@ -537,7 +593,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_flash_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
                                    const bf16 *__restrict__ qkv, const float *__restrict__ slopes,
                                    const int32_t *__restrict__ seq, int T, int kend, int NH,
-                                   int KVH, float sl2) {
+                                   int KVH, float sl2, att_var av) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BR = Tl::FWD_BR, BC = Tl::FWD_BC, LD = WG ? HS : Tl::LD; /* a tile row */
     static_assert(BR == 16 * MS * ATT_WARPS, "MS 16-row slabs per warp");
@@ -556,7 +612,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
     load_tile_async<WG, BR, HS>(sQ, q, ld, i0, T);
     cp_async_commit();
-    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
+    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T, av.window);
     const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
     const int jlast = min(ilast, kend - 1); /* (no tile: every row's keys lie past kend) */
     const int ntiles = jlast >= jstart ? (jlast - jstart) / BC + 1 : 0;
@@ -597,7 +653,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
         flash_softmax_tile<MS, BC, HS / 8>(s, o, m_a, m_b, l_a, l_b, ia, ib, lo_a, lo_b, j0,
                                           j0 + BC - 1 <= i0 && j0 >= lo_max && j0 + BC <= kend,
-                                          sl2, slope2, kend, t4);
+                                          sl2, slope2, kend, t4, av);
 
         cp_async_wait<0>(); /* V of this tile */
         if constexpr (WG) fence_proxy_async();
@@ -622,7 +678,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 
     if (ntiles == 0) cp_async_wait<0>(); /* the first tiles' loads, unused */
-    flash_store_rows<MS, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4);
+    flash_store_rows<MS, HS>(out, lse, o, m_a, m_b, l_a, l_b, ia, ib, b, h, T, NH, t4, av.sinks);
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
@@ -636,7 +692,7 @@ template <int MS, int BQ>
 __device__ __forceinline__ void
 bwd_kv_probs(float (&p)[MS][BQ / 8][4], const int (&ja)[MS], const int (&jb)[MS],
              const int (&hi_a)[MS], const int (&hi_b)[MS], int it0, bool full, float sl2,
-             float slope2, const float *tl, int t4) {
+             float slope2, const float *tl, int t4, const att_var &v) {
 #pragma unroll
     for (int m = 0; m < MS; m++)
 #pragma unroll
@@ -645,24 +701,33 @@ bwd_kv_probs(float (&p)[MS][BQ / 8][4], const int (&ja)[MS], const int (&jb)[MS]
             for (int e = 0; e < 4; e++) {
                 const int c = nt * 8 + 2 * t4 + (e & 1), i = it0 + c;
                 const int j = e < 2 ? ja[m] : jb[m], hi = e < 2 ? hi_a[m] : hi_b[m];
-                float x = att_bwd_logit(p[m][nt][e], sl2, slope2, i - j, tl[c]);
+                float x = att_bwd_logit(p[m][nt][e], sl2, slope2, i - j, tl[c], v);
                 if (!full && (j > i || i >= hi)) x = -INFINITY;
                 p[m][nt][e] = exp2f(x);
             }
 }
 
-/* dS^T = P^T (dP^T - D): ds holds dP^T (keys x queries), tD the tile's D */
+/* dS^T = P^T (dP^T - D): ds holds dP^T (keys x queries), tD the tile's D; with a soft cap times
+ * its derivative (att_cap_grad; ja, jb this thread's keys, it0 the tile's first query, tl its
+ * lse in log2 units) */
 template <int MS, int BQ>
 __device__ __forceinline__ void bwd_kv_ds(float (&ds)[MS][BQ / 8][4],
                                           const float (&p)[MS][BQ / 8][4], const float *tD,
-                                          int t4) {
+                                          int t4, const int (&ja)[MS], const int (&jb)[MS],
+                                          int it0, const float *tl, float slope2,
+                                          const att_var &v) {
 #pragma unroll
     for (int m = 0; m < MS; m++)
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                ds[m][nt][e] = p[m][nt][e] * (ds[m][nt][e] - tD[nt * 8 + 2 * t4 + (e & 1)]);
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + 2 * t4 + (e & 1);
+                ds[m][nt][e] = p[m][nt][e] * (ds[m][nt][e] - tD[c]);
+                if (v.cap > 0.0f)
+                    ds[m][nt][e] *= att_cap_grad(p[m][nt][e], tl[c], slope2,
+                                                 it0 + c - (e < 2 ? ja[m] : jb[m]), v);
+            }
 }
 
 /* the dk/dv kernels' end: dk scale and dv of this thread's keys ja, jb (< T) added into the key
@@ -708,14 +773,15 @@ __device__ __forceinline__ void bwd_q_row_stats(float (&lse_a)[MS], float (&lse_
 }
 
 /* dS = P (dP - D) of a key tile from j0 (the dq kernels): s holds q_i.k_j, dp dP (queries x
- * keys); s becomes dS, masked to lo(i) <= j <= i, j < kend and i < T (no mask when full) */
+ * keys); s becomes dS, masked to lo(i) <= j <= i, j < kend and i < T (no mask when full); with a
+ * soft cap times its derivative (att_cap_grad, as bwd_kv_ds) */
 template <int MS, int BC>
 __device__ __forceinline__ void
 bwd_q_ds(float (&s)[MS][BC / 8][4], const float (&dp)[MS][BC / 8][4], const int (&ia)[MS],
          const int (&ib)[MS], const int (&lo_a)[MS], const int (&lo_b)[MS],
          const float (&lse_a)[MS], const float (&lse_b)[MS], const float (&d_a)[MS],
          const float (&d_b)[MS], int j0, bool full, int T, float sl2, float slope2, int kend,
-         int t4) {
+         int t4, const att_var &v) {
 #pragma unroll
     for (int m = 0; m < MS; m++)
 #pragma unroll
@@ -724,10 +790,12 @@ bwd_q_ds(float (&s)[MS][BC / 8][4], const float (&dp)[MS][BC / 8][4], const int 
             for (int e = 0; e < 4; e++) {
                 const int j = j0 + nt * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia[m] : ib[m];
                 const int lo = e < 2 ? lo_a[m] : lo_b[m];
-                float x = att_bwd_logit(s[m][nt][e], sl2, slope2, i - j,
-                                        e < 2 ? lse_a[m] : lse_b[m]);
+                const float l2 = e < 2 ? lse_a[m] : lse_b[m];
+                float x = att_bwd_logit(s[m][nt][e], sl2, slope2, i - j, l2, v);
                 if (!full && (j > i || j < lo || i >= T || j >= kend)) x = -INFINITY;
-                s[m][nt][e] = exp2f(x) * (dp[m][nt][e] - (e < 2 ? d_a[m] : d_b[m]));
+                const float p = exp2f(x);
+                s[m][nt][e] = p * (dp[m][nt][e] - (e < 2 ? d_a[m] : d_b[m]));
+                if (v.cap > 0.0f) s[m][nt][e] *= att_cap_grad(p, l2, slope2, i - j, v);
             }
 }
 
@@ -875,9 +943,10 @@ __device__ __forceinline__ int start_ticket(int *ticket, int *s) {
  * spin_wait_eq) until the counter says the kb_top - kb blocks above it, up to kb_top, the block
  * holding the tile's first query, have added, adds (dq_fused_step), and releases the counter + 1
  * after a barrier. The last block in the order (the one below does not reach the tile: kb = 0,
- * or the document of key j0 - 1 ends at or before the tile) writes dq instead; each counter ends
- * at its tile's number of blocks. A block's place comes from a start ticket (turns[0], one
- * atomicAdd as it starts), not from blockIdx: tickets in a (key/value head, sequence) group go to
+ * or the document of key j0 - 1 ends at or before the tile, or with a window W its band: hi(j0 - 1)
+ * is hi(j0) - 1 where the band, not the document, bounds hi(j0) = j0 + W) writes dq instead; each
+ * counter ends at its tile's number of blocks. A block's place comes from a start ticket
+ * (turns[0], one atomicAdd as it starts), not from blockIdx: tickets in a (key/value head, sequence) group go to
  * key blocks from the highest down, so a block only ever waits for blocks that have started,
  * whatever order the GPU starts them in, and a waiting block never holds back one it waits for.
  * Causal order makes the waits short: block kb reaches a tile BK/BQ steps after block kb + 1 did
@@ -895,7 +964,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int kend, int NH,
     int KVH, float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ turns,
-    int nqt) {
+    int nqt, att_var av) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = WG ? HS : Tl::LD; /* a tile row */
     const int C = NH * HS, grp = NH / KVH;
@@ -923,7 +992,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     load_tile_async<WG, BK, HS>(sK, k, ld, j0, T);
     load_tile_async<WG, BK, HS>(sV, v, ld, j0, T);
     cp_async_commit();
-    segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T);
+    segment_ends<BK>(s_hi, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, j0, T, av.window);
     const int hi_min = s_hi[0], i_end = s_hi[BK - 1]; /* queries j0 <= i < i_end (<= T) */
     /* the query tiles from iq0: j0's, or (kend < T: the rows before kend are keys only) the one
      * holding row kend; none when every key's queries end before it */
@@ -932,8 +1001,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     /* FUSED: hi of key j0 - 1 (the block below reaches tile it0 iff it0 < hi_below), 0 for kb 0 */
     int hi_below = 0;
     if constexpr (FUSED) {
-        const int32_t *sqb = seq ? seq + (size_t)b * T : nullptr;
-        hi_below = kb == 0 ? 0 : sqb && sqb[j0 - 1] != sqb[j0] ? j0 : hi_min;
+        const int32_t *sqb = seq ? seq + (size_t)b * T : nullptr, wb = hi_min == j0 + av.window;
+        hi_below = kb == 0 ? 0 : sqb && sqb[j0 - 1] != sqb[j0] ? j0 : hi_min - wb;
     }
 
     /* step st = (query head h0 + st / nq, query tile st % nq) into buffer u: Q, dO
@@ -994,14 +1063,14 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
         }
         bwd_kv_probs<MS, BQ>(p, ja, jb, hi_a, hi_b, it0,
                              j0 + BK - 1 <= it0 && it0 + BQ <= hi_min /* hi_min <= T */, sl2,
-                             slope2, tl, t4);
+                             slope2, tl, t4, av);
         if constexpr (WG) {
             /* dV += P^T dO issued, dS^T made while it runs, then dK += dS^T Q (dO and Q as
              * MN-major B: their rows are K) */
             const uint64_t dq_m = wg_desc_mnmajor<HS>(sQ), dg_m = wg_desc_mnmajor<HS>(sG);
             uint32_t pa[BQ / 16][4], da[BQ / 16][4];
             wg_regs_product<HS, BQ>(dv[0], pa, p[0], dg_m);
-            bwd_kv_ds<MS, BQ>(ds, p, tD, t4);
+            bwd_kv_ds<MS, BQ>(ds, p, tD, t4, ja, jb, it0, tl, slope2, av);
             wg_regs_product<HS, BQ>(dk[0], da, ds[0], dq_m);
             wgmma_wait<0>();
             wgmma_fence_operand(dv[0]);
@@ -1009,7 +1078,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
         } else {
             warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(ds, sV, r0, sG, lane); /* dP^T = V dO^T */
             warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dv, p, sG, lane);        /* dV += P^T dO */
-            bwd_kv_ds<MS, BQ>(ds, p, tD, t4);
+            bwd_kv_ds<MS, BQ>(ds, p, tD, t4, ja, jb, it0, tl, slope2, av);
             warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
         }
         if constexpr (FUSED) {
@@ -1062,7 +1131,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
     bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
     const float *__restrict__ lse, const float *__restrict__ Dsum,
     const float *__restrict__ slopes, const int32_t *__restrict__ seq, int T, int kend, int NH,
-    int KVH, float scale, float sl2, bool set) {
+    int KVH, float scale, float sl2, bool set, att_var av) {
     using Tl = att_tiles<HS, MS>;
     constexpr int BR = Tl::DQ_BR, BC = Tl::DQ_BC, LD = WG ? HS : Tl::LD; /* a tile row */
     const int C = NH * HS;
@@ -1086,7 +1155,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
     load_tile_async<WG, BR, HS>(sQ, q, ld, i0, T);
     load_tile_async<WG, BR, HS>(sG, go, (size_t)C, i0, T);
     cp_async_commit();
-    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T);
+    segment_starts<BR>(s_lo, s_seq, s_red, seq ? seq + (size_t)b * T : nullptr, i0, T, av.window);
     const int jstart = s_lo[0], lo_max = s_lo[BR - 1], ilast = min(i0 + BR, T) - 1;
     const int jlast = min(ilast, kend - 1); /* (no tile: every row's keys lie past kend) */
     const int ntiles = jlast >= jstart ? (jlast - jstart) / BC + 1 : 0;
@@ -1149,7 +1218,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
         /* rows past T are masked too (their lse and D are stand-ins) */
         bwd_q_ds<MS, BC>(s, dp, ia, ib, lo_a, lo_b, lse_a, lse_b, d_a, d_b, j0,
                          j0 + BC - 1 <= i0 && j0 >= lo_max && i0 + BR <= T && j0 + BC <= kend, T,
-                         sl2, slope2, kend, t4);
+                         sl2, slope2, kend, t4, av);
         if constexpr (WG) {
             uint32_t da[BC / 16][4];
             wg_regs_product<HS, BC>(dq[0], da, s[0], desc_km); /* dQ += dS K */
@@ -1182,6 +1251,20 @@ static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
     TCU_REQUIRE(tcu_attention_head_size_ok(hs), what,
                 tcu_msg("head size hs = %d (NH=%d) has no kernel: " TCU_ATTENTION_HEAD_SIZES, hs,
                         NH));
+}
+
+/* the kernels' att_var of a layer's tsr_attn_var (NULL: none) for head size hs: its scale
+ * (1/sqrt(hs) unless given), window (>= 0), soft cap (>= 0) and sinks */
+static att_var att_var_of(const tsr_attn_var *var, int hs, const char *what) {
+    att_var v = {0, 0.0f, 1.0f / sqrtf((float)hs), nullptr};
+    if (!var) return v;
+    TCU_REQUIRE(var->window >= 0 && var->softcap >= 0.0f && var->scale >= 0.0f, what,
+                tcu_msg("window = %d, softcap = %g, scale = %g: expected none negative",
+                        var->window, (double)var->softcap, (double)var->scale));
+    v.window = var->window, v.cap = var->softcap;
+    v.sinks = reinterpret_cast<const bf16 *>(var->sinks); /* bf16 on this backend (cuda_ops.h) */
+    if (var->scale > 0.0f) v.scale = var->scale;
+    return v;
 }
 
 /* a kernel's dynamic shared-memory limit = bytes (needed past the default 48 KB; set always, so
@@ -1305,10 +1388,9 @@ static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
 /* the forward's launch: MS slabs a warp, or (WG) on wgmma with MS = 1 */
 template <int HS, int MS, bool WG>
 static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                                 const float *slopes, const int32_t *seq, int B, int T, int kend,
-                                 int NH, int KVH, cudaStream_t st) {
+                                 const float *slopes, const int32_t *seq, const att_var &av,
+                                 int B, int T, int kend, int NH, int KVH, cudaStream_t st) {
     using Tl = att_tiles<HS, MS>;
-    const float scale = 1.0f / sqrtf((float)HS);
     const size_t smem = WG ? Tl::fwd_smem_cm : Tl::fwd_smem;
     auto kernel = attention_forward_flash_kernel<HS, MS, WG>;
     att_smem_limit((const void *)kernel, smem,
@@ -1317,7 +1399,7 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     const dim3 grid((unsigned)att_query_tiles(T, kend, Tl::FWD_BR), (unsigned)NH, (unsigned)B);
     kernel<<<grid, ATT_THREADS, smem, st>>>(reinterpret_cast<bf16 *>(out), lse,
                                             reinterpret_cast<const bf16 *>(qkv), slopes, seq, T,
-                                            kend, NH, KVH, scale * kLog2e);
+                                            kend, NH, KVH, av.scale * kLog2e, av);
     TCU_CHECK_LAUNCH(WG ? "tcu_attention_forward (wgmma)" : "tcu_attention_forward");
 }
 
@@ -1329,14 +1411,22 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
                                       int NH, int KVH, int hs, tcu_stream s) {
-    tcu_attention_forward_keys(out, lse, qkv, alibi_slopes, seq, B, T, T, NH, KVH, hs, s);
+    tcu_attention_forward_keys(out, lse, qkv, alibi_slopes, seq, nullptr, B, T, T, NH, KVH, hs, s);
+}
+
+/* tcu_attention_forward with the layer's variants (cuda_ops.h) */
+extern "C" void tcu_attention_forward_var(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                                          const float *alibi_slopes, const int32_t *seq,
+                                          const tsr_attn_var *var, int B, int T, int NH, int KVH,
+                                          int hs, tcu_stream s) {
+    tcu_attention_forward_keys(out, lse, qkv, alibi_slopes, seq, var, B, T, T, NH, KVH, hs, s);
 }
 
 /* tcu_attention_forward with the keys at kend.. masked (cuda_internal.h) */
 extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                                           const float *alibi_slopes, const int32_t *seq, int B,
-                                           int T, int kend, int NH, int KVH, int hs,
-                                           tcu_stream s) {
+                                           const float *alibi_slopes, const int32_t *seq,
+                                           const tsr_attn_var *var, int B, int T, int kend,
+                                           int NH, int KVH, int hs, tcu_stream s) {
     const char *what = "tcu_attention_forward";
     att_check(what, B, T, NH, KVH, hs);
     TCU_REQUIRE(kend >= 1 && kend <= T, what, tcu_msg("kend = %d: expected 1..T = %d", kend, T));
@@ -1344,10 +1434,11 @@ extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_
     TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), what,
                 "qkv and out must be 16-byte aligned");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
+    const att_var av = att_var_of(var, hs, what);
     const bool two = tcu_attention_warp_rows(hs) == 32;
     const bool wg = tcu_attention_wgmma(hs);
 #define ATT_FWD(HS, MS, WG)                                                                        \
-    attention_forward_hs<HS, MS, WG>(out, lse, qkv, alibi_slopes, seq, B, T, kend, NH, KVH, st)
+    attention_forward_hs<HS, MS, WG>(out, lse, qkv, alibi_slopes, seq, av, B, T, kend, NH, KVH, st)
     if (hs == 64 && wg) ATT_FWD(64, 1, true);
     else if (hs == 128 && wg) ATT_FWD(128, 1, true);
     else if (hs == 32 && two) ATT_FWD(32, 2, false);
@@ -1377,16 +1468,48 @@ static void att_rowdot(float *D, const bf16 *g, const tsr_bf16 *out, int B, int 
     TCU_CHECK_LAUNCH("tcu_attention_backward: rowsum(dout * out)");
 }
 
+/* dsinks[h] += -sum_{b,i} exp(sinks[h] - lse[b,h,i]) D[b,h,i]: each row's sink probability
+ * times D_i = dout_i . out_i (the sink's logit is a constant: its gradient is -p_sink D).
+ * One block per head, thread t summing rows t, t + 256, ... in order, then a fixed tree. */
+__global__ void __launch_bounds__(256)
+    attention_sink_grad_kernel(float *__restrict__ dsinks, const bf16 *__restrict__ sinks,
+                               const float *__restrict__ lse, const float *__restrict__ D, int B,
+                               int T, int NH) {
+    __shared__ float red[256];
+    const int h = blockIdx.x;
+    const float sk = __bfloat162float(sinks[h]);
+    float acc = 0.0f;
+    for (long r = threadIdx.x; r < (long)B * T; r += 256) {
+        const size_t at = ((size_t)(r / T) * NH + h) * T + (size_t)(r % T);
+        acc -= expf(sk - lse[at]) * D[at];
+    }
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dsinks[h] += red[0];
+}
+
+/* the sink gradients from lse and the D the backward left at the start of its scratch */
+static void att_sink_grads(float *dsinks, const bf16 *sinks, const float *lse, const float *D,
+                           int B, int T, int NH, cudaStream_t st) {
+    attention_sink_grad_kernel<<<NH, 256, 0, st>>>(dsinks, sinks, lse, D, B, T, NH);
+    TCU_CHECK_LAUNCH("tcu_attention_backward: the sink gradients");
+}
+
 /* the backward's launches: D, then dk/dv per key block and dq per query block (or, with the
  * fused dq, dk/dv/dq in one kernel), MS slabs a warp, or (WG, never fused) on wgmma with MS = 1 */
 template <int HS, int MS, bool WG>
 static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
                                   const tsr_bf16 *out, const float *lse, const float *slopes,
-                                  const int32_t *seq, void *scratch, int B, int T, int kend,
-                                  int NH, int KVH, bool set, bool fused, cudaStream_t st) {
+                                  const int32_t *seq, const att_var &av, void *scratch, int B,
+                                  int T, int kend, int NH, int KVH, bool set, bool fused,
+                                  cudaStream_t st) {
     using Tl = att_tiles<HS, MS>;
     const char *what = "tcu_attention_backward";
-    const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * kLog2e;
+    const float scale = av.scale, sl2 = scale * kLog2e;
     bf16 *dq = reinterpret_cast<bf16 *>(dqkv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *x = reinterpret_cast<const bf16 *>(qkv);
     float *D = static_cast<float *>(scratch);
@@ -1411,7 +1534,7 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
                            "tcu_attention_backward: shared memory (dk, dv, dq)");
             kv<<<gkv, ATT_THREADS, Tl::kv_fused_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, T,
                                                             NH, KVH, scale, sl2, set, dqacc,
-                                                            turns, L.nqt);
+                                                            turns, L.nqt, av);
             TCU_CHECK_LAUNCH(what);
             return;
         }
@@ -1422,7 +1545,7 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
                    WG ? "tcu_attention_backward: shared memory (dk, dv; wgmma)"
                       : "tcu_attention_backward: shared memory (dk, dv)");
     kv<<<gkv, ATT_THREADS, kv_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, kend, NH, KVH, scale,
-                                          sl2, set, nullptr, nullptr, 0);
+                                          sl2, set, nullptr, nullptr, 0, av);
     TCU_CHECK_LAUNCH(WG ? "tcu_attention_backward: dk, dv (wgmma)"
                         : "tcu_attention_backward: dk, dv");
 
@@ -1433,7 +1556,7 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
                       : "tcu_attention_backward: shared memory (dq)");
     const dim3 gq((unsigned)att_query_tiles(T, kend, Tl::DQ_BR), (unsigned)NH, (unsigned)B);
     qk<<<gq, ATT_THREADS, q_smem, st>>>(dq, g, x, lse, D, slopes, seq, T, kend, NH, KVH, scale,
-                                        sl2, set);
+                                        sl2, set, av);
     TCU_CHECK_LAUNCH(WG ? "tcu_attention_backward (wgmma)" : what);
 }
 
@@ -1448,8 +1571,19 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
                                        const float *alibi_slopes, const int32_t *seq,
                                        void *scratch, int B, int T, int NH, int KVH, int hs,
                                        tsr_grad_mode mode, tcu_stream s) {
-    tcu_attention_backward_keys(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, T,
-                                NH, KVH, hs, mode, s);
+    tcu_attention_backward_keys(dqkv, dout, qkv, out, lse, alibi_slopes, seq, nullptr, scratch, B,
+                                T, T, NH, KVH, hs, mode, s);
+}
+
+/* tcu_attention_backward with the layer's variants (cuda_ops.h): var->dsinks fp32 += */
+extern "C" void tcu_attention_backward_var(tsr_bf16 *dqkv, const tsr_bf16 *dout,
+                                           const tsr_bf16 *qkv, const tsr_bf16 *out,
+                                           const float *lse, const float *alibi_slopes,
+                                           const int32_t *seq, const tsr_attn_var *var,
+                                           void *scratch, int B, int T, int NH, int KVH, int hs,
+                                           tsr_grad_mode mode, tcu_stream s) {
+    tcu_attention_backward_keys(dqkv, dout, qkv, out, lse, alibi_slopes, seq, var, scratch, B, T,
+                                T, NH, KVH, hs, mode, s);
 }
 
 /* tcu_attention_backward with the keys at kend.. masked (cuda_internal.h): the fused dq only
@@ -1457,9 +1591,9 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
 extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout,
                                             const tsr_bf16 *qkv, const tsr_bf16 *out,
                                             const float *lse, const float *alibi_slopes,
-                                            const int32_t *seq, void *scratch, int B, int T,
-                                            int kend, int NH, int KVH, int hs, tsr_grad_mode mode,
-                                            tcu_stream s) {
+                                            const int32_t *seq, const tsr_attn_var *var,
+                                            void *scratch, int B, int T, int kend, int NH, int KVH,
+                                            int hs, tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_attention_backward";
     att_check(what, B, T, NH, KVH, hs);
     TCU_REQUIRE(kend >= 1 && kend <= T, what, tcu_msg("kend = %d: expected 1..T = %d", kend, T));
@@ -1472,9 +1606,12 @@ extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
     const bool fused = att_dq_fused && kend == T, wg = tcu_attention_wgmma(hs) && !fused;
+    const att_var av = att_var_of(var, hs, what);
+    TCU_REQUIRE(!(av.sinks && var->dsinks && kend < T), what,
+                "sink gradients with keys masked from kend: the ring takes them (cuda_ring.cu)");
 #define ATT_BWD(HS, MS, WG)                                                                        \
-    attention_backward_hs<HS, MS, WG>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, scratch, B, T, \
-                                      kend, NH, KVH, set, fused, st)
+    attention_backward_hs<HS, MS, WG>(dqkv, dout, qkv, out, lse, alibi_slopes, seq, av, scratch,   \
+                                      B, T, kend, NH, KVH, set, fused, st)
     if (hs == 64 && wg) ATT_BWD(64, 1, true);
     else if (hs == 128 && wg) ATT_BWD(128, 1, true);
     else if (hs == 32 && two) ATT_BWD(32, 2, false);
@@ -1483,4 +1620,7 @@ extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout
     else if (hs == 64) ATT_BWD(64, 1, false);
     else ATT_BWD(128, 1, false);
 #undef ATT_BWD
+    if (av.sinks && var->dsinks)
+        att_sink_grads(var->dsinks, av.sinks, lse, static_cast<const float *>(scratch), B, T, NH,
+                       st);
 }

@@ -189,15 +189,18 @@ bool tcu_norm_backward_warp_rows(bool rms, bf16 *dinp, float *partial, const bf1
  * with kend < T, kend rounded down to the largest query tile (128 rows): the caller makes the
  * rows from it to kend finite, and the rows before it are never read as queries. */
 extern "C" int tcu_attention_keys_row0(int kend, int T);
+/* var: the layer's variants (tcu_attention_forward_var), or NULL; the ring gives no sinks here
+ * (it merges the sink itself, cuda_ring.cu), and the backward refuses sink gradients with
+ * kend < T. */
 extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
-                                           const float *alibi_slopes, const int32_t *seq, int B,
-                                           int T, int kend, int NH, int KVH, int hs,
-                                           tcu_stream s);
+                                           const float *alibi_slopes, const int32_t *seq,
+                                           const tsr_attn_var *var, int B, int T, int kend,
+                                           int NH, int KVH, int hs, tcu_stream s);
 extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout,
                                             const tsr_bf16 *qkv, const tsr_bf16 *out,
                                             const float *lse, const float *alibi_slopes,
-                                            const int32_t *seq, void *scratch, int B, int T,
-                                            int kend, int NH, int KVH, int hs, tsr_grad_mode mode,
-                                            tcu_stream s);
+                                            const int32_t *seq, const tsr_attn_var *var,
+                                            void *scratch, int B, int T, int kend, int NH, int KVH,
+                                            int hs, tsr_grad_mode mode, tcu_stream s);
 
 #endif

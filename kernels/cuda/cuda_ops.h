@@ -317,6 +317,31 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
                             const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
                             int hs, tsr_grad_mode mode, tcu_stream s);
+/* ---- attention variants (issue 67, cuattn67; docs/cuda.md "Attention variants") ----
+ * tcu_attention_forward / _backward / _decode with a layer's variants (ops.h tsr_attn_var, or
+ * NULL: the calls above): a sliding window W (row i sees keys i - W + 1 .. i, with the causal and
+ * the segment masks; the kernels never visit a key tile wholly left of the band), the score
+ * scale (var->scale > 0: instead of 1/sqrt(hs)), the soft cap (var->softcap > 0: s = cap tanh(s
+ * scale / cap) before ALiBi and the softmax) and sinks (NH bf16 on the device, the weights' bf16
+ * copy: var->sinks, typed float * for the CPU's fp32, is read as tsr_bf16 here; e^sink_h joins
+ * each row's softmax denominator, so lse counts it; the backward adds var->dsinks[h] +=
+ * -sum_rows exp(sink_h - lse) D, fp32, when var->dsinks is given). The decode's cache is a ring
+ * of cap positions (position p at index p % cap: a sliding layer's cap is its window). */
+void tcu_attention_forward_var(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                               const float *alibi_slopes, const int32_t *seq,
+                               const tsr_attn_var *var, int B, int T, int NH, int KVH, int hs,
+                               tcu_stream s);
+void tcu_attention_backward_var(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                                const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
+                                const int32_t *seq, const tsr_attn_var *var, void *scratch, int B,
+                                int T, int NH, int KVH, int hs, tsr_grad_mode mode, tcu_stream s);
+void tcu_attention_decode_var(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
+                              const float *alibi_slopes, const tsr_attn_var *var,
+                              const int32_t *slot, const int32_t *pos, const int32_t *seg, int p0,
+                              int seg0, int n, size_t slot_stride, int cap, int NH, int KVH,
+                              int hs, tcu_stream s);
+/* ---- end of attention variants ---- */
+
 /* Ring attention's blocks (context parallelism: ops.h tsr_ring_block and its ring_forward,
  * ring_backward; src/model/model_ring.c), on the attention kernels above (kernels/cuda/
  * cuda_ring.cu): the block's q and kv bf16 (rows 16-byte aligned), lo (B,T) int32 or NULL; acc,
@@ -340,7 +365,8 @@ void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size
  * qkv (n, QKV) bf16, row i the next token of the sequence in cache slot slot[i] at cache position
  * pos[i], its segment from seg[i] (slot, pos, seg device arrays, or NULL: slot 0, position
  * p0 + i, segment seg0: a chunk of one sequence). Stores each row's key and value into its slot
- * (kt (KVH, hs, cap) keys transposed, v (KVH, cap, hs) bf16; slots slot_stride elements apart),
+ * (kt (KVH, hs, cap) keys transposed, v (KVH, cap, hs) bf16; slots slot_stride elements apart;
+ * position p at index p % cap, a ring: tcu_attention_decode_var below),
  * then out (n, NH*hs) bf16 = attention of each row over positions seg..pos, fp32 scores and
  * softmax. Each (row, head) is one block with a fixed reduction order: a row's output does not
  * depend on the other rows. Needs (cap + hs + 32) floats of shared memory per block. */

@@ -24,6 +24,14 @@
  * ring_add_rows_kernel adds its query rows' dq and its key rows' dk, dv into the fp32 sums. The
  * elementwise kernels: a warp per row (the merge) or a thread per row or element (the others),
  * fixed orders, no atomics: deterministic.
+ * Variants (ops.h tsr_attn_var in k->var, cpu_ring.c's maths; docs/cuda.md "Attention variants"):
+ * the scale and the soft cap go to the kernels as they are; a window W goes as W - delta, the
+ * band in the rows' distances (a query row's position minus a key row's is delta more than
+ * theirs), so the kernels' band is the whole sequence's; the sinks do not go to the kernels: the
+ * merge starts a row's first block (merge = 0) from its sink's logit, so e^sink counts once in
+ * the merged log-sum-exp, and the backward's probabilities (from that lse) are right as they are;
+ * the block the caller marks (sink_grad) adds each row's -exp(sink - lse) D to dsinks
+ * (ring_sink_grad_kernel).
  */
 #include <cmath>
 
@@ -35,6 +43,20 @@ struct ring_seq {
     int delta; /* ALiBi: the whole sequence's distance minus the rows' */
     int z0;    /* the key rows z0..qrow0 - 1 are read as queries (zeroed), those before never */
 };
+
+/* The variants the kernels take for block k (ring_seq q): no sinks, the window as W - delta */
+static tsr_attn_var ring_var_of(const tsr_ring_block *k, const ring_seq &q, const char *what) {
+    tsr_attn_var v = *k->var;
+    v.sinks = nullptr, v.dsinks = nullptr;
+    if (v.window > 0) {
+        v.window -= q.delta;
+        TCU_REQUIRE(v.window >= 1, what,
+                    tcu_msg("a block of queries from %d and keys %d..%d lies wholly outside the "
+                            "window of %d: the caller skips it (model_ring.c block_seen)",
+                            k->qoff, k->koff, k->koff + k->Tk - 1, k->var->window));
+    }
+    return v;
+}
 
 static ring_seq ring_seq_of(const tsr_ring_block *k, const char *what) {
     const bool diag = k->qoff == k->koff && k->Tq == k->Tk;
@@ -109,8 +131,8 @@ static void ring_lay_out(const ring_scratch &r, const tsr_ring_block *k, const r
  * off) merged into acc and lse by the log-sum-exp, or (first block) written. Every lane computes
  * the row's weights alike; lane 0 stores lse once all have read it. */
 __global__ void ring_merge_kernel(float *acc, float *lse, const bf16 *o, const float *l,
-                                  const float *slopes, int delta, int merge, int B, int NH,
-                                  int hs, int Tq, int Tp, int qrow0, int qbs) {
+                                  const float *slopes, const bf16 *sinks, int delta, int merge,
+                                  int B, int NH, int hs, int Tq, int Tp, int qrow0, int qbs) {
     const long row = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32; /* one per warp */
     const int lane = (int)(threadIdx.x & 31);
     if (row >= (long)B * NH * Tq) return;
@@ -120,15 +142,23 @@ __global__ void ring_merge_kernel(float *acc, float *lse, const bf16 *o, const f
     if (slopes) lb -= slopes[h] * (float)delta;
     float *a = acc + ((size_t)b * qbs + i) * C + (size_t)h * hs, *L = lse + ((size_t)b * NH + h) * qbs + i;
     const bf16 *ob = o + ((size_t)b * Tp + qrow0 + i) * C + (size_t)h * hs;
-    if (!merge) {
+    if (!merge && !sinks) {
         for (int d = lane; d < hs; d += 32) a[d] = __bfloat162float(ob[d]);
         if (lane == 0) *L = lb;
         return;
     }
-    if (lb == -INFINITY) return; /* the row sees none of the block's keys */
-    const float L0 = *L, m = fmaxf(L0, lb), w1 = expf(L0 - m), w2 = expf(lb - m);
+    /* with sinks a row's first block starts from out 0 and lse = its sink */
+    const float L0 = merge ? *L : __bfloat162float(sinks[h]);
+    if (lb == -INFINITY) { /* the row sees none of the block's keys */
+        if (merge) return;
+        for (int d = lane; d < hs; d += 32) a[d] = 0.0f;
+        if (lane == 0) *L = L0;
+        return;
+    }
+    const float m = fmaxf(L0, lb), w1 = expf(L0 - m), w2 = expf(lb - m);
     const float inv = 1.0f / (w1 + w2);
-    for (int d = lane; d < hs; d += 32) a[d] = (w1 * a[d] + w2 * __bfloat162float(ob[d])) * inv;
+    for (int d = lane; d < hs; d += 32)
+        a[d] = ((merge ? w1 * a[d] : 0.0f) + w2 * __bfloat162float(ob[d])) * inv;
     __syncwarp(); /* every lane has read L */
     if (lane == 0) *L = m + logf(w1 + w2);
 }
@@ -146,6 +176,33 @@ __global__ void ring_lse_kernel(float *l, const float *lse, const float *slopes,
         if (slopes) v += slopes[h] * (float)delta;
     }
     l[idx] = v;
+}
+
+/* dsinks[h] += -sum_{b, i < Tq} exp(sinks[h] - lse[b,h,i]) (dout_i . out_i) over the block's
+ * query rows (lse the merged one, rows qbs apart): one block per head, thread t summing rows t,
+ * t + 256, ... in order (each row's dot product over hs in order), then a fixed tree */
+__global__ void __launch_bounds__(256)
+    ring_sink_grad_kernel(float *dsinks, const bf16 *sinks, const float *lse, const bf16 *dout,
+                          const bf16 *out, int B, int NH, int hs, int Tq, int qbs) {
+    __shared__ float red[256];
+    const int h = blockIdx.x;
+    const size_t C = (size_t)NH * hs;
+    float acc = 0.0f;
+    for (long r = threadIdx.x; r < (long)B * Tq; r += 256) {
+        const int b = (int)(r / Tq), i = (int)(r % Tq);
+        const size_t row = ((size_t)b * qbs + i) * C + (size_t)h * hs;
+        float D = 0.0f;
+        for (int d = 0; d < hs; d++)
+            D = fmaf(__bfloat162float(dout[row + d]), __bfloat162float(out[row + d]), D);
+        acc -= expf(__bfloat162float(sinks[h]) - lse[((size_t)b * NH + h) * qbs + i]) * D;
+    }
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dsinks[h] += red[0];
 }
 
 /* dst[(b dbs + r) ldd + c] += src[(b sbs + r) lds + c] (bf16 widened), r < rows, c < width;
@@ -167,11 +224,14 @@ extern "C" void tcu_ring_forward(float *acc, float *lse, const tsr_ring_block *k
     const ring_scratch r = ring_scratch_at(scratch, k->B, q.Tp, k->NH, k->KVH, k->hs);
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     ring_lay_out(r, k, q, st, what);
-    tcu_attention_forward_keys(r.o, r.l, r.x, k->slopes, k->lo ? r.sq : nullptr, k->B, q.Tp,
-                               q.kend, k->NH, k->KVH, k->hs, s);
+    tsr_attn_var v = {};
+    if (k->var) v = ring_var_of(k, q, what);
+    tcu_attention_forward_keys(r.o, r.l, r.x, k->slopes, k->lo ? r.sq : nullptr,
+                               k->var ? &v : nullptr, k->B, q.Tp, q.kend, k->NH, k->KVH, k->hs, s);
     const long rows = (long)k->B * k->NH * k->Tq;
     ring_merge_kernel<<<tcu_blocks((size_t)rows * 32, 128), 128, 0, st>>>(
-        acc, lse, reinterpret_cast<const bf16 *>(r.o), r.l, k->slopes, q.delta, merge, k->B,
+        acc, lse, reinterpret_cast<const bf16 *>(r.o), r.l, k->slopes,
+        k->var ? reinterpret_cast<const bf16 *>(k->var->sinks) : nullptr, q.delta, merge, k->B,
         k->NH, k->hs, k->Tq, q.Tp, q.qrow0, k->qbs);
     TCU_CHECK_LAUNCH("tcu_ring_forward: the log-sum-exp merge");
 }
@@ -207,8 +267,18 @@ extern "C" void tcu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, co
     ring_lse_kernel<<<tcu_blocks(rows * NH, 256), 256, 0, st>>>(r.l, lse, k->slopes, q.delta, B,
                                                                 NH, q.Tp, q.qrow0, k->qbs);
     TCU_CHECK_LAUNCH("tcu_ring_backward: the log-sum-exp rows");
-    tcu_attention_backward_keys(r.dx, r.o, r.x, r.u, r.l, k->slopes, k->lo ? r.sq : nullptr, r.att,
-                                B, q.Tp, q.kend, NH, k->KVH, k->hs, TSR_GRAD_SET, s);
+    tsr_attn_var v = {};
+    if (k->var) v = ring_var_of(k, q, what);
+    tcu_attention_backward_keys(r.dx, r.o, r.x, r.u, r.l, k->slopes, k->lo ? r.sq : nullptr,
+                                k->var ? &v : nullptr, r.att, B, q.Tp, q.kend, NH, k->KVH, k->hs,
+                                TSR_GRAD_SET, s);
+    if (k->sink_grad && k->var && k->var->sinks && k->var->dsinks) {
+        ring_sink_grad_kernel<<<NH, 256, 0, st>>>(
+            k->var->dsinks, reinterpret_cast<const bf16 *>(k->var->sinks), lse,
+            reinterpret_cast<const bf16 *>(dout), reinterpret_cast<const bf16 *>(out), B, NH,
+            k->hs, k->Tq, k->qbs);
+        TCU_CHECK_LAUNCH("tcu_ring_backward: the sink gradients");
+    }
     ring_add_rows(dq, lddq, k->qbs, r.dx + (size_t)q.qrow0 * QKV, QKV, q.Tp, C, k->Tq, B, st);
     ring_add_rows(dkv, lddkv, k->kbs, r.dx + C, QKV, q.Tp, 2 * k->KVH * k->hs, k->Tk, B, st);
 }

@@ -24,7 +24,8 @@
  *     attention, tcu_init before the ops that need the context) exit 1 with
  *     "tessera cuda: WHAT: MSG (emulator)", as tcu_fail does;
  *   - attention backward reads the forward's lse (P = exp(s - lse)), as the real kernel does, so a
- *     stale lse shows; out is not read (the CPU op forms rowsum(dout * out) from P);
+ *     stale lse shows; out is not read (the CPU op forms rowsum(dout * out) from P), except for
+ *     the sinks' gradient, which reads it as the kernel does;
  *   - deterministic run to run, tokens_host or not (each output is made by one thread in a fixed
  *     order; sgemm for a fixed thread count, which the caller's cpu_ops_set_threads sets, never
  *     the emulator). Temporaries are host malloc, not counted as device memory.
@@ -1181,30 +1182,52 @@ static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* The layer's variants for the CPU ops: var (or NULL) with its sinks, bf16 on this backend
+ * (cuda_ops.h tcu_attention_forward_var), widened into *sk (NH floats; free it after), in *v */
+static const tsr_attn_var *emu_var(const tsr_attn_var *var, int NH, tsr_attn_var *v, float **sk,
+                                   const char *what) {
+    *sk = NULL;
+    if (!var) return NULL;
+    *v = *var;
+    if (var->sinks) {
+        *sk = host_alloc((size_t)NH * sizeof **sk, what);
+        widen_into(*sk, (const tsr_bf16 *)(const void *)var->sinks, (size_t)NH);
+        v->sinks = *sk;
+    }
+    return v;
+}
+
 /* Rows r = h*T + i of sequence b (x (T,QKV): its widened qkv, query head h reading key head
  * h / (NH/KVH)), over j in [lo(i), i], lo(i) the start of i's segment (run of equal ids in sq, or
- * 0), with s[i,j] = q_i . k_j / sqrt(hs) - slope (i - j) in fp32 (fma dot products, as the CPU
- * op): with lse_out, lse_out[b,h,i] = log sum_j exp(s[i,j]) (online, in double); else att
- * (NH,T,T) row r = exp(s[i,j] - lse[b,h,i]), exact zeros elsewhere */
+ * 0; with a window W, at least i - W + 1), with s[i,j] = c(q_i . k_j scale) - slope (i - j) in
+ * fp32 (fma dot products, as the CPU op; scale 1/sqrt(hs) or var's, c var's soft cap or none):
+ * with lse_out, lse_out[b,h,i] = log (sum_j exp(s[i,j]) + exp(sink_h)) (online, in double; the
+ * sink term with var's sinks only); else att (NH,T,T) row r = exp(s[i,j] - lse[b,h,i]), exact
+ * zeros elsewhere */
 static void att_rows(float *lse_out, float *att, const float *lse, const float *x,
-                     const float *slopes, const int32_t *sq, int *lo, int b, int T, int NH,
-                     int KVH, int hs) {
+                     const float *slopes, const int32_t *sq, const tsr_attn_var *var, int *lo,
+                     int b, int T, int NH, int KVH, int hs) {
     const size_t ld = (size_t)(NH + 2 * KVH) * hs;
-    const float scale = 1.0f / sqrtf((float)hs);
+    const float scale = var && var->scale > 0.0f ? var->scale : 1.0f / sqrtf((float)hs);
+    const float cap = var ? var->softcap : 0.0f;
+    const int W = var ? var->window : 0;
     lo[0] = 0;
     for (int i = 1; i < T; i++) lo[i] = !sq ? 0 : sq[i] == sq[i - 1] ? lo[i - 1] : i;
+    for (int i = 0; i < T && W > 0; i++) lo[i] = lo[i] > i - W + 1 ? lo[i] : i - W + 1;
 #pragma omp parallel for schedule(dynamic, 16)
     for (long r = 0; r < (long)NH * T; r++) {
         const int h = (int)(r / T), i = (int)(r % T), g = h / (NH / KVH);
         const float slope = slopes ? slopes[h] : 0.0f, *q = x + (size_t)i * ld + (size_t)h * hs;
         const size_t at = ((size_t)b * NH + h) * T + i;
-        double m = -INFINITY, sum = 0.0;
+        const int sink = var && var->sinks;
+        double m = sink ? var->sinks[h] : -INFINITY, sum = sink ? 1.0 : 0.0;
         if (!lse_out) memset(att + (size_t)r * T, 0, (size_t)T * sizeof *att);
         for (int j = lo[i]; j <= i; j++) {
             const float *k = x + (size_t)j * ld + (size_t)(NH + g) * hs;
             float dot = 0.0f;
             for (int d = 0; d < hs; d++) dot = fmaf(q[d], k[d], dot);
             float sj = scale * dot;
+            if (cap > 0.0f) sj = cap * tanhf(sj / cap);
             if (slope != 0.0f) sj -= slope * (float)(i - j);
             if (!lse_out) att[(size_t)r * T + j] = expf(sj - lse[at]);
             else if (sj > m) sum = sum * exp(m - sj) + 1.0, m = sj;
@@ -1214,14 +1237,25 @@ static void att_rows(float *lse_out, float *att, const float *lse, const float *
     }
 }
 
-/* One sequence at a time (att temporaries of NH*T*T): out = round(CPU attention_forward of the
- * widened qkv); lse[b,h,i] = log sum_{lo(i) <= j <= i} exp(s[i,j]) (att_rows) */
 void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                            const float *alibi_slopes, const int32_t *seq, int B, int T, int NH,
                            int KVH, int hs, tcu_stream s) {
+    tcu_attention_forward_var(out, lse, qkv, alibi_slopes, seq, NULL, B, T, NH, KVH, hs, s);
+}
+
+/* One sequence at a time (att temporaries of NH*T*T): out = round(CPU attention_forward of the
+ * widened qkv, with var); lse[b,h,i] = log sum_{lo(i) <= j <= i} exp(s[i,j]) (+ the sink's
+ * term; att_rows) */
+void tcu_attention_forward_var(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
+                               const float *alibi_slopes, const int32_t *seq,
+                               const tsr_attn_var *var, int B, int T, int NH, int KVH, int hs,
+                               tcu_stream s) {
     const char *what = "tcu_attention_forward";
     att_check(what, B, T, NH, KVH, hs);
     REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
+    tsr_attn_var vw;
+    float *sk;
+    var = emu_var(var, NH, &vw, &sk, what);
     REQUIRE(aligned16(qkv) && aligned16(out), what, "qkv and out must be 16-byte aligned");
     const size_t nx = (size_t)T * (NH + 2 * KVH) * hs, no = (size_t)T * NH * hs;
     float *x = host_alloc(nx * sizeof *x, what), *o = host_alloc(no * sizeof *o, what);
@@ -1230,11 +1264,11 @@ void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     for (int b = 0; b < B; b++) {
         const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
         widen_into(x, qkv + b * nx, nx);
-        cpu->attention_forward(o, att, x, alibi_slopes, sq, NULL, 1, T, NH, KVH, hs);
+        cpu->attention_forward(o, att, x, alibi_slopes, sq, var, 1, T, NH, KVH, hs);
         round_into(out + b * no, o, no);
-        att_rows(lse, NULL, NULL, x, alibi_slopes, sq, lo, b, T, NH, KVH, hs);
+        att_rows(lse, NULL, NULL, x, alibi_slopes, sq, var, lo, b, T, NH, KVH, hs);
     }
-    free(lo), free(att), free(o), free(x);
+    free(lo), free(att), free(o), free(x), free(sk);
 }
 
 size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
@@ -1250,6 +1284,32 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
                             const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
                             const int32_t *seq, void *scratch, int B, int T, int NH, int KVH,
                             int hs, tsr_grad_mode mode, tcu_stream s) {
+    tcu_attention_backward_var(dqkv, dout, qkv, out, lse, alibi_slopes, seq, NULL, scratch, B, T,
+                               NH, KVH, hs, mode, s);
+}
+
+/* The sink gradients as the kernel takes them: dsinks[h] += -sum_i exp(sink_h - lse[b,h,i]) D_i,
+ * D_i = dout_i . out_i from the bf16 out (the CPU op's D is sum_j P dA, its fp32 out's), rows in
+ * order; sinks widened, g (T, NH hs) sequence b's widened dout */
+static void emu_sink_grads(float *dsinks, const float *sinks, const float *lse, const float *g,
+                           const tsr_bf16 *out, int b, int T, int NH, int hs) {
+    for (int h = 0; h < NH; h++) {
+        float acc = 0.0f;
+        for (int i = 0; i < T; i++) {
+            const size_t r = (size_t)i * NH * hs + (size_t)h * hs;
+            float D = 0.0f;
+            for (int d = 0; d < hs; d++) D = fmaf(g[r + d], bf16_widen(out[r + d]), D);
+            acc -= expf(sinks[h] - lse[((size_t)b * NH + h) * T + i]) * D;
+        }
+        dsinks[h] += acc;
+    }
+}
+
+/* ... with var: the sink gradient as the kernel's (emu_sink_grads) into var->dsinks */
+void tcu_attention_backward_var(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                                const tsr_bf16 *out, const float *lse, const float *alibi_slopes,
+                                const int32_t *seq, const tsr_attn_var *var, void *scratch, int B,
+                                int T, int NH, int KVH, int hs, tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_attention_backward";
     att_check(what, B, T, NH, KVH, hs);
     REQUIRE(dqkv && dout && qkv && out && lse, what,
@@ -1257,6 +1317,11 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
     REQUIRE(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out), what,
             "dqkv, dout, qkv and out must be 16-byte aligned");
     REQUIRE(scratch != NULL, what, "scratch is NULL");
+    tsr_attn_var vw;
+    float *sk;
+    var = emu_var(var, NH, &vw, &sk, what);
+    float *dsinks = var && var->sinks ? var->dsinks : NULL;
+    vw.dsinks = NULL; /* (var is &vw or NULL) */
     const size_t nx = (size_t)T * (NH + 2 * KVH) * hs, no = (size_t)T * NH * hs;
     float *x = host_alloc(nx * sizeof *x, what), *g = host_alloc(no * sizeof *g, what);
     float *dx = host_alloc(nx * sizeof *dx, what);
@@ -1266,12 +1331,13 @@ void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16
         const int32_t *sq = seq ? seq + (size_t)b * T : NULL;
         widen_into(x, qkv + b * nx, nx);
         widen_into(g, dout + b * no, no);
-        att_rows(NULL, att, lse, x, alibi_slopes, sq, lo, b, T, NH, KVH, hs);
+        att_rows(NULL, att, lse, x, alibi_slopes, sq, var, lo, b, T, NH, KVH, hs);
         memset(dx, 0, nx * sizeof *dx);
-        cpu->attention_backward(dx, g, x, att, sq, NULL, 1, T, NH, KVH, hs);
+        cpu->attention_backward(dx, g, x, att, sq, var, 1, T, NH, KVH, hs);
         grad_round_into(dqkv + b * nx, dx, nx, mode);
+        if (dsinks) emu_sink_grads(dsinks, var->sinks, lse, g, out + b * no, b, T, NH, hs);
     }
-    free(lo), free(att), free(dx), free(g), free(x);
+    free(lo), free(att), free(dx), free(g), free(x), free(sk);
 }
 
 /* the real kernels' tiles: the emulator has one attention, whatever is asked (its sums have their
@@ -1394,9 +1460,11 @@ void tcu_ring_forward(float *acc, float *lse, const tsr_ring_block *k, int merge
     float *q = widen_rows(k->q, k->B, k->qbs, k->Tq, (size_t)k->ldq, (size_t)k->NH * k->hs, what);
     float *kv = widen_rows(k->kv, k->B, k->kbs, k->Tk, (size_t)k->ldkv,
                            (size_t)2 * k->KVH * k->hs, what);
-    f.q = q, f.kv = kv;
+    tsr_attn_var vw;
+    float *sk;
+    f.q = q, f.kv = kv, f.var = emu_var(k->var, k->NH, &vw, &sk, what);
     cpu->ring_forward(acc, lse, &f, merge);
-    free(kv), free(q);
+    free(kv), free(q), free(sk);
 }
 
 /* The CPU's block (ops.h ring_backward) on the widened q, kv, dout and out, into the fp32 sums */
@@ -1413,9 +1481,11 @@ void tcu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, const tsr_bf1
                            (size_t)2 * k->KVH * k->hs, what);
     float *g = widen_rows(dout, k->B, k->qbs, k->Tq, C, C, what);
     float *o = widen_rows(out, k->B, k->qbs, k->Tq, C, C, what);
-    f.q = q, f.kv = kv;
+    tsr_attn_var vw;
+    float *sk;
+    f.q = q, f.kv = kv, f.var = emu_var(k->var, k->NH, &vw, &sk, what);
     cpu->ring_backward(dq, lddq, dkv, lddkv, g, o, lse, &f);
-    free(o), free(g), free(kv), free(q);
+    free(o), free(g), free(kv), free(q), free(sk);
 }
 
 #endif /* TCU_EMU_SIMT_KERNELS */
@@ -1528,11 +1598,24 @@ void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf
                           const float *alibi_slopes, const int32_t *slot, const int32_t *pos,
                           const int32_t *seg, int p0, int seg0, int n, size_t slot_stride, int cap,
                           int NH, int KVH, int hs, tcu_stream s) {
+    tcu_attention_decode_var(out, kt, v, qkv, alibi_slopes, NULL, slot, pos, seg, p0, seg0, n,
+                             slot_stride, cap, NH, KVH, hs, s);
+}
+
+/* ... with var (the cache a ring: position p at index p % cap, as the CPU's) */
+void tcu_attention_decode_var(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
+                              const float *alibi_slopes, const tsr_attn_var *var,
+                              const int32_t *slot, const int32_t *pos, const int32_t *seg, int p0,
+                              int seg0, int n, size_t slot_stride, int cap, int NH, int KVH,
+                              int hs, tcu_stream s) {
     const char *what = "tcu_attention_decode";
     (void)s;
     REQUIRE(n >= 0 && cap >= 1 && hs >= 1 && KVH >= 1 && NH % KVH == 0, what,
             "need n >= 0, cap, hs >= 1 and NH a multiple of KVH: n=%d cap=%d NH=%d KVH=%d hs=%d", n,
             cap, NH, KVH, hs);
+    tsr_attn_var vw;
+    float *sk;
+    var = emu_var(var, NH, &vw, &sk, what);
     const size_t per = (size_t)KVH * hs * cap, QKV = (size_t)(NH + 2 * KVH) * hs;
     float *k = host_alloc(per * sizeof *k, what), *vv = host_alloc(per * sizeof *vv, what);
     float *x = host_alloc(QKV * sizeof *x, what), *o = host_alloc((size_t)NH * hs * sizeof *o, what);
@@ -1542,16 +1625,18 @@ void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf
         const int p = pos ? pos[i] : p0 + i, sg = seg ? seg[i] : seg0;
         widen_into(k, kt + at, per), widen_into(vv, v + at, per);
         widen_into(x, qkv + (size_t)i * QKV, QKV);
-        cpu->attention_decode(o, k, vv, x, alibi_slopes, NULL, row, 1, p, 1, sg, cap, NH, KVH, hs);
+        cpu->attention_decode(o, k, vv, x, alibi_slopes, var, row, 1, p, 1, sg, cap, NH, KVH, hs);
         round_into(out + (size_t)i * NH * hs, o, (size_t)NH * hs);
+        const int ix = p % cap; /* the ring's index */
         for (int g = 0; g < KVH; g++)
             for (int d = 0; d < hs; d++) {
-                const size_t kk = ((size_t)g * hs + d) * cap + p, vk = ((size_t)g * cap + p) * hs + d;
+                const size_t kk = ((size_t)g * hs + d) * cap + ix;
+                const size_t vk = ((size_t)g * cap + ix) * hs + d;
                 kt[at + kk] = bf16_round(k[kk]);
                 v[at + vk] = bf16_round(vv[vk]);
             }
     }
-    free(k), free(vv), free(x), free(o), free(row);
+    free(k), free(vv), free(x), free(o), free(row), free(sk);
 }
 
 void tcu_matmul_rows(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *bias,

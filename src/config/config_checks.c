@@ -299,17 +299,18 @@ static void validate_fp8(load_ctx *c) {
  * (config_variant_key): the CPU's decoder runs them all, the ring of context parallelism too (its
  * blocks take the attention variants; the linear layers pass their state along the ranks:
  * docs/deltanet.md "Context parallelism"); the CUDA backend those of cuda_variants. */
-/* Which model variants device = "cuda" runs (docs/cuda.md "Model variants"): 1 where the CUDA
- * backend has the kernels, 0 where it has not yet (the attention variants: cuattn67's kernels;
- * the linear layers: cudn68's). One line per variant: flip it when its kernels are in. */
+/* Which model variants device = "cuda" runs (docs/cuda.md "Model variants", "Attention
+ * variants"): 1 where the CUDA backend has the kernels, 0 where it has not yet (the linear layers:
+ * the core's kernels are built, the decoder's CUDA path for them is not: docs/deltanet.md). One
+ * line per variant: flip it when its kernels are in. */
 static const struct {
     tsr_model_variant v;
     int cuda;
 } cuda_variants[TSR_VAR_COUNT] = {
-    {TSR_VAR_LINEAR, 0},         {TSR_VAR_ATTN_GATE, 1},      {TSR_VAR_WINDOW, 0},
-    {TSR_VAR_SINKS, 0},          {TSR_VAR_QPAS, 0},           {TSR_VAR_NORM_PLACEMENT, 1},
+    {TSR_VAR_LINEAR, 0},         {TSR_VAR_ATTN_GATE, 1},      {TSR_VAR_WINDOW, 1},
+    {TSR_VAR_SINKS, 1},          {TSR_VAR_QPAS, 1},           {TSR_VAR_NORM_PLACEMENT, 1},
     {TSR_VAR_QKN_PROJECTION, 1}, {TSR_VAR_EMBED_SCALE, 1},    {TSR_VAR_GEGLU, 1},
-    {TSR_VAR_ATTN_SOFTCAP, 0},   {TSR_VAR_FINAL_SOFTCAP, 1},  {TSR_VAR_ROPE_SCALING, 1},
+    {TSR_VAR_ATTN_SOFTCAP, 1},   {TSR_VAR_FINAL_SOFTCAP, 1},  {TSR_VAR_ROPE_SCALING, 1},
     {TSR_VAR_ROPE_LOCAL, 1},     {TSR_VAR_PARTIAL_ROTARY, 1}, {TSR_VAR_NOPE, 1},
     {TSR_VAR_ROUTER_BIAS, 1},    {TSR_VAR_EXPERT_BIAS, 1},    {TSR_VAR_MOE_ACT, 1},
     {TSR_VAR_SHARED_GATE, 1},

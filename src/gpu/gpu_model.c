@@ -327,25 +327,17 @@ static void c_lora_backward(const tsr_backend *be, void *dinp, float *dA, float 
                           R, STREAM(be)));
 }
 
-/* The CUDA kernels have no sliding window, sinks or other score scale yet: the config check
- * refuses such a model at start (exit 1, config_checks.c), so reaching one here is an internal
- * error. */
-static void no_variant(const tsr_attn_var *var) {
-    if (var && (var->window > 0 || var->sinks || var->scale > 0.0f))
-        tsr_die(TSR_EXIT_INTERNAL, "cuda attention: a sliding window or attention sinks reached "
-                "the CUDA backend, which has no kernels for them (the start's check should have "
-                "refused the model)");
-}
-
+/* Attention with the layer's variants (var: window, scale, soft cap, sinks as the weights' bf16
+ * copy, dsinks fp32; cuda_ops.h tcu_attention_forward_var, docs/cuda.md "Attention variants") */
 /* the log-sum-exp (B,NH,T) */
 static size_t c_attention_saved(int B, int T, int NH) { return (size_t)B * NH * T; }
 
 static void c_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
                                 const float *slopes, const int32_t *seq, const tsr_attn_var *var,
                                 int B, int T, int NH, int KVH, int hs) {
-    no_variant(var);
     PROF(be, "attention_forward", B, T, NH,
-         tcu_attention_forward(out, saved, qkv, slopes, seq, B, T, NH, KVH, hs, STREAM(be)));
+         tcu_attention_forward_var(out, saved, qkv, slopes, seq, var, B, T, NH, KVH, hs,
+                                   STREAM(be)));
 }
 
 static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *dout,
@@ -353,11 +345,10 @@ static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *
                                  const float *slopes, const int32_t *seq, const tsr_attn_var *var,
                                  void *scratch, int B, int T, int NH, int KVH, int hs,
                                  tsr_grad_mode mode) {
-    no_variant(var);
     mode = grad_mode(be, dqkv, (size_t)B * T * (NH + 2 * KVH) * hs, mode);
     PROF(be, "attention_backward", B, T, NH,
-         tcu_attention_backward(dqkv, dout, qkv, out, saved, slopes, seq, scratch, B, T, NH, KVH, hs,
-                               mode, STREAM(be)));
+         tcu_attention_backward_var(dqkv, dout, qkv, out, saved, slopes, seq, var, scratch, B, T,
+                                    NH, KVH, hs, mode, STREAM(be)));
 }
 
 /* context parallelism's blocks and data movement (backend.h ring_*; kernels/cuda/cuda_ring.cu) */
@@ -418,10 +409,9 @@ static void c_attention_decode(const tsr_backend *be, void *out, void *kt, void 
                                float *scratch, int nscratch, int p0, int c, int seg, int cap,
                                int NH, int KVH, int hs) {
     (void)scratch, (void)nscratch;
-    no_variant(var);
     PROF(be, "attention_decode", c, NH, hs,
-         tcu_attention_decode(out, kt, v, qkv, slopes, NULL, NULL, NULL, p0, seg, c, 0, cap, NH,
-                              KVH, hs, STREAM(be)));
+         tcu_attention_decode_var(out, kt, v, qkv, slopes, var, NULL, NULL, NULL, p0, seg, c, 0,
+                                  cap, NH, KVH, hs, STREAM(be)));
 }
 
 static void c_attention_decode_rows(const tsr_backend *be, void *out, void *kt, void *v,
@@ -430,10 +420,9 @@ static void c_attention_decode_rows(const tsr_backend *be, void *out, void *kt, 
                                     const int32_t *pos, const int32_t *seg, int n,
                                     size_t slot_stride, int cap, int NH, int KVH, int hs) {
     (void)scratch, (void)nscratch;
-    no_variant(var);
     PROF(be, "attention_decode_rows", n, NH, hs,
-         tcu_attention_decode(out, kt, v, qkv, slopes, slot, pos, seg, 0, 0, n, slot_stride, cap,
-                              NH, KVH, hs, STREAM(be)));
+         tcu_attention_decode_var(out, kt, v, qkv, slopes, var, slot, pos, seg, 0, 0, n,
+                                  slot_stride, cap, NH, KVH, hs, STREAM(be)));
 }
 
 static void c_matrows_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,

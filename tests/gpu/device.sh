@@ -60,7 +60,11 @@
 #                                                   3 minutes on an H100 by estimate (never run yet)
 #           bash tests/gpu/device.sh attn           the attention kernel, mma.sync and wgmma, and
 #                                                   PyTorch's SDPA at T = 2048, 4096, 8192 (ring_bench's
-#                                                   one-GPU row; ATTN_T to choose; ~40 s)
+#                                                   one-GPU row; ATTN_T to choose; ~40 s); with
+#                                                   WINDOW=W (issue 67) the sliding-window kernel
+#                                                   beside it instead of the rings, and torch's
+#                                                   flex_attention (or SDPA with a boolean mask)
+#                                                   at that window: ATTN_T=8192 WINDOW=1024
 #           bash tests/gpu/device.sh deltanet       the Gated DeltaNet core (issue 68; cuda_deltanet.cu)
 #                                                   against the PyTorch peer of the same chunked
 #                                                   algorithm (torch.compile, bf16 inputs, fp32
@@ -434,15 +438,22 @@ bench() {
 # attn: the one-GPU attention kernel at Llama 3.1 8B's heads (hs 128, GQA 32 on 8) at each local
 # length of ATTN_T (default 2048 4096 8192), the mma.sync kernels and the wgmma ones
 # (TSR_ATT_WGMMA=1), then PyTorch's SDPA at that length (issue 51 item 4: the wgmma kernels
-# timed against the peer): ring_bench's and ring_torch.py's tables in $OUTDIR/attn.txt
+# timed against the peer): ring_bench's and ring_torch.py's tables in $OUTDIR/attn.txt. WINDOW=W
+# (issue 67's sliding windows): each of them with W too (ring_bench: the window's row instead of
+# the rings'; ring_torch.py: a window row after its own; the band's FLOPs, W T - W (W - 1) / 2
+# pairs; the compile of flex_attention inside the peer's step limit)
 attn() {
     setup
-    local t rc=0 log=$OUTDIR/attn.txt
+    local t rc=0 log=$OUTDIR/attn.txt w=()
+    if [[ -n ${WINDOW:-} ]]; then
+        [[ $WINDOW =~ ^[1-9][0-9]*$ ]] || die "WINDOW='$WINDOW': expected a whole number of positions"
+        w=("$WINDOW")
+    fi
     : >"$log"
     for t in ${ATTN_T:-2048 4096 8192}; do
-        STEP_LIMIT_S=60 limited "$log.1" "$BUILD/bench/ring_bench" "$t" 5 || rc=1
-        STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 || rc=1
-        STEP_LIMIT_S=60 limited "$log.3" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py "$t" 5 || rc=1
+        STEP_LIMIT_S=60 limited "$log.1" "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        STEP_LIMIT_S=120 limited "$log.3" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py "$t" 5 ${w[@]+"${w[@]}"} || rc=1
         cat "$log.1" "$log.2" "$log.3" >>"$log" && rm -f "$log".[123]
     done
     return $rc

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# device = cuda on issue 67/68's model families without their attention variants (docs/cuda.md
-# "Model variants"), against the CPU backend on the same 10 steps:
+# device = cuda on issue 67/68's model families (docs/cuda.md "Model variants" and "Attention
+# variants"), against the CPU backend on the same 10 steps:
 #  - OLMo 2-like: post-norms inside the residual, QK-norm over the whole projections;
-#  - Gemma-like without windows: sandwich norms, the embedding times sqrt(d_model), GeGLU-tanh,
-#    the final-logit soft-cap, RoPE with linear scaling and a local base (the local table is
-#    uploaded; without sliding layers no layer reads it);
+#  - Gemma-like: sandwich norms, the embedding times sqrt(d_model), GeGLU-tanh, the final-logit
+#    and the attention soft-caps, query_pre_attn_scalar, a sliding layer (window 5) and a full one
+#    with RoPE's local base on the sliding one and linear scaling on the full one;
 #  - SmolLM3-like: a NoPE layer (model.no_rope_layers);
-#  - gpt-oss-like MoE without sinks: router and expert biases, the clamped unit, YaRN;
+#  - gpt-oss-like MoE: attention sinks on a sliding and a full layer, router and expert biases,
+#    the clamped unit, YaRN;
 #  - Qwen3-Next-like with full-attention layers only: the attention output gate, partial rotary,
 #    QK-norm per head, a shared expert with its gate.
 # Every step's loss within LOSS_TOL of the CPU run's, the gradient norms of steps 1-5 within
@@ -36,13 +37,17 @@ olmo=(--set model.norm_placement=post --set model.qk_norm=true --set model.qk_no
 gemma=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
        --set model.mlp=geglu_tanh --set model.final_logit_softcapping=2.0
        --set model.rope_theta=1000000 --set model.rope_scaling=linear --set model.rope_factor=8
-       --set model.rope_local_theta=10000)
+       --set model.rope_local_theta=10000 --set model.attn_logit_softcapping=20.0
+       --set model.query_pre_attn_scalar=24
+       --set model.layer_types=sliding_attention,full_attention --set model.sliding_window=5)
 smol=(--set "model.no_rope_layers=1, 0")
 moe=(--set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=64)
 gptoss=("${moe[@]}" --set model.moe_router_bias=true --set model.moe_expert_bias=true
         --set 'model.moe_act="gptoss"' --set model.swiglu_limit=0.5 --set model.bias=true
         --set model.rope_scaling=yarn --set model.rope_factor=32 --set model.rope_beta_fast=32
-        --set model.rope_beta_slow=1 --set model.rope_original_max_pos=4096)
+        --set model.rope_beta_slow=1 --set model.rope_original_max_pos=4096
+        --set model.attn_sinks=true --set model.layer_types=sliding_attention,full_attention
+        --set model.sliding_window=7)
 qnext=("${moe[@]}" --set model.attn_output_gate=true --set model.partial_rotary_factor=0.25
        --set model.moe_shared_size=32 --set model.moe_shared_gate=true --set model.qk_norm=true)
 # fam NAME: the family's options into `opts`

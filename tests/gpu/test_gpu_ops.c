@@ -2839,6 +2839,7 @@ static void test_fp8_rules(void) {
 
 #include "gpu_ops_deltanet.c" /* the Gated DeltaNet core (issue 68) */
 #include "gpu_ops_variants.c" /* issue 67/68's model variants (cuvar67): run_variants */
+#include "gpu_ops_attnvar.c" /* issue 67's attention variants: attnvar_checks, run_attnvar */
 
 static int plan_size_simt(void) {
     int ndn = deltanet_checks();
@@ -2855,6 +2856,7 @@ static int plan_size_simt(void) {
     n += (int)NCASES(MOE) * MOE_CHECKS + (int)NCASES(MOE_FZ) * MOE_FROZEN_CHECKS;
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
+    n += attnvar_checks(); /* issue 67's attention variants (gpu_ops_attnvar.c) */
     return n;
 }
 
@@ -2865,6 +2867,7 @@ static void run_decode(void) {
 
 static void run_simt(void) {
     run_attention();
+    run_attnvar();
     run_ring();
     for (size_t i = 0; i < NCASES(XENT); i++) test_xent(&XENT[i]);
     for (size_t i = 0; i < NCASES(XENT); i++) test_argmax(&XENT[i]);
@@ -2918,6 +2921,7 @@ static int plan_size(void) {
     n += (int)NCASES(ADD_F32) * ADD_F32_CHECKS + (int)NCASES(D2D) * D2D_CHECKS;
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
     n += (int)NCASES(FP8) * FP8_CHECKS + FP8_RULE_CHECKS;
+    n += attnvar_checks(); /* issue 67's attention variants (gpu_ops_attnvar.c) */
     return n;
 }
 
@@ -2989,6 +2993,7 @@ int main(void) {
     for (size_t i = 0; i < NCASES(GELU); i++) test_gelu(&GELU[i]);
     for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
     run_attention();
+    run_attnvar();
     run_ring();
     for (size_t i = 0; i < NCASES(RMS); i++) test_rmsnorm(&RMS[i]);
     for (size_t i = 0; i < NCASES(QKN); i++) test_qknorm(&QKN[i]);
