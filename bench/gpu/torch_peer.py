@@ -15,7 +15,14 @@ for GPT-2 recipes, ALiBi + no biases + exact GELU for MPT ones, tied head, cross
 real V of the padded Vp logits), or for the Llama-style recipes (model.pos = "rope": Llama 3,
 Qwen 2.5 and 3) tests/reference/torch_llama.py's Llama (RMSNorm, RoPE with Llama 3.1's scaling,
 grouped-query attention, SwiGLU, optional qkv biases and QK-norm, tied or untied head), built
-from the recipe's keys; mixture-of-experts recipes are refused. bench/torch_gpt.py (the CPU
+from the recipe's keys, with the 2026 families' variants torch_llama has (docs/models.md, issue
+67): model.norm_placement post (OLMo 2: x + norm(f(x))) and sandwich (Gemma), qk_norm_scope
+projection (OLMo 2), no_rope_layers (SmolLM3's NoPE layers), embed_scale sqrt_d_model,
+mlp geglu_tanh, final_logit_softcapping, query_pre_attn_scalar (SDPA's scale), rope_scaling
+linear, partial_rotary_factor. Gemma's (1 + w) RMSNorm needs nothing: tessera's weight is 1 + w.
+Refused, naming the key (exit 2; never silently another model): mixture-of-experts recipes,
+sliding-window layers (model.layer_types, sliding_window: Gemma 3, OLMo 3, gpt-oss), attention
+sinks, the attention soft-cap, the attention output gate, activation compression and YaRN. bench/torch_gpt.py (the CPU
 benchmark's peer) is not used for the model: it models only the GPT-2 form and keeps a T x T mask
 buffer in every block. Only its attention is replaced (class swap, same parameters): instead of
 the explicit softmax, F.scaled_dot_product_attention,
