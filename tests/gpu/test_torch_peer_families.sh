@@ -8,7 +8,8 @@
 #    --tiny size, so both programs' MFU use one figure;
 #  - what it does not model is refused with exit 2 and the key named (Gemma 3's sliding layers,
 #    gpt-oss's sinks, the attention soft-cap, a variant on a GPT-2 recipe), never run as another model;
-#  - run.sh's CPU self-check (DEVICE=cpu TINY=1) gives olmo2-1b and smollm3-3b rows with both
+#  - run.sh's CPU self-check (DEVICE=cpu TINY=1) gives olmo2-1b, smollm3-3b and gemma3-1b (every
+#    layer full attention) rows with both
 #    programs' numbers; the peer's SDPA attention and its whole fp32 forward within 1e-4 of
 #    torch_llama's explicit ones (the checks it runs before timing; for smollm3 with a NoPE layer),
 #    and its first loss finite and within 0.2 of ln V (random init; the peer's data and
@@ -67,21 +68,24 @@ refused model.layer_types --config "$TSR_ROOT/configs/gemma3-1b.cfg" "${BOTH[@]}
     refused "in the Llama form (model.pos = rope) only" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set model.norm_placement=post
 tap_check $? "refused with exit 2, the key named: sliding layers, a window, sinks, the attention soft-cap, an unknown placement, a bad NoPE list, a variant on a GPT-2 recipe"
 
-DEVICE=cpu TINY=1 MODELS="olmo2-1b smollm3-3b" SETS="model.attn_mask=causal model.activation_checkpointing=none" \
+# (Gemma 3 with every layer full attention: the settings are harmless to the other two)
+DEVICE=cpu TINY=1 MODELS="olmo2-1b smollm3-3b gemma3-1b" \
+    SETS="model.attn_mask=causal model.activation_checkpointing=none model.layer_types=full_attention model.sliding_window=0" \
     PYTHON=$PY3 STEPS=2 WARMUP=1 BENCH_OUT=$TMP/bench BUILD=$BUILD bash "$TSR_ROOT/bench/gpu/run.sh" >"$TMP/run.txt" 2>&1
 r=$?
 ok=0
-for m in olmo2-1b smollm3-3b; do
+for m in olmo2-1b smollm3-3b gemma3-1b; do
     row=$(grep "^| $m |" "$TMP/run.txt")
     awk -F'|' '{ gsub(/ /, ""); exit !($5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5 + 0 > 0 && $6 + 0 > 0) }' <<<"$row" ||
         { ok=1; echo "# $m: ${row:-no row}"; }
 done
 ((r == 0 && ok == 0)) && ! grep -q 'failed' "$TMP/run.txt"
-tap_check $? "run.sh's CPU self-check of olmo2-1b and smollm3-3b (TINY=1): PyTorch and tessera tok/s in their rows (exit $r)"
+tap_check $? "run.sh's CPU self-check of olmo2-1b, smollm3-3b and gemma3-1b (TINY=1, full attention): PyTorch and tessera tok/s in their rows (exit $r)"
 "$PY3" - "$TMP/bench" <<'EOF'
 import json, math, sys
 bad = []
-for m, want in (("olmo2-1b", ("post", "projection")), ("smollm3-3b", ("pre", "head"))):
+for m, want in (("olmo2-1b", ("post", "projection")), ("smollm3-3b", ("pre", "head")),
+                ("gemma3-1b", ("sandwich", "head"))):
     j = json.load(open("%s/%s-torch.json" % (sys.argv[1], m)))
     plan = json.load(open("%s/%s-plan.json" % (sys.argv[1], m)))
     checks = [j["attention_check"], j["model_check"]]
@@ -91,10 +95,12 @@ for m, want in (("olmo2-1b", ("post", "projection")), ("smollm3-3b", ("pre", "he
         bad.append("%s modelled as %s/%s" % (m, plan["placement"], plan["qk_scope"]))
     if m == "smollm3-3b" and plan["ropes"] != [1, 0]:
         bad.append("smollm3 tiny NoPE pattern %s" % plan["ropes"])
+    if m == "gemma3-1b" and not (plan["geglu"] and plan["embed_scale"] == "sqrt_d_model" and plan["qpas"] == 256):
+        bad.append("gemma3 modelled without GeGLU, the embedding scale or query_pre_attn_scalar: %s" % plan)
     if not abs(j["loss_first"] - math.log(plan["V"])) < 0.2:
         bad.append("%s first loss %s, ln V %.4f" % (m, j["loss_first"], math.log(plan["V"])))
 print("# " + "; ".join(bad) if bad else "# ok")
 sys.exit(1 if bad else 0)
 EOF
-tap_check $? "the tiny OLMo 2 (post norms, projection QK-norm) and SmolLM3 (layer 1 NoPE): SDPA attention and whole forward within 1e-4 of torch_llama's, first loss within 0.2 of ln V"
+tap_check $? "the tiny OLMo 2 (post norms, projection QK-norm), SmolLM3 (layer 1 NoPE) and Gemma 3 (sandwich norms, embedding scale, GeGLU-tanh, query_pre_attn_scalar): SDPA attention and whole forward within 1e-4 of torch_llama's, first loss within 0.2 of ln V"
 tap_done
