@@ -15,7 +15,14 @@ for GPT-2 recipes, ALiBi + no biases + exact GELU for MPT ones, tied head, cross
 real V of the padded Vp logits), or for the Llama-style recipes (model.pos = "rope": Llama 3,
 Qwen 2.5 and 3) tests/reference/torch_llama.py's Llama (RMSNorm, RoPE with Llama 3.1's scaling,
 grouped-query attention, SwiGLU, optional qkv biases and QK-norm, tied or untied head), built
-from the recipe's keys; mixture-of-experts recipes are refused. bench/torch_gpt.py (the CPU
+from the recipe's keys, with the 2026 families' variants torch_llama has (docs/models.md, issue
+67): model.norm_placement post (OLMo 2: x + norm(f(x))) and sandwich (Gemma), qk_norm_scope
+projection (OLMo 2), no_rope_layers (SmolLM3's NoPE layers), embed_scale sqrt_d_model,
+mlp geglu_tanh, final_logit_softcapping, query_pre_attn_scalar (SDPA's scale), rope_scaling
+linear, partial_rotary_factor. Gemma's (1 + w) RMSNorm needs nothing: tessera's weight is 1 + w.
+Refused, naming the key (exit 2; never silently another model): mixture-of-experts recipes,
+sliding-window layers (model.layer_types, sliding_window: Gemma 3, OLMo 3, gpt-oss), attention
+sinks, the attention soft-cap, the attention output gate, activation compression and YaRN. bench/torch_gpt.py (the CPU
 benchmark's peer) is not used for the model: it models only the GPT-2 form and keeps a T x T mask
 buffer in every block. Only its attention is replaced (class swap, same parameters): instead of
 the explicit softmax, F.scaled_dot_product_attention,
@@ -135,8 +142,42 @@ def parse_args(argv):
 # ---- the recipe ----
 
 def tiny_sets(c):
-    """The --tiny keys for a recipe's flattened keys c (the Llama form's extra ones with RoPE)."""
-    return TINY_SETS + (TINY_ROPE_SETS if c.get("model.pos", "").strip('"').lower() == "rope" else [])
+    """The --tiny keys for a recipe's flattened keys c (the Llama form's extra ones with RoPE; a
+    recipe with NoPE layers gets "1,0", so that one of the 2 toy layers has no positions)."""
+    rope = c.get("model.pos", "").strip('"').lower() == "rope"
+    nope = ["model.no_rope_layers=1,0"] if c.get("model.no_rope_layers", "").strip('"').strip() else []
+    return TINY_SETS + (TINY_ROPE_SETS + nope if rope else [])
+
+
+# keys of tessera's model the peer does not model: refused (exit 2, the key named) when a recipe
+# sets one to anything but this value (docs/models.md; MoE is refused by model.moe_experts)
+UNMODELLED = (("model.layer_types", ""), ("model.sliding_window", "0"), ("model.attn_sinks", "false"),
+              ("model.attn_output_gate", "false"), ("model.attn_logit_softcapping", "0"),
+              ("model.activation_compression", "none"))
+
+
+def refuse_unmodelled(c):
+    for key, default in UNMODELLED:
+        v = c.get(key, default).strip().strip('"').lower()
+        same = v == default or (default == "0" and v.replace(".", "").strip("0") == "")
+        if key == "model.layer_types" and v:  # every layer full attention is the default
+            same = all(t.strip() == "full_attention" for t in v.split(","))
+        if not same:
+            raise Refused("%s = %r: the peer does not model it (only %s = %r)" % (key, c[key], key, default))
+
+
+def rope_pattern(c, L):
+    """model.no_rope_layers as one 1/0 per layer (a shorter pattern repeated), () = all RoPE."""
+    v = c.get("model.no_rope_layers", "").strip().strip('"')
+    if not v:
+        return ()
+    try:
+        pat = [int(x) for x in v.split(",")]
+    except ValueError:
+        pat = []
+    if not pat or any(x not in (0, 1) for x in pat):
+        raise Refused("model.no_rope_layers = %r: expected a comma list of 1 and 0" % v)
+    return tuple(pat[l % len(pat)] for l in range(L))
 
 
 def resolve(a):
@@ -167,16 +208,17 @@ def resolve(a):
             raise Refused("%s = %r: the peer models %s = %s only" % (key, c[key], key, want))
     if num("model.moe_experts", 0) > 0:
         raise Refused("model.moe_experts = %d: the peer models dense recipes only" % num("model.moe_experts"))
+    refuse_unmodelled(c)
     pos, gelu, bias = word("model.pos", "learned"), word("model.gelu", "tanh"), word("model.bias", "true")
     norm, mlp = word("model.norm", "layernorm"), word("model.mlp", "gelu")
     rope = pos == "rope"
     if pos not in ("learned", "alibi", "rope") or gelu not in ("tanh", "exact") or bias not in ("true", "false"):
         raise Refused("model.pos/gelu/bias = %s/%s/%s: unknown" % (pos, gelu, bias))
-    want = ("rmsnorm", "swiglu", "false") if rope else ("layernorm", "gelu")
-    if (norm, mlp, bias)[:len(want)] != want:
+    if (norm, mlp, bias) not in ((("rmsnorm", "swiglu", "false"), ("rmsnorm", "geglu_tanh", "false"))
+                                 if rope else (("layernorm", "gelu", "true"), ("layernorm", "gelu", "false"))):
         raise Refused("model.pos/norm/mlp/bias = %s/%s/%s/%s: the peer models GPT-2 and MPT "
-                      "(layernorm, gelu) and the Llama form (rope, rmsnorm, swiglu, no bias)"
-                      % (pos, norm, mlp, bias))
+                      "(layernorm, gelu) and the Llama form (rope, rmsnorm, swiglu or geglu_tanh, "
+                      "no bias)" % (pos, norm, mlp, bias))
     L, C, NH = num("model.n_layer"), num("model.d_model"), num("model.n_head")
     V, mult = num("model.vocab_size"), num("model.vocab_multiple", 128)
     T = num("seq_len")
@@ -214,12 +256,27 @@ def resolve(a):
          "grad_clip": num("optim.grad_clip", 1.0, float),
          "decay_norms_biases": word("optim.decay_norms_biases", "false") == "true",
          "decay_embeddings": word("optim.decay_embeddings", "false") == "true",
-         "seed": num("seed", 42)}
-    if not rope and (KVH != NH or hs * NH != C or s["qkv_bias"] or s["qk_norm"] or not s["tie"]):
-        raise Refused("n_kv_head, head_dim, qkv_bias, qk_norm, untied embeddings: the peer models "
-                      "them in the Llama form (model.pos = rope) only")
-    if rope and s["rope_scaling"] not in ("none", "llama3"):
-        raise Refused("model.rope_scaling = %r: the peer models none and llama3" % s["rope_scaling"])
+         "seed": num("seed", 42),
+         # the 2026 families' variants (docs/models.md), the Llama form only
+         "placement": word("model.norm_placement", "pre"), "qk_scope": word("model.qk_norm_scope", "head"),
+         "ropes": rope_pattern(c, L), "embed_scale": word("model.embed_scale", "none"),
+         "geglu": mlp == "geglu_tanh", "final_softcap": num("model.final_logit_softcapping", 0.0, float),
+         "qpas": num("model.query_pre_attn_scalar", 0.0, float),
+         "partial": num("model.partial_rotary_factor", 1.0, float)}
+    variants = (s["placement"] != "pre" or s["qk_scope"] != "head" or s["ropes"] or s["embed_scale"] != "none"
+                or s["final_softcap"] or s["qpas"] or s["partial"] != 1.0)
+    if not rope and (KVH != NH or hs * NH != C or s["qkv_bias"] or s["qk_norm"] or not s["tie"] or variants):
+        raise Refused("n_kv_head, head_dim, qkv_bias, qk_norm, untied embeddings and the variants "
+                      "(norm_placement, qk_norm_scope, no_rope_layers, embed_scale, soft-caps, "
+                      "query_pre_attn_scalar, partial_rotary_factor): the peer models them in the "
+                      "Llama form (model.pos = rope) only")
+    if rope and s["rope_scaling"] not in ("none", "llama3", "linear"):
+        raise Refused("model.rope_scaling = %r: the peer models none, llama3 and linear" % s["rope_scaling"])
+    for key, v, allowed in (("model.norm_placement", s["placement"], ("pre", "post", "sandwich")),
+                            ("model.qk_norm_scope", s["qk_scope"], ("head", "projection")),
+                            ("model.embed_scale", s["embed_scale"], ("none", "sqrt_d_model"))):
+        if v not in allowed:
+            raise Refused("%s = %r: the peer models %s" % (key, v, ", ".join(allowed)))
     s["params"] = counted_params(s)
     # docs/mfu.md: an untied model's input embedding (a lookup, no multiply-add) is left out of N
     s["flops_per_token"] = 6 * (s["params"] - (0 if s["tie"] else V * C)) + 12 * L * NH * hs * T
@@ -231,9 +288,10 @@ def counted_params(s):
     """N as tessera counts it: embeddings in, tied head once, padded rows out (docs/mfu.md)."""
     if s["rope"]:
         C, F, q, kv = s["C"], s["F"], s["NH"] * s["hs"], s["KVH"] * s["hs"]
-        per_layer = (2 * C                                        # the two RMSNorms
+        qk = (q + kv) if s["qk_scope"] == "projection" else 2 * s["hs"]
+        per_layer = ((4 if s["placement"] == "sandwich" else 2) * C  # the RMSNorms (post: 2 after)
                      + C * (q + 2 * kv) + (q + 2 * kv) * s["qkv_bias"]
-                     + 2 * s["hs"] * s["qk_norm"]                 # QK-norm weights
+                     + qk * s["qk_norm"]                          # QK-norm weights
                      + q * C                                      # o_proj
                      + 3 * C * F)                                 # gate, up, down
         return s["V"] * C * (1 if s["tie"] else 2) + s["L"] * per_layer + C
@@ -248,11 +306,11 @@ def counted_params(s):
 
 # ---- the model ----
 
-def sdpa_math(q, k, v, attn_mask=None, is_causal=False):
+def sdpa_math(q, k, v, attn_mask=None, is_causal=False, scale=None):
     """F.scaled_dot_product_attention's math, for a torch that lacks it (same arguments)."""
     import torch
 
-    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
     if is_causal:
         T = q.shape[-2]
         s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=q.device).tril(), float("-inf"))
@@ -367,23 +425,31 @@ def make_llama_classes(tl, sdpa, gqa):
             c = self.cfg
             q, k, v = self.heads(x, cos, sin)  # RoPE in fp32 (QK-norm's output is fp32 too)
             q, k = q.to(v.dtype), k.to(v.dtype)  # SDPA takes one dtype: the compute dtype
+            # Gemma's query_pre_attn_scalar: scores times qpas^-0.5 (SDPA's scale, torch >= 2.1)
+            kw = {"scale": c.qpas ** -0.5} if c.qpas else {}
             if gqa:
-                y = sdpa(q, k, v, is_causal=True, enable_gqa=c.NH != c.KVH)
+                y = sdpa(q, k, v, is_causal=True, enable_gqa=c.NH != c.KVH, **kw)
             else:
                 n = c.NH // c.KVH
-                y = sdpa(q, tl.repeat_kv(k, n), tl.repeat_kv(v, n), is_causal=True)
+                y = sdpa(q, tl.repeat_kv(k, n), tl.repeat_kv(v, n), is_causal=True, **kw)
             return self.o_proj(y.transpose(1, 2).reshape(B, T, c.NH * c.hs))
 
     class PeerLlama(tl.Llama):
-        """torch_llama's Llama without its (B, T, T) mask: positions 0..T-1, causal attention."""
+        """torch_llama's Llama without its (B, T, T) mask: positions 0..T-1, causal attention;
+        one RoPE table (every layer full attention: the peer refuses windows), None on a NoPE
+        layer (SmolLM3's no_rope_layers); Gemma's embedding scale in the compute dtype."""
 
         def forward(self, idx, targets=None):
             B, T = idx.shape
             pos = torch.arange(T, device=idx.device).expand(B, T)
             cos, sin = tl.rope_cos_sin(pos, self.inv_freq.float())
+            ropes = self.cfg.ropes
             x = self.embed_tokens(idx)
-            for layer in self.layers:
-                x = layer(x, cos, sin, None)  # (no mask: the SDPA attention is causal)
+            if self.cfg.embed_scale:
+                x = x * math.sqrt(self.cfg.C)
+            for l, layer in enumerate(self.layers):
+                rope = not ropes or ropes[l]  # (no mask: the SDPA attention is causal)
+                x = layer(x, cos if rope else None, sin if rope else None, None)
             return self.head(x, targets)  # (autocast runs the cross-entropy in fp32)
 
     return SDPALlamaAttention, PeerLlama
@@ -395,10 +461,15 @@ def build_llama(tl, s, device, sdpa, gqa):
 
     scaling = (tl.RopeScaling(factor=s["rope_factor"], low_freq_factor=s["rope_low"],
                               high_freq_factor=s["rope_high"], original_max_pos=s["rope_orig"])
-               if s["rope_scaling"] == "llama3" else None)
+               if s["rope_scaling"] == "llama3" else
+               tl.LinearScaling(factor=s["rope_factor"]) if s["rope_scaling"] == "linear" else None)
     cfg = tl.LlamaConfig(V=s["V"], Vp=s["Vp"], C=s["C"], L=s["L"], NH=s["NH"], KVH=s["KVH"], hs=s["hs"],
                          F=s["F"], norm_eps=s["norm_eps"], rope_theta=s["rope_theta"], rope_scaling=scaling,
-                         qkv_bias=s["qkv_bias"], qk_norm=s["qk_norm"], tie_embeddings=s["tie"])
+                         qkv_bias=s["qkv_bias"], qk_norm=s["qk_norm"], tie_embeddings=s["tie"],
+                         qpas=s["qpas"], sandwich=s["placement"] == "sandwich", post=s["placement"] == "post",
+                         qk_proj=s["qk_scope"] == "projection", embed_scale=s["embed_scale"] == "sqrt_d_model",
+                         geglu=s["geglu"], partial=s["partial"], ropes=s["ropes"],
+                         final_softcap=s["final_softcap"])
     attn_cls, model_cls = make_llama_classes(tl, sdpa, gqa)
     torch.manual_seed(s["seed"])
     if device.type != "cpu" and hasattr(torch.device("cpu"), "__enter__"):
@@ -732,6 +803,18 @@ def run(a, s, out):
     out["step_ms_all"] = [round(t * 1e3, 3) for t in times]
 
 
+def variant_desc(s):
+    """The 2026 families' variants of s in words ("" for none)."""
+    parts = [("%s norms" % s["placement"]) if s["placement"] != "pre" else "",
+             ("NoPE on layers %s" % ",".join(str(l) for l, r in enumerate(s["ropes"]) if not r))
+             if s["ropes"] and not all(s["ropes"]) else "",
+             "embedding x sqrt(d)" if s["embed_scale"] != "none" else "",
+             ("final soft-cap %g" % s["final_softcap"]) if s["final_softcap"] else "",
+             ("query_pre_attn_scalar %g" % s["qpas"]) if s["qpas"] else "",
+             ("partial rotary %g" % s["partial"]) if s["partial"] != 1.0 else ""]
+    return "".join(", " + p for p in parts if p)
+
+
 def main(argv):
     a = parse_args(argv)
     if a.tiny_sets:
@@ -750,13 +833,17 @@ def main(argv):
                 "flops_per_token": s["flops_per_token"], "tokens_per_step": s["tokens_per_step"]})
     if a.dry_run:
         out.update({k: s[k] for k in ("L", "C", "NH", "F", "V", "Vp", "max_T", "alibi", "bias", "gelu_exact",
-                                      "rope", "KVH", "hs", "qkv_bias", "qk_norm", "tie")})
+                                      "rope", "KVH", "hs", "qkv_bias", "qk_norm", "tie", "placement",
+                                      "qk_scope", "ropes", "embed_scale", "geglu", "final_softcap",
+                                      "qpas", "partial")})
         print(json.dumps(out), flush=True)
         return 0
     form = ("ALiBi" if s["alibi"] else "learned positions") if not s["rope"] else (
-        "RoPE (%s), %d kv heads of %d, SwiGLU %d%s%s, %s head" % (
-            s["rope_scaling"], s["KVH"], s["hs"], s["F"], ", qkv bias" if s["qkv_bias"] else "",
-            ", QK-norm" if s["qk_norm"] else "", "tied" if s["tie"] else "untied"))
+        "RoPE (%s), %d kv heads of %d, %s %d%s%s, %s head%s" % (
+            s["rope_scaling"], s["KVH"], s["hs"], "GeGLU-tanh" if s["geglu"] else "SwiGLU", s["F"],
+            ", qkv bias" if s["qkv_bias"] else "",
+            ", QK-norm (%s)" % s["qk_scope"] if s["qk_norm"] else "", "tied" if s["tie"] else "untied",
+            variant_desc(s)))
     log("%s: %d layers, d %d, %d heads, V %d (Vp %d), %s, B %d x T %d x %d microbatches, N %d" % (
         label, s["L"], s["C"], s["NH"], s["V"], s["Vp"], form, s["B"], s["T"], s["grad_accum"], s["params"]))
     rc = 0
