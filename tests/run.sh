@@ -95,8 +95,10 @@ LAST=(tests/fuzz/test_fuzz_regress.sh)
 # (tests/reference/*.py: 20 tests, 191 CPU-s in that CI) are all CPU, judge no time and wait on no
 # timer; test_lora_peft.py stays out (its runs have a 120 s time-out). test_hf_identity is in too
 # (91 CPU-s: node's reference encoders and tessera's, nothing timed; no longer started first): the
-# last NICED test in the queue, the lane takes it first. Their time-out is twice the others'.
-NICED=(tests/reference/ tests/tokenizer/test_hf_identity.sh)
+# last NICED test in the queue, the lane takes it first. So is test_torch_peer_families (27 CPU-s:
+# the PyTorch peer's tiny models against tessera's plans, no timer). Their time-out is twice the
+# others'.
+NICED=(tests/reference/ tests/tokenizer/test_hf_identity.sh tests/gpu/test_torch_peer_families.sh)
 NICED_NOT=(tests/reference/test_lora_peft.py)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
