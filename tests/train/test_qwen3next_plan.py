@@ -38,7 +38,8 @@ from tap import Tap  # noqa: E402
 TRAIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tessera-train")
 CFG = os.path.join(ROOT, "configs", "qwen3-next-80b-a3b.cfg")
 # the Qwen 3.5 recipes (the same layers) -> the card's (total, active) in billions
-QWEN35 = {"qwen3.5-27b": (27, 27), "qwen3.5-122b-a10b": (122, 10), "qwen3.5-397b-a17b": (397, 17)}
+QWEN35 = {"qwen3.5-27b": (27, 27), "qwen3.5-35b-a3b": (35, 3), "qwen3.5-122b-a10b": (122, 10),
+          "qwen3.5-397b-a17b": (397, 17)}
 if not os.access(TRAIN, os.X_OK):
     print(f"1..0 # SKIP {TRAIN} is missing (run make first)")
     sys.exit(77)
