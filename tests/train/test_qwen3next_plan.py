@@ -12,7 +12,8 @@ and A_log (HV), the gated norm (dv) and out_proj; per layer the router (E x C), 
 and the shared one with its sigmoid gate (model.moe_shared_gate: C per layer), two norms;
 the final norm. tessera-train --plan 8 must print that total and active count (K of the E experts),
 and the total must be the card's "80B" (79.5 .. 80.5 billion) and, without the embeddings, its
-"79B".
+"79B". The Qwen 3.5 recipes (configs/qwen3.5-*.cfg: the same layers, a dense 27B among them) the
+same way, each within one unit of its card's total and active billions.
 The time plan on 64 H200s (`--plan 64/8 --time`, the recipe's zero3 with no expert parallelism;
 docs/planning.md "Mixtures of experts and hybrid layers"), its W = 64 row against the same hand
 count: 4 sequences a rank, 4 microbatches; compute = the GEMMs' FLOPs (FLOPs/token less the
@@ -36,6 +37,9 @@ from tap import Tap  # noqa: E402
 
 TRAIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tessera-train")
 CFG = os.path.join(ROOT, "configs", "qwen3-next-80b-a3b.cfg")
+# the Qwen 3.5 recipes (the same layers) -> the card's (total, active) in billions
+QWEN35 = {"qwen3.5-27b": (27, 27), "qwen3.5-35b-a3b": (35, 3), "qwen3.5-122b-a10b": (122, 10),
+          "qwen3.5-397b-a17b": (397, 17)}
 if not os.access(TRAIN, os.X_OK):
     print(f"1..0 # SKIP {TRAIN} is missing (run make first)")
     sys.exit(77)
@@ -62,10 +66,12 @@ def by_hand(k):
     full = C * NH * hs * 2 + 2 * C * KVH * hs + NH * hs * C + 2 * hs  # q, gate, k, v, o, QK-norm
     cd = 2 * HK * dk + HV * dv
     linear = cd * C + HV * dv * C + 2 * HV * C + cd * K + 2 * HV + dv + C * HV * dv
-    E, top = i["moe_experts"], i["moe_top_k"]
-    FE, S = i["moe_intermediate_size"], i["moe_shared_size"]
+    E, top = i.get("moe_experts", 0), i.get("moe_top_k", 0)
+    FE, S = (i["moe_intermediate_size"], i["moe_shared_size"]) if E else (i["intermediate_size"], 0)
+    E, top = E or 1, top or 1                  # a dense model: its one SwiGLU, always active
     gate = C if k.get("moe_shared_gate") == "true" else 0
-    shared = E * C + 3 * C * S + gate + 2 * C  # router, shared expert and gate, two norms
+    router = E * C if E > 1 else 0
+    shared = router + 3 * C * S + gate + 2 * C  # router, shared expert and gate, two norms
     common = 2 * i["vocab_size"] * C + (L - LL) * full + LL * linear + L * shared + C
     return common + L * E * 3 * C * FE, common + L * top * 3 * C * FE
 
@@ -100,14 +106,14 @@ def time_row(k, out, total, active):
 
 
 def main():
-    tap = Tap(8)
+    tap = Tap(8 + len(QWEN35))
     total, active = by_hand(keys(CFG))
     r = subprocess.run([TRAIN, "--config", CFG, "--plan", "8"], capture_output=True, text=True)
     m = re.search(r"params: (\d+) trainable, (\d+) active per token", r.stdout + r.stderr)
     if not tap.ok(r.returncode == 0 and m,
                   f"--plan 8 exits 0 with the figures (rc {r.returncode})"):
         tap.diag((r.stdout + r.stderr)[-2000:])
-        tap.fail_until(7, "no figures")
+        tap.fail_until(8 + len(QWEN35), "no figures")
         return tap.status()
     got, got_active = int(m.group(1)), int(m.group(2))
     tap.ok(got == total, f"parameters: {got} printed, {total} by hand")
@@ -123,7 +129,7 @@ def main():
     if not tap.ok(r.returncode == 0 and row, f"--plan 64/8 --time exits 0 with a W = 64 row "
                   f"(rc {r.returncode}): {row}"):
         tap.diag((r.stdout + r.stderr)[-2000:])
-        tap.fail_until(7, "no row")
+        tap.fail_until(8 + len(QWEN35), "no row")
         return tap.status()
     comp, comm, exposed, step, tps = row
     tap.ok(abs(comp - ms) <= 5e-3 * ms and abs(comm - mb) <= 1e-4 * mb,
@@ -132,7 +138,24 @@ def main():
     tap.ok(abs(step - (comp + exposed)) <= 0.02 and abs(tps - 256 * 4096 / (step / 1e3)) <= 1,
            f"W = 64: step {step} ms = compute + exposed {exposed}; {tps:.0f} tokens/s")
     context_row(tap, keys(CFG))
+    for name, card in QWEN35.items():
+        qwen35_row(tap, name, card)
     return tap.status()
+
+
+def qwen35_row(tap, name, card):
+    """a Qwen 3.5 recipe (the same layers: by_hand) against --plan and its card: the card's total
+    also counts the vision tower and the multi-token-prediction layer tessera has not (text only),
+    so the text model must be within one unit of the card's figures (billions)"""
+    cfg = os.path.join(ROOT, "configs", name + ".cfg")
+    total, active = by_hand(keys(cfg))
+    r = subprocess.run([TRAIN, "--config", cfg, "--plan", "8"], capture_output=True, text=True)
+    m = re.search(r"params: (\d+) trainable(?:, (\d+) active)?", r.stdout)
+    got = (int(m.group(1)), int(m.group(2) or m.group(1))) if m else None
+    near = abs(total / 1e9 - card[0]) <= 1 and abs(active / 1e9 - card[1]) <= 1
+    tap.ok(r.returncode == 0 and got == (total, active) and near,
+           f"{name}: --plan 8 prints {got}, by hand ({total}, {active}); the card's {card[0]}B "
+           f"total, {card[1]}B active")
 
 
 def context_row(tap, k):
