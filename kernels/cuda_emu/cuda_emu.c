@@ -651,19 +651,28 @@ void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 
                         qw, kw, rstd, N, NH, KVH, hs);
 }
 
-/* in place: round(the CPU rotation of the widened qkv); the value heads come back unchanged
- * (widening and rounding a bf16 is exact) */
+/* in place: round(the CPU rotation of the widened qkv): rot 0 the plain one (cpu->rope_*), else
+ * the partial/scaled one of rot dims (cpu->rope_part_*, mscale); the value heads come back
+ * unchanged (widening and rounding a bf16 is exact) */
 static void rope_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0,
-                     const float *inv_freq, int B, int T, int NH, int KVH, int hs, int backward) {
-    REQUIRE(B >= 0 && T >= 1 && hs >= 2 && hs % 2 == 0, what,
-            "bad shape B=%d T=%d hs=%d (hs even)", B, T, hs);
+                     const float *inv_freq, int B, int T, int NH, int KVH, int hs, int rot,
+                     float mscale, int backward) {
+    if (rot) /* partial / scaled (cpu->rope_part_*) */
+        REQUIRE(B >= 0 && T >= 1 && hs >= 2 && rot >= 2 && rot % 2 == 0 && rot <= hs, what,
+                "bad shape B=%d T=%d hs=%d rot=%d (rot even, 2 <= rot <= hs)", B, T, hs, rot);
+    else
+        REQUIRE(B >= 0 && T >= 1 && hs >= 2 && hs % 2 == 0, what,
+                "bad shape B=%d T=%d hs=%d (hs even)", B, T, hs);
     check_heads(what, B * T, NH, KVH, hs);
     REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
     REQUIRE(pos || p0 >= 0, what, "p0 = %d must be >= 0", p0);
     const size_t n = (size_t)B * T * (NH + 2 * KVH) * hs;
     if (n == 0) return;
     float *x = widen(qkv, n, what);
-    if (backward) cpu->rope_backward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
+    if (rot)
+        (backward ? cpu->rope_part_backward : cpu->rope_part_forward)(x, pos, p0, inv_freq, B, T,
+                                                                      NH, KVH, hs, rot, mscale);
+    else if (backward) cpu->rope_backward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
     else cpu->rope_forward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
     round_into(qkv, x, n);
     free(x);
@@ -671,12 +680,12 @@ static void rope_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0
 
 void tcu_rope_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                       int T, int NH, int KVH, int hs, tcu_stream s) {
-    rope_emu("tcu_rope_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 0);
+    rope_emu("tcu_rope_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 0, 1.0f, 0);
 }
 
 void tcu_rope_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                        int T, int NH, int KVH, int hs, tcu_stream s) {
-    rope_emu("tcu_rope_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 1);
+    rope_emu("tcu_rope_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 0, 1.0f, 1);
 }
 
 static void check_nf(const char *what, int N, int F, int ok) {
@@ -1758,35 +1767,19 @@ void tcu_qknorm_proj_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_
                         dout, inp, qw, kw, rstd, N, NH, KVH, hs);
 }
 
-static void rope_part_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0,
-                          const float *inv_freq, int B, int T, int NH, int KVH, int hs, int rot,
-                          float mscale, int backward) {
-    REQUIRE(B >= 0 && T >= 1 && hs >= 2 && rot >= 2 && rot % 2 == 0 && rot <= hs, what,
-            "bad shape B=%d T=%d hs=%d rot=%d (rot even, 2 <= rot <= hs)", B, T, hs, rot);
-    check_heads(what, B * T, NH, KVH, hs);
-    REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
-    REQUIRE(pos || p0 >= 0, what, "p0 = %d must be >= 0", p0);
-    const size_t n = (size_t)B * T * (NH + 2 * KVH) * hs;
-    if (n == 0) return;
-    float *x = widen(qkv, n, what);
-    (backward ? cpu->rope_part_backward : cpu->rope_part_forward)(x, pos, p0, inv_freq, B, T, NH,
-                                                                  KVH, hs, rot, mscale);
-    round_into(qkv, x, n);
-    free(x);
-}
-
+/* partial / scaled RoPE: rope_emu with rot and mscale */
 void tcu_rope_part_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq,
                            int B, int T, int NH, int KVH, int hs, int rot, float mscale,
                            tcu_stream s) {
-    rope_part_emu("tcu_rope_part_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
-                  mscale, 0);
+    rope_emu("tcu_rope_part_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
+             mscale, 0);
 }
 
 void tcu_rope_part_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq,
                             int B, int T, int NH, int KVH, int hs, int rot, float mscale,
                             tcu_stream s) {
-    rope_part_emu("tcu_rope_part_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
-                  mscale, 1);
+    rope_emu("tcu_rope_part_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
+             mscale, 1);
 }
 
 /* a gated unit's forward and backward (the CPU op on the widened rows): GeGLU or gpt-oss's
