@@ -1483,13 +1483,7 @@ __global__ void __launch_bounds__(256)
         const size_t at = ((size_t)(r / T) * NH + h) * T + (size_t)(r % T);
         acc -= expf(sk - lse[at]) * D[at];
     }
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = 128; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) dsinks[h] += red[0];
+    tcu_block256_add(dsinks + h, acc, red);
 }
 
 /* the sink gradients from lse and the D the backward left at the start of its scratch */

@@ -341,6 +341,16 @@ __device__ float dnb_block_sum(float v, float *red) {
 
 /* the chunk's forward again: Qn, Kn, V, d out; GE (masked K K^T e_ij), Tm, TB, TW, X = -W,
  * Vn, Pf (masked scores, fp32) */
+/* dst = src (64 x 64) under the causal decay: e^(gam_i - gam_j) src_ij where j <= i in one
+ * document, else 0 (dst may be src: each element read and written by one thread) */
+__device__ void dnb_decay(const dn_smem &f, const float *src, float *dst) {
+    for (int e = threadIdx.x; e < DN_C * DN_C; e += DN_THREADS) {
+        const int i = e / DN_C, j = e % DN_C;
+        const bool keep = j <= i && f.doc[i] == f.doc[j];
+        dst[e] = keep ? src[e] * expf(f.gam[i] - f.gam[j]) : 0.f;
+    }
+}
+
 __device__ void dnb_recompute(const dnb_args &a, const dnb_smem &m, const dnb_chunk &c) {
     const int dk = a.fw.dk, dv = a.fw.dv, C = DN_C, tid = threadIdx.x;
     dn_load(a.fw, m.f, c.b, c.h, c.t0, c.n);
@@ -377,11 +387,7 @@ __device__ void dnb_recompute(const dnb_args &a, const dnb_smem &m, const dnb_ch
     for (int e = tid; e < C * dv; e += DN_THREADS) m.Vn[e] = __float2bfloat16_rn(c.F[e]);
     dn_mma(m.Wk, C, dn_mat<bf16>{m.f.Qn, dk, 1}, dn_mat<bf16>{m.f.Kn, 1, dk}, C, C, dk, 0.f);
     __syncthreads();
-    for (int e = tid; e < C * C; e += DN_THREADS) {
-        const int i = e / C, j = e % C;
-        const bool keep = j <= i && m.f.doc[i] == m.f.doc[j];
-        m.Pf[e] = keep ? m.Wk[e] * expf(m.f.gam[i] - m.f.gam[j]) : 0.f;
-    }
+    dnb_decay(m.f, m.Wk, m.Pf);
     __syncthreads();
 }
 
@@ -458,11 +464,7 @@ __device__ void dnb_scores(const dnb_args &a, const dnb_smem &m, const dnb_chunk
         m.dgm[tid] += r;
     }
     __syncthreads();
-    for (int e = tid; e < C * C; e += DN_THREADS) {
-        const int i = e / C, j = e % C;
-        const bool keep = j <= i && m.f.doc[i] == m.f.doc[j];
-        m.Wk[e] = keep ? m.Wk[e] * expf(m.f.gam[i] - m.f.gam[j]) : 0.f;
-    }
+    dnb_decay(m.f, m.Wk, m.Wk);
     __syncthreads();
     dn_mma(c.dqn, c.ld, dn_mat<float>{m.Wk, C, 1}, dn_mat<bf16>{m.f.Kn, dk, 1}, C, dk, C, 1.f, c.n);
     dn_mma(c.dkn, c.ld, dn_mat<float>{m.Wk, 1, C}, dn_mat<bf16>{m.f.Qn, dk, 1}, C, dk, C, 1.f, c.n);

@@ -156,6 +156,19 @@ __device__ __forceinline__ float2 tcu_block_sum2(float2 v, float2 *red) {
     return t;
 }
 
+/* *dst += the sum of every thread's acc over a block of 256 threads, in a fixed order (a tree
+ * over red, 256 floats of shared memory); all threads must call it (the sink gradients of
+ * cuda_attention.cu and cuda_ring.cu) */
+__device__ __forceinline__ void tcu_block256_add(float *dst, float acc, float *red) {
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *dst += red[0];
+}
+
 /* The deterministic weight gradients of the norm backwards (cuda_layernorm.cu; LayerNorm and the
  * RMSNorms of cuda_llama.cu share them, and the matmul's bias gradient, cuda_matmul.cu): the
  * rows are cut into groups of tcu_norm_rows_per_group(N) rows (a function of N only), each block

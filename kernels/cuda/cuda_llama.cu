@@ -305,47 +305,75 @@ static void check_heads(const char *what, int N, int NH, int KVH, int hs) {
                         (long long)N * (NH + KVH)));
 }
 
-/* out (N,QKV): every query head RMSNorm'ed with qw, every key head with kw, the value heads
- * copied; rstd (N, NH+KVH) fp32 [query heads | key heads]. Three launches (queries, keys,
- * values). */
-void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
-                        const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
-                        tcu_stream s) {
-    const char *what = "tcu_qknorm_forward";
+/* How QK-norm splits a row of (N,QKV): per head (every query head, every key head one RMSNorm
+ * row of hs; rstd (N, NH+KVH)) or per projection (OLMo 2: the NH hs query columns one row, the
+ * KVH hs key columns one; rstd (N, 2)). */
+struct qk_split {
+    int qrows, krows, qc, kc, koff_rstd;
+    rows_layout ql, kl;
+};
+
+static qk_split qk_split_of(int N, int NH, int KVH, int hs, bool per_head) {
+    const size_t ld = (size_t)(NH + 2 * KVH) * hs;
+    if (per_head)
+        return qk_split{N * NH, N * KVH, hs, hs, NH, rows_layout{NH, ld, NH + KVH},
+                        rows_layout{KVH, ld, NH + KVH}};
+    return qk_split{N, N, NH * hs, KVH * hs, 1, rows_layout{1, ld, 2}, rows_layout{1, ld, 2}};
+}
+
+/* out (N,QKV): the query and key columns RMSNorm'ed (qw, kw) as qk_split_of says, the value heads
+ * copied. Three launches (queries, keys, values). */
+static void qknorm_forward(const char *what, bool per_head, tsr_bf16 *out, float *rstd,
+                           const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw, int N,
+                           int NH, int KVH, int hs, float eps, tcu_stream s) {
     check_heads(what, N, NH, KVH, hs);
     check_nc(what, N, hs, eps);
     TCU_REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, koff = (size_t)NH * hs;
+    const size_t koff = (size_t)NH * hs;
+    const qk_split q = qk_split_of(N, NH, KVH, hs, per_head);
     bf16 *o = (bf16 *)out;
     const bf16 *x = (const bf16 *)inp;
-    rms_forward_launch<false>(what, o, rstd, nullptr, x, nullptr, (const bf16 *)qw, N * NH, hs,
-                              rows_layout{NH, ld, NH + KVH}, eps, st);
-    rms_forward_launch<false>(what, o + koff, rstd ? rstd + NH : nullptr, nullptr, x + koff,
-                              nullptr, (const bf16 *)kw, N * KVH, hs,
-                              rows_layout{KVH, ld, NH + KVH}, eps, st);
+    rms_forward_launch<false>(what, o, rstd, nullptr, x, nullptr, (const bf16 *)qw, q.qrows, q.qc,
+                              q.ql, eps, st);
+    rms_forward_launch<false>(what, o + koff, rstd ? rstd + q.koff_rstd : nullptr, nullptr,
+                              x + koff, nullptr, (const bf16 *)kw, q.krows, q.kc, q.kl, eps, st);
     value_columns<false>(what, o, x, N, NH, KVH, hs, st);
 }
 
-/* dinp (N,QKV) += the gradient (the value columns: dout's); dqw, dkw (hs) fp32 +=, each by the
+/* dinp (N,QKV) += the gradient (the value columns: dout's); dqw, dkw fp32 +=, each by the
  * deterministic row-group scheme, each or NULL (frozen: that head kind's sums skipped). */
-void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
-                         const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
-                         const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
-    const char *what = "tcu_qknorm_backward";
+static void qknorm_backward(const char *what, bool per_head, tsr_bf16 *dinp, float *dqw,
+                            float *dkw, const tsr_bf16 *dout, const tsr_bf16 *inp,
+                            const tsr_bf16 *qw, const tsr_bf16 *kw, const float *rstd, int N,
+                            int NH, int KVH, int hs, tcu_stream s) {
     check_heads(what, N, NH, KVH, hs);
     TCU_REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, koff = (size_t)NH * hs;
+    const size_t koff = (size_t)NH * hs;
+    const qk_split q = qk_split_of(N, NH, KVH, hs, per_head);
     bf16 *d = (bf16 *)dinp;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)inp;
-    rms_backward_rows(what, d, dqw, g, x, (const bf16 *)qw, rstd, N * NH, hs,
-                      rows_layout{NH, ld, NH + KVH}, st);
-    rms_backward_rows(what, d + koff, dkw, g + koff, x + koff, (const bf16 *)kw, rstd + NH,
-                      N * KVH, hs, rows_layout{KVH, ld, NH + KVH}, st);
+    rms_backward_rows(what, d, dqw, g, x, (const bf16 *)qw, rstd, q.qrows, q.qc, q.ql, st);
+    rms_backward_rows(what, d + koff, dkw, g + koff, x + koff, (const bf16 *)kw,
+                      rstd + q.koff_rstd, q.krows, q.kc, q.kl, st);
     value_columns<true>(what, d, g, N, NH, KVH, hs, st);
+}
+
+/* QK-norm per head; rstd (N, NH+KVH) fp32 [query heads | key heads] */
+void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                        const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
+                        tcu_stream s) {
+    qknorm_forward("tcu_qknorm_forward", true, out, rstd, inp, qw, kw, N, NH, KVH, hs, eps, s);
+}
+
+void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
+                         const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
+                         const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
+    qknorm_backward("tcu_qknorm_backward", true, dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH,
+                    KVH, hs, s);
 }
 
 /* ---- RoPE ---------------------------------------------------------------------------------- */
@@ -559,45 +587,20 @@ void tcu_moe_gptoss_backward(tsr_bf16 *dinp, const tsr_bf16 *inp, const tsr_bf16
                                      (cudaStream_t)s, unit_args{alpha, limit});
 }
 
-/* QK-norm over the whole projections (OLMo 2): the NH hs query columns of a row one RMSNorm row
- * with qw (NH hs), the KVH hs key columns one with kw (KVH hs), the values copied; rstd (N, 2).
- * The per-head kernels with one row per token (H = 1, sld = 2). */
+/* QK-norm over the whole projections (OLMo 2): the per-head kernels with one row per token
+ * (H = 1, sld = 2); rstd (N, 2). */
 void tcu_qknorm_proj_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
                              const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
                              tcu_stream s) {
-    const char *what = "tcu_qknorm_proj_forward";
-    check_heads(what, N, NH, KVH, hs);
-    check_nc(what, N, hs, eps);
-    TCU_REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
-    if (N == 0) return;
-    const cudaStream_t st = (cudaStream_t)s;
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, koff = (size_t)NH * hs;
-    bf16 *o = (bf16 *)out;
-    const bf16 *x = (const bf16 *)inp;
-    rms_forward_launch<false>(what, o, rstd, nullptr, x, nullptr, (const bf16 *)qw, N, NH * hs,
-                              rows_layout{1, ld, 2}, eps, st);
-    rms_forward_launch<false>(what, o + koff, rstd ? rstd + 1 : nullptr, nullptr, x + koff,
-                              nullptr, (const bf16 *)kw, N, KVH * hs, rows_layout{1, ld, 2}, eps,
-                              st);
-    value_columns<false>(what, o, x, N, NH, KVH, hs, st);
+    qknorm_forward("tcu_qknorm_proj_forward", false, out, rstd, inp, qw, kw, N, NH, KVH, hs, eps,
+                   s);
 }
 
 void tcu_qknorm_proj_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
                               const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
                               const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
-    const char *what = "tcu_qknorm_proj_backward";
-    check_heads(what, N, NH, KVH, hs);
-    TCU_REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
-    if (N == 0) return;
-    const cudaStream_t st = (cudaStream_t)s;
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, koff = (size_t)NH * hs;
-    bf16 *d = (bf16 *)dinp;
-    const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)inp;
-    rms_backward_rows(what, d, dqw, g, x, (const bf16 *)qw, rstd, N, NH * hs,
-                      rows_layout{1, ld, 2}, st);
-    rms_backward_rows(what, d + koff, dkw, g + koff, x + koff, (const bf16 *)kw, rstd + 1, N,
-                      KVH * hs, rows_layout{1, ld, 2}, st);
-    value_columns<true>(what, d, g, N, NH, KVH, hs, st);
+    qknorm_backward("tcu_qknorm_proj_backward", false, dinp, dqw, dkw, dout, inp, qw, kw, rstd, N,
+                    NH, KVH, hs, s);
 }
 
 /* Partial / scaled RoPE (ops.h rope_part_forward): rope_rotate_half_kernel's rotation over the

@@ -196,13 +196,7 @@ __global__ void __launch_bounds__(256)
             D = fmaf(__bfloat162float(dout[row + d]), __bfloat162float(out[row + d]), D);
         acc -= expf(__bfloat162float(sinks[h]) - lse[((size_t)b * NH + h) * qbs + i]) * D;
     }
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = 128; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) dsinks[h] += red[0];
+    tcu_block256_add(dsinks + h, acc, red);
 }
 
 /* dst[(b dbs + r) ldd + c] += src[(b sbs + r) lds + c] (bf16 widened), r < rows, c < width;

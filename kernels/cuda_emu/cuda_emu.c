@@ -592,19 +592,27 @@ static void check_heads(const char *what, int N, int NH, int KVH, int hs) {
             (long long)N * (NH + KVH));
 }
 
+/* QK-norm through the CPU op (cpu->qknorm_forward or its per-projection twin): per head, qw and
+ * kw (hs), rstd (N, NH+KVH); per projection, qw (NH hs), kw (KVH hs), rstd (N, 2) */
+typedef void (*qk_fwd_op)(float *, float *, const float *, const float *, const float *, int, int,
+                          int, int, float);
+typedef void (*qk_bwd_op)(float *, float *, float *, const float *, const float *, const float *,
+                          const float *, const float *, int, int, int, int);
+
 /* out = round(the CPU op on the widened inp): the value heads, copied exactly */
-void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
-                        const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
-                        tcu_stream s) {
-    const char *what = "tcu_qknorm_forward";
+static void qknorm_forward_emu(const char *what, int per_head, qk_fwd_op op, tsr_bf16 *out,
+                               float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                               const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps) {
     check_heads(what, N, NH, KVH, hs);
     REQUIRE(eps >= 0.0f, what, "eps = %g must be >= 0", (double)eps);
     REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
     if (N == 0) return;
-    const size_t n = (size_t)N * (NH + 2 * KVH) * hs, nr = (size_t)N * (NH + KVH);
-    float *x = widen(inp, n, what), *qf = widen(qw, hs, what), *kf = widen(kw, hs, what);
+    const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
+    const size_t nr = (size_t)N * (per_head ? NH + KVH : 2);
+    float *x = widen(inp, n, what), *qf = widen(qw, (size_t)(per_head ? 1 : NH) * hs, what);
+    float *kf = widen(kw, (size_t)(per_head ? 1 : KVH) * hs, what);
     float *rs = rstd ? rstd : host_alloc(nr * sizeof *rs, what);
-    cpu->qknorm_forward(x, rs, x, qf, kf, N, NH, KVH, hs, eps);
+    op(x, rs, x, qf, kf, N, NH, KVH, hs, eps);
     round_into(out, x, n);
     if (!rstd) free(rs);
     free(kf), free(qf), free(x);
@@ -612,35 +620,59 @@ void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const t
 
 /* dinp (bf16) += the CPU op's fp32 increment (the value columns: dout, exact before the add);
  * dqw, dkw fp32 += by the CPU op (each or NULL) */
-void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
-                         const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
-                         const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
-    const char *what = "tcu_qknorm_backward";
+static void qknorm_backward_emu(const char *what, int per_head, qk_bwd_op op, tsr_bf16 *dinp,
+                                float *dqw, float *dkw, const tsr_bf16 *dout, const tsr_bf16 *inp,
+                                const tsr_bf16 *qw, const tsr_bf16 *kw, const float *rstd, int N,
+                                int NH, int KVH, int hs) {
     check_heads(what, N, NH, KVH, hs);
     REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     need_context(what);
     const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
     float *x = widen(inp, n, what), *g = widen(dout, n, what), *dx = host_zeros(n, what);
-    float *qf = widen(qw, hs, what), *kf = widen(kw, hs, what);
-    cpu->qknorm_backward(dx, dqw, dkw, g, x, qf, kf, rstd, N, NH, KVH, hs);
+    float *qf = widen(qw, (size_t)(per_head ? 1 : NH) * hs, what);
+    float *kf = widen(kw, (size_t)(per_head ? 1 : KVH) * hs, what);
+    op(dx, dqw, dkw, g, x, qf, kf, rstd, N, NH, KVH, hs);
     add_round_into(dinp, dx, n);
     free(kf), free(qf), free(dx), free(g), free(x);
 }
 
-/* in place: round(the CPU rotation of the widened qkv); the value heads come back unchanged
- * (widening and rounding a bf16 is exact) */
+void tcu_qknorm_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
+                        const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
+                        tcu_stream s) {
+    qknorm_forward_emu("tcu_qknorm_forward", 1, cpu->qknorm_forward, out, rstd, inp, qw, kw, N,
+                       NH, KVH, hs, eps);
+}
+
+void tcu_qknorm_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
+                         const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
+                         const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
+    qknorm_backward_emu("tcu_qknorm_backward", 1, cpu->qknorm_backward, dinp, dqw, dkw, dout, inp,
+                        qw, kw, rstd, N, NH, KVH, hs);
+}
+
+/* in place: round(the CPU rotation of the widened qkv): rot 0 the plain one (cpu->rope_*), else
+ * the partial/scaled one of rot dims (cpu->rope_part_*, mscale); the value heads come back
+ * unchanged (widening and rounding a bf16 is exact) */
 static void rope_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0,
-                     const float *inv_freq, int B, int T, int NH, int KVH, int hs, int backward) {
-    REQUIRE(B >= 0 && T >= 1 && hs >= 2 && hs % 2 == 0, what,
-            "bad shape B=%d T=%d hs=%d (hs even)", B, T, hs);
+                     const float *inv_freq, int B, int T, int NH, int KVH, int hs, int rot,
+                     float mscale, int backward) {
+    if (rot) /* partial / scaled (cpu->rope_part_*) */
+        REQUIRE(B >= 0 && T >= 1 && hs >= 2 && rot >= 2 && rot % 2 == 0 && rot <= hs, what,
+                "bad shape B=%d T=%d hs=%d rot=%d (rot even, 2 <= rot <= hs)", B, T, hs, rot);
+    else
+        REQUIRE(B >= 0 && T >= 1 && hs >= 2 && hs % 2 == 0, what,
+                "bad shape B=%d T=%d hs=%d (hs even)", B, T, hs);
     check_heads(what, B * T, NH, KVH, hs);
     REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
     REQUIRE(pos || p0 >= 0, what, "p0 = %d must be >= 0", p0);
     const size_t n = (size_t)B * T * (NH + 2 * KVH) * hs;
     if (n == 0) return;
     float *x = widen(qkv, n, what);
-    if (backward) cpu->rope_backward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
+    if (rot)
+        (backward ? cpu->rope_part_backward : cpu->rope_part_forward)(x, pos, p0, inv_freq, B, T,
+                                                                      NH, KVH, hs, rot, mscale);
+    else if (backward) cpu->rope_backward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
     else cpu->rope_forward(x, pos, p0, inv_freq, B, T, NH, KVH, hs);
     round_into(qkv, x, n);
     free(x);
@@ -648,12 +680,12 @@ static void rope_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0
 
 void tcu_rope_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                       int T, int NH, int KVH, int hs, tcu_stream s) {
-    rope_emu("tcu_rope_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 0);
+    rope_emu("tcu_rope_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 0, 1.0f, 0);
 }
 
 void tcu_rope_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq, int B,
                        int T, int NH, int KVH, int hs, tcu_stream s) {
-    rope_emu("tcu_rope_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 1);
+    rope_emu("tcu_rope_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, 0, 1.0f, 1);
 }
 
 static void check_nf(const char *what, int N, int F, int ok) {
@@ -1720,70 +1752,34 @@ void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, 
 /* Built with TCU_EMU_SIMT_KERNELS: left out, the real kernels run instead (SIMT emulator) */
 #ifndef TCU_EMU_SIMT_KERNELS
 
-/* out = round(the CPU op on the widened inp) */
+/* the per-head op's emulation with the CPU's per-projection op */
 void tcu_qknorm_proj_forward(tsr_bf16 *out, float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
                              const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps,
                              tcu_stream s) {
-    const char *what = "tcu_qknorm_proj_forward";
-    check_heads(what, N, NH, KVH, hs);
-    REQUIRE(eps >= 0.0f, what, "eps = %g must be >= 0", (double)eps);
-    REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
-    if (N == 0) return;
-    const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
-    float *x = widen(inp, n, what), *qf = widen(qw, (size_t)NH * hs, what);
-    float *kf = widen(kw, (size_t)KVH * hs, what);
-    float *rs = rstd ? rstd : host_alloc((size_t)N * 2 * sizeof *rs, what);
-    cpu->qknorm_proj_forward(x, rs, x, qf, kf, N, NH, KVH, hs, eps);
-    round_into(out, x, n);
-    if (!rstd) free(rs);
-    free(kf), free(qf), free(x);
+    qknorm_forward_emu("tcu_qknorm_proj_forward", 0, cpu->qknorm_proj_forward, out, rstd, inp, qw,
+                       kw, N, NH, KVH, hs, eps);
 }
 
-/* dinp (bf16) += the CPU op's fp32 increment; dqw, dkw fp32 += by the CPU op (each or NULL) */
 void tcu_qknorm_proj_backward(tsr_bf16 *dinp, float *dqw, float *dkw, const tsr_bf16 *dout,
                               const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw,
                               const float *rstd, int N, int NH, int KVH, int hs, tcu_stream s) {
-    const char *what = "tcu_qknorm_proj_backward";
-    check_heads(what, N, NH, KVH, hs);
-    REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
-    if (N == 0) return;
-    const size_t n = (size_t)N * (NH + 2 * KVH) * hs;
-    float *x = widen(inp, n, what), *g = widen(dout, n, what), *dx = host_zeros(n, what);
-    float *qf = widen(qw, (size_t)NH * hs, what), *kf = widen(kw, (size_t)KVH * hs, what);
-    cpu->qknorm_proj_backward(dx, dqw, dkw, g, x, qf, kf, rstd, N, NH, KVH, hs);
-    add_round_into(dinp, dx, n);
-    free(kf), free(qf), free(dx), free(g), free(x);
+    qknorm_backward_emu("tcu_qknorm_proj_backward", 0, cpu->qknorm_proj_backward, dinp, dqw, dkw,
+                        dout, inp, qw, kw, rstd, N, NH, KVH, hs);
 }
 
-static void rope_part_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0,
-                          const float *inv_freq, int B, int T, int NH, int KVH, int hs, int rot,
-                          float mscale, int backward) {
-    REQUIRE(B >= 0 && T >= 1 && hs >= 2 && rot >= 2 && rot % 2 == 0 && rot <= hs, what,
-            "bad shape B=%d T=%d hs=%d rot=%d (rot even, 2 <= rot <= hs)", B, T, hs, rot);
-    check_heads(what, B * T, NH, KVH, hs);
-    REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
-    REQUIRE(pos || p0 >= 0, what, "p0 = %d must be >= 0", p0);
-    const size_t n = (size_t)B * T * (NH + 2 * KVH) * hs;
-    if (n == 0) return;
-    float *x = widen(qkv, n, what);
-    (backward ? cpu->rope_part_backward : cpu->rope_part_forward)(x, pos, p0, inv_freq, B, T, NH,
-                                                                  KVH, hs, rot, mscale);
-    round_into(qkv, x, n);
-    free(x);
-}
-
+/* partial / scaled RoPE: rope_emu with rot and mscale */
 void tcu_rope_part_forward(tsr_bf16 *qkv, const int32_t *pos, int p0, const float *inv_freq,
                            int B, int T, int NH, int KVH, int hs, int rot, float mscale,
                            tcu_stream s) {
-    rope_part_emu("tcu_rope_part_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
-                  mscale, 0);
+    rope_emu("tcu_rope_part_forward", qkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
+             mscale, 0);
 }
 
 void tcu_rope_part_backward(tsr_bf16 *dqkv, const int32_t *pos, int p0, const float *inv_freq,
                             int B, int T, int NH, int KVH, int hs, int rot, float mscale,
                             tcu_stream s) {
-    rope_part_emu("tcu_rope_part_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
-                  mscale, 1);
+    rope_emu("tcu_rope_part_backward", dqkv, pos, p0, inv_freq, B, T, NH, KVH, hs, rot,
+             mscale, 1);
 }
 
 /* a gated unit's forward and backward (the CPU op on the widened rows): GeGLU or gpt-oss's

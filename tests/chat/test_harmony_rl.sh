@@ -74,25 +74,14 @@ prc=$?
 "$PY3" - "$TSR_ROOT/tests/prep" "$TMP" "$M/tokenizer.json" <<'PY' >"$TMP/check.txt"
 import json, sys
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/../tokenizer")
+import gpt2_bytes
 from prep_check import read_dataset
 tmp = sys.argv[2]
 tj = json.load(open(sys.argv[3]))
 names = {t["id"]: t["content"] for t in tj["added_tokens"]}
 ids_of = {v: k for k, v in names.items()}
-vocab = tj["model"]["vocab"]
-inv = {v: k for k, v in vocab.items()}
-byte_dec = {}
-bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-byte_dec = {chr(c): b for b, c in zip(bs, cs)}
-def decode(ids):
-    out = b""
-    for i in ids:
-        out += names[i].encode() if i in names else bytes(byte_dec[ch] for ch in inv[i])
-    return out.decode("utf-8", "replace")
+decode = gpt2_bytes.tokjson_decoder(tj)
 res = {}
 for kind, T in (("pref", 128), ("prompts", 112)):
     t, m = read_dataset(f"{tmp}/{kind}/train")
@@ -170,20 +159,13 @@ rc=$?
 tap_check $? "DPO: 2 steps of a tiny model on the harmony pairs (201,088 ids), finite losses"
 # the reward program: reads each completion's final channel from its tokens on its own (ids from
 # tokenizer.json) and notes whether the trainer's "final" is that (null without one)
+cp "$TSR_ROOT/tests/tokenizer/gpt2_bytes.py" "$TMP/"  # imported from its own directory
 cat >"$TMP/reward.py" <<'PY'
 import json, sys
+import gpt2_bytes
 tj = json.load(open(sys.argv[1]))
 sp = {t["content"]: t["id"] for t in tj["added_tokens"]}
-inv = {v: k for k, v in tj["model"]["vocab"].items()}
-bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs, k = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + k); k += 1
-byte = {chr(c): b for b, c in zip(bs, cs)}
-names = {v: k for k, v in sp.items()}
-dec = lambda ids: b"".join(names[i].encode() if i in names else bytes(byte[c] for c in inv[i])
-                           for i in ids).decode("utf-8", "replace")
+dec = gpt2_bytes.tokjson_decoder(tj)
 marks = {sp[n] for n in ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>")}
 def final(ids):
     got = None

@@ -113,3 +113,50 @@ m = re.search(r"^device memory per rank.*activations ([0-9.]+) (B|KiB|MiB|GiB) p
 print(int(float(m.group(1)) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(m.group(2))) if m else -1)
 PY
 }
+
+# ---- bench/gpu/torch_peer.py's tests (test_torch_peer.sh, test_torch_peer_families.sh) --------
+# Need $PEER (the peer's path) and $TRAIN.
+
+# peer_needs_torch WHAT...: without PyTorch for $PY3, each WHAT a skipped check and the test ends
+# (exit 0); without tessera-train, exit 77
+peer_needs_torch() {
+    if ! "$PY3" -c 'import torch' 2>/dev/null; then
+        local w
+        for w in "$@"; do tap_skip "$w" "no PyTorch for $PY3"; done
+        tap_done
+        exit
+    fi
+    [[ -x $TRAIN ]] || { echo "$TRAIN missing: run make"; exit 77; }
+}
+
+# peer_field FILE KEY: KEY of the last JSON line of FILE
+peer_field() { "$PY3" -c 'import json, sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]).get(sys.argv[2]))' "$@"; }
+
+# peer_same_n TAG CONFIG SETS...: the peer's dry-run N and FLOPs/token against tessera-train
+# --plan's for configs/CONFIG.cfg, both given causal attention, no activation checkpointing and
+# SETS; a mismatch appended to $bad. tessera prints FLOPs/token to 4 digits: the peer's rounded
+# the same way.
+peer_same_n() {
+    local tag=$1 cfg=$TSR_ROOT/configs/$2.cfg n f want wantf gotf
+    local both=(--set model.attn_mask=causal --set model.activation_checkpointing=none "${@:3}")
+    "$PY3" "$PEER" --config "$cfg" "${both[@]}" --dry-run >"$TMP/$tag.json" 2>/dev/null
+    "$TRAIN" --config "$cfg" "${both[@]}" --plan 1 >"$TMP/$tag.plan" 2>&1
+    n=$(peer_field "$TMP/$tag.json" params) f=$(peer_field "$TMP/$tag.json" flops_per_token)
+    want=$(sed -n 's/^params: \([0-9]*\) trainable.*/\1/p' "$TMP/$tag.plan")
+    wantf=$(sed -n 's/^params: .*FLOPs\/token = .* = \([0-9.e+]*\) (docs.*/\1/p' "$TMP/$tag.plan")
+    gotf=$("$PY3" -c "print('%.4g' % float('$f'))" 2>/dev/null)
+    [[ -n $want && $n == "$want" && $gotf == "$("$PY3" -c "print('%.4g' % float('${wantf:-0}'))")" ]] ||
+        bad+=" $tag (peer N $n F $gotf, tessera N ${want:-?} F ${wantf:-?})"
+}
+
+# peer_refused WHAT ARGS...: the peer's dry run with ARGS exits 2, WHAT named in its JSON error
+peer_refused() {
+    local r=0
+    "$PY3" "$PEER" "${@:2}" --dry-run >"$TMP/refused.json" 2>/dev/null || r=$?
+    ((r == 2)) && grep -q "$1" "$TMP/refused.json" || { echo "# $*: exit $r: $(cat "$TMP/refused.json")"; return 1; }
+}
+
+# peer_row_ok ROW: run.sh's table row has positive PyTorch and tessera tok/s (columns 4 and 5)
+peer_row_ok() {
+    awk -F'|' '{ gsub(/ /, ""); exit !($5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5 + 0 > 0 && $6 + 0 > 0) }' <<<"$1"
+}

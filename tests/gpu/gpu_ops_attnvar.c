@@ -122,16 +122,6 @@ static void av_check_dsinks(const char *tag, const av_vars *v, int NH, const flo
                 1e-6, 1e-5, mag, 1e-5);
 }
 
-/* q, k in U(-2,2), v in U(-1,1) (test_attention's); qabs: the same with |v| */
-static void av_inputs(float *qkv, float *qabs, size_t rows, size_t ld, size_t vcol) {
-    for (size_t r = 0; r < rows; r++)
-        for (size_t c = 0; c < ld; c++) {
-            const int qk = c < vcol;
-            const float v = rbf16(qk ? uni(-2, 2) : uni(-1, 1));
-            qkv[r * ld + c] = v, qabs[r * ld + c] = qk ? v : fabsf(v);
-        }
-}
-
 /* the forward (out, lse) and the backward (dqkv +=, dsinks +=) against the CPU's; then the
  * backward again with the fused dq (where this backend has it) */
 static void test_attnvar(const av_cfg *a) {
@@ -148,7 +138,7 @@ static void test_attnvar(const av_cfg *a) {
                                                   : "");
     float *qkv = hf(nq), *qabs = hf(nq), *slopes = hf(NH), *dout = hf(no), *g0 = hf(nq);
     int32_t *seq = hi32((size_t)B * T);
-    av_inputs(qkv, qabs, (size_t)B * T, ld, VCOL(0));
+    attn_inputs(qkv, qabs, (size_t)B * T, ld, VCOL(0));
     for (int b = 0; b < B; b++) make_segments(seq + (size_t)b * T, T, 3 * b);
     for (int h = 0; h < NH; h++) slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)NH);
     const float *sl = a->alibi ? slopes : NULL;

@@ -12,49 +12,11 @@
 
 #define QKNP_CHECKS 7
 
+/* test_gpu_ops.c's test_qk per projection */
 static void test_qknorm_proj(int N, int NH, int KVH, int hs) {
-    const size_t ld = (size_t)(NH + 2 * KVH) * hs, n = (size_t)N * ld, nr = (size_t)N * 2;
-    const int CQ = NH * hs, CK = KVH * hs;
     char tag[96];
     snprintf(tag, sizeof tag, "qknorm_proj N=%d NH=%d KVH=%d hs=%d", N, NH, KVH, hs);
-    float *x = hf(n), *qw = hf(CQ), *kw = hf(CK), *out = hf(n), *rstd = hf(nr);
-    fill_bf16(x, n, -2, 2), fill_bf16(qw, CQ, 0.5, 1.5), fill_bf16(kw, CK, 0.5, 1.5);
-    tsr_bf16 *d_x = new_bf16(x, n), *d_qw = new_bf16(qw, CQ), *d_kw = new_bf16(kw, CK);
-    tsr_bf16 *d_out = d16(n);
-    float *d_rstd = df32(nr);
-    cpu->qknorm_proj_forward(out, rstd, x, qw, kw, N, NH, KVH, hs, RMS_EPS);
-    poison(d_out, n * 2), poison(d_rstd, nr * 4);
-    tcu_qknorm_proj_forward(d_out, d_rstd, d_x, d_qw, d_kw, N, NH, KVH, hs, RMS_EPS, g_s);
-    check_rms_fwd(L("%s forward", tag), d_out, d_rstd, out, rstd, n, nr);
-    float *gout = get_bf16(d_out, n);
-    size_t vbad = 0;
-    for (int r = 0; r < N; r++)
-        vbad += ndiff(gout + r * ld + VCOL(0), x + r * ld + VCOL(0), (size_t)KVH * hs, 4);
-    tap_ok(vbad == 0, "%s forward: value columns copied bit for bit (%zu differ)", tag, vbad);
-
-    float *dout = hf(n), *g0i = hf(n), *g0q = hf(CQ), *g0k = hf(CK);
-    fill_bf16(dout, n, -1, 1), fill_bf16(g0i, n, -1, 1);
-    fill_f32(g0q, CQ, -1, 1), fill_f32(g0k, CK, -1, 1);
-    float *ri = hcopy(g0i, n), *rq = hcopy(g0q, CQ), *rk = hcopy(g0k, CK);
-    float *mq = habs(g0q, CQ), *mk = habs(g0k, CK);
-    cpu->qknorm_proj_backward(ri, rq, rk, dout, x, qw, kw, rstd, N, NH, KVH, hs);
-    rms_dw_mag(mq, dout, x, rstd, N, CQ, 1, ld, 2);
-    rms_dw_mag(mk, dout + KCOL(0), x + KCOL(0), rstd + 1, N, CK, 1, ld, 2);
-    tsr_bf16 *d_dout = new_bf16(dout, n), *d_gi = d16(n);
-    float *d_rs = new_f32(rstd, nr), *d_gq = df32(CQ), *d_gk = df32(CK);
-    put_bf16(d_gi, g0i, n), put_f32(d_gq, g0q, CQ), put_f32(d_gk, g0k, CK);
-    tcu_qknorm_proj_backward(d_gi, d_gq, d_gk, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
-    float *gi = get_bf16(d_gi, n);
-    check_close(L("%s backward: dinp", tag), gi, ri, n, ATOL_LN, RTOL_BF16,
-                absdiff(ri, g0i, n, 1.0f, NULL, 0), U_BF16);
-    check_close(L("%s backward: dqw", tag), get_f32(d_gq, CQ), rq, CQ, 0, 0, mq, MTOL_SUM);
-    check_close(L("%s backward: dkw", tag), get_f32(d_gk, CK), rk, CK, 0, 0, mk, MTOL_SUM);
-    /* frozen (NULL weight gradients): dinp the same bits */
-    put_bf16(d_gi, g0i, n);
-    tcu_qknorm_proj_backward(d_gi, NULL, NULL, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
-    size_t dif = ndiff(get_bf16(d_gi, n), gi, n, 4);
-    tap_ok(dif == 0, "%s backward frozen (dqw = dkw = NULL): dinp bit-identical (%zu differ)", tag,
-           dif);
+    test_qk(N, NH, KVH, hs, 0, tag);
     scope_end(tag);
 }
 

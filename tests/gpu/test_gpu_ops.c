@@ -1063,6 +1063,17 @@ static void attention_bwd_mag(float *mag, const float *qkv, const float *att, co
             }
 }
 
+/* q, k in U(-2,2) (scores of std ~1.3), v in U(-1,1), bf16 values; qabs: the same with |v|
+ * (test_attention's and gpu_ops_attnvar.c's) */
+static void attn_inputs(float *qkv, float *qabs, size_t rows, size_t ld, size_t vcol) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++) {
+            const int qk = c < vcol;
+            const float v = rbf16(qk ? uni(-2, 2) : uni(-1, 1));
+            qkv[r * ld + c] = v, qabs[r * ld + c] = qk ? v : fabsf(v);
+        }
+}
+
 static void test_attention(const att_cfg *a) {
     const int B = a->B, T = a->T, NH = a->NH, KVH = a->KVH, hs = a->hs;
     const size_t ld = (size_t)(NH + 2 * KVH) * hs, C = (size_t)NH * hs;
@@ -1076,12 +1087,7 @@ static void test_attention(const att_cfg *a) {
                                                   : "");
     float *qkv = hf(nq), *qabs = hf(nq), *slopes = hf(NH), *dout = hf(no), *g0 = hf(nq);
     int32_t *seq = hi32((size_t)B * T);
-    for (size_t r = 0; r < (size_t)B * T; r++) /* q, k in U(-2,2): scores of std ~1.3; v U(-1,1) */
-        for (size_t c = 0; c < ld; c++) {
-            const int qk = c < VCOL(0);
-            float v = rbf16(qk ? uni(-2, 2) : uni(-1, 1));
-            qkv[r * ld + c] = v, qabs[r * ld + c] = qk ? v : fabsf(v);
-        }
+    attn_inputs(qkv, qabs, (size_t)B * T, ld, VCOL(0));
     for (int b = 0; b < B; b++) { /* a third row, if any, is one segment */
         if (b < 2) make_segments(seq + (size_t)b * T, T, 3 * b);
         else for (int t = 0; t < T; t++) seq[(size_t)b * T + t] = 42;
@@ -1223,50 +1229,66 @@ static void test_rmsnorm(const rms_cfg *r) {
 typedef struct { int N, NH, KVH, hs; } qkn_cfg;
 #define QKN_CHECKS 7
 
-static void test_qknorm(const qkn_cfg *q) {
-    const int N = q->N, NH = q->NH, KVH = q->KVH, hs = q->hs, H = NH + KVH;
+/* QK-norm per head (every query and key head one RMSNorm row of hs; rstd (N, NH+KVH)) or per
+ * projection (OLMo 2, gpu_ops_variants.c: the NH hs query columns one row, the KVH hs key columns
+ * one; rstd (N, 2)) against the CPU op: forward, value columns bit for bit, backward; then per
+ * head the backward run twice (bit-identical), per projection frozen (NULL weight gradients). */
+static void test_qk(int N, int NH, int KVH, int hs, int per_head, const char *tag) {
+    const int H = per_head ? NH + KVH : 2, RH = per_head ? NH : 1, RK = per_head ? KVH : 1;
+    const int CQ = per_head ? hs : NH * hs, CK = per_head ? hs : KVH * hs;
     const size_t ld = (size_t)(NH + 2 * KVH) * hs, n = (size_t)N * ld, nr = (size_t)N * H;
-    char tag[96];
-    snprintf(tag, sizeof tag, "N=%d NH=%d KVH=%d hs=%d", N, NH, KVH, hs);
-    float *x = hf(n), *qw = hf(hs), *kw = hf(hs), *out = hf(n), *rstd = hf(nr);
-    fill_bf16(x, n, -2, 2), fill_bf16(qw, hs, 0.5, 1.5), fill_bf16(kw, hs, 0.5, 1.5);
-    tsr_bf16 *d_x = new_bf16(x, n), *d_qw = new_bf16(qw, hs), *d_kw = new_bf16(kw, hs);
+    float *x = hf(n), *qw = hf(CQ), *kw = hf(CK), *out = hf(n), *rstd = hf(nr);
+    fill_bf16(x, n, -2, 2), fill_bf16(qw, CQ, 0.5, 1.5), fill_bf16(kw, CK, 0.5, 1.5);
+    tsr_bf16 *d_x = new_bf16(x, n), *d_qw = new_bf16(qw, CQ), *d_kw = new_bf16(kw, CK);
     tsr_bf16 *d_out = d16(n);
     float *d_rstd = df32(nr);
-    cpu->qknorm_forward(out, rstd, x, qw, kw, N, NH, KVH, hs, RMS_EPS);
+    (per_head ? cpu->qknorm_forward : cpu->qknorm_proj_forward)(out, rstd, x, qw, kw, N, NH, KVH,
+                                                                hs, RMS_EPS);
     poison(d_out, n * 2), poison(d_rstd, nr * 4);
-    tcu_qknorm_forward(d_out, d_rstd, d_x, d_qw, d_kw, N, NH, KVH, hs, RMS_EPS, g_s);
-    check_rms_fwd(L("qknorm_forward %s", tag), d_out, d_rstd, out, rstd, n, nr);
-    /* the value heads: copied bit for bit */
+    (per_head ? tcu_qknorm_forward : tcu_qknorm_proj_forward)(d_out, d_rstd, d_x, d_qw, d_kw, N,
+                                                              NH, KVH, hs, RMS_EPS, g_s);
+    check_rms_fwd(L("%s forward", tag), d_out, d_rstd, out, rstd, n, nr);
     float *gout = get_bf16(d_out, n);
     size_t vbad = 0;
     for (int r = 0; r < N; r++)
         vbad += ndiff(gout + r * ld + VCOL(0), x + r * ld + VCOL(0), (size_t)KVH * hs, 4);
-    tap_ok(vbad == 0, "qknorm_forward %s: value heads copied bit for bit (%zu differ)", tag, vbad);
+    tap_ok(vbad == 0, "%s forward: value heads copied bit for bit (%zu differ)", tag, vbad);
 
-    float *dout = hf(n), *g0i = hf(n), *g0q = hf(hs), *g0k = hf(hs);
+    float *dout = hf(n), *g0i = hf(n), *g0q = hf(CQ), *g0k = hf(CK);
     fill_bf16(dout, n, -1, 1), fill_bf16(g0i, n, -1, 1);
-    fill_f32(g0q, hs, -1, 1), fill_f32(g0k, hs, -1, 1);
-    float *ri = hcopy(g0i, n), *rq = hcopy(g0q, hs), *rk = hcopy(g0k, hs);
-    float *mq = habs(g0q, hs), *mk = habs(g0k, hs);
-    cpu->qknorm_backward(ri, rq, rk, dout, x, qw, kw, rstd, N, NH, KVH, hs);
-    rms_dw_mag(mq, dout, x, rstd, N * NH, hs, NH, ld, H);
-    rms_dw_mag(mk, dout + KCOL(0), x + KCOL(0), rstd + NH, N * KVH, hs, KVH, ld, H);
+    fill_f32(g0q, CQ, -1, 1), fill_f32(g0k, CK, -1, 1);
+    float *ri = hcopy(g0i, n), *rq = hcopy(g0q, CQ), *rk = hcopy(g0k, CK);
+    float *mq = habs(g0q, CQ), *mk = habs(g0k, CK);
+    (per_head ? cpu->qknorm_backward : cpu->qknorm_proj_backward)(ri, rq, rk, dout, x, qw, kw,
+                                                                  rstd, N, NH, KVH, hs);
+    rms_dw_mag(mq, dout, x, rstd, N * RH, CQ, RH, ld, H);
+    rms_dw_mag(mk, dout + KCOL(0), x + KCOL(0), rstd + RH, N * RK, CK, RK, ld, H);
     tsr_bf16 *d_dout = new_bf16(dout, n), *d_gi = d16(n);
-    float *d_rs = new_f32(rstd, nr), *d_gq = df32(hs), *d_gk = df32(hs), *gi[2], *gq[2], *gk[2];
-    for (int k = 0; k < 2; k++) {
-        put_bf16(d_gi, g0i, n), put_f32(d_gq, g0q, hs), put_f32(d_gk, g0k, hs);
-        tcu_qknorm_backward(d_gi, d_gq, d_gk, d_dout, d_x, d_qw, d_kw, d_rs, N, NH, KVH, hs, g_s);
-        gi[k] = get_bf16(d_gi, n), gq[k] = get_f32(d_gq, hs), gk[k] = get_f32(d_gk, hs);
+    float *d_rs = new_f32(rstd, nr), *d_gq = df32(CQ), *d_gk = df32(CK), *gi[2], *gq[2], *gk[2];
+    void (*bwd)(tsr_bf16 *, float *, float *, const tsr_bf16 *, const tsr_bf16 *, const tsr_bf16 *,
+                const tsr_bf16 *, const float *, int, int, int, int, tcu_stream) =
+        per_head ? tcu_qknorm_backward : tcu_qknorm_proj_backward;
+    for (int k = 0; k < 2; k++) { /* per head: twice; per projection: the second frozen */
+        put_bf16(d_gi, g0i, n), put_f32(d_gq, g0q, CQ), put_f32(d_gk, g0k, CK);
+        const int frozen = k && !per_head;
+        bwd(d_gi, frozen ? NULL : d_gq, frozen ? NULL : d_gk, d_dout, d_x, d_qw, d_kw, d_rs, N, NH,
+            KVH, hs, g_s);
+        gi[k] = get_bf16(d_gi, n), gq[k] = get_f32(d_gq, CQ), gk[k] = get_f32(d_gk, CK);
     }
-    check_close(L("qknorm_backward %s: dinp", tag), gi[0], ri, n, ATOL_LN, RTOL_BF16,
+    check_close(L("%s backward: dinp", tag), gi[0], ri, n, ATOL_LN, RTOL_BF16,
                 absdiff(ri, g0i, n, 1.0f, NULL, 0), U_BF16);
-    check_close(L("qknorm_backward %s: dqw", tag), gq[0], rq, hs, 0, 0, mq, MTOL_SUM);
-    check_close(L("qknorm_backward %s: dkw", tag), gk[0], rk, hs, 0, 0, mk, MTOL_SUM);
-    size_t dif = ndiff(gi[0], gi[1], n, 4) + ndiff(gq[0], gq[1], hs, 4) +
-                 ndiff(gk[0], gk[1], hs, 4);
-    tap_ok(dif == 0, "qknorm_backward %s: run twice, dinp dqw dkw bit-identical (%zu differ)", tag,
-           dif);
+    check_close(L("%s backward: dqw", tag), gq[0], rq, CQ, 0, 0, mq, MTOL_SUM);
+    check_close(L("%s backward: dkw", tag), gk[0], rk, CK, 0, 0, mk, MTOL_SUM);
+    size_t dif = ndiff(gi[0], gi[1], n, 4);
+    if (per_head) dif += ndiff(gq[0], gq[1], CQ, 4) + ndiff(gk[0], gk[1], CK, 4);
+    tap_ok(dif == 0, "%s backward %s bit-identical (%zu differ)", tag,
+           per_head ? "run twice: dinp dqw dkw" : "frozen (dqw = dkw = NULL): dinp", dif);
+}
+
+static void test_qknorm(const qkn_cfg *q) {
+    char tag[96];
+    snprintf(tag, sizeof tag, "qknorm N=%d NH=%d KVH=%d hs=%d", q->N, q->NH, q->KVH, q->hs);
+    test_qk(q->N, q->NH, q->KVH, q->hs, 1, tag);
     scope_end(tag);
 }
 

@@ -17,55 +17,33 @@
 # Needs Debian's python3-torch (skips loudly without it).
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
+# shellcheck source=gpu_lib.sh
+source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 tap_plan 4
 PEER=$TSR_ROOT/bench/gpu/torch_peer.py
-if ! "$PY3" -c 'import torch' 2>/dev/null; then
-    for w in "N and FLOPs/token as tessera's" "refusals" "the families' self-check rows" "their checks and losses"; do
-        tap_skip "$w" "no PyTorch for $PY3"
-    done
-    tap_done
-    exit
-fi
-[[ -x $TRAIN ]] || { echo "$TRAIN missing: run make"; exit 77; }
-field() { "$PY3" -c 'import json, sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]).get(sys.argv[2]))' "$@"; }
+peer_needs_torch "N and FLOPs/token as tessera's" "refusals" "the families' self-check rows" "their checks and losses"
 
 BOTH=(--set model.attn_mask=causal --set model.activation_checkpointing=none)
 GEMMA_FULL=(--set model.layer_types=full_attention --set model.sliding_window=0)
 bad=""
-same_n() { # same_n TAG CONFIG SETS...: the peer's dry-run N and FLOPs/token against --plan's
-    local tag=$1 cfg=$TSR_ROOT/configs/$2.cfg n f want wantf gotf
-    "$PY3" "$PEER" --config "$cfg" "${BOTH[@]}" "${@:3}" --dry-run >"$TMP/$tag.json" 2>/dev/null
-    "$TRAIN" --config "$cfg" "${BOTH[@]}" "${@:3}" --plan 1 >"$TMP/$tag.plan" 2>&1
-    n=$(field "$TMP/$tag.json" params) f=$(field "$TMP/$tag.json" flops_per_token)
-    want=$(sed -n 's/^params: \([0-9]*\) trainable.*/\1/p' "$TMP/$tag.plan")
-    wantf=$(sed -n 's/^params: .*FLOPs\/token = .* = \([0-9.e+]*\) (docs.*/\1/p' "$TMP/$tag.plan")
-    gotf=$("$PY3" -c "print('%.4g' % float('$f'))" 2>/dev/null)
-    [[ -n $want && $n == "$want" && $gotf == "$("$PY3" -c "print('%.4g' % float('${wantf:-0}'))")" ]] ||
-        bad+=" $tag (peer N $n F $gotf, tessera N ${want:-?} F ${wantf:-?})"
-}
-same_n olmo2 olmo2-1b
-same_n smollm3 smollm3-3b
-same_n gemma3 gemma3-1b "${GEMMA_FULL[@]}"
+peer_same_n olmo2 olmo2-1b
+peer_same_n smollm3 smollm3-3b
+peer_same_n gemma3 gemma3-1b "${GEMMA_FULL[@]}"
 for m in olmo2-1b smollm3-3b gemma3-1b; do  # the --tiny size run.sh's TINY=1 gives both programs
     mapfile -t tiny < <("$PY3" "$PEER" --config "$TSR_ROOT/configs/$m.cfg" --tiny-sets)
-    same_n "$m-tiny" "$m" "${tiny[@]/#/--set=}" "${GEMMA_FULL[@]}"
+    peer_same_n "$m-tiny" "$m" "${tiny[@]/#/--set=}" "${GEMMA_FULL[@]}"
 done
 [[ -z $bad ]]
 tap_check $? "the peer's N and FLOPs/token equal tessera-train --plan's for olmo2-1b, smollm3-3b, gemma3-1b (full attention), full size and tiny${bad:+:$bad}"
 
-refused() { # refused WHAT ARGS...: exit 2, WHAT named in the JSON error
-    local r=0
-    "$PY3" "$PEER" "${@:2}" --dry-run >"$TMP/refused.json" 2>/dev/null || r=$?
-    ((r == 2)) && grep -q "$1" "$TMP/refused.json" || { echo "# $*: exit $r: $(cat "$TMP/refused.json")"; return 1; }
-}
-refused model.layer_types --config "$TSR_ROOT/configs/gemma3-1b.cfg" "${BOTH[@]}" &&
-    refused model.sliding_window --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.sliding_window=128 &&
-    refused model.attn_sinks --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.attn_sinks=true &&
-    refused model.attn_logit_softcapping --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.attn_logit_softcapping=50 &&
-    refused model.norm_placement --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.norm_placement=peri &&
-    refused model.no_rope_layers --config "$TSR_ROOT/configs/smollm3-3b.cfg" "${BOTH[@]}" --set model.no_rope_layers=1,2 &&
-    refused "in the Llama form (model.pos = rope) only" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set model.norm_placement=post
+peer_refused model.layer_types --config "$TSR_ROOT/configs/gemma3-1b.cfg" "${BOTH[@]}" &&
+    peer_refused model.sliding_window --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.sliding_window=128 &&
+    peer_refused model.attn_sinks --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.attn_sinks=true &&
+    peer_refused model.attn_logit_softcapping --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.attn_logit_softcapping=50 &&
+    peer_refused model.norm_placement --config "$TSR_ROOT/configs/olmo2-1b.cfg" "${BOTH[@]}" --set model.norm_placement=peri &&
+    peer_refused model.no_rope_layers --config "$TSR_ROOT/configs/smollm3-3b.cfg" "${BOTH[@]}" --set model.no_rope_layers=1,2 &&
+    peer_refused "in the Llama form (model.pos = rope) only" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --set model.norm_placement=post
 tap_check $? "refused with exit 2, the key named: sliding layers, a window, sinks, the attention soft-cap, an unknown placement, a bad NoPE list, a variant on a GPT-2 recipe"
 
 # (Gemma 3 with every layer full attention: the settings are harmless to the other two)
@@ -76,7 +54,7 @@ r=$?
 ok=0
 for m in olmo2-1b smollm3-3b gemma3-1b; do
     row=$(grep "^| $m |" "$TMP/run.txt")
-    awk -F'|' '{ gsub(/ /, ""); exit !($5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5 + 0 > 0 && $6 + 0 > 0) }' <<<"$row" ||
+    peer_row_ok "$row" ||
         { ok=1; echo "# $m: ${row:-no row}"; }
 done
 ((r == 0 && ok == 0)) && ! grep -q 'failed' "$TMP/run.txt"

@@ -293,6 +293,31 @@ def train(cfg, run_dir, *sets):
     return run(MPIRUN + args)
 
 
+def st_arrays(path):
+    """A safetensors file's (problems, metadata, {name: float32 array})."""
+    problems, meta, names, ents = parse_st(path)
+    return problems, meta, {n: as_f32(*ents[n]) for n in names}
+
+
+def base_and_lora(tmp, name, arch, *lora_sets):
+    """The PEFT tests' two runs: N_TOKENS random ids (vocab 100, DATA_SEED) sharded into tmp/data,
+    tmp/NAME.cfg for arch, a base run in tmp/base and a LoRA run on it in tmp/lora (lora_sets, then
+    lora.base). Returns ((the shard's, the base's and the LoRA's exits), their output, cfg, data,
+    base, lora)."""
+    rng = np.random.RandomState(DATA_SEED)
+    txt = os.path.join(tmp, "tokens.txt")
+    with open(txt, "w") as f:
+        f.write(" ".join(str(t) for t in rng.randint(0, 100, size=N_TOKENS)) + "\n")
+    data = os.path.join(tmp, "data")
+    rc, out = run([TESSERA, "shard", "--out", data, "--vocab", "100", "--quiet", txt])
+    cfg = os.path.join(tmp, name + ".cfg")
+    base, lora = os.path.join(tmp, "base"), os.path.join(tmp, "lora")
+    write_config(cfg, arch, base, data)
+    rc1, out1 = train(cfg, base)
+    rc2, out2 = train(cfg, lora, *lora_sets, f"lora.base={base}")
+    return (rc, rc1, rc2), out + out1 + out2, cfg, data, base, lora
+
+
 def step1(run_dir):
     for line in open(os.path.join(run_dir, "metrics.jsonl")):
         d = json.loads(line)

@@ -46,11 +46,6 @@ LLAMA = dict(name="llama", tokenizer="",
 PLAN = 2 + 5 + 3 + 4 + 7
 
 
-def st_arrays(path):
-    problems, meta, names, ents = X.parse_st(path)
-    return problems, meta, {n: X.as_f32(*ents[n]) for n in names}
-
-
 def main():
     tap = X.Tap(PLAN)
     try:
@@ -64,21 +59,11 @@ def main():
 
 def run(tap):
     with tempfile.TemporaryDirectory(prefix="tsr-peft-") as tmp:
-        rng = np.random.RandomState(X.DATA_SEED)
-        txt = os.path.join(tmp, "tokens.txt")
-        with open(txt, "w") as f:
-            f.write(" ".join(str(t) for t in rng.randint(0, 100, size=X.N_TOKENS)) + "\n")
-        data = os.path.join(tmp, "data")
-        rc, out = X.run([X.TESSERA, "shard", "--out", data, "--vocab", "100", "--quiet", txt])
-        cfg = os.path.join(tmp, "llama.cfg")
-        X.write_config(cfg, LLAMA, os.path.join(tmp, "base"), data)
-        base, lora = os.path.join(tmp, "base"), os.path.join(tmp, "lora")
-        rc1, out1 = X.train(cfg, base)
-        rc2, out2 = X.train(cfg, lora, f"lora.rank={R}", f"lora.alpha={ALPHA}",
-                            f"lora.dropout={DROPOUT}", f"lora.base={base}")
+        (rc, rc1, rc2), out, cfg, data, base, lora = X.base_and_lora(
+            tmp, "llama", LLAMA, f"lora.rank={R}", f"lora.alpha={ALPHA}", f"lora.dropout={DROPOUT}")
         if not tap.ok(rc == 0 and rc1 == 0 and rc2 == 0, f"the base and the LoRA run train "
                                                           f"(exits {rc}, {rc1}, {rc2})"):
-            tap.diag((out + out1 + out2)[-3000:])
+            tap.diag(out[-3000:])
             return
         peft, merged, plain = (os.path.join(tmp, d) for d in ("peft", "merged", "plain"))
         last_base = sorted(f for f in os.listdir(base) if f.startswith("step-"))[-1]
@@ -107,7 +92,7 @@ def run(tap):
                f"target_modules = {cj.get('target_modules')}")
 
         # adapter_model.safetensors: names, shapes, values
-        problems, meta, ad = st_arrays(os.path.join(peft, "adapter_model.safetensors"))
+        problems, meta, ad = X.st_arrays(os.path.join(peft, "adapter_model.safetensors"))
         tap.ok(not problems and meta.get("format") == "pt",
                f"adapter_model.safetensors is well formed, format pt {problems}")
         last = sorted(f for f in os.listdir(lora) if f.startswith("step-"))[-1]
@@ -132,8 +117,8 @@ def run(tap):
                                 "lora/ tensors bit for bit")
 
         # the merged export: base + (alpha / r) B A from the PEFT files, the rest the base's
-        _, _, base_w = st_arrays(os.path.join(plain, "model.safetensors"))
-        _, _, merged_w = st_arrays(os.path.join(merged, "model.safetensors"))
+        _, _, base_w = X.st_arrays(os.path.join(plain, "model.safetensors"))
+        _, _, merged_w = X.st_arrays(os.path.join(merged, "model.safetensors"))
         worst, moved, others = 0.0, 0.0, True
         targets = {f"model.layers.{l}.{p}.{m}.weight": (l, p, m) for l in range(L)
                    for _, p, m in TARGETS}

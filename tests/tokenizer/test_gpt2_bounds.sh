@@ -11,14 +11,11 @@ tap_plan 5
 # spelling) plus the given extra members, and a vocab.bpe holding only its version line
 enc() {
     mkdir -p "$1"
-    /usr/bin/python3 - "$1/encoder.json" "$2" <<'PY'
+    /usr/bin/python3 - "$1/encoder.json" "$2" "$TSR_ROOT/tests/tokenizer" <<'PY'
 import json, sys
-bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-e = {chr(c): b for b, c in zip(bs, cs)}
+sys.path.insert(0, sys.argv[3])
+from gpt2_bytes import byte_decoder
+e = byte_decoder()
 body = json.dumps(e, ensure_ascii=False)[:-1]
 extra = sys.argv[2]
 open(sys.argv[1], "w", encoding="utf-8").write(body + (", " + extra if extra else "") + "}")
