@@ -42,8 +42,8 @@ void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens,
 
 /* probs (n, Vp) host: the softmax of the n rows of logits over the V real columns (columns >= V
  * are 0). A host backend runs its softmax_xent (model_forward's probabilities, the same bits); a
- * device's bf16 logits are brought to the host, capped there (cap tanh(z / cap) with the
- * backend's logit_softcap, as its softmax_xent) and normalised, in double. */
+ * device's bf16 logits are brought to the host, capped there by the CPU's softcap op (with the
+ * backend's logit_softcap, as its softmax_xent caps) and normalised, in double. */
 static void head_probs(const tsr_decoder *d, tsr_kv_slots *ks, int n, float *probs) {
     const tsr_backend *be = d->be;
     const int V = d->m->V, Vp = d->m->Vp;
@@ -54,20 +54,21 @@ static void head_probs(const tsr_decoder *d, tsr_kv_slots *ks, int n, float *pro
     }
     uint16_t *h = tsr_malloc((size_t)n * Vp * sizeof *h); /* bf16 bits */
     be->to_host(be, h, ks->logits, (size_t)n * Vp * sizeof *h);
+    for (size_t k = 0; k < (size_t)n * Vp; k++) {
+        const uint32_t bits = (uint32_t)h[k] << 16;
+        memcpy(&probs[k], &bits, sizeof bits);
+    }
+    free(h);
+    if (be->logit_softcap > 0.0f) /* the fp32 op the CPU backend caps with */
+        tsr_cpu_ops.softcap_forward(probs, probs, n, V, Vp, be->logit_softcap);
     for (int i = 0; i < n; i++) {
         float *p = probs + (size_t)i * Vp;
         double mx = -INFINITY, sum = 0.0;
-        for (int j = 0; j < Vp; j++) {
-            uint32_t bits = (uint32_t)h[(size_t)i * Vp + j] << 16;
-            memcpy(&p[j], &bits, sizeof bits);
-            if (j < V && be->logit_softcap > 0.0f)
-                p[j] = be->logit_softcap * tanhf(p[j] / be->logit_softcap);
-            if (j < V && p[j] > mx) mx = p[j];
-        }
+        for (int j = 0; j < V; j++)
+            if (p[j] > mx) mx = p[j];
         for (int j = 0; j < V; j++) sum += exp((double)p[j] - mx);
         for (int j = 0; j < Vp; j++) p[j] = j < V ? (float)(exp((double)p[j] - mx) / sum) : 0.0f;
     }
-    free(h);
 }
 
 void dec_kv_slots(const tsr_decoder *d, tsr_kv_slots *ks, int slot, const int32_t *tokens, int c,
