@@ -183,6 +183,34 @@ def tessera_sets(fx):
     return s
 
 
+def fx_of(cj):
+    """The fixture dict of a config.json of qwen3_next or a Qwen 3.5 class (nested or flat)."""
+    mt = cj["model_type"]
+    tc = cj.get("text_config", cj)
+    rp = tc.get("rope_parameters") or {}
+    E = tc.get("num_experts", 0) if mt != "qwen3_5" and mt != "qwen3_5_text" else 0
+    types = tc.get("layer_types")
+    return dict(model_type=mt, L=tc["num_hidden_layers"], C=tc["hidden_size"],
+                NH=tc["num_attention_heads"], KVH=tc["num_key_value_heads"], hs=tc["head_dim"],
+                F=tc.get("intermediate_size", 0), HK=tc["linear_num_key_heads"],
+                HV=tc["linear_num_value_heads"], dk=tc["linear_key_head_dim"],
+                dv=tc["linear_value_head_dim"], K=tc["linear_conv_kernel_dim"], E=E,
+                topk=tc.get("num_experts_per_tok", 0), FE=tc.get("moe_intermediate_size", 0),
+                S=tc.get("shared_expert_intermediate_size", 0),
+                every=tc.get("decoder_sparse_step", 1), norm_topk=tc.get("norm_topk_prob", True),
+                prf=rp.get("partial_rotary_factor", tc.get("partial_rotary_factor", 0.25)),
+                theta=rp.get("rope_theta", tc.get("rope_theta", 10000.0)),
+                eps=tc["rms_norm_eps"],
+                tied=tc.get("tie_word_embeddings", cj.get("tie_word_embeddings", False)),
+                types=types, interval=tc.get("full_attention_interval", 4))
+
+
+def forward_hf(sd, cj, idx):
+    """The float64 logits of a qwen3_next or Qwen 3.5 directory's tensors sd (HF names)."""
+    fx = fx_of(cj)
+    return nx.forward(sd if fx["model_type"] == "qwen3_next" else to_next(sd, fx), fx, idx)
+
+
 def make(root, fx, seed):
     d = os.path.join(root, fx["name"])
     os.makedirs(d, exist_ok=True)
