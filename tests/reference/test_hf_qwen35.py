@@ -19,8 +19,9 @@ For each:
 The VL MoE also: a recipe WITHOUT a model block `tessera-train --init-from DIR`: step 1's loss is
 the fixture's mean cross-entropy (rel <= 1e-5).
 Then: configs/qwen3.5-27b.cfg --init-from a directory holding the published 27B text_config
-(model_type qwen3_5_text, full_attention_interval, rope_parameters with mrope_section) passes
-every config check and stops only at the weights (there are none); bad input, exit 2 with nothing
+(model_type qwen3_5_text, full_attention_interval, rope_parameters with mrope_section), and
+configs/qwen3-next-80b-a3b.cfg from the published 80B config.json, pass every config check and
+stop only at the weights (there are none; the recipes' layer_types pattern is the fill's); bad input, exit 2 with nothing
 written, naming what is wrong: an mrope_section that is not ordinary RoPE for text, a missing
 tensor (in_proj_z), a VL config.json without text_config; an unknown model_type gets the list.
 Run: TESTS=hf_qwen35 bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
@@ -42,7 +43,7 @@ import numpy as np  # noqa: E402
 from tap import Tap  # noqa: E402
 
 CHECKS = {"qwen35_text": 4, "qwen35_vl_moe": 5}
-N_OTHER = 5
+N_OTHER = 6
 
 
 def import_ok(tap, name, fdir, ck, meta):
@@ -148,11 +149,39 @@ def without_tensor(tmp, src, name, tensor):
     return d
 
 
-def published_27b(tmp):
-    """The published 27B text_config's keys (64 layers), no weights: the recipe's check."""
-    d = os.path.join(tmp, "q35_27b")
+NEXT_80B = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+            "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5120,
+            "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
+            "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+            "full_attention_interval": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000000,
+            "partial_rotary_factor": 0.25, "max_position_embeddings": 262144,
+            "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1,
+            "norm_topk_prob": True, "mlp_only_layers": [], "router_aux_loss_coef": 0.001,
+            "tie_word_embeddings": False, "hidden_act": "silu"}
+
+
+def recipe_check(tap, tmp, recipe, name, cj):
+    """recipe --init-from a directory holding a published config.json and no weights: every
+    config check passes (the layer_types pattern included), it stops at the weights (exit 2)."""
+    d = os.path.join(tmp, name)
     os.makedirs(d)
-    cj = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+    json.dump(cj, open(os.path.join(d, "config.json"), "w"))
+    run_dir = os.path.join(tmp, name + ".run")
+    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", recipe),
+                       "--set", f'run_dir="{run_dir}"', "--init-from", d, "--dry-run"])
+    ok = rc == 2 and "model.safetensors" in out and "describes the model" not in out
+    tap.ok(ok and not os.path.exists(run_dir),
+           f"configs/{recipe} --init-from the published {cj['model_type']} config.json: exit {rc} "
+           f"(want 2) at the weights only (no config disagreement); no run directory")
+    if not ok:
+        tap.diag(out[-1500:])
+
+
+def published_27b():
+    """The published 27B text_config's keys (64 layers)."""
+    return {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
           "vocab_size": 248320, "hidden_size": 5120, "intermediate_size": 17408,
           "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4,
           "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
@@ -162,21 +191,11 @@ def published_27b(tmp):
           "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
                               "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
                               "mrope_interleaved": True}}
-    json.dump(cj, open(os.path.join(d, "config.json"), "w"))
-    return d
 
 
 def others(tap, tmp, dirs):
-    d = published_27b(tmp)
-    run_dir = os.path.join(tmp, "q35_27b.run")
-    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", "qwen3.5-27b.cfg"),
-                       "--set", f'run_dir="{run_dir}"', "--init-from", d, "--dry-run"])
-    ok = rc == 2 and "model.safetensors" in out and "config.json" not in out.split("model.safetensors")[0][-200:]
-    tap.ok(ok and not os.path.exists(run_dir),
-           f"configs/qwen3.5-27b.cfg --init-from the published 27B text_config: exit {rc} (want 2) "
-           f"at the weights only (no config disagreement); no run directory")
-    if not ok:
-        tap.diag(out[-1500:])
+    recipe_check(tap, tmp, "qwen3.5-27b.cfg", "q35_27b", published_27b())
+    recipe_check(tap, tmp, "qwen3-next-80b-a3b.cfg", "q3n_80b", NEXT_80B)
     text, vl = dirs["qwen35_text"], dirs["qwen35_vl_moe"]
     t = "model.layers.0.linear_attn.in_proj_z.weight"
 
