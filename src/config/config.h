@@ -186,6 +186,8 @@ typedef struct tsr_model_config {
     double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
     tsr_norm_placement norm_placement; /* docs/models.md "Norm placements" */
     tsr_embed_scale embed_scale; /* the embedding times sqrt(d_model) (Gemma) */
+    char hf_model_type[32]; /* the Hugging Face class an export writes ("": its features choose);
+                             * an import sets it (docs/hf.md "Qwen 3.5") */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {

@@ -389,6 +389,12 @@ const cfgtab_key cfgtab_keys[] = {
             "one per layer, or a shorter pattern repeated over the layers (Gemma 3: five "
             "sliding, one full); `\"\"` = every layer full, or sliding when model.sliding_window "
             "is set (docs/models.md)."},
+    {.name = "model.hf_model_type", .type = CFGK_STRING, FIELD(model.hf_model_type), .def = "",
+     .doc = "The Hugging Face `model_type` that `tessera ckpt export --format hf` writes when "
+            "`--arch` is not given: `\"\"` = the class the model's features choose (docs/hf.md); "
+            "an import sets it to the directory's (`qwen3_5`, `qwen3_5_text`, `qwen3_5_moe`, "
+            "`qwen3_5_moe_text`: Qwen 3.5's layouts of Qwen3-Next's layers). No effect on "
+            "training."},
     {.name = "model.sliding_window", .type = CFGK_INT, FIELD(model.sliding_window), .def = "0",
      .ilo = 0, INT32_ONLY,
      .doc = "Window W of the sliding-attention layers: position i sees positions j with "

@@ -175,10 +175,10 @@ static void write_gptoss(textbuf *b, const tsr_model *m) {
 /* The Llama family's keys (LlamaConfig and its relatives). */
 static void write_llama(textbuf *b, const tsr_model *m, hf_arch a) {
     const tsr_model_config *c = &m->cfg;
-    if (a == HF_QWEN3NEXT) { /* hf_qwen3next.c */
+    if (hf_hybrid_of(a)) { /* hf_qwen3next.c */
         char keys[1 << 16];
         double aux = m->E ? hf_aux_coef(m, c->moe_aux_loss_coef) : 0;
-        if (hf_qwen3next_config_text(m, aux, keys, sizeof keys) < 0) b->overflow = 1;
+        if (hf_qwen3next_config_text(m, a, aux, keys, sizeof keys) < 0) b->overflow = 1;
         else add(b, "%s", keys);
         return;
     }
@@ -241,6 +241,11 @@ int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char 
                 "    \"qk_ln\": false,\n    \"prefix_lm\": false,\n    \"attn_uses_sequence_id\": false\n"
                 "  },\n",
             m->V, m->maxT, m->C, m->L, m->NH, (double)TSR_LN_EPS);
+    } else if (hf_hybrid_of(a) && hf_hybrid_of(a)->nest) { /* Qwen 3.5's VL: the text nested */
+        add(&b, "  \"%s\": {\n  \"model_type\": \"%s\",\n", hf_hybrid_of(a)->nest,
+            hf_model_type[hf_hybrid_of(a)->text]);
+        write_llama(&b, m, a);
+        add(&b, "  \"tie_word_embeddings\": %s\n  },\n", m->cfg.tie_embeddings ? "true" : "false");
     } else {
         write_llama(&b, m, a);
     }
@@ -324,16 +329,12 @@ static const char *get_str(checker *c, const json_value *obj, const char *key, c
     return v->str;
 }
 
-/* A model_type tessera does not import (exit 2): the list of those it does, and for the Qwen 3.5
- * releases (qwen3_5, qwen3_5_text, qwen3_5_moe...: Qwen3-Next's layers, their tensors not mapped
- * yet) where to read what is missing. */
+/* A model_type tessera does not import (exit 2): the list of those it does. */
 static void unknown_type(checker *c, const char *mt) {
-    const int q35 = !strncmp(mt, "qwen3_5", 7);
     fault(c, TSR_EXIT_DATA, "model_type = \"%s\": tessera imports \"gpt2\", \"mpt\", \"llama\", "
           "\"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen3_moe\", \"olmo2\", \"olmo3\", "
-          "\"gemma3_text\", \"gemma2\", \"smollm3\", \"qwen3_next\" and \"gpt_oss\" only%s", mt,
-          q35 ? " (Qwen 3.5: its recipes are configs/qwen3.5-*.cfg, its import is still to come: "
-                "docs/hf.md \"Qwen 3.5\")" : "");
+          "\"gemma3_text\", \"gemma2\", \"smollm3\", \"qwen3_next\", \"gpt_oss\", \"qwen3_5\", "
+          "\"qwen3_5_text\", \"qwen3_5_moe\" and \"qwen3_5_moe_text\" only", mt);
 }
 
 /* config.json's size `key` must equal the run's `run_key`: exit 1 naming both and the --set
@@ -669,6 +670,8 @@ static const struct llama_defaults {
     [HF_SMOLLM3] = {128256, 2048, 11008, 36, 16, 4},
     [HF_QWEN3NEXT] = {151936, 2048, 5632, 48, 16, 2}, /* (hf_qwen3next.c reads its config) */
     [HF_GPTOSS] = {201088, 2880, 2880, 36, 64, 8},
+    [HF_QWEN35] = {0}, [HF_QWEN35_MOE] = {0}, [HF_QWEN35_VL] = {0}, /* (hf_qwen3next.c's hf_hybrid) */
+    [HF_QWEN35_MOE_VL] = {0},
 };
 _Static_assert(sizeof llama_def / sizeof llama_def[0] == HF_ARCH_COUNT, "one row per class");
 
@@ -1021,15 +1024,18 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
         fault(&c, TSR_EXIT_DATA, "a JSON %s, expected an object", json_type_name(root->type));
     const char *mt = c.rc ? "" : get_str(&c, root, "model_type", "");
     if (!c.rc && (out->arch = hf_arch_named(mt)) == HF_ARCH_COUNT) unknown_type(&c, mt);
+    const hf_hybrid *hy = c.rc ? NULL : hf_hybrid_of(out->arch);
     if (!c.rc) {
         if (out->arch == HF_GPT2) check_gpt2(&c, root, m);
         else if (out->arch == HF_MPT) check_mpt(&c, root, m);
-        else if (out->arch == HF_QWEN3NEXT) c.rc = hf_qwen3next_check(root, path, m);
+        else if (hy) c.rc = hf_qwen3next_check(root, path, out->arch, m);
         else check_llama(&c, root, m, out->arch);
-        if (out->arch != HF_QWEN3NEXT) check_moe(&c, root, m, out->arch);
+        if (!hy) check_moe(&c, root, m, out->arch);
         check_quant(&c, root, out);
         if (out->arch < HF_LLAMA) check_eps(&c, root);
-        out->tied = get_bool(&c, root, "tie_word_embeddings", out->arch < HF_LLAMA ||
+        const json_value *tr = hy && hy->nest ? json_get(root, hy->nest) : NULL; /* (checked) */
+        out->tied = get_bool(&c, tr && json_get(tr, "tie_word_embeddings") ? tr : root,
+                             "tie_word_embeddings", out->arch < HF_LLAMA ||
                              hf_family_of(out->arch)->tied);
         if (out->arch >= HF_LLAMA)
             same_bool(&c, "tie_word_embeddings", out->tied, "model.tie_embeddings",
@@ -1287,7 +1293,7 @@ int hf_config_fill(const char *dir, tsr_config_fill *f) {
     if (!F.c.rc && a == HF_ARCH_COUNT) unknown_type(&F.c, mt);
     if (!F.c.rc) {
         if (a < HF_LLAMA) fill_gpt2_mpt(&F, a);
-        else if (a == HF_QWEN3NEXT) F.c.rc = hf_qwen3next_fill(root, f->source, f);
+        else if (hf_hybrid_of(a)) F.c.rc = hf_qwen3next_fill(root, f->source, a, f);
         else fill_llama(&F, a);
     }
     json_doc_free(&doc);

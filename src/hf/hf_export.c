@@ -338,7 +338,8 @@ int hf_export_check_opts(const hf_export_opts *o) {
     uint64_t max_shard;
     if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
         tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
-                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next, gpt_oss; GPT-2 "
+                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next, gpt_oss, "
+                  "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe; GPT-2 "
                   "and MPT follow from model.pos)", o->arch);
         return TSR_EXIT_USAGE;
     }

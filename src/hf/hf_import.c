@@ -36,6 +36,7 @@ struct hf_import {
     const st_entry **scl;    /* an MXFP4 row's NAME_scales, and its file */
     int *scl_file;
     int bare;                /* names lack the "transformer." / "model." prefix */
+    long not_read[2];        /* tensors of mtp.* and model.visual.* skipped (hf_skipped) */
     float *buf;              /* one HF tensor, as float32 */
     size_t buf_cap;
 };
@@ -87,13 +88,19 @@ static void shape_str(char *s, size_t cap, int ndim, const int64_t *shape) {
     if (o < cap) snprintf(s + o, cap - o, "]");
 }
 
+/* What the hybrid classes hold beside the text model tessera is: 1 for mtp.* (the
+ * multi-token-prediction head, which transformers also skips on load), 2 for model.visual.* (Qwen
+ * 3.5's vision tower: tessera is text only); 0 for the rest. */
+static int hf_skipped(hf_arch a, const char *name) {
+    if (!hf_family_of(a)->hybrid) return 0;
+    return !strncmp(name, "mtp.", 4) ? 1 : !strncmp(name, "model.visual.", 13) ? 2 : 0;
+}
+
 /* Non-parameter buffers: GPT-2's h.N.attn.bias (the causal mask) and h.N.attn.masked_bias, the
- * Llama family's layers.N.self_attn.rotary_emb.inv_freq (computed from config.json anyway); and
- * Qwen3-Next's mtp.* (its multi-token-prediction head, which transformers also skips on load). */
+ * Llama family's layers.N.self_attn.rotary_emb.inv_freq (computed from config.json anyway). */
 static int is_buffer(hf_arch a, const char *name) {
     const char *pre = hf_prefix(a), *suf = ".rotary_emb.inv_freq";
     size_t n = strlen(name), k = strlen(suf);
-    if (a == HF_QWEN3NEXT && !strncmp(name, "mtp.", 4)) return 1; /* multi-token prediction */
     if (a >= HF_LLAMA) return n > k && !strcmp(name + n - k, suf);
     if (!strncmp(name, pre, strlen(pre))) name += strlen(pre);
     int l, pos = 0;
@@ -159,7 +166,9 @@ static int match_tensors(hf_import *h, const tsr_model *m) {
     for (int j = 0; j < h->nf && !rc; j++)
         for (int i = 0; i < h->f[j].n && !rc; i++) {
             const st_entry *e = &h->f[j].t[i];
-            if (used[j][i] || is_buffer(h->hc.arch, e->name)) continue;
+            const int skip = hf_skipped(h->hc.arch, e->name);
+            if (skip) h->not_read[skip - 1]++;
+            if (used[j][i] || skip || is_buffer(h->hc.arch, e->name)) continue;
             if (!strcmp(e->name, "lm_head.weight") && e->ndim == 2 && e->shape[0] == m->V &&
                 e->shape[1] == m->C)
                 continue; /* the run ties its head: checked against wte below */
@@ -393,6 +402,10 @@ int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
     if (add != 0.0f && tsr_log_rank() == 0) /* said once, not a warning */
         fprintf(stderr, "%s: %s's RMSNorm weights are w of (1 + w): imported as w + %g, tessera's "
                 "norm weight (an export subtracts it again)\n", dir, hf_class_name[h->hc.arch], add);
+    if ((h->not_read[0] || h->not_read[1]) && tsr_log_rank() == 0) /* one line, not a warning */
+        fprintf(stderr, "%s: not read (tessera trains the text model): %ld tensors of "
+                "model.visual.* (the vision tower), %ld of mtp.* (the multi-token prediction)\n",
+                dir, h->not_read[1], h->not_read[0]);
     if (h->hc.mxfp4 && tsr_log_rank() == 0)
         fprintf(stderr, "%s: the experts' gate_up_proj and down_proj are MXFP4 (quantization_config "
                 "quant_method \"mxfp4\"): dequantised to fp32, exactly (an export writes them "

@@ -17,12 +17,16 @@
  * HF_GEMMA3 (Gemma3ForCausalLM, model_type gemma3_text), HF_GEMMA2 (Gemma2ForCausalLM) and
  * HF_SMOLLM3 (SmolLM3ForCausalLM) its variants of issue 67 (hf_family), HF_QWEN3NEXT
  * (Qwen3NextForCausalLM, hf_qwen3next.c) the hybrid of issue 68, HF_GPTOSS (GptOssForCausalLM,
- * model_type gpt_oss: hf_gptoss.h) issue 67's mixture of experts with sinks. A new class goes
+ * model_type gpt_oss: hf_gptoss.h) issue 67's mixture of experts with sinks; HF_QWEN35
+ * (Qwen3_5ForCausalLM, qwen3_5_text), HF_QWEN35_MOE (Qwen3_5MoeForCausalLM, qwen3_5_moe_text) and
+ * their vision-language wrappers HF_QWEN35_VL (qwen3_5), HF_QWEN35_MOE_VL (qwen3_5_moe) Qwen 3.5's
+ * layouts of Qwen3-Next's layers (hf_qwen3next.c's hf_hybrid rows). A new class goes
  * before HF_ARCH_COUNT with its row in hf_map.c's families, hf_model_type, hf_class_name and
  * hf_config.c's llama_def. */
 typedef enum {
     HF_GPT2 = 0, HF_MPT, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE,
-    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_QWEN3NEXT, HF_GPTOSS, HF_ARCH_COUNT
+    HF_OLMO2, HF_OLMO3, HF_GEMMA3, HF_GEMMA2, HF_SMOLLM3, HF_QWEN3NEXT, HF_GPTOSS, HF_QWEN35, HF_QWEN35_MOE, HF_QWEN35_VL,
+    HF_QWEN35_MOE_VL, HF_ARCH_COUNT
 } hf_arch;
 
 /* What a Llama-family model_type fixes of tessera's decoder variants (docs/models.md "Families

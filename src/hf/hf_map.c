@@ -34,12 +34,14 @@
 const char *const hf_model_type[HF_ARCH_COUNT] = {"gpt2", "mpt", "llama", "mistral", "qwen2",
                                                    "qwen3", "mixtral", "qwen3_moe", "olmo2",
                                                    "olmo3", "gemma3_text", "gemma2", "smollm3",
-                                                   "qwen3_next", "gpt_oss"};
+                                                   "qwen3_next", "gpt_oss", "qwen3_5_text",
+                                                   "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"};
 const char *const hf_class_name[HF_ARCH_COUNT] = {
     "GPT2LMHeadModel",  "MptForCausalLM",   "LlamaForCausalLM",   "MistralForCausalLM",
     "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
     "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM",
-    "SmolLM3ForCausalLM", "Qwen3NextForCausalLM", "GptOssForCausalLM"};
+    "SmolLM3ForCausalLM", "Qwen3NextForCausalLM", "GptOssForCausalLM", "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"};
 
 /* Olmo2ForCausalLM: post norms, QK-norm over the projections; Olmo3ForCausalLM: and layer_types
  * with sliding windows; Gemma3ForCausalLM: sandwich norms of (1 + w), QK-norm per head, the
@@ -48,6 +50,7 @@ const char *const hf_class_name[HF_ARCH_COUNT] = {
  * Gemma2ForCausalLM: Gemma 3 without QK-norm and local base, its soft caps on by default, every
  * other layer sliding; SmolLM3ForCausalLM: Llama's with NoPE layers (no_rope_layers). */
 #define SWIGLU .mlp = TSR_MLP_SWIGLU
+#define HYBRID {SWIGLU, .qk_norm = 1, .head_dim_key = 1, .norm_add = 1.0f, .hybrid = 1}
 static const hf_family families[HF_ARCH_COUNT] = {
     [HF_LLAMA] = {SWIGLU, .head_dim_key = 1, .llama_bias = 1},   [HF_MISTRAL] = {SWIGLU, .head_dim_key = 1},
     [HF_QWEN2] = {SWIGLU, .head_dim_key = 1},   [HF_QWEN3] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1},
@@ -64,20 +67,26 @@ static const hf_family families[HF_ARCH_COUNT] = {
                    .norm_add = 1.0f, .period = 2, .softcap = 1, .cap_attn = 50, .cap_final = 30,
                    .rope_linear = 1, .tied = 1},
     [HF_SMOLLM3] = {SWIGLU, .nope = 1, .llama_bias = 1, .tied = 1},
-    [HF_QWEN3NEXT] = {SWIGLU, .qk_norm = 1, .head_dim_key = 1, .norm_add = 1.0f, .hybrid = 1},
+    [HF_QWEN3NEXT] = HYBRID, [HF_QWEN35] = HYBRID, [HF_QWEN35_MOE] = HYBRID, [HF_QWEN35_VL] = HYBRID,
+    [HF_QWEN35_MOE_VL] = HYBRID, /* Qwen 3.5: Qwen3-Next's layers (hf_qwen3next.c's hf_hybrid) */
     /* GptOssForCausalLM: sinks, every other layer sliding, YaRN, its experts (hf_gptoss.h) */
     [HF_GPTOSS] = {SWIGLU, .head_dim_key = 1, .windows = 1, .period = 2, .gptoss = 1},
 };
 #undef SWIGLU
+#undef HYBRID
 
 const hf_family *hf_family_of(hf_arch a) { return &families[a]; }
 
 int hf_arch_moe(hf_arch a) {
-    return a == HF_MIXTRAL || a == HF_QWEN3_MOE || a == HF_QWEN3NEXT || a == HF_GPTOSS;
+    return a == HF_MIXTRAL || a == HF_QWEN3_MOE || a == HF_QWEN3NEXT || a == HF_GPTOSS ||
+           a == HF_QWEN35_MOE || a == HF_QWEN35_MOE_VL;
 }
 int hf_arch_qk_norm(hf_arch a) { return families[a].qk_norm; }
 
-const char *hf_prefix(hf_arch a) { return a >= HF_LLAMA ? "model." : "transformer."; }
+const char *hf_prefix(hf_arch a) {
+    if (hf_hybrid_of(a)) return hf_hybrid_of(a)->prefix; /* Qwen 3.5's VL: model.language_model. */
+    return a >= HF_LLAMA ? "model." : "transformer.";
+}
 
 hf_arch hf_arch_named(const char *s) {
     for (int a = 0; a < HF_ARCH_COUNT; a++)
@@ -114,7 +123,7 @@ static const struct map_row {
 _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera parameter");
 
 const char *hf_moe_need(const tsr_model *m, hf_arch a) {
-    if (a == HF_QWEN3NEXT) return hf_qwen3next_moe_need(m);
+    if (hf_hybrid_of(a)) return hf_qwen3next_moe_need(m, a);
     if (!hf_arch_moe(a))
         return m->E ? "model.moe_experts = 0 (a dense model; MixtralForCausalLM, "
                       "Qwen3MoeForCausalLM and GptOssForCausalLM hold mixtures of experts)" : NULL;
@@ -263,6 +272,10 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
                                                          "model.qkv_bias false";
         break;
     case HF_QWEN3NEXT:
+    case HF_QWEN35:
+    case HF_QWEN35_MOE:
+    case HF_QWEN35_VL:
+    case HF_QWEN35_MOE_VL:
         need = hf_qwen3next_need(m);
         break;
     case HF_GPTOSS: /* attention_bias = model.bias; the rest: hf_gptoss_need (hf_moe_need) */
@@ -279,6 +292,14 @@ static int llama_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why
 }
 
 int hf_arch_of(const tsr_model *m, hf_arch want, hf_arch *a, char *why, size_t cap) {
+    if (want == HF_ARCH_COUNT && m->cfg.hf_model_type[0]) { /* an import's class (docs/hf.md) */
+        want = hf_arch_named(m->cfg.hf_model_type);
+        if (want == HF_ARCH_COUNT || want < HF_LLAMA) {
+            snprintf(why, cap, "model.hf_model_type = \"%s\" is no model_type of the Llama "
+                     "family tessera exports", m->cfg.hf_model_type);
+            return TSR_EXIT_USAGE;
+        }
+    }
     if (m->cfg.pos == TSR_POS_ROPE) return llama_arch_of(m, want, a, why, cap);
     const char *variant = config_attn_variant_key(&m->cfg);
     if (variant) { /* GPT-2 and MPT have none of the variants */
@@ -499,7 +520,7 @@ static hf_tensor *llama_table(const tsr_model *m, hf_arch a, int *n) {
 }
 
 hf_tensor *hf_tensor_table(const tsr_model *m, hf_arch a, int *n) {
-    if (a == HF_QWEN3NEXT) return hf_qwen3next_table(m, n);
+    if (hf_hybrid_of(a)) return hf_qwen3next_table(m, a, n);
     return a >= HF_LLAMA ? llama_table(m, a, n) : gpt2_table(m, a, n);
 }
 

@@ -25,10 +25,29 @@ static const char *const parent_of[TSR_LORA_COUNT] = {
     "self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp",
     "linear_attn", "linear_attn", "linear_attn", "self_attn"};
 
-/* PEFT's name of layer l's target t adapter matrix (A, or B when is_b) */
-static void peft_name(char *buf, size_t cap, int l, int t, int is_b) {
-    snprintf(buf, cap, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, parent_of[t],
-             module_of[t], is_b ? 'B' : 'A');
+/* The class whose module names the PEFT files use: the model's (model.hf_model_type, else the
+ * one its features choose; hf_arch_of), so Qwen 3.5's imports and recipes get its names. */
+static hf_arch peft_arch(const tsr_lora *lo) {
+    hf_arch a;
+    char why[512];
+    return hf_arch_of(lo->model, HF_ARCH_COUNT, &a, why, sizeof why) ? HF_LLAMA : a;
+}
+
+/* Qwen 3.5's unfused DeltaNet projections: tessera's in_proj_qkvz (in_proj_ba) adapter is two
+ * PEFT modules, in_proj_qkv and in_proj_z (in_proj_b and in_proj_a), with the same A and B's
+ * rows split (docs/lora.md "PEFT and the hybrid"): the halves of target t, or 0 */
+static int halves(const tsr_lora *lo, int t) {
+    const hf_hybrid *hy = hf_hybrid_of(peft_arch(lo));
+    return hy && hy->unfused && (t == TSR_LORA_QKVZ || t == TSR_LORA_BA) ? 2 : 0;
+}
+static const char *const half_module[2][2] = {{"in_proj_qkv", "in_proj_z"},
+                                              {"in_proj_b", "in_proj_a"}};
+
+/* PEFT's name of layer l's target t adapter matrix (A, or B when is_b); half >= 0: that half */
+static void peft_name(char *buf, size_t cap, const tsr_lora *lo, int l, int t, int half, int is_b) {
+    snprintf(buf, cap, "base_model.model.%slayers.%d.%s.%s.lora_%c.weight",
+             hf_prefix(peft_arch(lo)), l, parent_of[t],
+             half >= 0 ? half_module[t == TSR_LORA_BA][half] : module_of[t], is_b ? 'B' : 'A');
 }
 
 /* ---- a PEFT module of one layer and tessera's adapters on it ---- */
@@ -45,7 +64,7 @@ static int gated_q(const tsr_lora *lo, int t) {
  * in that part's B (tessera's order; Qwen3-Next's fused modules interleave them per head as the
  * base's rows: hf_qwen3next_fused). A part is on when lo has its adapter. */
 typedef struct peft_mod {
-    int l, t, np, part[2], on[2], slot[2];
+    int l, t, half, np, part[2], on[2], slot[2]; /* half: -1, or which of halves() */
     int rows, in, n_on, R; /* lora_B rows, lora_A columns, parts on, lora.rank */
     int32_t *pj, *row;     /* (rows) */
 } peft_mod;
@@ -66,10 +85,11 @@ static void fused_rows(const tsr_lora *lo, peft_mod *md, hf_fused which) {
         }
 }
 
-/* md for layer l and module target t: 1, or 0 when the layer has no adapter on that module */
-static int mod_open(const tsr_lora *lo, int l, int t, peft_mod *md) {
+/* md for layer l and module target t (its half when half >= 0): 1, or 0 when the layer has no
+ * adapter on that module */
+static int mod_open(const tsr_lora *lo, int l, int t, int half, peft_mod *md) {
     memset(md, 0, sizeof *md);
-    md->l = l, md->t = t, md->np = gated_q(lo, t) ? 2 : 1, md->R = lo->R;
+    md->l = l, md->t = t, md->half = half, md->np = gated_q(lo, t) ? 2 : 1, md->R = lo->R;
     md->part[0] = t, md->part[1] = TSR_LORA_AGATE;
     for (int j = 0; j < md->np; j++) {
         md->slot[j] = lora_slot(lo, l, md->part[j]);
@@ -80,7 +100,11 @@ static int mod_open(const tsr_lora *lo, int l, int t, peft_mod *md) {
     md->rows = lo->out[t] * md->np, md->in = lo->in[t];
     md->pj = tsr_calloc((size_t)md->rows, sizeof *md->pj);
     md->row = tsr_malloc((size_t)md->rows * sizeof *md->row);
-    if (t == TSR_LORA_QKVZ || t == TSR_LORA_BA || md->np == 2)
+    if (half >= 0) { /* the first rows0 rows of tessera's B, or the rest */
+        const int r0 = (int)lo->rows0[t];
+        md->rows = half ? lo->out[t] - r0 : r0;
+        for (int h = 0; h < md->rows; h++) md->row[h] = (half ? r0 : 0) + h;
+    } else if (t == TSR_LORA_QKVZ || t == TSR_LORA_BA || md->np == 2)
         fused_rows(lo, md, t == TSR_LORA_QKVZ ? HF_FUSED_QKVZ : t == TSR_LORA_BA ? HF_FUSED_BA
                                                                                : HF_FUSED_Q);
     else
@@ -171,17 +195,18 @@ static int peft_tensors(const tsr_lora *lo, st_dtype dt, st_tensor *st, char (*n
     int n = 0;
     peft_mod md;
     for (int l = 0; l < lo->L; l++)
-        for (int t = 0; t < TSR_LORA_COUNT; t++) {
-            if (t == TSR_LORA_AGATE || !mod_open(lo, l, t, &md)) continue;
-            mod_export(lo, &md, &vals[n], &vals[n + 1]);
-            const int64_t shape[2][2] = {{md.n_on * lo->R, md.in}, {md.rows, md.n_on * lo->R}};
-            for (int k = 0; k < 2; k++, n++) {
-                peft_name(names[n], sizeof names[n], l, t, k);
-                st[n] = (st_tensor){.name = names[n], .dtype = dt, .ndim = 2,
-                                    .shape = {shape[k][0], shape[k][1]}, .src = vals[n]};
+        for (int t = 0; t < TSR_LORA_COUNT; t++)
+            for (int h = halves(lo, t) ? 0 : -1; h < halves(lo, t); h++) {
+                if (t == TSR_LORA_AGATE || !mod_open(lo, l, t, h, &md)) continue;
+                mod_export(lo, &md, &vals[n], &vals[n + 1]);
+                const int64_t shape[2][2] = {{md.n_on * lo->R, md.in}, {md.rows, md.n_on * lo->R}};
+                for (int k = 0; k < 2; k++, n++) {
+                    peft_name(names[n], sizeof names[n], lo, l, t, h, k);
+                    st[n] = (st_tensor){.name = names[n], .dtype = dt, .ndim = 2,
+                                        .shape = {shape[k][0], shape[k][1]}, .src = vals[n]};
+                }
+                mod_close(&md);
             }
-            mod_close(&md);
-        }
     return n;
 }
 
@@ -209,7 +234,9 @@ static int write_config(const char *path, const tsr_config *cfg, const tsr_lora 
             cfg->lora.alpha, cfg->lora.dropout, lo->R, rp);
     int n = 0;
     for (int t = 0; t < TSR_LORA_COUNT; t++)
-        if (modules_on(lo) & (1u << t)) fprintf(f, "%s\n    \"%s\"", n++ ? "," : "", module_of[t]);
+        for (int h = halves(lo, t) ? 0 : -1; h < halves(lo, t) && (modules_on(lo) & (1u << t)); h++)
+            fprintf(f, "%s\n    \"%s\"", n++ ? "," : "",
+                    h >= 0 ? half_module[t == TSR_LORA_BA][h] : module_of[t]);
     fprintf(f, "\n  ],\n  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n"
                "  \"use_rslora\": false\n}\n");
     fclose(f);
@@ -228,12 +255,20 @@ int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct ts
                   "for the Llama family (RoPE models) only so far" : why);
         return TSR_EXIT_USAGE;
     }
+    const hf_arch pa = peft_arch(lo); /* the names follow the model's class */
+    if (strcmp(hf_prefix(a), hf_prefix(pa)) || (hf_hybrid_of(a) && hf_hybrid_of(a)->unfused) !=
+                                                   (hf_hybrid_of(pa) && hf_hybrid_of(pa)->unfused)) {
+        tsr_error("export --adapter: --arch %s names modules other than this model's class %s "
+                  "(model.hf_model_type): set --set model.hf_model_type=%s on the run instead",
+                  hf_model_type[a], hf_model_type[pa], hf_model_type[a]);
+        return TSR_EXIT_USAGE;
+    }
     if (tsr_snprintf(path, sizeof path, "%s/adapter_model.safetensors", out_dir) ||
         fs_make_parents(path) != 0) {
         tsr_error("%s: cannot create the output directory", out_dir);
         return TSR_EXIT_DATA;
     }
-    const size_t cap = (size_t)(2 * TSR_LORA_COUNT * lo->L);
+    const size_t cap = (size_t)(2 * (TSR_LORA_COUNT + 2) * lo->L); /* (+ the halves) */
     st_tensor *st = tsr_calloc(cap, sizeof *st);
     char(*names)[128] = tsr_calloc(cap, sizeof *names);
     float **vals = tsr_calloc(cap, sizeof *vals);
@@ -331,10 +366,12 @@ static int check_pattern(const char *path, const json_value *root, const char *k
     return 0;
 }
 
-/* the target a PEFT module name stands for (q_proj: q), or -1 */
+/* the target a PEFT module name stands for (q_proj: q; Qwen 3.5's halves: theirs), or -1 */
 static int target_named(const json_value *e) {
     for (int t = 0; t < TSR_LORA_COUNT && e->type == JSON_STRING && json_str_plain(e); t++)
         if (t != TSR_LORA_AGATE && !strcmp(e->str, module_of[t])) return t;
+    for (int k = 0; k < 4 && e->type == JSON_STRING && json_str_plain(e); k++)
+        if (!strcmp(e->str, half_module[k / 2][k % 2])) return k / 2 ? TSR_LORA_BA : TSR_LORA_QKVZ;
     return -1;
 }
 
@@ -352,7 +389,8 @@ static int check_targets(const char *path, const json_value *root, const tsr_con
         const int t = target_named(e);
         if (t < 0) {
             tsr_error("%s: target module %s is not one of q_proj, k_proj, v_proj, o_proj, "
-                      "gate_proj, up_proj, down_proj, in_proj_qkvz, in_proj_ba, out_proj", path,
+                      "gate_proj, up_proj, down_proj, in_proj_qkvz, in_proj_ba, out_proj (Qwen 3.5: "
+                      "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)", path,
                       json_describe(e, got, sizeof got));
             return TSR_EXIT_USAGE;
         }
@@ -451,7 +489,7 @@ static int read_mod(const st_file *f, const char *path, tsr_lora *lo, const peft
     float *v[2] = {NULL, NULL};
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
-        peft_name(nm[k], sizeof nm[k], md->l, md->t, k);
+        peft_name(nm[k], sizeof nm[k], lo, md->l, md->t, md->half, k);
         const st_entry *e = st_find(f, nm[k]);
         if (!e) {
             tsr_error("%s: no tensor %s (this run's model and targets need it)", path, nm[k]);
@@ -465,6 +503,14 @@ static int read_mod(const st_file *f, const char *path, tsr_lora *lo, const peft
             v[k] = tsr_malloc((size_t)(want[k][0] * want[k][1]) * sizeof(float));
             rc = st_read_f32_finite(f, e, v[k]);
         }
+    }
+    if (!rc && md->half == 1 && memcmp(v[0], part_a(lo, lo->w, md, 0),
+                                       (size_t)(Rm * md->in) * sizeof(float)) != 0) {
+        tsr_error("%s: %s differs from the lora_A of its other half (%s): tessera's %s adapter "
+                  "has one A for both (docs/lora.md \"PEFT and the hybrid\"), so it cannot hold "
+                  "these", path, nm[0], half_module[md->t == TSR_LORA_BA][0],
+                  module_of[md->t]);
+        rc = TSR_EXIT_USAGE;
     }
     if (!rc) rc = mod_import(lo, md, Rm, v[0], v[1], path, nm[1]);
     free(v[0]), free(v[1]);
@@ -483,12 +529,13 @@ int hf_read_adapter(const char *dir, const tsr_config *cfg, struct tsr_lora *lo,
     int rc = 0, n = 0;
     peft_mod md;
     for (int l = 0; l < lo->L && !rc; l++)
-        for (int t = 0; t < TSR_LORA_COUNT && !rc; t++) {
-            if (t == TSR_LORA_AGATE || !mod_open(lo, l, t, &md)) continue;
-            rc = read_mod(&f, path, lo, &md, md.np == 2 ? q_rank : lo->R);
-            n += 2;
-            mod_close(&md);
-        }
+        for (int t = 0; t < TSR_LORA_COUNT && !rc; t++)
+            for (int h = halves(lo, t) ? 0 : -1; h < halves(lo, t) && !rc; h++) {
+                if (t == TSR_LORA_AGATE || !mod_open(lo, l, t, h, &md)) continue;
+                rc = read_mod(&f, path, lo, &md, md.np == 2 ? q_rank : lo->R);
+                n += 2;
+                mod_close(&md);
+            }
     if (!rc && n != f.n) {
         tsr_error("%s: %d tensors, this run's %d layers and targets take %d (other layers or "
                   "modules: a different model?)", path, f.n, lo->L, n);

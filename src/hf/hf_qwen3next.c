@@ -13,6 +13,11 @@
  *                    the MoE: gate (the router), experts.E.{gate,up,down}_proj, shared_expert.
  *                    {gate,up,down}_proj, shared_expert_gate (1, C);
  *   and model.embed_tokens, model.norm (1 + w), lm_head.
+ * Qwen 3.5 (modular_qwen3_5.py, modular_qwen3_5_moe.py) is the same mapping with the flags of its
+ * hf_hybrid row: linear_attn.in_proj_qkv ([all q | all k | all v], dnqkvw as is), in_proj_z,
+ * in_proj_b, in_proj_a unfused; the experts stacked (mlp.experts.gate_up_proj (E, 2FE, C) = expw1,
+ * down_proj (E, C, FE) = expw2); the vision-language class's decoder under model.language_model.
+ * and its config.json's text keys in text_config; RoPE in rope_parameters with mrope_section.
  */
 #include "hf/hf_qwen3next.h"
 
@@ -24,21 +29,44 @@
 
 #include "common.h"
 
+/* ---- the classes ---------------------------------------------------------------------------- */
+
+/* text class, prefix, nest, unfused, moe, stacked experts; defaults: vocab, hidden, MLP, layers,
+ * value heads, experts, top k (Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig) */
+static const hf_hybrid hybrids[] = {
+    {HF_QWEN3NEXT, "model.", NULL, 0, -1, 0, {151936, 2048, 5632, 48, 32, 512, 10}},
+    {HF_QWEN35, "model.", NULL, 1, 0, 0, {248320, 4096, 12288, 32, 32, 0, 0}},
+    {HF_QWEN35_MOE, "model.", NULL, 1, 1, 1, {248320, 2048, 512, 40, 32, 256, 8}},
+    {HF_QWEN35, "model.language_model.", "text_config", 1, 0, 0, {248320, 4096, 12288, 32, 32, 0, 0}},
+    {HF_QWEN35_MOE, "model.language_model.", "text_config", 1, 1, 1,
+     {248320, 2048, 512, 40, 32, 256, 8}},
+};
+
+const hf_hybrid *hf_hybrid_of(hf_arch a) {
+    static const hf_arch order[] = {HF_QWEN3NEXT, HF_QWEN35, HF_QWEN35_MOE, HF_QWEN35_VL,
+                                    HF_QWEN35_MOE_VL};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (order[i] == a) return &hybrids[i];
+    return NULL;
+}
+
 /* ---- the tensor table ---------------------------------------------------------------------- */
 
 typedef struct table {
     const tsr_model *m;
+    const hf_hybrid *hy;
     hf_tensor *t;
     int n;
-    int l; /* the layer of the rows being added (-1: global) */
+    int l;           /* the layer of the rows being added (-1: global) */
+    const char *pre; /* of the names: the class's prefix, "" for lm_head */
 } table;
 
 static hf_tensor *next(table *tb, const char *fmt, int e) {
     hf_tensor *h = &tb->t[tb->n++];
     char sub[64];
     snprintf(sub, sizeof sub, fmt, e);
-    if (tb->l >= 0) snprintf(h->name, sizeof h->name, "model.layers.%d.%.60s", tb->l, sub);
-    else snprintf(h->name, sizeof h->name, "%.60s", sub);
+    if (tb->l >= 0) snprintf(h->name, sizeof h->name, "%slayers.%d.%.60s", tb->pre, tb->l, sub);
+    else snprintf(h->name, sizeof h->name, "%s%.60s", tb->pre, sub);
     h->present = 1;
     return h;
 }
@@ -103,14 +131,27 @@ static void interleaved(table *tb, const char *fmt, hf_fused which, int64_t cols
     h->offset = h->piece[0].offset;
 }
 
+/* The last row (r, c) viewed as (a, b, c2): conv1d's (CD, 1, K), the stacked experts' (E, ., .) */
+static void view3(table *tb, int64_t a, int64_t b, int64_t c) {
+    hf_tensor *h = &tb->t[tb->n - 1];
+    h->ndim = 3;
+    h->shape[0] = a, h->shape[1] = b, h->shape[2] = c;
+}
+
 static void linear_layer(table *tb) {
     const tsr_model *m = tb->m;
     const int64_t C = m->C, HV = m->HVl, dv = m->dvl, CD = 2 * m->HKl * m->dkl + HV * dv;
     plain(tb, "linear_attn.conv1d.weight", -1, TSR_P_DNCONV, 0, CD, m->Kc, 0);
-    tb->t[tb->n - 1].ndim = 3; /* (CD, 1, K) */
-    tb->t[tb->n - 1].shape[1] = 1, tb->t[tb->n - 1].shape[2] = m->Kc;
-    interleaved(tb, "linear_attn.in_proj_qkvz.weight", HF_FUSED_QKVZ, C);
-    interleaved(tb, "linear_attn.in_proj_ba.weight", HF_FUSED_BA, C);
+    view3(tb, CD, 1, m->Kc);
+    if (tb->hy->unfused) { /* Qwen 3.5: one tensor each, tessera's rows as they are */
+        plain(tb, "linear_attn.in_proj_qkv.weight", -1, TSR_P_DNQKVW, 0, CD, C, 0);
+        plain(tb, "linear_attn.in_proj_z.weight", -1, TSR_P_DNZW, 0, HV * dv, C, 0);
+        plain(tb, "linear_attn.in_proj_b.weight", -1, TSR_P_DNBW, 0, HV, C, 0);
+        plain(tb, "linear_attn.in_proj_a.weight", -1, TSR_P_DNAW, 0, HV, C, 0);
+    } else {
+        interleaved(tb, "linear_attn.in_proj_qkvz.weight", HF_FUSED_QKVZ, C);
+        interleaved(tb, "linear_attn.in_proj_ba.weight", HF_FUSED_BA, C);
+    }
     plain(tb, "linear_attn.dt_bias", -1, TSR_P_DNDTB, 0, HV, 0, 0);
     plain(tb, "linear_attn.A_log", -1, TSR_P_DNALOG, 0, HV, 0, 0);
     plain(tb, "linear_attn.norm.weight", -1, TSR_P_DNNORMW, 0, dv, 0, 0);
@@ -138,7 +179,13 @@ static void mlp(table *tb) {
         return;
     }
     plain(tb, "mlp.gate.weight", -1, TSR_P_ROUTERW, 0, m->E, C, 0);
-    for (int e = 0; e < m->E; e++) {
+    if (tb->hy->stacked) { /* Qwen 3.5's MoE: the layer's experts in one tensor each, as tessera's */
+        plain(tb, "mlp.experts.gate_up_proj", -1, TSR_P_EXPW1, 0, m->E * 2 * FE, C, 0);
+        view3(tb, m->E, 2 * FE, C);
+        plain(tb, "mlp.experts.down_proj", -1, TSR_P_EXPW2, 0, m->E * C, FE, 0);
+        view3(tb, m->E, C, FE);
+    }
+    for (int e = 0; e < m->E && !tb->hy->stacked; e++) {
         plain(tb, "mlp.experts.%d.gate_proj.weight", e, TSR_P_EXPW1, 0, FE, C, 0);
         plain(tb, "mlp.experts.%d.up_proj.weight", e, TSR_P_EXPW1, FE, FE, C, 0);
         plain(tb, "mlp.experts.%d.down_proj.weight", e, TSR_P_EXPW2, 0, C, FE, 0);
@@ -149,10 +196,12 @@ static void mlp(table *tb) {
     plain(tb, "mlp.shared_expert_gate.weight", -1, TSR_P_SHGATEW, 0, 1, C, 0);
 }
 
-hf_tensor *hf_qwen3next_table(const tsr_model *m, int *n) {
-    const int per = 7 + 5 + 3 * m->E + 2; /* a linear layer, the MoE, the norms: the most a layer has */
-    table tb = {m, tsr_calloc((size_t)per * (size_t)m->L + 3, sizeof(hf_tensor)), 0, -1};
-    plain(&tb, "model.embed_tokens.weight", -1, TSR_P_WTE, 0, m->V, m->C, 0);
+hf_tensor *hf_qwen3next_table(const tsr_model *m, hf_arch a, int *n) {
+    const int per = 9 + 5 + 3 * m->E + 2; /* a linear layer, the MoE, the norms: the most a layer has */
+    const hf_hybrid *hy = hf_hybrid_of(a);
+    table tb = {m, hy, tsr_calloc((size_t)per * (size_t)m->L + 3, sizeof(hf_tensor)), 0, -1,
+                hy->prefix};
+    plain(&tb, "embed_tokens.weight", -1, TSR_P_WTE, 0, m->V, m->C, 0);
     for (tb.l = 0; tb.l < m->L; tb.l++) {
         if (config_layer_linear(&m->cfg, tb.l)) linear_layer(&tb);
         else full_layer(&tb);
@@ -161,7 +210,8 @@ hf_tensor *hf_qwen3next_table(const tsr_model *m, int *n) {
         plain(&tb, "post_attention_layernorm.weight", -1, TSR_P_LN2W, 0, m->C, 0, 1.0f);
     }
     tb.l = -1;
-    plain(&tb, "model.norm.weight", -1, TSR_P_LNFW, 0, m->C, 0, 1.0f);
+    plain(&tb, "norm.weight", -1, TSR_P_LNFW, 0, m->C, 0, 1.0f);
+    tb.pre = "";
     plain(&tb, "lm_head.weight", -1, TSR_P_LMHEAD, 0, m->V, m->C, 0);
     *n = tb.n;
     return tb.t;
@@ -182,10 +232,18 @@ const char *hf_qwen3next_need(const tsr_model *m) {
     return NULL;
 }
 
-const char *hf_qwen3next_moe_need(const tsr_model *m) {
+const char *hf_qwen3next_moe_need(const tsr_model *m, hf_arch a) {
+    const int moe = hf_hybrid_of(a)->moe;
+    if (moe == 0 && m->E)
+        return "model.moe_experts = 0 (a dense model; the MoE releases are qwen3_5_moe_text and "
+               "qwen3_5_moe)";
+    if (moe == 1 && !m->E) return "model.moe_experts > 0 (a mixture of experts)";
     if (m->E && (!m->S || !m->cfg.moe_shared_gate))
         return "model.moe_shared_size > 0 and model.moe_shared_gate = true (its MoE layers have "
                "a gated shared expert)";
+    if (moe == 1 && (m->cfg.moe_every != 1 || !m->cfg.moe_norm_topk))
+        return "model.moe_every = 1 and model.moe_norm_topk = true (experts in every layer, the "
+               "top-k weights renormalised)";
     return NULL;
 }
 
@@ -197,35 +255,64 @@ static const char *jnum(char *buf, size_t cap, double v) {
     return buf;
 }
 
-int hf_qwen3next_config_text(const tsr_model *m, double aux_coef, char *buf, size_t cap) {
+/* RoPE: Qwen3-Next's keys at the top; Qwen 3.5's rope_parameters with an mrope_section over the
+ * rotary frequencies (transformers' [11, 11, 10] for 32: text's equal streams, ordinary RoPE) */
+static size_t rope_text(const tsr_model *m, const hf_hybrid *hy, char *buf, size_t cap) {
     const tsr_model_config *c = &m->cfg;
-    char eps[32], theta[32], prf[32], aux[32];
+    char theta[32], prf[32];
+    jnum(theta, sizeof theta, c->rope_theta), jnum(prf, sizeof prf, c->partial_rotary_factor);
+    if (!hy->unfused)
+        return (size_t)snprintf(buf, cap, "  \"rope_theta\": %s,\n  \"partial_rotary_factor\": %s,\n"
+                                "  \"rope_scaling\": null,\n", theta, prf);
+    const int n = (int)(m->hs * c->partial_rotary_factor) / 2; /* the rotary frequencies */
+    return (size_t)snprintf(buf, cap, "  \"rope_parameters\": {\"rope_type\": \"default\", "
+                            "\"rope_theta\": %s, \"partial_rotary_factor\": %s, \"mrope_section\": "
+                            "[%d, %d, %d], \"mrope_interleaved\": true},\n", theta, prf,
+                            n / 3 + (n % 3 > 0), n / 3 + (n % 3 > 1), n / 3);
+}
+
+/* The mixture's keys: Qwen3-Next's all (num_experts 0 when dense), Qwen 3.5's MoE without the
+ * sparse step, mlp_only_layers and norm_topk_prob it does not have, its dense sizes none. */
+static size_t moe_text(const tsr_model *m, const hf_hybrid *hy, double aux_coef, char *buf,
+                       size_t cap) {
+    char aux[32];
     size_t k = 0;
 #define ADD(...) (k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, __VA_ARGS__))
-    ADD("  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
-        "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+    if (hy->moe < 0 || m->E) ADD("  \"num_experts\": %d,\n", m->E);
+    if (!m->E) return k;
+    ADD("  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
+        "  \"shared_expert_intermediate_size\": %d,\n", m->K, m->FE, m->S);
+    if (hy->moe < 0)
+        ADD("  \"norm_topk_prob\": %s,\n  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n",
+            m->cfg.moe_norm_topk ? "true" : "false", m->cfg.moe_every);
+    ADD("  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n",
+        jnum(aux, sizeof aux, aux_coef));
+#undef ADD
+    return k;
+}
+
+int hf_qwen3next_config_text(const tsr_model *m, hf_arch a, double aux_coef, char *buf, size_t cap) {
+    const tsr_model_config *c = &m->cfg;
+    const hf_hybrid *hy = hf_hybrid_of(a);
+    char eps[32];
+    size_t k = 0;
+#define ADD(...) (k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, __VA_ARGS__))
+    ADD("  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n", m->V, m->C);
+    if (!m->E || hy->moe < 0) ADD("  \"intermediate_size\": %d,\n", m->F);
+    ADD("  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
         "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n",
-        m->V, m->C, m->F, m->L, m->NH, m->KVH, m->hs);
-    ADD("  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n"
-        "  \"partial_rotary_factor\": %s,\n  \"rope_scaling\": null,\n"
-        "  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n",
-        c->max_seq_len > 0 ? c->max_seq_len : m->maxT, jnum(eps, sizeof eps, c->norm_eps),
-        jnum(theta, sizeof theta, c->rope_theta), jnum(prf, sizeof prf, c->partial_rotary_factor));
-    ADD("  \"layer_types\": [");
+        m->L, m->NH, m->KVH, m->hs);
+    ADD("  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n",
+        c->max_seq_len > 0 ? c->max_seq_len : m->maxT, jnum(eps, sizeof eps, c->norm_eps));
+    k += rope_text(m, hy, buf + (k < cap ? k : cap), k < cap ? cap - k : 0);
+    ADD("  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n  \"layer_types\": [");
     for (int l = 0; l < m->L; l++)
         ADD("%s\"%s\"", l ? ", " : "", config_layer_linear(c, l) ? "linear_attention" : "full_attention");
     ADD("],\n  \"linear_conv_kernel_dim\": %d,\n  \"linear_key_head_dim\": %d,\n"
         "  \"linear_value_head_dim\": %d,\n  \"linear_num_key_heads\": %d,\n"
         "  \"linear_num_value_heads\": %d,\n", c->linear_conv_kernel_dim, c->linear_key_head_dim,
         c->linear_value_head_dim, c->linear_num_key_heads, c->linear_num_value_heads);
-    ADD("  \"num_experts\": %d,\n", m->E);
-    if (m->E)
-        ADD("  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
-            "  \"shared_expert_intermediate_size\": %d,\n  \"norm_topk_prob\": %s,\n"
-            "  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n"
-            "  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n", m->K, m->FE,
-            m->S, c->moe_norm_topk ? "true" : "false", c->moe_every,
-            jnum(aux, sizeof aux, aux_coef));
+    k += moe_text(m, hy, aux_coef, buf + (k < cap ? k : cap), k < cap ? cap - k : 0);
 #undef ADD
     return k < cap ? (int)k : -1;
 }
@@ -233,7 +320,10 @@ int hf_qwen3next_config_text(const tsr_model *m, double aux_coef, char *buf, siz
 /* ---- reading config.json ------------------------------------------------------------------- */
 
 typedef struct reader {
-    const json_value *r;
+    const json_value *r; /* the text model's keys: the top, or Qwen 3.5's VL text_config */
+    const json_value *top;
+    const hf_hybrid *hy;
+    const char *mt; /* the top's model_type */
     const char *path;
     int rc;
     tsr_config_fill *f;
@@ -281,7 +371,7 @@ static void put(reader *rd, int soft, const char *run_key, const char *value, co
     snprintf(f->kv[f->n].value, sizeof f->kv[0].value, "%s", value);
     if (!hf_key)
         snprintf(f->kv[f->n].from, sizeof f->kv[0].from, "config.json has model_type "
-                 "\"qwen3_next\" (%s)", value);
+                 "\"%.20s\" (%s)", rd->mt, value);
     else if (member(rd, hf_key))
         snprintf(f->kv[f->n].from, sizeof f->kv[0].from, "config.json has %.40s = %.30s", hf_key,
                  value);
@@ -344,6 +434,32 @@ static void put_types(reader *rd) {
         "full_attention_interval");
 }
 
+/* Qwen 3.5's mrope_section (rp: rope_parameters, or NULL): three integers >= 0 that share the
+ * rotary dimensions' frequencies out (sum = head_dim x partial_rotary_factor / 2). A text's three
+ * position streams are equal, so that is ordinary RoPE over those dimensions; anything else is
+ * not a rotation tessera has (docs/hf.md "Qwen 3.5"). Absent: transformers' default, fine too. */
+static void check_mrope(reader *rd, const json_value *rp) {
+    const json_value *ms = rp ? json_get(rp, "mrope_section") : NULL, *e;
+    char got[96];
+    if (!ms || ms->type == JSON_NULL) return;
+    const json_value *pf = json_get(rp, "partial_rotary_factor");
+    const double prf = pf && pf->type == JSON_NUMBER ? pf->num : num(rd, "partial_rotary_factor", 0.25);
+    const long half = (long)(num(rd, "head_dim", 256) * prf) / 2;
+    long sum = 0;
+    int ok = ms->type == JSON_ARRAY && ms->len == 3;
+    for (e = ok ? ms->child : NULL; e; e = e->next) {
+        ok = ok && e->type == JSON_NUMBER && e->num >= 0 && e->num == floor(e->num);
+        sum += ok ? (long)e->num : 0;
+    }
+    char adds[48] = "";
+    if (ok) snprintf(adds, sizeof adds, " adding up to %ld", sum);
+    if (!ok || sum != half)
+        bad(rd, "rope_parameters.mrope_section = %s%s: expected three integers >= 0 that add up "
+            "to the %ld rotary frequencies (head_dim x partial_rotary_factor / 2), which with a "
+            "text's equal position streams is ordinary RoPE; tessera reads no other",
+            json_describe(ms, got, sizeof got), adds, half);
+}
+
 /* What tessera cannot hold: refused by name and value (exit 2). */
 static void refusals(reader *rd) {
     char got[96];
@@ -358,6 +474,12 @@ static void refusals(reader *rd) {
     if (v && v->type != JSON_NULL && !(t && t->type == JSON_STRING && !strcmp(t->str, "default")))
         bad(rd, "rope_scaling = %s: tessera reads Qwen3-Next's plain RoPE only (null)",
             json_describe(v, got, sizeof got));
+    v = member(rd, "rope_parameters");
+    t = v && v->type == JSON_OBJECT ? json_get(v, "rope_type") : NULL;
+    if (t && !(t->type == JSON_STRING && !strcmp(t->str, "default")))
+        bad(rd, "rope_parameters.rope_type = %s: tessera reads plain RoPE only (\"default\")",
+            json_describe(t, got, sizeof got));
+    if (rd->hy->unfused) check_mrope(rd, v && v->type == JSON_OBJECT ? v : NULL);
     if (boolean(rd, "attention_bias", 0))
         bad(rd, "attention_bias = true: tessera's Qwen3-Next has no attention biases");
     v = member(rd, "hidden_act");
@@ -379,33 +501,40 @@ static void put_rope(reader *rd) {
 
 static void put_moe(reader *rd) {
     char e[32];
-    const long E = (long)num(rd, "num_experts", 512);
+    const int moe = rd->hy->moe;
+    const long E = moe == 0 ? 0 : (long)num(rd, "num_experts", (double)rd->hy->def[5]);
     snprintf(e, sizeof e, "%ld", E);
-    put(rd, 0, "model.moe_experts", e, "num_experts");
+    put(rd, 0, "model.moe_experts", e, moe == 0 ? NULL : "num_experts"); /* dense: the type's */
     if (E <= 0) return;
-    put_num(rd, "model.moe_top_k", "num_experts_per_tok", 10, 1);
+    put_num(rd, "model.moe_top_k", "num_experts_per_tok", (double)rd->hy->def[6], 1);
     put_num(rd, "model.moe_intermediate_size", "moe_intermediate_size", 512, 1);
     put_num(rd, "model.moe_shared_size", "shared_expert_intermediate_size", 512, 1);
     put(rd, 0, "model.moe_shared_gate", "true", NULL);
+    if (moe > 0) { /* Qwen 3.5: every layer, the top k renormalised (Qwen3VLMoeTextTopKRouter) */
+        put(rd, 0, "model.moe_norm_topk", "true", NULL);
+        put(rd, 0, "model.moe_every", "1", NULL);
+        return;
+    }
     put(rd, 0, "model.moe_norm_topk", boolean(rd, "norm_topk_prob", 1) ? "true" : "false",
         "norm_topk_prob");
     put_num(rd, "model.moe_every", "decoder_sparse_step", 1, 1);
 }
 
 static void put_sizes(reader *rd) {
-    put_num(rd, "model.n_layer", "num_hidden_layers", 48, 1);
-    put_num(rd, "model.d_model", "hidden_size", 2048, 1);
+    const long *d = rd->hy->def;
+    put_num(rd, "model.n_layer", "num_hidden_layers", (double)d[3], 1);
+    put_num(rd, "model.d_model", "hidden_size", (double)d[1], 1);
     put_num(rd, "model.n_head", "num_attention_heads", 16, 1);
     put_num(rd, "model.n_kv_head", "num_key_value_heads", 2, 1);
     put_num(rd, "model.head_dim", "head_dim", 256, 1);
-    put_num(rd, "model.intermediate_size", "intermediate_size", 5632, 1);
-    put_num(rd, "model.vocab_size", "vocab_size", 151936, 1);
+    put_num(rd, "model.intermediate_size", "intermediate_size", (double)d[2], 1);
+    put_num(rd, "model.vocab_size", "vocab_size", (double)d[0], 1);
     put_num(rd, "model.norm_eps", "rms_norm_eps", 1e-6, 0);
     put_num(rd, "model.linear_conv_kernel_dim", "linear_conv_kernel_dim", 4, 1);
     put_num(rd, "model.linear_key_head_dim", "linear_key_head_dim", 128, 1);
     put_num(rd, "model.linear_value_head_dim", "linear_value_head_dim", 128, 1);
     put_num(rd, "model.linear_num_key_heads", "linear_num_key_heads", 16, 1);
-    put_num(rd, "model.linear_num_value_heads", "linear_num_value_heads", 32, 1);
+    put_num(rd, "model.linear_num_value_heads", "linear_num_value_heads", (double)d[4], 1);
 }
 
 static void fill(reader *rd) {
@@ -416,27 +545,49 @@ static void fill(reader *rd) {
         {"model.embed_scale", "none"}, {"model.rope_scaling", "none"},
         {"model.attn_output_gate", "true"}};
     refusals(rd);
-    rd->L = (long)num(rd, "num_hidden_layers", 48);
+    rd->L = (long)num(rd, "num_hidden_layers", (double)rd->hy->def[3]);
     read_types(rd);
     if (rd->rc) return;
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         put(rd, 0, words[i][0], words[i][1], NULL);
     put_sizes(rd);
     put_rope(rd);
+    const json_value *save = rd->r; /* the VL's own tie_word_embeddings when text_config has none */
+    if (!member(rd, "tie_word_embeddings")) rd->r = rd->top;
     put(rd, 0, "model.tie_embeddings", boolean(rd, "tie_word_embeddings", 0) ? "true" : "false",
         "tie_word_embeddings");
+    rd->r = save;
     if (member(rd, "max_position_embeddings")) { /* the model's context (soft, as the others') */
         put_num(rd, "model.max_seq_len", "max_position_embeddings", 0, 1);
         rd->f->kv[rd->f->n - 1].soft = 1;
     }
     put_types(rd);
     put_moe(rd);
+    put(rd, 1, "model.hf_model_type", rd->mt, NULL); /* the class an export writes again */
 }
 
-int hf_qwen3next_fill(const json_value *root, const char *path, tsr_config_fill *f) {
+/* rd over config.json's root for class a: the text keys, where Qwen 3.5's VL nests them */
+static void start(reader *rd, const json_value *root, const char *path, hf_arch a) {
+    rd->r = rd->top = root, rd->path = path, rd->hy = hf_hybrid_of(a), rd->mt = hf_model_type[a];
+    if (!rd->hy->nest) return;
+    const json_value *tc = json_get(root, rd->hy->nest), *t;
+    if (!tc || tc->type != JSON_OBJECT) {
+        bad(rd, "no %s object: model_type \"%s\" nests the text model's keys there", rd->hy->nest,
+            rd->mt);
+        return;
+    }
+    rd->r = tc;
+    t = json_get(tc, "model_type");
+    if (t && !(t->type == JSON_STRING && !strcmp(t->str, hf_model_type[rd->hy->text])))
+        bad(rd, "%s.model_type is not \"%s\" (the text model of model_type \"%s\")",
+            rd->hy->nest, hf_model_type[rd->hy->text], rd->mt);
+}
+
+int hf_qwen3next_fill(const json_value *root, const char *path, hf_arch a, tsr_config_fill *f) {
     reader *rd = tsr_calloc(1, sizeof *rd);
-    rd->r = root, rd->path = path, rd->f = f;
-    fill(rd);
+    rd->f = f;
+    start(rd, root, path, a);
+    if (!rd->rc) fill(rd);
     int rc = rd->rc;
     free(rd);
     return rc;
@@ -505,11 +656,12 @@ static int check_types(const reader *rd, const tsr_model *m) {
     return 0;
 }
 
-int hf_qwen3next_check(const json_value *root, const char *path, const tsr_model *m) {
+int hf_qwen3next_check(const json_value *root, const char *path, hf_arch a, const tsr_model *m) {
     tsr_config_fill *f = tsr_calloc(1, sizeof *f);
     reader *rd = tsr_calloc(1, sizeof *rd);
-    rd->r = root, rd->path = path, rd->f = f;
-    fill(rd);
+    rd->f = f;
+    start(rd, root, path, a);
+    if (!rd->rc) fill(rd);
     int rc = rd->rc;
     char run[64];
     for (int i = 0; i < f->n && !rc; i++) {

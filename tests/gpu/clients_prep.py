@@ -7,8 +7,9 @@ For each tiny model of MODELS (GPT-2, MPT, Llama, Qwen 2, Qwen 3; d_model 48-64,
 the families of issues 67 and 68: OLMo 2, OLMo 3 with sliding layers, Gemma 3 (sliding + global,
 linear scaling, local base), Gemma 2 (soft caps), SmolLM3 (NoPE layers) with the keys of
 tests/reference/hf_fixture.py's FAMILY_FIXTURES, the models test_hf_families.py imports and exports,
-and gpt-oss (experts, sinks, YaRN) and Qwen3-Next (Gated DeltaNet + gated full layers, MoE with a
-shared expert); a 250-token synthetic vocabulary padded to 256 rows), trained STEPS steps on the
+and gpt-oss (experts, sinks, YaRN), Qwen3-Next (Gated DeltaNet + gated full layers, MoE with a
+shared expert) and Qwen 3.5's text classes (the same layers, dense, and MoE with stacked experts);
+a 250-token synthetic vocabulary padded to 256 rows), trained STEPS steps on the
 synthetic corpus by tessera-train (one process):
   OUT_DIR/NAME/hf/          `tessera ckpt export --format hf --tokenizer none` of the last checkpoint
   OUT_DIR/NAME/tokens.npy   (B, T) int64: the token rows of ref_dump's first batch
@@ -17,7 +18,7 @@ synthetic corpus by tessera-train (one process):
   OUT_DIR/tb-run/           the GPT-2 run's metrics.jsonl and tb/ (eval every 2 steps)
   OUT_DIR/manifest.json     {"models": [{name, class, model_type, V, B, T, sets, tol}], "tb_run": ...,
                             "left_out": [{name, class, why}], "made": {"tessera": git describe, "time": ...}}
-A model of OPTIONAL (gpt-oss, Qwen3-Next: their exporters are being built) whose export tessera
+A model of OPTIONAL (gpt-oss, Qwen3-Next, Qwen 3.5: the newest exporters) whose export tessera
 refuses is left out, with tessera's error line as "why" (real_clients.py says it as a SKIP line);
 any other failure fails. tol "rel": real_clients.py compares at 1e-4 x max(1, max |logit|).
 About 3 MB in all. Needs h5py and numpy; BUILD (default build) holds tessera, tessera-train and
@@ -75,6 +76,11 @@ def family_models():
 
 MOE = {"model.moe_experts": "4", "model.moe_top_k": "2", "model.moe_intermediate_size": "32", "model.moe_every": "1",
        "model.moe_norm_topk": "true", "model.moe_aux_loss_coef": "0.01"}
+QWEN35 = {"model.n_layer": "2", "model.head_dim": "16", "model.partial_rotary_factor": "0.25",
+          "model.qk_norm": "true", "model.layer_types": "linear_attention,full_attention",
+          "model.linear_num_key_heads": "2", "model.linear_num_value_heads": "4", "model.linear_key_head_dim": "16",
+          "model.linear_value_head_dim": "16", "model.linear_conv_kernel_dim": "4", "model.attn_output_gate": "true",
+          "model.tie_embeddings": "false", "model.hf_model_type": "qwen3_5_text"}
 OPTIONAL = [
     # 4 experts of 32 (top 2, router and expert biases, the clamped gated unit), a sink per head,
     # YaRN over an original context of 8, every other layer sliding (configs/gpt-oss-20b.cfg's keys)
@@ -92,7 +98,14 @@ OPTIONAL = [
         "model.layer_types": "linear_attention,linear_attention,linear_attention,full_attention",
         "model.linear_num_key_heads": "2", "model.linear_num_value_heads": "4", "model.linear_key_head_dim": "16",
         "model.linear_value_head_dim": "16", "model.linear_conv_kernel_dim": "4", "model.attn_output_gate": "true",
-        "model.moe_shared_size": "32", "model.tie_embeddings": "false"})),
+        "model.moe_shared_size": "32", "model.moe_shared_gate": "true", "model.tie_embeddings": "false"})),
+    # Qwen 3.5's text classes: the same layers (a linear and a full one: small), the unfused DeltaNet
+    # projections (model.hf_model_type picks the class, as configs/qwen3.5-*.cfg do): dense, and
+    # every layer MoE with stacked experts
+    ("qwen3_5_text", "Qwen3_5ForCausalLM", dict(ROPE, **QWEN35)),
+    ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", dict(ROPE, **MOE, **dict(QWEN35, **{
+        "model.moe_shared_size": "32", "model.moe_shared_gate": "true",
+        "model.hf_model_type": "qwen3_5_moe_text"}))),
 ]
 FAMILIES = [m[0] for m in family_models() + OPTIONAL]  # compared at a tolerance relative to the logits
 MODELS += family_models() + OPTIONAL

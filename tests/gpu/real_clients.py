@@ -24,7 +24,8 @@ CLIENTS_DIR is what tests/gpu/clients_prep.py made (device.sh pack-clients: .dev
       with sliding layers, Gemma2ForCausalLM, Gemma3ForCausalLM (text: sliding + global layers,
       linear scaling, its local base), SmolLM3ForCausalLM (NoPE layers), GptOssForCausalLM (small
       experts, sinks, YaRN), Qwen3NextForCausalLM (linear + full layers, MoE with a shared
-      expert)), each built in its own try from transformers' own config class: a class this
+      expert), Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (the same layers, unfused
+      projections, stacked experts)), each built in its own try from transformers' own config class: a class this
       transformers lacks is a SKIP line, any other error fails that family alone. Their
       fixture.json has no tessera keys: the CPU side imports them with `tessera ckpt import`.
 --perturb NAME adds 1e-3 to one of tessera's logits of model NAME and runs (a) alone: that model's
@@ -105,6 +106,10 @@ def _rope(theta, scaling=None, **extra):
 GEMMA = dict(head_dim=16, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True)
 YARN = {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
         "original_max_position_embeddings": 16}
+QWEN35_KW = dict(head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                 linear_num_key_heads=2, linear_num_value_heads=4,
+                 layer_types=["linear_attention"] * 3 + [FULL])
+QWEN35_ROPE = dict(partial_rotary_factor=0.25, mrope_section=[1, 1, 0], mrope_interleaved=True)
 FAMILIES = [
     ("olmo2", "Olmo2ForCausalLM", "Olmo2Config", _fam(2), _rope(500000.0)),
     ("olmo3", "Olmo3ForCausalLM", "Olmo3Config", _fam(4, sliding_window=5, layer_types=[SW] * 3 + [FULL]),
@@ -136,6 +141,14 @@ FAMILIES = [
           moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
           norm_topk_prob=True, mlp_only_layers=[], layer_types=["linear_attention"] * 3 + [FULL]),
      _rope(10000.0, partial_rotary_factor=0.25)),
+    # Qwen 3.5's text classes (Qwen3-Next's layers, the unfused DeltaNet projections): 3 linear + 1
+    # full layer, dense, and every layer MoE (4 stacked experts of 32, top 2, shared expert of 32);
+    # RoPE in rope_parameters with an mrope_section over its 2 rotary frequencies (text: plain RoPE)
+    ("qwen3_5_text", "Qwen3_5ForCausalLM", "Qwen3_5TextConfig", _fam(4, **QWEN35_KW),
+     _rope(10000.0, **QWEN35_ROPE)),
+    ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig",
+     _fam(4, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+          num_experts_per_tok=2, **QWEN35_KW), _rope(10000.0, **QWEN35_ROPE)),
 ]
 
 
@@ -230,6 +243,11 @@ def check_exports(tap, root, manifest, perturb, have_tf):
         what = f"{m['name']}: AutoModelForCausalLM.from_pretrained(hf/) is {m['class']}; fp32 logits vs tessera's"
         if not have_tf:
             tap.ok(False, what, skip="needs transformers (not installed)")
+            continue
+        import transformers as tr
+        missing = lacks(tr, m["class"])
+        if missing:  # a class newer than this transformers (Qwen 3.5: 5.x with qwen3_5): said, not failed
+            tap.ok(False, what, skip=f"transformers {tr.__version__}: {missing}")
             continue
         try:
             cls, got = hf_logits(os.path.join(d, "hf"), tokens)
@@ -422,16 +440,14 @@ def family_config(tr, cfg_name, kw, rope):
 
 
 def cpu_paths(model):
-    """Qwen3-Next's linear layers take flash-linear-attention's and causal-conv1d's kernels when
-    those packages are installed (Triton: GPU only); these fixtures run on the CPU, so every module
-    holding them gets transformers' own torch forms. Returns how many were replaced."""
-    import importlib
-    try:
-        mod = importlib.import_module("transformers.models.qwen3_next.modeling_qwen3_next")
-    except ImportError:
-        return 0
+    """Qwen3-Next's and Qwen 3.5's linear layers take flash-linear-attention's and causal-conv1d's
+    kernels when those packages are installed (Triton: GPU only); these fixtures run on the CPU, so
+    every module holding them gets transformers' own torch forms (from the module's own modeling
+    file: modeling_qwen3_next, modeling_qwen3_5, modeling_qwen3_5_moe). Returns how many were
+    replaced."""
     n = 0
     for m in model.modules():
+        mod = sys.modules.get(type(m).__module__)
         for attr, torch_form in (("chunk_gated_delta_rule", "torch_chunk_gated_delta_rule"),
                                  ("recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule")):
             if hasattr(m, attr) and hasattr(mod, torch_form) and getattr(m, attr) is not getattr(mod, torch_form):

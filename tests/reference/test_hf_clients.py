@@ -36,6 +36,7 @@ sys.path.insert(0, HERE)
 import test_hf_export as hfe  # noqa: E402  (skips with 77 without torch/h5py or the programs)
 import hf_fixture as fxm  # noqa: E402
 import hf_fixture_gptoss as fxo  # noqa: E402
+import hf_fixture_qwen35 as fxq  # noqa: E402  (Qwen3-Next's and Qwen 3.5's float64 forward)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tap import Tap  # noqa: E402
@@ -63,7 +64,9 @@ def reference_logits(hf_dir, tokens):
     idx = torch.as_tensor(tokens, dtype=torch.long)
     with torch.no_grad():
         fwd = (hfe.hf_forward if cj["model_type"] in ("gpt2", "mpt")
-               else fxo.forward if cj["model_type"] == "gpt_oss" else fxm.forward)
+               else fxo.forward if cj["model_type"] == "gpt_oss"
+               else fxq.forward_hf if cj["model_type"].startswith(("qwen3_next", "qwen3_5"))
+               else fxm.forward)
         return problems, cj, fwd(sd, cj, idx).numpy()
 
 

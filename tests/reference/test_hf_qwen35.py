@@ -1,87 +1,246 @@
 #!/usr/bin/env python3
-"""test_hf_qwen35.py — the Qwen 3.5 releases' Hugging Face directories are refused, for now, with
-a message that says where to read why (issue 68; docs/hf.md "Qwen 3.5").
+"""test_hf_qwen35.py — Hugging Face import and export of Qwen 3.5 (issue 68; docs/hf.md "Qwen 3.5"):
+model_type qwen3_5_text (Qwen3_5ForCausalLM) and qwen3_5_moe (Qwen3_5MoeForConditionalGeneration,
+the vision-language class the hub ships: the decoder under model.language_model., config.json's
+text keys in text_config, model.visual.* and mtp.* beside it).
 
-Their layers are Qwen3-Next's and their recipes plan (configs/qwen3.5-*.cfg), but the importer
-does not map their tensors yet (the unfused DeltaNet projections, the language_model. prefix,
-text_config): a config.json with model_type qwen3_5 (Qwen3_5ForConditionalGeneration, what the hub
-ships), qwen3_5_text (Qwen3_5ForCausalLM) or qwen3_5_moe must be refused with exit 2, the list of
-the model types tessera imports (the form test_hf_transformers.py reads as "not supported yet")
-and docs/hf.md "Qwen 3.5", and nothing written: by `tessera ckpt import DIR OUT.h5` (the fill of
-config.json) and by `tessera-train --config configs/qwen3.5-27b.cfg --init-from DIR --dry-run`
-(the check of config.json against a recipe). Another unknown model_type gets the list without
-the Qwen 3.5 sentence. The config.json is the published 27B text_config's shape, two layers.
-Run: TESTS=hf_qwen35 bash tests/run.sh   (needs build/tessera, build/tessera-train). TAP.
+Fixtures: hf_fixture_qwen35.py's, tiny directories written BY SCRIPT in the layout of transformers'
+modular_qwen3_5.py (transformers is not on this machine) with the logits of the float64 forward of
+hf_fixture_qwen3next.py on the same weights re-laid: a dense text model (3 Gated DeltaNet + 1 full
+layer, F32) and a VL MoE (a linear and a full layer, every layer MoE with stacked experts, BF16).
+For each:
+  - `tessera ckpt import DIR OUT.h5`: exit 0; the VL's note names the model.visual.* and mtp.*
+    tensors it did not read;
+  - ref_dump --init-from OUT.h5: tessera's fp32 logits against the float64 ones (1e-5 x max);
+  - `tessera ckpt export --format hf` of OUT.h5 with no --arch (--dtype as stored): the same
+    model_type (model.hf_model_type, set by the import), config.json nested for the VL; every text
+    tensor's bytes identical (in_proj_qkv, _z, _b, _a and the stacked experts as they were),
+    nothing else written; and the export imported again gives the same checkpoint bit for bit.
+The VL MoE also: a recipe WITHOUT a model block `tessera-train --init-from DIR`: step 1's loss is
+the fixture's mean cross-entropy (rel <= 1e-5).
+Then: configs/qwen3.5-27b.cfg --init-from a directory holding the published 27B text_config
+(model_type qwen3_5_text, full_attention_interval, rope_parameters with mrope_section), and
+configs/qwen3-next-80b-a3b.cfg from the published 80B config.json, pass every config check and
+stop only at the weights (there are none; the recipes' layer_types pattern is the fill's); bad input, exit 2 with nothing
+written, naming what is wrong: an mrope_section that is not ordinary RoPE for text, a missing
+tensor (in_proj_z), a VL config.json without text_config; an unknown model_type gets the list.
+Run: TESTS=hf_qwen35 bash tests/run.sh   (needs `make`). TAP; exit 1 on failure, 77 without torch.
 """
 import json
 import os
-import re
+import shutil
 import sys
 import tempfile
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_hf_export as hfe  # noqa: E402  (skips with 77 without torch/h5py or the programs)
+import test_hf_families as fam  # noqa: E402
+import test_hf_qwen3next as t3n  # noqa: E402  (ckpt_params)
+import hf_fixture_qwen35 as fxq  # noqa: E402
+import numpy as np  # noqa: E402
 from tap import Tap  # noqa: E402
 
-NOT_YET = re.compile(r'model_type = "[^"]*": tessera imports .* only')  # test_hf_transformers.py's
-HINT = 'docs/hf.md "Qwen 3.5"'
-TEXT = {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 5120,
-        "intermediate_size": 17408, "num_hidden_layers": 2, "num_attention_heads": 24,
-        "num_key_value_heads": 4, "head_dim": 256, "linear_num_key_heads": 16,
-        "linear_num_value_heads": 48, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4, "layer_types": ["linear_attention", "full_attention"],
-        "rope_parameters": {"rope_theta": 10000000, "partial_rotary_factor": 0.25,
-                            "mrope_section": [11, 11, 10], "mrope_interleaved": True}}
-CASES = [
-    ("qwen3_5", {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
-                 "text_config": TEXT}),
-    ("qwen3_5_text", dict(TEXT, architectures=["Qwen3_5ForCausalLM"])),
-    ("qwen3_5_moe", {"architectures": ["Qwen3_5MoeForConditionalGeneration"],
-                     "model_type": "qwen3_5_moe",
-                     "text_config": dict(TEXT, model_type="qwen3_5_moe_text", num_experts=8)}),
-]
+CHECKS = {"qwen35_text": 4, "qwen35_vl_moe": 5}
+N_OTHER = 6
 
 
-def directory(tmp, name, cj):
+def import_ok(tap, name, fdir, ck, meta):
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", fdir, ck])
+    skipped = meta["skipped"]
+    vis = sum(n.startswith("model.visual.") for n in skipped)
+    note = (f"{vis} tensors of model.visual.*" in out and
+            f"{len(skipped) - vis} of mtp.*" in out) if skipped else "not read" not in out
+    if rc or not note:
+        tap.diag(out[-1500:])
+    tap.ok(rc == 0 and note, f"{name}: tessera ckpt import: exit {rc}; "
+                             f"{'the note names the skipped tensors' if skipped else 'no note'}")
+
+
+def export_ok(tap, name, fdir, ck, tmp, meta):
+    exp = os.path.join(tmp, name + "_export")
+    dt = "bf16" if meta["dtype"] == "BF16" else "fp32"
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--dtype", dt,
+                       "--tokenizer", "none", ck, exp])
+    if rc:
+        tap.diag(out[-1500:])
+    a = {n: v for n, v in fam.st_of(fdir).items() if n not in meta["skipped"]}
+    b = fam.st_of(exp) if rc == 0 else {}
+    diff = sorted(n for n in a if n not in b or a[n] != b[n])
+    extra = sorted(set(b) - set(a))
+    cj = json.load(open(os.path.join(exp, "config.json"))) if rc == 0 else {}
+    src = json.load(open(os.path.join(fdir, "config.json")))
+    nested = ("text_config" in cj) == ("text_config" in src)
+    tc = cj.get("text_config", cj)
+    same_type = cj.get("model_type") == meta["model_type"] and tc.get("model_type") == \
+        src.get("text_config", src)["model_type"]
+    tap.ok(rc == 0 and a and not diff and not extra and same_type and nested,
+           f"{name}: export with no --arch: model_type {cj.get('model_type')!r} (want "
+           f"{meta['model_type']!r}), text_config {'nested' if 'text_config' in cj else 'flat'} "
+           f"as the source; the {len(a)} text tensors byte for byte; different: {diff[:3]}, "
+           f"extra: {extra[:3]}")
+    return exp if rc == 0 else None
+
+
+def reimport_ok(tap, name, ck, exp, tmp):
+    ck2 = os.path.join(tmp, name + "_again.h5")
+    rc2, out2 = hfe.run([hfe.TESSERA, "ckpt", "import", exp, ck2]) if exp else (-1, "")
+    p1 = t3n.ckpt_params(ck)
+    p2 = t3n.ckpt_params(ck2) if rc2 == 0 else {}
+    same = p1.keys() == p2.keys() and all(np.array_equal(p1[k], p2[k]) for k in p1)
+    if rc2:
+        tap.diag(out2[-1500:])
+    tap.ok(rc2 == 0 and same, f"{name}: import -> export -> import: the same {len(p1)} "
+                              f"checkpoint datasets bit for bit")
+
+
+def train_ok(tap, name, fdir, tmp, toks, want):
+    data = fam.dataset(tmp, name + "_tr", toks)
+    cfg, run_dir = os.path.join(tmp, name + "_bare.cfg"), os.path.join(tmp, name + "_bare")
+    fam.bare_cfg(cfg, run_dir, data)
+    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", cfg, "--init-from", fdir])
+    s = hfe.step1(run_dir) if rc == 0 else None
+    ref = fam.xent_of(want, toks)
+    e = abs(s["loss"] - ref) / ref if s else float("inf")
+    if rc:
+        tap.diag(out[-1500:])
+    tap.ok(e <= fam.TOL, f"{name}: a recipe without a model block --init-from the directory: "
+                         f"step-1 loss {s and s['loss']} vs the fixture's {ref:.8f}: rel err {e:.2e}")
+
+
+def run_fixture(tap, name, fdir, tmp):
+    meta = json.load(open(os.path.join(fdir, "fixture.json")))
+    toks = np.array(meta["tokens"])
+    want = np.load(os.path.join(fdir, "logits.npy"))
+    ck = os.path.join(tmp, name + ".h5")
+    import_ok(tap, name, fdir, ck, meta)
+    data = fam.dataset(tmp, name, toks)
+    sets = dict(meta["sets"], **fam.run_keys(tmp, name, data))
+    rc, out, got = fam.ref_logits(tmp, name, ck, sets)
+    good, err = fam.logits_ok(got, want) if got is not None else (False, float("inf"))
+    if rc:
+        tap.diag(out[-1500:])
+    tap.ok(good, f"{name}: tessera's fp32 logits from the import vs the float64 forward: "
+                 f"max |diff| {err:.2e} <= {fam.TOL:g} x max(1, |logit|)")
+    exp = export_ok(tap, name, fdir, ck, tmp, meta)
+    reimport_ok(tap, name, ck, exp, tmp)
+    if CHECKS[name] == 5:
+        train_ok(tap, name, fdir, tmp, toks, want)
+
+
+def edited(tmp, src, name, edit):
     d = os.path.join(tmp, name)
-    os.makedirs(d)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cj, f)
+    shutil.copytree(src, d)
+    p = os.path.join(d, "config.json")
+    cj = json.load(open(p))
+    edit(cj)
+    json.dump(cj, open(p, "w"), indent=2)
     return d
 
 
-def refused(tap, tmp, name, cj, hint):
-    d = directory(tmp, name, cj)
-    out_h5 = os.path.join(tmp, name + ".h5")
-    rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", d, out_h5])
-    mt = f'model_type = "{cj["model_type"]}"'
-    ok = rc == 2 and mt in out and NOT_YET.search(out) and (HINT in out) == hint
-    tap.ok(ok and not os.path.exists(out_h5),
-           f"ckpt import {name}: exit {rc} (want 2), names {mt}, the list"
-           f"{', ' + HINT if hint else ', no Qwen 3.5 sentence'}; no checkpoint written")
-    if not ok:
-        tap.diag(out[-800:])
-    if not hint:
-        return
+def without_tensor(tmp, src, name, tensor):
+    d = os.path.join(tmp, name)
+    shutil.copytree(src, d)
+    p = os.path.join(d, "model.safetensors")
+    _, meta, names, ents = hfe.parse_st(p)
+    from hf_fixture import write_safetensors
+    write_safetensors(p, [(n,) + tuple(ents[n]) for n in names if n != tensor], meta)
+    return d
+
+
+NEXT_80B = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+            "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5120,
+            "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
+            "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+            "full_attention_interval": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000000,
+            "partial_rotary_factor": 0.25, "max_position_embeddings": 262144,
+            "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1,
+            "norm_topk_prob": True, "mlp_only_layers": [], "router_aux_loss_coef": 0.001,
+            "tie_word_embeddings": False, "hidden_act": "silu"}
+
+
+def recipe_check(tap, tmp, recipe, name, cj):
+    """recipe --init-from a directory holding a published config.json and no weights: every
+    config check passes (the layer_types pattern included), it stops at the weights (exit 2)."""
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    json.dump(cj, open(os.path.join(d, "config.json"), "w"))
     run_dir = os.path.join(tmp, name + ".run")
-    cfg = os.path.join(hfe.ROOT, "configs", "qwen3.5-27b.cfg")
-    rc, out = hfe.run([hfe.TRAIN, "--config", cfg, "--set", f'run_dir="{run_dir}"',
-                       "--init-from", d, "--dry-run"])
-    ok = rc == 2 and mt in out and HINT in out
+    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", recipe),
+                       "--set", f'run_dir="{run_dir}"', "--init-from", d, "--dry-run"])
+    ok = rc == 2 and "model.safetensors" in out and "describes the model" not in out
     tap.ok(ok and not os.path.exists(run_dir),
-           f"tessera-train --init-from {name} with the 27B recipe: exit {rc} (want 2), names "
-           f"{mt} and {HINT}; no run directory")
+           f"configs/{recipe} --init-from the published {cj['model_type']} config.json: exit {rc} "
+           f"(want 2) at the weights only (no config disagreement); no run directory")
     if not ok:
-        tap.diag(out[-800:])
+        tap.diag(out[-1500:])
+
+
+def published_27b():
+    """The published 27B text_config's keys (64 layers)."""
+    return {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+          "vocab_size": 248320, "hidden_size": 5120, "intermediate_size": 17408,
+          "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4,
+          "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+          "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+          "full_attention_interval": 4, "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
+          "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                              "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                              "mrope_interleaved": True}}
+
+
+def others(tap, tmp, dirs):
+    recipe_check(tap, tmp, "qwen3.5-27b.cfg", "q35_27b", published_27b())
+    recipe_check(tap, tmp, "qwen3-next-80b-a3b.cfg", "q3n_80b", NEXT_80B)
+    text, vl = dirs["qwen35_text"], dirs["qwen35_vl_moe"]
+    t = "model.layers.0.linear_attn.in_proj_z.weight"
+
+    def mrope(cj):
+        cj["rope_parameters"]["mrope_section"] = [2, 2, 2]
+
+    cases = [
+        ("an mrope_section over 6 frequencies of 4", edited(tmp, text, "q_mrope", mrope),
+         ["mrope_section", "adding up to 6"]),
+        (f"no {t}", without_tensor(tmp, text, "q_missing", t), [t]),
+        ("a qwen3_5_moe config.json without text_config",
+         edited(tmp, vl, "q_notext", lambda cj: cj.pop("text_config")), ["text_config"]),
+        ("model_type falcon", edited(tmp, text, "q_falcon", lambda cj: cj.update(model_type="falcon")),
+         ['model_type = "falcon"', '"qwen3_5_moe_text" only']),
+    ]
+    for what, dd, needles in cases:
+        out_h5 = os.path.join(tmp, "refused.h5")
+        rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", dd, out_h5])
+        missing = [n for n in needles if n not in out]
+        tap.ok(rc == 2 and not missing and not os.path.exists(out_h5),
+               f"refused at import: {what}: exit {rc} (want 2), names {needles} (missing "
+               f"{missing}), no checkpoint written")
+        if missing or rc != 2:
+            tap.diag(out[-800:])
 
 
 def main():
-    tap = Tap(2 * len(CASES) + 1)
+    tap = Tap(sum(CHECKS.values()) + N_OTHER)
+    if not os.access(fam.REF_DUMP, os.X_OK):
+        hfe.skip(f"{fam.REF_DUMP} is missing (run make first)")
     with tempfile.TemporaryDirectory(prefix="tessera-hfq35.") as tmp:
-        for name, cj in CASES:
-            refused(tap, tmp, name, cj, True)
-        refused(tap, tmp, "falcon", {"model_type": "falcon"}, False)
+        dirs = fxq.make_all(os.path.join(tmp, "fx"))
+        for name, n in CHECKS.items():
+            end = tap.n + n
+            try:
+                run_fixture(tap, name, dirs[name], tmp)
+            except Exception:
+                tap.diag(traceback.format_exc())
+            tap.fail_until(end, f"{name} stopped early")
+        end = tap.n + N_OTHER
+        try:
+            others(tap, tmp, dirs)
+        except Exception:
+            tap.diag(traceback.format_exc())
+        tap.fail_until(end, "the other checks stopped early")
     return 1 if tap.failed else 0
 
 

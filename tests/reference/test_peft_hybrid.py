@@ -25,6 +25,14 @@ in_proj_ba, out_proj, attn_gate; r 4, alpha 8) from it; then
   - refused (exit 1, nothing written): that adapter into a run whose lora.targets lacks
     attn_gate while its gate rows are not zero; the export's q_proj with its rank_pattern but
     not its alpha_pattern (another scale).
+Qwen 3.5 (model.hf_model_type = "qwen3_5_text": Qwen3_5ForCausalLM's unfused DeltaNet
+projections), the same base and targets trained again, small:
+  - `ckpt export --adapter`: in_proj_qkvz's adapter as in_proj_qkv and in_proj_z, in_proj_ba's as
+    in_proj_b and in_proj_a (each pair with the checkpoint's A, B's rows split), target_modules
+    naming them;
+  - those applied by hand (float64) to the base's Qwen 3.5 export = `ckpt export --merge`;
+  - export -> `--init-from` the PEFT directory -> export: byte-identical files; a pair whose two
+    lora_A differ is refused (exit 1, nothing written).
 Run: TESTS=test_peft_hybrid bash tests/run.sh
 """
 import json
@@ -52,12 +60,15 @@ LINEAR = [l for l in range(L) if l % 2 == 0]
 MODS = {"linear_attn": ["in_proj_qkvz", "in_proj_ba", "out_proj"],
         "self_attn": ["q_proj", "k_proj", "v_proj", "o_proj"],
         "mlp": ["gate_proj", "up_proj", "down_proj"]}
-PLAN = 10
+PLAN = 14
+Q35 = dict(HYBRID, name="qwen3_5_text", model=dict(HYBRID["model"], hf_model_type='"qwen3_5_text"'))
+Q35_MODS = {"linear_attn": ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"],
+            "self_attn": MODS["self_attn"], "mlp": MODS["mlp"]}
 
 
-def modules(l):
+def modules(l, mods=MODS):
     parents = ["linear_attn" if l in LINEAR else "self_attn", "mlp"]
-    return [(p, m) for p in parents for m in MODS[p]]
+    return [(p, m) for p in parents for m in mods[p]]
 
 
 def scale_of(cj, mod):
@@ -65,11 +76,11 @@ def scale_of(cj, mod):
     return cj.get("alpha_pattern", {}).get(mod, cj["lora_alpha"]) / r
 
 
-def merged_by_hand(base_w, ad, cj):
+def merged_by_hand(base_w, ad, cj, mods=MODS):
     """base + scale B A for every adapted module (float64), by the PEFT files alone."""
     want = {}
     for l in range(L):
-        for p, m in modules(l):
+        for p, m in modules(l, mods):
             pre = f"base_model.model.model.layers.{l}.{p}.{m}."
             if pre + "lora_A.weight" not in ad:
                 continue
@@ -97,7 +108,14 @@ def main():
     except Exception:
         import traceback
         tap.diag(traceback.format_exc())
-    tap.fail_until(PLAN, "stopped early")
+    tap.fail_until(10, "stopped early")
+    try:
+        with tempfile.TemporaryDirectory(prefix="tsr-peft-q35-") as tmp:
+            run_q35(tap, tmp)
+    except Exception:
+        import traceback
+        tap.diag(traceback.format_exc())
+    tap.fail_until(PLAN, "the Qwen 3.5 case stopped early")
     return 1 if tap.failed else 0
 
 
@@ -235,6 +253,77 @@ def run(tap, tmp):
            f"(exit {r10}), nothing written")
     if r10 != 1:
         tap.diag(o10[-1500:])
+
+
+def run_q35(tap, tmp):
+    """Qwen 3.5's names: the unfused pairs, the hand merge, the round trip, a pair refused."""
+    (rc, rc1, rc2), out, cfg, data, base, lora = X.base_and_lora(
+        tmp, "q35", Q35, f"lora.rank={R}", f"lora.alpha={ALPHA}")
+    exp = [X.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none"]
+    peft, merged, plain = (os.path.join(tmp, d) for d in ("peft", "merged", "plain"))
+    ra, oa = X.run(exp + ["--adapter", lora, peft]) if rc2 == 0 else (-1, "")
+    rm, om = X.run(exp + ["--merge", lora, merged]) if rc2 == 0 else (-1, "")
+    rp, op = X.run(exp + [base, plain]) if rc1 == 0 else (-1, "")
+    cj = json.load(open(os.path.join(peft, "adapter_config.json"))) if ra == 0 else {}
+    problems, _, ad = X.st_arrays(os.path.join(peft, "adapter_model.safetensors")) if ra == 0 \
+        else (["no export"], {}, {})
+    names = {f"base_model.model.model.layers.{l}.{p}.{m}.lora_{k}.weight"
+             for l in range(L) for p, m in modules(l, Q35_MODS) for k in "AB"}
+    last = sorted(f for f in os.listdir(lora) if f.startswith("step-"))[-1] if rc2 == 0 else None
+    ck = {}
+    if last:
+        with X.h5py.File(os.path.join(lora, last), "r") as f:
+            ck = {k: f["lora"][k][()] for k in f["lora"].keys()}
+    same = bool(ck) and not problems
+    for l in LINEAR if same else []:
+        pre, s = f"base_model.model.model.layers.{l}.linear_attn.", l // 2
+        for t, pair in (("in_proj_qkvz", ("in_proj_qkv", "in_proj_z")),
+                        ("in_proj_ba", ("in_proj_b", "in_proj_a"))):
+            b = np.concatenate([ad[f"{pre}{m}.lora_B.weight"] for m in pair])
+            same &= all(np.array_equal(ad[f"{pre}{m}.lora_A.weight"], ck[f"{t}_A"][s]) for m in pair)
+            same &= np.array_equal(b, ck[f"{t}_B"][s])
+    ok = rc == rc1 == rc2 == ra == rm == rp == 0
+    tap.ok(ok and set(ad) == names and same and
+           sorted(cj["target_modules"]) == sorted(m for ms in Q35_MODS.values() for m in ms),
+           f"Qwen 3.5: export --adapter writes the unfused pairs ({len(names)} tensors; extra "
+           f"{sorted(set(ad) - names)[:2]}, missing {sorted(names - set(ad))[:2]}), each pair "
+           f"with the checkpoint's A and its B's rows split; target_modules {cj.get('target_modules')}")
+    if not ok:
+        tap.diag((out + oa + om + op)[-3000:])
+        return
+    _, _, base_w = X.st_arrays(os.path.join(plain, "model.safetensors"))
+    _, _, merged_w = X.st_arrays(os.path.join(merged, "model.safetensors"))
+    want = merged_by_hand(base_w, ad, cj, Q35_MODS)
+    worst, others = compare_merged(merged_w, base_w, want)
+    tap.ok(worst <= 1e-6 and others and len(want) == 2 * 5 + 2 * 4 + 4 * 3,
+           f"Qwen 3.5: the PEFT pairs on the base's Qwen3_5ForCausalLM tensors (W + scale B A, "
+           f"float64) = export --merge on all {len(want)} adapted modules: worst rel err "
+           f"{worst:.2e} <= 1e-6; every other tensor bit for bit: {others}")
+    again, peft2 = os.path.join(tmp, "again"), os.path.join(tmp, "peft2")
+    init = [X.TRAIN, "--config", cfg, "--set", f"lora.rank={R}", "--set", f"lora.alpha={ALPHA}",
+            "--set", f"lora.base={base}", "--set", "max_duration=1ba", "--set",
+            "save_interval=1ba", "--set", "optim.lr=1e-30", "--set", "optim.weight_decay=0"]
+    r4, o4 = X.run(init + ["--init-from", peft, "--set", f"run_dir={again}"])
+    r5, o5 = X.run(exp + ["--adapter", again, peft2]) if r4 == 0 else (-1, "")
+    same = r5 == 0 and all(open(os.path.join(peft, n), "rb").read() ==
+                           open(os.path.join(peft2, n), "rb").read()
+                           for n in ("adapter_config.json", "adapter_model.safetensors"))
+    tap.ok(same, f"Qwen 3.5: export -> --init-from the PEFT directory -> export: byte-identical "
+                 f"files (exits {r4}, {r5})")
+    if not same:
+        tap.diag((o4 + o5)[-2000:])
+    odd = os.path.join(tmp, "odd")
+    shutil.copytree(peft, odd)
+    z = f"base_model.model.model.layers.{LINEAR[0]}.linear_attn.in_proj_z.lora_A.weight"
+    ad[z] = ad[z] + np.float32(0.5)
+    write_adapters(os.path.join(odd, "adapter_model.safetensors"), ad)
+    bad = os.path.join(tmp, "bad")
+    r6, o6 = X.run(init + ["--init-from", odd, "--set", f"run_dir={bad}"])
+    tap.ok(r6 == 1 and z in o6 and "one A for both" in o6 and not os.path.exists(bad),
+           f"Qwen 3.5: a pair whose lora_A differ (in_proj_z's moved): refused (exit {r6}), "
+           f"naming it, nothing written")
+    if r6 != 1:
+        tap.diag(o6[-1500:])
 
 
 def write_adapters(path, arrays):
