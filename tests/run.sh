@@ -90,15 +90,30 @@ LAST=(tests/fuzz/test_fuzz_regress.sh)
 # the BESIDE tests are done (after about 255 s of a shared phase of about 1200, CI of 2026-11-28):
 # the lane takes the last one the LANES have not started, so it runs on the CPU they leave idle
 # (that CI's shared phase used 1.65 of the 2 cores: about 430 CPU-s idle) while they work through
-# the queue from its front. When the LANES have no test left to start, the one it still runs gets
-# the runner's priority back (renice_beside) and the phase waits for it. The float64 references
-# (tests/reference/*.py: 20 tests, 191 CPU-s in that CI) are all CPU, judge no time and wait on no
-# timer; test_lora_peft.py stays out (its runs have a 120 s time-out). test_hf_identity is in too
-# (91 CPU-s: node's reference encoders and tessera's, nothing timed; no longer started first): the
-# last NICED test in the queue, the lane takes it first. So is test_torch_peer_families (27 CPU-s:
-# the PyTorch peer's tiny models against tessera's plans, no timer). Their time-out is twice the
-# others'.
-NICED=(tests/reference/ tests/tokenizer/test_hf_identity.sh tests/gpu/test_torch_peer_families.sh)
+# the queue from its front. The float64 references (tests/reference/*.py: 20 tests, 191 CPU-s in
+# that CI) are all CPU, judge no time and wait on no timer; test_lora_peft.py stays out (its runs
+# have a 120 s time-out). So are test_hf_identity (91 CPU-s: node's reference encoders and
+# tessera's, nothing timed) and test_torch_peer_families (27 CPU-s: the PyTorch peer's tiny models
+# against tessera's plans, no timer). Their time-out is twice the others'.
+# Since 2026-11-29 the NICED tests wait at the end of the LANES' queue (NICED_LONG, the longest,
+# last), so the lane, taking from the back, finds them there all through the phase (the CI of
+# 2026-11-28 ran 20 of the 23 NICED tests there: it ran out), and more are NICED: the tokenizer
+# and chat-template comparisons with node's references, test_prep*'s file checks, test_recipes'
+# --plan and --dry-run runs, the SIMT op test (no MPI rank, no timer, no clock in any of them:
+# 365 CPU-s in that CI, all taken by the LANES at full priority). When the LANES have no test
+# left to start, the one the lane still runs goes on under nice 19 into the phase of the tests run
+# alone, as the IDLE ones do (it used to get the runner's priority back while the phase waited for
+# it), and the IDLE ones follow it in that lane.
+NICED=(tests/reference/ tests/tokenizer/test_hf_identity.sh tests/gpu/test_torch_peer_families.sh
+       tests/tokenizer/test_gpt2_identity.sh tests/tokenizer/test_hf_spm_metaspace.sh
+       tests/tokenizer/test_hf_cli.sh tests/tokenizer/test_hf_export_tokjson.sh tests/tokenizer/test_train_brown.sh
+       tests/chat/test_chat_templates.sh tests/chat/test_harmony_sft.sh tests/prep/test_prep.sh
+       tests/prep/test_prep_chat_template.sh tests/prep/test_long_prompt.sh tests/prep/test_prep_preference.sh
+       tests/train/test_recipes.sh tests/train/test_recipes_plan.py tests/test_gpu_ops_simt)
+# the longest NICED tests (CPU-s, CI of 2026-11-28), shortest first: the last in the queue
+NICED_LONG=(tests/reference/test_hf_clients.py tests/chat/test_chat_templates.sh tests/tokenizer/test_gpt2_identity.sh
+            tests/test_gpu_ops_simt tests/train/test_recipes.sh tests/reference/test_hf_llama.py
+            tests/tokenizer/test_hf_spm_metaspace.sh tests/tokenizer/test_hf_identity.sh)
 NICED_NOT=(tests/reference/test_lora_peft.py)
 # Where a GPU is present, the tests that can use it run alone too: two processes on one GPU share
 # its memory, which micro_batch = auto and the device-plan checks read
@@ -140,23 +155,32 @@ done
 alone+=(${lasts[@]+"${lasts[@]}"})
 # The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
 # lanes end together instead of one lane running a long test alone at the end (the run of
-# 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane)
-FIRST=(tests/train/test_recipes.sh tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
-       tests/tokenizer/test_hf_spm_metaspace.sh tests/train/test_train_cli.sh tests/eval/test_generate.sh
-       tests/train/test_spike_guard.sh tests/tokenizer/test_gpt2_identity.sh tests/test_gpu_ops_simt
+# 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane); the
+# NICED ones come last (above)
+FIRST=(tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
+       tests/train/test_train_cli.sh tests/eval/test_generate.sh tests/train/test_spike_guard.sh
        tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh)
 # (in FIRST's order, longest first: the run of 2026-11-27 started them in the tests' own order,
 # the longest after three others)
-first=() rest=()
-for f in "${FIRST[@]}"; do
-    for t in ${shared[@]+"${shared[@]}"}; do [[ ${t#"$BUILD"/} == "$f" ]] && first+=("$t"); done
+in_list() { # in_list NAME LIST...: NAME is one of LIST
+    local n=$1 f
+    shift
+    for f in "$@"; do [[ $n == "$f" ]] && return 0; done
+    return 1
+}
+first=() rest=() niced=() niced_long=()
+for f in "${FIRST[@]}" "${NICED_LONG[@]}"; do
+    for t in ${shared[@]+"${shared[@]}"}; do
+        [[ ${t#"$BUILD"/} == "$f" ]] || continue
+        if in_list "$f" "${FIRST[@]}"; then first+=("$t"); else niced_long+=("$t"); fi
+    done
 done
 for t in ${shared[@]+"${shared[@]}"}; do
-    name=${t#"$BUILD"/} long=0
-    for f in "${FIRST[@]}"; do [[ $name == "$f" ]] && long=1; done
-    ((long)) || rest+=("$t")
+    name=${t#"$BUILD"/}
+    in_list "$name" "${FIRST[@]}" "${NICED_LONG[@]}" && continue
+    if niceable "$name"; then niced+=("$t"); else rest+=("$t"); fi
 done
-shared=(${first[@]+"${first[@]}"} ${rest[@]+"${rest[@]}"})
+shared=(${first[@]+"${first[@]}"} ${rest[@]+"${rest[@]}"} ${niced[@]+"${niced[@]}"} ${niced_long[@]+"${niced_long[@]}"})
 if ((LANES > 1)); then
     echo "tests/run.sh: ${#shared[@]} tests $LANES at a time and ${#besides[@]} beside them, then ${#alone[@]} alone and ${#idles[@]} beside those (TEST_LANES=$LANES)"
 else # one lane: every test alone, the shared ones first as with two
@@ -346,10 +370,11 @@ for t in ${shared[@]+"${shared[@]}"}; do
     running[$!]=$t
 done
 steal=0
-renice_beside
-while ((${#running[@]} > 0)); do reap; done
+# the LANES' last tests; a NICED one in the BESIDE lane goes on into the next phase, still niced
+while ((${#running[@]} - (${#beside_pid} > 0) > 0)); do reap; done
 shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS shared_cpu=$cpu_total
-# then the others, one at a time, and the IDLE ones beside them in the BESIDE lane
+# then the others, one at a time, and the IDLE ones beside them in the BESIDE lane (after the
+# NICED one still running there, if any)
 besides=(${idles[@]+"${idles[@]}"}) next_beside=0
 start_beside
 for t in ${alone[@]+"${alone[@]}"}; do
