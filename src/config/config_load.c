@@ -319,6 +319,17 @@ static int resolved_size(const tsr_model_config *m, const char *key, long *v) {
     return 1;
 }
 
+/* model.layer_types and model.no_rope_layers by what they make of each of a's layers, not as
+ * text: spaces after the commas, a pattern and the whole list it repeats into are the same */
+static int same_layer_kinds(const tsr_model_config *a, const tsr_model_config *b) {
+    for (int l = 0; l < a->n_layer; l++)
+        if ((config_layer_window(a, l) > 0) != (config_layer_window(b, l) > 0) ||
+            config_layer_linear(a, l) != config_layer_linear(b, l) ||
+            config_layer_rope(a, l) != config_layer_rope(b, l))
+            return 0;
+    return 1;
+}
+
 /* Does the recipe's value of k (in c->cfg) equal the fill's (in mine, the recipe's config with
  * every fill value assigned)? Floats within 1e-6 relative (a float32 written to JSON); derived
  * sizes resolved. */
@@ -326,6 +337,8 @@ static int same_value(const load_ctx *c, const cfgtab_key *k, const tsr_config *
     long a, b;
     if (resolved_size(&c->cfg->model, k->name, &a) && resolved_size(&mine->model, k->name, &b))
         return a == b;
+    if (!strcmp(k->name, "model.layer_types") || !strcmp(k->name, "model.no_rope_layers"))
+        return same_layer_kinds(&c->cfg->model, &mine->model);
     if (k->type == CFGK_FLOAT) {
         double x = *(const double *)((const char *)c->cfg + k->offset);
         double y = *(const double *)((const char *)mine + k->offset);

@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 from tap import Tap  # noqa: E402
 
 CHECKS = {"qwen35_text": 4, "qwen35_vl_moe": 5}
-N_OTHER = 6
+N_OTHER = 8
 
 
 def import_ok(tap, name, fdir, ck, meta):
@@ -162,18 +162,19 @@ NEXT_80B = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next
             "tie_word_embeddings": False, "hidden_act": "silu"}
 
 
-def recipe_check(tap, tmp, recipe, name, cj):
+def recipe_check(tap, tmp, recipe, name, cj, sets=(), how=""):
     """recipe --init-from a directory holding a published config.json and no weights: every
     config check passes (the layer_types pattern included), it stops at the weights (exit 2)."""
     d = os.path.join(tmp, name)
     os.makedirs(d)
     json.dump(cj, open(os.path.join(d, "config.json"), "w"))
     run_dir = os.path.join(tmp, name + ".run")
+    extra = [a for kv in sets for a in ("--set", kv)]
     rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", recipe),
-                       "--set", f'run_dir="{run_dir}"', "--init-from", d, "--dry-run"])
+                       "--set", f'run_dir="{run_dir}"'] + extra + ["--init-from", d, "--dry-run"])
     ok = rc == 2 and "model.safetensors" in out and "describes the model" not in out
     tap.ok(ok and not os.path.exists(run_dir),
-           f"configs/{recipe} --init-from the published {cj['model_type']} config.json: exit {rc} "
+           f"configs/{recipe}{how} --init-from the published {cj['model_type']} config.json: exit {rc} "
            f"(want 2) at the weights only (no config disagreement); no run directory")
     if not ok:
         tap.diag(out[-1500:])
@@ -196,6 +197,13 @@ def published_27b():
 def others(tap, tmp, dirs):
     recipe_check(tap, tmp, "qwen3.5-27b.cfg", "q35_27b", published_27b())
     recipe_check(tap, tmp, "qwen3-next-80b-a3b.cfg", "q3n_80b", NEXT_80B)
+    # model.layer_types compared by what it makes of each layer, not as text (before 2026-11-29
+    # a pattern written with spaces after its commas, or as the whole list, was a disagreement)
+    pattern = ["linear_attention"] * 3 + ["full_attention"]
+    recipe_check(tap, tmp, "qwen3-next-80b-a3b.cfg", "q3n_80b_spaces", NEXT_80B,
+                 [f'model.layer_types="{", ".join(pattern)}"'], " with layer_types written with spaces")
+    recipe_check(tap, tmp, "qwen3-next-80b-a3b.cfg", "q3n_80b_list", NEXT_80B,
+                 [f'model.layer_types="{",".join(pattern * 12)}"'], " with layer_types as all 48 entries")
     text, vl = dirs["qwen35_text"], dirs["qwen35_vl_moe"]
     t = "model.layers.0.linear_attn.in_proj_z.weight"
 
