@@ -325,6 +325,15 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {m->cpN > 1, be->f32_to_act, "parallel.context > 1"},
         {m->cpN > 1, be->add_f32, "parallel.context > 1"},
         {m->cpN > 1, be->copy_rows, "parallel.context > 1"},
+        {m->LL > 0, be->dn_conv_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_conv_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_gates_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_gates_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_silu_gate_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_silu_gate_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_core_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_core_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->copy_rows, "model.layer_types (linear_attention)"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].needed && !need[i].entry)

@@ -136,7 +136,7 @@ static void slots_rows_forward(const dec_run *r, int l, float *out, dn_acts *a, 
         if (fresh) memset(st, 0, ss * sizeof *st), memset(cv, 0, cs * sizeof *cv);
         else memcpy(st, c.state, ss * sizeof *st), memcpy(cv, c.conv, cs * sizeof *cv);
     }
-    dn_layer_forward(out, &rows, &rows, a, v->ln1, p, NULL, d);
+    dn_layer_forward(r->d->be, out, &rows, &rows, a, v->ln1, p, NULL, d);
     for (int i = 0; i < r->N; i++) {
         const dn_cache c = slot_cache_of(r, l, ids[R + i]);
         memcpy(c.state, rows.state + (size_t)i * ss, ss * sizeof *c.state);
@@ -154,7 +154,7 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
     dn_cache c;
     const dn_cache *in = NULL;
     if (ring_of(r)) {
-        dn_ring_forward(ring_of(r), out, v->dn, v->ln1, &p, ring_seq(r), &d);
+        dn_ring_forward(r->d->be, ring_of(r), out, v->dn, v->ln1, &p, ring_seq(r), &d);
         return;
     }
     if (r->ks && r->slot < 0) {
@@ -167,8 +167,8 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
     } else if (r->kv) {
         kv_cache_of(r, l, &c, &in);
     }
-    dn_layer_forward(out, in, r->kv ? &c : NULL, &a, v->ln1, &p, r->kv ? NULL : r->d->a->seq,
-                     &d);
+    dn_layer_forward(r->d->be, out, in, r->kv ? &c : NULL, &a, v->ln1, &p,
+                     r->kv ? NULL : r->d->a->seq, &d);
 }
 
 void dec_dn_out(const dec_run *r, const dec_layer *v) {
@@ -190,9 +190,11 @@ void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit
     hook_of(r, l, &h, &p);
     memset(acts->dln, 0, (size_t)r->N * r->d->m->C * sizeof(float));
     if (ring_of(r))
-        dn_ring_backward(ring_of(r), acts->dln, &g, dout, v->dn, v->ln1, &p, ring_seq(r), &d);
+        dn_ring_backward(r->d->be, ring_of(r), acts->dln, &g, dout, v->dn, v->ln1, &p,
+                         ring_seq(r), &d);
     else
-        dn_layer_backward(acts->dln, &g, dout, NULL, NULL, NULL, &a, v->ln1, &p, acts->seq, &d);
+        dn_layer_backward(r->d->be, acts->dln, &g, dout, NULL, NULL, NULL, &a, v->ln1, &p,
+                          acts->seq, &d);
 }
 
 /* ---- model.attn_output_gate ---------------------------------------------------------------- */

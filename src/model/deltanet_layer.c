@@ -1,14 +1,14 @@
-/* deltanet_layer.c — the Gated DeltaNet token mixer, fp32 on the CPU (deltanet_layer.h,
- * docs/deltanet.md): the projections and the RMSNorm through the CPU op table (kernels/ops.h),
- * the convolution, gates and core through kernels/cpu/cpu_deltanet.h. */
+/* deltanet_layer.c — the Gated DeltaNet token mixer over a backend (deltanet_layer.h,
+ * docs/deltanet.md): the projections, the RMSNorm, the convolution, the gates, the core and the
+ * output gate through the backend's table (kernels/backend.h dn_*; the fp32 backend runs
+ * kernels/cpu/cpu_deltanet.h's functions). The layer's buffers are fp32 (the fp32 backend's). */
 #include "model/deltanet_layer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common.h"
-#include "cpu/cpu_deltanet.h"
-#include "ops.h"
 
 static size_t dn_cd(const dn_dims *d) { return 2 * (size_t)d->HK * d->dk + (size_t)d->HV * d->dv; }
 
@@ -140,43 +140,59 @@ static void conv_tail_backward(float *dpre, float *dhist, const float *dtail, co
     }
 }
 
-/* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv); to_parts copies, else adds the parts in */
-static void qkv_split(float *qkv, float *q, float *k, float *v, const dn_dims *d, int to_parts) {
+/* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv), by the backend's row copies (to_parts:
+ * out of qkv; else into qkv, which the backward holds at zeros until then) */
+static void qkv_split(const tsr_backend *be, float *qkv, float *q, float *k, float *v,
+                      const dn_dims *d, int to_parts) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
-                 vd = (size_t)d->HV * d->dv;
-    for (size_t n = 0; n < N; n++) {
-        float *row = qkv + n * cd, *parts[3] = {q + n * kd, k + n * kd, v + n * vd};
-        const size_t off[3] = {0, kd, 2 * kd}, len[3] = {kd, kd, vd};
-        for (int i = 0; i < 3; i++)
-            for (size_t c = 0; c < len[i]; c++) {
-                if (to_parts) parts[i][c] = row[off[i] + c];
-                else row[off[i] + c] += parts[i][c];
-            }
+                 vd = (size_t)d->HV * d->dv, es = sizeof(float);
+    float *parts[3] = {q, k, v};
+    const size_t off[3] = {0, kd, 2 * kd}, len[3] = {kd, kd, vd};
+    for (int i = 0; i < 3; i++) {
+        if (to_parts) be->copy_rows(be, parts[i], len[i] * es, qkv + off[i], cd * es, len[i] * es, N);
+        else be->copy_rows(be, qkv + off[i], cd * es, parts[i], len[i] * es, len[i] * es, N);
     }
 }
 
-void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
-                      const dn_params *p, const int32_t *seq, const dn_dims *d) {
-    const tsr_ops *ops = &tsr_cpu_ops;
+/* the core backward's scratch (NULL: none) */
+static void *dn_scratch(const tsr_backend *be, const tsr_dn_shape *s) {
+    const size_t bytes = be->dn_scratch_bytes(s);
+    if (!bytes) return NULL;
+    void *p = be->try_alloc(be, bytes);
+    if (!p)
+        tsr_die(TSR_EXIT_INTERNAL, "deltanet layer: out of memory for the core's %zu bytes of "
+                "backward scratch; use a smaller batch or model", bytes);
+    return p;
+}
+
+/* the four input projections of x (and their adapters) */
+static void forward_in(const tsr_backend *be, dn_acts *a, const float *x, const dn_params *p,
+                       const dn_dims *d) {
+    const int N = d->B * d->T;
+    float *outs[4] = {a->pre, a->z, a->b, a->a};
+    const float *ws[4] = {p->wqkv, p->wz, p->wb, p->wa};
+    const int ocs[4] = {(int)dn_cd(d), d->HV * d->dv, d->HV, d->HV};
+    for (int k = 0; k < 4; k++)
+        be->matmul_forward(be, outs[k], NULL, x, ws[k], NULL, N, d->C, ocs[k], TSR_GELU_TANH);
+    if (p->hook)
+        for (int k = 0; k < 4; k++) p->hook->fwd(p->hook, (dn_proj)k, outs[k], x, N);
+}
+
+void dn_layer_forward(const tsr_backend *be, float *out, const dn_cache *in, dn_cache *next,
+                      dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
+                      const dn_dims *d) {
     const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
     const tsr_dn_shape s = core_shape(d);
     const float *hist = in ? in->conv : NULL;
-    ops->matmul_forward(a->pre, x, p->wqkv, NULL, N, d->C, cd);
-    ops->matmul_forward(a->z, x, p->wz, NULL, N, d->C, vd);
-    ops->matmul_forward(a->b, x, p->wb, NULL, N, d->C, d->HV);
-    ops->matmul_forward(a->a, x, p->wa, NULL, N, d->C, d->HV);
-    if (p->hook) {
-        float *outs[4] = {a->pre, a->z, a->b, a->a};
-        for (int k = 0; k < 4; k++) p->hook->fwd(p->hook, (dn_proj)k, outs[k], x, N);
-    }
-    cpu_dn_conv_forward(a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
-    qkv_split(a->qkv, a->q, a->k, a->v, d, 1);
-    cpu_dn_gates_forward(a->beta, a->g, a->b, a->a, p->a_log, p->dt_bias, N, d->HV);
-    cpu_deltanet_forward(a->core, next ? next->state : NULL, a->ckpt, a->q, a->k, a->v, a->g,
-                         a->beta, in ? in->state : NULL, seq, &s);
-    ops->rmsnorm_forward(a->normed, a->rstd, a->core, p->normw, N * d->HV, d->dv, d->eps);
-    cpu_dn_silu_gate_forward(a->gated, a->normed, a->z, (size_t)N * vd);
-    ops->matmul_forward(out, a->gated, p->wo, NULL, N, vd, d->C);
+    forward_in(be, a, x, p, d);
+    be->dn_conv_forward(be, a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
+    qkv_split(be, a->qkv, a->q, a->k, a->v, d, 1);
+    be->dn_gates_forward(be, a->beta, a->g, a->b, a->a, p->a_log, p->dt_bias, N, d->HV);
+    be->dn_core_forward(be, a->core, next ? next->state : NULL, a->ckpt, a->q, a->k, a->v, a->g,
+                        a->beta, in ? in->state : NULL, seq, &s);
+    be->rmsnorm_forward(be, a->normed, a->rstd, a->core, p->normw, N * d->HV, d->dv, d->eps);
+    be->dn_silu_gate_forward(be, a->gated, a->normed, a->z, (size_t)N * vd);
+    be->matmul_forward(be, out, NULL, a->gated, p->wo, NULL, N, vd, d->C, TSR_GELU_TANH);
     if (p->hook) p->hook->fwd(p->hook, DN_PROJ_O, out, a->gated, N);
     if (next) { /* through a copy: next may be in */
         const size_t n = (size_t)d->B * (d->K - 1) * cd;
@@ -209,10 +225,15 @@ size_t dn_backward_floats(const dn_dims *d) {
 
 /* one zeroed block from the CPU op table's allocator (so the run's peak_mem_bytes holds it, as
  * the plan does: dn_backward_floats), carved into the buffers */
-static dn_dacts dacts_alloc(const dn_dims *d) {
+static dn_dacts dacts_alloc(const tsr_backend *be, const dn_dims *d) {
     size_t n[13];
     dacts_sizes(n, d);
-    float *p = tsr_cpu_ops.alloc(dn_backward_floats(d) * sizeof(float));
+    const size_t bytes = dn_backward_floats(d) * sizeof(float);
+    float *p = be->try_alloc(be, bytes);
+    if (!p)
+        tsr_die(TSR_EXIT_INTERNAL, "deltanet layer: out of memory for the backward's %zu bytes "
+                "of activation gradients; use a smaller batch or model", bytes);
+    be->zero(be, p, bytes);
     dn_dacts g;
     float **f[13] = {&g.gated, &g.normed, &g.core, &g.z, &g.q, &g.k, &g.v,
                      &g.beta,  &g.g,      &g.b,    &g.a, &g.qkv, &g.pre};
@@ -220,44 +241,53 @@ static dn_dacts dacts_alloc(const dn_dims *d) {
     return g;
 }
 
-static void dacts_free(dn_dacts *g) { tsr_cpu_ops.free(g->gated); }
+static void dacts_free(const tsr_backend *be, dn_dacts *g) { be->free(be, g->gated); }
 
 /* from dout to the core's output: the output projection, the SiLU gate, the RMSNorm */
-static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, const dn_acts *a,
-                         const dn_params *p, const dn_dims *d) {
-    const tsr_ops *ops = &tsr_cpu_ops;
+static void backward_out(const tsr_backend *be, dn_dacts *g, const dn_params *grad,
+                         const float *dout, const dn_acts *a, const dn_params *p,
+                         const dn_dims *d) {
     const int N = d->B * d->T, vd = d->HV * d->dv;
-    ops->matmul_backward(g->gated, grad->wo, NULL, dout, a->gated, p->wo, N, vd, d->C);
+    be->matmul_backward(be, g->gated, grad->wo, NULL, dout, a->gated, p->wo, N, vd, d->C,
+                        TSR_GRAD_ADD);
     if (p->hook) p->hook->bwd(p->hook, DN_PROJ_O, g->gated, dout, a->gated, N);
-    cpu_dn_silu_gate_backward(g->normed, g->z, g->gated, a->normed, a->z, (size_t)N * vd);
-    ops->rmsnorm_backward(g->core, grad->normw, g->normed, a->core, p->normw, a->rstd, N * d->HV,
-                          d->dv);
+    be->dn_silu_gate_backward(be, g->normed, g->z, g->gated, a->normed, a->z, (size_t)N * vd);
+    be->rmsnorm_backward(be, g->core, grad->normw, g->normed, a->core, p->normw, a->rstd,
+                         N * d->HV, d->dv);
 }
 
-void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *dnext,
-                       dn_cache *din, const dn_cache *in, const dn_acts *a, const float *x,
-                       const dn_params *p, const int32_t *seq, const dn_dims *d) {
-    const tsr_ops *ops = &tsr_cpu_ops;
-    const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
-    const tsr_dn_shape s = core_shape(d);
-    dn_dacts g = dacts_alloc(d);
-    backward_out(&g, grad, dout, a, p, d);
-    cpu_deltanet_backward(g.q, g.k, g.v, g.g, g.beta, din ? din->state : NULL, g.core,
-                          dnext ? dnext->state : NULL, a->ckpt, a->q, a->k, a->v, a->g, a->beta,
-                          seq, &s);
-    cpu_dn_gates_backward(g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a, p->a_log,
-                          p->dt_bias, N, d->HV);
-    qkv_split(g.qkv, g.q, g.k, g.v, d, 0);
-    if (dnext) conv_tail_backward(g.pre, din ? din->conv : NULL, dnext->conv, seq, d);
-    cpu_dn_conv_backward(g.pre, din ? din->conv : NULL, grad->conv, g.qkv, a->pre,
-                         in ? in->conv : NULL, p->conv, seq, d->B, d->T, cd, d->K);
-    ops->matmul_backward(dx, grad->wqkv, NULL, g.pre, x, p->wqkv, N, d->C, cd);
-    ops->matmul_backward(dx, grad->wz, NULL, g.z, x, p->wz, N, d->C, vd);
-    ops->matmul_backward(dx, grad->wb, NULL, g.b, x, p->wb, N, d->C, d->HV);
-    ops->matmul_backward(dx, grad->wa, NULL, g.a, x, p->wa, N, d->C, d->HV);
-    if (p->hook) {
-        const float *douts[4] = {g.pre, g.z, g.b, g.a};
+/* the four input projections' backward (and their adapters') into dx */
+static void backward_in(const tsr_backend *be, float *dx, const dn_params *grad,
+                        const dn_dacts *g, const float *x, const dn_params *p, const dn_dims *d) {
+    const int N = d->B * d->T;
+    const float *douts[4] = {g->pre, g->z, g->b, g->a}, *ws[4] = {p->wqkv, p->wz, p->wb, p->wa};
+    float *dws[4] = {grad->wqkv, grad->wz, grad->wb, grad->wa};
+    const int ocs[4] = {(int)dn_cd(d), d->HV * d->dv, d->HV, d->HV};
+    for (int k = 0; k < 4; k++)
+        be->matmul_backward(be, dx, dws[k], NULL, douts[k], x, ws[k], N, d->C, ocs[k],
+                            TSR_GRAD_ADD);
+    if (p->hook)
         for (int k = 0; k < 4; k++) p->hook->bwd(p->hook, (dn_proj)k, dx, douts[k], x, N);
-    }
-    dacts_free(&g);
+}
+
+void dn_layer_backward(const tsr_backend *be, float *dx, const dn_params *grad, const float *dout,
+                       const dn_cache *dnext, dn_cache *din, const dn_cache *in, const dn_acts *a,
+                       const float *x, const dn_params *p, const int32_t *seq, const dn_dims *d) {
+    const int N = d->B * d->T, cd = (int)dn_cd(d);
+    const tsr_dn_shape s = core_shape(d);
+    dn_dacts g = dacts_alloc(be, d);
+    void *scratch = dn_scratch(be, &s);
+    backward_out(be, &g, grad, dout, a, p, d);
+    be->dn_core_backward(be, g.q, g.k, g.v, g.g, g.beta, din ? din->state : NULL, g.core,
+                         dnext ? dnext->state : NULL, a->ckpt, a->q, a->k, a->v, a->g, a->beta,
+                         seq, scratch, &s);
+    be->dn_gates_backward(be, g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a,
+                          p->a_log, p->dt_bias, N, d->HV);
+    qkv_split(be, g.qkv, g.q, g.k, g.v, d, 0);
+    if (dnext) conv_tail_backward(g.pre, din ? din->conv : NULL, dnext->conv, seq, d);
+    be->dn_conv_backward(be, g.pre, din ? din->conv : NULL, grad->conv, g.qkv, a->pre,
+                         in ? in->conv : NULL, p->conv, seq, d->B, d->T, cd, d->K);
+    backward_in(be, dx, grad, &g, x, p, d);
+    if (scratch) be->free(be, scratch);
+    dacts_free(be, &g);
 }

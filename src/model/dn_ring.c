@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common.h"
 #include "dist.h"
 #include "model/model_ring.h"
@@ -116,8 +117,8 @@ static void give(dn_pass *s, const float *buf, int to) {
     s->g->sent += bytes;
 }
 
-void dn_ring_forward(tsr_ring *g, float *out, float *acts, const float *x, const dn_params *p,
-                     const int32_t *seq, const dn_dims *d) {
+void dn_ring_forward(const tsr_backend *be, tsr_ring *g, float *out, float *acts, const float *x,
+                     const dn_params *p, const int32_t *seq, const dn_dims *d) {
     dn_pass s = pass_open(g, d);
     float *in = tsr_calloc(s.ns + s.nt, sizeof(float));
     float *next = tsr_calloc(s.ns + s.nt, sizeof(float));
@@ -132,7 +133,7 @@ void dn_ring_forward(tsr_ring *g, float *out, float *acts, const float *x, const
         const dn_cache cin = {in, hist};
         dn_cache cnext = {next, next + s.ns};
         rows_get(s.x, x, &s, k);
-        dn_layer_forward(s.y, &cin, &cnext, &a, s.x, p, chunk_seq(&s, seq, j), &s.dc);
+        dn_layer_forward(be, s.y, &cin, &cnext, &a, s.x, p, chunk_seq(&s, seq, j), &s.dc);
         rows_put(out, s.y, &s, k, 0);
         give(&s, next, j + 1);
     }
@@ -140,9 +141,9 @@ void dn_ring_forward(tsr_ring *g, float *out, float *acts, const float *x, const
     pass_close(&s);
 }
 
-void dn_ring_backward(tsr_ring *g, float *dx, const dn_params *grad, const float *dout,
-                      float *acts, const float *x, const dn_params *p, const int32_t *seq,
-                      const dn_dims *d) {
+void dn_ring_backward(const tsr_backend *be, tsr_ring *g, float *dx, const dn_params *grad,
+                      const float *dout, float *acts, const float *x, const dn_params *p,
+                      const int32_t *seq, const dn_dims *d) {
     dn_pass s = pass_open(g, d);
     float *dnext = tsr_calloc(s.ns + s.nt, sizeof(float));
     float *din = tsr_calloc(s.ns + s.nt, sizeof(float));
@@ -159,8 +160,8 @@ void dn_ring_backward(tsr_ring *g, float *dx, const dn_params *grad, const float
         rows_get(s.x, x, &s, k);
         rows_get(dy, dout, &s, k);
         memset(s.y, 0, (size_t)d->B * s.c * d->C * sizeof *s.y);
-        dn_layer_backward(s.y, grad, dy, &cdn, &cdi, &cin, &a, s.x, p, chunk_seq(&s, seq, j),
-                          &s.dc);
+        dn_layer_backward(be, s.y, grad, dy, &cdn, &cdi, &cin, &a, s.x, p,
+                          chunk_seq(&s, seq, j), &s.dc);
         rows_put(dx, s.y, &s, k, 1);
         zero_fresh(din, &s, seq, j); /* the forward gave those rows zeros, not chunk j-1's */
         give(&s, din, j - 1);
