@@ -31,15 +31,25 @@ void dn_check(const dn_dims *d) {
                 "HK = %d query/key heads", d->HV, d->HK);
 }
 
-/* the floats of each of dn_acts' buffers, in the struct's order */
-static void acts_sizes(size_t n[15], const dn_dims *d) {
+/* the room (4-byte units) of n elements of be's act type, or fp32 ones (f32), each buffer a
+ * multiple of be's alignment; be NULL: the fp32 host layout (n) */
+static size_t room(const tsr_backend *be, size_t n, int f32) {
+    if (!be) return n;
+    const size_t es = f32 ? sizeof(float) : tsr_dtype_size(be->act),
+                 al = be->align > sizeof(float) ? be->align : sizeof(float);
+    return (n * es + al - 1) / al * al / sizeof(float);
+}
+
+/* the room of each of dn_acts' buffers, in the struct's order: act elements but beta, g, rstd
+ * and the core's saved states (fp32) */
+static void acts_sizes(const tsr_backend *be, size_t n[15], const dn_dims *d) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
                  vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
     const tsr_dn_shape s = core_shape(d);
     const size_t all[15] = {N * cd, N * cd, N * kd, N * kd, N * vd, N * vd, N * vd, N * vd,
                             N * vd, N * hv, N * hv, N * hv, N * hv, N * hv,
-                            cpu_deltanet_ckpt_floats(&s)};
-    memcpy(n, all, sizeof all);
+                            be ? be->dn_ckpt_floats(&s) : cpu_deltanet_ckpt_floats(&s)};
+    for (int i = 0; i < 15; i++) n[i] = room(be, all[i], i >= 11);
 }
 
 /* dn_acts' buffers in their order */
@@ -56,16 +66,16 @@ static size_t total_of(const size_t *n, int k) {
     return sum;
 }
 
-size_t dn_acts_floats(const dn_dims *d) {
+size_t dn_acts_floats(const tsr_backend *be, const dn_dims *d) {
     size_t n[15];
-    acts_sizes(n, d);
+    acts_sizes(be, n, d);
     return total_of(n, 15);
 }
 
-void dn_acts_at(dn_acts *a, float *base, const dn_dims *d) {
+void dn_acts_at(const tsr_backend *be, dn_acts *a, float *base, const dn_dims *d) {
     size_t n[15];
     float **f[15];
-    acts_sizes(n, d);
+    acts_sizes(be, n, d);
     acts_fields(a, f);
     for (int i = 0; i < 15; i++) *f[i] = base, base += n[i];
 }
@@ -73,7 +83,7 @@ void dn_acts_at(dn_acts *a, float *base, const dn_dims *d) {
 void dn_acts_alloc(dn_acts *a, const dn_dims *d) {
     size_t n[15];
     float **f[15];
-    acts_sizes(n, d);
+    acts_sizes(NULL, n, d);
     acts_fields(a, f);
     for (int i = 0; i < 15; i++) *f[i] = tsr_calloc(n[i] + 1, sizeof(float));
 }
@@ -93,6 +103,14 @@ void dn_cache_alloc(dn_cache *c, const dn_dims *d) {
 void dn_cache_free(dn_cache *c) {
     free(c->state), free(c->conv);
     c->state = c->conv = NULL;
+}
+
+/* the caches (dn_cache) are host arrays the fp32 backend's code handles: another backend dies
+ * naming what asked for them (the config refuses them first: docs/deltanet.md "CUDA") */
+static void host_only(const tsr_backend *be, const char *what) {
+    if (!be->host || be->act != TSR_DT_F32)
+        tsr_die(TSR_EXIT_USAGE, "deltanet layer: %s runs on the fp32 CPU backend only, not on %s",
+                what, be->name);
 }
 
 /* sequence b's last document's first row, or below 0 (it began before this pass): where the
@@ -140,17 +158,17 @@ static void conv_tail_backward(float *dpre, float *dhist, const float *dtail, co
     }
 }
 
-/* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv), by the backend's row copies (to_parts:
- * out of qkv; else into qkv, which the backward holds at zeros until then) */
+/* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv), act elements, by the backend's row copies
+ * (to_parts: out of qkv; else into qkv, which the backward holds at zeros until then) */
 static void qkv_split(const tsr_backend *be, float *qkv, float *q, float *k, float *v,
                       const dn_dims *d, int to_parts) {
-    const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
-                 vd = (size_t)d->HV * d->dv, es = sizeof(float);
-    float *parts[3] = {q, k, v};
+    const size_t N = (size_t)d->B * d->T, es = tsr_dtype_size(be->act), cd = dn_cd(d) * es,
+                 kd = (size_t)d->HK * d->dk * es, vd = (size_t)d->HV * d->dv * es;
+    char *row = (char *)qkv, *parts[3] = {(char *)q, (char *)k, (char *)v};
     const size_t off[3] = {0, kd, 2 * kd}, len[3] = {kd, kd, vd};
     for (int i = 0; i < 3; i++) {
-        if (to_parts) be->copy_rows(be, parts[i], len[i] * es, qkv + off[i], cd * es, len[i] * es, N);
-        else be->copy_rows(be, qkv + off[i], cd * es, parts[i], len[i] * es, len[i] * es, N);
+        if (to_parts) be->copy_rows(be, parts[i], len[i], row + off[i], cd, len[i], N);
+        else be->copy_rows(be, row + off[i], cd, parts[i], len[i], len[i], N);
     }
 }
 
@@ -195,6 +213,7 @@ void dn_layer_forward(const tsr_backend *be, float *out, const dn_cache *in, dn_
     be->matmul_forward(be, out, NULL, a->gated, p->wo, NULL, N, vd, d->C, TSR_GELU_TANH);
     if (p->hook) p->hook->fwd(p->hook, DN_PROJ_O, out, a->gated, N);
     if (next) { /* through a copy: next may be in */
+        host_only(be, "a pass that carries its cache on (decoding, context parallelism)");
         const size_t n = (size_t)d->B * (d->K - 1) * cd;
         float *tail = tsr_malloc(n * sizeof *tail + 1);
         conv_tail(tail, a->pre, hist, seq, d);
@@ -208,27 +227,27 @@ typedef struct dn_dacts {
     float *gated, *normed, *core, *z, *q, *k, *v, *beta, *g, *b, *a, *qkv, *pre;
 } dn_dacts;
 
-/* the floats of each of dn_dacts' buffers, in the struct's order */
-static void dacts_sizes(size_t n[13], const dn_dims *d) {
+/* the room of each of dn_dacts' buffers, in the struct's order (as acts_sizes: beta, g fp32) */
+static void dacts_sizes(const tsr_backend *be, size_t n[13], const dn_dims *d) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
                  vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
     const size_t all[13] = {N * vd, N * vd, N * vd, N * vd, N * kd, N * kd, N * vd,
                             N * hv, N * hv, N * hv, N * hv, N * cd, N * cd};
-    memcpy(n, all, sizeof all);
+    for (int i = 0; i < 13; i++) n[i] = room(be, all[i], i == 7 || i == 8);
 }
 
 size_t dn_backward_floats(const dn_dims *d) {
     size_t n[13];
-    dacts_sizes(n, d);
+    dacts_sizes(NULL, n, d);
     return total_of(n, 13);
 }
 
-/* one zeroed block from the CPU op table's allocator (so the run's peak_mem_bytes holds it, as
- * the plan does: dn_backward_floats), carved into the buffers */
+/* one zeroed block from the backend's allocator (the CPU's counts it in the run's
+ * peak_mem_bytes, as the plan does: dn_backward_floats), carved into the buffers */
 static dn_dacts dacts_alloc(const tsr_backend *be, const dn_dims *d) {
     size_t n[13];
-    dacts_sizes(n, d);
-    const size_t bytes = dn_backward_floats(d) * sizeof(float);
+    dacts_sizes(be, n, d);
+    const size_t bytes = total_of(n, 13) * sizeof(float);
     float *p = be->try_alloc(be, bytes);
     if (!p)
         tsr_die(TSR_EXIT_INTERNAL, "deltanet layer: out of memory for the backward's %zu bytes "
@@ -284,6 +303,7 @@ void dn_layer_backward(const tsr_backend *be, float *dx, const dn_params *grad, 
     be->dn_gates_backward(be, g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a,
                           p->a_log, p->dt_bias, N, d->HV);
     qkv_split(be, g.qkv, g.q, g.k, g.v, d, 0);
+    if (dnext) host_only(be, "context parallelism's backward");
     if (dnext) conv_tail_backward(g.pre, din ? din->conv : NULL, dnext->conv, seq, d);
     be->dn_conv_backward(be, g.pre, din ? din->conv : NULL, grad->conv, g.qkv, a->pre,
                          in ? in->conv : NULL, p->conv, seq, d->B, d->T, cd, d->K);

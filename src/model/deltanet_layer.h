@@ -1,8 +1,11 @@
 /* deltanet_layer.h — the Gated DeltaNet token mixer as Hugging Face's Qwen3-Next / Qwen 3.5 define
  * it (Qwen3NextGatedDeltaNet), forward and backward (docs/deltanet.md "The layer"), over a
- * backend's table (kernels/backend.h: its matmul, rmsnorm, copy_rows and dn_* entries); its
- * buffers are fp32 host arrays (the fp32 backend's, the one the decoder runs it on: docs/deltanet.md
- * "CUDA"). The decoder's linear_attention layers call it (src/model/decoder_dn.c).
+ * backend's table (kernels/backend.h: its matmul, rmsnorm, copy_rows and dn_* entries). Its
+ * buffers are the backend's (float * as storage): the activations, x, out and their gradients of
+ * its act type (fp32 on the CPU, bf16 on CUDA), the weights of its weight type, beta, g, rstd,
+ * the saved states, the caches and the parameter gradients fp32. The caches (decoding, context
+ * parallelism) are the fp32 host backend's only (docs/deltanet.md "CUDA"). The decoder's
+ * linear_attention layers call it (src/model/decoder_dn.c).
  *
  *   [q|k|v] = silu(causal depthwise conv_K(x Wqkv^T)),  z = x Wz^T,  b = x Wb^T,  a = x Wa^T
  *   beta = sigmoid(b),  g = -exp(A_log) softplus(a + dt_bias)
@@ -74,10 +77,11 @@ typedef struct dn_cache {
 /* dies naming the dimension when d is not a layer this code runs */
 void dn_check(const dn_dims *d);
 void dn_acts_alloc(dn_acts *a, const dn_dims *d);
-/* the floats of one layer's dn_acts, and the same laid out one after the other from base (the
+/* the room (4-byte units) of one layer's dn_acts on be (NULL: the fp32 host layout, as
+ * dn_acts_alloc's), and the same laid out one after the other from base (the
  * decoder's activation plan, which owns the memory: dn_acts_free is not for them) */
-size_t dn_acts_floats(const dn_dims *d);
-void dn_acts_at(dn_acts *a, float *base, const dn_dims *d);
+size_t dn_acts_floats(const struct tsr_backend *be, const dn_dims *d);
+void dn_acts_at(const struct tsr_backend *be, dn_acts *a, float *base, const dn_dims *d);
 void dn_acts_free(dn_acts *a);
 /* the floats of the scratch dn_layer_backward allocates (its activation gradients; one block
  * from the backend's allocator, freed before it returns) */

@@ -41,7 +41,7 @@ static dn_dims chunk_dims(const dn_dims *d) {
 
 size_t dn_ring_acts_floats(const dn_dims *d) {
     const dn_dims dc = chunk_dims(d);
-    return 2 * dn_acts_floats(&dc) + 2 * tail_floats(&dc);
+    return 2 * dn_acts_floats(NULL, &dc) + 2 * tail_floats(&dc);
 }
 
 static dn_pass pass_open(tsr_ring *g, const dn_dims *d) {
@@ -51,7 +51,7 @@ static dn_pass pass_open(tsr_ring *g, const dn_dims *d) {
         tsr_die(TSR_EXIT_INTERNAL, "linear_attention layers under context parallelism: need the "
                 "CPU model's MPI ring and an even local length (got %d)", d->T);
     s.ns = (size_t)d->B * d->HV * d->dk * d->dv, s.nt = tail_floats(&s.dc);
-    s.na = dn_acts_floats(&s.dc);
+    s.na = dn_acts_floats(NULL, &s.dc); /* the fp32 host layout: the ring is the CPU's */
     s.x = tsr_malloc((size_t)d->B * s.c * d->C * sizeof(float));
     s.y = tsr_malloc((size_t)d->B * s.c * d->C * sizeof(float));
     s.seq = tsr_malloc((size_t)d->B * s.c * sizeof(int32_t));
@@ -129,7 +129,7 @@ void dn_ring_forward(const tsr_backend *be, tsr_ring *g, float *out, float *acts
         float *hist = acts + 2 * s.na + (size_t)k * s.nt; /* kept for the backward */
         memcpy(hist, in + s.ns, s.nt * sizeof *hist);
         dn_acts a;
-        dn_acts_at(&a, acts + (size_t)k * s.na, &s.dc);
+        dn_acts_at(NULL, &a, acts + (size_t)k * s.na, &s.dc);
         const dn_cache cin = {in, hist};
         dn_cache cnext = {next, next + s.ns};
         rows_get(s.x, x, &s, k);
@@ -153,7 +153,7 @@ void dn_ring_backward(const tsr_backend *be, tsr_ring *g, float *dx, const dn_pa
         take(&s, dnext, din, j + 1);
         memset(din, 0, (s.ns + s.nt) * sizeof *din);
         dn_acts a;
-        dn_acts_at(&a, acts + (size_t)k * s.na, &s.dc);
+        dn_acts_at(NULL, &a, acts + (size_t)k * s.na, &s.dc);
         const dn_cache cin = {NULL, acts + 2 * s.na + (size_t)k * s.nt};
         const dn_cache cdn = {dnext, dnext + s.ns};
         dn_cache cdi = {din, din + s.ns};
