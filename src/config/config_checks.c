@@ -345,6 +345,18 @@ static void validate_linear_cuda(load_ctx *c) {
         {g->objective == TSR_OBJ_GRPO, "objective"},
         {g->lora.rank > 0, "lora.rank"},
     };
+    const struct { int v; const char *key; } dims[] = {
+        {g->model.linear_key_head_dim, "model.linear_key_head_dim"},
+        {g->model.linear_value_head_dim, "model.linear_value_head_dim"},
+    };
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+        if (dims[k].v < 16 || dims[k].v > 128 || dims[k].v % 16) {
+            tsr_error("%s%s = %d: device = \"cuda\" runs the Gated DeltaNet core at head sizes "
+                      "16, 32, .. 128 (multiples of 16; docs/deltanet.md \"CUDA\"): change it, "
+                      "or use device = \"cpu\"", cfgload_where(c, dims[k].key, at, sizeof at),
+                      dims[k].key, dims[k].v);
+            c->errors++;
+        }
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (rules[k].bad) {
             tsr_error("%s%s: device = \"cuda\" with linear_attention layers (model.layer_types) "
