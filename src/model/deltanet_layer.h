@@ -43,7 +43,8 @@ typedef struct dn_hook {
     int l; /* the decoder's layer */
 } dn_hook;
 
-/* the parameters, or their gradients (fp32; any gradient may be NULL: frozen). The projections
+/* the parameters (the backend's weight type), or their gradients (fp32; any gradient may be
+ * NULL: frozen). The projections
  * are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; Qwen3-Next's
  * fused, per key head interleaved in_proj_qkvz and in_proj_ba split into them on import) */
 typedef struct dn_params {
