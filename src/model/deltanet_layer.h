@@ -44,9 +44,9 @@ typedef struct dn_hook {
 } dn_hook;
 
 /* the parameters (the backend's weight type), or their gradients (fp32; any gradient may be
- * NULL: frozen). The projections
- * are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; Qwen3-Next's
- * fused, per key head interleaved in_proj_qkvz and in_proj_ba split into them on import) */
+ * NULL: frozen). The projections are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z,
+ * in_proj_b, in_proj_a; Qwen3-Next's fused, per key head interleaved in_proj_qkvz and in_proj_ba
+ * split into them on import) */
 typedef struct dn_params {
     float *wqkv;          /* (CD, C): rows [q heads (HK dk) | k heads (HK dk) | v heads (HV dv)] */
     float *wz;            /* (HV dv, C) */
