@@ -53,9 +53,10 @@ gptoss=("${moe[@]}" --set model.moe_router_bias=true --set model.moe_expert_bias
         --set model.sliding_window=7)
 qnext=("${moe[@]}" --set model.attn_output_gate=true --set model.partial_rotary_factor=0.25
        --set model.moe_shared_size=32 --set model.moe_shared_gate=true --set model.qk_norm=true)
-# one linear layer (key/value heads 1/2 of 16: the CUDA core's sizes) and one full one, packed
+# one linear layer (2 key and 8 value heads of 16: the CUDA core's sizes; b and a projections of
+# 8 columns, a width cuBLASLt's bf16 GEMM takes whole) and one full one, packed
 hybrid=("${qnext[@]}" --set model.layer_types=linear_attention,full_attention
-        --set model.linear_num_key_heads=1 --set model.linear_num_value_heads=2
+        --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=8
         --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16
         --set model.attn_mask=document --set model.eot_token=7)
 # fam NAME: the family's options into `opts`
