@@ -275,7 +275,7 @@ CUEMU_TRAIN   += $(BUILD)/tests/deltanet_gpu_emu
 # (test_gpu_ops.c built with TSR_GPU_OPS_SIMT); needs the CUDA headers only: no GPU, driver or library
 SIMT_KERNELS  := cuda_attention cuda_ring cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora \
                  cuda_decode cuda_fail
-SIMT_KERNELS  += cuda_deltanet # the Gated DeltaNet core (issue 68)
+SIMT_KERNELS  += cuda_deltanet cuda_dnparts # the Gated DeltaNet core and its layer's parts (issue 68)
 SIMT_OK        = $(if $(CROSS),,$(wildcard $(CUDA_HOME)/include/cuda_bf16.h))
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's

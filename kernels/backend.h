@@ -34,7 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops.h" /* tsr_gelu_kind */
+#include "cpu/cpu_deltanet.h" /* tsr_dn_shape */
+#include "ops.h"              /* tsr_gelu_kind */
 
 typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;
 
@@ -293,6 +294,42 @@ struct tsr_backend {
                             const void *dshg, const void *x, const void *w, int N, int S, int C);
     void (*moe_shgate_dx)(const tsr_backend *be, void *dx, const float *dg, const void *w, int N,
                           int C);
+    /* Gated DeltaNet layers (model.layer_types linear_attention; src/model/deltanet_layer.c,
+     * docs/deltanet.md "CUDA"): the parts of the layer around its projections and its RMSNorm,
+     * the maths and shapes of kernels/cpu/cpu_deltanet.h's functions of the same names, with the
+     * backend's types: x, y, hist, dx, dhist, dy (the convolution), b, a, db, da (the gates'
+     * inputs), q, k, v, out, dq, dk, dv, dout (the core), z, dz (the output gate) act; w (the
+     * convolution's), A_log, dt_bias weight; beta, g, dbeta, dg, the states, ckpt, dw, dA_log,
+     * ddt_bias fp32; seq int32 on the backend. The core's chunk is s->chunk (CUDA: 64 only);
+     * dn_scratch_bytes the backward's scratch (0: none). NULL on a backend without them (the
+     * decoder then refuses linear layers: dec_check_backend). */
+    void (*dn_conv_forward)(const tsr_backend *be, void *y, const void *x, const void *hist,
+                            const void *w, const int32_t *seq, int B, int T, int CD, int K);
+    void (*dn_conv_backward)(const tsr_backend *be, void *dx, void *dhist, float *dw,
+                             const void *dy, const void *x, const void *hist, const void *w,
+                             const int32_t *seq, int B, int T, int CD, int K);
+    void (*dn_gates_forward)(const tsr_backend *be, float *beta, float *g, const void *b,
+                             const void *a, const void *A_log, const void *dt_bias, int N,
+                             int HV);
+    void (*dn_gates_backward)(const tsr_backend *be, void *db, void *da, float *dA_log,
+                              float *ddt_bias, const float *dbeta, const float *dg, const void *b,
+                              const void *a, const void *A_log, const void *dt_bias, int N,
+                              int HV);
+    void (*dn_silu_gate_forward)(const tsr_backend *be, void *out, const void *x, const void *z,
+                                 size_t n);
+    void (*dn_silu_gate_backward)(const tsr_backend *be, void *dx, void *dz, const void *dout,
+                                  const void *x, const void *z, size_t n);
+    size_t (*dn_ckpt_floats)(const tsr_dn_shape *s);
+    size_t (*dn_scratch_bytes)(const tsr_dn_shape *s);
+    void (*dn_core_forward)(const tsr_backend *be, void *out, float *state_out, float *ckpt,
+                            const void *q, const void *k, const void *v, const float *g,
+                            const float *beta, const float *state0, const int32_t *seq,
+                            const tsr_dn_shape *s);
+    void (*dn_core_backward)(const tsr_backend *be, void *dq, void *dk, void *dv, float *dg,
+                             float *dbeta, float *dstate0, const void *dout,
+                             const float *dstate_out, const float *ckpt, const void *q,
+                             const void *k, const void *v, const float *g, const float *beta,
+                             const int32_t *seq, void *scratch, const tsr_dn_shape *s);
     void (*copy_rows)(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
                       size_t spitch, size_t width, size_t rows);
 

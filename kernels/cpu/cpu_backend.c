@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "cpu_deltanet.h"
 
 size_t tsr_dtype_size(tsr_dtype t) { return t == TSR_DT_BF16 ? 2 : 4; }
 
@@ -371,6 +372,70 @@ static void f_add_f32(const tsr_backend *be, float *dst, const float *src, size_
     OPS(be)->residual_forward(dst, dst, src, n);
 }
 
+/* the Gated DeltaNet layer's parts (backend.h dn_*): kernels/cpu/cpu_deltanet.h's functions */
+static void f_dn_conv_forward(const tsr_backend *be, void *y, const void *x, const void *hist,
+                              const void *w, const int32_t *seq, int B, int T, int CD, int K) {
+    (void)be;
+    cpu_dn_conv_forward(y, x, hist, w, seq, B, T, CD, K);
+}
+
+static void f_dn_conv_backward(const tsr_backend *be, void *dx, void *dhist, float *dw,
+                               const void *dy, const void *x, const void *hist, const void *w,
+                               const int32_t *seq, int B, int T, int CD, int K) {
+    (void)be;
+    cpu_dn_conv_backward(dx, dhist, dw, dy, x, hist, w, seq, B, T, CD, K);
+}
+
+static void f_dn_gates_forward(const tsr_backend *be, float *beta, float *g, const void *b,
+                               const void *a, const void *A_log, const void *dt_bias, int N,
+                               int HV) {
+    (void)be;
+    cpu_dn_gates_forward(beta, g, b, a, A_log, dt_bias, N, HV);
+}
+
+static void f_dn_gates_backward(const tsr_backend *be, void *db, void *da, float *dA_log,
+                                float *ddt_bias, const float *dbeta, const float *dg,
+                                const void *b, const void *a, const void *A_log,
+                                const void *dt_bias, int N, int HV) {
+    (void)be;
+    cpu_dn_gates_backward(db, da, dA_log, ddt_bias, dbeta, dg, b, a, A_log, dt_bias, N, HV);
+}
+
+static void f_dn_silu_gate_forward(const tsr_backend *be, void *out, const void *x,
+                                   const void *z, size_t n) {
+    (void)be;
+    cpu_dn_silu_gate_forward(out, x, z, n);
+}
+
+static void f_dn_silu_gate_backward(const tsr_backend *be, void *dx, void *dz, const void *dout,
+                                    const void *x, const void *z, size_t n) {
+    (void)be;
+    cpu_dn_silu_gate_backward(dx, dz, dout, x, z, n);
+}
+
+static size_t f_dn_scratch_bytes(const tsr_dn_shape *s) {
+    (void)s;
+    return 0;
+}
+
+static void f_dn_core_forward(const tsr_backend *be, void *out, float *state_out, float *ckpt,
+                              const void *q, const void *k, const void *v, const float *g,
+                              const float *beta, const float *state0, const int32_t *seq,
+                              const tsr_dn_shape *s) {
+    (void)be;
+    cpu_deltanet_forward(out, state_out, ckpt, q, k, v, g, beta, state0, seq, s);
+}
+
+static void f_dn_core_backward(const tsr_backend *be, void *dq, void *dk, void *dv, float *dg,
+                               float *dbeta, float *dstate0, const void *dout,
+                               const float *dstate_out, const float *ckpt, const void *q,
+                               const void *k, const void *v, const float *g, const float *beta,
+                               const int32_t *seq, void *scratch, const tsr_dn_shape *s) {
+    (void)be, (void)scratch;
+    cpu_deltanet_backward(dq, dk, dv, dg, dbeta, dstate0, dout, dstate_out, ckpt, q, k, v, g,
+                          beta, seq, s);
+}
+
 static void f_copy_rows(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
                         size_t spitch, size_t width, size_t rows) {
     (void)be;
@@ -452,8 +517,28 @@ static void f_argmax(const tsr_backend *be, int32_t *idx, const void *logits, in
     }
 }
 
+/* the model variants' entries: model.attn_output_gate's, model.moe_shared_gate's (where ops has
+ * them), the Gated DeltaNet layer's (dn_*) */
+static void variant_entries(tsr_backend *be, const tsr_ops *ops) {
+    be->gate_forward = f_gate_forward;
+    be->gate_backward = f_gate_backward;
+    be->moe_shgate_forward = ops->moe_shgate_forward ? f_moe_shgate_forward : NULL;
+    be->moe_shgate_grad = ops->moe_shgate_grad ? f_moe_shgate_grad : NULL;
+    be->moe_shgate_dx = ops->moe_shgate_dx ? f_moe_shgate_dx : NULL;
+    be->dn_conv_forward = f_dn_conv_forward;
+    be->dn_conv_backward = f_dn_conv_backward;
+    be->dn_gates_forward = f_dn_gates_forward;
+    be->dn_gates_backward = f_dn_gates_backward;
+    be->dn_silu_gate_forward = f_dn_silu_gate_forward;
+    be->dn_silu_gate_backward = f_dn_silu_gate_backward;
+    be->dn_ckpt_floats = cpu_deltanet_ckpt_floats;
+    be->dn_scratch_bytes = f_dn_scratch_bytes;
+    be->dn_core_forward = f_dn_core_forward;
+    be->dn_core_backward = f_dn_core_backward;
+}
+
 tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
-    return (tsr_backend){
+    tsr_backend be = {
         .name = ops->name,
         .act = TSR_DT_F32,
         .weight = TSR_DT_F32,
@@ -518,15 +603,12 @@ tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
         .add_f32 = f_add_f32,
         .scale_act = f_scale_act,
         .add_act = f_add_act,
-        .gate_forward = f_gate_forward,
-        .gate_backward = f_gate_backward,
-        .moe_shgate_forward = ops->moe_shgate_forward ? f_moe_shgate_forward : NULL,
-        .moe_shgate_grad = ops->moe_shgate_grad ? f_moe_shgate_grad : NULL,
-        .moe_shgate_dx = ops->moe_shgate_dx ? f_moe_shgate_dx : NULL,
         .copy_rows = f_copy_rows,
         .attention_decode_rows = ops->attention_decode_rows ? f_attention_decode_rows : NULL,
         .softmax_xent = f_softmax_xent,
         .softmax_xent_grad = f_softmax_xent_grad,
         .argmax = f_argmax,
     };
+    variant_entries(&be, ops);
+    return be;
 }

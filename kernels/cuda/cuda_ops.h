@@ -611,6 +611,30 @@ void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, 
                            const tsr_bf16 *v, const float *g, const float *beta,
                            const int32_t *seq, void *scratch, int B, int T, int HK, int HV,
                            int dkd, int dvd, tcu_stream s);
+/* ---- the Gated DeltaNet layer's parts around the core (issue 68; cuda_dnparts.cu) ----
+ * kernels/cpu/cpu_deltanet.h's cpu_dn_* (their maths, shapes, packed-document rule and history),
+ * bf16 activations, fp32 arithmetic and parameter gradients; activation gradients bf16 += (one
+ * rounding of the fp32 sum); parameter gradients fp32 += in a fixed order (no atomics; NULL:
+ * frozen). conv: x, y (B,T,CD), hist (B,K-1,CD) or NULL, w (CD,K) bf16, K <= 16; dx, dhist (or
+ * NULL) bf16 +=, dw (CD,K) fp32 +=. gates: b, a (N,HV) bf16, A_log, dt_bias (HV) bf16, beta, g
+ * (N,HV) fp32; db, da bf16 +=, dA_log, ddt_bias fp32 +=. silu gate: out = x silu(z) (n) bf16;
+ * dx, dz bf16 +=. */
+void tcu_dn_conv_forward(tsr_bf16 *y, const tsr_bf16 *x, const tsr_bf16 *hist, const tsr_bf16 *w,
+                         const int32_t *seq, int B, int T, int CD, int K, tcu_stream s);
+void tcu_dn_conv_backward(tsr_bf16 *dx, tsr_bf16 *dhist, float *dw, const tsr_bf16 *dy,
+                          const tsr_bf16 *x, const tsr_bf16 *hist, const tsr_bf16 *w,
+                          const int32_t *seq, int B, int T, int CD, int K, tcu_stream s);
+void tcu_dn_gates_forward(float *beta, float *g, const tsr_bf16 *b, const tsr_bf16 *a,
+                          const tsr_bf16 *A_log, const tsr_bf16 *dt_bias, int N, int HV,
+                          tcu_stream s);
+void tcu_dn_gates_backward(tsr_bf16 *db, tsr_bf16 *da, float *dA_log, float *ddt_bias,
+                           const float *dbeta, const float *dg, const tsr_bf16 *b,
+                           const tsr_bf16 *a, const tsr_bf16 *A_log, const tsr_bf16 *dt_bias,
+                           int N, int HV, tcu_stream s);
+void tcu_dn_silu_gate_forward(tsr_bf16 *out, const tsr_bf16 *x, const tsr_bf16 *z, size_t n,
+                              tcu_stream s);
+void tcu_dn_silu_gate_backward(tsr_bf16 *dx, tsr_bf16 *dz, const tsr_bf16 *dout,
+                               const tsr_bf16 *x, const tsr_bf16 *z, size_t n, tcu_stream s);
 /* ---- issue 67/68's model variants (cuvar67; docs/cuda.md "Model variants"): the maths of the
  * ops.h ops of the same names, bf16 activations and weights, fp32 arithmetic and gradients ---- */
 /* QK-norm over the whole projections (cuda_llama.cu): tcu_qknorm_*'s arguments, rstd (N, 2),

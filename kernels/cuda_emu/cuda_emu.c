@@ -1745,6 +1745,97 @@ void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, 
     add_round_into(dq, gq, nq), add_round_into(dk, gk, nq), add_round_into(dv, gv, nv);
     free(qf), free(kf), free(vf), free(of), free(gq), free(gk), free(gv);
 }
+
+/* ---- the layer's parts around the core (cuda_dnparts.cu): the CPU functions on the widened
+ * tensors, the outputs rounded to bf16 (added with one rounding where the op adds) ---- */
+
+/* x (n) widened, or NULL for NULL */
+static float *widen_opt(const tsr_bf16 *x, size_t n, const char *what) {
+    return x ? widen(x, n, what) : NULL;
+}
+
+static void dn_conv_dims(const char *what, int B, int T, int CD, int K) {
+    REQUIRE(B >= 0 && T >= 0 && CD >= 0 && K >= 1 && K <= 16, what,
+            "need B, T, CD >= 0 and 1 <= K <= 16: B=%d T=%d CD=%d K=%d", B, T, CD, K);
+}
+
+void tcu_dn_conv_forward(tsr_bf16 *y, const tsr_bf16 *x, const tsr_bf16 *hist, const tsr_bf16 *w,
+                         const int32_t *seq, int B, int T, int CD, int K, tcu_stream s) {
+    const char *what = "tcu_dn_conv_forward";
+    dn_conv_dims(what, B, T, CD, K);
+    const size_t n = (size_t)B * T * CD, nh = (size_t)B * (K - 1) * CD;
+    if (n == 0) return;
+    float *xf = widen(x, n, what), *hf = widen_opt(hist, nh, what);
+    float *wf = widen(w, (size_t)CD * K, what), *yf = host_alloc(n * sizeof *yf, what);
+    cpu_dn_conv_forward(yf, xf, hf, wf, seq, B, T, CD, K);
+    round_into(y, yf, n);
+    free(xf), free(hf), free(wf), free(yf);
+}
+
+void tcu_dn_conv_backward(tsr_bf16 *dx, tsr_bf16 *dhist, float *dw, const tsr_bf16 *dy,
+                          const tsr_bf16 *x, const tsr_bf16 *hist, const tsr_bf16 *w,
+                          const int32_t *seq, int B, int T, int CD, int K, tcu_stream s) {
+    const char *what = "tcu_dn_conv_backward";
+    dn_conv_dims(what, B, T, CD, K);
+    const size_t n = (size_t)B * T * CD, nh = (size_t)B * (K - 1) * CD;
+    if (n == 0) return;
+    float *xf = widen(x, n, what), *hf = widen_opt(hist, nh, what);
+    float *wf = widen(w, (size_t)CD * K, what), *dyf = widen(dy, n, what);
+    float *gx = host_zeros(n, what), *gh = dhist ? host_zeros(nh + 1, what) : NULL;
+    cpu_dn_conv_backward(gx, gh, dw, dyf, xf, hf, wf, seq, B, T, CD, K);
+    add_round_into(dx, gx, n);
+    if (dhist) add_round_into(dhist, gh, nh);
+    free(xf), free(hf), free(wf), free(dyf), free(gx), free(gh);
+}
+
+void tcu_dn_gates_forward(float *beta, float *g, const tsr_bf16 *b, const tsr_bf16 *a,
+                          const tsr_bf16 *A_log, const tsr_bf16 *dt_bias, int N, int HV,
+                          tcu_stream s) {
+    const char *what = "tcu_dn_gates_forward";
+    REQUIRE(N >= 0 && HV >= 0, what, "need N, HV >= 0: N=%d HV=%d", N, HV);
+    const size_t n = (size_t)N * HV;
+    if (n == 0) return;
+    float *bf = widen(b, n, what), *af = widen(a, n, what), *al = widen(A_log, HV, what);
+    float *dt = widen(dt_bias, HV, what);
+    cpu_dn_gates_forward(beta, g, bf, af, al, dt, N, HV);
+    free(bf), free(af), free(al), free(dt);
+}
+
+void tcu_dn_gates_backward(tsr_bf16 *db, tsr_bf16 *da, float *dA_log, float *ddt_bias,
+                           const float *dbeta, const float *dg, const tsr_bf16 *b,
+                           const tsr_bf16 *a, const tsr_bf16 *A_log, const tsr_bf16 *dt_bias,
+                           int N, int HV, tcu_stream s) {
+    const char *what = "tcu_dn_gates_backward";
+    REQUIRE(N >= 0 && HV >= 0, what, "need N, HV >= 0: N=%d HV=%d", N, HV);
+    const size_t n = (size_t)N * HV;
+    if (n == 0) return;
+    float *bf = widen(b, n, what), *af = widen(a, n, what), *al = widen(A_log, HV, what);
+    float *dt = widen(dt_bias, HV, what), *gb = host_zeros(n, what), *ga = host_zeros(n, what);
+    cpu_dn_gates_backward(gb, ga, dA_log, ddt_bias, dbeta, dg, bf, af, al, dt, N, HV);
+    add_round_into(db, gb, n), add_round_into(da, ga, n);
+    free(bf), free(af), free(al), free(dt), free(gb), free(ga);
+}
+
+void tcu_dn_silu_gate_forward(tsr_bf16 *out, const tsr_bf16 *x, const tsr_bf16 *z, size_t n,
+                              tcu_stream s) {
+    const char *what = "tcu_dn_silu_gate_forward";
+    if (n == 0) return;
+    float *xf = widen(x, n, what), *zf = widen(z, n, what), *o = host_alloc(n * sizeof *o, what);
+    cpu_dn_silu_gate_forward(o, xf, zf, n);
+    round_into(out, o, n);
+    free(xf), free(zf), free(o);
+}
+
+void tcu_dn_silu_gate_backward(tsr_bf16 *dx, tsr_bf16 *dz, const tsr_bf16 *dout,
+                               const tsr_bf16 *x, const tsr_bf16 *z, size_t n, tcu_stream s) {
+    const char *what = "tcu_dn_silu_gate_backward";
+    if (n == 0) return;
+    float *xf = widen(x, n, what), *zf = widen(z, n, what), *df = widen(dout, n, what);
+    float *gx = host_zeros(n, what), *gz = host_zeros(n, what);
+    cpu_dn_silu_gate_backward(gx, gz, df, xf, zf, n);
+    add_round_into(dx, gx, n), add_round_into(dz, gz, n);
+    free(xf), free(zf), free(df), free(gx), free(gz);
+}
 #endif /* TCU_EMU_SIMT_KERNELS */
 
 /* ---- issue 67/68's model variants (cuvar67; cuda_llama.cu, cuda_moe.cu, cuda_xent.cu) -------- */

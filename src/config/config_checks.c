@@ -300,14 +300,14 @@ static void validate_fp8(load_ctx *c) {
  * blocks take the attention variants; the linear layers pass their state along the ranks:
  * docs/deltanet.md "Context parallelism"); the CUDA backend those of cuda_variants. */
 /* Which model variants device = "cuda" runs (docs/cuda.md "Model variants", "Attention
- * variants"): 1 where the CUDA backend has the kernels, 0 where it has not yet (the linear layers:
- * the core's kernels are built, the decoder's CUDA path for them is not: docs/deltanet.md). One
- * line per variant: flip it when its kernels are in. */
+ * variants"): 1 where the CUDA backend has the kernels, 0 where it has not yet. One line per
+ * variant: flip it when its kernels are in. The linear layers train on CUDA; what they do not run
+ * there yet is validate_linear_cuda's. */
 static const struct {
     tsr_model_variant v;
     int cuda;
 } cuda_variants[TSR_VAR_COUNT] = {
-    {TSR_VAR_LINEAR, 0},         {TSR_VAR_ATTN_GATE, 1},      {TSR_VAR_WINDOW, 1},
+    {TSR_VAR_LINEAR, 1},         {TSR_VAR_ATTN_GATE, 1},      {TSR_VAR_WINDOW, 1},
     {TSR_VAR_SINKS, 1},          {TSR_VAR_QPAS, 1},           {TSR_VAR_NORM_PLACEMENT, 1},
     {TSR_VAR_QKN_PROJECTION, 1}, {TSR_VAR_EMBED_SCALE, 1},    {TSR_VAR_GEGLU, 1},
     {TSR_VAR_ATTN_SOFTCAP, 1},   {TSR_VAR_FINAL_SOFTCAP, 1},  {TSR_VAR_ROPE_SCALING, 1},
@@ -330,6 +330,42 @@ static void validate_attn_variants(load_ctx *c) {
         c->errors++;
         return;
     }
+}
+
+/* device = "cuda" with linear_attention layers (docs/deltanet.md "CUDA"): training and
+ * evaluation run there; the paths that carry the layer's state and convolution tail (context
+ * parallelism's ranks, the decode step of GRPO's rollouts) are the CPU's only so far, and LoRA on
+ * the layer's projections is not checked there yet */
+static void validate_linear_cuda(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
+    if (g->device != TSR_DEVICE_CUDA || config_linear_layers(&g->model) == 0) return;
+    const struct { int bad; const char *key; } rules[] = {
+        {g->context > 1, "parallel.context"},
+        {g->objective == TSR_OBJ_GRPO, "objective"},
+        {g->lora.rank > 0, "lora.rank"},
+    };
+    const struct { int v; const char *key; } dims[] = {
+        {g->model.linear_key_head_dim, "model.linear_key_head_dim"},
+        {g->model.linear_value_head_dim, "model.linear_value_head_dim"},
+    };
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+        if (dims[k].v < 16 || dims[k].v > 128 || dims[k].v % 16) {
+            tsr_error("%s%s = %d: device = \"cuda\" runs the Gated DeltaNet core at head sizes "
+                      "16, 32, .. 128 (multiples of 16; docs/deltanet.md \"CUDA\"): change it, "
+                      "or use device = \"cpu\"", cfgload_where(c, dims[k].key, at, sizeof at),
+                      dims[k].key, dims[k].v);
+            c->errors++;
+        }
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+        if (rules[k].bad) {
+            tsr_error("%s%s: device = \"cuda\" with linear_attention layers (model.layer_types) "
+                      "does not run this yet (context parallelism's state passing, GRPO's "
+                      "decoding and LoRA on those layers are the CPU's: docs/deltanet.md "
+                      "\"CUDA\"): use device = \"cpu\"",
+                      cfgload_where(c, rules[k].key, at, sizeof at), rules[k].key);
+            c->errors++;
+        }
 }
 
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */
@@ -378,6 +414,7 @@ static void validate_options(load_ctx *c) {
     validate_grpo(c);
     validate_fp8(c);
     validate_attn_variants(c);
+    validate_linear_cuda(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

@@ -528,6 +528,85 @@ static void c_gate_backward(const tsr_backend *be, void *dy, void *dgate, const 
     PROF(be, "gate_backward", 0, 0, 0, tcu_gate_backward(dy, dgate, y, gate, n, STREAM(be)));
 }
 
+/* the Gated DeltaNet layer's parts (backend.h dn_*; cuda_dnparts.cu, cuda_deltanet.cu) */
+static void c_dn_conv_forward(const tsr_backend *be, void *y, const void *x, const void *hist,
+                              const void *w, const int32_t *seq, int B, int T, int CD, int K) {
+    PROF(be, "dn_conv_forward", B * T, CD, K,
+         tcu_dn_conv_forward(y, x, hist, w, seq, B, T, CD, K, STREAM(be)));
+}
+
+static void c_dn_conv_backward(const tsr_backend *be, void *dx, void *dhist, float *dw,
+                               const void *dy, const void *x, const void *hist, const void *w,
+                               const int32_t *seq, int B, int T, int CD, int K) {
+    PROF(be, "dn_conv_backward", B * T, CD, K,
+         tcu_dn_conv_backward(dx, dhist, dw, dy, x, hist, w, seq, B, T, CD, K, STREAM(be)));
+}
+
+static void c_dn_gates_forward(const tsr_backend *be, float *beta, float *g, const void *b,
+                               const void *a, const void *A_log, const void *dt_bias, int N,
+                               int HV) {
+    PROF(be, "dn_gates_forward", N, HV, 0,
+         tcu_dn_gates_forward(beta, g, b, a, A_log, dt_bias, N, HV, STREAM(be)));
+}
+
+static void c_dn_gates_backward(const tsr_backend *be, void *db, void *da, float *dA_log,
+                                float *ddt_bias, const float *dbeta, const float *dg,
+                                const void *b, const void *a, const void *A_log,
+                                const void *dt_bias, int N, int HV) {
+    PROF(be, "dn_gates_backward", N, HV, 0,
+         tcu_dn_gates_backward(db, da, dA_log, ddt_bias, dbeta, dg, b, a, A_log, dt_bias, N, HV,
+                               STREAM(be)));
+}
+
+static void c_dn_silu_gate_forward(const tsr_backend *be, void *out, const void *x,
+                                   const void *z, size_t n) {
+    PROF(be, "dn_silu_gate_forward", 0, 0, 0, tcu_dn_silu_gate_forward(out, x, z, n, STREAM(be)));
+}
+
+static void c_dn_silu_gate_backward(const tsr_backend *be, void *dx, void *dz, const void *dout,
+                                    const void *x, const void *z, size_t n) {
+    PROF(be, "dn_silu_gate_backward", 0, 0, 0,
+         tcu_dn_silu_gate_backward(dx, dz, dout, x, z, n, STREAM(be)));
+}
+
+/* the CUDA core's chunk is 64 (cuda_deltanet.cu) */
+static void dn_chunk_check(const tsr_dn_shape *s) {
+    if (s->chunk != 64)
+        tsr_die(TSR_EXIT_USAGE, "deltanet on cuda: chunk %d: the CUDA core runs chunk 64 only",
+                s->chunk);
+}
+
+static size_t c_dn_ckpt_floats(const tsr_dn_shape *s) {
+    dn_chunk_check(s);
+    return tcu_deltanet_ckpt_floats(s->B, s->T, s->HV, s->dk, s->dv);
+}
+
+static size_t c_dn_scratch_bytes(const tsr_dn_shape *s) {
+    return tcu_deltanet_backward_scratch_bytes(s->B, s->T, s->HV, s->dk, s->dv);
+}
+
+static void c_dn_core_forward(const tsr_backend *be, void *out, float *state_out, float *ckpt,
+                              const void *q, const void *k, const void *v, const float *g,
+                              const float *beta, const float *state0, const int32_t *seq,
+                              const tsr_dn_shape *s) {
+    dn_chunk_check(s);
+    PROF(be, "dn_core_forward", s->B * s->T, s->HV, s->dk,
+         tcu_deltanet_forward(out, state_out, ckpt, q, k, v, g, beta, state0, seq, s->B, s->T,
+                              s->HK, s->HV, s->dk, s->dv, STREAM(be)));
+}
+
+static void c_dn_core_backward(const tsr_backend *be, void *dq, void *dk, void *dv, float *dg,
+                               float *dbeta, float *dstate0, const void *dout,
+                               const float *dstate_out, const float *ckpt, const void *q,
+                               const void *k, const void *v, const float *g, const float *beta,
+                               const int32_t *seq, void *scratch, const tsr_dn_shape *s) {
+    dn_chunk_check(s);
+    PROF(be, "dn_core_backward", s->B * s->T, s->HV, s->dk,
+         tcu_deltanet_backward(dq, dk, dv, dg, dbeta, dstate0, dout, dstate_out, ckpt, q, k, v,
+                               g, beta, seq, scratch, s->B, s->T, s->HK, s->HV, s->dk, s->dv,
+                               STREAM(be)));
+}
+
 static void c_moe_shgate_forward(const tsr_backend *be, void *out, const void *x, const void *w,
                                  int N, int C) {
     PROF(be, "shgate_forward", N, C, 0, tcu_moe_shgate_forward(out, x, w, N, C, STREAM(be)));
@@ -545,8 +624,28 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     PROF(be, "shgate_dx", N, C, 0, tcu_moe_shgate_dx(dx, dg, w, N, C, STREAM(be)));
 }
 
+/* the model variants' entries: model.attn_output_gate's, model.moe_shared_gate's, the Gated
+ * DeltaNet layer's (dn_*) */
+static void variant_entries(tsr_backend *be) {
+    be->gate_forward = c_gate_forward;
+    be->gate_backward = c_gate_backward;
+    be->moe_shgate_forward = c_moe_shgate_forward;
+    be->moe_shgate_grad = c_moe_shgate_grad;
+    be->moe_shgate_dx = c_moe_shgate_dx;
+    be->dn_conv_forward = c_dn_conv_forward;
+    be->dn_conv_backward = c_dn_conv_backward;
+    be->dn_gates_forward = c_dn_gates_forward;
+    be->dn_gates_backward = c_dn_gates_backward;
+    be->dn_silu_gate_forward = c_dn_silu_gate_forward;
+    be->dn_silu_gate_backward = c_dn_silu_gate_backward;
+    be->dn_ckpt_floats = c_dn_ckpt_floats;
+    be->dn_scratch_bytes = c_dn_scratch_bytes;
+    be->dn_core_forward = c_dn_core_forward;
+    be->dn_core_backward = c_dn_core_backward;
+}
+
 static tsr_backend cuda_backend(tcu_stream s) {
-    return (tsr_backend){
+    tsr_backend be = {
         .name = "cuda",
         .act = TSR_DT_BF16,
         .weight = TSR_DT_BF16,
@@ -585,11 +684,6 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .moe_gptoss_backward = c_moe_gptoss_backward,
         .scale_act = c_scale_act,
         .add_act = c_add_act,
-        .gate_forward = c_gate_forward,
-        .gate_backward = c_gate_backward,
-        .moe_shgate_forward = c_moe_shgate_forward,
-        .moe_shgate_grad = c_moe_shgate_grad,
-        .moe_shgate_dx = c_moe_shgate_dx,
         .moe_route = c_moe_route,
         .moe_gather = c_moe_gather,
         .moe_gather_backward = c_moe_gather_backward,
@@ -624,6 +718,8 @@ static tsr_backend cuda_backend(tcu_stream s) {
         .softmax_xent_grad = c_softmax_xent_grad,
         .argmax = c_argmax,
     };
+    variant_entries(&be);
+    return be;
 }
 
 /* ---- the model on it ------------------------------------------------------------------------ */

@@ -67,7 +67,7 @@ void dec_free_acts(const tsr_backend *be, tsr_acts *a);
 /* linear_attention layers (decoder_dn.c): floats of one such layer's activations for B x T (its
  * slot of TSR_A_DN, or a decode chunk's tsr_kv_cache dn), and of one sequence's cache of one such
  * layer: its state (state 1) or its convolution tail (0) */
-size_t dec_dn_floats(const tsr_model *m, int B, int T);
+size_t dec_dn_floats(const tsr_model *m, const tsr_backend *be, int B, int T);
 /* floats of the scratch a linear layer's backward allocates for B x T (0 without such layers) */
 size_t dec_dn_scratch_floats(const tsr_model *m, int B, int T);
 size_t dec_dn_cache_floats(const tsr_model *m, int state);

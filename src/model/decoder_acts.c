@@ -52,7 +52,7 @@ static strides strides_of(const tsr_model *m, const tsr_backend *be, int B, int 
                      .shg = layer_stride(N * S, e, al),
                      .offs = E ? layer_stride(E + 1, f, al) : 0,
                      .stats = E ? layer_stride(2, f, al) : 0,
-                     .dn = m->LL ? layer_stride(dec_dn_floats(m, B, T), f, al) : 0,
+                     .dn = m->LL ? layer_stride(dec_dn_floats(m, be, B, T), f, al) : 0,
                      .ag = m->cfg.attn_output_gate ? layer_stride(2 * N * m->QD, f, al) : 0};
 }
 
@@ -325,14 +325,20 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {m->cpN > 1, be->f32_to_act, "parallel.context > 1"},
         {m->cpN > 1, be->add_f32, "parallel.context > 1"},
         {m->cpN > 1, be->copy_rows, "parallel.context > 1"},
+        {m->LL > 0, be->dn_conv_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_conv_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_gates_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_gates_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_silu_gate_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_silu_gate_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_core_forward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->dn_core_backward, "model.layer_types (linear_attention)"},
+        {m->LL > 0, be->copy_rows, "model.layer_types (linear_attention)"},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].needed && !need[i].entry)
             tsr_die(TSR_EXIT_USAGE, "%s: the %s backend does not have it yet (docs/models.md)",
                     need[i].what, be->name);
-    if (m->LL > 0 && (!be->host || be->act != TSR_DT_F32))
-        tsr_die(TSR_EXIT_USAGE, "model.layer_types: the linear_attention layers run on the fp32 "
-                "CPU backend only, not on %s yet (docs/deltanet.md)", be->name);
 }
 
 int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, int B, int T) {

@@ -7,8 +7,8 @@
  * carries each linear layer's state and convolution tail in the cache (tsr_kv_cache dn_*) in
  * place of keys and values.
  * Also Qwen3-Next's gated attention (model.attn_output_gate) of the attention layers.
- * The layer and the gate are fp32 CPU code called directly, not backend entries: a model with
- * them runs on the fp32 host backend only (dec_check_backend says so otherwise).
+ * The layer runs over the decoder's backend (its dn_* entries); its decode-step and context
+ * parallelism paths carry host caches, the fp32 CPU backend's only (docs/deltanet.md "CUDA").
  */
 #include <stddef.h>
 #include <math.h>
@@ -35,14 +35,14 @@ static dn_dims dn_dims_of(const tsr_model *m, int B, int T) {
 
 /* the floats of the layer's activations before its output: under context parallelism (T this
  * rank's positions), its two chunks' (dn_ring.h), or a pass's without the ring if more */
-static size_t acts_floats(const tsr_model *m, const dn_dims *d) {
-    const size_t one = dn_acts_floats(d), two = m->cpN > 1 ? dn_ring_acts_floats(d) : 0;
+static size_t acts_floats(const tsr_model *m, const tsr_backend *be, const dn_dims *d) {
+    const size_t one = dn_acts_floats(be, d), two = m->cpN > 1 ? dn_ring_acts_floats(d) : 0;
     return two > one ? two : one;
 }
 
-size_t dec_dn_floats(const tsr_model *m, int B, int T) {
+size_t dec_dn_floats(const tsr_model *m, const tsr_backend *be, int B, int T) {
     const dn_dims d = dn_dims_of(m, B, T);
-    return acts_floats(m, &d) + (size_t)B * T * m->C; /* and the output (N, C) */
+    return acts_floats(m, be, &d) + (size_t)B * T * m->C; /* and the output (N, C) */
 }
 
 size_t dec_dn_scratch_floats(const tsr_model *m, int B, int T) {
@@ -56,10 +56,10 @@ size_t dec_dn_cache_floats(const tsr_model *m, int state) {
 }
 
 /* the layer's acts in the slot v->dn of a pass of B x T, *out its output (N, C) after them */
-static dn_acts acts_of(const tsr_model *m, const dn_dims *d, const dec_layer *v, float **out) {
+static dn_acts acts_of(const dec_run *r, const dn_dims *d, const dec_layer *v, float **out) {
     dn_acts a;
-    dn_acts_at(&a, v->dn, d);
-    *out = v->dn + acts_floats(m, d);
+    dn_acts_at(r->d->be, &a, v->dn, d);
+    *out = v->dn + acts_floats(r->d->m, r->d->be, d);
     return a;
 }
 
@@ -136,7 +136,7 @@ static void slots_rows_forward(const dec_run *r, int l, float *out, dn_acts *a, 
         if (fresh) memset(st, 0, ss * sizeof *st), memset(cv, 0, cs * sizeof *cv);
         else memcpy(st, c.state, ss * sizeof *st), memcpy(cv, c.conv, cs * sizeof *cv);
     }
-    dn_layer_forward(out, &rows, &rows, a, v->ln1, p, NULL, d);
+    dn_layer_forward(r->d->be, out, &rows, &rows, a, v->ln1, p, NULL, d);
     for (int i = 0; i < r->N; i++) {
         const dn_cache c = slot_cache_of(r, l, ids[R + i]);
         memcpy(c.state, rows.state + (size_t)i * ss, ss * sizeof *c.state);
@@ -147,14 +147,18 @@ static void slots_rows_forward(const dec_run *r, int l, float *out, dn_acts *a, 
 void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
-    dn_acts a = acts_of(r->d->m, &d, v, &out);
+    dn_acts a = acts_of(r, &d, v, &out);
     dn_params p = params_of((void *const *)w);
     dn_hook h;
     hook_of(r, l, &h, &p);
     dn_cache c;
     const dn_cache *in = NULL;
+    if ((r->kv || r->ks || ring_of(r)) && !r->d->be->host)
+        tsr_die(TSR_EXIT_USAGE, "model.layer_types: a linear_attention layer's cache (decoding, "
+                "context parallelism) is the CPU backend's only, not %s's (docs/deltanet.md "
+                "\"CUDA\")", r->d->be->name);
     if (ring_of(r)) {
-        dn_ring_forward(ring_of(r), out, v->dn, v->ln1, &p, ring_seq(r), &d);
+        dn_ring_forward(r->d->be, ring_of(r), out, v->dn, v->ln1, &p, ring_seq(r), &d);
         return;
     }
     if (r->ks && r->slot < 0) {
@@ -167,15 +171,16 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
     } else if (r->kv) {
         kv_cache_of(r, l, &c, &in);
     }
-    dn_layer_forward(out, in, r->kv ? &c : NULL, &a, v->ln1, &p, r->kv ? NULL : r->d->a->seq,
-                     &d);
+    dn_layer_forward(r->d->be, out, in, r->kv ? &c : NULL, &a, v->ln1, &p,
+                     r->kv ? NULL : r->d->a->seq, &d);
 }
 
 void dec_dn_out(const dec_run *r, const dec_layer *v) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
-    acts_of(r->d->m, &d, v, &out);
-    memcpy(r->scratch, out, (size_t)r->N * r->d->m->C * sizeof(float));
+    acts_of(r, &d, v, &out);
+    const tsr_backend *be = r->d->be;
+    be->copy(be, r->scratch, out, (size_t)r->N * r->d->m->C * tsr_dtype_size(be->act));
 }
 
 void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
@@ -183,16 +188,18 @@ void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     tsr_acts *acts = r->d->a;
     float *out;
-    const dn_acts a = acts_of(r->d->m, &d, v, &out);
+    const dn_acts a = acts_of(r, &d, v, &out);
     dn_params p = params_of((void *const *)u->w);
     const dn_params g = params_of((void *const *)u->g);
     dn_hook h;
     hook_of(r, l, &h, &p);
-    memset(acts->dln, 0, (size_t)r->N * r->d->m->C * sizeof(float));
+    r->d->be->zero(r->d->be, acts->dln, (size_t)r->N * r->d->m->C * tsr_dtype_size(r->d->be->act));
     if (ring_of(r))
-        dn_ring_backward(ring_of(r), acts->dln, &g, dout, v->dn, v->ln1, &p, ring_seq(r), &d);
+        dn_ring_backward(r->d->be, ring_of(r), acts->dln, &g, dout, v->dn, v->ln1, &p,
+                         ring_seq(r), &d);
     else
-        dn_layer_backward(acts->dln, &g, dout, NULL, NULL, NULL, &a, v->ln1, &p, acts->seq, &d);
+        dn_layer_backward(r->d->be, acts->dln, &g, dout, NULL, NULL, NULL, &a, v->ln1, &p,
+                          acts->seq, &d);
 }
 
 /* ---- model.attn_output_gate ---------------------------------------------------------------- */

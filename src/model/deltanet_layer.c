@@ -1,14 +1,14 @@
-/* deltanet_layer.c — the Gated DeltaNet token mixer, fp32 on the CPU (deltanet_layer.h,
- * docs/deltanet.md): the projections and the RMSNorm through the CPU op table (kernels/ops.h),
- * the convolution, gates and core through kernels/cpu/cpu_deltanet.h. */
+/* deltanet_layer.c — the Gated DeltaNet token mixer over a backend (deltanet_layer.h,
+ * docs/deltanet.md): the projections, the RMSNorm, the convolution, the gates, the core and the
+ * output gate through the backend's table (kernels/backend.h dn_*; the fp32 backend runs
+ * kernels/cpu/cpu_deltanet.h's functions). The layer's buffers are fp32 (the fp32 backend's). */
 #include "model/deltanet_layer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common.h"
-#include "cpu/cpu_deltanet.h"
-#include "ops.h"
 
 static size_t dn_cd(const dn_dims *d) { return 2 * (size_t)d->HK * d->dk + (size_t)d->HV * d->dv; }
 
@@ -31,15 +31,25 @@ void dn_check(const dn_dims *d) {
                 "HK = %d query/key heads", d->HV, d->HK);
 }
 
-/* the floats of each of dn_acts' buffers, in the struct's order */
-static void acts_sizes(size_t n[15], const dn_dims *d) {
+/* the room (4-byte units) of n elements of be's act type, or fp32 ones (f32), each buffer a
+ * multiple of be's alignment; be NULL: the fp32 host layout (n) */
+static size_t room(const tsr_backend *be, size_t n, int f32) {
+    if (!be) return n;
+    const size_t es = f32 ? sizeof(float) : tsr_dtype_size(be->act),
+                 al = be->align > sizeof(float) ? be->align : sizeof(float);
+    return (n * es + al - 1) / al * al / sizeof(float);
+}
+
+/* the room of each of dn_acts' buffers, in the struct's order: act elements but beta, g, rstd
+ * and the core's saved states (fp32) */
+static void acts_sizes(const tsr_backend *be, size_t n[15], const dn_dims *d) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
                  vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
     const tsr_dn_shape s = core_shape(d);
     const size_t all[15] = {N * cd, N * cd, N * kd, N * kd, N * vd, N * vd, N * vd, N * vd,
                             N * vd, N * hv, N * hv, N * hv, N * hv, N * hv,
-                            cpu_deltanet_ckpt_floats(&s)};
-    memcpy(n, all, sizeof all);
+                            be ? be->dn_ckpt_floats(&s) : cpu_deltanet_ckpt_floats(&s)};
+    for (int i = 0; i < 15; i++) n[i] = room(be, all[i], i >= 11);
 }
 
 /* dn_acts' buffers in their order */
@@ -56,16 +66,16 @@ static size_t total_of(const size_t *n, int k) {
     return sum;
 }
 
-size_t dn_acts_floats(const dn_dims *d) {
+size_t dn_acts_floats(const tsr_backend *be, const dn_dims *d) {
     size_t n[15];
-    acts_sizes(n, d);
+    acts_sizes(be, n, d);
     return total_of(n, 15);
 }
 
-void dn_acts_at(dn_acts *a, float *base, const dn_dims *d) {
+void dn_acts_at(const tsr_backend *be, dn_acts *a, float *base, const dn_dims *d) {
     size_t n[15];
     float **f[15];
-    acts_sizes(n, d);
+    acts_sizes(be, n, d);
     acts_fields(a, f);
     for (int i = 0; i < 15; i++) *f[i] = base, base += n[i];
 }
@@ -73,7 +83,7 @@ void dn_acts_at(dn_acts *a, float *base, const dn_dims *d) {
 void dn_acts_alloc(dn_acts *a, const dn_dims *d) {
     size_t n[15];
     float **f[15];
-    acts_sizes(n, d);
+    acts_sizes(NULL, n, d);
     acts_fields(a, f);
     for (int i = 0; i < 15; i++) *f[i] = tsr_calloc(n[i] + 1, sizeof(float));
 }
@@ -93,6 +103,14 @@ void dn_cache_alloc(dn_cache *c, const dn_dims *d) {
 void dn_cache_free(dn_cache *c) {
     free(c->state), free(c->conv);
     c->state = c->conv = NULL;
+}
+
+/* the caches (dn_cache) are host arrays the fp32 backend's code handles: another backend dies
+ * naming what asked for them (the config refuses them first: docs/deltanet.md "CUDA") */
+static void host_only(const tsr_backend *be, const char *what) {
+    if (!be->host || be->act != TSR_DT_F32)
+        tsr_die(TSR_EXIT_USAGE, "deltanet layer: %s runs on the fp32 CPU backend only, not on %s",
+                what, be->name);
 }
 
 /* sequence b's last document's first row, or below 0 (it began before this pass): where the
@@ -140,45 +158,62 @@ static void conv_tail_backward(float *dpre, float *dhist, const float *dtail, co
     }
 }
 
-/* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv); to_parts copies, else adds the parts in */
-static void qkv_split(float *qkv, float *q, float *k, float *v, const dn_dims *d, int to_parts) {
-    const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
-                 vd = (size_t)d->HV * d->dv;
-    for (size_t n = 0; n < N; n++) {
-        float *row = qkv + n * cd, *parts[3] = {q + n * kd, k + n * kd, v + n * vd};
-        const size_t off[3] = {0, kd, 2 * kd}, len[3] = {kd, kd, vd};
-        for (int i = 0; i < 3; i++)
-            for (size_t c = 0; c < len[i]; c++) {
-                if (to_parts) parts[i][c] = row[off[i] + c];
-                else row[off[i] + c] += parts[i][c];
-            }
+/* qkv (N, CD) rows <-> q, k (N, HK dk), v (N, HV dv), act elements, by the backend's row copies
+ * (to_parts: out of qkv; else into qkv, which the backward holds at zeros until then) */
+static void qkv_split(const tsr_backend *be, float *qkv, float *q, float *k, float *v,
+                      const dn_dims *d, int to_parts) {
+    const size_t N = (size_t)d->B * d->T, es = tsr_dtype_size(be->act), cd = dn_cd(d) * es,
+                 kd = (size_t)d->HK * d->dk * es, vd = (size_t)d->HV * d->dv * es;
+    char *row = (char *)qkv, *parts[3] = {(char *)q, (char *)k, (char *)v};
+    const size_t off[3] = {0, kd, 2 * kd}, len[3] = {kd, kd, vd};
+    for (int i = 0; i < 3; i++) {
+        if (to_parts) be->copy_rows(be, parts[i], len[i], row + off[i], cd, len[i], N);
+        else be->copy_rows(be, row + off[i], cd, parts[i], len[i], len[i], N);
     }
 }
 
-void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
-                      const dn_params *p, const int32_t *seq, const dn_dims *d) {
-    const tsr_ops *ops = &tsr_cpu_ops;
+/* the core backward's scratch (NULL: none) */
+static void *dn_scratch(const tsr_backend *be, const tsr_dn_shape *s) {
+    const size_t bytes = be->dn_scratch_bytes(s);
+    if (!bytes) return NULL;
+    void *p = be->try_alloc(be, bytes);
+    if (!p)
+        tsr_die(TSR_EXIT_INTERNAL, "deltanet layer: out of memory for the core's %zu bytes of "
+                "backward scratch; use a smaller batch or model", bytes);
+    return p;
+}
+
+/* the four input projections of x (and their adapters) */
+static void forward_in(const tsr_backend *be, dn_acts *a, const float *x, const dn_params *p,
+                       const dn_dims *d) {
+    const int N = d->B * d->T;
+    float *outs[4] = {a->pre, a->z, a->b, a->a};
+    const float *ws[4] = {p->wqkv, p->wz, p->wb, p->wa};
+    const int ocs[4] = {(int)dn_cd(d), d->HV * d->dv, d->HV, d->HV};
+    for (int k = 0; k < 4; k++)
+        be->matmul_forward(be, outs[k], NULL, x, ws[k], NULL, N, d->C, ocs[k], TSR_GELU_TANH);
+    if (p->hook)
+        for (int k = 0; k < 4; k++) p->hook->fwd(p->hook, (dn_proj)k, outs[k], x, N);
+}
+
+void dn_layer_forward(const tsr_backend *be, float *out, const dn_cache *in, dn_cache *next,
+                      dn_acts *a, const float *x, const dn_params *p, const int32_t *seq,
+                      const dn_dims *d) {
     const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
     const tsr_dn_shape s = core_shape(d);
     const float *hist = in ? in->conv : NULL;
-    ops->matmul_forward(a->pre, x, p->wqkv, NULL, N, d->C, cd);
-    ops->matmul_forward(a->z, x, p->wz, NULL, N, d->C, vd);
-    ops->matmul_forward(a->b, x, p->wb, NULL, N, d->C, d->HV);
-    ops->matmul_forward(a->a, x, p->wa, NULL, N, d->C, d->HV);
-    if (p->hook) {
-        float *outs[4] = {a->pre, a->z, a->b, a->a};
-        for (int k = 0; k < 4; k++) p->hook->fwd(p->hook, (dn_proj)k, outs[k], x, N);
-    }
-    cpu_dn_conv_forward(a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
-    qkv_split(a->qkv, a->q, a->k, a->v, d, 1);
-    cpu_dn_gates_forward(a->beta, a->g, a->b, a->a, p->a_log, p->dt_bias, N, d->HV);
-    cpu_deltanet_forward(a->core, next ? next->state : NULL, a->ckpt, a->q, a->k, a->v, a->g,
-                         a->beta, in ? in->state : NULL, seq, &s);
-    ops->rmsnorm_forward(a->normed, a->rstd, a->core, p->normw, N * d->HV, d->dv, d->eps);
-    cpu_dn_silu_gate_forward(a->gated, a->normed, a->z, (size_t)N * vd);
-    ops->matmul_forward(out, a->gated, p->wo, NULL, N, vd, d->C);
+    forward_in(be, a, x, p, d);
+    be->dn_conv_forward(be, a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
+    qkv_split(be, a->qkv, a->q, a->k, a->v, d, 1);
+    be->dn_gates_forward(be, a->beta, a->g, a->b, a->a, p->a_log, p->dt_bias, N, d->HV);
+    be->dn_core_forward(be, a->core, next ? next->state : NULL, a->ckpt, a->q, a->k, a->v, a->g,
+                        a->beta, in ? in->state : NULL, seq, &s);
+    be->rmsnorm_forward(be, a->normed, a->rstd, a->core, p->normw, N * d->HV, d->dv, d->eps);
+    be->dn_silu_gate_forward(be, a->gated, a->normed, a->z, (size_t)N * vd);
+    be->matmul_forward(be, out, NULL, a->gated, p->wo, NULL, N, vd, d->C, TSR_GELU_TANH);
     if (p->hook) p->hook->fwd(p->hook, DN_PROJ_O, out, a->gated, N);
     if (next) { /* through a copy: next may be in */
+        host_only(be, "a pass that carries its cache on (decoding, context parallelism)");
         const size_t n = (size_t)d->B * (d->K - 1) * cd;
         float *tail = tsr_malloc(n * sizeof *tail + 1);
         conv_tail(tail, a->pre, hist, seq, d);
@@ -192,27 +227,32 @@ typedef struct dn_dacts {
     float *gated, *normed, *core, *z, *q, *k, *v, *beta, *g, *b, *a, *qkv, *pre;
 } dn_dacts;
 
-/* the floats of each of dn_dacts' buffers, in the struct's order */
-static void dacts_sizes(size_t n[13], const dn_dims *d) {
+/* the room of each of dn_dacts' buffers, in the struct's order (as acts_sizes: beta, g fp32) */
+static void dacts_sizes(const tsr_backend *be, size_t n[13], const dn_dims *d) {
     const size_t N = (size_t)d->B * d->T, cd = dn_cd(d), kd = (size_t)d->HK * d->dk,
                  vd = (size_t)d->HV * d->dv, hv = (size_t)d->HV;
     const size_t all[13] = {N * vd, N * vd, N * vd, N * vd, N * kd, N * kd, N * vd,
                             N * hv, N * hv, N * hv, N * hv, N * cd, N * cd};
-    memcpy(n, all, sizeof all);
+    for (int i = 0; i < 13; i++) n[i] = room(be, all[i], i == 7 || i == 8);
 }
 
 size_t dn_backward_floats(const dn_dims *d) {
     size_t n[13];
-    dacts_sizes(n, d);
+    dacts_sizes(NULL, n, d);
     return total_of(n, 13);
 }
 
-/* one zeroed block from the CPU op table's allocator (so the run's peak_mem_bytes holds it, as
- * the plan does: dn_backward_floats), carved into the buffers */
-static dn_dacts dacts_alloc(const dn_dims *d) {
+/* one zeroed block from the backend's allocator (the CPU's counts it in the run's
+ * peak_mem_bytes, as the plan does: dn_backward_floats), carved into the buffers */
+static dn_dacts dacts_alloc(const tsr_backend *be, const dn_dims *d) {
     size_t n[13];
-    dacts_sizes(n, d);
-    float *p = tsr_cpu_ops.alloc(dn_backward_floats(d) * sizeof(float));
+    dacts_sizes(be, n, d);
+    const size_t bytes = total_of(n, 13) * sizeof(float);
+    float *p = be->try_alloc(be, bytes);
+    if (!p)
+        tsr_die(TSR_EXIT_INTERNAL, "deltanet layer: out of memory for the backward's %zu bytes "
+                "of activation gradients; use a smaller batch or model", bytes);
+    be->zero(be, p, bytes);
     dn_dacts g;
     float **f[13] = {&g.gated, &g.normed, &g.core, &g.z, &g.q, &g.k, &g.v,
                      &g.beta,  &g.g,      &g.b,    &g.a, &g.qkv, &g.pre};
@@ -220,44 +260,54 @@ static dn_dacts dacts_alloc(const dn_dims *d) {
     return g;
 }
 
-static void dacts_free(dn_dacts *g) { tsr_cpu_ops.free(g->gated); }
+static void dacts_free(const tsr_backend *be, dn_dacts *g) { be->free(be, g->gated); }
 
 /* from dout to the core's output: the output projection, the SiLU gate, the RMSNorm */
-static void backward_out(dn_dacts *g, const dn_params *grad, const float *dout, const dn_acts *a,
-                         const dn_params *p, const dn_dims *d) {
-    const tsr_ops *ops = &tsr_cpu_ops;
+static void backward_out(const tsr_backend *be, dn_dacts *g, const dn_params *grad,
+                         const float *dout, const dn_acts *a, const dn_params *p,
+                         const dn_dims *d) {
     const int N = d->B * d->T, vd = d->HV * d->dv;
-    ops->matmul_backward(g->gated, grad->wo, NULL, dout, a->gated, p->wo, N, vd, d->C);
+    be->matmul_backward(be, g->gated, grad->wo, NULL, dout, a->gated, p->wo, N, vd, d->C,
+                        TSR_GRAD_ADD);
     if (p->hook) p->hook->bwd(p->hook, DN_PROJ_O, g->gated, dout, a->gated, N);
-    cpu_dn_silu_gate_backward(g->normed, g->z, g->gated, a->normed, a->z, (size_t)N * vd);
-    ops->rmsnorm_backward(g->core, grad->normw, g->normed, a->core, p->normw, a->rstd, N * d->HV,
-                          d->dv);
+    be->dn_silu_gate_backward(be, g->normed, g->z, g->gated, a->normed, a->z, (size_t)N * vd);
+    be->rmsnorm_backward(be, g->core, grad->normw, g->normed, a->core, p->normw, a->rstd,
+                         N * d->HV, d->dv);
 }
 
-void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *dnext,
-                       dn_cache *din, const dn_cache *in, const dn_acts *a, const float *x,
-                       const dn_params *p, const int32_t *seq, const dn_dims *d) {
-    const tsr_ops *ops = &tsr_cpu_ops;
-    const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
-    const tsr_dn_shape s = core_shape(d);
-    dn_dacts g = dacts_alloc(d);
-    backward_out(&g, grad, dout, a, p, d);
-    cpu_deltanet_backward(g.q, g.k, g.v, g.g, g.beta, din ? din->state : NULL, g.core,
-                          dnext ? dnext->state : NULL, a->ckpt, a->q, a->k, a->v, a->g, a->beta,
-                          seq, &s);
-    cpu_dn_gates_backward(g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a, p->a_log,
-                          p->dt_bias, N, d->HV);
-    qkv_split(g.qkv, g.q, g.k, g.v, d, 0);
-    if (dnext) conv_tail_backward(g.pre, din ? din->conv : NULL, dnext->conv, seq, d);
-    cpu_dn_conv_backward(g.pre, din ? din->conv : NULL, grad->conv, g.qkv, a->pre,
-                         in ? in->conv : NULL, p->conv, seq, d->B, d->T, cd, d->K);
-    ops->matmul_backward(dx, grad->wqkv, NULL, g.pre, x, p->wqkv, N, d->C, cd);
-    ops->matmul_backward(dx, grad->wz, NULL, g.z, x, p->wz, N, d->C, vd);
-    ops->matmul_backward(dx, grad->wb, NULL, g.b, x, p->wb, N, d->C, d->HV);
-    ops->matmul_backward(dx, grad->wa, NULL, g.a, x, p->wa, N, d->C, d->HV);
-    if (p->hook) {
-        const float *douts[4] = {g.pre, g.z, g.b, g.a};
+/* the four input projections' backward (and their adapters') into dx */
+static void backward_in(const tsr_backend *be, float *dx, const dn_params *grad,
+                        const dn_dacts *g, const float *x, const dn_params *p, const dn_dims *d) {
+    const int N = d->B * d->T;
+    const float *douts[4] = {g->pre, g->z, g->b, g->a}, *ws[4] = {p->wqkv, p->wz, p->wb, p->wa};
+    float *dws[4] = {grad->wqkv, grad->wz, grad->wb, grad->wa};
+    const int ocs[4] = {(int)dn_cd(d), d->HV * d->dv, d->HV, d->HV};
+    for (int k = 0; k < 4; k++)
+        be->matmul_backward(be, dx, dws[k], NULL, douts[k], x, ws[k], N, d->C, ocs[k],
+                            TSR_GRAD_ADD);
+    if (p->hook)
         for (int k = 0; k < 4; k++) p->hook->bwd(p->hook, (dn_proj)k, dx, douts[k], x, N);
-    }
-    dacts_free(&g);
+}
+
+void dn_layer_backward(const tsr_backend *be, float *dx, const dn_params *grad, const float *dout,
+                       const dn_cache *dnext, dn_cache *din, const dn_cache *in, const dn_acts *a,
+                       const float *x, const dn_params *p, const int32_t *seq, const dn_dims *d) {
+    const int N = d->B * d->T, cd = (int)dn_cd(d);
+    const tsr_dn_shape s = core_shape(d);
+    dn_dacts g = dacts_alloc(be, d);
+    void *scratch = dn_scratch(be, &s);
+    backward_out(be, &g, grad, dout, a, p, d);
+    be->dn_core_backward(be, g.q, g.k, g.v, g.g, g.beta, din ? din->state : NULL, g.core,
+                         dnext ? dnext->state : NULL, a->ckpt, a->q, a->k, a->v, a->g, a->beta,
+                         seq, scratch, &s);
+    be->dn_gates_backward(be, g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a,
+                          p->a_log, p->dt_bias, N, d->HV);
+    qkv_split(be, g.qkv, g.q, g.k, g.v, d, 0);
+    if (dnext) host_only(be, "context parallelism's backward");
+    if (dnext) conv_tail_backward(g.pre, din ? din->conv : NULL, dnext->conv, seq, d);
+    be->dn_conv_backward(be, g.pre, din ? din->conv : NULL, grad->conv, g.qkv, a->pre,
+                         in ? in->conv : NULL, p->conv, seq, d->B, d->T, cd, d->K);
+    backward_in(be, dx, grad, &g, x, p, d);
+    if (scratch) be->free(be, scratch);
+    dacts_free(be, &g);
 }

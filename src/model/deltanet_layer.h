@@ -1,7 +1,11 @@
 /* deltanet_layer.h — the Gated DeltaNet token mixer as Hugging Face's Qwen3-Next / Qwen 3.5 define
- * it (Qwen3NextGatedDeltaNet), fp32 on the CPU, forward and backward (docs/deltanet.md "The
- * layer"). The decoder's linear_attention layers call it directly (src/model/decoder_dn.c; not
- * through the backend table yet: docs/architecture.md).
+ * it (Qwen3NextGatedDeltaNet), forward and backward (docs/deltanet.md "The layer"), over a
+ * backend's table (kernels/backend.h: its matmul, rmsnorm, copy_rows and dn_* entries). Its
+ * buffers are the backend's (float * as storage): the activations, x, out and their gradients of
+ * its act type (fp32 on the CPU, bf16 on CUDA), the weights of its weight type, beta, g, rstd,
+ * the saved states, the caches and the parameter gradients fp32. The caches (decoding, context
+ * parallelism) are the fp32 host backend's only (docs/deltanet.md "CUDA"). The decoder's
+ * linear_attention layers call it (src/model/decoder_dn.c).
  *
  *   [q|k|v] = silu(causal depthwise conv_K(x Wqkv^T)),  z = x Wz^T,  b = x Wb^T,  a = x Wa^T
  *   beta = sigmoid(b),  g = -exp(A_log) softplus(a + dt_bias)
@@ -13,6 +17,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct tsr_backend;
 
 /* the core's chunk in training (docs/deltanet.md; the FLOPs per token count it: docs/mfu.md) */
 #define DN_TRAIN_CHUNK 64
@@ -37,9 +43,10 @@ typedef struct dn_hook {
     int l; /* the decoder's layer */
 } dn_hook;
 
-/* the parameters, or their gradients (fp32; any gradient may be NULL: frozen). The projections
- * are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; Qwen3-Next's
- * fused, per key head interleaved in_proj_qkvz and in_proj_ba split into them on import) */
+/* the parameters (the backend's weight type), or their gradients (fp32; any gradient may be
+ * NULL: frozen). The projections are separate matrices (Qwen 3.5's in_proj_qkv, in_proj_z,
+ * in_proj_b, in_proj_a; Qwen3-Next's fused, per key head interleaved in_proj_qkvz and in_proj_ba
+ * split into them on import) */
 typedef struct dn_params {
     float *wqkv;          /* (CD, C): rows [q heads (HK dk) | k heads (HK dk) | v heads (HV dv)] */
     float *wz;            /* (HV dv, C) */
@@ -71,13 +78,14 @@ typedef struct dn_cache {
 /* dies naming the dimension when d is not a layer this code runs */
 void dn_check(const dn_dims *d);
 void dn_acts_alloc(dn_acts *a, const dn_dims *d);
-/* the floats of one layer's dn_acts, and the same laid out one after the other from base (the
+/* the room (4-byte units) of one layer's dn_acts on be (NULL: the fp32 host layout, as
+ * dn_acts_alloc's), and the same laid out one after the other from base (the
  * decoder's activation plan, which owns the memory: dn_acts_free is not for them) */
-size_t dn_acts_floats(const dn_dims *d);
-void dn_acts_at(dn_acts *a, float *base, const dn_dims *d);
+size_t dn_acts_floats(const struct tsr_backend *be, const dn_dims *d);
+void dn_acts_at(const struct tsr_backend *be, dn_acts *a, float *base, const dn_dims *d);
 void dn_acts_free(dn_acts *a);
 /* the floats of the scratch dn_layer_backward allocates (its activation gradients; one block
- * from the CPU op table's allocator, freed before it returns) */
+ * from the backend's allocator, freed before it returns) */
 size_t dn_backward_floats(const dn_dims *d);
 void dn_cache_alloc(dn_cache *c, const dn_dims *d); /* zeros: a sequence's start */
 void dn_cache_free(dn_cache *c);
@@ -86,14 +94,16 @@ void dn_cache_free(dn_cache *c);
  * (zeros: each row starts a sequence); next: the cache after row T - 1, or NULL; next may be in
  * (a decoding step updates it in place). seq (B, T) the documents (the convolution and the state
  * restart at each start after row 0) or NULL. */
-void dn_layer_forward(float *out, const dn_cache *in, dn_cache *next, dn_acts *a, const float *x,
-                      const dn_params *p, const int32_t *seq, const dn_dims *d);
+void dn_layer_forward(const struct tsr_backend *be, float *out, const dn_cache *in,
+                      dn_cache *next, dn_acts *a, const float *x, const dn_params *p,
+                      const int32_t *seq, const dn_dims *d);
 /* dx (N, C) +=, grad's parameter gradients += (NULL ones skipped); dout (N, C); dnext the
  * gradient of the forward's next (its state and convolution tail), or NULL (zero); din the
  * gradient of in, +=, or NULL (context parallelism passes both between the ranks: dn_ring.h);
  * in, a, x, p, seq as the forward had them */
-void dn_layer_backward(float *dx, const dn_params *grad, const float *dout, const dn_cache *dnext,
-                       dn_cache *din, const dn_cache *in, const dn_acts *a, const float *x,
-                       const dn_params *p, const int32_t *seq, const dn_dims *d);
+void dn_layer_backward(const struct tsr_backend *be, float *dx, const dn_params *grad,
+                       const float *dout, const dn_cache *dnext, dn_cache *din,
+                       const dn_cache *in, const dn_acts *a, const float *x, const dn_params *p,
+                       const int32_t *seq, const dn_dims *d);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common.h"
 #include "dist.h"
 #include "model/model_ring.h"
@@ -40,7 +41,7 @@ static dn_dims chunk_dims(const dn_dims *d) {
 
 size_t dn_ring_acts_floats(const dn_dims *d) {
     const dn_dims dc = chunk_dims(d);
-    return 2 * dn_acts_floats(&dc) + 2 * tail_floats(&dc);
+    return 2 * dn_acts_floats(NULL, &dc) + 2 * tail_floats(&dc);
 }
 
 static dn_pass pass_open(tsr_ring *g, const dn_dims *d) {
@@ -50,7 +51,7 @@ static dn_pass pass_open(tsr_ring *g, const dn_dims *d) {
         tsr_die(TSR_EXIT_INTERNAL, "linear_attention layers under context parallelism: need the "
                 "CPU model's MPI ring and an even local length (got %d)", d->T);
     s.ns = (size_t)d->B * d->HV * d->dk * d->dv, s.nt = tail_floats(&s.dc);
-    s.na = dn_acts_floats(&s.dc);
+    s.na = dn_acts_floats(NULL, &s.dc); /* the fp32 host layout: the ring is the CPU's */
     s.x = tsr_malloc((size_t)d->B * s.c * d->C * sizeof(float));
     s.y = tsr_malloc((size_t)d->B * s.c * d->C * sizeof(float));
     s.seq = tsr_malloc((size_t)d->B * s.c * sizeof(int32_t));
@@ -116,8 +117,8 @@ static void give(dn_pass *s, const float *buf, int to) {
     s->g->sent += bytes;
 }
 
-void dn_ring_forward(tsr_ring *g, float *out, float *acts, const float *x, const dn_params *p,
-                     const int32_t *seq, const dn_dims *d) {
+void dn_ring_forward(const tsr_backend *be, tsr_ring *g, float *out, float *acts, const float *x,
+                     const dn_params *p, const int32_t *seq, const dn_dims *d) {
     dn_pass s = pass_open(g, d);
     float *in = tsr_calloc(s.ns + s.nt, sizeof(float));
     float *next = tsr_calloc(s.ns + s.nt, sizeof(float));
@@ -128,11 +129,11 @@ void dn_ring_forward(tsr_ring *g, float *out, float *acts, const float *x, const
         float *hist = acts + 2 * s.na + (size_t)k * s.nt; /* kept for the backward */
         memcpy(hist, in + s.ns, s.nt * sizeof *hist);
         dn_acts a;
-        dn_acts_at(&a, acts + (size_t)k * s.na, &s.dc);
+        dn_acts_at(NULL, &a, acts + (size_t)k * s.na, &s.dc);
         const dn_cache cin = {in, hist};
         dn_cache cnext = {next, next + s.ns};
         rows_get(s.x, x, &s, k);
-        dn_layer_forward(s.y, &cin, &cnext, &a, s.x, p, chunk_seq(&s, seq, j), &s.dc);
+        dn_layer_forward(be, s.y, &cin, &cnext, &a, s.x, p, chunk_seq(&s, seq, j), &s.dc);
         rows_put(out, s.y, &s, k, 0);
         give(&s, next, j + 1);
     }
@@ -140,9 +141,9 @@ void dn_ring_forward(tsr_ring *g, float *out, float *acts, const float *x, const
     pass_close(&s);
 }
 
-void dn_ring_backward(tsr_ring *g, float *dx, const dn_params *grad, const float *dout,
-                      float *acts, const float *x, const dn_params *p, const int32_t *seq,
-                      const dn_dims *d) {
+void dn_ring_backward(const tsr_backend *be, tsr_ring *g, float *dx, const dn_params *grad,
+                      const float *dout, float *acts, const float *x, const dn_params *p,
+                      const int32_t *seq, const dn_dims *d) {
     dn_pass s = pass_open(g, d);
     float *dnext = tsr_calloc(s.ns + s.nt, sizeof(float));
     float *din = tsr_calloc(s.ns + s.nt, sizeof(float));
@@ -152,15 +153,15 @@ void dn_ring_backward(tsr_ring *g, float *dx, const dn_params *grad, const float
         take(&s, dnext, din, j + 1);
         memset(din, 0, (s.ns + s.nt) * sizeof *din);
         dn_acts a;
-        dn_acts_at(&a, acts + (size_t)k * s.na, &s.dc);
+        dn_acts_at(NULL, &a, acts + (size_t)k * s.na, &s.dc);
         const dn_cache cin = {NULL, acts + 2 * s.na + (size_t)k * s.nt};
         const dn_cache cdn = {dnext, dnext + s.ns};
         dn_cache cdi = {din, din + s.ns};
         rows_get(s.x, x, &s, k);
         rows_get(dy, dout, &s, k);
         memset(s.y, 0, (size_t)d->B * s.c * d->C * sizeof *s.y);
-        dn_layer_backward(s.y, grad, dy, &cdn, &cdi, &cin, &a, s.x, p, chunk_seq(&s, seq, j),
-                          &s.dc);
+        dn_layer_backward(be, s.y, grad, dy, &cdn, &cdi, &cin, &a, s.x, p,
+                          chunk_seq(&s, seq, j), &s.dc);
         rows_put(dx, s.y, &s, k, 1);
         zero_fresh(din, &s, seq, j); /* the forward gave those rows zeros, not chunk j-1's */
         give(&s, din, j - 1);

@@ -29,11 +29,11 @@ size_t dn_ring_acts_floats(const dn_dims *d);
 /* out (B, Tl, C) from x (B, Tl, C), the layer's activations in acts (dn_ring_acts_floats);
  * seq (B, T) the segment ids of the whole sequences (the document mask) or NULL. Collective over
  * the context group (its MPI group: the CPU model's ring). */
-void dn_ring_forward(struct tsr_ring *g, float *out, float *acts, const float *x,
-                     const dn_params *p, const int32_t *seq, const dn_dims *d);
+void dn_ring_forward(const struct tsr_backend *be, struct tsr_ring *g, float *out, float *acts,
+                     const float *x, const dn_params *p, const int32_t *seq, const dn_dims *d);
 /* dx (B, Tl, C) +=, grad += from dout, and the forward's acts, x, p, seq. Collective. */
-void dn_ring_backward(struct tsr_ring *g, float *dx, const dn_params *grad, const float *dout,
-                      float *acts, const float *x, const dn_params *p, const int32_t *seq,
-                      const dn_dims *d);
+void dn_ring_backward(const struct tsr_backend *be, struct tsr_ring *g, float *dx,
+                      const dn_params *grad, const float *dout, float *acts, const float *x,
+                      const dn_params *p, const int32_t *seq, const dn_dims *d);
 
 #endif

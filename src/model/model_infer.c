@@ -91,7 +91,7 @@ static void kv_rows_alloc(tsr_kv_cache *kv, const tsr_model *m, const tsr_backen
     kv->fchg = kv_alloc(be, n * F, e, "fchg");
     kv->att = kv_alloc(be, (size_t)kv->nthreads * cap, f, "att");
     if (m->LL) { /* a chunk of one sequence (1 x n) or one row of each of n slots (n x 1) */
-        const size_t a = dec_dn_floats(m, 1, n_), b = dec_dn_floats(m, n_, 1);
+        const size_t a = dec_dn_floats(m, be, 1, n_), b = dec_dn_floats(m, be, n_, 1);
         kv->dn = kv_alloc(be, a > b ? a : b, f, "linear layer");
     }
     if (m->cfg.attn_output_gate) kv->agate = kv_alloc(be, 2 * n * (size_t)m->QD, f, "gate");

@@ -72,6 +72,13 @@
 #                                                   16384 (DN_T to choose): one markdown table in
 #                                                   $OUT/deltanet.md (~3 min by estimate: two
 #                                                   compilations of the peer; limit 450 s)
+#           bash tests/gpu/device.sh hybrid         a hybrid training step (issue 68: 3 Gated DeltaNet
+#                                                   layers + 1 gated full one, device = cuda,
+#                                                   d_model 1024, T 4096) beside transformers'
+#                                                   Qwen3NextForCausalLM at the same sizes
+#                                                   (bench/gpu/hybrid_step.sh; HYB_STEPS, 12): one
+#                                                   table in $OUT/hybrid.md (~90 s by estimate;
+#                                                   limit 120 s)
 #           bash tests/gpu/device.sh hc             the health checker's GPU mode: the GPU half of
 #                                                   tests/gpu/test_hc_gpu.sh, then --quick and --full
 #                                                   with the shipped thresholds, timed, --json kept
@@ -470,6 +477,18 @@ deltanet() {
     return $rc
 }
 
+# hybrid: a hybrid training step (issue 68) beside transformers' Qwen3NextForCausalLM
+# (bench/gpu/hybrid_step.sh, the peer under setup's python3-machine), its table in
+# $OUTDIR/hybrid.md, its log hybrid.txt
+hybrid() {
+    setup
+    local rc=0
+    BENCH_TRAIN=$BUILD/tessera-train PYTHON=$UNPACKED/python3-machine STEPS="${HYB_STEPS:-12}" \
+        STEP_LIMIT_S=120 limited "$OUTDIR/hybrid.txt" bash bench/gpu/hybrid_step.sh || rc=$?
+    grep -E '^\|' "$OUTDIR/hybrid.txt" >"$OUTDIR/hybrid.md" || true
+    return $rc
+}
+
 # GRPO's rollout decode against transformers' generate (bench/gpu/gen_vs_hf.sh), its table in
 # $OUTDIR/results-gen.md and its logs in gen.tar.gz
 gen() {
@@ -856,6 +875,7 @@ case ${1:-} in
     gen) gen ;;
     attn) attn ;;
     deltanet) deltanet ;;
+    hybrid) hybrid ;;
     profile) shift; profile "$@" ;;
     firstlight) shift; firstlight "$@" ;;
     multirank) multirank ;;

@@ -188,8 +188,112 @@ static void test_deltanet_backward(const dn_cfg *c) {
     scope_end(tag);
 }
 
-static int deltanet_checks(void) { return (int)NCASES(DN) * (DN_CHECKS + DN_BWD_CHECKS); }
+/* ---- the layer's parts around the core (tcu_dn_*, cuda_dnparts.cu) against cpu_dn_* -------
+ * The CPU reads the same bf16-rounded inputs (the gates' dbeta, dg fp32 as the core gives them).
+ * Every gradient starts from a random value, so one check shows both the sum and the +=: bf16
+ * outputs within 2u |cpu| (their one rounding) + 1e-5 (fp32 vs the CPU's double sums of K terms);
+ * fp32 outputs (beta, g: 1e-5 relative, expf/log1pf against double) and parameter gradients (sums
+ * of B T terms of size ~1 in another order: 1e-5 + 1e-5 relative). */
+typedef struct { int B, T, CD, K, HV, seq, hist; } dnp_cfg;
+static const dnp_cfg DNP[] = {
+    {2, 37, 24, 4, 3, 1, 1}, /* packed documents (a start inside the first window), history */
+    {1, 19, 16, 4, 2, 0, 0}, /* one sequence from zeros, no documents */
+};
+#define DNP_CHECKS 14
+
+/* the CPU's x + (a copy of start) after fn; a start (n) random in [-1, 1), bf16 or fp32 */
+static float *dnp_start(size_t n, int b16) {
+    float *x = hf(n);
+    b16 ? fill_bf16(x, n, -1, 1) : fill_f32(x, n, -1, 1);
+    return x;
+}
+
+static void dnp_conv(const dnp_cfg *c, const char *tag, const int32_t *seq, const int32_t *dseq) {
+    const size_t n = (size_t)c->B * c->T * c->CD, nh = (size_t)c->B * (c->K - 1) * c->CD + 1,
+                 nw = (size_t)c->CD * c->K;
+    float *x = dnp_start(n, 1), *w = dnp_start(nw, 1), *dy = dnp_start(n, 1);
+    float *hist = c->hist ? dnp_start(nh, 1) : NULL, *y = hf(n);
+    float *dx = dnp_start(n, 1), *dh = dnp_start(nh, 1), *dw = dnp_start(nw, 0);
+    tsr_bf16 *Dx = new_bf16(x, n), *Dw = new_bf16(w, nw), *Ddy = new_bf16(dy, n), *Dy = d16(n);
+    tsr_bf16 *Dh = hist ? new_bf16(hist, nh) : NULL, *Ddx = new_bf16(dx, n), *Ddh = new_bf16(dh, nh);
+    float *Ddw = new_f32(dw, nw), *dx0 = hcopy(dx, n), *dw0 = hcopy(dw, nw);
+    cpu_dn_conv_forward(y, x, hist, w, seq, c->B, c->T, c->CD, c->K);
+    tcu_dn_conv_forward(Dy, Dx, Dh, Dw, dseq, c->B, c->T, c->CD, c->K, g_s);
+    cpu_dn_conv_backward(dx, dh, dw, dy, x, hist, w, seq, c->B, c->T, c->CD, c->K);
+    tcu_dn_conv_backward(Ddx, Ddh, Ddw, Ddy, Dx, Dh, Dw, dseq, c->B, c->T, c->CD, c->K, g_s);
+    tcu_sync(g_s);
+    check_close(L("%s: conv y", tag), get_bf16(Dy, n), y, n, 1e-5, RTOL_BF16, NULL, 0);
+    check_close(L("%s: conv dx +=", tag), get_bf16(Ddx, n), dx, n, 1e-5, RTOL_BF16, NULL, 0);
+    check_close(L("%s: conv dhist +=", tag), get_bf16(Ddh, nh - 1), dh, nh - 1, 1e-5, RTOL_BF16,
+                NULL, 0);
+    check_close(L("%s: conv dw +=", tag), get_f32(Ddw, nw), dw, nw, 1e-5, 1e-5, NULL, 0);
+    /* deterministic, and dx the same without dhist: again from the same start, the same bits */
+    float *gx = get_bf16(Ddx, n), *gw = get_f32(Ddw, nw);
+    put_bf16(Ddx, dx0, n), put_f32(Ddw, dw0, nw);
+    tcu_dn_conv_backward(Ddx, NULL, Ddw, Ddy, Dx, Dh, Dw, dseq, c->B, c->T, c->CD, c->K, g_s);
+    tcu_sync(g_s);
+    tap_ok(ndiff(get_bf16(Ddx, n), gx, n, 4) == 0 && ndiff(get_f32(Ddw, nw), gw, nw, 4) == 0,
+           "%s: conv backward again from the same start (no dhist): the same bits", tag);
+}
+
+static void dnp_gates(const dnp_cfg *c, const char *tag) {
+    const int N = c->B * c->T, HV = c->HV;
+    const size_t n = (size_t)N * HV;
+    float *b = dnp_start(n, 1), *a = dnp_start(n, 1), *al = dnp_start(HV, 1), *dt = dnp_start(HV, 1);
+    float *beta = hf(n), *g = hf(n), *dbeta = dnp_start(n, 0), *dg = dnp_start(n, 0);
+    float *db = dnp_start(n, 1), *da = dnp_start(n, 1), *dal = dnp_start(HV, 0);
+    float *ddt = dnp_start(HV, 0);
+    tsr_bf16 *Db = new_bf16(b, n), *Da = new_bf16(a, n), *Dal = new_bf16(al, HV);
+    tsr_bf16 *Ddt = new_bf16(dt, HV), *Ddb = new_bf16(db, n), *Dda = new_bf16(da, n);
+    float *Dbeta = df32(n), *Dg = df32(n), *Ddbeta = new_f32(dbeta, n), *Ddg = new_f32(dg, n);
+    float *Ddal = new_f32(dal, HV), *Dddt = new_f32(ddt, HV);
+    cpu_dn_gates_forward(beta, g, b, a, al, dt, N, HV);
+    tcu_dn_gates_forward(Dbeta, Dg, Db, Da, Dal, Ddt, N, HV, g_s);
+    cpu_dn_gates_backward(db, da, dal, ddt, dbeta, dg, b, a, al, dt, N, HV);
+    tcu_dn_gates_backward(Ddb, Dda, Ddal, Dddt, Ddbeta, Ddg, Db, Da, Dal, Ddt, N, HV, g_s);
+    tcu_sync(g_s);
+    check_close(L("%s: beta", tag), get_f32(Dbeta, n), beta, n, 1e-6, 1e-5, NULL, 0);
+    check_close(L("%s: g", tag), get_f32(Dg, n), g, n, 1e-6, 1e-5, NULL, 0);
+    check_close(L("%s: db +=", tag), get_bf16(Ddb, n), db, n, 1e-5, RTOL_BF16, NULL, 0);
+    check_close(L("%s: da +=", tag), get_bf16(Dda, n), da, n, 1e-5, RTOL_BF16, NULL, 0);
+    check_close(L("%s: dA_log +=", tag), get_f32(Ddal, HV), dal, HV, 1e-5, 1e-5, NULL, 0);
+    check_close(L("%s: ddt_bias +=", tag), get_f32(Dddt, HV), ddt, HV, 1e-5, 1e-5, NULL, 0);
+}
+
+static void dnp_silu_gate(const dnp_cfg *c, const char *tag) {
+    const size_t n = (size_t)c->B * c->T * c->CD;
+    float *x = dnp_start(n, 1), *z = dnp_start(n, 1), *dout = dnp_start(n, 1), *out = hf(n);
+    float *dx = dnp_start(n, 1), *dz = dnp_start(n, 1);
+    tsr_bf16 *Dx = new_bf16(x, n), *Dz = new_bf16(z, n), *Dd = new_bf16(dout, n), *Do = d16(n);
+    tsr_bf16 *Ddx = new_bf16(dx, n), *Ddz = new_bf16(dz, n);
+    cpu_dn_silu_gate_forward(out, x, z, n);
+    tcu_dn_silu_gate_forward(Do, Dx, Dz, n, g_s);
+    cpu_dn_silu_gate_backward(dx, dz, dout, x, z, n);
+    tcu_dn_silu_gate_backward(Ddx, Ddz, Dd, Dx, Dz, n, g_s);
+    tcu_sync(g_s);
+    check_close(L("%s: silu gate out", tag), get_bf16(Do, n), out, n, 1e-6, RTOL_BF16, NULL, 0);
+    check_close(L("%s: silu gate dx +=", tag), get_bf16(Ddx, n), dx, n, 1e-6, RTOL_BF16, NULL, 0);
+    check_close(L("%s: silu gate dz +=", tag), get_bf16(Ddz, n), dz, n, 1e-6, RTOL_BF16, NULL, 0);
+}
+
+static void test_dn_parts(const dnp_cfg *c) {
+    char tag[128]; /* its own copy: L's buffers turn over */
+    snprintf(tag, sizeof tag, "deltanet parts B=%d T=%d CD=%d K=%d HV=%d%s%s", c->B, c->T, c->CD,
+             c->K, c->HV, c->seq ? " packed" : "", c->hist ? " history" : "");
+    const size_t N = (size_t)c->B * c->T;
+    int32_t *seq = c->seq ? hi32(N) : NULL;
+    for (int b = 0; seq && b < c->B; b++) make_segments(seq + (size_t)b * c->T, c->T, 2 * b + 1);
+    dnp_conv(c, tag, seq, seq ? new_i32(seq, N) : NULL);
+    dnp_gates(c, tag);
+    dnp_silu_gate(c, tag);
+    scope_end(tag);
+}
+
+static int deltanet_checks(void) {
+    return (int)NCASES(DN) * (DN_CHECKS + DN_BWD_CHECKS) + (int)NCASES(DNP) * DNP_CHECKS;
+}
 static void run_deltanet(void) {
     for (size_t i = 0; i < NCASES(DN); i++) test_deltanet(&DN[i]);
     for (size_t i = 0; i < NCASES(DN); i++) test_deltanet_backward(&DN[i]);
+    for (size_t i = 0; i < NCASES(DNP); i++) test_dn_parts(&DNP[i]);
 }

@@ -9,7 +9,10 @@
 #  - gpt-oss-like MoE: attention sinks on a sliding and a full layer, router and expert biases,
 #    the clamped unit, YaRN;
 #  - Qwen3-Next-like with full-attention layers only: the attention output gate, partial rotary,
-#    QK-norm per head, a shared expert with its gate.
+#    QK-norm per head, a shared expert with its gate;
+#  - Qwen3-Next-like hybrid: the same with one linear_attention (Gated DeltaNet) layer before the
+#    full one, over packed documents (the document mask: the layer's convolution and state reset
+#    at each document start; docs/deltanet.md "CUDA").
 # Every step's loss within LOSS_TOL of the CPU run's, the gradient norms of steps 1-5 within
 # NORM_TOL (later ones drift apart with the bf16 weights: measured 17% at step 10 of the post-norm
 # model while its losses stay within 5e-5), and every parameter tensor's 10-step update within
@@ -24,7 +27,7 @@ source "$(dirname "$0")/gpu_lib.sh"
 EMU=$BUILD/tests/tessera-train-cuemu
 [[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
 tsr_tmpdir
-FAMILIES=(olmo gemma smol gptoss qnext)
+FAMILIES=(olmo gemma smol gptoss qnext hybrid)
 PER=${#FAMILIES[@]}
 tap_plan $((1 + 2 * PER + 1))
 make_synth "$TMP/data" 512 30000
@@ -50,6 +53,12 @@ gptoss=("${moe[@]}" --set model.moe_router_bias=true --set model.moe_expert_bias
         --set model.sliding_window=7)
 qnext=("${moe[@]}" --set model.attn_output_gate=true --set model.partial_rotary_factor=0.25
        --set model.moe_shared_size=32 --set model.moe_shared_gate=true --set model.qk_norm=true)
+# one linear layer (2 key and 8 value heads of 16: the CUDA core's sizes; b and a projections of
+# 8 columns, a width cuBLASLt's bf16 GEMM takes whole) and one full one, packed
+hybrid=("${qnext[@]}" --set model.layer_types=linear_attention,full_attention
+        --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=8
+        --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16
+        --set model.attn_mask=document --set model.eot_token=7)
 # fam NAME: the family's options into `opts`
 fam() { local -n f=$1; opts=("${f[@]}"); }
 # run BIN DIR OPTIONS...: one rank, output in DIR.txt

@@ -19,9 +19,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common.h"
 #include "cpu/cpu_deltanet.h"
 #include "model/deltanet_layer.h"
+
+/* the fp32 backend the layer runs on (the decoder's on the CPU) */
+static const tsr_backend *cpu_be(void) {
+    static tsr_backend be;
+    if (!be.name) be = tsr_fp32_backend(&tsr_cpu_ops);
+    return &be;
+}
 
 static void *read_in(size_t n, size_t elem) {
     void *p = tsr_calloc(n ? n : 1, elem);
@@ -93,7 +101,7 @@ static void layer_rows(float *out, dn_cache *cache, const float *x, const dn_par
     int32_t *ss_ = seq ? slice_rows(seq, d.B, full->T, t0, n, 1, 4) : NULL;
     dn_acts a;
     dn_acts_alloc(&a, &d);
-    dn_layer_forward(os, cache, cache, &a, xs, p, ss_, &d);
+    dn_layer_forward(cpu_be(), os, cache, cache, &a, xs, p, ss_, &d);
     for (int b = 0; b < d.B; b++)
         memcpy(out + ((size_t)b * full->T + t0) * d.C, os + (size_t)b * n * d.C, (size_t)n * d.C * 4);
     dn_acts_free(&a);
@@ -139,12 +147,13 @@ static void layer_split(float *out, float *dx, const dn_params *g, const float *
         os[i] = tsr_calloc(n + 1, 4), dxs[i] = tsr_calloc(n + 1, 4);
         dn_acts_alloc(&a[i], &d[i]);
     }
-    dn_layer_forward(os[0], NULL, &c, &a[0], xs[0], p, sq[0], &d[0]);
+    dn_layer_forward(cpu_be(), os[0], NULL, &c, &a[0], xs[0], p, sq[0], &d[0]);
     zero_fresh(&c, seq, full, t1);
-    dn_layer_forward(os[1], &c, NULL, &a[1], xs[1], p, sq[1], &d[1]);
-    dn_layer_backward(dxs[1], g, ds[1], NULL, &dc, &c, &a[1], xs[1], p, sq[1], &d[1]);
+    dn_layer_forward(cpu_be(), os[1], &c, NULL, &a[1], xs[1], p, sq[1], &d[1]);
+    dn_layer_backward(cpu_be(), dxs[1], g, ds[1], NULL, &dc, &c, &a[1], xs[1], p, sq[1], &d[1]);
     zero_fresh(&dc, seq, full, t1);
-    dn_layer_backward(dxs[0], g, ds[0], &dc, NULL, NULL, &a[0], xs[0], p, sq[0], &d[0]);
+    dn_layer_backward(cpu_be(), dxs[0], g, ds[0], &dc, NULL, NULL, &a[0], xs[0], p, sq[0],
+                      &d[0]);
     for (int i = 0; i < 2; i++) {
         put_rows(out, os[i], full->B, full->T, t0[i], d[i].T, (size_t)full->C);
         put_rows(dx, dxs[i], full->B, full->T, t0[i], d[i].T, (size_t)full->C);
@@ -172,8 +181,8 @@ static int layer_main(void) {
     dn_acts a;
     dn_cache fin, run;
     dn_acts_alloc(&a, &d), dn_cache_alloc(&fin, &d), dn_cache_alloc(&run, &d);
-    dn_layer_forward(out, NULL, &fin, &a, x, &p, seq, &d);
-    dn_layer_backward(dx, &g, dout, NULL, NULL, NULL, &a, x, &p, seq, &d);
+    dn_layer_forward(cpu_be(), out, NULL, &fin, &a, x, &p, seq, &d);
+    dn_layer_backward(cpu_be(), dx, &g, dout, NULL, NULL, NULL, &a, x, &p, seq, &d);
     layer_rows(inc, &run, x, &p, seq, &d, 0, (d.T + 1) / 2); /* a prefill, then a row at a time */
     for (int t = (d.T + 1) / 2; t < d.T; t++) layer_rows(inc, &run, x, &p, seq, &d, t, 1);
     write_out(out, N * d.C), write_out(fin.state, ns), write_out(dx, N * d.C);

@@ -16,10 +16,11 @@
 #    batched path (4 prompts x 4 samples of 6 tokens a step) are logged with finite
 #    log-probabilities, and the run ends with its checkpoint (rewards are 0 from random weights:
 #    a smoke run, the maths being check 5's and the reference tests');
-#  - device = "cuda" is refused at start naming model.layer_types (exit 1, a config error),
-#    nothing written in run_dir (parallel.context > 1 runs the linear layers:
-#    tests/train/test_hybrid_context.sh); lora.rank > 0 is planned with the DeltaNet's and the
-#    gate's targets (LoRA's runs: test_lora_hybrid.sh);
+#  - device = "cuda" with parallel.context = 2 is refused at start naming parallel.context (exit
+#    1, a config error: the state passing between ranks is the CPU's; CUDA trains the linear
+#    layers: tests/gpu/test_cuda_families.sh), nothing written in run_dir (parallel.context > 1
+#    runs them on the CPU: tests/train/test_hybrid_context.sh); lora.rank > 0 is planned with the
+#    DeltaNet's and the gate's targets (LoRA's runs: test_lora_hybrid.sh);
 #  - the Hugging Face export (Qwen3NextForCausalLM, the class of linear_attention layers) is
 #    refused naming model.qk_norm, which that class needs and this tiny model lacks, no weights
 #    written (tests/reference/test_hf_qwen3next.py exports the models it holds);
@@ -133,12 +134,13 @@ PY
 tap_check $? "GRPO on a 3 linear + 1 full hybrid, 2 steps: 32 rollouts of 6 tokens logged with finite log-probabilities, checkpoint written (exit $rc)"
 
 mkdir -p "$TMP/R"
-"$TRAIN" "${args[@]}" --set run_dir="$TMP/R/cuda" --set device=cuda >"$TMP/R.cuda.txt" 2>&1
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/R/cuda" --set device=cuda --set parallel.context=2 \
+    >"$TMP/R.cuda.txt" 2>&1
 rc=$?
-tap_diag "cuda: $(grep -m1 -o 'model.layer_types: device.\{0,60\}' "$TMP/R.cuda.txt")"
-((rc == 1)) && grep -q 'model.layer_types: device = "cuda" does not run' "$TMP/R.cuda.txt" &&
+tap_diag "cuda: $(grep -m1 -o 'parallel.context: device.\{0,60\}' "$TMP/R.cuda.txt")"
+((rc == 1)) && grep -q 'parallel.context: device = "cuda" with linear_attention layers' "$TMP/R.cuda.txt" &&
     [[ -z $(ls -A "$TMP/R") ]]
-tap_check $? "device = cuda with linear_attention layers: exit 1 naming model.layer_types, nothing written (parallel.context > 1 runs them: test_hybrid_context.sh)"
+tap_check $? "device = cuda with linear_attention layers and parallel.context = 2: exit 1 naming parallel.context, nothing written (the CPU runs them: test_hybrid_context.sh)"
 
 mkdir -p "$TMP/L"
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 --plan 1 >"$TMP/lora.txt" 2>&1
