@@ -463,8 +463,9 @@ attn() {
     for t in ${ATTN_T:-2048 4096 8192}; do
         STEP_LIMIT_S=60 limited "$log.1" "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
         : >"$log.2"
-        [[ $hs == 64 || $hs == 128 ]] &&
-            { STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1; }
+        if [[ $hs == 64 || $hs == 128 ]]; then # (an if: set -e; the wgmma kernels' sizes)
+            STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        fi
         STEP_LIMIT_S=120 limited "$log.3" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py "$t" 5 ${w[@]+"${w[@]}"} || rc=1
         cat "$log.1" "$log.2" "$log.3" >>"$log" && rm -f "$log".[123]
     done
