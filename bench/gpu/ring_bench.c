@@ -24,7 +24,9 @@
  * rings, beside the plain (full causal) kernel: its pairs the band's, sum_i min(i + 1, W) =
  * W Tl - W (W - 1) / 2 (W Tl, not Tl^2 / 2: the blocks outside the band are skipped, not
  * masked), so its TFLOP/s are the band's work over its time and the last column says how close
- * it runs to the full kernel's rate. */
+ * it runs to the full kernel's rate.
+ * ATT_HEADS=NH/KVH/HS (issue 67; device.sh attn with ATT_HEADS, ring_torch.py reads it too): other
+ * heads, e.g. Gemma 3 4B's 8/4/256; the rows then name hs. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +34,26 @@
 
 #include "cuda_ops.h"
 
-enum { NH = 32, KVH = 8, HS = 128, QKV = (NH + 2 * KVH) * HS, C = NH * HS, KVW = 2 * KVH * HS };
+/* the heads: Llama 3.1 8B's, or ATT_HEADS=NH/KVH/HS (heads_from_env) */
+static int NH = 32, KVH = 8, HS = 128, QKV, C, KVW;
+
+/* ATT_HEADS=NH/KVH/HS (issue 67: Gemma 3's hs 256, e.g. 8/4/256 of 4B, 16/8/256 of 12B) instead
+ * of Llama 3.1 8B's 32/8/128: 0, or 1 with a message when it is not three positive numbers, KVH
+ * dividing NH and hs one the kernels take (cuda_shapes.h) */
+static int heads_from_env(void) {
+    const char *e = getenv("ATT_HEADS");
+    if (e && *e) {
+        char tail = 0;
+        if (sscanf(e, "%d/%d/%d%c", &NH, &KVH, &HS, &tail) != 3 || NH < 1 || KVH < 1 ||
+            NH % KVH || !tcu_attention_head_size_ok(HS)) {
+            fprintf(stderr, "ring_bench: ATT_HEADS='%s': expected NH/KVH/HS, KVH dividing NH, hs "
+                            TCU_ATTENTION_HEAD_SIZES "\n", e);
+            return 1;
+        }
+    }
+    QKV = (NH + 2 * KVH) * HS, C = NH * HS, KVW = 2 * KVH * HS;
+    return 0;
+}
 
 static void *dev(size_t bytes) { return tcu_malloc(bytes, "ring_bench"); }
 
@@ -124,6 +145,7 @@ int main(int argc, char **argv) {
                         "window instead of the rings)]]]\n");
         return 1;
     }
+    if (heads_from_env()) return 1;
     if (tcu_device_count() == 0) {
         printf("ring_bench: no CUDA device: SKIP\n");
         return 77;
@@ -149,8 +171,9 @@ int main(int argc, char **argv) {
     tcu_attention_forward(b.out, b.lse, b.qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s); /* a real lse */
     char name[128] = "";
     tcu_device_info(name, sizeof name, NULL, NULL, NULL);
-    printf("ring_bench: %s, Llama 3.1 8B heads (%d on %d, hs %d), %d local positions, %d reps, "
-           "%s\n", name, NH, KVH, HS, Tl, reps,
+    printf("ring_bench: %s, %s heads (%d on %d, hs %d), %d local positions, %d reps, "
+           "%s\n", name, getenv("ATT_HEADS") && *getenv("ATT_HEADS") ? "ATT_HEADS" : "Llama 3.1 8B",
+           NH, KVH, HS, Tl, reps,
            wgmma ? "the wgmma kernels (TSR_ATT_WGMMA=1)" : "the mma.sync kernels");
     printf("| what | forward ms | TFLOP/s | backward ms | TFLOP/s | fwd+bwd vs the kernel |\n");
     printf("|---|---|---|---|---|---|\n");
@@ -167,10 +190,13 @@ int main(int argc, char **argv) {
         const float mf = timed(&b, Tl, N, 0, reps, var, s), mb = timed(&b, Tl, N, 1, reps, var, s);
         const double tf = ff / (mf * 1e9), tb = fb / (mb * 1e9), all = (ff + fb) / ((mf + mb) * 1e9);
         if (!i) base = all;
-        char what[64];
-        if (N) snprintf(what, sizeof what, "ring, N = %d (T = %d): a rank's blocks", N, N * Tl);
-        else if (var) snprintf(what, sizeof what, "sliding window W = %d, T = %d", W, Tl);
-        else snprintf(what, sizeof what, "one-GPU kernel, T = %d", Tl);
+        char what[96];
+        const int n = N ? snprintf(what, sizeof what, "ring, N = %d (T = %d): a rank's blocks", N,
+                                   N * Tl)
+                      : var ? snprintf(what, sizeof what, "sliding window W = %d, T = %d", W, Tl)
+                            : snprintf(what, sizeof what, "one-GPU kernel, T = %d", Tl);
+        if (HS != 128) /* the head size in the row, beside the peer's (ring_torch.py) */
+            snprintf(what + n, sizeof what - (size_t)n, ", hs %d", HS);
         printf("| %s | %.2f | %.1f | %.2f | %.1f | %.2f |\n", what, mf, tf, mb, tb, all / base);
         if (var) /* the count its TFLOP/s divide (tests/gpu/test_ring_bench.sh reads it) */
             printf("ring_bench: the sliding window's pairs: %.0f (the full kernel's %.0f)\n", pairs,

@@ -15,11 +15,23 @@ ring_bench counts its band (W TL - W (W - 1) / 2 pairs): torch's flex_attention 
 sliding-window block mask, compiled (torch >= 2.5: its blocks outside the band skipped, as
 tessera's), else scaled_dot_product_attention with an explicit boolean mask (every block
 computed), the row naming which.
+ATT_HEADS=NH/KVH/HS (issue 67; ring_bench's): other heads, e.g. Gemma 3 4B's 8/4/256; the rows
+then name hs, as ring_bench's do.
 Exit 77 (SKIP) without a CUDA device or without torch."""
+import os
+import re
 import sys
 import time
 
 NH, KVH, HS = 32, 8, 128
+HEADS = os.environ.get("ATT_HEADS", "")
+if HEADS:
+    m = re.fullmatch(r"(\d+)/(\d+)/(\d+)", HEADS)
+    if not m or int(m[2]) < 1 or int(m[1]) % int(m[2]) or int(m[3]) not in (32, 64, 128, 256):
+        sys.exit(f"ring_torch: ATT_HEADS='{HEADS}': expected NH/KVH/HS, KVH dividing NH, hs 32, "
+                 "64, 128 or 256")
+    NH, KVH, HS = (int(x) for x in m.groups())
+HS_TAG = f", hs {HS}" if HS != 128 else ""  # as ring_bench names its rows
 
 
 def main(argv):
@@ -101,7 +113,7 @@ def main(argv):
     print(f"ring_torch: {name}, torch {torch.__version__}, scaled_dot_product_attention "
           f"({backend}{', enable_gqa' if gqa[0] else ', key/value heads repeated'}), "
           f"{NH} heads on {KVH}, hs {HS}, {tl} positions, {reps} reps")
-    print(f"| PyTorch SDPA, T = {tl} | {mf:.2f} | {ff / (mf * 1e9):.1f} | {mb:.2f} | "
+    print(f"| PyTorch SDPA, T = {tl}{HS_TAG} | {mf:.2f} | {ff / (mf * 1e9):.1f} | {mb:.2f} | "
           f"{fb / (mb * 1e9):.1f} | (peer) |")
     if win:
         attend_w, how = window_attention(torch, F, sdpa, q, k, v, tl, win, cpu)
@@ -110,7 +122,7 @@ def main(argv):
             mb = max(timed(True, attend_w) - mf, 1e-9)
         ff = 4.0 * HS * NH * (win * tl - win * (win - 1) / 2.0)  # the band's pairs
         fb = 2.5 * ff
-        print(f"| PyTorch {how}, sliding window W = {win}, T = {tl} | {mf:.2f} | "
+        print(f"| PyTorch {how}, sliding window W = {win}, T = {tl}{HS_TAG} | {mf:.2f} | "
               f"{ff / (mf * 1e9):.1f} | {mb:.2f} | {fb / (mb * 1e9):.1f} | (peer) |")
     return 0
 

@@ -7,7 +7,7 @@
  *     head h at column h*hs, key head g at NH*hs + g*hs, value head g at (NH+KVH)*hs + g*hs;
  *     grouped-query attention: query head h reads key/value head g = h / (NH/KVH) (KVH = NH:
  *     multi-head, KVH = 1: multi-query); out, dout (B,T,C) with C = NH*hs; lse, D (B,NH,T) fp32;
- *     hs in {32, 64, 128} (one template instance each);
+ *     hs in {32, 64, 128, 256} (one template instance each; 256: Gemma 3, mma.sync only);
  *   - s[i,j] = q_i.k_j * scale - slope_h (i - j), scale = 1/sqrt(hs), allowed for lo(i) <= j <= i,
  *     lo(i) the first index of the run of equal seq ids holding i (0 without seq). Equivalently
  *     j <= i < hi(j), hi(j) one past the end of j's run: the query-major kernels mask with lo of
@@ -74,16 +74,21 @@ struct att_var {
 };
 
 /* Tile sizes per head size and slabs per warp (MS). A block owns ROWS = 64 MS rows. Forward: BR
- * query rows x BC keys per step. Backward dk/dv: BK keys per block, BQ queries per step (32 at hs
- * 128, or with MS = 2, keeps dk, dv, P, dP in registers). Backward dq: BR query rows per block, BC
- * keys per step (32 with MS = 2, for the same reason). */
+ * query rows x BC keys per step (32 at hs 256: O's 128 fp32 a thread beside S). Backward dk/dv: BK
+ * keys per block, BQ queries per step (32 at hs >= 128, or with MS = 2, keeps dk, dv, P, dP in
+ * registers). Backward dq: BR query rows per block, BC keys per step (32 with MS = 2 or at hs
+ * 256, for the same reason). No tile spills under ptxas -v, sm_90a and sm_80 (docs/cuda.md). */
 template <int HS, int MS> struct att_tiles {
     static_assert(MS == 1 || (MS == 2 && HS <= 64), "32 rows a warp only for hs <= 64 (registers)");
     static constexpr int LD = HS + 8; /* shared row stride in bf16 */
     static constexpr int ROWS = 16 * MS * ATT_WARPS;
-    static constexpr int FWD_BR = ROWS, FWD_BC = 64;
-    static constexpr int KV_BK = ROWS, KV_BQ = HS == 128 || MS == 2 ? 32 : 64;
-    static constexpr int DQ_BR = ROWS, DQ_BC = MS == 2 ? 32 : 64;
+    static constexpr int FWD_BR = ROWS, FWD_BC = HS == 256 ? 32 : 64;
+    static constexpr int KV_BK = ROWS, KV_BQ = HS >= 128 || MS == 2 ? 32 : 64;
+    static constexpr int DQ_BR = ROWS, DQ_BC = HS == 256 || MS == 2 ? 32 : 64;
+    /* dk/dv: the blocks a key block takes, each owning HS / KV_NS columns of its dk and dv (2 at
+     * hs 256: 16 keys x 256 columns of both do not fit a thread's 255 registers; each part
+     * recomputes P^T and dP^T over the whole hs) */
+    static constexpr int KV_NS = HS == 256 ? 2 : 1, KV_NC = HS / KV_NS;
     static_assert(128 % FWD_BR == 0 && 128 % KV_BQ == 0 && 128 % DQ_BR == 0,
                   "query tiles dividing 128 rows (tcu_attention_keys_row0)");
     static constexpr size_t fwd_smem = (size_t)(FWD_BR + 2 * FWD_BC) * LD * sizeof(bf16);
@@ -730,21 +735,21 @@ __device__ __forceinline__ void bwd_kv_ds(float (&ds)[MS][BQ / 8][4],
             }
 }
 
-/* the dk/dv kernels' end: dk scale and dv of this thread's keys ja, jb (< T) added into the key
- * and value columns of head kvh of dqkv (set: written) */
-template <int MS, int HS>
-__device__ __forceinline__ void bwd_kv_store(bf16 *dqkv, const float (&dk)[MS][HS / 8][4],
-                                             const float (&dv)[MS][HS / 8][4], const int (&ja)[MS],
+/* the dk/dv kernels' end: dk scale and dv of this thread's keys ja, jb (< T), columns c0..c0+NC-1
+ * of the head, added into the key and value columns of head kvh of dqkv (set: written) */
+template <int MS, int HS, int NC>
+__device__ __forceinline__ void bwd_kv_store(bf16 *dqkv, const float (&dk)[MS][NC / 8][4],
+                                             const float (&dv)[MS][NC / 8][4], const int (&ja)[MS],
                                              const int (&jb)[MS], int b, int T, int NH, int KVH,
-                                             int kvh, float scale, bool set, int t4) {
+                                             int kvh, int c0, float scale, bool set, int t4) {
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const size_t voff = (size_t)KVH * HS; /* value head kvh, from key head kvh */
 #pragma unroll
     for (int m = 0; m < MS; m++) {
-        bf16 *dka = dqkv + ((size_t)b * T + ja[m]) * ld + (size_t)(NH + kvh) * HS + 2 * t4;
+        bf16 *dka = dqkv + ((size_t)b * T + ja[m]) * ld + (size_t)(NH + kvh) * HS + c0 + 2 * t4;
         bf16 *dkb = dka + 8 * ld;
 #pragma unroll
-        for (int dn = 0; dn < HS / 8; dn++) {
+        for (int dn = 0; dn < NC / 8; dn++) {
             if (ja[m] < T) {
                 add_bf16x2(dka + dn * 8, dk[m][dn][0] * scale, dk[m][dn][1] * scale, set);
                 add_bf16x2(dka + voff + dn * 8, dv[m][dn][0], dv[m][dn][1], set);
@@ -966,10 +971,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     int KVH, float scale, float sl2, bool set, float *__restrict__ dqacc, int *__restrict__ turns,
     int nqt, att_var av) {
     using Tl = att_tiles<HS, MS>;
-    constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, LD = WG ? HS : Tl::LD; /* a tile row */
+    constexpr int BK = Tl::KV_BK, BQ = Tl::KV_BQ, NC = Tl::KV_NC, LD = WG ? HS : Tl::LD;
     const int C = NH * HS, grp = NH / KVH;
     static_assert(BK == 16 * MS * ATT_WARPS, "MS 16-key slabs per warp");
-    static_assert(BK % BQ == 0, "query tiles inside key blocks");
+    static_assert(BK % BQ == 0 && (NC == HS || !FUSED), "query tiles in key blocks; parts unfused");
     static_assert(!WG || (!FUSED && MS == 1 && ATT_THREADS == 128 && (HS == 64 || HS == 128)),
                   "wgmma: one warpgroup of 64 keys, not fused; its shapes");
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -981,10 +986,10 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     const int lin = FUSED ? start_ticket(turns, s_red) : 0, nkb = (int)gridDim.x;
-    const int kb = FUSED ? nkb - 1 - lin % nkb : (int)blockIdx.x;
+    const int kb = FUSED ? nkb - 1 - lin % nkb : (int)blockIdx.x / (HS / NC);
     const int kvh = FUSED ? lin / nkb % (int)gridDim.y : (int)blockIdx.y;
     const int b = FUSED ? lin / (nkb * (int)gridDim.y) : (int)blockIdx.z;
-    const int j0 = kb * BK, h0 = kvh * grp;
+    const int j0 = kb * BK, h0 = kvh * grp, c0 = (int)blockIdx.x % (HS / NC) * NC;
     const size_t ld = (size_t)(NH + 2 * KVH) * HS;
     const bf16 *q0, *k, *v;
     head_rows(q0, k, v, qkv, b, T, h0, NH, KVH, HS); /* q0: the group's first query head */
@@ -1026,7 +1031,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     const int r0 = warp * 16 * MS;
     int ja[MS], jb[MS], hi_a[MS], hi_b[MS];
     slab_rows<MS>(ja, jb, hi_a, hi_b, s_hi, j0, r0, g);
-    float dk[MS][HS / 8][4] = {}, dv[MS][HS / 8][4] = {};
+    float dk[MS][NC / 8][4] = {}, dv[MS][NC / 8][4] = {};
     [[maybe_unused]] uint64_t desc_k = 0, desc_v = 0; /* WG: K, V as the A of products over hs */
     if constexpr (WG) desc_k = wg_desc_kmajor<HS>(sK), desc_v = wg_desc_kmajor<HS>(sV);
 
@@ -1077,9 +1082,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
             wgmma_fence_operand(dk[0]);
         } else {
             warp_mma_rows_rowsT<MS, BQ / 8, HS, LD>(ds, sV, r0, sG, lane); /* dP^T = V dO^T */
-            warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dv, p, sG, lane);        /* dV += P^T dO */
+            warp_mma_regs_rows<MS, NC / 8, BQ, LD>(dv, p, sG + c0, lane);   /* dV += P^T dO */
             bwd_kv_ds<MS, BQ>(ds, p, tD, t4, ja, jb, it0, tl, slope2, av);
-            warp_mma_regs_rows<MS, HS / 8, BQ, LD>(dk, ds, sQ, lane); /* dK += dS^T Q */
+            warp_mma_regs_rows<MS, NC / 8, BQ, LD>(dk, ds, sQ + c0, lane); /* dK += dS^T Q */
         }
         if constexpr (FUSED) {
             /* dS^T -> sDS (bf16, the rounding the dq kernel's A fragments get) */
@@ -1112,7 +1117,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_keytile_k
     }
 
     if (!nsteps) cp_async_wait<0>(); /* K and V, unused: dk, dv are 0 */
-    bwd_kv_store<MS, HS>(dqkv, dk, dv, ja, jb, b, T, NH, KVH, kvh, scale, set, t4);
+    bwd_kv_store<MS, HS, NC>(dqkv, dk, dv, ja, jb, b, T, NH, KVH, kvh, c0, scale, set, t4);
 }
 
 /* dq_i = scale sum_j dS[i,j] k_j for the BR query rows of one block, P and dS recomputed per key
@@ -1299,6 +1304,10 @@ extern "C" void tcu_attention_set_dq_fused(int on) {
 
 extern "C" int tcu_attention_dq_fused(void) { return att_dq_fused; }
 
+/* whether the backward at head size hs takes the fused dq: switched on, and not at hs 256 (its
+ * dk/dv blocks own half the columns each: att_tiles::KV_NS; the separate dq kernel runs) */
+static bool att_dq_fused_at(int hs) { return att_dq_fused && hs != 256; }
+
 /* the attention kernels on wgmma (issue 25 item 2; a measurement switch, off until timed on a GPU:
  * tcu_attention_set_wgmma, TSR_ATT_WGMMA) */
 static bool att_wgmma = false;
@@ -1373,11 +1382,12 @@ static size_t att_align256(size_t n) { return (n + 255) / 256 * 256; }
 static att_scratch_layout att_scratch(int B, int T, int NH, int hs) {
     att_scratch_layout L;
     L.bytes = (size_t)B * NH * T * sizeof(float);
-    if (!att_dq_fused) return L;
+    if (!att_dq_fused_at(hs)) return L;
     const bool two = tcu_attention_warp_rows(hs) == 32;
     const int bq = hs == 32 ? (two ? att_tiles<32, 2>::KV_BQ : att_tiles<32, 1>::KV_BQ)
                    : hs == 64 ? (two ? att_tiles<64, 2>::KV_BQ : att_tiles<64, 1>::KV_BQ)
-                              : att_tiles<128, 1>::KV_BQ;
+                   : hs == 128 ? att_tiles<128, 1>::KV_BQ
+                               : att_tiles<256, 1>::KV_BQ;
     L.nqt = (T + bq - 1) / bq;
     L.acc = att_align256(L.bytes);
     L.turns = att_align256(L.acc + (size_t)B * NH * L.nqt * bq * hs * sizeof(float));
@@ -1405,7 +1415,7 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
 
 /* out (B,T,NH*hs) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file
  * header). qkv (B,T,(NH+2KVH)hs) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs in
- * {32, 64, 128}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/(64 MS)), NH, B) x 128
+ * {32, 64, 128, 256}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/(64 MS)), NH, B) x 128
  * threads (MS: tcu_attention_warp_rows(hs) / 16, or 1 where the wgmma instance runs:
  * tcu_attention_wgmma(hs)). */
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
@@ -1445,7 +1455,8 @@ extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_
     else if (hs == 32) ATT_FWD(32, 1, false);
     else if (hs == 64 && two) ATT_FWD(64, 2, false);
     else if (hs == 64) ATT_FWD(64, 1, false);
-    else ATT_FWD(128, 1, false);
+    else if (hs == 128) ATT_FWD(128, 1, false);
+    else ATT_FWD(256, 1, false);
 #undef ATT_FWD
 }
 
@@ -1511,8 +1522,9 @@ static void attention_backward_hs(tsr_bf16 *dqkv, const tsr_bf16 *dout, const ts
     att_rowdot<HS>(D, g, out, B, T, NH, tcu_attention_keys_row0(kend, T), st);
 
     /* the key blocks below kend (the masked keys' dk, dv are nobody's; kend = T: all) */
-    const dim3 gkv((unsigned)((kend + Tl::KV_BK - 1) / Tl::KV_BK), (unsigned)KVH, (unsigned)B);
-    if constexpr (!WG) {
+    const dim3 gkv((unsigned)((kend + Tl::KV_BK - 1) / Tl::KV_BK * Tl::KV_NS), (unsigned)KVH,
+                   (unsigned)B);
+    if constexpr (!WG && Tl::KV_NS == 1) {
         if (fused) {
             const att_scratch_layout L = att_scratch(B, T, NH, HS);
             unsigned char *base = static_cast<unsigned char *>(scratch);
@@ -1599,7 +1611,7 @@ extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout
     TCU_REQUIRE(scratch != nullptr, what, "scratch is NULL");
     cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const bool set = mode == TSR_GRAD_SET, two = tcu_attention_warp_rows(hs) == 32;
-    const bool fused = att_dq_fused && kend == T, wg = tcu_attention_wgmma(hs) && !fused;
+    const bool fused = att_dq_fused_at(hs) && kend == T, wg = tcu_attention_wgmma(hs) && !fused;
     const att_var av = att_var_of(var, hs, what);
     TCU_REQUIRE(!(av.sinks && var->dsinks && kend < T), what,
                 "sink gradients with keys masked from kend: the ring takes them (cuda_ring.cu)");
@@ -1612,7 +1624,8 @@ extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout
     else if (hs == 32) ATT_BWD(32, 1, false);
     else if (hs == 64 && two) ATT_BWD(64, 2, false);
     else if (hs == 64) ATT_BWD(64, 1, false);
-    else ATT_BWD(128, 1, false);
+    else if (hs == 128) ATT_BWD(128, 1, false);
+    else ATT_BWD(256, 1, false);
 #undef ATT_BWD
     if (av.sinks && var->dsinks)
         att_sink_grads(var->dsinks, av.sinks, lse, static_cast<const float *>(scratch), B, T, NH,

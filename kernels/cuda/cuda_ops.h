@@ -303,7 +303,7 @@ void tcu_residual_backward(tsr_bf16 *da, tsr_bf16 *db, const tsr_bf16 *dout, siz
  * out (B,T,NH*hs) bf16; lse (B,NH,T) fp32 = log sum_j exp(s[i,j]), saved for backward (replaces
  * the CPU's att); qkv (B,T,QKV) bf16 laid out [q|k|v] with KVH key/value heads (query head h
  * reads key/value head h / (NH/KVH)); alibi_slopes (NH) fp32 or NULL; seq (B,T) or NULL. hs must
- * pass tcu_attention_head_size_ok (cuda_shapes.h: 32, 64 or 128). */
+ * pass tcu_attention_head_size_ok (cuda_shapes.h: 32, 64, 128 or 256). */
 void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                            const float *alibi_slopes, const int32_t *seq, int B, int T, int NH,
                            int KVH, int hs, tcu_stream s);

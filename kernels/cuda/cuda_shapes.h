@@ -7,9 +7,9 @@
 #define TSR_CUDA_SHAPES_H
 
 /* the head sizes the fused attention kernels are compiled for (cuda_attention.cu's tile table) */
-#define TCU_ATTENTION_HEAD_SIZES "32, 64 or 128"
+#define TCU_ATTENTION_HEAD_SIZES "32, 64, 128 or 256"
 
 /* 1 when the attention ops have a kernel for head size hs, else 0 */
-static inline int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128; }
+static inline int tcu_attention_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128 || hs == 256; }
 
 #endif

@@ -64,7 +64,9 @@
 #                                                   WINDOW=W (issue 67) the sliding-window kernel
 #                                                   beside it instead of the rings, and torch's
 #                                                   flex_attention (or SDPA with a boolean mask)
-#                                                   at that window: ATTN_T=8192 WINDOW=1024
+#                                                   at that window: ATTN_T=8192 WINDOW=1024;
+#                                                   ATT_HEADS=NH/KVH/HS other heads (issue 67:
+#                                                   Gemma 3 12B's 16/8/256), into attn-16-8-256.txt
 #           bash tests/gpu/device.sh deltanet       the Gated DeltaNet core (issue 68; cuda_deltanet.cu)
 #                                                   against the PyTorch peer of the same chunked
 #                                                   algorithm (torch.compile, bf16 inputs, fp32
@@ -448,18 +450,29 @@ bench() {
 # timed against the peer): ring_bench's and ring_torch.py's tables in $OUTDIR/attn.txt. WINDOW=W
 # (issue 67's sliding windows): each of them with W too (ring_bench: the window's row instead of
 # the rings'; ring_torch.py: a window row after its own; the band's FLOPs, W T - W (W - 1) / 2
-# pairs; the compile of flex_attention inside the peer's step limit)
+# pairs; the compile of flex_attention inside the peer's step limit). ATT_HEADS=NH/KVH/HS (issue
+# 67; both benches read it): other heads, e.g. Gemma 3 12B's 16/8/256, the table then in
+# attn-16-8-256.txt; the wgmma run only where hs has those kernels (64, 128)
 attn() {
     setup
-    local t rc=0 log=$OUTDIR/attn.txt w=()
+    local t rc=0 log=$OUTDIR/attn.txt w=() hs=128
     if [[ -n ${WINDOW:-} ]]; then
         [[ $WINDOW =~ ^[1-9][0-9]*$ ]] || die "WINDOW='$WINDOW': expected a whole number of positions"
         w=("$WINDOW")
     fi
+    if [[ -n ${ATT_HEADS:-} ]]; then
+        [[ $ATT_HEADS =~ ^[1-9][0-9]*/[1-9][0-9]*/(32|64|128|256)$ ]] ||
+            die "ATT_HEADS='$ATT_HEADS': expected NH/KVH/HS, hs 32, 64, 128 or 256"
+        export ATT_HEADS
+        hs=${ATT_HEADS##*/} log=$OUTDIR/attn-${ATT_HEADS//\//-}.txt
+    fi
     : >"$log"
     for t in ${ATTN_T:-2048 4096 8192}; do
         STEP_LIMIT_S=60 limited "$log.1" "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
-        STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        : >"$log.2"
+        if [[ $hs == 64 || $hs == 128 ]]; then # (an if: set -e; the wgmma kernels' sizes)
+            STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        fi
         STEP_LIMIT_S=120 limited "$log.3" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py "$t" 5 ${w[@]+"${w[@]}"} || rc=1
         cat "$log.1" "$log.2" "$log.3" >>"$log" && rm -f "$log".[123]
     done

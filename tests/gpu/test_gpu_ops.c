@@ -929,7 +929,7 @@ static float *att_bwd_run(const att_bwd *v, void *scratch, const float *g0, tsr_
  * twice, = over NaNs gives the bits of += over zeros, and the turns at the scratch's end show that
  * the fused kernel ran: the start ticket at the number of blocks, each tile's counter at the
  * number of key blocks that reach it (from this file's own tiling rule: BK = 64 x rows / 16 keys
- * a block, BQ = 32 queries a step at hs 128 or 32 rows, else 64). The scratch starts as NaNs (its
+ * a block, BQ = 32 queries a step at hs 128 or 32 rows, else 64; none at hs 256). The scratch starts as NaNs (its
  * sums are written before they are read). Skipped, saying so, on a backend without it
  * (kernels/cuda_emu). */
 static void test_attention_dq_fused(const att_bwd *v, const char *tag, const int32_t *sq,
@@ -942,6 +942,12 @@ static void test_attention_dq_fused(const att_bwd *v, const char *tag, const int
         for (int k = 0; k < 4; k++)
             tap_skip(L("attention_backward %s: fused dq", tag),
                      "the fused dq runs the mma.sync kernels, checked without wgmma");
+        return;
+    }
+    if (hs == 256) { /* its dk/dv blocks own half the columns each: no fused dq (docs/cuda.md) */
+        for (int k = 0; k < 4; k++)
+            tap_skip(L("attention_backward %s: fused dq", tag),
+                     "hs 256 has no fused dq: the dq kernel runs (cuda_attention.cu KV_NS)");
         return;
     }
     tcu_attention_set_dq_fused(1);
@@ -972,7 +978,7 @@ static void test_attention_dq_fused(const att_bwd *v, const char *tag, const int
     tap_ok(dif == 0, "attention_backward %s: fused dq, run twice, bit-identical (%zu differ)", tag,
            dif);
     const int ms = tcu_attention_warp_rows(hs) / 16, BK = 64 * ms;
-    const int BQ = hs == 128 || ms == 2 ? 32 : 64, nqt = (T + BQ - 1) / BQ, nkb = (T + BK - 1) / BK;
+    const int BQ = hs >= 128 || ms == 2 ? 32 : 64, nqt = (T + BQ - 1) / BQ, nkb = (T + BK - 1) / BK;
     const size_t nt = (size_t)B * NH * nqt;
     int32_t *turns = hi32(nt + 1);
     d2h(turns, (const unsigned char *)d_scratch + bytes - (nt + 1) * sizeof(int32_t),
@@ -2238,6 +2244,9 @@ static const att_cfg ATT[] = {
      * of the 32-row kernels, and a 64-key one), row 1's at 64 (64-key blocks only); the query
      * tile at 256 is the first of its document, so no lower key block reaches it */
     {2, 260, 2, 1, 64, 1, 1},
+    /* hs 256 (Gemma 3; issue 67): its own tiles (32-key forward steps, dk/dv in two column
+     * halves), GQA, documents, ALiBi; two query tiles and a partial one */
+    {1, 150, 2, 1, 256, 1, 1},
 };
 /* ring attention's blocks (context parallelism; tcu_ring_forward / _backward): B, c (a chunk's
  * rows), NH, KVH, hs, alibi, doc. The query rows, the second chunk of a rank's local sequence
@@ -2250,6 +2259,7 @@ typedef struct { int B, c, NH, KVH, hs, alibi, doc; } ring_cfg;
 static const ring_cfg RING[] = {
     {2, 48, 4, 2, 64, 0, 0}, {1, 64, 4, 1, 64, 1, 1}, {2, 33, 2, 2, 32, 1, 0},
     {1, 40, 4, 4, 128, 0, 1}, {1, 100, 2, 1, 64, 1, 1}, {1, 72, 2, 2, 128, 0, 0},
+    {1, 40, 2, 1, 256, 0, 1}, /* hs 256 (Gemma 3) */
 };
 static const rms_cfg RMS[] = {
     {1, 8, 0}, {7, 24, 1}, {65, 72, 0}, {257, 768, 3}, {130, 2048, 0},
@@ -2563,6 +2573,7 @@ typedef struct { int n, slots, cap, NH, KVH, hs, alibi, p0, seg0; } dec_cfg;
 static const dec_cfg DEC[] = {
     {3, 4, 40, 4, 2, 32, 1, 0, 0}, /* rows of 3 slots of 4, ALiBi, one with a segment */
     {4, 0, 24, 4, 4, 16, 0, 7, 2}, /* a chunk of 4 rows at positions 7..10, segment from 2 */
+    {3, 4, 40, 2, 1, 256, 0, 0, 0}, /* hs 256 (Gemma 3), rows of 3 slots */
 };
 
 /* tcu_attention_decode vs the CPU's attention_decode(_rows) on the same bf16 values: the outputs

@@ -10,9 +10,11 @@
 # window's, its TFLOP/s counted over the band (W T - W (W - 1) / 2 pairs, which it prints); a bad
 # W refused; and the PyTorch peer's (bench/gpu/ring_torch.py --cpu) window row, naming how it
 # masked.
+# Then at other heads (issue 67: ATT_HEADS=NH/KVH/HS, Gemma 3 4B's 8/4/256; device.sh attn with
+# ATT_HEADS): both benches' rows name hs 256, a head size without a kernel refused.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 4
+tap_plan 7
 bin=$BUILD/tests/ring_bench_emu
 [[ -x $bin ]] || { echo "$bin not built (make)"; exit 1; }
 "$bin" 128 1 >"$TMP/out.txt" 2>&1
@@ -48,4 +50,26 @@ rc=$?
 sed 's/^/# /' "$TMP/torch.txt"
 ((rc == 0)) && grep -Eq '^\| PyTorch .*(boolean mask|block mask).*, sliding window W = 32, T = 128 \|' "$TMP/torch.txt"
 tap_check $? "ring_torch.py --cpu 128 1 32: the peer's sliding-window row, naming its mask (exit $rc)"
+
+ATT_HEADS=8/4/256 "$bin" 128 1 64 >"$TMP/hs256.txt" 2>&1
+rc=$?
+sed 's/^/# /' "$TMP/hs256.txt"
+((rc == 0)) && grep -q 'ATT_HEADS heads (8 on 4, hs 256)' "$TMP/hs256.txt" && awk -F'|' '
+    /one-GPU kernel, T = 128, hs 256 / { rows++; if ($3 + 0 <= 0 || $5 + 0 <= 0) bad = 1 }
+    /sliding window W = 64, T = 128, hs 256 / { rows++; if ($3 + 0 <= 0 || $5 + 0 <= 0) bad = 1 }
+    END { exit !(rows == 2 && !bad) }' "$TMP/hs256.txt"
+tap_check $? "ATT_HEADS=8/4/256 ring_bench 128 1 64: Gemma 3 4B's heads, the kernel's row and the window's at hs 256 (exit $rc)"
+
+ATT_HEADS=8/4/96 "$bin" 128 1 >"$TMP/hs96.txt" 2>&1
+rc=$?
+((rc == 1)) && grep -q "ATT_HEADS='8/4/96': expected NH/KVH/HS" "$TMP/hs96.txt"
+tap_check $? "ATT_HEADS=8/4/96: a head size without a kernel refused, naming ATT_HEADS (exit $rc)"
+
+ATT_HEADS=8/4/256 "$py" bench/gpu/ring_torch.py --cpu 128 1 32 >"$TMP/torch256.txt" 2>&1
+rc=$?
+sed 's/^/# /' "$TMP/torch256.txt"
+((rc == 0)) && grep -q '8 heads on 4, hs 256' "$TMP/torch256.txt" &&
+    grep -Eq '^\| PyTorch SDPA, T = 128, hs 256 \|' "$TMP/torch256.txt" &&
+    grep -Eq '^\| PyTorch .*, sliding window W = 32, T = 128, hs 256 \|' "$TMP/torch256.txt"
+tap_check $? "ATT_HEADS=8/4/256 ring_torch.py --cpu 128 1 32: the peer's rows at Gemma 3 4B's heads, naming hs 256 (exit $rc)"
 tap_done

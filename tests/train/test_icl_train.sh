@@ -125,7 +125,7 @@ PY
 tap_check $? "1 rank scoring the step-75 weights gives the 2-rank run's step-75 result exactly (exit $rc)"
 
 # device = cuda scores through the same scorer (model_token_scores: per-position losses and the
-# logits' argmax on the device). The GPU's attention needs head size 32, 64 or 128, so a model of
+# logits' argmax on the device). The GPU's attention needs head size 32, 64, 128 or 256, so a model of
 # 2 heads (hs 32) and 3 layers (more than the two gather slots hold: every forward on the shards
 # gathers) is trained on the CPU here; its step-75 (mid-learning) and step-150 weights are scored
 # by one CPU rank, by the emulated GPU on one rank, on the shards under zero3 on 4 emulated GPUs

@@ -6,7 +6,9 @@
 #    parallel.sharding=V --dry-run) and together they are all of ddp, zero1, zero3, hsdp;
 #  - no recipe comment promises what exists already ("not yet", "arrive with", "tessera shard
 #    now, tessera prep" of the time before prep existed);
-#  - a recipe that reads data/brown says, in its data block, how to make it (issue 48).
+#  - a recipe that reads data/brown says, in its data block, how to make it (issue 48);
+#  - the Gemma 3 recipes (head size 256) load and plan on 8 ranks with device = "cuda" (issue 67:
+#    the GPU's attention takes hs 256), while an odd head size (96) is still refused at load.
 # The sizes of one issue-67 family (gemma3-*, gpt-oss-*, olmo2-*, olmo3-*) share every key but
 # the sizes: the family's first recipe (in glob order) dry-runs each of its sharding values, the
 # others their own setting only (sizes do not change which shardings load; CI's time).
@@ -16,7 +18,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 recipes=("$TSR_ROOT"/configs/*.cfg)
-tap_plan 4
+tap_plan 6
 # dry NAME ARGS...: tessera-train ARGS... --dry-run in the background (at most four at once); its
 # exit status goes to $TMP/NAME.rc
 dry() {
@@ -50,6 +52,9 @@ for f in "${recipes[@]}"; do
         dry "$r.$v" --config "$f" --set parallel.sharding="$v" "${plan[@]}"
     done
 done
+gemma=("$TSR_ROOT"/configs/gemma3-*.cfg)
+for f in "${gemma[@]}"; do dry "${f##*/}.cuda" --config "$f" --set device=cuda --plan 8; done
+dry hs96.cuda --config "${gemma[0]}" --set device=cuda --set model.head_dim=96 --plan 8
 wait
 
 bad=()
@@ -88,4 +93,12 @@ for f in "${recipes[@]}"; do
 done
 ((n >= 4 && ${#bad[@]} == 0))
 tap_check $? "the $n recipes reading data/brown say how to make it (silent: ${bad[*]:-none})"
+
+bad=()
+for f in "${gemma[@]}"; do ran "${f##*/}.cuda" || bad+=("${f##*/}"); done
+((${#gemma[@]} == 4 && ${#bad[@]} == 0))
+tap_check $? "the ${#gemma[@]} Gemma 3 recipes (hs 256) plan on 8 ranks with --set device=cuda --dry-run (refused: ${bad[*]:-none})"
+[[ $(cat "$TMP/hs96.cuda.rc") == 1 ]] &&
+    grep -q -- '--set model.head_dim=96: device = "cuda": head size model.head_dim = 96 has no attention kernel on the GPU: it must be 32, 64, 128 or 256' "$TMP/hs96.cuda.out"
+tap_check $? "a Gemma 3 recipe with head size 96 and device = cuda: refused at load, exit 1, naming model.head_dim and the sizes (exit $(cat "$TMP/hs96.cuda.rc"))"
 tap_done

@@ -514,7 +514,7 @@ static void test_arch(void) {
         /* the GPU's attention kernels' head sizes (kernels/cuda/cuda_shapes.h), at load */
         {{"device=cuda"},
          "arch.cfg:8: device = \"cuda\": head size model.d_model / model.n_head = 32 / 4 = 8 has "
-         "no attention kernel on the GPU: it must be 32, 64 or 128"},
+         "no attention kernel on the GPU: it must be 32, 64, 128 or 256"},
         {{"device=cuda", "model.n_head=1", "model.head_dim=48"},
          "--set model.head_dim=48: device = \"cuda\": head size model.head_dim = 48 has no "
          "attention kernel"},
