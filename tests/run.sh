@@ -153,6 +153,7 @@ for t in "${tests[@]}"; do
     elif solo "$name"; then alone+=("$t"); else shared+=("$t"); fi
 done
 alone+=(${lasts[@]+"${lasts[@]}"})
+selected=$((${#shared[@]} + ${#besides[@]} + ${#alone[@]} + ${#idles[@]})) # (checked at the end)
 # The longest shared tests (40 s or more each on the CI machine, 2026-11-27) start first, so the
 # lanes end together instead of one lane running a long test alone at the end (the run of
 # 2026-11-27 ended its shared phase with test_train_converges, 51 s, beside an idle lane); the
@@ -272,7 +273,7 @@ run_one() {
     echo "$rc $((SECONDS - start)) $((cpu1 - cpu0))" >"$log.rc"
 }
 
-passed=0 failed=0 skipped=0 cpu_total=0
+passed=0 failed=0 skipped=0 cpu_total=0 reported=0
 : >"$logdir/times.txt" # each test's "NAME SECONDS CPU_SECONDS", in the order they ended
 # report TEST: reads its log and .rc, counts and prints its line
 report() {
@@ -282,6 +283,7 @@ report() {
     [[ -s $log.rc ]] && read -r rc secs cpu <"$log.rc"
     rm -f "$log.rc"
     printf '%s %d %d\n' "$name" "$secs" "$cpu" >>"$logdir/times.txt"
+    reported=$((reported + 1))
     cpu_total=$((cpu_total + cpu))
     p=$(grep -cE '^ok [0-9]+' "$log" | tr -d ' ')
     s=$(grep -cE '^ok [0-9]+.*# SKIP' "$log" | tr -d ' ')
@@ -370,8 +372,10 @@ for t in ${shared[@]+"${shared[@]}"}; do
     running[$!]=$t
 done
 steal=0
-# the LANES' last tests; a NICED one in the BESIDE lane goes on into the next phase, still niced
-while ((${#running[@]} - (${#beside_pid} > 0) > 0)); do reap; done
+# the LANES' last tests and every BESIDE one; a NICED one the BESIDE lane still runs goes on into
+# the next phase, still niced (a BESIDE test is never left behind: they start the lane's queue)
+beside_stealing() { [[ -n $beside_pid ]] && ((beside_niced && next_beside >= ${#besides[@]})); }
+while ((${#running[@]} - $(beside_stealing && echo 1 || echo 0) > 0 || next_beside < ${#besides[@]})); do reap; done
 shared_s=$((SECONDS - phase_start)) phase_start=$SECONDS shared_cpu=$cpu_total
 # then the others, one at a time, and the IDLE ones beside them in the BESIDE lane (after the
 # NICED one still running there, if any)
@@ -388,5 +392,11 @@ echo "tests/run.sh: ${shared_s} s for the shared tests (CPU ${shared_cpu} s), $(
 # the slowest twenty, where CI's time goes (issue 65: printed at the end of every run)
 echo "tests/run.sh: the slowest twenty tests (wall seconds, CPU seconds):"
 sort -k2,2nr "$logdir/times.txt" | head -20 | awk '{ printf "  %5d s %6d CPU-s  %s\n", $2, $3, $1 }'
+# every test selected was run and reported: a scheduling slip (a lane's queue replaced before its
+# tests started) must not pass as a shorter run
+if ((reported != selected)); then
+    echo "tests/run.sh: $selected tests selected, $reported reported: the runner lost $((selected - reported))" >&2
+    failed=$((failed + 1))
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))

@@ -24,27 +24,28 @@ start() {
         return
     fi
     echo "INSTALL: the tests' part (./INSTALL --ensure all) runs beside the build: $log"
-    # (the subshell holds the lock on fd 9 until INSTALL has ended and its status is written)
+    # the lock is taken here, before the background INSTALL starts, and handed to it: it holds the
+    # lock (the same open file) until it has ended and its status is written, so a `wait` right
+    # after this cannot pass before it
+    exec 9>"$lock"
+    flock 9
     (
-        flock 9
         ./INSTALL --ensure all >"$log" 2>&1 </dev/null
         echo $? >"$rc_file"
-    ) 9>"$lock" &
-    # (the lock is taken before make goes on, so that a `wait` right after cannot pass before it)
-    local i
-    for ((i = 0; i < 100; i++)); do
-        flock -n "$lock" true 2>/dev/null || return 0
-        [[ -e $rc_file ]] && return 0
-        sleep 0.05
-    done
+    ) &
+    exec 9>&-
 }
 
 wait_done() {
     [[ -e $lock ]] || return 0
     command -v flock >/dev/null && flock "$lock" true
     [[ -e $log ]] && cat "$log"
-    local rc=0
-    [[ -s $rc_file ]] && read -r rc <"$rc_file"
+    local rc=1
+    if [[ -s $rc_file ]]; then
+        read -r rc <"$rc_file"
+    else
+        echo "install_beside.sh: the background ./INSTALL --ensure all ended without a status (killed?): see $log" >&2
+    fi
     rm -f "$lock" "$rc_file"
     return "$rc"
 }
