@@ -96,17 +96,7 @@ def reimport_ok(tap, name, ck, exp, tmp):
 
 
 def train_ok(tap, name, fdir, tmp, toks, want):
-    data = fam.dataset(tmp, name + "_tr", toks)
-    cfg, run_dir = os.path.join(tmp, name + "_bare.cfg"), os.path.join(tmp, name + "_bare")
-    fam.bare_cfg(cfg, run_dir, data)
-    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", cfg, "--init-from", fdir])
-    s = hfe.step1(run_dir) if rc == 0 else None
-    ref = fam.xent_of(want, toks)
-    e = abs(s["loss"] - ref) / ref if s else float("inf")
-    if rc:
-        tap.diag(out[-1500:])
-    tap.ok(e <= fam.TOL, f"{name}: a recipe without a model block --init-from the directory: "
-                         f"step-1 loss {s and s['loss']} vs the fixture's {ref:.8f}: rel err {e:.2e}")
+    t3n.init_from_ok(tap, name, fdir, tmp, fam.dataset(tmp, name + "_tr", toks), toks, want)
 
 
 def run_fixture(tap, name, fdir, tmp):

@@ -48,6 +48,21 @@ def ckpt_params(path):
         return out
 
 
+def init_from_ok(tap, name, fdir, tmp, data, toks, want):
+    """A recipe without a model block --init-from the directory: step 1's loss equals the
+    fixture's cross-entropy (test_hf_qwen35.py too)."""
+    cfg, run_dir = os.path.join(tmp, name + "_bare.cfg"), os.path.join(tmp, name + "_bare")
+    fam.bare_cfg(cfg, run_dir, data)
+    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", cfg, "--init-from", fdir])
+    s = hfe.step1(run_dir) if rc == 0 else None
+    ref = fam.xent_of(want, toks)
+    e = abs(s["loss"] - ref) / ref if s else float("inf")
+    if rc:
+        tap.diag(out[-1500:])
+    tap.ok(e <= fam.TOL, f"{name}: a recipe without a model block --init-from the directory: "
+                         f"step-1 loss {s and s['loss']} vs the fixture's {ref:.8f}: rel err {e:.2e}")
+
+
 def run_fixture(tap, fx, fdir, tmp):
     name = fx["name"]
     meta = json.load(open(os.path.join(fdir, "fixture.json")))
@@ -71,16 +86,7 @@ def run_fixture(tap, fx, fdir, tmp):
     tap.ok(good, f"{name}: tessera's fp32 logits from the import vs the float64 forward of "
                  f"Qwen3NextForCausalLM: max |diff| {err:.2e} <= {fam.TOL:g} x max(1, |logit|)")
 
-    cfg, run_dir = os.path.join(tmp, name + "_bare.cfg"), os.path.join(tmp, name + "_bare")
-    fam.bare_cfg(cfg, run_dir, data)
-    rc, out = hfe.run(hfe.MPIRUN + [hfe.TRAIN, "--config", cfg, "--init-from", fdir])
-    s = hfe.step1(run_dir) if rc == 0 else None
-    ref = fam.xent_of(want, toks)
-    e = abs(s["loss"] - ref) / ref if s else float("inf")
-    if rc:
-        tap.diag(out[-1500:])
-    tap.ok(e <= fam.TOL, f"{name}: a recipe without a model block --init-from the directory: "
-                         f"step-1 loss {s and s['loss']} vs the fixture's {ref:.8f}: rel err {e:.2e}")
+    init_from_ok(tap, name, fdir, tmp, data, toks, want)
 
     exp = os.path.join(tmp, name + "_export")
     dt = "bf16" if fx["dtype"] == "BF16" else "fp32"
