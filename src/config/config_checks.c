@@ -334,16 +334,18 @@ static void validate_attn_variants(load_ctx *c) {
 
 /* device = "cuda" with linear_attention layers (docs/deltanet.md "CUDA"): training and
  * evaluation run there; the paths that carry the layer's state and convolution tail (context
- * parallelism's ranks, the decode step of GRPO's rollouts) are the CPU's only so far, and LoRA on
- * the layer's projections is not checked there yet */
+ * parallelism's ranks, the decode step of GRPO's rollouts) are the CPU's only so far, LoRA on
+ * the layer's projections is not checked there yet, and precision.fp8 would leave the layer's
+ * projections in bf16 (they are not decoder.c's dec_linear) while the run says FP8 */
 static void validate_linear_cuda(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
     if (g->device != TSR_DEVICE_CUDA || config_linear_layers(&g->model) == 0) return;
-    const struct { int bad; const char *key; } rules[] = {
-        {g->context > 1, "parallel.context"},
-        {g->objective == TSR_OBJ_GRPO, "objective"},
-        {g->lora.rank > 0, "lora.rank"},
+    const struct { int bad; const char *key, *alt; } rules[] = {
+        {g->context > 1, "parallel.context", ""},
+        {g->objective == TSR_OBJ_GRPO, "objective", ""},
+        {g->lora.rank > 0, "lora.rank", ""},
+        {g->precision.fp8 != TSR_FP8_NONE, "precision.fp8", ", or precision.fp8 = \"none\""},
     };
     const struct { int v; const char *key; } dims[] = {
         {g->model.linear_key_head_dim, "model.linear_key_head_dim"},
@@ -361,9 +363,9 @@ static void validate_linear_cuda(load_ctx *c) {
         if (rules[k].bad) {
             tsr_error("%s%s: device = \"cuda\" with linear_attention layers (model.layer_types) "
                       "does not run this yet (context parallelism's state passing, GRPO's "
-                      "decoding and LoRA on those layers are the CPU's: docs/deltanet.md "
-                      "\"CUDA\"): use device = \"cpu\"",
-                      cfgload_where(c, rules[k].key, at, sizeof at), rules[k].key);
+                      "decoding and LoRA on those layers are the CPU's, and their projections "
+                      "have no FP8 path: docs/deltanet.md \"CUDA\"): use device = \"cpu\"%s",
+                      cfgload_where(c, rules[k].key, at, sizeof at), rules[k].key, rules[k].alt);
             c->errors++;
         }
 }

@@ -51,8 +51,9 @@ static size_t state_bytes(const gpu_train_ctx *c) {
 
 /* The activations for B sequences and, under parallel.expert, the exchange's buffers (balanced
  * routing: gpu_ep_exchange_bytes) */
-/* a microbatch of B: the activations, parallel.expert's exchange buffers, LoRA's scratch,
- * precision.fp8's operands' scratch */
+/* a microbatch of B: the activations (the decoder's plan on the CUDA backend, with the linear
+ * layers' one backward slot: their activation gradients and the core's scratch, TSR_A_DNBWD),
+ * parallel.expert's exchange buffers, LoRA's scratch, precision.fp8's operands' scratch */
 size_t gtrain_acts_bytes(const gpu_train_ctx *c, int B) {
     return gpu_model_acts_bytes(c->model, B, c->T) +
            (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0) +

@@ -68,8 +68,9 @@ void dec_free_acts(const tsr_backend *be, tsr_acts *a);
  * slot of TSR_A_DN, or a decode chunk's tsr_kv_cache dn), and of one sequence's cache of one such
  * layer: its state (state 1) or its convolution tail (0) */
 size_t dec_dn_floats(const tsr_model *m, const tsr_backend *be, int B, int T);
-/* floats of the scratch a linear layer's backward allocates for B x T (0 without such layers) */
-size_t dec_dn_scratch_floats(const tsr_model *m, int B, int T);
+/* bytes of the linear layers' one backward slot on be for B x T (TSR_A_DNBWD: a layer's
+ * activation gradients and the core's scratch, dn_backward_bytes; 0 without such layers) */
+size_t dec_dn_backward_bytes(const tsr_model *m, const tsr_backend *be, int B, int T);
 size_t dec_dn_cache_floats(const tsr_model *m, int state);
 
 /* Forward over tokens, targets (B,T, host; -1 = no loss). loss_scale >= 0: a training forward,

@@ -109,7 +109,8 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
                NAMED_AT(dlosses, TSR_A_DLOSSES) && NAMED_AT(seq, TSR_A_SEQ) &&
                NAMED_AT(greedy, TSR_A_GREEDY) && NAMED_AT(moe_logits, TSR_A_MOE_LOGITS) &&
                NAMED_AT(moe_offs, TSR_A_MOE_OFFS) && NAMED_AT(moe_dshg, TSR_A_MOE_DSHG) &&
-               NAMED_AT(dn, TSR_A_DN) && NAMED_AT(dagate, TSR_A_DAGATE),
+               NAMED_AT(dn, TSR_A_DN) && NAMED_AT(dagate, TSR_A_DAGATE) &&
+               NAMED_AT(dn_bwd, TSR_A_DNBWD),
                "tsr_acts: the named buffers vs tsr_act_id");
 #undef NAMED_AT
 
@@ -184,6 +185,7 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int Tw,
         [TSR_A_DN] = f * Lat * st.dn,
         [TSR_A_AGATE] = f * Lat * st.ag,
         [TSR_A_DAGATE] = st.ag ? f * N * QD : 0,
+        [TSR_A_DNBWD] = dec_dn_backward_bytes(m, be, B, T),
     };
     memcpy(bytes, b, sizeof b);
     if (comp_on(m, be)) comp_plan(m, be, N, bytes);

@@ -45,9 +45,9 @@ size_t dec_dn_floats(const tsr_model *m, const tsr_backend *be, int B, int T) {
     return acts_floats(m, be, &d) + (size_t)B * T * m->C; /* and the output (N, C) */
 }
 
-size_t dec_dn_scratch_floats(const tsr_model *m, int B, int T) {
+size_t dec_dn_backward_bytes(const tsr_model *m, const tsr_backend *be, int B, int T) {
     const dn_dims d = dn_dims_of(m, B, T);
-    return m->LL ? dn_backward_floats(&d) : 0;
+    return m->LL && be->dn_scratch_bytes ? dn_backward_bytes(be, &d) : 0;
 }
 
 size_t dec_dn_cache_floats(const tsr_model *m, int state) {
@@ -153,10 +153,9 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
     hook_of(r, l, &h, &p);
     dn_cache c;
     const dn_cache *in = NULL;
-    if ((r->kv || r->ks || ring_of(r)) && !r->d->be->host)
-        tsr_die(TSR_EXIT_USAGE, "model.layer_types: a linear_attention layer's cache (decoding, "
-                "context parallelism) is the CPU backend's only, not %s's (docs/deltanet.md "
-                "\"CUDA\")", r->d->be->name);
+    if (r->kv || r->ks || ring_of(r))
+        dn_host_only(r->d->be, "model.layer_types: a linear_attention layer's cache (decoding, "
+                     "context parallelism)");
     if (ring_of(r)) {
         dn_ring_forward(r->d->be, ring_of(r), out, v->dn, v->ln1, &p, ring_seq(r), &d);
         return;
@@ -196,10 +195,10 @@ void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit
     r->d->be->zero(r->d->be, acts->dln, (size_t)r->N * r->d->m->C * tsr_dtype_size(r->d->be->act));
     if (ring_of(r))
         dn_ring_backward(r->d->be, ring_of(r), acts->dln, &g, dout, v->dn, v->ln1, &p,
-                         ring_seq(r), &d);
+                         ring_seq(r), acts->dn_bwd, &d);
     else
         dn_layer_backward(r->d->be, acts->dln, &g, dout, NULL, NULL, NULL, &a, v->ln1, &p,
-                          acts->seq, &d);
+                          acts->seq, acts->dn_bwd, &d);
 }
 
 /* ---- model.attn_output_gate ---------------------------------------------------------------- */

@@ -105,12 +105,10 @@ void dn_cache_free(dn_cache *c) {
     c->state = c->conv = NULL;
 }
 
-/* the caches (dn_cache) are host arrays the fp32 backend's code handles: another backend dies
- * naming what asked for them (the config refuses them first: docs/deltanet.md "CUDA") */
-static void host_only(const tsr_backend *be, const char *what) {
+void dn_host_only(const tsr_backend *be, const char *what) {
     if (!be->host || be->act != TSR_DT_F32)
-        tsr_die(TSR_EXIT_USAGE, "deltanet layer: %s runs on the fp32 CPU backend only, not on %s",
-                what, be->name);
+        tsr_die(TSR_EXIT_USAGE, "deltanet layer: %s runs on the fp32 CPU backend only, not on %s "
+                "(docs/deltanet.md \"CUDA\")", what, be->name);
 }
 
 /* sequence b's last document's first row, or below 0 (it began before this pass): where the
@@ -172,17 +170,6 @@ static void qkv_split(const tsr_backend *be, float *qkv, float *q, float *k, flo
     }
 }
 
-/* the core backward's scratch (NULL: none) */
-static void *dn_scratch(const tsr_backend *be, const tsr_dn_shape *s) {
-    const size_t bytes = be->dn_scratch_bytes(s);
-    if (!bytes) return NULL;
-    void *p = be->try_alloc(be, bytes);
-    if (!p)
-        tsr_die(TSR_EXIT_INTERNAL, "deltanet layer: out of memory for the core's %zu bytes of "
-                "backward scratch; use a smaller batch or model", bytes);
-    return p;
-}
-
 /* the four input projections of x (and their adapters) */
 static void forward_in(const tsr_backend *be, dn_acts *a, const float *x, const dn_params *p,
                        const dn_dims *d) {
@@ -202,6 +189,8 @@ void dn_layer_forward(const tsr_backend *be, float *out, const dn_cache *in, dn_
     const int N = d->B * d->T, cd = (int)dn_cd(d), vd = d->HV * d->dv;
     const tsr_dn_shape s = core_shape(d);
     const float *hist = in ? in->conv : NULL;
+    if (in || next)
+        dn_host_only(be, "a pass that carries its cache (decoding, context parallelism)");
     forward_in(be, a, x, p, d);
     be->dn_conv_forward(be, a->qkv, a->pre, hist, p->conv, seq, d->B, d->T, cd, d->K);
     qkv_split(be, a->qkv, a->q, a->k, a->v, d, 1);
@@ -213,7 +202,6 @@ void dn_layer_forward(const tsr_backend *be, float *out, const dn_cache *in, dn_
     be->matmul_forward(be, out, NULL, a->gated, p->wo, NULL, N, vd, d->C, TSR_GELU_TANH);
     if (p->hook) p->hook->fwd(p->hook, DN_PROJ_O, out, a->gated, N);
     if (next) { /* through a copy: next may be in */
-        host_only(be, "a pass that carries its cache on (decoding, context parallelism)");
         const size_t n = (size_t)d->B * (d->K - 1) * cd;
         float *tail = tsr_malloc(n * sizeof *tail + 1);
         conv_tail(tail, a->pre, hist, seq, d);
@@ -236,31 +224,32 @@ static void dacts_sizes(const tsr_backend *be, size_t n[13], const dn_dims *d) {
     for (int i = 0; i < 13; i++) n[i] = room(be, all[i], i == 7 || i == 8);
 }
 
-size_t dn_backward_floats(const dn_dims *d) {
-    size_t n[13];
-    dacts_sizes(NULL, n, d);
-    return total_of(n, 13);
+/* the core backward's scratch on be, a multiple of its alignment */
+static size_t scratch_room(const tsr_backend *be, const dn_dims *d) {
+    const tsr_dn_shape s = core_shape(d);
+    return room(be, (be->dn_scratch_bytes(&s) + sizeof(float) - 1) / sizeof(float), 1);
 }
 
-/* one zeroed block from the backend's allocator (the CPU's counts it in the run's
- * peak_mem_bytes, as the plan does: dn_backward_floats), carved into the buffers */
-static dn_dacts dacts_alloc(const tsr_backend *be, const dn_dims *d) {
+size_t dn_backward_bytes(const tsr_backend *be, const dn_dims *d) {
     size_t n[13];
     dacts_sizes(be, n, d);
-    const size_t bytes = total_of(n, 13) * sizeof(float);
-    float *p = be->try_alloc(be, bytes);
-    if (!p)
-        tsr_die(TSR_EXIT_INTERNAL, "deltanet layer: out of memory for the backward's %zu bytes "
-                "of activation gradients; use a smaller batch or model", bytes);
-    be->zero(be, p, bytes);
+    return (total_of(n, 13) + scratch_room(be, d)) * sizeof(float);
+}
+
+/* the slot work (dn_backward_bytes) carved into the buffers, zeroed, and the core's scratch
+ * after them (*scratch; NULL: the core has none) */
+static dn_dacts dacts_at(const tsr_backend *be, void *work, void **scratch, const dn_dims *d) {
+    size_t n[13];
+    dacts_sizes(be, n, d);
+    float *p = work;
+    be->zero(be, p, total_of(n, 13) * sizeof(float));
+    *scratch = scratch_room(be, d) ? p + total_of(n, 13) : NULL;
     dn_dacts g;
     float **f[13] = {&g.gated, &g.normed, &g.core, &g.z, &g.q, &g.k, &g.v,
                      &g.beta,  &g.g,      &g.b,    &g.a, &g.qkv, &g.pre};
     for (int i = 0; i < 13; i++) *f[i] = p, p += n[i];
     return g;
 }
-
-static void dacts_free(const tsr_backend *be, dn_dacts *g) { be->free(be, g->gated); }
 
 /* from dout to the core's output: the output projection, the SiLU gate, the RMSNorm */
 static void backward_out(const tsr_backend *be, dn_dacts *g, const dn_params *grad,
@@ -291,11 +280,14 @@ static void backward_in(const tsr_backend *be, float *dx, const dn_params *grad,
 
 void dn_layer_backward(const tsr_backend *be, float *dx, const dn_params *grad, const float *dout,
                        const dn_cache *dnext, dn_cache *din, const dn_cache *in, const dn_acts *a,
-                       const float *x, const dn_params *p, const int32_t *seq, const dn_dims *d) {
+                       const float *x, const dn_params *p, const int32_t *seq, void *work,
+                       const dn_dims *d) {
     const int N = d->B * d->T, cd = (int)dn_cd(d);
     const tsr_dn_shape s = core_shape(d);
-    dn_dacts g = dacts_alloc(be, d);
-    void *scratch = dn_scratch(be, &s);
+    if (in || din || dnext)
+        dn_host_only(be, "a backward that carries its cache (context parallelism)");
+    void *scratch;
+    dn_dacts g = dacts_at(be, work, &scratch, d);
     backward_out(be, &g, grad, dout, a, p, d);
     be->dn_core_backward(be, g.q, g.k, g.v, g.g, g.beta, din ? din->state : NULL, g.core,
                          dnext ? dnext->state : NULL, a->ckpt, a->q, a->k, a->v, a->g, a->beta,
@@ -303,11 +295,8 @@ void dn_layer_backward(const tsr_backend *be, float *dx, const dn_params *grad, 
     be->dn_gates_backward(be, g.b, g.a, grad->a_log, grad->dt_bias, g.beta, g.g, a->b, a->a,
                           p->a_log, p->dt_bias, N, d->HV);
     qkv_split(be, g.qkv, g.q, g.k, g.v, d, 0);
-    if (dnext) host_only(be, "context parallelism's backward");
     if (dnext) conv_tail_backward(g.pre, din ? din->conv : NULL, dnext->conv, seq, d);
     be->dn_conv_backward(be, g.pre, din ? din->conv : NULL, grad->conv, g.qkv, a->pre,
                          in ? in->conv : NULL, p->conv, seq, d->B, d->T, cd, d->K);
     backward_in(be, dx, grad, &g, x, p, d);
-    if (scratch) be->free(be, scratch);
-    dacts_free(be, &g);
 }

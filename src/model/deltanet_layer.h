@@ -84,9 +84,13 @@ void dn_acts_alloc(dn_acts *a, const dn_dims *d);
 size_t dn_acts_floats(const struct tsr_backend *be, const dn_dims *d);
 void dn_acts_at(const struct tsr_backend *be, dn_acts *a, float *base, const dn_dims *d);
 void dn_acts_free(dn_acts *a);
-/* the floats of the scratch dn_layer_backward allocates (its activation gradients; one block
- * from the backend's allocator, freed before it returns) */
-size_t dn_backward_floats(const dn_dims *d);
+/* the bytes of the work slot dn_layer_backward takes (its activation gradients, each a multiple
+ * of be's alignment, and the core backward's scratch, be->dn_scratch_bytes): the decoder keeps
+ * one with its activations (TSR_A_DNBWD), which every linear layer's backward reuses */
+size_t dn_backward_bytes(const struct tsr_backend *be, const dn_dims *d);
+/* dies naming what (and be) unless be is the fp32 host backend, whose arrays the caches are: the
+ * layer's and the decoder's one test before a pass with caches (decoding, context parallelism) */
+void dn_host_only(const struct tsr_backend *be, const char *what);
 void dn_cache_alloc(dn_cache *c, const dn_dims *d); /* zeros: a sequence's start */
 void dn_cache_free(dn_cache *c);
 
@@ -100,10 +104,11 @@ void dn_layer_forward(const struct tsr_backend *be, float *out, const dn_cache *
 /* dx (N, C) +=, grad's parameter gradients += (NULL ones skipped); dout (N, C); dnext the
  * gradient of the forward's next (its state and convolution tail), or NULL (zero); din the
  * gradient of in, +=, or NULL (context parallelism passes both between the ranks: dn_ring.h);
- * in, a, x, p, seq as the forward had them */
+ * in, a, x, p, seq as the forward had them; work dn_backward_bytes(be, d) (or more) bytes of
+ * be's memory, aligned as be's buffers, overwritten */
 void dn_layer_backward(const struct tsr_backend *be, float *dx, const dn_params *grad,
                        const float *dout, const dn_cache *dnext, dn_cache *din,
                        const dn_cache *in, const dn_acts *a, const float *x, const dn_params *p,
-                       const int32_t *seq, const dn_dims *d);
+                       const int32_t *seq, void *work, const dn_dims *d);
 
 #endif

@@ -143,7 +143,7 @@ void dn_ring_forward(const tsr_backend *be, tsr_ring *g, float *out, float *acts
 
 void dn_ring_backward(const tsr_backend *be, tsr_ring *g, float *dx, const dn_params *grad,
                       const float *dout, float *acts, const float *x, const dn_params *p,
-                      const int32_t *seq, const dn_dims *d) {
+                      const int32_t *seq, void *work, const dn_dims *d) {
     dn_pass s = pass_open(g, d);
     float *dnext = tsr_calloc(s.ns + s.nt, sizeof(float));
     float *din = tsr_calloc(s.ns + s.nt, sizeof(float));
@@ -161,7 +161,7 @@ void dn_ring_backward(const tsr_backend *be, tsr_ring *g, float *dx, const dn_pa
         rows_get(dy, dout, &s, k);
         memset(s.y, 0, (size_t)d->B * s.c * d->C * sizeof *s.y);
         dn_layer_backward(be, s.y, grad, dy, &cdn, &cdi, &cin, &a, s.x, p,
-                          chunk_seq(&s, seq, j), &s.dc);
+                          chunk_seq(&s, seq, j), work, &s.dc);
         rows_put(dx, s.y, &s, k, 1);
         zero_fresh(din, &s, seq, j); /* the forward gave those rows zeros, not chunk j-1's */
         give(&s, din, j - 1);

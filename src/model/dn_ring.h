@@ -31,9 +31,10 @@ size_t dn_ring_acts_floats(const dn_dims *d);
  * the context group (its MPI group: the CPU model's ring). */
 void dn_ring_forward(const struct tsr_backend *be, struct tsr_ring *g, float *out, float *acts,
                      const float *x, const dn_params *p, const int32_t *seq, const dn_dims *d);
-/* dx (B, Tl, C) +=, grad += from dout, and the forward's acts, x, p, seq. Collective. */
+/* dx (B, Tl, C) +=, grad += from dout, and the forward's acts, x, p, seq; work the layer's
+ * backward slot for B x Tl (dn_backward_bytes: each chunk's backward reuses it). Collective. */
 void dn_ring_backward(const struct tsr_backend *be, struct tsr_ring *g, float *dx,
                       const dn_params *grad, const float *dout, float *acts, const float *x,
-                      const dn_params *p, const int32_t *seq, const dn_dims *d);
+                      const dn_params *p, const int32_t *seq, void *work, const dn_dims *d);
 
 #endif

@@ -112,7 +112,7 @@ typedef enum {
     TSR_A_MOE_DSH, TSR_A_MOE_DSHG,
     TSR_A_Q_LN1, TSR_A_Q_ATTY, TSR_A_Q_LN2, TSR_A_Q_FCH, TSR_A_Q_FCHG, TSR_A_Q_SCALES,
     TSR_A_RING_KV, TSR_A_RING_ACC, TSR_A_RING_DKV, TSR_A_RING_LO, TSR_A_RING_HI,
-    TSR_A_RING_SCRATCH, TSR_A_DN, TSR_A_AGATE, TSR_A_DAGATE,
+    TSR_A_RING_SCRATCH, TSR_A_DN, TSR_A_AGATE, TSR_A_DAGATE, TSR_A_DNBWD,
     TSR_A_COUNT
 } tsr_act_id;
 
@@ -197,6 +197,9 @@ typedef struct tsr_acts {
              * the gated output (2, N, NH hs), stacked with the attention group; the gate
              * logits' gradient (N, NH hs), reused layer by layer */
             float *agate, *dagate;
+            /* linear_attention layers' backward slot (dec_dn_backward_bytes; NULL without):
+             * one layer's activation gradients and the core's scratch, reused layer by layer */
+            void *dn_bwd;
         };
     };
     float moe_w;         /* this microbatch's weight of its auxiliary losses (docs/moe.md):
@@ -414,8 +417,9 @@ void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,
 /* Size in bytes of the activations for B x T (for the memory plan): what model_alloc_acts
  * allocates, so it shrinks with activation checkpointing. */
 size_t model_acts_bytes(const tsr_model *m, int B, int T);
-/* Bytes of the scratch a linear_attention layer's backward allocates while it runs (one layer's
- * activation gradients, dn_backward_floats; 0 without such layers): the memory plan adds it. */
+/* Bytes of the linear_attention layers' backward slot (one layer's activation gradients and the
+ * core's scratch, dec_dn_backward_bytes; 0 without such layers): part of model_acts_bytes (the
+ * plan names it apart). */
 size_t model_dn_scratch_bytes(const tsr_model *m, int B, int T);
 /* Training FLOPs per token: 6 N + 12 (NH hs) K + D (LLM Foundry / PaLM; docs/mfu.md), N without
  * the input embedding of an untied model (a lookup; its head is the matmul that counts) and,

@@ -30,7 +30,7 @@ size_t model_acts_bytes(const tsr_model *m, int B, int T) {
 }
 
 size_t model_dn_scratch_bytes(const tsr_model *m, int B, int T) {
-    return dec_dn_scratch_floats(m, B, T / (m->cpN > 1 ? m->cpN : 1)) * sizeof(float);
+    return dec_dn_backward_bytes(m, &m->be, B, T / (m->cpN > 1 ? m->cpN : 1));
 }
 
 void model_free(tsr_model *m) {

@@ -33,8 +33,7 @@ static double muon_scratch(const tsr_trainer *t) {
 static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb, double *ob,
                          double *cb, double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
-    *ab = (double)model_acts_bytes(&t->model, t->micro, t->T) +
-          (double)model_dn_scratch_bytes(&t->model, t->micro, t->T);
+    *ab = (double)model_acts_bytes(&t->model, t->micro, t->T); /* the linear layers' slot in it */
     /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank, and receives its slice
      * of the summed gradients into a buffer of that size; DDP all-reduces in place */
     int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;

@@ -12,7 +12,8 @@
 #    QK-norm per head, a shared expert with its gate;
 #  - Qwen3-Next-like hybrid: the same with one linear_attention (Gated DeltaNet) layer before the
 #    full one, over packed documents (the document mask: the layer's convolution and state reset
-#    at each document start; docs/deltanet.md "CUDA").
+#    at each document start; docs/deltanet.md "CUDA"); and, on the emulator, its device memory
+#    plan holding the allocator's peak at 4 x 256 (the linear layers' backward slot counted).
 # Every step's loss within LOSS_TOL of the CPU run's, the gradient norms of steps 1-5 within
 # NORM_TOL (later ones drift apart with the bf16 weights: measured 17% at step 10 of the post-norm
 # model while its losses stay within 5e-5), and every parameter tensor's 10-step update within
@@ -29,7 +30,7 @@ EMU=$BUILD/tests/tessera-train-cuemu
 tsr_tmpdir
 FAMILIES=(olmo gemma smol gptoss qnext hybrid)
 PER=${#FAMILIES[@]}
-tap_plan $((1 + 2 * PER + 1))
+tap_plan $((1 + 2 * PER + 2))
 make_synth "$TMP/data" 512 30000
 
 tiny_llama_args "$TMP/data/train"
@@ -127,8 +128,17 @@ suite() {
 # as its Llama block's doubled (the post-norm model measured 8.2e-3 at step 4), the updates at
 # 0.4 (measured at most 0.26: the gpt-oss-like model's qkvb, a bias whose update is small; a lost
 # gradient gives 1)
-if emulator_half "$PER"; then
+# and the device memory plan of the hybrid: its linear layers' one backward slot (a layer's
+# activation gradients and the core's scratch: 3.4 MiB at 4 x 256, of a 22.6 MiB plan) is in the
+# plan's activations, so the allocator's peak over 2 steps is within the plan (peak_in_plan;
+# before the slot was planned the backward allocated it beyond: peak 23.7 MB, plan 20.2 MB)
+if emulator_half $((PER + 1)); then
     LOSS_TOL=5e-4 NORM_TOL=1e-2 UPD_TOL=0.4 suite "$EMU" emulator
+    fam hybrid
+    run "$EMU" emu_mem "${opts[@]}" --set device=cuda --set seq_len=256 --set micro_batch=4 \
+        --set global_batch=4 --set max_duration=2ba --set save_interval=0ba &&
+        d=$(peak_in_plan emu_mem)
+    tap_check $? "emulator: hybrid at 4 x 256, peak_mem_bytes (the device allocator's peak) within the device plan, the linear layers' backward slot in it ($d)"
     emulator_half_end
 fi
 

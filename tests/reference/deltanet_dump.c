@@ -150,10 +150,13 @@ static void layer_split(float *out, float *dx, const dn_params *g, const float *
     dn_layer_forward(cpu_be(), os[0], NULL, &c, &a[0], xs[0], p, sq[0], &d[0]);
     zero_fresh(&c, seq, full, t1);
     dn_layer_forward(cpu_be(), os[1], &c, NULL, &a[1], xs[1], p, sq[1], &d[1]);
-    dn_layer_backward(cpu_be(), dxs[1], g, ds[1], NULL, &dc, &c, &a[1], xs[1], p, sq[1], &d[1]);
+    void *work = tsr_malloc(dn_backward_bytes(cpu_be(), full)); /* covers each half's */
+    dn_layer_backward(cpu_be(), dxs[1], g, ds[1], NULL, &dc, &c, &a[1], xs[1], p, sq[1], work,
+                      &d[1]);
     zero_fresh(&dc, seq, full, t1);
-    dn_layer_backward(cpu_be(), dxs[0], g, ds[0], &dc, NULL, NULL, &a[0], xs[0], p, sq[0],
+    dn_layer_backward(cpu_be(), dxs[0], g, ds[0], &dc, NULL, NULL, &a[0], xs[0], p, sq[0], work,
                       &d[0]);
+    free(work);
     for (int i = 0; i < 2; i++) {
         put_rows(out, os[i], full->B, full->T, t0[i], d[i].T, (size_t)full->C);
         put_rows(dx, dxs[i], full->B, full->T, t0[i], d[i].T, (size_t)full->C);
@@ -182,7 +185,9 @@ static int layer_main(void) {
     dn_cache fin, run;
     dn_acts_alloc(&a, &d), dn_cache_alloc(&fin, &d), dn_cache_alloc(&run, &d);
     dn_layer_forward(cpu_be(), out, NULL, &fin, &a, x, &p, seq, &d);
-    dn_layer_backward(cpu_be(), dx, &g, dout, NULL, NULL, NULL, &a, x, &p, seq, &d);
+    void *work = tsr_malloc(dn_backward_bytes(cpu_be(), &d));
+    dn_layer_backward(cpu_be(), dx, &g, dout, NULL, NULL, NULL, &a, x, &p, seq, work, &d);
+    free(work);
     layer_rows(inc, &run, x, &p, seq, &d, 0, (d.T + 1) / 2); /* a prefill, then a row at a time */
     for (int t = (d.T + 1) / 2; t < d.T; t++) layer_rows(inc, &run, x, &p, seq, &d, t, 1);
     write_out(out, N * d.C), write_out(fin.state, ns), write_out(dx, N * d.C);

@@ -19,8 +19,9 @@
 #  - device = "cuda" with parallel.context = 2 is refused at start naming parallel.context (exit
 #    1, a config error: the state passing between ranks is the CPU's; CUDA trains the linear
 #    layers: tests/gpu/test_cuda_families.sh), nothing written in run_dir (parallel.context > 1
-#    runs them on the CPU: tests/train/test_hybrid_context.sh); lora.rank > 0 is planned with the
-#    DeltaNet's and the gate's targets (LoRA's runs: test_lora_hybrid.sh);
+#    runs them on the CPU: tests/train/test_hybrid_context.sh); so is precision.fp8 (the linear
+#    layers' projections have no FP8 path: docs/deltanet.md "CUDA"); lora.rank > 0 is planned
+#    with the DeltaNet's and the gate's targets (LoRA's runs: test_lora_hybrid.sh);
 #  - the Hugging Face export (Qwen3NextForCausalLM, the class of linear_attention layers) is
 #    refused naming model.qk_norm, which that class needs and this tiny model lacks, no weights
 #    written (tests/reference/test_hf_qwen3next.py exports the models it holds);
@@ -33,7 +34,7 @@ tsr_tmpdir
 GEN=("$TOOL" generate --set threads=1)
 PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 10
+tap_plan 11
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
@@ -141,6 +142,15 @@ tap_diag "cuda: $(grep -m1 -o 'parallel.context: device.\{0,60\}' "$TMP/R.cuda.t
 ((rc == 1)) && grep -q 'parallel.context: device = "cuda" with linear_attention layers' "$TMP/R.cuda.txt" &&
     [[ -z $(ls -A "$TMP/R") ]]
 tap_check $? "device = cuda with linear_attention layers and parallel.context = 2: exit 1 naming parallel.context, nothing written (the CPU runs them: test_hybrid_context.sh)"
+# precision.fp8 would leave the linear layers' projections in bf16 (they are not dec_linear's)
+mkdir -p "$TMP/F"
+"$TRAIN" "${args[@]}" --set run_dir="$TMP/F/cuda" --set device=cuda --set precision.fp8=tensorwise \
+    >"$TMP/F.cuda.txt" 2>&1
+rc=$?
+tap_diag "fp8: $(grep -m1 -o 'precision.fp8: device.\{0,60\}' "$TMP/F.cuda.txt")"
+((rc == 1)) && grep -q 'precision.fp8: device = "cuda" with linear_attention layers.*or precision.fp8 = "none"' "$TMP/F.cuda.txt" &&
+    [[ -z $(ls -A "$TMP/F") ]]
+tap_check $? "device = cuda with linear_attention layers and precision.fp8 = tensorwise: exit 1 naming precision.fp8 (the layers' projections have no FP8 path), nothing written"
 
 mkdir -p "$TMP/L"
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 --plan 1 >"$TMP/lora.txt" 2>&1
