@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     ring_stage(&g, tok, tok, B, T, s.eot, NULL);
     tsr_acts a;
     memset(&a, 0, sizeof a);
-    size_t bytes[TSR_A_COUNT - TSR_A_RING_KV] = {0}; /* (ring_act_plan fills the ring's entries only) */
+    size_t bytes[TSR_A_COUNT - TSR_A_RING_KV] = {0}; /* ring_act_plan fills the ring's only */
     ring_act_plan(&be, N, B, T, s.NH, s.KVH, s.hs, s.eot >= 0, bytes);
     for (int i = 0; i < TSR_A_COUNT - TSR_A_RING_KV; i++)
         if (bytes[i]) a.buf[TSR_A_RING_KV + i] = tsr_calloc(1, bytes[i]);
