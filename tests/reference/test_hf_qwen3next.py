@@ -48,6 +48,20 @@ def ckpt_params(path):
         return out
 
 
+def import_refusals(tap, tmp, cases):
+    """Each (what, directory, needles) of cases: `ckpt import` exits 2 naming every needle and
+    writes no checkpoint (test_hf_qwen35.py too)."""
+    for what, d, needles in cases:
+        out_h5 = os.path.join(tmp, "refused.h5")
+        rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", d, out_h5])
+        missing = [n for n in needles if n not in out]
+        tap.ok(rc == 2 and not missing and not os.path.exists(out_h5),
+               f"refused at import: {what}: exit {rc} (want 2), names {needles} (missing "
+               f"{missing}), no checkpoint written")
+        if missing or rc != 2:
+            tap.diag(out[-800:])
+
+
 def init_from_ok(tap, name, fdir, tmp, data, toks, want):
     """A recipe without a model block --init-from the directory: step 1's loss equals the
     fixture's cross-entropy (test_hf_qwen35.py too)."""
@@ -145,15 +159,7 @@ def refusals(tap, tmp, src):
                                                                             "factor": 4.0}),
          ["rope_scaling"]),
     ]
-    for what, d, needles in cases:
-        out_h5 = os.path.join(tmp, "refused.h5")
-        rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", d, out_h5])
-        missing = [n for n in needles if n not in out]
-        tap.ok(rc == 2 and not missing and not os.path.exists(out_h5),
-               f"refused at import: {what}: exit {rc} (want 2), names {needles} (missing "
-               f"{missing}), no checkpoint written")
-        if missing or rc != 2:
-            tap.diag(out[-800:])
+    import_refusals(tap, tmp, cases)
 
 
 def main():
