@@ -59,16 +59,8 @@ def import_ok(tap, name, fdir, ck, meta):
 
 
 def export_ok(tap, name, fdir, ck, tmp, meta):
-    exp = os.path.join(tmp, name + "_export")
-    dt = "bf16" if meta["dtype"] == "BF16" else "fp32"
-    rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--dtype", dt,
-                       "--tokenizer", "none", ck, exp])
-    if rc:
-        tap.diag(out[-1500:])
-    a = {n: v for n, v in fam.st_of(fdir).items() if n not in meta["skipped"]}
-    b = fam.st_of(exp) if rc == 0 else {}
-    diff = sorted(n for n in a if n not in b or a[n] != b[n])
-    extra = sorted(set(b) - set(a))
+    rc, exp, a, diff, extra = t3n.export_diff(tap, name, fdir, ck, tmp, meta["dtype"],
+                                              meta["skipped"])
     cj = json.load(open(os.path.join(exp, "config.json"))) if rc == 0 else {}
     src = json.load(open(os.path.join(fdir, "config.json")))
     nested = ("text_config" in cj) == ("text_config" in src)

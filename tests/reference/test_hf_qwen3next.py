@@ -62,6 +62,22 @@ def import_refusals(tap, tmp, cases):
             tap.diag(out[-800:])
 
 
+def export_diff(tap, name, fdir, ck, tmp, dtype, skipped=()):
+    """`ckpt export --format hf` of ck in the fixture's dtype, against the fixture's tensors
+    (those in skipped left out): (rc, export dir, fixture tensors, differing names, extra names);
+    test_hf_qwen35.py too."""
+    exp = os.path.join(tmp, name + "_export")
+    dt = "bf16" if dtype == "BF16" else "fp32"
+    rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--dtype", dt,
+                       "--tokenizer", "none", ck, exp])
+    if rc:
+        tap.diag(out[-1500:])
+    a = {n: v for n, v in fam.st_of(fdir).items() if n not in skipped}
+    b = fam.st_of(exp) if rc == 0 else {}
+    diff = sorted(n for n in a if n not in b or a[n] != b[n])
+    return rc, exp, a, diff, sorted(set(b) - set(a))
+
+
 def init_from_ok(tap, name, fdir, tmp, data, toks, want):
     """A recipe without a model block --init-from the directory: step 1's loss equals the
     fixture's cross-entropy (test_hf_qwen35.py too)."""
@@ -102,15 +118,7 @@ def run_fixture(tap, fx, fdir, tmp):
 
     init_from_ok(tap, name, fdir, tmp, data, toks, want)
 
-    exp = os.path.join(tmp, name + "_export")
-    dt = "bf16" if fx["dtype"] == "BF16" else "fp32"
-    rc, out = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--dtype", dt,
-                       "--tokenizer", "none", ck, exp])
-    if rc:
-        tap.diag(out[-1500:])
-    a, b = fam.st_of(fdir), fam.st_of(exp) if rc == 0 else {}
-    diff = sorted(n for n in a if n not in b or a[n] != b[n])
-    extra = sorted(set(b) - set(a))
+    rc, exp, a, diff, extra = export_diff(tap, name, fdir, ck, tmp, fx["dtype"])
     tap.ok(rc == 0 and a and not diff and not extra,
            f"{name}: import -> export: the fixture's {len(a)} tensors byte for byte (dtype, shape, "
            f"data); different: {diff[:3]}, extra: {extra[:3]}")
