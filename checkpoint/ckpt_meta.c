@@ -24,11 +24,20 @@
 #include <unistd.h>
 
 #include "ckpt_h5.h"
+#include "ckpt_save.h"
 #include "common.h"
 #include "crc32c.h"
 
 /* Seconds a version-1 read may take before it counts as hung (a damaged heap can loop). */
 #define V1_READ_SECONDS 30
+
+/* That bound; TSR_CKPT_FAULT="v1-read-seconds:S" (test-only) makes it S seconds, 1 to 30: the
+ * damaged-heap test need not wait out the 30 s. */
+static int v1_read_seconds(void) {
+    const char *s = ck_fault("v1-read-seconds");
+    const long v = s ? strtol(s, NULL, 10) : 0;
+    return v >= 1 && v < V1_READ_SECONDS ? (int)v : V1_READ_SECONDS;
+}
 
 typedef struct int_field {
     const char *name;
@@ -283,6 +292,7 @@ static int read_v1_isolated(const char *path, ckpt_meta *m, ck_meta_info *info, 
     }
     memset(r, 0, sizeof *r);
     r->rc = -1;
+    const int seconds = v1_read_seconds();
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) { /* the child: no MPI, its own read-only open, then _exit */
@@ -297,7 +307,7 @@ static int read_v1_isolated(const char *path, ckpt_meta *m, ck_meta_info *info, 
             sigaddset(&unblock, sigs[k]);
         }
         sigprocmask(SIG_UNBLOCK, &unblock, NULL);
-        alarm(V1_READ_SECONDS);
+        alarm((unsigned)seconds);
         ck_h5_quiet();
         hid_t f = meta_open(path);
         if (f < 0) {
@@ -315,7 +325,7 @@ static int read_v1_isolated(const char *path, ckpt_meta *m, ck_meta_info *info, 
         }
         if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
             snprintf(why, cap, "reading its (format version 1) string attributes did not finish "
-                     "in %d s: the file's HDF5 global heap is damaged", V1_READ_SECONDS);
+                     "in %d s: the file's HDF5 global heap is damaged", seconds);
         } else if (WIFSIGNALED(status)) {
             snprintf(why, cap, "reading its (format version 1) string attributes crashed HDF5 "
                      "(signal %d, %s): the file's global heap is damaged", WTERMSIG(status),

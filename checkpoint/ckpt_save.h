@@ -62,7 +62,8 @@ struct ckpt_pending {
 };
 
 /* TSR_CKPT_FAULT (test-only; docs/checkpoint-format.md), a comma-separated list of
- * "abort-after:K", "skip-space-check", "slow-write:MS": the text after "KIND:" of the entry of
+ * "abort-after:K", "skip-space-check", "slow-write:MS", "allow-nonfinite", "v1-read-seconds:S"
+ * (ckpt_meta.c): the text after "KIND:" of the entry of
  * that kind ("" for an entry without a value), or NULL when there is none. Local. */
 const char *ck_fault(const char *kind);
 

@@ -20,8 +20,9 @@
  * tensor at a time and sleeps MS ms before each, so that a test can land a kill or a signal
  * inside the background write, or make the next update wait for the copy
  * (tests/ckpt/test_ckpt_async*.sh); "allow-nonfinite" writes a state that is not finite as an
- * older build did (tests/ckpt/test_ckpt_nonfinite.sh: what `tessera ckpt verify` says of one).
- * Never set them in production.
+ * older build did (tests/ckpt/test_ckpt_nonfinite.sh: what `tessera ckpt verify` says of one);
+ * "v1-read-seconds:S" bounds the read of a version 1 file's strings at S seconds, not 30
+ * (ckpt_meta.c; tests/ckpt/test_ckpt_damage.sh). Never set them in production.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +38,8 @@
 #include "ckpt_save.h"
 #include "common.h"
 
-static const char *const fault_kinds[] = {"abort-after", "skip-space-check", "slow-write"};
+static const char *const fault_kinds[] = {"abort-after", "skip-space-check", "slow-write",
+                                           "allow-nonfinite", "v1-read-seconds"};
 
 /* kind matches the entry at p (up to its ':' or ',') */
 static int entry_is(const char *p, const char *kind) {
@@ -62,7 +64,8 @@ static long fault_value(const char *kind) {
             known |= entry_is(p, fault_kinds[k]);
         if (!known && strcmp(kind, fault_kinds[0]) == 0)
             tsr_warn("TSR_CKPT_FAULT=\"%s\": entry \"%.*s\" not understood (expected "
-                     "\"abort-after:K\", \"skip-space-check\" or \"slow-write:MS\", separated by "
+                     "\"abort-after:K\", \"skip-space-check\", \"slow-write:MS\", "
+                     "\"allow-nonfinite\" or \"v1-read-seconds:S\", separated by "
                      "commas); ignored", v, (int)strcspn(p, ","), p);
     }
     const char *s = ck_fault(kind);

@@ -5,7 +5,7 @@
 #  - one byte of the version 1 file's HDF5 global heap (the length of a string attribute) flipped:
 #    `tessera ckpt verify` and a load on 1 and 2 ranks exit 2 naming the damaged heap (no crash,
 #    no hang); a resume skips it and falls back to the previous checkpoint; a heap bit that makes
-#    HDF5 loop is stopped after 30 s (exit 2);
+#    HDF5 loop is stopped after its time bound (30 s; 4 s here, TSR_CKPT_FAULT) (exit 2);
 #  - format 2: an int64 root attribute changed by one (optim_step, data_cursor) or one byte of the
 #    config text flipped: verify exits 2 (metadata CRC), a resume falls back with a warning;
 #  - a version 1 file (no metadata CRC) whose data_cursor breaks
@@ -33,13 +33,14 @@ V1=$TMP/v1.h5
 gunzip -c "$TSR_ROOT/tests/ckpt/v1-step-00000002.h5.gz" >"$V1"
 gcol=$(offset "$V1" "b'GCOL'")
 # another bit of the heap (found by flipping bits at random) makes HDF5 loop for ever: the child
-# reading the strings is stopped after 30 s and the file rejected. That verify waits out its 30 s
-# in the background from here, beside all the checks below (its own copy of the file, its own
-# output files); it is judged last.
+# reading the strings is stopped after 30 s and the file rejected; here after 4 s
+# (TSR_CKPT_FAULT=v1-read-seconds:4, test-only: the same alarm, the bound shortened; it spun a
+# core for 30 s). That verify runs in the background from here, beside the checks below (its own
+# copy of the file, its own output files); it is judged last.
 G=$TMP/loop.h5
 cp "$V1" "$G"
 flip "$G" $((gcol + 281)) 0x04
-{ timeout 90 "$TOOL" ckpt verify "$G" >"$TMP/loop.txt" 2>&1; echo $? >"$TMP/loop.rc"; } &
+{ TSR_CKPT_FAULT=v1-read-seconds:4 timeout 90 "$TOOL" ckpt verify "$G" >"$TMP/loop.txt" 2>&1; echo $? >"$TMP/loop.rc"; } &
 loop_pid=$!
 R=$TMP/run
 drv 2 save "$R" 1 2 3 >"$TMP/save.txt" 2>&1
@@ -155,6 +156,6 @@ tap_check $(( (rc == 1 ? 0 : 1) | $? )) "run_dir of 230 characters: exit 1, not 
 # ---- the heap bit that makes HDF5 loop (its verify started at the top) ----
 wait "$loop_pid"
 rc=$(cat "$TMP/loop.rc")
-grep -q "did not finish in 30 s: the file's HDF5 global heap is damaged" "$TMP/loop.txt"
-tap_check $(( (rc == 2 ? 0 : 1) | $? )) "heap bit that makes HDF5 loop: ckpt verify exits 2 after 30 s (got $rc, 124 = hung)"
+grep -q "did not finish in 4 s: the file's HDF5 global heap is damaged" "$TMP/loop.txt"
+tap_check $(( (rc == 2 ? 0 : 1) | $? )) "heap bit that makes HDF5 loop: ckpt verify exits 2 after its bound, 4 s here (got $rc, 124 = hung)"
 tap_done
