@@ -11,7 +11,10 @@
 # SIGSEGV in HDF5's close under MPI_Finalize, exit 139), tessera.lock released, latest still
 # step 2's checkpoint and valid, no .tmp left.
 # Timing: the dd must land in the 0.5 s before the first tensor's write (a lost race fails the
-# "0 bytes free" check, never passes it): on tests/run.sh's SOLO list.
+# "0 bytes free" check, never passes it): on tests/run.sh's SOLO list. The background save first
+# copies its tensors into the stage, slow-write's delay before each copy too (checkpoint/
+# ckpt_writer.c): its first write comes after 20 or more delays, so 50 ms each there (at 500 ms
+# its failing run took 20 s: 40 copies and writes of rank 1, whose first ones succeed).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 small_tmpfs 4m
@@ -32,8 +35,8 @@ for mode in sync background; do
         done
     ) &
     filler=$!
-    async=true; [[ $mode == sync ]] && async=false
-    TSR_CKPT_FAULT=skip-space-check,slow-write:500 run "$R" --set save_async=$async >"$TMP/$mode.txt" 2>&1
+    async=true slow=50; [[ $mode == sync ]] && async=false slow=500
+    TSR_CKPT_FAULT=skip-space-check,slow-write:$slow run "$R" --set save_async=$async >"$TMP/$mode.txt" 2>&1
     rc=$?
     wait "$filler"
     tap_diag "$mode: exit $rc; $(grep -m1 -o 'error: checkpoint .*' "$TMP/$mode.txt" | cut -c1-260)"
