@@ -56,7 +56,13 @@ RANDOM=53
 mid=0 landed=0
 for k in 1 2 3 4 5 6 7 8 9 10; do
     dir=$TMP/T$k slow=$((k % 2 ? 10 : 0)) victim=$((RANDOM % 2)) when=""
-    TSR_CKPT_FAULT=$( ((slow)) && echo "slow-write:$slow") \
+    # When one rank of a job dies, mpirun ends the others with SIGCONT, a sleep of
+    # odls_base_sigkill_timeout (1 s), SIGTERM, another sleep, SIGKILL: 2 s of nothing after each
+    # trial's kill (20 s of this test). The survivors' grace is not what the trials check (a rank
+    # may die at any moment, as on a node that fails): 0 here, SIGTERM and SIGKILL at once. The
+    # other runs keep the default (tests/mpi_env.sh): a rank still releasing the run's lock when
+    # another has exited needs it (test_ckpt_diskfull0's sync case failed without it).
+    OMPI_MCA_odls_base_sigkill_timeout=0 TSR_CKPT_FAULT=$( ((slow)) && echo "slow-write:$slow") \
         "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" >"$dir.txt" 2>&1 &
     pid=$!
     STARTED+=("$pid")
