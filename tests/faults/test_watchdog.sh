@@ -49,7 +49,9 @@ rc=$?
 [[ $rc == 86 ]] && grep -q 'watchdog: MFU .*% under watchdog.min_mfu 99.0%' "$TMP/M.txt"
 tap_check $? "MFU under watchdog.min_mfu for 2 windows: exit $rc with the MFU named"
 
-TSR_FAULT=hang:5:1 timeout 60 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/G" \
+# (the two runs that end in MPI_Abort: mpirun ends the other rank at once, not after its 2 s of
+# SIGCONT, sleep, SIGTERM, sleep: odls_base_sigkill_timeout; no rank is left to release anything)
+TSR_FAULT=hang:5:1 OMPI_MCA_odls_base_sigkill_timeout=0 timeout 60 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/G" \
     --set watchdog.hang_timeout=3 >"$TMP/G.txt" 2>&1
 rc=$?
 [[ $rc != 0 && $rc != 124 ]] && grep -q '\[rank 1 .*\] watchdog: step 5 stuck in forward/backward for [0-9]* s' "$TMP/G.txt"
@@ -108,7 +110,7 @@ rc=$?
 tap_check $? "straggler under GRPO (rank 1 computes +200 ms per step, rank 0 decodes +200 ms): exit $rc at step 2 naming rank 1, not the slow decoder; the checkpoint of step 2 committed"
 # the rerun resumes from it and trains step 3; rank 1 then stops for good in step 4's decoding: the
 # hang watchdog names the phase (rank 0, waiting for its rollouts, "rollout exchange") and aborts
-TSR_FAULT=hang_rollout:4:1 timeout 60 "${MPIRUN[@]}" -np 2 "$TRAIN" "${small[@]}" --set run_dir="$TMP/ws" \
+TSR_FAULT=hang_rollout:4:1 OMPI_MCA_odls_base_sigkill_timeout=0 timeout 60 "${MPIRUN[@]}" -np 2 "$TRAIN" "${small[@]}" --set run_dir="$TMP/ws" \
     --set max_duration=8ba --set watchdog.hang_timeout=2 >"$TMP/ws2.log" 2>&1
 rc=$?
 tap_diag "$(grep -o '\[rank 0 [^]]*\] watchdog: step 4 stuck in [a-z ]*' "$TMP/ws2.log" || echo 'rank 0: the abort from rank 1 came first')"
