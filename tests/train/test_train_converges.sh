@@ -3,12 +3,18 @@
 # loss falls well below its start (ln 512 = 6.24 for a uniform guess) and the validation loss falls
 # too. Also: the run directory gets the effective config and one metrics line per step, and the
 # same seed gives the same bits.
+# CI time: one thread (--set threads=1, as every other training test), not tiny.cfg's threads = 0
+# (auto: 2 OpenMP threads on the 2-core CI machine). Nothing here depends on the thread count: the
+# rerun reads it from the written config, so both runs use the same one. With another test beside
+# it (CI's shared phase) the 2 threads spent their time waiting in OpenMP barriers for a core:
+# 20 steps took 56 CPU-s / 111 s wall with threads = 0 and 7.7 CPU-s / 12 s with 1 on the loaded
+# 2-core machine (the whole test: 50 CPU-s in CI, 286 CPU-s here under load, before).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 7
 make_synth "$TMP/data" 512 400000
 set_args=(--set model.vocab_size=512 --set data.tokenizer= --set data.train="$TMP/data/train" --set data.val="$TMP/data/val" --set max_duration=60ba
-          --set eval_interval=30ba --set run_dir="$TMP/run" --set sample.tokens=32)
+          --set eval_interval=30ba --set run_dir="$TMP/run" --set sample.tokens=32 --set threads=1)
 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${set_args[@]}" >"$TMP/out.txt" 2>&1
 tap_check $? "tiny.cfg trains 60 steps on the synthetic corpus"
 first=$(json_field "$TMP/run/metrics.jsonl" 1 loss)
