@@ -82,16 +82,18 @@ hf_o200k_texts() {
 # writes, without loading the tokenizer once per line (a second or more for a large tokenizer.json).
 # decode decodes each FILE argument on its own (src/tokenizer/tokenizer_cmd.c: run_decode per file,
 # the tokenizer read-only), so one run over the lines with a separator between each two writes
-# d1 S d2 S ... S dn, where S is the separator's own decode: the ids of the one-byte text "\x01",
-# decoded alone. When S holds the byte 0x01 exactly once and the output exactly n - 1 times, no dk
-# holds it: cutting the output at each 0x01 and taking off the bytes of S before and after it gives
-# each dk exactly. Otherwise (a line that decodes to 0x01, a tokenizer without that byte) it falls
-# back to one decode per line, and says so.
+# d1 S d2 S ... S dn, where S is the separator's own decode: the ids of the four-byte text
+# "\x01\x02\x03\x04" (four different bytes: two of its occurrences can never overlap; texts of
+# random bytes hold a single 0x01 often, these four in a row hardly ever), decoded alone. When S
+# holds it exactly once and the output exactly n - 1 times, no dk holds it: cutting the output at
+# each occurrence and taking off the bytes of S before and after it gives each dk exactly.
+# Otherwise (a line that decodes to it, a tokenizer without those bytes) it falls back to one
+# decode per line, and says so.
 decode_lines() {
     local ids=$1 dir=$2 j=$3 p=$2.lines k f args=()
     shift 3
     mkdir -p "$dir" "$p"
-    printf '\x01' >"$p/sep.txt"
+    printf '\x01\x02\x03\x04' >"$p/sep.txt"
     "$TOOL" tokenizer encode --tokenizer "$j" "$p/sep.txt" >"$p/sep.ids"
     "$TOOL" tokenizer decode --tokenizer "$j" "$p/sep.ids" >"$p/sep.out"
     awk -v p="$p" -v n=$# 'NR <= n { f = p "/" NR ".ids"; print > f; close(f) }' "$ids"
@@ -103,10 +105,11 @@ decode_lines() {
         "$PY3" - "$p/sep.out" "$p/all.out" "$dir" "${@##*/}" <<'PY'
 import os, sys
 sep, out, d, names = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read(), sys.argv[3], sys.argv[4:]
-if sep.count(b"\x01") != 1 or out.count(b"\x01") != len(names) - 1:
+mark = b"\x01\x02\x03\x04"
+if sep.count(mark) != 1 or out.count(mark) != len(names) - 1:
     sys.exit(1)
-pre, post = sep.split(b"\x01")
-pieces = out.split(b"\x01")
+pre, post = sep.split(mark)
+pieces = out.split(mark)
 for k, piece in enumerate(pieces):
     if k > 0:
         if not piece.startswith(post): sys.exit(1)

@@ -5,7 +5,13 @@
 # (Unicode classes, emoji, CJK, whitespace runs, contractions, invalid UTF-8, empty input,
 # <|endoftext|>) and seeded random byte strings; decode(encode(x)) == x for valid UTF-8 and == the
 # U+FFFD-replaced text for invalid UTF-8. Skips (77) without node or the npm files (./INSTALL).
+# CI time: one node run for the reference's ids of all the files and one encode (the Brown files
+# first, then edge, random bytes, random UTF-8: split by line), and the round trips decode the ids
+# the identity checks compared (decode_lines of hf_texts.sh: three tessera runs, not an encode and
+# a decode per file, and one node for the U+FFFD-replaced texts, not one per file): it took 40 CPU-s,
+# most of them in 130 tessera and 26 node starts.
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/hf_texts.sh"
 TESSERA=${TSR_TESSERA:-$TOOL}
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 GPT2=$NPM_DIR/gpt2 BROWN=$NPM_DIR/brown
@@ -21,14 +27,9 @@ tsr_tmpdir
 tap_plan 9
 
 enc() { "$TESSERA" tokenizer encode --tokenizer "$GPT2" "$@"; }
-# ---- 1. Brown corpus, per file ----
+# ---- the Brown files (half), edge cases, random inputs ----
 all_brown=("$BROWN"/c[a-r][0-9][0-9]) brown=()
 for ((i = 0; i < ${#all_brown[@]}; i += 2)); do brown+=("${all_brown[i]}"); done
-node "$REF" "$GPT2" "${brown[@]}" > "$TMP/brown.ref"
-enc "${brown[@]}" > "$TMP/brown.tsr"
-same_lines brown "$TMP/brown.ref" "$TMP/brown.tsr" "${brown[@]}"
-tap_check $? "Brown corpus: ${#brown[@]} files, $(wc -w < "$TMP/brown.ref") tokens identical to the JS encoder"
-
 # ---- edge cases ----
 E=$TMP/edge; mkdir -p "$E"
 printf 'Ünïcödé Ελληνικά Русский العربية हिन्दी ١٢٣ ४५६ Ⅻ ½ ²³ 𝟘𝟙 ǅ ʰ 〇' > "$E/unicode"
@@ -46,10 +47,6 @@ printf '\xef\xbb\xbfBOM first' > "$E/bom"
 printf 'ok\xff\xfe \xc0\xaf \xed\xa0\x80 \xf0\x90 \x80\x80 \xe0\x80\x80 \xf4\x90\x80\x80 \xef\xbf\xbd a\xe2\x82' > "$E/invalid_utf8"
 printf 'caf\xe9 na\xefve \xa0x' > "$E/latin1"
 edge=("$E"/*)
-node "$REF" "$GPT2" "${edge[@]}" > "$TMP/edge.ref"
-enc "${edge[@]}" > "$TMP/edge.tsr"
-same_lines edge "$TMP/edge.ref" "$TMP/edge.tsr" "${edge[@]}"
-tap_check $? "edge cases (${#edge[@]} files: Unicode, emoji, CJK, whitespace, contractions, invalid UTF-8, empty, <|endoftext|>) identical"
 
 # ---- seeded random inputs: raw bytes (mostly invalid UTF-8) and random valid UTF-8 ----
 R=$TMP/rand; mkdir -p "$R/bytes" "$R/utf8"
@@ -74,12 +71,22 @@ for (const [name, cs] of Object.entries(runs)) {
   fs.writeFileSync(process.argv[1] + "/utf8/long_" + name, t);
 }' "$R"
 rb=("$R"/bytes/*) ru=("$R"/utf8/*)
-node "$REF" "$GPT2" "${rb[@]}" > "$TMP/rb.ref"
-enc "${rb[@]}" > "$TMP/rb.tsr"
+
+# ---- the reference and tessera on all of them, each in one run; split by line ----
+node "$REF" "$GPT2" "${brown[@]}" "${edge[@]}" "${rb[@]}" "${ru[@]}" > "$TMP/all.ref"
+enc "${brown[@]}" "${edge[@]}" "${rb[@]}" "${ru[@]}" > "$TMP/all.tsr"
+first=1
+for g in brown:${#brown[@]} edge:${#edge[@]} rb:${#rb[@]} ru:${#ru[@]}; do
+    for x in ref tsr; do sed -n "$first,$((first + ${g#*:} - 1))p" "$TMP/all.$x" > "$TMP/${g%%:*}.$x"; done
+    first=$((first + ${g#*:}))
+done
+[[ $(wc -l < "$TMP/all.ref") == $((first - 1)) ]] || tap_diag "node wrote $(wc -l < "$TMP/all.ref") lines for $((first - 1)) files"
+same_lines brown "$TMP/brown.ref" "$TMP/brown.tsr" "${brown[@]}"
+tap_check $? "Brown corpus: ${#brown[@]} files, $(wc -w < "$TMP/brown.ref") tokens identical to the JS encoder"
+same_lines edge "$TMP/edge.ref" "$TMP/edge.tsr" "${edge[@]}"
+tap_check $? "edge cases (${#edge[@]} files: Unicode, emoji, CJK, whitespace, contractions, invalid UTF-8, empty, <|endoftext|>) identical"
 same_lines random-bytes "$TMP/rb.ref" "$TMP/rb.tsr" "${rb[@]}"
 tap_check $? "random byte strings (${#rb[@]} files, seed 12345) identical"
-node "$REF" "$GPT2" "${ru[@]}" > "$TMP/ru.ref"
-enc "${ru[@]}" > "$TMP/ru.tsr"
 same_lines random-utf8 "$TMP/ru.ref" "$TMP/ru.tsr" "${ru[@]}"
 tap_check $? "random valid UTF-8 (${#ru[@]} files incl. 4000-byte pieces, seed 12345) identical"
 
@@ -92,16 +99,24 @@ tap_check $? "ref_encode.js's loop gives the ids of Encoder.js's encode() (edge 
 cat "${brown[@]}" > "$TMP/brown.txt"
 enc "$TMP/brown.txt" | "$TESSERA" tokenizer decode --tokenizer "$GPT2" - | cmp -s - "$TMP/brown.txt"
 tap_check $? "Brown corpus (all files concatenated): decode(encode(x)) == x"
+# decode of the ids compared above (edge, random bytes, random UTF-8: one decode run); the
+# expected text of an invalid UTF-8 file is node's reading of it (one node for all)
+cat "$TMP/edge.tsr" "$TMP/rb.tsr" "$TMP/ru.tsr" > "$TMP/rt.ids"
+TOOL=$TESSERA decode_lines "$TMP/rt.ids" "$TMP/rt" "$GPT2" "${edge[@]}" "${rb[@]}" "${ru[@]}"
 rt_ok=0
 for f in "${edge[@]}" "${ru[@]}"; do
     [[ $f == */invalid_utf8 || $f == */latin1 ]] && continue
-    enc "$f" | "$TESSERA" tokenizer decode --tokenizer "$GPT2" - | cmp -s - "$f" || { tap_diag "round trip differs: $f"; rt_ok=1; }
+    cmp -s "$TMP/rt/${f##*/}" "$f" || { tap_diag "round trip differs: $f"; rt_ok=1; }
 done
 tap_check $rt_ok "valid UTF-8 edge cases and random text: decode(encode(x)) == x"
+bad=("$E/invalid_utf8" "$E/latin1" "${rb[@]}")
+mkdir -p "$TMP/fixed"
+node -e 'const fs = require("fs"), path = require("path");
+for (const f of process.argv.slice(2)) fs.writeFileSync(path.join(process.argv[1], path.basename(f)), fs.readFileSync(f, "utf8"));' \
+    "$TMP/fixed" "${bad[@]}"
 rt_ok=0
-for f in "$E/invalid_utf8" "$E/latin1" "${rb[@]}"; do
-    node -e 'process.stdout.write(require("fs").readFileSync(process.argv[1], "utf8"))' "$f" > "$TMP/fixed"
-    enc "$f" | "$TESSERA" tokenizer decode --tokenizer "$GPT2" - | cmp -s - "$TMP/fixed" || { tap_diag "invalid UTF-8 round trip differs: $f"; rt_ok=1; }
+for f in "${bad[@]}"; do
+    cmp -s "$TMP/rt/${f##*/}" "$TMP/fixed/${f##*/}" || { tap_diag "invalid UTF-8 round trip differs: $f"; rt_ok=1; }
 done
 tap_check $rt_ok "invalid UTF-8: decode(encode(x)) == x with each maximal ill-formed subpart as U+FFFD (node's reading)"
 
