@@ -9,8 +9,9 @@
 #                        modifier letters, combining marks, contractions of any case after a word,
 #                        "/" after punctuation, harmony's special tokens; 8 seeded random files
 #                        over one code point of each class the pattern tells apart
-#   decode_lines IDS DIR TOKENIZER FILES...  DIR/BASENAME(FILE k) = `tessera tokenizer decode` of
-#                        line k of IDS: what one decode per line writes, from three runs in all
+#   decode_lines [--sep-ids F] IDS DIR TOKENIZER FILES...  DIR/BASENAME(FILE k) = `tessera tokenizer decode`
+#                        of line k of IDS: what one decode per line writes, from one or two runs in all
+#   sep_text FILE        decode_lines's separator text, for a caller that encodes it itself
 
 hf_edge_texts() {
     mkdir -p "$1"
@@ -77,54 +78,55 @@ hf_o200k_texts() {
     }' "$1"
 }
 
-# decode_lines IDS DIR TOKENIZER FILES...: writes DIR/${FILE##*/} = `tessera tokenizer decode
-# --tokenizer TOKENIZER` of line k of IDS for the k-th FILE (IDS may go on), byte for byte what one decode per line
-# writes, without loading the tokenizer once per line (a second or more for a large tokenizer.json).
-# decode decodes each FILE argument on its own (src/tokenizer/tokenizer_cmd.c: run_decode per file,
-# the tokenizer read-only), so one run over the lines with a separator between each two writes
-# d1 S d2 S ... S dn, where S is the separator's own decode: the ids of the four-byte text
-# "\x01\x02\x03\x04" (four different bytes: two of its occurrences can never overlap; texts of
-# random bytes hold a single 0x01 often, these four in a row hardly ever), decoded alone. When S
-# holds it exactly once and the output exactly n - 1 times, no dk holds it: cutting the output at
-# each occurrence and taking off the bytes of S before and after it gives each dk exactly.
-# Otherwise (a line that decodes to it, a tokenizer without those bytes) it falls back to one
-# decode per line, and says so.
+# sep_text FILE: writes the separator text of decode_lines (for a caller that encodes it in its own
+# run and passes the ids with --sep-ids)
+sep_text() { printf '\x01\x02\x03\x04' >"$1"; }
+
+# decode_lines [--sep-ids SEP_IDS] IDS DIR TOKENIZER FILES...: writes DIR/${FILE##*/} = `tessera
+# tokenizer decode --tokenizer TOKENIZER` of line k of IDS for the k-th FILE (IDS may go on), byte
+# for byte what one decode per line writes, without loading the tokenizer once per line (a second or
+# more for a large tokenizer.json). decode decodes each FILE argument on its own
+# (src/tokenizer/tokenizer_cmd.c: run_decode per file, the tokenizer read-only), so one run over the
+# lines with a separator before, between and after them writes S d1 S d2 S ... S dn S, where S is
+# the separator's own decode: the ids of sep_text's four bytes "\x01\x02\x03\x04" (four different
+# bytes: two of its occurrences can never overlap; texts of random bytes hold a single 0x01 often,
+# these four in a row hardly ever; SEP_IDS: its ids from the caller's encode, else one encode
+# here). S = PRE M POST, M those four bytes: when the output holds M exactly n + 1 times, and the
+# first piece (PRE) and last (POST) frame every piece between, no dk holds M: cutting the output at
+# each M and taking PRE and POST off each inner piece gives each dk exactly. Otherwise (a line that
+# decodes to M, a tokenizer without those bytes) it falls back to one decode per line, and says so.
 decode_lines() {
-    local ids=$1 dir=$2 j=$3 p=$2.lines k f args=()
+    local sep_ids='' k f args=()
+    [[ $1 == --sep-ids ]] && { sep_ids=$2; shift 2; }
+    local ids=$1 dir=$2 j=$3 p=$2.lines
     shift 3
     mkdir -p "$dir" "$p"
-    printf '\x01\x02\x03\x04' >"$p/sep.txt"
-    "$TOOL" tokenizer encode --tokenizer "$j" "$p/sep.txt" >"$p/sep.ids"
-    "$TOOL" tokenizer decode --tokenizer "$j" "$p/sep.ids" >"$p/sep.out"
+    if [[ -z $sep_ids ]]; then
+        sep_text "$p/sep.txt"
+        sep_ids=$p/sep.ids
+        "$TOOL" tokenizer encode --tokenizer "$j" "$p/sep.txt" >"$sep_ids"
+    fi
     awk -v p="$p" -v n=$# 'NR <= n { f = p "/" NR ".ids"; print > f; close(f) }' "$ids"
-    for ((k = 1; k <= $#; k++)); do
-        ((k > 1)) && args+=("$p/sep.ids")
-        args+=("$p/$k.ids")
-    done
+    args=("$sep_ids")
+    for ((k = 1; k <= $#; k++)); do args+=("$p/$k.ids" "$sep_ids"); done
     if (($(wc -l <"$ids") >= $#)) && "$TOOL" tokenizer decode --tokenizer "$j" "${args[@]}" >"$p/all.out" &&
-        "$PY3" - "$p/sep.out" "$p/all.out" "$dir" "${@##*/}" <<'PY'
+        "$PY3" - "$p/all.out" "$dir" "${@##*/}" <<'PY'
 import os, sys
-sep, out, d, names = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read(), sys.argv[3], sys.argv[4:]
+out, d, names = open(sys.argv[1], "rb").read(), sys.argv[2], sys.argv[3:]
 mark = b"\x01\x02\x03\x04"
-if sep.count(mark) != 1 or out.count(mark) != len(names) - 1:
+if out.count(mark) != len(names) + 1:
     sys.exit(1)
-pre, post = sep.split(mark)
 pieces = out.split(mark)
-for k, piece in enumerate(pieces):
-    if k > 0:
-        if not piece.startswith(post): sys.exit(1)
-        piece = piece[len(post):]
-    if k < len(pieces) - 1:
-        if not piece.endswith(pre): sys.exit(1)
-        piece = piece[:len(piece) - len(pre)]
-    pieces[k] = piece
-for name, piece in zip(names, pieces):
-    open(os.path.join(d, name), "wb").write(piece)
+pre, post, inner = pieces[0], pieces[-1], pieces[1:-1]
+for name, piece in zip(names, inner):
+    if not (piece.startswith(post) and piece.endswith(pre) and len(piece) >= len(pre) + len(post)):
+        sys.exit(1)
+    open(os.path.join(d, name), "wb").write(piece[len(post):len(piece) - len(pre)])
 PY
     then
         return 0
     fi
-    tap_diag "decode_lines: no single run for $ids (separator decodes to $(od -An -c "$p/sep.out" | tr -s ' ')): one decode per line"
+    tap_diag "decode_lines: no single run for $ids (separator and lines: $(head -c 40 "$p/all.out" | od -An -c | tr -s ' ')): one decode per line"
     k=0
     for f in "$@"; do
         k=$((k + 1))
