@@ -18,7 +18,8 @@
 # its --special encodes (the compared files, the round trip's, decode_lines's separator, the special
 # token of the check of added tokens; <|eot_id|> and harmony's tokens are read off the compared
 # lines) and once more for its decodes: the test started 30 tessera runs (12 CPU-s of loading
-# 0.1-1.4 CPU-s each) where 11 now do the same work; it took 91 CPU-s.
+# 0.1-1.4 CPU-s each) where 11 now do the same work; python reads only the added_tokens of three
+# tokenizer.json files (9 CPU-s to parse them whole); it took 91 CPU-s.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
@@ -84,13 +85,36 @@ rt_files() { # rt_files MODEL: sets `rt`, the files of MODEL's round trip (none:
     rt=("${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$extra" "$TMP/sep.txt")
 }
 sep_text "$TMP/sep.txt"
-# sp_of MODEL: sets `sp`, the file holding the text of MODEL's first special added token that starts
-# with "<" (Gemma 3, Qwen 3: the check of added tokens not special below), else none
+# from the added_tokens of tokenizer.json (one python run; the array only, cut at the "normalizer" key
+# that follows it: parsing the whole 11-33 MB file took 2-4.6 CPU-s each): $TMP/sp.MODEL, the text
+# of the first special added token starting with "<" of Gemma 3 and Qwen 3 (the check of added
+# tokens not special below); $TMP/harmony.want, the ids of gpt-oss's harmony tokens
+"$PY3" - "$TMP" "$MODELS" <<'PY'
+import json, os, sys
+tmp, models = sys.argv[1], sys.argv[2]
+def added_tokens(path):
+    b = open(path, "rb").read()
+    i = b.find(b'"added_tokens"')
+    if i >= 0:
+        j, k = b.find(b"[", i), b.find(b'"normalizer"', i)
+        try:
+            return json.JSONDecoder().raw_decode(b[j:k].decode("utf-8"))[0]
+        except ValueError:
+            pass
+    return json.loads(b)["added_tokens"]
+for m in "gemma3", "qwen3":
+    a = added_tokens(os.path.join(models, m, "tokenizer.json"))
+    sp = next(t["content"] for t in a if t["special"] and t["content"].startswith("<"))
+    open(os.path.join(tmp, "sp." + m), "w", encoding="utf-8").write(sp)
+a = {t["content"]: t["id"] for t in added_tokens(os.path.join(models, "gptoss", "tokenizer.json"))}
+ids = sorted({a["<|" + n + "|>"] for n in "start message end channel return constrain call endoftext".split()})
+open(os.path.join(tmp, "harmony.want"), "w").write(" ".join(map(str, ids)) + " ")
+PY
+# sp_of MODEL: sets `sp`, $TMP/sp.MODEL (Gemma 3, Qwen 3), else none
 sp_of() {
     sp=()
-    [[ $1 == gemma3 || $1 == qwen3 ]] || return 0
-    sp=("$TMP/sp.$1")
-    [[ -s ${sp[0]} ]] || "$PY3" -c 'import json, sys; print(next(a["content"] for a in json.load(open(sys.argv[1]))["added_tokens"] if a["special"] and a["content"].startswith("<")), end="")' "$MODELS/$1/tokenizer.json" >"${sp[0]}"
+    [[ $1 == gemma3 || $1 == qwen3 ]] && sp=("$TMP/sp.$1")
+    return 0
 }
 for model in "${models[@]}"; do
     brown_of "$model"; rt_files "$model"; sp_of "$model"
@@ -161,10 +185,7 @@ done
 # in gpt-oss's encode above)
 brown_of gptoss
 h_ids=$(sed -n "$(line_of "$O/harmony")p" "$TMP/all.gptoss.tsr" | tr ' ' '\n' | sort -nu | awk '$1 >= 199998' | tr '\n' ' ')
-h_want=$("$PY3" -c '
-import json, sys
-a = {t["content"]: t["id"] for t in json.load(open(sys.argv[1]))["added_tokens"]}
-print(" ".join(str(i) for i in sorted({a["<|" + n + "|>"] for n in "start message end channel return constrain call endoftext".split()})), end=" ")' "$MODELS/gptoss/tokenizer.json")
+h_want=$(<"$TMP/harmony.want")
 [[ $h_ids == "$h_want" && $h_ids == *200006* ]]
 tap_check $? "gptoss: harmony's <|start|> <|message|> <|channel|> <|end|> <|return|> <|constrain|> <|call|> <|endoftext|> are one id each (got: $h_ids; tokenizer.json: $h_want)"
 # NFC (Qwen's normalizer) equals node's String.prototype.normalize("NFC"): every code point, and
