@@ -8,7 +8,14 @@
 # trains 2 steps on the dataset and generate turns a text prompt with <|im_end|> into its ids; a
 # document that is one 1 MB run of letters (one pre-token: byte-level BPE was quadratic in it, hours)
 # preps within 60 s of CPU and decodes back. Skips (77) without the npm files ./INSTALL fetches.
+# CI time: Qwen 3's tokenizer.json takes tessera about 0.5 CPU-s to load: the short texts are
+# encoded in one run with --special (<|endoftext|>, the prompt, <|im_end|>, "a<|im_end|>b",
+# decode_lines's separator) and one without (the Brown files and "a<|im_end|>b"), the dataset's
+# documents decoded in one run (decode_lines of hf_texts.sh), the bad tokenizer.json written by
+# replacing the pre_tokenizer's value in the text (python parsing all 11 MB took a second): 6
+# fewer tessera runs (here, loaded: 26 -> 25 CPU-s; most of it is prep, training and generate).
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
 [[ -f $Q/tokenizer.json ]] || { echo "$Q/tokenizer.json missing: run ./INSTALL --ensure"; exit 77; }
@@ -18,10 +25,24 @@ Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
 tsr_tmpdir
 tap_plan 11
 
-mkdir -p "$TMP/in"
+mkdir -p "$TMP/in" "$TMP/txt"
 cp "$BROWN/ca01" "$BROWN/cb02" "$BROWN/cr09" "$TMP/in/"
-"$TOOL" tokenizer encode --tokenizer "$Q/tokenizer.json" "$TMP"/in/* > "$TMP/ids.txt"
+# the short texts: with --special, one line each (EOT, pids, with, im_end, sep_ids below)
+prompt='The jury said<|im_end|>'
+printf '<|endoftext|>' > "$TMP/txt/eot"
+printf '%s' "$prompt" > "$TMP/txt/prompt"
+printf 'a<|im_end|>b' > "$TMP/added"
+printf '<|im_end|>' > "$TMP/txt/im_end"
+sep_text "$TMP/txt/sep"
+"$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" "$TMP/txt/eot" "$TMP/txt/prompt" "$TMP/added" \
+    "$TMP/txt/im_end" "$TMP/txt/sep" > "$TMP/special.ids"
+{ read -r EOT; read -r pids; read -r with; read -r im_end; } < "$TMP/special.ids"
+tail -n 1 "$TMP/special.ids" > "$TMP/sep.ids"
+# without --special: the Brown files (ids.txt), then "a<|im_end|>b"
+"$TOOL" tokenizer encode --tokenizer "$Q/tokenizer.json" "$TMP"/in/* "$TMP/added" > "$TMP/plain.ids"
 tap_check $? "tokenizer encode --tokenizer qwen3/tokenizer.json: exit 0"
+head -n 3 "$TMP/plain.ids" > "$TMP/ids.txt"
+without=$(sed -n 4p "$TMP/plain.ids")
 "$TOOL" tokenizer encode --tokenizer "$Q" "$TMP"/in/* | cmp -s - "$TMP/ids.txt"
 tap_check $? "a directory holding tokenizer.json (no encoder.json) gives the same ids as the file"
 
@@ -29,7 +50,6 @@ tap_check $? "a directory holding tokenizer.json (no encoder.json) gives the sam
 tap_check $? "prep --tokenizer qwen3/tokenizer.json over 3 Brown files: exit 0"
 # the dataset: width and vocab from the index and shard headers, its documents (split at
 # <|endoftext|>) are exactly the encode lines, each decoded back to its file
-EOT=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" <(printf '<|endoftext|>'))
 out=$(cd "$TSR_ROOT/tests/prep" && "$PY3" - "$TMP/ds/train" "$TMP/ids.txt" "$EOT" "$TMP/docs" <<'PY'
 import sys, os
 import numpy as np
@@ -56,10 +76,14 @@ tap_check $? "dataset: uint32 tokens (width $width), vocab $vocab > 65536, <|end
 [[ $ndocs == 3 && $same == same ]]
 tap_check $? "dataset: 3 documents, each exactly the encode ids of one file ($out)"
 rt=0
-for f in "$TMP"/docs/doc*; do
-    "$TOOL" tokenizer decode --tokenizer "$Q/tokenizer.json" "$f" > "$f.txt" || rt=1
+docs=("$TMP"/docs/doc*)
+for f in "${docs[@]}"; do cat "$f"; echo; done > "$TMP/docs.ids"
+decode_lines --sep-ids "$TMP/sep.ids" "$TMP/docs.ids" "$TMP/docs.txt" "$Q/tokenizer.json" "${docs[@]}"
+for f in "${docs[@]}"; do
+    f=$TMP/docs.txt/${f##*/}
+    [[ -f $f ]] || rt=1
     found=0
-    for b in "$TMP"/in/*; do cmp -s "$f.txt" "$b" && found=1; done
+    for b in "$TMP"/in/*; do cmp -s "$f" "$b" && found=1; done
     ((found)) || { tap_diag "$f does not decode to any input file"; rt=1; }
 done
 tap_check $rt "tokenizer decode of each dataset document gives its Brown file back byte for byte"
@@ -70,8 +94,6 @@ tap_check $rt "tokenizer decode of each dataset document gives its Brown file ba
     --set threads=1 --set model.vocab_size="$vocab" --set data.tokenizer="$Q/tokenizer.json" \
     --set data.train="$TMP/ds/train" --set max_duration=2ba --set sample.tokens=0 --set seq_len=64 \
     --set model.n_layer=1 --set run_dir="$TMP/run" >"$TMP/train.txt" 2>&1 || tap_diag "$(tail -3 "$TMP/train.txt")"
-prompt='The jury said<|im_end|>'
-pids=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" <(printf '%s' "$prompt"))
 gen=("$TOOL" generate --set threads=1 --ckpt "$TMP/run" --seed 5 --max-tokens 4)
 a=$("${gen[@]}" --prompt "$prompt" --ids 2>"$TMP/gen.err")
 b=$("${gen[@]}" --prompt-ids "$pids" --ids 2>/dev/null)
@@ -79,20 +101,23 @@ b=$("${gen[@]}" --prompt-ids "$pids" --ids 2>/dev/null)
 tap_check $? "trainer with data.tokenizer = qwen3/tokenizer.json, then generate: prompt \"$prompt\" = ids $pids (4 prompt tokens, same output $a as --prompt-ids)"
 
 # added tokens: matched with --special, plain text without (as for GPT-2)
-printf 'a<|im_end|>b' > "$TMP/added"
-with=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" "$TMP/added")
-without=$("$TOOL" tokenizer encode --tokenizer "$Q/tokenizer.json" "$TMP/added")
-im_end=$("$TOOL" tokenizer encode --special --tokenizer "$Q/tokenizer.json" <(printf '<|im_end|>'))
 [[ $(wc -w <<< "$with") == 3 && " $with " == *" $im_end "* && " $without " != *" $im_end "* && $(wc -w <<< "$without") -gt 3 ]]
 tap_check $? "<|im_end|> is one id ($im_end) with --special ($with), plain text without ($without)"
 
 # a tokenizer.json with a pre-tokenizer tessera does not implement: exit 2 naming the file
+# (the pre_tokenizer's value replaced in the text: the object after the first "pre_tokenizer" key,
+# which comes before the model's vocabulary in tokenizer.json; one JSON value for another)
 "$PY3" - "$Q/tokenizer.json" "$TMP/bad/tokenizer.json" <<'PY'
 import json, os, sys
-j = json.load(open(sys.argv[1], encoding="utf-8"))
-j["pre_tokenizer"] = {"type": "Whitespace"}
+b = open(sys.argv[1], "rb").read()
+k = b.index(b'"pre_tokenizer"') + len(b'"pre_tokenizer"')
+i = b.index(b"{", k)
+assert b[k:i].strip() == b":", "pre_tokenizer is not an object"
+text = b[i:i + (1 << 20)].decode("utf-8", "ignore")
+end = i + len(text[:json.JSONDecoder().raw_decode(text)[1]].encode("utf-8"))
+out = b[:i] + b'{"type": "Whitespace"}' + b[end:]
 os.makedirs(os.path.dirname(sys.argv[2]))
-json.dump(j, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+open(sys.argv[2], "wb").write(out)
 PY
 "$TOOL" tokenizer encode --tokenizer "$TMP/bad/tokenizer.json" "$TMP/added" >/dev/null 2>"$TMP/err"; rc=$?
 ((rc == 2)) && grep -q "bad/tokenizer.json" "$TMP/err" && grep -qi "pre_tokenizer" "$TMP/err"
