@@ -14,8 +14,9 @@
 # "<0x41>" as text. Skips (77) without node or the npm files (./INSTALL --ensure).
 # CI time: tessera runs twice per variant (an encode that takes decode_lines's separator along, one
 # decode), not four times, and node once per variant (mistral's files no longer in two halves: its
-# 170 files take about as long as the other five variants' 70 each, which run beside it): it
-# took 60 CPU-s, most of it node's encoding (the reference's work, kept whole).
+# 170 files take about as long as the other five variants' 70 each, which run beside it), python
+# once for the six variants' files: it took 60 CPU-s, most of it node's encoding (the reference's
+# work, kept whole), and saves about 4.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
@@ -29,20 +30,28 @@ compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus 
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 tsr_tmpdir
 
-# variant NAME PRE_TOKENIZER DECODER: $TMP/NAME/ holds Llama 2's tokenizer.json with normalizer null,
-# that pre_tokenizer and decoder (JSON; DECODER "keep": Llama 2's Replace/ByteFallback/Fuse/Strip),
-# and Llama 2's tokenizer_config.json (legacy: true, so transformers.js uses the file's pipeline)
+# variant NAME PRE_TOKENIZER DECODER: $TMP/NAME/ will hold Llama 2's tokenizer.json with normalizer
+# null, that pre_tokenizer and decoder (JSON; DECODER "keep": Llama 2's Replace/ByteFallback/Fuse/
+# Strip), and Llama 2's tokenizer_config.json (legacy: true, so transformers.js uses the file's
+# pipeline); write_variants writes them all (one python run: Llama 2's file parsed once)
+variant_args=()
 variant() {
     mkdir -p "$TMP/$1"
     cp "$LLAMA2/tokenizer_config.json" "$TMP/$1/"
-    "$PY3" - "$LLAMA2/tokenizer.json" "$TMP/$1/tokenizer.json" "$2" "$3" <<'PY'
-import json, sys
-t = json.load(open(sys.argv[1], encoding="utf-8"))
-t["normalizer"] = None
-t["pre_tokenizer"] = json.loads(sys.argv[3])
-if sys.argv[4] != "keep":
-    t["decoder"] = json.loads(sys.argv[4])
-json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+    variant_args+=("$TMP/$1/tokenizer.json" "$2" "$3")
+}
+write_variants() {
+    "$PY3" - "$LLAMA2/tokenizer.json" "${variant_args[@]}" <<'PY'
+import copy, json, sys
+src = json.load(open(sys.argv[1], encoding="utf-8"))
+args = sys.argv[2:]
+for out, pre, dec in zip(args[0::3], args[1::3], args[2::3]):
+    t = copy.copy(src)
+    t["normalizer"] = None
+    t["pre_tokenizer"] = json.loads(pre)
+    if dec != "keep":
+        t["decoder"] = json.loads(dec)
+    json.dump(t, open(out, "w", encoding="utf-8"), ensure_ascii=False)
 PY
 }
 MS='"type": "Metaspace", "replacement": "\u2581"'
@@ -57,6 +66,7 @@ variant never "{$MS, \"prepend_scheme\": \"never\", \"split\": false}" "$NOSTRIP
 # before prepend_scheme (tokenizers 0.13): the default, always; the old str_rep key
 variant legacy "{$MS, \"str_rep\": \"\u2581\", \"add_prefix_space\": true}" "{$MS, \"add_prefix_space\": true}"
 variant aps_false "{$MS, \"add_prefix_space\": false, \"prepend_scheme\": \"first\"}" "{$MS, \"add_prefix_space\": false}"
+write_variants || exit 1
 variants=(mistral first_aps always never legacy aps_false)
 tap_plan $((2 * ${#variants[@]} + 2))
 
