@@ -17,9 +17,10 @@
 # build/tests/test_hf_tok does the NFC check. CI time: tessera loads each tokenizer.json once for all
 # its --special encodes (the compared files, the round trip's, decode_lines's separator, the special
 # token of the check of added tokens; <|eot_id|> and harmony's tokens are read off the compared
-# lines) and once more for its decodes: the test started 30 tessera runs (12 CPU-s of loading
+# lines) and once more for its decodes: the test started 29 tessera runs (12 CPU-s of loading
 # 0.1-1.4 CPU-s each) where 11 now do the same work; python reads only the added_tokens of three
-# tokenizer.json files (9 CPU-s to parse them whole); it took 91 CPU-s.
+# tokenizer.json files (9 CPU-s to parse them whole): 91 -> 79 CPU-s here (a loaded 2-core box), the
+# rest node's reference (each model's load 0.7-4.5 CPU-s and its encoding: kept whole).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
