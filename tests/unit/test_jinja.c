@@ -8,6 +8,9 @@
  *                                      "error: STATUS: LINE:COL: MESSAGE" to stdout and exits 2
  *   test_jinja --render-config TOKENIZER_CONFIG CTX...   the same with the chat_template and
  *                                      special tokens of a tokenizer_config.json (chat_config.h)
+ *   test_jinja --render-each CTX TMPL...   each template with the one context into TMPL.out, as
+ *                                      --render prints it (exit 1 when a file cannot be read or
+ *                                      written; a render error is the file's "error: " line)
  * With TEST_JINJA_STATS set, --render prints the steps and peak bytes the render used to stderr.
  */
 #include <stdio.h>
@@ -38,67 +41,84 @@ static char *read_file(const char *path, size_t *n) {
     return buf;
 }
 
-static int render_files(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: test_jinja --render TEMPLATE|--render-config TOKENIZER_CONFIG [CONTEXT.json ...]\n");
-        return 1;
-    }
-    size_t n;
-    char *src = read_file(argv[2], &n);
-    if (!src) {
-        fprintf(stderr, "test_jinja: cannot read %s\n", argv[2]);
-        return 1;
-    }
-    int nctx = argc - 3;
-    json_doc *docs = calloc((size_t)nctx + 1, sizeof *docs);
-    const json_value **ctx = calloc((size_t)nctx + 1, sizeof *ctx);
-    char **texts = calloc((size_t)nctx + 1, sizeof *texts);
-    for (int i = 0; i < nctx; i++) {
+/* The JSON context files paths[0..n): their documents (docs, texts) and roots (ctx, one slot
+ * free before them for a config's variables); 0, or 1 after saying which one failed. */
+static int load_contexts(char **paths, int n, json_doc *docs, char **texts, const json_value **ctx) {
+    for (int i = 0; i < n; i++) {
         size_t cn;
         json_error je;
         json_value *root;
         json_doc_init(&docs[i]);
-        texts[i] = read_file(argv[3 + i], &cn);
+        texts[i] = read_file(paths[i], &cn);
         if (!texts[i] || json_parse(&docs[i], texts[i], cn, &root, &je)) {
-            fprintf(stderr, "test_jinja: %s: %s\n", argv[3 + i], texts[i] ? je.msg : "cannot read");
+            fprintf(stderr, "test_jinja: %s: %s\n", paths[i], texts[i] ? je.msg : "cannot read");
             return 1;
         }
-        ctx[i] = root;
+        ctx[i + 1] = root;
     }
+    return 0;
+}
+
+/* Renders the template file (from_config: the chat_template of that tokenizer_config.json) with
+ * ctx[1..n] into f: the text, or "error: STATUS: LINE:COL: MESSAGE"; the status (-1: unreadable). */
+static int render_to(FILE *f, const char *path, int from_config, const json_value **ctx, int n) {
+    size_t len = 0, out_len = 0;
+    char *src = from_config ? NULL : read_file(path, &len), *out = NULL;
+    if (!from_config && !src) return fprintf(stderr, "test_jinja: cannot read %s\n", path), -1;
     jinja_template *t = NULL;
     jinja_error err;
-    char *out = NULL;
-    size_t out_len = 0;
     chat_config cc = {0};
-    int from_config = !strcmp(argv[1], "--render-config"), rc;
+    int rc;
     if (from_config) {
-        rc = chat_config_load(argv[2], &cc, &err);
+        rc = chat_config_load(path, &cc, &err);
         if (rc == JINJA_OK && !cc.tpl) rc = JINJA_ECONTEXT, snprintf(err.msg, sizeof err.msg, "no chat_template");
-        if (rc == JINJA_OK) {
-            memmove(ctx + 1, ctx, (size_t)nctx * sizeof *ctx);
-            ctx[0] = cc.vars;
-            rc = jinja_render(cc.tpl, ctx, (size_t)nctx + 1, &out, &out_len, &err);
-        }
+        ctx[0] = cc.vars;
+        if (rc == JINJA_OK) rc = jinja_render(cc.tpl, ctx, (size_t)n + 1, &out, &out_len, &err);
     } else {
-        rc = jinja_compile(src, n, &t, &err);
-        if (rc == JINJA_OK) rc = jinja_render(t, ctx, (size_t)nctx, &out, &out_len, &err);
+        rc = jinja_compile(src, len, &t, &err);
+        if (rc == JINJA_OK) rc = jinja_render(t, ctx + 1, (size_t)n, &out, &out_len, &err);
     }
-    if (rc == JINJA_OK) fwrite(out, 1, out_len, stdout);
-    else printf("error: %s: %d:%d: %s\n", jinja_status_name(rc), err.line, err.col, err.msg);
+    if (rc == JINJA_OK) fwrite(out, 1, out_len, f);
+    else fprintf(f, "error: %s: %d:%d: %s\n", jinja_status_name(rc), err.line, err.col, err.msg);
     if (getenv("TEST_JINJA_STATS")) /* what the render used of its budget */
         fprintf(stderr, "steps %llu, peak bytes %llu\n", err.steps, err.peak_bytes);
     free(out);
     jinja_free(t);
     if (from_config) chat_config_free(&cc);
-    for (int i = 0; i < nctx; i++) {
+    free(src);
+    return rc;
+}
+
+/* --render, --render-config: one template, the contexts argv[3..]; --render-each CONTEXT
+ * TEMPLATE...: each template with that one context into TEMPLATE.out (one process for many: the
+ * random templates of test_chat_templates.sh, 600 starts before) */
+static int render_files(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_jinja --render TEMPLATE|--render-config TOKENIZER_CONFIG [CONTEXT.json ...]\n"
+                        "       test_jinja --render-each CONTEXT.json TEMPLATE...\n");
+        return 1;
+    }
+    const int each = !strcmp(argv[1], "--render-each"), nctx = each ? 1 : argc - 3;
+    json_doc *docs = calloc((size_t)nctx + 1, sizeof *docs);
+    const json_value **ctx = calloc((size_t)nctx + 2, sizeof *ctx);
+    char **texts = calloc((size_t)nctx + 1, sizeof *texts);
+    int rc = docs && ctx && texts ? load_contexts(argv + (each ? 2 : 3), nctx, docs, texts, ctx) : 1;
+    for (int i = 3; each && rc != 1 && i < argc; i++) {
+        char out[4096];
+        snprintf(out, sizeof out, "%s.out", argv[i]);
+        FILE *f = fopen(out, "wb");
+        if (!f || render_to(f, argv[i], 0, ctx, nctx) < 0) rc = 1;
+        if (f && fclose(f) != 0) rc = 1;
+    }
+    if (!each && rc != 1) rc = render_to(stdout, argv[2], !strcmp(argv[1], "--render-config"), ctx, nctx) == JINJA_OK ? 0 : 2;
+    for (int i = 0; i < nctx && docs && texts; i++) {
         json_doc_free(&docs[i]);
         free(texts[i]);
     }
     free(docs);
     free(ctx);
     free(texts);
-    free(src);
-    return rc == JINJA_OK ? 0 : 2;
+    return rc;
 }
 
 /* ---- unit checks ---- */
@@ -699,7 +719,8 @@ static int unit_checks(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && (!strcmp(argv[1], "--render") || !strcmp(argv[1], "--render-config")))
+    if (argc > 1 && (!strcmp(argv[1], "--render") || !strcmp(argv[1], "--render-config") ||
+                     !strcmp(argv[1], "--render-each")))
         return render_files(argc, argv);
     return unit_checks();
 }
