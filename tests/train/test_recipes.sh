@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The recipes in configs/ say true things (issue 21: stale comments):
-#  - each loads and plans (tessera-train --config FILE --dry-run, exit 0; --plan N as well where
-#    the recipe splits sequences over N ranks);
+#  - each loads and plans (tessera-train --config FILE --dry-run, exit 0, the plan printed; --plan
+#    N as well where the recipe splits sequences over N ranks; tests/train/test_train_cli.sh ran
+#    the same dry runs again one after another until 2026-11-29);
 #  - every value the comment of `sharding` lists is accepted by that recipe (--set
 #    parallel.sharding=V --dry-run) and together they are all of ddp, zero1, zero3, hsdp;
 #  - no recipe comment promises what exists already ("not yet", "arrive with", "tessera shard
@@ -28,6 +29,7 @@ dry() {
     { "$TRAIN" "$@" --dry-run >"$TMP/$name.out" 2>&1; echo $? >"$TMP/$name.rc"; } &
 }
 ran() { [[ $(cat "$TMP/$1.rc" 2>/dev/null) == 0 ]]; }   # ran NAME: that dry run exited 0
+planned() { ran "$1" && grep -q "FLOPs/token" "$TMP/$1.out"; } # planned NAME: and printed its plan
 declare -A first_of   # family -> its first recipe
 # later_size FILE: FILE is a later size of an issue-67 family (its sharding values not dry-run)
 later_size() {
@@ -58,9 +60,9 @@ dry hs96.cuda --config "${gemma[0]}" --set device=cuda --set model.head_dim=96 -
 wait
 
 bad=()
-for f in "${recipes[@]}"; do ran "${f##*/}" || bad+=("${f##*/}"); done
+for f in "${recipes[@]}"; do planned "${f##*/}" || bad+=("${f##*/}"); done
 ((${#bad[@]} == 0))
-tap_check $? "all ${#recipes[@]} recipes load and plan with --dry-run (failed: ${bad[*]:-none})"
+tap_check $? "all ${#recipes[@]} recipes load and plan with --dry-run, printing the plan (FLOPs/token) (failed: ${bad[*]:-none})"
 
 bad=()
 for f in "${recipes[@]}"; do

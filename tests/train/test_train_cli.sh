@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tessera-train's contract at the edges: exit codes and messages for bad usage, bad configs and
-# bad data; --dry-run prints the plan of every shipped recipe (big ones included) with the
-# published parameter counts; data files are never modified.
+# bad data; --dry-run prints the published parameter counts of GPT-2's recipes; data files are
+# never modified. (That every shipped recipe dry-runs and prints its plan is
+# tests/train/test_recipes.sh's first check: this test ran the same 46 dry runs again, one at a
+# time, until 2026-11-29.)
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 10
 make_synth "$TMP/data" 512 50000
 # one thread: the valid run's 2 steps, eval and sample took 89 s of a 103 s test for 14 CPU-s in CI
 # (2026-11-29) with the default (2 threads a rank), each parallel region waiting for the thread the
@@ -42,12 +44,4 @@ expect 0 "params: 124439808 trainable" "gpt2-124m dry run prints the published 1
     "$TRAIN" --config "$TSR_ROOT/configs/gpt2-124m.cfg" --dry-run
 expect 0 "params: 1557611200 trainable" "gpt2-1558m dry run prints 1,557,611,200 parameters" \
     "$TRAIN" --config "$TSR_ROOT/configs/gpt2-1558m.cfg" --dry-run
-fails=0
-for cfg in "$TSR_ROOT"/configs/*.cfg; do
-    # a recipe of context parallelism needs its group's ranks: planned for them (--plan N)
-    ctx=$(sed -nE 's/^ *context *= *([0-9]+);.*/\1/p' "$cfg")
-    "$TRAIN" --config "$cfg" --dry-run ${ctx:+--plan "$ctx"} >"$TMP/dry.txt" 2>&1 && grep -q "FLOPs/token" "$TMP/dry.txt" \
-        || { fails=$((fails + 1)); tap_diag "dry run failed: $cfg"; tail -3 "$TMP/dry.txt" | sed 's/^/#   /'; }
-done
-tap_check $fails "every shipped recipe passes --dry-run and prints its plan ($(ls "$TSR_ROOT"/configs/*.cfg | wc -l) recipes)"
 tap_done
