@@ -3,7 +3,8 @@
 # model is pretrained on text, finetuned with LoRA on a chat dataset (SFT), merged, then tuned with
 # DPO on preference pairs (LoRA again, the SFT model as its base and reference), evaluated, plotted
 # and exported. SCALE (default 1) multiplies every step count, SFT_SCALE and DPO_SCALE (default
-# SCALE) the SFT and DPO stages' (the CI test runs a quarter, DPO at full length).
+# SCALE) the SFT and DPO stages' (the CI test runs a quarter, DPO at full length). THREADS, when
+# set, is each training run's threads (default: the recipe's 0, one per core).
 # Needs `make` only: the tokenizer is trained here on the example's text.
 set -euo pipefail
 OUT=${1:?usage: run.sh OUT_DIR}
@@ -12,7 +13,8 @@ BIN=${BIN:-$ROOT/build}
 SCALE=${SCALE:-1} SFT_SCALE=${SFT_SCALE:-${SCALE:-1}} DPO_SCALE=${DPO_SCALE:-${SCALE:-1}}
 steps() { /usr/bin/python3 -c "print(max(4, int($1 * ${2:-$SCALE})))"; }
 mkdir -p "$OUT"
-train() { "$BIN/tessera-train" --config "$ROOT/examples/lora-dpo/tiny.cfg" --set data.tokenizer="$OUT/tok.bin" "$@"; }
+train() { "$BIN/tessera-train" --config "$ROOT/examples/lora-dpo/tiny.cfg" --set data.tokenizer="$OUT/tok.bin" \
+                ${THREADS:+--set threads="$THREADS"} "$@"; }
 
 # 0. the data and a small byte-level BPE tokenizer for it; chat lines in the `ROLE: content` form
 /usr/bin/python3 "$ROOT/examples/lora-dpo/make_data.py" "$OUT/raw"
