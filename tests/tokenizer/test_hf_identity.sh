@@ -83,7 +83,7 @@ rt_files() { # rt_files MODEL: sets `rt`, the files of MODEL's round trip (none:
     extra=$E/added rt=()
     [[ " ${rt_models[*]} " == *" $1 "* ]] || return 0
     [[ $1 == llama3 || $1 == gptoss ]] || extra=$E/contractions
-    rt=("${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$extra" "$TMP/sep.txt")
+    rt=("${brown[@]:0:20}" "$E/scripts" "$E/emoji" "$E/cjk" "$E/whitespace" "$extra")
 }
 sep_text "$TMP/sep.txt"
 # from the added_tokens of tokenizer.json (one python run; the array only, cut at the "normalizer" key
@@ -119,11 +119,11 @@ sp_of() {
 }
 for model in "${models[@]}"; do
     brown_of "$model"; rt_files "$model"; sp_of "$model"
-    enc "$MODELS/$model/tokenizer.json" "${all[@]}" "${rt[@]}" "${sp[@]}" > "$TMP/all.$model.tsr"
+    ((${#rt[@]})) && rt_sep=("$TMP/sep.txt") || rt_sep=()
+    enc "$MODELS/$model/tokenizer.json" "${all[@]}" "${rt[@]}" "${rt_sep[@]}" "${sp[@]}" > "$TMP/all.$model.tsr"
     ((${#rt[@]})) || continue
     sed -n "$((${#all[@]} + 1)),$((${#all[@]} + ${#rt[@]}))p" "$TMP/all.$model.tsr" > "$TMP/rt.$model.ids"
-    tail -n 1 "$TMP/rt.$model.ids" > "$TMP/rt.$model.sep"
-    unset 'rt[${#rt[@]}-1]'
+    sed -n "$((${#all[@]} + ${#rt[@]} + 1))p" "$TMP/all.$model.tsr" > "$TMP/rt.$model.sep"
     decode_lines --sep-ids "$TMP/rt.$model.sep" "$TMP/rt.$model.ids" "$TMP/rt.$model" "$MODELS/$model/tokenizer.json" "${rt[@]}"
 done
 wait "$queue"
@@ -158,7 +158,6 @@ done
 
 for model in "${rt_models[@]}"; do
     rt_files "$model"
-    unset 'rt[${#rt[@]}-1]'
     rt_ok=0
     for f in "${rt[@]}"; do
         cmp -s "$TMP/rt.$model/${f##*/}" "$f" || { tap_diag "$model round trip differs: $f"; rt_ok=1; }
