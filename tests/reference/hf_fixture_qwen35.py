@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """hf_fixture_qwen35.py — tiny Qwen 3.5 directories (model_type "qwen3_5_text": Qwen3_5ForCausalLM,
 and "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration, the vision-language class the hub ships),
-written by script, with the logits of a float64 PyTorch forward of each.
+written by script, with the logits of a float64 PyTorch forward of each (logits.npy) and of the
+same forward in float32 (logits_fp32.npy: how far fp32 arithmetic itself lands from float64 on it).
 
     /usr/bin/python3 tests/reference/hf_fixture_qwen35.py OUT_ROOT   # OUT_ROOT/<name>/ each
 
@@ -211,6 +212,18 @@ def forward_hf(sd, cj, idx):
     return nx.forward(sd if fx["model_type"] == "qwen3_next" else to_next(sd, fx), fx, idx)
 
 
+def fp32_logits(sd, fx, idx):
+    """The same forward in float32 on the stored values (sd in Next's layout): what fp32
+    arithmetic itself gives on this model, the yardstick of tessera's fp32 logits (the text
+    fixture has positions where PyTorch's own fp32 forward is 1e-4 off the float64 one)."""
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        return nx.forward({k: v.to(torch.float32) for k, v in sd.items()}, fx, idx).to(torch.float64)
+    finally:
+        torch.set_default_dtype(prev)
+
+
 def make(root, fx, seed):
     d = os.path.join(root, fx["name"])
     os.makedirs(d, exist_ok=True)
@@ -223,6 +236,8 @@ def make(root, fx, seed):
     with torch.no_grad():
         logits = nx.forward(to_next(stored, fx), fx, idx)
     np.save(os.path.join(d, "logits.npy"), logits.numpy())
+    with torch.no_grad():
+        np.save(os.path.join(d, "logits_fp32.npy"), fp32_logits(to_next(stored, fx), fx, idx).numpy())
     with open(os.path.join(d, "fixture.json"), "w") as f:
         json.dump({"name": fx["name"], "model_type": fx["model_type"], "dtype": fx["dtype"],
                    "seed": seed, "B": B, "T": T, "tokens": [int(t) for t in toks],

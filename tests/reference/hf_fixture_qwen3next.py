@@ -226,8 +226,8 @@ def gated_attention(x, sd, p, fx):
     k = rms1p((x @ sd[p + "k_proj.weight"].T).view(Bn, Tn, KVH, hs), sd[p + "k_norm.weight"], eps).transpose(1, 2)
     v = (x @ sd[p + "v_proj.weight"].T).view(Bn, Tn, KVH, hs).transpose(1, 2)
     rd = int(hs * fx["prf"])
-    inv = 1.0 / (fx["theta"] ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
-    f = torch.arange(Tn, dtype=torch.float64)[:, None] * inv[None, :]
+    inv = 1.0 / (fx["theta"] ** (torch.arange(0, rd, 2, dtype=q.dtype) / rd))
+    f = torch.arange(Tn, dtype=q.dtype)[:, None] * inv[None, :]
     cos, sin = torch.cat((f, f), -1).cos(), torch.cat((f, f), -1).sin()
     q = torch.cat((q[..., :rd] * cos + rotate_half(q[..., :rd]) * sin, q[..., rd:]), -1)
     k = torch.cat((k[..., :rd] * cos + rotate_half(k[..., :rd]) * sin, k[..., rd:]), -1)

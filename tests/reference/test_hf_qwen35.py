@@ -11,7 +11,11 @@ layer, F32) and a VL MoE (a linear and a full layer, every layer MoE with stacke
 For each:
   - `tessera ckpt import DIR OUT.h5`: exit 0; the VL's note names the model.visual.* and mtp.*
     tensors it did not read;
-  - ref_dump --init-from OUT.h5: tessera's fp32 logits against the float64 ones (1e-5 x max);
+  - ref_dump --init-from OUT.h5: tessera's fp32 logits against the float64 ones (1e-5 x max, or,
+    where the model amplifies fp32 rounding more than that, within twice the error of PyTorch's
+    own fp32 forward of the same tensors: the text fixture's sequence 1 at positions 6-7, where
+    PyTorch fp32 is 1.3e-4 (OpenBLAS's SkylakeX kernels) to 2.5e-4 (Haswell's) off float64 and
+    tessera 1.8e-4 and 1.0e-4);
   - `tessera ckpt export --format hf` of OUT.h5 with no --arch (--dtype as stored): the same
     model_type (model.hf_model_type, set by the import), config.json nested for the VL; every text
     tensor's bytes identical (in_proj_qkv, _z, _b, _a and the stacked experts as they were),
@@ -43,6 +47,7 @@ import numpy as np  # noqa: E402
 from tap import Tap  # noqa: E402
 
 CHECKS = {"qwen35_text": 4, "qwen35_vl_moe": 5}
+PEER_FACTOR = 2.0  # tessera's fp32 logits within this many times PyTorch fp32's own error
 N_OTHER = 8
 
 
@@ -101,10 +106,13 @@ def run_fixture(tap, name, fdir, tmp):
     sets = dict(meta["sets"], **fam.run_keys(tmp, name, data))
     rc, out, got = fam.ref_logits(tmp, name, ck, sets)
     good, err = fam.logits_ok(got, want) if got is not None else (False, float("inf"))
+    peer = float(np.abs(np.load(os.path.join(fdir, "logits_fp32.npy")) - want).max())
+    good = good or err <= PEER_FACTOR * peer
     if rc:
         tap.diag(out[-1500:])
     tap.ok(good, f"{name}: tessera's fp32 logits from the import vs the float64 forward: "
-                 f"max |diff| {err:.2e} <= {fam.TOL:g} x max(1, |logit|)")
+                 f"max |diff| {err:.2e} <= {fam.TOL:g} x max(1, |logit|) or {PEER_FACTOR:g} x "
+                 f"PyTorch's own fp32 forward's ({peer:.2e})")
     exp = export_ok(tap, name, fdir, ck, tmp, meta)
     reimport_ok(tap, name, ck, exp, tmp)
     if CHECKS[name] == 5:
