@@ -7,10 +7,16 @@
 # must equal tests/train/same_bits.expected, recorded on the tree before the move: a refactor that
 # changes one bit of one weight, moment or logged number fails here, naming the run.
 #
-# The digests are those of this machine kind (x86-64, Debian's OpenBLAS with the core type that
-# tests/run.sh names, one thread a rank). RECORD=1 rewrites the file from this tree: do that only
-# on a commit whose behaviour is the reference, never to make a moved tree pass.
+# The digests are those of this machine kind (x86-64, Debian's OpenBLAS with its Haswell kernels,
+# one thread a rank). RECORD=1 rewrites the file from this tree: do that only on a commit whose
+# behaviour is the reference, never to make a moved tree pass.
 source "$(dirname "$0")/../lib.sh"
+# OpenBLAS's kernels sum in their own order: its AVX-512 ones (SkylakeX, which tests/run.sh and
+# tessera pick where the CPU has AVX-512) give other bits than its AVX2 ones (Haswell, picked where
+# it has AVX2 only). Machines of this kind come both ways (2026-11-29: one with AVX-512 failed every
+# digest recorded on one without), so the runs here pin the kernels every x86-64 machine of this
+# kind has: the same digests on either.
+[[ $(uname -m) == x86_64 ]] && export OPENBLAS_CORETYPE=Haswell
 tsr_tmpdir
 EXPECTED=$TSR_ROOT/tests/train/same_bits.expected
 RUNS=(ddp zero1 zero3 hsdp context2 expert2 lora dpo grpo muon save_async cuda_emu)
