@@ -252,11 +252,14 @@ CUDA_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/cuda/*.c
                  $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c)) \
                  $(BUILD)/obj/src/base/tcu_fp8_gemm.o
 CUDA_LIB      := $(BUILD)/libtessera-cuda.a
+# cuDNN's fused attention, plain C (in CUDA_LIB; the emulators' op tests link it too)
+CUDNN_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/tcu_cudnn_*.c))
 CUDA_NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra \
                  $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Ikernels -Ikernels/cuda -Isrc -Isrc/base -MMD -MP
 CUDA_LIBS      = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static \
                  -lstdc++ -ldl -lpthread -lrt
 CUDA_TARGETS   = $(if $(CUDA_OK),$(CUDA_LIB) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_lt_load \
+                                 $(BUILD)/tests/test_cudnn_attn \
                                  $(BUILD)/tests/test_wgmma_gpu \
                                  $(BUILD)/bench/ring_bench)
 # device = cuda: the trainer's GPU path and the backend as one library tessera-train opens when a
@@ -361,9 +364,9 @@ $(CUDA_TRAIN_SO): $(GPU_OBJ) $(BUILD)/obj/src/gpu/gpu_comm_nccl.o $(CUDA_LIB)
 # the emulator itself checked against the CPU oracle by the GPU op test (it is the instrument of
 # tests/gpu/test_cuda_train.sh): the same test program, linked to it instead of the CUDA library
 $(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
-                                 $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(BUILD)/libtessera.a
+                                 $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
 
 # the SIMT emulator's build: each kernel file rewritten (same lines; #line names the .cu), compiled
 # with simt.h forced in first; cuda_emu.c without the ops those files define; the op test's SIMT mode
@@ -400,9 +403,9 @@ $(BUILD)/tests/test_simt_selftest: $(BUILD)/obj/simt/simt_selftest.o $(BUILD)/ob
 $(BUILD)/obj/simt/simt_selftest.o: SIMT_CXXFLAGS += -Itests
 $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
                                   $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(TUNE_OBJ) $(FP8_LINEAR_OBJ) \
-                                  $(BUILD)/libtessera.a
+                                  $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
-	$(CXX) $(filter-out -std=c11,$(CFLAGS)) -o $@ $^ $(ALL_LIBS)
+	$(CXX) $(filter-out -std=c11,$(CFLAGS)) -o $@ $^ $(ALL_LIBS) -ldl
 
 $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
                 $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_ep.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
@@ -417,9 +420,9 @@ $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)
 # ring_bench on the emulator (tests/gpu/test_ring_bench.sh: that it runs and what it prints, not
 # its times)
 $(BUILD)/tests/ring_bench_emu: $(BUILD)/obj/bench/gpu/ring_bench.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
-                $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(BUILD)/libtessera.a
+                $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
 
 $(BUILD)/tessera: $(BUILD)/obj/src/tessera_main.o $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
@@ -494,6 +497,14 @@ $(BUILD)/obj/tests/gpu/test_lt_load.o: CFLAGS += -Ikernels/cuda -isystem $(CUDA_
 $(BUILD)/tests/test_lt_load: $(BUILD)/obj/tests/gpu/test_lt_load.o $(CUDA_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(CUDA_LIBS)
+
+# cuDNN's fused attention (kernels/cuda/tcu_cudnn*.c): cudnn_graph.h from the toolkit's include
+# folder where it is there (a stub that says "unavailable" where not); libcudnn is opened at run
+# time, never linked. Its CPU test builds and finalizes the graphs with the installed library.
+$(CUDNN_OBJ) $(BUILD)/obj/tests/gpu/test_cudnn_attn.o: CFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/tests/test_cudnn_attn: $(BUILD)/obj/tests/gpu/test_cudnn_attn.o $(CUDA_LIB) $(BUILD)/libtessera.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
 
 # wgmma's layouts on an sm_90 GPU (tests/gpu/wgmma_layouts.cuh, shared with the SIMT selftest)
 $(BUILD)/tests/test_wgmma_gpu: tests/gpu/test_wgmma_gpu.cu | deps

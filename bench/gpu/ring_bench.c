@@ -26,13 +26,18 @@
  * masked), so its TFLOP/s are the band's work over its time and the last column says how close
  * it runs to the full kernel's rate.
  * ATT_HEADS=NH/KVH/HS (issue 67; device.sh attn with ATT_HEADS, ring_torch.py reads it too): other
- * heads, e.g. Gemma 3 4B's 8/4/256; the rows then name hs. */
+ * heads, e.g. Gemma 3 4B's 8/4/256; the rows then name hs.
+ * TSR_ATTENTION=cudnn (issue 66 item 1; the device tool's `attn` stage runs it): the plain
+ * kernel's row only, on cuDNN's fused attention (kernels/cuda/tcu_cudnn.h), after its plans'
+ * engines, workspaces and build times, and then the backward run twice on fresh buffers with the
+ * count of bytes that differ (the deterministic graph: 0). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_ops.h"
+#include "tcu_cudnn.h"
 
 /* the heads: Llama 3.1 8B's, or ATT_HEADS=NH/KVH/HS (heads_from_env) */
 static int NH = 32, KVH = 8, HS = 128, QKV, C, KVW;
@@ -137,6 +142,41 @@ static float timed(const bufs *b, int Tl, int N, int backward, int reps, const t
     return ms;
 }
 
+/* the plans cuDNN chose for the plain kernel's shape: 0, or 1 (said why) */
+static int cudnn_report(int Tl) {
+    const tcu_cudnn_shape sh = {1, Tl, NH, KVH, HS};
+    for (int bwd = 0; bwd < 2; bwd++) {
+        tcu_cudnn_plan_info in;
+        char why[512];
+        if (tcu_cudnn_plan_info_of(sh, bwd, &in, why, sizeof why)) {
+            fprintf(stderr, "ring_bench: TSR_ATTENTION=cudnn: no %s plan: %s\n",
+                    bwd ? "backward" : "forward", why);
+            return 1;
+        }
+        printf("ring_bench: cuDNN %zu %s plan: engine %lld, workspace %zu bytes, built in %.0f ms\n"
+               "ring_bench: its JSON: %s\n", tcu_cudnn_version(), bwd ? "backward" : "forward",
+               (long long)in.engine, in.ws, in.build_ms, in.json);
+    }
+    return 0;
+}
+
+/* the cuDNN backward twice on fresh buffers (a forward's out and lse): bytes that differ */
+static size_t cudnn_bits_twice(const bufs *b, int Tl, tcu_stream s) {
+    const size_t ng = (size_t)Tl * QKV * 2;
+    tsr_bf16 *o = dev((size_t)Tl * C * 2), *g = dev(ng);
+    unsigned char *h[2] = {malloc(ng), malloc(ng)};
+    tcu_attention_forward(o, b->lse, b->qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s);
+    for (int k = 0; k < 2; k++) {
+        tcu_attention_backward(g, b->dout, b->qkv, o, b->lse, NULL, NULL, b->att, 1, Tl, NH, KVH,
+                               HS, TSR_GRAD_SET, s);
+        tcu_memcpy_d2h(h[k], g, ng, s);
+    }
+    size_t dif = 0;
+    for (size_t i = 0; h[0] && h[1] && i < ng; i++) dif += h[0][i] != h[1][i];
+    free(h[0]), free(h[1]), tcu_free(o), tcu_free(g);
+    return dif;
+}
+
 int main(int argc, char **argv) {
     const int Tl = argc > 1 ? atoi(argv[1]) : 8192, reps = argc > 2 ? atoi(argv[2]) : 5;
     const int W = argc > 3 ? atoi(argv[3]) : 0;
@@ -168,19 +208,23 @@ int main(int argc, char **argv) {
     b.att = dev(tcu_attention_scratch_bytes(1, Tl, NH, KVH, HS));
     tcu_zero(b.acc, (size_t)Tl * C * 4, s), tcu_zero(b.dq, (size_t)Tl * QKV * 4, s);
     tcu_zero(b.dkv, (size_t)Tl * KVW * 4, s);
+    const int cudnn = tcu_cudnn_backend() != TCU_ATT_OWN; /* TSR_ATTENTION: read by the sizing */
+    if (cudnn && cudnn_report(Tl)) return 1;
     tcu_attention_forward(b.out, b.lse, b.qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s); /* a real lse */
     char name[128] = "";
     tcu_device_info(name, sizeof name, NULL, NULL, NULL);
     printf("ring_bench: %s, %s heads (%d on %d, hs %d), %d local positions, %d reps, "
            "%s\n", name, getenv("ATT_HEADS") && *getenv("ATT_HEADS") ? "ATT_HEADS" : "Llama 3.1 8B",
            NH, KVH, HS, Tl, reps,
-           wgmma ? "the wgmma kernels (TSR_ATT_WGMMA=1)" : "the mma.sync kernels");
+           cudnn   ? "cuDNN's fused attention (TSR_ATTENTION=cudnn)"
+           : wgmma ? "the wgmma kernels (TSR_ATT_WGMMA=1)"
+                   : "the mma.sync kernels");
     printf("| what | forward ms | TFLOP/s | backward ms | TFLOP/s | fwd+bwd vs the kernel |\n");
     printf("|---|---|---|---|---|---|\n");
     double base = 0;
     const int Ns[] = {0, 2, 4}; /* the plain kernel, then rings of 2 and 4 (or the window's) */
     const tsr_attn_var win = {.window = W};
-    for (int i = 0; i < 3 - (W > 0); i++) {
+    for (int i = 0; i < (cudnn ? 1 : 3 - (W > 0)); i++) { /* cuDNN: the plain kernel's row */
         const int N = W ? 0 : Ns[i];
         const tsr_attn_var *var = W && i ? &win : NULL;
         const double pairs = N     ? ring_step(NULL, Tl, N, 0, s)
@@ -194,7 +238,8 @@ int main(int argc, char **argv) {
         const int n = N ? snprintf(what, sizeof what, "ring, N = %d (T = %d): a rank's blocks", N,
                                    N * Tl)
                       : var ? snprintf(what, sizeof what, "sliding window W = %d, T = %d", W, Tl)
-                            : snprintf(what, sizeof what, "one-GPU kernel, T = %d", Tl);
+                            : snprintf(what, sizeof what, "%s, T = %d",
+                                       cudnn ? "cuDNN" : "one-GPU kernel", Tl);
         if (HS != 128) /* the head size in the row, beside the peer's (ring_torch.py) */
             snprintf(what + n, sizeof what - (size_t)n, ", hs %d", HS);
         printf("| %s | %.2f | %.1f | %.2f | %.1f | %.2f |\n", what, mf, tf, mb, tb, all / base);
@@ -202,6 +247,9 @@ int main(int argc, char **argv) {
             printf("ring_bench: the sliding window's pairs: %.0f (the full kernel's %.0f)\n", pairs,
                    (double)Tl * Tl / 2.0);
     }
+    if (cudnn)
+        printf("ring_bench: cuDNN's backward run twice: %zu bytes of dqkv differ\n",
+               cudnn_bits_twice(&b, Tl, s));
     tcu_stream_destroy(s);
     tcu_shutdown();
     return 0;

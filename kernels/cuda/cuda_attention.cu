@@ -54,6 +54,9 @@
 
 #include "cuda_internal.h"
 #include "cuda_ptx.h"
+#ifndef TCU_SIMT
+#include "tcu_cudnn.h" /* cuDNN's fused attention, where TSR_ATTENTION asks for it */
+#endif
 
 #define ATT_THREADS 128 /* 4 warps per block, MS slabs of 16 rows each */
 #define ATT_WARPS (ATT_THREADS / 32)
@@ -1413,6 +1416,34 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
     TCU_CHECK_LAUNCH(WG ? "tcu_attention_forward (wgmma)" : "tcu_attention_forward");
 }
 
+/* cuDNN's fused attention first where TSR_ATTENTION asks for it and it takes the call
+ * (tcu_cudnn.h; docs/cuda.md "cuDNN attention"): 1 when it ran; the SIMT build has only the own */
+static bool att_cudnn_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv, const float *slopes,
+                              const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
+                              int KVH, int hs, tcu_stream s) {
+#ifndef TCU_SIMT
+    return tcu_cudnn_forward(out, lse, qkv, slopes, seq, var, tcu_cudnn_shape{B, T, NH, KVH, hs}, s);
+#else
+    (void)out, (void)lse, (void)qkv, (void)slopes, (void)seq, (void)var, (void)B, (void)T;
+    (void)NH, (void)KVH, (void)hs, (void)s;
+    return false;
+#endif
+}
+
+static bool att_cudnn_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
+                               const tsr_bf16 *out, const float *lse, const float *slopes,
+                               const int32_t *seq, const tsr_attn_var *var, void *scratch, int B,
+                               int T, int NH, int KVH, int hs, tsr_grad_mode mode, tcu_stream s) {
+#ifndef TCU_SIMT
+    return tcu_cudnn_backward(dqkv, dout, qkv, out, lse, slopes, seq, var, scratch,
+                              tcu_cudnn_shape{B, T, NH, KVH, hs}, mode, s);
+#else
+    (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)slopes, (void)seq, (void)var;
+    (void)scratch, (void)B, (void)T, (void)NH, (void)KVH, (void)hs, (void)mode, (void)s;
+    return false;
+#endif
+}
+
 /* out (B,T,NH*hs) bf16, lse (B,NH,T) fp32 = forward of ops.h attention_forward (see the file
  * header). qkv (B,T,(NH+2KVH)hs) bf16, alibi_slopes (NH) or NULL, seq (B,T) or NULL. hs in
  * {32, 64, 128, 256}; qkv and out 16-byte aligned. One kernel, grid (ceil(T/(64 MS)), NH, B) x 128
@@ -1421,6 +1452,7 @@ static void attention_forward_hs(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
 extern "C" void tcu_attention_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                       const float *alibi_slopes, const int32_t *seq, int B, int T,
                                       int NH, int KVH, int hs, tcu_stream s) {
+    if (att_cudnn_forward(out, lse, qkv, alibi_slopes, seq, nullptr, B, T, NH, KVH, hs, s)) return;
     tcu_attention_forward_keys(out, lse, qkv, alibi_slopes, seq, nullptr, B, T, T, NH, KVH, hs, s);
 }
 
@@ -1429,6 +1461,7 @@ extern "C" void tcu_attention_forward_var(tsr_bf16 *out, float *lse, const tsr_b
                                           const float *alibi_slopes, const int32_t *seq,
                                           const tsr_attn_var *var, int B, int T, int NH, int KVH,
                                           int hs, tcu_stream s) {
+    if (att_cudnn_forward(out, lse, qkv, alibi_slopes, seq, var, B, T, NH, KVH, hs, s)) return;
     tcu_attention_forward_keys(out, lse, qkv, alibi_slopes, seq, var, B, T, T, NH, KVH, hs, s);
 }
 
@@ -1464,8 +1497,14 @@ extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_
  * dv are complete in registers when a block ends and go straight into dqkv); with the fused dq
  * also its fp32 sums and turn counters (att_scratch). Depends on the switches as set now. */
 extern "C" size_t tcu_attention_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
+    const size_t own = att_scratch(B, T, NH, hs).bytes;
+#ifndef TCU_SIMT
+    const size_t cudnn = tcu_cudnn_scratch_bytes(tcu_cudnn_shape{B, T, NH, KVH, hs});
+    return cudnn > own ? cudnn : own;
+#else
     (void)KVH;
-    return att_scratch(B, T, NH, hs).bytes;
+    return own;
+#endif
 }
 
 /* D = rowsum(dout * out) (B,NH,T) fp32: the backward's first kernel */
@@ -1577,6 +1616,9 @@ extern "C" void tcu_attention_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, con
                                        const float *alibi_slopes, const int32_t *seq,
                                        void *scratch, int B, int T, int NH, int KVH, int hs,
                                        tsr_grad_mode mode, tcu_stream s) {
+    if (att_cudnn_backward(dqkv, dout, qkv, out, lse, alibi_slopes, seq, nullptr, scratch, B, T,
+                           NH, KVH, hs, mode, s))
+        return;
     tcu_attention_backward_keys(dqkv, dout, qkv, out, lse, alibi_slopes, seq, nullptr, scratch, B,
                                 T, T, NH, KVH, hs, mode, s);
 }
@@ -1588,6 +1630,9 @@ extern "C" void tcu_attention_backward_var(tsr_bf16 *dqkv, const tsr_bf16 *dout,
                                            const int32_t *seq, const tsr_attn_var *var,
                                            void *scratch, int B, int T, int NH, int KVH, int hs,
                                            tsr_grad_mode mode, tcu_stream s) {
+    if (att_cudnn_backward(dqkv, dout, qkv, out, lse, alibi_slopes, seq, var, scratch, B, T, NH,
+                           KVH, hs, mode, s))
+        return;
     tcu_attention_backward_keys(dqkv, dout, qkv, out, lse, alibi_slopes, seq, var, scratch, B, T,
                                 T, NH, KVH, hs, mode, s);
 }
