@@ -277,6 +277,8 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
             if ldd "$f" | grep -q 'not found'; then echo "MISSING for $f: $(ldd "$f" | grep 'not found' | tr -s ' \n' ' ')"; fi
         done
         echo "libnccl: $(ldconfig -p 2>/dev/null | grep -c libnccl) in ldconfig; $(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libnccl.so* 2>/dev/null; done | head -1)"
+        # cuDNN's fused attention (TSR_ATTENTION=cudnn) opens libcudnn.so.9 from this path
+        echo "libcudnn: $(ldconfig -p 2>/dev/null | grep -c libcudnn.so.9) in ldconfig; $(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1)"
     } | tee "$OUTDIR/probe.txt"
 }
 
@@ -452,7 +454,10 @@ bench() {
 # the rings'; ring_torch.py: a window row after its own; the band's FLOPs, W T - W (W - 1) / 2
 # pairs; the compile of flex_attention inside the peer's step limit). ATT_HEADS=NH/KVH/HS (issue
 # 67; both benches read it): other heads, e.g. Gemma 3 12B's 16/8/256, the table then in
-# attn-16-8-256.txt; the wgmma run only where hs has those kernels (64, 128)
+# attn-16-8-256.txt; the wgmma run only where hs has those kernels (64, 128). Where hs is 32, 64
+# or 128, also cuDNN's fused attention (issue 66 item 1; TSR_ATTENTION=cudnn ring_bench: its
+# plans' engines, workspaces and build times, the plain row, the backward's bits twice); ATTN_CUDNN=0
+# leaves it out, ATTN_CUDNN=only runs it alone (the other rows of those T already measured)
 attn() {
     setup
     local t rc=0 log=$OUTDIR/attn.txt w=() hs=128
@@ -466,15 +471,28 @@ attn() {
         export ATT_HEADS
         hs=${ATT_HEADS##*/} log=$OUTDIR/attn-${ATT_HEADS//\//-}.txt
     fi
+    [[ ${ATTN_CUDNN:-1} =~ ^(0|1|only)$ ]] || die "ATTN_CUDNN='$ATTN_CUDNN': expected 0, 1 or only"
+    local only=0
+    [[ ${ATTN_CUDNN:-1} != only ]] || only=1 log=$OUTDIR/attn-cudnn.txt
     : >"$log"
     for t in ${ATTN_T:-2048 4096 8192}; do
-        STEP_LIMIT_S=60 limited "$log.1" "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        : >"$log.1"
+        if ((!only)); then
+            STEP_LIMIT_S=60 limited "$log.1" "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        fi
         : >"$log.2"
-        if [[ $hs == 64 || $hs == 128 ]]; then # (an if: set -e; the wgmma kernels' sizes)
+        if ((!only)) && [[ $hs == 64 || $hs == 128 ]]; then # (an if: set -e; the wgmma kernels' sizes)
             STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
         fi
-        STEP_LIMIT_S=120 limited "$log.3" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py "$t" 5 ${w[@]+"${w[@]}"} || rc=1
-        cat "$log.1" "$log.2" "$log.3" >>"$log" && rm -f "$log".[123]
+        : >"$log.c"
+        if [[ ${ATTN_CUDNN:-1} != 0 && $hs != 256 ]]; then
+            STEP_LIMIT_S=90 limited "$log.c" env TSR_ATTENTION=cudnn "$BUILD/bench/ring_bench" "$t" 5 || rc=1
+        fi
+        : >"$log.3"
+        if ((!only)); then
+            STEP_LIMIT_S=120 limited "$log.3" "$UNPACKED/python3-machine" bench/gpu/ring_torch.py "$t" 5 ${w[@]+"${w[@]}"} || rc=1
+        fi
+        cat "$log.1" "$log.2" "$log.c" "$log.3" >>"$log" && rm -f "$log".[123c]
     done
     return $rc
 }

@@ -8,7 +8,8 @@
  *  - each refusal's reason, and none for the phase-1 shapes;
  *  - the packed-qkv tensor table against one computed by hand;
  *  - both operation graphs build and finalize for every phase-1 configuration (hs 32/64/128, GQA
- *    ratios 1/2/4, three B,T), and a malformed one (NH 4 on KVH 3) is refused by cuDNN itself.
+ *    ratios 1/2/4, three B,T), and a malformed one (NH 4 on KVH 3) is refused by cuDNN itself;
+ *  - without a GPU the real library loads but a forced cudnn falls back (cudnnCreate fails).
  * The checks that need the library skip where it cannot be loaded. The GPU half (the ops against
  * the CPU oracle, the bits twice) is in tests/gpu/test_gpu_ops.c. */
 #include <stdio.h>
@@ -205,6 +206,27 @@ static void check_graphs(int bwd, int hs, int r) {
            why);
 }
 
+/* in the child: the real library, no GPU: the forced cudnn falls back (cudnnCreate fails) */
+static int nogpu_child(void) {
+    const tcu_cudnn_shape sh = {2, 64, 4, 2, 64};
+    tcu_cudnn_set_backend(TCU_ATT_CUDNN); /* this process read TSR_ATTENTION (unset) already */
+    if (tcu_cudnn_load()) return 10;
+    if (tcu_cudnn_forward(NULL, NULL, NULL, NULL, NULL, NULL, sh, NULL)) return 11;
+    return tcu_cudnn_scratch_bytes(sh) ? 12 : 0;
+}
+
+static void check_nogpu(void) {
+    char err[4096];
+    if (tcu_device_count() > 0) {
+        tap_skip("without a GPU a forced cudnn falls back", "this machine has a GPU");
+        return;
+    }
+    const int rc = in_child("cudnn", NULL, nogpu_child, err, sizeof err);
+    tap_ok(rc == 0 && strstr(err, "runs on the own kernels: cudnnCreate"),
+           "no GPU: the library loads, a forced cudnn falls back naming cudnnCreate, no scratch "
+           "(exit %d, stderr: %.200s)", rc, err);
+}
+
 static void check_malformed(void) {
     char why[512] = "";
     int ops = 0;
@@ -216,7 +238,7 @@ static void check_malformed(void) {
 
 int main(void) {
     static const int hss[3] = {32, 64, 128}, ratios[3] = {1, 2, 4};
-    tap_plan(9 + 18);
+    tap_plan(10 + 18);
     check_missing(); /* first: its children inherit this process's state */
     check_default();
     check_parse();
@@ -228,6 +250,8 @@ int main(void) {
     else tap_diag("cuDNN %zu", tcu_cudnn_version());
     if (why) tap_skip("a malformed graph is refused", "no usable libcudnn.so.9");
     else check_malformed();
+    if (why) tap_skip("without a GPU a forced cudnn falls back", "no usable libcudnn.so.9");
+    else check_nogpu();
     for (int b = 0; b < 2; b++)
         for (int h = 0; h < 3; h++)
             for (int r = 0; r < 3; r++)

@@ -34,6 +34,7 @@
 
 #include "cuda_ops.h"
 #include "ops.h"
+#include "tcu_cudnn.h" /* cuDNN's fused attention (gpu_ops_cudnn.c) */
 #include "tcu_fp8_gemm.h"
 #include "tap.h"
 
@@ -2873,6 +2874,7 @@ static void test_fp8_rules(void) {
 #include "gpu_ops_deltanet.c" /* the Gated DeltaNet core (issue 68) */
 #include "gpu_ops_variants.c" /* issue 67/68's model variants (cuvar67): run_variants */
 #include "gpu_ops_attnvar.c" /* issue 67's attention variants: attnvar_checks, run_attnvar */
+#include "gpu_ops_cudnn.c"   /* cuDNN's fused attention (issue 66 item 1): run_cudnn */
 
 static int plan_size_simt(void) {
     int ndn = deltanet_checks();
@@ -2955,6 +2957,7 @@ static int plan_size(void) {
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
     n += (int)NCASES(FP8) * FP8_CHECKS + FP8_RULE_CHECKS;
     n += attnvar_checks(); /* issue 67's attention variants (gpu_ops_attnvar.c) */
+    n += cudnn_checks();   /* cuDNN's fused attention (gpu_ops_cudnn.c) */
     return n;
 }
 
@@ -3027,6 +3030,7 @@ int main(void) {
     for (size_t i = 0; i < NCASES(RESID); i++) test_residual(RESID[i]);
     run_attention();
     run_attnvar();
+    run_cudnn();
     run_ring();
     for (size_t i = 0; i < NCASES(RMS); i++) test_rmsnorm(&RMS[i]);
     for (size_t i = 0; i < NCASES(QKN); i++) test_qknorm(&QKN[i]);
