@@ -49,6 +49,9 @@ int tcu_cudnn_version_ok(size_t version, size_t cudart, char *why, size_t n);
 /* Opens the library (TSR_CUDNN_LIB or libcudnn.so.9) once, resolves its entry points, applies
  * the version gate: NULL when usable, else why not. Needs no GPU. */
 const char *tcu_cudnn_load(void);
+/* 1 when this build has cuDNN's headers (the CUDA toolkit's cudnn_graph.h), 0: every call says
+ * "unavailable" */
+int tcu_cudnn_built(void);
 /* cudnnGetVersion() of the loaded library (0 when none) */
 size_t tcu_cudnn_version(void);
 

@@ -55,12 +55,15 @@ int tcu_cudnn_version_ok(size_t version, size_t cudart, char *why, size_t n) {
 }
 
 #ifndef TCU_HAVE_CUDNN
+int tcu_cudnn_built(void) { return 0; }
 const char *tcu_cudnn_load(void) {
     return "this build has no cudnn_graph.h (the CUDA toolkit's include folder lacks cuDNN)";
 }
 size_t tcu_cudnn_version(void) { return 0; }
 #else
 #include <dlfcn.h>
+
+int tcu_cudnn_built(void) { return 1; }
 
 static cd_api api;
 static int api_ok;
