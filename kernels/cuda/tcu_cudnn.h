@@ -95,7 +95,8 @@ int tcu_cudnn_graph_check(tcu_cudnn_shape sh, int bwd, int *ops, char *why, size
 /* ---- the calls (cuda_attention.cu's entry points call these first) ---- */
 /* Scratch the backward needs when cuDNN runs it for this shape: the softmax_sum rows
  * (B NH T fp32) and the plan's workspace, 256-aligned; 0 where the own kernels will run it.
- * Builds the backward plan (GPU), so the memory plan counts its workspace. */
+ * Builds both plans of sh (GPU) at start, so the memory plan counts the workspace and no step pays
+ * for a build. */
 size_t tcu_cudnn_scratch_bytes(tcu_cudnn_shape sh);
 /* 1 when cuDNN ran the forward (out, lse as tcu_attention_forward's), 0: the caller runs its own */
 int tcu_cudnn_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv, const float *alibi_slopes,

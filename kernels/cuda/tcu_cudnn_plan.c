@@ -77,6 +77,7 @@ typedef struct cd_plan {
     tcu_cudnn_shape sh;
     cd_graph *g;                      /* the operation graph the plan runs */
     cudnnBackendDescriptor_t plan;    /* NULL: refused (why) */
+    cudnnBackendDescriptor_t cfg;     /* the engine config it runs */
     tcu_cudnn_plan_info info;
     size_t scratch;                   /* what the backward's scratch must hold */
     int announced;                    /* tcu_cudnn_scratch_bytes was asked for this shape */
@@ -167,25 +168,39 @@ static void describe(const cd_api *api, cudnnBackendDescriptor_t p, cudnnBackend
     info->json[got > 0 && got < (int64_t)sizeof info->json ? got : 0] = 0;
 }
 
-/* the first deterministic config of mode A, then the fallback list, whose plan finalizes */
+/* the first deterministic config of mode A, then the fallback list, whose plan finalizes; the
+ * chosen config stays alive with the plan (c->cfg); without one, c->why counts what was seen */
 static void choose(cd_plan *c, const cd_api *api, cudnnHandle_t hd) {
     enum { MAXCFG = 32 };
     const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     cudnnBackendDescriptor_t cfg[MAXCFG];
+    int64_t seen[2] = {0, 0}, nondet = 0;
     for (int m = 0; m < 2 && !c->plan; m++) {
-        int64_t made = 0;
+        int64_t made = 0, pick = -1;
         while (made < MAXCFG &&
                !api->cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[made]))
             made++;
-        const int64_t n = heuristics(api, c->g, modes[m], cfg, made);
-        for (int64_t i = 0; i < n && !c->plan; i++) {
-            if (nondeterministic(api, cfg[i])) continue;
+        seen[m] = heuristics(api, c->g, modes[m], cfg, made);
+        for (int64_t i = 0; i < seen[m] && pick < 0; i++) {
+            if (nondeterministic(api, cfg[i])) {
+                nondet++;
+                continue;
+            }
             c->plan = plan_of(api, hd, cfg[i]);
-            if (c->plan) describe(api, c->plan, cfg[i], &c->info);
+            if (!c->plan) continue;
+            describe(api, c->plan, cfg[i], &c->info);
+            pick = i;
         }
-        for (int64_t i = 0; i < made; i++) api->cudnnBackendDestroyDescriptor(cfg[i]);
+        for (int64_t i = 0; i < made; i++)
+            if (i != pick) api->cudnnBackendDestroyDescriptor(cfg[i]);
+        if (pick >= 0) c->cfg = cfg[pick];
     }
-    if (!c->plan) snprintf(c->why, sizeof c->why, "no deterministic cuDNN engine takes the graph");
+    if (c->plan) return;
+    char last[256] = "";
+    api->cudnnGetLastErrorString(last, sizeof last);
+    snprintf(c->why, sizeof c->why, "no deterministic cuDNN engine takes the graph (heuristics: "
+             "%lld configs, fallback %lld; %lld non-deterministic)%s%s", (long long)seen[0],
+             (long long)seen[1], (long long)nondet, last[0] ? ": " : "", last);
 }
 
 /* builds the plan of entry c (its shape, direction, device set) */
@@ -323,6 +338,7 @@ size_t tcu_cudnn_scratch_bytes(tcu_cudnn_shape sh) {
     if (tcu_cudnn_refusal(sh, NULL, NULL, NULL, 1, TSR_GRAD_SET)) return 0;
     if (tcu_cudnn_backend() == TCU_ATT_OWN || tcu_cudnn_load()) return 0;
     if (tcu_cudnn_backend() == TCU_ATT_AUTO && !sm90()) return 0;
+    plan_for(sh, 0); /* the forward's plan too, so no step builds one */
     cd_plan *c = plan_for(sh, 1);
     if (!c || !c->plan) return 0;
     c->announced = 1;
