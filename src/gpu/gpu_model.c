@@ -425,9 +425,22 @@ static void c_attention_decode_rows(const tsr_backend *be, void *out, void *kt, 
                                   slot_stride, cap, NH, KVH, hs, STREAM(be)));
 }
 
+/* TSR_DECODE_GEMM (issue 66 item 3; gpu_model.h): batched decoding's rows through the training's
+ * cuBLASLt GEMM where there are at least 8 of them and a multiple of 8 (the batch as the GEMM's N:
+ * the weights read once for all rows, on the tensor cores; at most 8 row counts a layer shape, so
+ * the GEMM's algorithm cache holds them). Process-wide, set at start; off: every row its own
+ * product (batch-invariant bits). */
+static int decode_gemm;
+
+void gpu_model_set_decode_gemm(int on) { decode_gemm = on; }
+
 static void c_matrows_forward(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                               const void *w, const void *bias, int N, int IC, int OC,
                               tsr_gelu_kind gelu) {
+    if (decode_gemm && N >= 8 && N % 8 == 0) {
+        c_matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gelu);
+        return;
+    }
     PROF(be, "matmul_rows", N, IC, OC,
          tcu_matmul_rows(pre_gelu ? pre_gelu : out, inp, w, bias, N, IC, OC, STREAM(be)));
     if (pre_gelu) tcu_gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, STREAM(be));

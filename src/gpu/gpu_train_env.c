@@ -1,6 +1,6 @@
 /* gpu_train_env.c — the measurement switches of the environment (issue 25, docs/cuda.md)
  * for the CUDA trainer (gpu_train_int.h): TSR_GEMM_REDUCTION, TSR_ATT_WARP_ROWS, TSR_ATT_DQ_FUSED,
- * TSR_NORM_HOLD, TSR_XENT_RESIDENT, TSR_ATT_WGMMA (checked against the device) and TSR_GEMM_TUNE
+ * TSR_NORM_HOLD, TSR_XENT_RESIDENT, TSR_DECODE_GEMM, TSR_ATT_WGMMA (checked against the device) and TSR_GEMM_TUNE
  * (its file read at start, written at the end); every rank must agree on each. */
 #include <limits.h>
 #include <stdint.h>
@@ -225,7 +225,7 @@ static int att_wgmma_asked; /* TSR_ATT_WGMMA=1: checked against the device by gt
 
 int gtrain_switches(const gpu_train_ctx *c) {
     tcu_reduction reduction;
-    int att_rows, resident, dq_fused, hold, wgmma;
+    int att_rows, resident, dq_fused, hold, wgmma, decode_gemm;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
     TSR_CHECK(env_flag(c->dist, "TSR_ATT_DQ_FUSED",
@@ -244,6 +244,11 @@ int gtrain_switches(const gpu_train_ctx *c) {
                        "is 64 or 128 (a GPU of compute capability 9.0: refused elsewhere; not the "
                        "default's bits; the fused dq stays on mma.sync)",
                        &wgmma));
+    TSR_CHECK(env_flag(c->dist, "TSR_DECODE_GEMM",
+                       "batched decoding's linear layers (GRPO's rollouts) at 8 rows or more, a "
+                       "multiple of 8, through cuBLASLt's GEMM on the tensor cores: a row's bits "
+                       "then depend on the rows decoded beside it (not batch-invariant)",
+                       &decode_gemm));
     TSR_CHECK(gemm_tune_switch(c->dist));
     /* the wgmma kernels have 16 rows a warp and no fused dq: with either switch the run would mix
      * kernels unsaid (every rank reads the same environment: each refuses alike) */
@@ -262,6 +267,7 @@ int gtrain_switches(const gpu_train_ctx *c) {
     tcu_attention_set_dq_fused(dq_fused);
     tcu_norm_set_hold(hold);
     tcu_softmax_xent_set_resident(resident);
+    gpu_model_set_decode_gemm(decode_gemm);
     return 0;
 }
 

@@ -525,7 +525,7 @@ hybrid() {
 gen() {
     setup
     local rc=0
-    BENCH_OUT=/tmp/bench-gen PYTHON=$UNPACKED/python3-machine \
+    BENCH_OUT=/tmp/bench-gen PYTHON=$UNPACKED/python3-machine DECODE_GEMM="${DECODE_GEMM:-0 1}" \
         limited "$OUTDIR/gen.txt" bash bench/gpu/gen_vs_hf.sh || rc=$?
     cp /tmp/bench-gen/results.md "$OUTDIR/results-gen.md" 2>/dev/null || true
     tar -C /tmp --exclude=bench-gen/work -czf "$OUTDIR/gen.tar.gz" bench-gen

@@ -34,10 +34,12 @@
 #    device path, bf16): step 1's completions mostly the same tokens as the CPU's (a sampled token
 #    flips where bf16 moves a probability across its draw), and where the tokens are the same the
 #    log-probabilities recorded within bf16 tolerance (0.03 per token + 0.02 |logp| per completion:
-#    bf16 logits of magnitude ~10 are 0.02 apart).
+#    bf16 logits of magnitude ~10 are 0.02 apart); with TSR_DECODE_GEMM=1 (issue 66 item 3) the
+#    rollouts' 16-row linear layers run the GEMM, not the per-row product, and the completions are
+#    (>= 90%) those of the per-row products.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 16
+tap_plan 17
 
 # ---- the fixture: corpus, tokenizer, datasets, the SFT model ----
 grpo_prompts "$TMP" 4000
@@ -263,7 +265,27 @@ bad = [k for k in same if not abs(a[k]["logprob"] - b[k]["logprob"]) <= tol(k)]
 worst = max(abs(a[k]["logprob"] - b[k]["logprob"]) / tol(k) for k in same)
 print("# %d of %d completions the same tokens; %d of them with log-probabilities apart (worst %.2f of the tolerance)" % (len(same), len(a), len(bad), worst))
 sys.exit(0 if len(a) == 128 and len(same) >= 0.8 * len(a) and not bad else 1)' "$TMP/r1/completions.jsonl" "$TMP/rc/completions.jsonl"
+    # 17: TSR_DECODE_GEMM=1 (issue 66 item 3, the measurement switch): the rollouts' linear layers
+    # at 8 rows or more through the GEMM (the profile's matmul_forward calls of 16 rows; no
+    # matmul_rows call of 16), said at start, and the completions those of the per-row products
+    # (the same bf16 inputs summed in another order)
+    TSR_DECODE_GEMM=1 TSR_PROFILE=1 "$BUILD/tests/tessera-train-cuemu" "${grpo[@]}" \
+        --init-from "$TMP/sft" --set device=cuda --set run_dir="$TMP/rg" --set max_duration=1ba \
+        --set save_interval=0ba --set eval_interval=0ba --set grpo.rollout_batch=16 >"$TMP/rg.log" 2>&1
+    rc=$?
+    grep -E '^matmul_(rows|forward) +(8|16)x' "$TMP/rg.log" | head -4 | sed 's/^/# /'
+    ((rc == 0)) && grep -q 'TSR_DECODE_GEMM = "1"' "$TMP/rg.log" &&
+        ! grep -qE 'matmul_rows +16x' "$TMP/rg.log" && grep -qE 'matmul_forward +16x' "$TMP/rg.log" &&
+        "$PY3" -c '
+import json, sys
+def rows(p): return {(j["position"], j["sample"]): j for j in map(json.loads, open(p)) if j["step"] == 1}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+same = [k for k in a if k in b and a[k]["tokens"] == b[k]["tokens"]]
+print("# TSR_DECODE_GEMM=1: %d of %d completions the tokens of the per-row products" % (len(same), len(a)))
+sys.exit(0 if len(a) == 128 and len(same) >= 0.9 * len(a) else 1)' "$TMP/rc/completions.jsonl" "$TMP/rg/completions.jsonl"
+    tap_check $? "TSR_DECODE_GEMM=1 (emulator): said at start; the rollouts' 16-row linear layers run the GEMM (matmul_forward), none the per-row product; >= 90% of the completions the per-row products' tokens"
 else
     tap_skip "device = cuda on the emulator" "no $BUILD/tests/tessera-train-cuemu"
+    tap_skip "TSR_DECODE_GEMM=1 on the emulator" "no $BUILD/tests/tessera-train-cuemu"
 fi
 tap_done
