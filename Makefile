@@ -413,9 +413,10 @@ $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)
                 $(BUILD)/obj/src/gpu/gpu_ring.o \
                 $(BUILD)/obj/src/gpu/gpu_comm.o $(BUILD)/obj/src/gpu/gpu_comm_staged.o \
                 $(GPU_TRAIN_PARTS:%.c=$(BUILD)/obj/%.o) \
-                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(BUILD)/libtessera.a
+                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) \
+                $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
 
 # ring_bench on the emulator (tests/gpu/test_ring_bench.sh: that it runs and what it prints, not
 # its times)

@@ -1,7 +1,8 @@
 /* gpu_train_env.c — the measurement switches of the environment (issue 25, docs/cuda.md)
  * for the CUDA trainer (gpu_train_int.h): TSR_GEMM_REDUCTION, TSR_ATT_WARP_ROWS, TSR_ATT_DQ_FUSED,
- * TSR_NORM_HOLD, TSR_XENT_RESIDENT, TSR_DECODE_GEMM, TSR_ATT_WGMMA (checked against the device) and TSR_GEMM_TUNE
- * (its file read at start, written at the end); every rank must agree on each. */
+ * TSR_NORM_HOLD, TSR_XENT_RESIDENT, TSR_DECODE_GEMM, TSR_ATTENTION, TSR_ATT_WGMMA (checked against
+ * the device) and TSR_GEMM_TUNE (its file read at start, written at the end); every rank must
+ * agree on each. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "gpu/gpu_train_int.h"
+#include "tcu_cudnn.h"
 
 /* A measurement switch of the environment (docs/cuda.md, issue 25) that every rank must agree
  * on: its value, one of names[0..n) (unset or empty: names[0], the default), into *choice; rank 0
@@ -83,6 +85,24 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
     TSR_CHECK(env_switch(d, "TSR_ATT_WARP_ROWS", names, notes, 2, "16 (the default) or 32",
                          &choice));
     *rows = choice ? 32 : 16;
+    return 0;
+}
+
+/* TSR_ATTENTION (issue 66 item 1): the attention's backend, tcu_cudnn.h's tcu_att_backend (names
+ * in its order). Read here with the other switches, so that every rank agrees and a bad value
+ * stops the start (the library's own reader, for the op test and the bench, exits instead). */
+static int attention_backend(const tsr_dist *d, tcu_att_backend *b) {
+    static const char *const names[] = {"own", "cudnn", "auto"};
+    static const char *const notes[] = {
+        "", "cuDNN's fused attention for every shape it takes (causal, no document mask, no ALiBi "
+            "or variants, head size 32, 64 or 128), the own kernels for the rest, said once: not "
+            "yet run on a GPU",
+        "cuDNN's fused attention on an sm_90 GPU for every shape it takes, the own kernels for "
+        "the rest: not yet run on a GPU"};
+    int choice;
+    TSR_CHECK(env_switch(d, "TSR_ATTENTION", names, notes, 3,
+                         "own (the default), cudnn or auto", &choice));
+    *b = (tcu_att_backend)choice;
     return 0;
 }
 
@@ -226,6 +246,7 @@ static int att_wgmma_asked; /* TSR_ATT_WGMMA=1: checked against the device by gt
 int gtrain_switches(const gpu_train_ctx *c) {
     tcu_reduction reduction;
     int att_rows, resident, dq_fused, hold, wgmma, decode_gemm;
+    tcu_att_backend attention;
     TSR_CHECK(gemm_reduction(c->dist, &reduction));
     TSR_CHECK(att_warp_rows(c->dist, &att_rows));
     TSR_CHECK(env_flag(c->dist, "TSR_ATT_DQ_FUSED",
@@ -249,6 +270,7 @@ int gtrain_switches(const gpu_train_ctx *c) {
                        "multiple of 8, through cuBLASLt's GEMM on the tensor cores: a row's bits "
                        "then depend on the rows decoded beside it (not batch-invariant)",
                        &decode_gemm));
+    TSR_CHECK(attention_backend(c->dist, &attention));
     TSR_CHECK(gemm_tune_switch(c->dist));
     /* the wgmma kernels have 16 rows a warp and no fused dq: with either switch the run would mix
      * kernels unsaid (every rank reads the same environment: each refuses alike) */
@@ -268,6 +290,7 @@ int gtrain_switches(const gpu_train_ctx *c) {
     tcu_norm_set_hold(hold);
     tcu_softmax_xent_set_resident(resident);
     gpu_model_set_decode_gemm(decode_gemm);
+    tcu_cudnn_set_backend(attention);
     return 0;
 }
 

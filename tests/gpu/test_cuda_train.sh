@@ -24,6 +24,8 @@
 #    copy of the bf16 weights, micro_batch = auto keeps its microbatch and the run evaluates;
 #  - a missing CUDA library is refused naming it (once, on tessera-train);
 #  - --plan with the CUDA library (no GPU) counts TSR_ATT_DQ_FUSED=1's scratch and refuses a bad value;
+#    TSR_ATTENTION (cuDNN's attention, issue 66): the default opens no libcudnn, cudnn said, a bad
+#    value refused;
 #  - TSR_GEMM_REDUCTION (the split-K measurement switch): a bad value refused at start, none runs;
 #    ranks that disagree on it (2 ranks) all stop at start, rank 0 naming the other;
 #  - TSR_GEMM_TUNE (the file of GEMM choices): read and checked at start (a malformed line, another
@@ -46,7 +48,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=22
-tap_plan $((2 * PER + 25))
+tap_plan $((2 * PER + 26))
 make_synth "$TMP/data" 512 80000
 
 tiny_args "$TMP/data/train"
@@ -159,10 +161,22 @@ if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
     grep -qs 'libtessera-cuda-train.so' "$TMP"/ld.* && ! grep -qs 'libcublasLt' "$TMP"/ld.* &&
         ! readelf -d "$BUILD/libtessera-cuda-train.so" | grep -q 'NEEDED.*libcublasLt'
     tap_check $? "--plan 1 with device = cuda opens the backend library but not cuBLASLt (not among its needed libraries)"
+    # TSR_ATTENTION (issue 66 item 1): read with the other switches; the default opens no cuDNN
+    # (the loader's log of plan0), cudnn is said, a bad value stops --plan naming the three values
+    TSR_ATTENTION=cudnn "$TRAIN" "${pl[@]}" >"$TMP/attc.txt" 2>&1
+    rc=$?
+    TSR_ATTENTION=cuDNN "$TRAIN" "${pl[@]}" >"$TMP/attx.txt" 2>&1
+    rcb=$?
+    ((rc == 0 && rcb == 1)) && ! grep -qs 'libcudnn' "$TMP"/ld.* &&
+        grep -q 'environment TSR_ATTENTION = "cudnn": cuDNN.s fused attention' "$TMP/attc.txt" &&
+        grep -q 'TSR_ATTENTION = "cuDNN": expected own (the default), cudnn or auto' "$TMP/attx.txt" &&
+        ! grep -q '^device memory' "$TMP/attx.txt"
+    tap_check $? "--plan 1: the default opens no libcudnn; TSR_ATTENTION=cudnn said (exit $rc), =cuDNN refused (exit $rcb, want 1)"
 else
     tap_skip "--plan with TSR_ATT_DQ_FUSED=1 counts the fused dq's sums" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
     tap_skip "--plan with TSR_NORM_HOLD=layernorm and =0" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
     tap_skip "--plan with device = cuda opens the backend but not cuBLASLt" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
+    tap_skip "--plan with TSR_ATTENTION" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
 fi
 
 # same_accumulating RUN ARGS...: run RUN's configuration again on $bin (the suite's) with
