@@ -9,8 +9,8 @@ if [[ ! -f $TSR_ROOT/data/npm/gpt2/encoder.json || ! -d $TSR_ROOT/data/npm/brown
     echo "1..0 # SKIP data/npm (GPT-2 BPE files, Brown corpus) missing: run ./INSTALL"; exit 77
 fi
 tap_plan 5
-make -C "$TSR_ROOT" --no-print-directory demo DEMO_STEPS=${DEMO_STEPS:-20} DEMO_RUN_DIR="$TMP/run" >"$TMP/demo.txt" 2>&1
-tap_check $? "make demo DEMO_STEPS=${DEMO_STEPS:-20} finishes"
+make -C "$TSR_ROOT" --no-print-directory demo DEMO_STEPS=${DEMO_STEPS:-10} DEMO_RUN_DIR="$TMP/run" >"$TMP/demo.txt" 2>&1
+tap_check $? "make demo DEMO_STEPS=${DEMO_STEPS:-10} finishes"
 [[ -f $TSR_ROOT/data/brown/train/index.tsv && -f $TSR_ROOT/data/brown/val/index.tsv ]]
 tap_check $? "the Brown corpus was prepared into data/brown/{train,val}"
 grep -q '^eval step' "$TMP/demo.txt"
