@@ -87,6 +87,11 @@ typedef struct tcu_cudnn_tensor {
  * graph reads them so (K^T in both, V^T in the backward). */
 int tcu_cudnn_tensors(tcu_cudnn_shape sh, int bwd, tcu_cudnn_tensor *t);
 
+/* The view of K that the backward's dQ = dS K reads: K's row of the table (K^T, (B,KVH,hs,T)) with
+ * dims and strides 2 and 3 swapped, (B,KVH,T,hs) over the same memory (a RESHAPE is a strided
+ * view, as cudnn-frontend's keeps K's strides). */
+tcu_cudnn_tensor tcu_cudnn_k_view(tcu_cudnn_shape sh);
+
 /* ---- graphs without a GPU (the CPU test) ---- */
 /* Builds the forward or backward operation graph of sh and finalizes it (no handle, no GPU):
  * 0, or -1 with the failing call and cuDNN's message in why. ops: the graph's operations. */

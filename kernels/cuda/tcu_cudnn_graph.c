@@ -61,6 +61,16 @@ int tcu_cudnn_tensors(tcu_cudnn_shape sh, int bwd, tcu_cudnn_tensor *t) {
     return n;
 }
 
+tcu_cudnn_tensor tcu_cudnn_k_view(tcu_cudnn_shape sh) {
+    tcu_cudnn_tensor tab[TCU_CD_UID_COUNT];
+    tcu_cudnn_tensors(sh, 1, tab);
+    tcu_cudnn_tensor k = tab[TCU_CD_K - 1];
+    const int64_t d = k.dim[2], s = k.stride[2];
+    k.dim[2] = k.dim[3], k.stride[2] = k.stride[3];
+    k.dim[3] = d, k.stride[3] = s;
+    return k;
+}
+
 #ifndef TCU_HAVE_CUDNN
 int tcu_cudnn_graph_check(tcu_cudnn_shape sh, int bwd, int *ops, char *why, size_t n) {
     (void)sh, (void)bwd;
@@ -315,7 +325,7 @@ static void backward(cd_graph *g, const cd_io *io, tcu_cudnn_shape sh) {
     cudnnBackendDescriptor_t dp = virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
     cudnnBackendDescriptor_t d1 = virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
     cudnnBackendDescriptor_t d2 = virt(g, CUDNN_DATA_FLOAT, B, H, T, T);
-    cudnnBackendDescriptor_t ds = virt(g, CUDNN_DATA_BFLOAT16, B, H, T, T);
+    cudnnBackendDescriptor_t ds = virt(g, CUDNN_DATA_FLOAT, B, H, T, T); /* fp32: the frontend's */
     matmul(g, t[TCU_CD_DO], t[TCU_CD_V], dp);
     pw2(g, CUDNN_POINTWISE_SUB, dp, t[TCU_CD_SOFTMAX_SUM], d1);
     pw2(g, CUDNN_POINTWISE_MUL, d1, p, d2);
@@ -323,7 +333,9 @@ static void backward(cd_graph *g, const cd_io *io, tcu_cudnn_shape sh) {
     cudnnBackendDescriptor_t dst = virt_t(g, CUDNN_DATA_BFLOAT16, B, H, T, T);
     reshape(g, ds, dst);
     matmul_kv(g, io, dst, t[TCU_CD_Q], t[TCU_CD_DK], gqa, hs);
-    cudnnBackendDescriptor_t k = virt(g, CUDNN_DATA_BFLOAT16, B, sh.KVH, T, hs);
+    const tcu_cudnn_tensor kv = tcu_cudnn_k_view(sh); /* K^T's memory, dims 2 and 3 swapped */
+    cudnnBackendDescriptor_t k = tensor(g, g->next_uid++, CUDNN_DATA_BFLOAT16, kv.dim, kv.stride,
+                                        true, false);
     reshape(g, t[TCU_CD_K], k);
     matmul(g, ds, k, t[TCU_CD_DQ]);
 }

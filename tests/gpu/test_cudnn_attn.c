@@ -6,7 +6,8 @@
  *    to the own kernels with one line, said once;
  *  - the version gate on faked versions;
  *  - each refusal's reason, and none for the phase-1 shapes;
- *  - the packed-qkv tensor table against one computed by hand;
+ *  - the packed-qkv tensor table against one computed by hand, and the view of K that dQ reads
+ *    (K's memory, dims 2 and 3 swapped);
  *  - both operation graphs build and finalize for every phase-1 configuration (hs 32/64/128, GQA
  *    ratios 1/2/4, three B,T), and a malformed one (NH 4 on KVH 3) is refused by cuDNN itself;
  *  - without a GPU the real library loads but a forced cudnn falls back (cudnnCreate fails).
@@ -200,6 +201,29 @@ static void check_table(void) {
     tap_ok(!bad, "the forward's tensor table: the backward's first 7 rows with V untransposed");
 }
 
+/* H1: the K that dQ = dS K reads is K's memory with dims 2, 3 swapped, never a packed view */
+static void check_k_view(void) {
+    static const tcu_cudnn_shape shs[] = {
+        {2, 8, 4, 2, 32}, {1, 130, 8, 2, 64}, {4, 384, 8, 8, 128}};
+    const tcu_cudnn_tensor want = {
+        TCU_CD_K, 0, {2, 2, 8, 32}, {2048, 32, 256, 1}, TCU_BUF_QKV, 128};
+    tcu_cudnn_tensor tab[TCU_CD_UID_COUNT];
+    tcu_cudnn_tensor v = tcu_cudnn_k_view(shs[0]);
+    int ok = same_row(&v, &want);
+    for (size_t i = 0; i < sizeof shs / sizeof shs[0]; i++) {
+        tcu_cudnn_tensors(shs[i], 1, tab);
+        const tcu_cudnn_tensor *k = &tab[TCU_CD_K - 1];
+        v = tcu_cudnn_k_view(shs[i]);
+        ok &= v.buf == k->buf && v.offset == k->offset && v.fp32 == k->fp32;
+        for (int d = 0; d < 4; d++) {
+            const int e = d == 2 ? 3 : d == 3 ? 2 : d;
+            ok &= v.dim[d] == k->dim[e] && v.stride[d] == k->stride[e];
+        }
+    }
+    tap_ok(ok, "dQ's view of K: K's table row with dims and strides 2, 3 swapped (B 2, T 8, 4 on 2 "
+           "heads, hs 32: strides 2048 32 256 1, not the packed 512 256 32 1)");
+}
+
 /* every phase-1 configuration's graph (direction bwd, head size hs, GQA ratio r) finalizes */
 static void check_graphs(int bwd, int hs, int r) {
     static const int BT[3][2] = {{1, 64}, {2, 128}, {4, 384}};
@@ -246,7 +270,7 @@ static void check_malformed(void) {
 
 int main(void) {
     static const int hss[3] = {32, 64, 128}, ratios[3] = {1, 2, 4};
-    tap_plan(10 + 18);
+    tap_plan(11 + 18);
     check_missing(); /* first, these two: their children inherit this process's state */
     check_bad_value();
     check_default();
@@ -254,6 +278,7 @@ int main(void) {
     check_versions();
     check_refusals();
     check_table();
+    check_k_view();
     const char *why = tcu_cudnn_load();
     if (why) tap_diag("cuDNN cannot be loaded here: %s", why);
     else tap_diag("cuDNN %zu", tcu_cudnn_version());
