@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "tcu_cudnn.h" /* tcu_cudnn_release: cuDNN attention's plans, workspace, handle */
 
 /* cuBLASLt workspace: NVIDIA recommends 32 MiB on Hopper (4 MiB is enough before it). */
 #define TCU_LT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -57,6 +58,7 @@ void tcu_shutdown(void) {
     tcu_layernorm_release();
     tcu_matmul_release();
     tcu_fp8_release();
+    tcu_cudnn_release();
     tcu_free(tcu_ctx.lt_workspace);
     TCU_CHECK_BLAS(cublasLtDestroy(tcu_ctx.lt), "tcu_shutdown: cublasLtDestroy");
     memset(&tcu_ctx, 0, sizeof tcu_ctx);

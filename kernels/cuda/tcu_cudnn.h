@@ -91,6 +91,20 @@ int tcu_cudnn_tensors(tcu_cudnn_shape sh, int bwd, tcu_cudnn_tensor *t);
  * dims and strides 2 and 3 swapped, (B,KVH,T,hs) over the same memory (a RESHAPE is a strided
  * view, as cudnn-frontend's keeps K's strides). */
 tcu_cudnn_tensor tcu_cudnn_k_view(tcu_cudnn_shape sh);
+/* NULL when every device pointer of the graph of (sh, bwd) over buf (the variant pack's, as the
+ * table places them) and ws is 16-byte aligned (the tensors' declared alignment), else which is
+ * not (a static string). Host scalars are not checked. */
+const char *tcu_cudnn_misaligned(tcu_cudnn_shape sh, int bwd, void *const buf[TCU_BUF_COUNT],
+                                 const void *ws);
+
+/* ---- the model (before sizing) ---- */
+/* What the model's attention uses: a document mask, ALiBi, any variant (window, sinks, soft cap,
+ * scale). Phase 1 refuses each, so after a 1 here the sizing builds no plan and adds no scratch
+ * (tcu_cudnn_scratch_bytes 0: the own kernels' size) and every call runs on the own kernels.
+ * Unset: none (the op test, the bench). The trainer calls it before sizing the activations. */
+void tcu_cudnn_set_model(int doc, int alibi, int var);
+/* NULL, or the reason the model set by tcu_cudnn_set_model is refused (a static string) */
+const char *tcu_cudnn_model_refusal(void);
 
 /* ---- graphs without a GPU (the CPU test) ---- */
 /* Builds the forward or backward operation graph of sh and finalizes it (no handle, no GPU):
@@ -99,9 +113,11 @@ int tcu_cudnn_graph_check(tcu_cudnn_shape sh, int bwd, int *ops, char *why, size
 
 /* ---- the calls (cuda_attention.cu's entry points call these first) ---- */
 /* Scratch the backward needs when cuDNN runs it for this shape: the softmax_sum rows
- * (B NH T fp32) and the plan's workspace, 256-aligned; 0 where the own kernels will run it.
- * Builds both plans of sh (GPU) at start, so the memory plan counts the workspace and no step pays
- * for a build. */
+ * (B NH T fp32) and the plan's workspace, 256-aligned; 0 where the own kernels will run it (the
+ * backend own, the model or the shape refused, no library, auto off sm_90). Otherwise builds both
+ * plans of sh (GPU) at start, so the memory plan counts the backward's workspace and no step pays
+ * for a build; allocates nothing (the forward's workspace is grown at the first forward that needs
+ * it). Only a sized shape runs on cuDNN: a call of another falls back (said once). */
 size_t tcu_cudnn_scratch_bytes(tcu_cudnn_shape sh);
 /* 1 when cuDNN ran the forward (out, lse as tcu_attention_forward's), 0: the caller runs its own */
 int tcu_cudnn_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv, const float *alibi_slopes,
@@ -114,7 +130,18 @@ int tcu_cudnn_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv
                        tcu_cudnn_shape sh, tsr_grad_mode mode, tcu_stream s);
 /* How many calls cuDNN has run (executes that succeeded): the op test's proof that it ran. */
 size_t tcu_cudnn_calls(void);
-/* What the plan for sh chose (bench and logs): 0, or -1 with why. engine: the global index;
+/* 1 (default): a failed execute ends the process, naming it (a half-run op cannot be trusted);
+ * 0 (the op test only): it falls back to the own kernels instead, said on stderr, not counted, the
+ * message kept for tcu_cudnn_last_error, so one bad case fails its checks, not the whole test. */
+void tcu_cudnn_set_fatal(int on);
+/* the last failed execute's message ("" when none) */
+const char *tcu_cudnn_last_error(void);
+/* Frees every plan, the forward's workspace and the handle (tcu_shutdown calls it); the next call
+ * starts anew. Opens nothing when nothing was built. */
+void tcu_cudnn_release(void);
+/* What the plan for sh chose (bench and logs): 0, or -1 with why (a refusal of the shape or the
+ * model included: a refused shape runs on the own kernels, so it has no plan to report).
+ * engine: the global index;
  * ws: workspace bytes; build_ms: the plan's build time; json: its JSON (may be NULL). */
 typedef struct tcu_cudnn_plan_info {
     int64_t engine;

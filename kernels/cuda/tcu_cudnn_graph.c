@@ -5,6 +5,7 @@
 #include "tcu_cudnn_int.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,6 +70,44 @@ tcu_cudnn_tensor tcu_cudnn_k_view(tcu_cudnn_shape sh) {
     k.dim[2] = k.dim[3], k.stride[2] = k.stride[3];
     k.dim[3] = d, k.stride[3] = s;
     return k;
+}
+
+const char *tcu_cudnn_misaligned(tcu_cudnn_shape sh, int bwd, void *const buf[TCU_BUF_COUNT],
+                                 const void *ws) {
+    static const char *const names[TCU_CD_UID_COUNT] = {
+        [TCU_CD_Q] = "q", [TCU_CD_K] = "k", [TCU_CD_V] = "v", [TCU_CD_O] = "out",
+        [TCU_CD_STATS] = "lse", [TCU_CD_DO] = "dout", [TCU_CD_DQ] = "dq", [TCU_CD_DK] = "dk",
+        [TCU_CD_DV] = "dv", [TCU_CD_SOFTMAX_SUM] = "the scratch's softmax_sum"};
+    tcu_cudnn_tensor tab[TCU_CD_UID_COUNT];
+    const int n = tcu_cudnn_tensors(sh, bwd, tab);
+    if ((uintptr_t)ws % 16) return "a device buffer not 16-byte aligned (the workspace)";
+    for (int i = 0; i < n; i++) {
+        if (tab[i].buf == TCU_BUF_HOST) continue;
+        const uintptr_t p =
+            (uintptr_t)buf[tab[i].buf] + (uintptr_t)tab[i].offset * (tab[i].fp32 ? 4 : 2);
+        if (p % 16 == 0) continue;
+        static char why[96];
+        snprintf(why, sizeof why, "a device buffer not 16-byte aligned (%s)", names[tab[i].uid]);
+        return why;
+    }
+    return NULL;
+}
+
+/* what the model's attention uses (tcu_cudnn_set_model); unset: none */
+static struct {
+    int doc, alibi, var;
+} model;
+
+void tcu_cudnn_set_model(int doc, int alibi, int var) {
+    model.doc = doc, model.alibi = alibi, model.var = var;
+}
+
+const char *tcu_cudnn_model_refusal(void) {
+    if (model.doc) return "the model's document mask: not in phase 1's graphs";
+    if (model.alibi) return "the model's ALiBi: not in phase 1's graphs";
+    if (model.var) return "the model's attention variants (window, sinks, soft cap, scale): not "
+                          "in phase 1's graphs";
+    return NULL;
 }
 
 #ifndef TCU_HAVE_CUDNN
@@ -361,7 +400,8 @@ int cd_graph_build(cd_graph *g, tcu_cudnn_shape sh, int bwd, cudnnHandle_t handl
 }
 
 void cd_graph_free(cd_graph *g) {
-    for (int i = g->ndesc - 1; i >= 0; i--) g->api->cudnnBackendDestroyDescriptor(g->desc[i]);
+    for (int i = g->ndesc - 1; g->api && i >= 0; i--)
+        g->api->cudnnBackendDestroyDescriptor(g->desc[i]);
     g->ndesc = g->nops = 0;
 }
 

@@ -24,6 +24,7 @@
     X(cudnnGetErrorString, const char *, (cudnnStatus_t))                                          \
     X(cudnnGetLastErrorString, void, (char *, size_t))                                             \
     X(cudnnCreate, cudnnStatus_t, (cudnnHandle_t *))                                               \
+    X(cudnnDestroy, cudnnStatus_t, (cudnnHandle_t))                                                \
     X(cudnnSetStream, cudnnStatus_t, (cudnnHandle_t, cudaStream_t))                                \
     X(cudnnBackendCreateDescriptor, cudnnStatus_t,                                                 \
       (cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *))                                  \

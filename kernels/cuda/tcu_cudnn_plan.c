@@ -1,6 +1,7 @@
 /* tcu_cudnn_plan.c — cuDNN attention's engines, plans and calls (tcu_cudnn.h): a handle per
  * device, heuristics mode A then the fallback list, engines whose notes say non-deterministic
- * skipped, a plan cache keyed by shape and device, the variant pack and the execute.
+ * skipped, a plan cache keyed by shape (one device a process: tcu_cudnn_release, from tcu_shutdown,
+ * empties it with the handle), the variant pack and the execute.
  * Needs a GPU from here on (cudnnCreate fails without one: then everything runs the own kernels).
  */
 #include "tcu_cudnn_int.h"
@@ -44,6 +45,9 @@ int tcu_cudnn_plan_info_of(tcu_cudnn_shape sh, int bwd, tcu_cudnn_plan_info *inf
     snprintf(why, n, "%s", tcu_cudnn_load());
     return -1;
 }
+void tcu_cudnn_set_fatal(int on) { (void)on; }
+const char *tcu_cudnn_last_error(void) { return ""; }
+void tcu_cudnn_release(void) {}
 #else
 
 /* ---- the handle ----
@@ -81,7 +85,6 @@ typedef struct cd_plan {
     tcu_cudnn_plan_info info;
     size_t scratch;                   /* what the backward's scratch must hold */
     int announced;                    /* tcu_cudnn_scratch_bytes was asked for this shape */
-    void *fwd_ws;                     /* the forward's workspace, owned here */
     char why[384];
 } cd_plan;
 static cd_plan plans[CD_MAX_PLANS];
@@ -203,7 +206,29 @@ static void choose(cd_plan *c, const cd_api *api, cudnnHandle_t hd) {
              (long long)seen[1], (long long)nondet, last[0] ? ": " : "", last);
 }
 
-/* builds the plan of entry c (its shape, direction, device set) */
+static size_t round256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* the backward's softmax_sum rows (B NH T fp32), 256-aligned: the scratch's start */
+static size_t rows_bytes(tcu_cudnn_shape sh) { return round256((size_t)sh.B * sh.NH * sh.T * 4); }
+
+/* frees c's operation graph */
+static void graph_drop(cd_plan *c) {
+    if (!c->g) return;
+    cd_graph_free(c->g);
+    free(c->g);
+    c->g = NULL;
+}
+
+/* one line a built plan, with the library's version (the run's log names what ran) */
+static void log_plan(const cd_plan *c) {
+    if (tcu_cudnn_backend() == TCU_ATT_OWN) return;
+    fprintf(stderr, "tessera: cuDNN %zu attention %s plan (B %d, T %d, heads %d/%d, hs %d): engine "
+                    "%lld, workspace %zu bytes, built in %.0f ms\n", tcu_cudnn_version(),
+            c->bwd ? "backward" : "forward", c->sh.B, c->sh.T, c->sh.NH, c->sh.KVH, c->sh.hs,
+            (long long)c->info.engine, c->info.ws, c->info.build_ms);
+}
+
+/* builds the plan of entry c (its shape, direction); allocates no device memory */
 static void build(cd_plan *c) {
     const char *why = NULL;
     cudnnHandle_t hd = handle_of(&why);
@@ -219,25 +244,27 @@ static void build(cd_plan *c) {
     }
     if (cd_graph_build(c->g, c->sh, c->bwd, hd)) {
         snprintf(c->why, sizeof c->why, "%s", c->g->why);
+        graph_drop(c);
         return;
     }
     choose(c, cd_lib(), hd);
     c->info.build_ms = ms_now() - t0;
-    const size_t rows = ((size_t)c->sh.B * c->sh.NH * c->sh.T * 4 + 255) / 256 * 256;
-    c->scratch = c->bwd ? rows + (c->info.ws + 255) / 256 * 256 : 0;
-    if (c->plan && !c->bwd && c->info.ws) c->fwd_ws = tcu_malloc(c->info.ws, "cuDNN attention workspace");
+    c->scratch = c->bwd ? rows_bytes(c->sh) + round256(c->info.ws) : 0;
+    if (!c->plan) graph_drop(c);
+    else log_plan(c);
 }
 
 static int same(tcu_cudnn_shape a, tcu_cudnn_shape b) {
     return a.B == b.B && a.T == b.T && a.NH == b.NH && a.KVH == b.KVH && a.hs == b.hs;
 }
 
-/* the cache's entry of (sh, bwd), built at its first use; NULL: full */
-static cd_plan *plan_for(tcu_cudnn_shape sh, int bwd) {
+/* the cache's entry of (sh, bwd); build: made (and built) when missing. NULL: none (or full) */
+static cd_plan *plan_at(tcu_cudnn_shape sh, int bwd, int build_it) {
     for (int i = 0; i < CD_MAX_PLANS; i++) {
         cd_plan *c = &plans[i];
         if (c->used && c->bwd == bwd && same(c->sh, sh)) return c;
         if (c->used) continue;
+        if (!build_it) return NULL;
         *c = (cd_plan){.used = 1, .bwd = bwd, .sh = sh};
         build(c);
         return c;
@@ -247,56 +274,94 @@ static cd_plan *plan_for(tcu_cudnn_shape sh, int bwd) {
 
 /* ---- selection ---- */
 
-/* 1 when the device is sm_90 (Hopper: what auto takes) */
+static int sm90_known = -1;
+
+/* 1 when the device is sm_90 (Hopper: what auto takes); asked once */
 static int sm90(void) {
-    int sm = 0;
-    if (tcu_device_count() > 0) tcu_device_info(NULL, 0, &sm, NULL, NULL);
-    return sm == 90;
+    if (sm90_known < 0) {
+        int sm = 0;
+        if (tcu_device_count() > 0) tcu_device_info(NULL, 0, &sm, NULL, NULL);
+        sm90_known = sm == 90;
+    }
+    return sm90_known;
 }
 
 /* says once per distinct reason why TSR_ATTENTION=cudnn did not run a call on cuDNN */
 static void say_once(const char *why, tcu_cudnn_shape sh, int bwd) {
     enum { SAID = 32 };
-    static const char *said[SAID];
+    static char said[SAID][160];
     static int n;
     for (int i = 0; i < n; i++)
-        if (said[i] == why || !strcmp(said[i], why)) return;
-    if (n < SAID) said[n++] = why;
+        if (!strncmp(said[i], why, sizeof said[i] - 1)) return;
+    if (n < SAID) snprintf(said[n++], sizeof said[0], "%.159s", why);
     fprintf(stderr, "tessera: TSR_ATTENTION=cudnn: attention %s (B %d, T %d, heads %d/%d, hs %d) "
                     "runs on the own kernels: %s\n",
             bwd ? "backward" : "forward", sh.B, sh.T, sh.NH, sh.KVH, sh.hs, why);
 }
 
-/* the plan cuDNN runs this call with, or NULL: the own kernels run it (said once if forced) */
+/* the own kernels run this call: said once when cudnn was asked for */
+static void refuse(const char *why, tcu_cudnn_shape sh, int bwd) {
+    if (tcu_cudnn_backend() == TCU_ATT_CUDNN) say_once(why, sh, bwd);
+}
+
+/* the plan cuDNN runs this call with, or NULL: the own kernels run it (said once if forced). Only
+ * a shape tcu_cudnn_scratch_bytes sized (announced) runs: no plan is built inside a step. */
 static cd_plan *select_plan(tcu_cudnn_shape sh, int bwd, const char *refusal) {
     const tcu_att_backend b = tcu_cudnn_backend();
     if (b == TCU_ATT_OWN) return NULL;
-    const char *why = refusal ? refusal : tcu_cudnn_load();
+    const char *why = refusal ? refusal : tcu_cudnn_model_refusal();
+    if (!why) why = tcu_cudnn_load();
     cd_plan *c = NULL;
     if (!why && b == TCU_ATT_AUTO && !sm90()) why = "auto: not an sm_90 device";
+    if (!why) handle_of(&why);
     if (!why) {
-        c = plan_for(sh, bwd);
-        why = !c ? "the plan cache is full" : c->plan ? NULL : c->why;
+        c = plan_at(sh, bwd, 0);
+        why = !c || !c->announced ? "its shape was not sized by tcu_attention_scratch_bytes (no "
+                                    "plan is built inside a step)"
+              : c->plan ? NULL : c->why;
     }
-    if (!why && bwd && !c->announced)
-        why = "its scratch was not sized by tcu_attention_scratch_bytes for this shape";
-    if (why && b == TCU_ATT_CUDNN) say_once(why, sh, bwd);
+    if (why) refuse(why, sh, bwd);
     return why ? NULL : c;
 }
 
 /* ---- execution ---- */
 
-/* the variant pack of c's graph over the given buffers, executed on stream s: 0 or -1 */
+/* the host scalars by value (scale, -inf, 1), each in 16-byte aligned storage as declared */
+typedef struct {
+    _Alignas(16) float v;
+} cd_scalar;
+static cd_scalar host_scalars[3];
+
+static void set_scalars(tcu_cudnn_shape sh) {
+    host_scalars[0].v = 1.0f / sqrtf((float)sh.hs);
+    host_scalars[1].v = -INFINITY;
+    host_scalars[2].v = 1.0f;
+}
+
+static int fatal = 1;
+static char last_error[512];
+
+void tcu_cudnn_set_fatal(int on) { fatal = on; }
+const char *tcu_cudnn_last_error(void) { return last_error; }
+
+/* the variant pack of c's graph over the given buffers, executed on stream s: 0, 1 (refused: a
+ * pointer not 16-byte aligned, said once, nothing run) or -1 (failed, c->why) */
 static int execute(cd_plan *c, void *const buf[TCU_BUF_COUNT], void *ws, tcu_stream s) {
     const cd_api *api = cd_lib();
     tcu_cudnn_tensor tab[TCU_CD_UID_COUNT];
     int64_t uid[TCU_CD_UID_COUNT];
     void *ptr[TCU_CD_UID_COUNT];
+    const char *mis = tcu_cudnn_misaligned(c->sh, c->bwd, buf, ws);
+    if (mis) {
+        refuse(mis, c->sh, c->bwd);
+        return 1;
+    }
+    set_scalars(c->sh);
     const int n = tcu_cudnn_tensors(c->sh, c->bwd, tab);
     for (int i = 0; i < n; i++) {
-        const size_t elem = tab[i].fp32 ? 4 : 2;
         uid[i] = tab[i].uid;
-        ptr[i] = (char *)buf[tab[i].buf] + tab[i].offset * elem;
+        ptr[i] = tab[i].buf == TCU_BUF_HOST ? (void *)&host_scalars[tab[i].offset].v
+                 : (char *)buf[tab[i].buf] + tab[i].offset * (tab[i].fp32 ? 4 : 2);
     }
     cudnnBackendDescriptor_t vp = NULL;
     cudnnHandle_t hd = handle;
@@ -315,34 +380,40 @@ static int execute(cd_plan *c, void *const buf[TCU_BUF_COUNT], void *ws, tcu_str
 
 size_t tcu_cudnn_calls(void) { return calls; }
 
-/* the host scalars by value: scale, -inf, 1 */
-static float host_scalars[3];
-
-static void *scalars(tcu_cudnn_shape sh) {
-    host_scalars[0] = 1.0f / sqrtf((float)sh.hs);
-    host_scalars[1] = -INFINITY;
-    host_scalars[2] = 1.0f;
-    return host_scalars;
+/* an execute that failed: the process ends, naming it (a half-run op cannot fall back); under
+ * tcu_cudnn_set_fatal(0) (the op test) the own kernels run the call instead, said: 0 */
+static int failed(const cd_plan *c) {
+    snprintf(last_error, sizeof last_error, "cuDNN attention %s (B %d, T %d, heads %d/%d, hs %d): "
+             "%s", c->bwd ? "backward" : "forward", c->sh.B, c->sh.T, c->sh.NH, c->sh.KVH,
+             c->sh.hs, c->why);
+    fprintf(stderr, "tessera: %s%s (TSR_ATTENTION=own runs the own kernels)\n",
+            fatal ? "error: " : "", last_error);
+    if (fatal) exit(1);
+    return 0;
 }
 
-/* an execute that failed: the process ends, naming it (a half-run op cannot fall back) */
-static void died(const cd_plan *c) {
-    fprintf(stderr, "tessera: error: cuDNN attention %s (B %d, T %d, heads %d/%d, hs %d): %s "
-                    "(TSR_ATTENTION=own runs the own kernels)\n",
-            c->bwd ? "backward" : "forward", c->sh.B, c->sh.T, c->sh.NH, c->sh.KVH, c->sh.hs,
-            c->why);
-    exit(1);
+/* the forward's workspace, grown once to n bytes (at the first forward that needs it) */
+static void *fwd_ws;
+static size_t fwd_ws_bytes;
+
+static void *fwd_workspace(size_t n) {
+    if (n > fwd_ws_bytes) {
+        if (fwd_ws) tcu_free(fwd_ws);
+        fwd_ws = tcu_malloc(n, "cuDNN attention's forward workspace");
+        fwd_ws_bytes = n;
+    }
+    return n ? fwd_ws : NULL;
 }
 
 size_t tcu_cudnn_scratch_bytes(tcu_cudnn_shape sh) {
-    if (tcu_cudnn_refusal(sh, NULL, NULL, NULL, 1, TSR_GRAD_SET)) return 0;
-    if (tcu_cudnn_backend() == TCU_ATT_OWN || tcu_cudnn_load()) return 0;
-    if (tcu_cudnn_backend() == TCU_ATT_AUTO && !sm90()) return 0;
-    plan_for(sh, 0); /* the forward's plan too, so no step builds one */
-    cd_plan *c = plan_for(sh, 1);
-    if (!c || !c->plan) return 0;
-    c->announced = 1;
-    return c->scratch;
+    const tcu_att_backend b = tcu_cudnn_backend();
+    if (b == TCU_ATT_OWN || tcu_cudnn_model_refusal()) return 0;
+    if (tcu_cudnn_refusal(sh, NULL, NULL, NULL, 1, TSR_GRAD_SET) || tcu_cudnn_load()) return 0;
+    if (b == TCU_ATT_AUTO && !sm90()) return 0;
+    cd_plan *f = plan_at(sh, 0, 1), *c = plan_at(sh, 1, 1); /* the forward's too: none mid-run */
+    if (f) f->announced = 1;
+    if (c) c->announced = 1;
+    return c && c->plan ? c->scratch : 0;
 }
 
 int tcu_cudnn_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv, const float *alibi_slopes,
@@ -352,9 +423,9 @@ int tcu_cudnn_forward(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv, const floa
     cd_plan *c = select_plan(sh, 0, tcu_cudnn_refusal(sh, alibi_slopes, seq, var, 0, TSR_GRAD_SET));
     if (!c) return 0;
     void *const buf[TCU_BUF_COUNT] = {[TCU_BUF_QKV] = (void *)qkv, [TCU_BUF_OUT] = out,
-                                      [TCU_BUF_LSE] = lse, [TCU_BUF_HOST] = scalars(sh)};
-    if (execute(c, buf, c->fwd_ws, s)) died(c);
-    return 1;
+                                      [TCU_BUF_LSE] = lse};
+    const int rc = execute(c, buf, fwd_workspace(c->info.ws), s);
+    return rc < 0 ? failed(c) : rc == 0;
 }
 
 int tcu_cudnn_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv,
@@ -364,24 +435,39 @@ int tcu_cudnn_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv
     if (tcu_cudnn_backend() == TCU_ATT_OWN) return 0;
     cd_plan *c = select_plan(sh, 1, tcu_cudnn_refusal(sh, alibi_slopes, seq, var, 1, mode));
     if (!c) return 0;
-    const size_t rows = ((size_t)sh.B * sh.NH * sh.T * 4 + 255) / 256 * 256;
     void *const buf[TCU_BUF_COUNT] = {
         [TCU_BUF_QKV] = (void *)qkv, [TCU_BUF_OUT] = (void *)out, [TCU_BUF_LSE] = (void *)lse,
-        [TCU_BUF_DOUT] = (void *)dout, [TCU_BUF_DQKV] = dqkv, [TCU_BUF_SCRATCH] = scratch,
-        [TCU_BUF_HOST] = scalars(sh)};
-    if (execute(c, buf, c->info.ws ? (char *)scratch + rows : NULL, s)) died(c);
-    return 1;
+        [TCU_BUF_DOUT] = (void *)dout, [TCU_BUF_DQKV] = dqkv, [TCU_BUF_SCRATCH] = scratch};
+    const int rc = execute(c, buf, c->info.ws ? (char *)scratch + rows_bytes(sh) : NULL, s);
+    return rc < 0 ? failed(c) : rc == 0;
 }
 
 int tcu_cudnn_plan_info_of(tcu_cudnn_shape sh, int bwd, tcu_cudnn_plan_info *info, char *why,
                            size_t n) {
-    const char *w = tcu_cudnn_load();
-    cd_plan *c = w ? NULL : plan_for(sh, bwd);
+    const char *w = tcu_cudnn_refusal(sh, NULL, NULL, NULL, bwd, TSR_GRAD_SET);
+    if (!w) w = tcu_cudnn_model_refusal();
+    if (!w) w = tcu_cudnn_load();
+    cd_plan *c = w ? NULL : plan_at(sh, bwd, 1);
     if (!w && !c) w = "the plan cache is full";
     if (!w && !c->plan) w = c->why;
     snprintf(why, n, "%s", w ? w : "");
     if (w) return -1;
     *info = c->info;
     return 0;
+}
+
+void tcu_cudnn_release(void) {
+    const cd_api *api = handle_tried ? cd_lib() : NULL; /* nothing built: nothing to open */
+    for (int i = 0; api && i < CD_MAX_PLANS; i++) {
+        cd_plan *c = &plans[i];
+        if (c->plan) api->cudnnBackendDestroyDescriptor(c->plan);
+        if (c->cfg) api->cudnnBackendDestroyDescriptor(c->cfg);
+        graph_drop(c);
+    }
+    memset(plans, 0, sizeof plans);
+    if (fwd_ws) tcu_free(fwd_ws);
+    fwd_ws = NULL, fwd_ws_bytes = 0;
+    if (api && handle) api->cudnnDestroy(handle);
+    handle = NULL, handle_tried = 0, sm90_known = -1;
 }
 #endif

@@ -8,12 +8,15 @@
  *  - each refusal's reason, and none for the phase-1 shapes;
  *  - the packed-qkv tensor table against one computed by hand, and the view of K that dQ reads
  *    (K's memory, dims 2 and 3 swapped);
+ *  - a model whose attention phase 1 refuses (ALiBi) sizes nothing and opens nothing;
+ *  - a device pointer off 16 bytes is named before anything runs; a refused shape has no plan info;
  *  - both operation graphs build and finalize for every phase-1 configuration (hs 32/64/128, GQA
  *    ratios 1/2/4, three B,T), and a malformed one (NH 4 on KVH 3) is refused by cuDNN itself;
  *  - without a GPU the real library loads but a forced cudnn falls back (cudnnCreate fails).
  * The checks that need the library skip where it cannot be loaded. The GPU half (the ops against
  * the CPU oracle, the bits twice) is in tests/gpu/test_gpu_ops.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,10 +50,11 @@ static void check_default(void) {
     const int ran = tcu_cudnn_forward(NULL, NULL, NULL, NULL, NULL, NULL, sh, NULL) +
                     tcu_cudnn_backward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, sh,
                                        TSR_GRAD_SET, NULL);
-    tap_ok(tcu_cudnn_backend() == TCU_ATT_OWN && !ran && !tcu_cudnn_scratch_bytes(sh) &&
-               !cudnn_mapped(),
-           "TSR_ATTENTION unset: own; the calls decline, need no scratch, and no libcudnn is "
-           "opened");
+    const size_t sb = tcu_cudnn_scratch_bytes(sh);
+    tcu_cudnn_release(); /* tcu_shutdown's: with nothing built, opens nothing */
+    tap_ok(tcu_cudnn_backend() == TCU_ATT_OWN && !ran && !sb && !cudnn_mapped(),
+           "TSR_ATTENTION unset: own; the calls decline, need no scratch, the release has nothing "
+           "to free, and no libcudnn is opened");
 }
 
 /* runs fn in a child with TSR_ATTENTION=att and TSR_CUDNN_LIB=lib (NULL: unset), its stderr
@@ -89,6 +93,29 @@ static int missing_child(void) {
 }
 
 static int backend_child(void) { return (int)tcu_cudnn_backend(); }
+
+/* in the child: a forced cudnn for a model with ALiBi sizes nothing, builds nothing, opens nothing
+ * and runs every call on the own kernels */
+static int model_child(void) {
+    const tcu_cudnn_shape sh = {2, 64, 4, 2, 64};
+    tcu_cudnn_plan_info in;
+    char why[256];
+    tcu_cudnn_set_backend(TCU_ATT_CUDNN);
+    tcu_cudnn_set_model(0, 1, 0);
+    if (tcu_cudnn_scratch_bytes(sh)) return 12;
+    if (tcu_cudnn_forward(NULL, NULL, NULL, NULL, NULL, NULL, sh, NULL)) return 11;
+    if (!tcu_cudnn_plan_info_of(sh, 1, &in, why, sizeof why) || !strstr(why, "ALiBi")) return 14;
+    return cudnn_mapped() ? 13 : 0;
+}
+
+/* M5: what the model uses reaches the sizing (tcu_cudnn_set_model) */
+static void check_model(void) {
+    char err[4096];
+    const int rc = in_child("cudnn", NULL, model_child, err, sizeof err);
+    tap_ok(rc == 0 && strstr(err, "runs on the own kernels: the model's ALiBi"),
+           "a model with ALiBi under TSR_ATTENTION=cudnn: no scratch, no plan, no libcudnn opened, "
+           "the forward on the own kernels said (exit %d, stderr: %.200s)", rc, err);
+}
 
 static void check_missing(void) {
     char err[4096];
@@ -224,6 +251,41 @@ static void check_k_view(void) {
            "heads, hs 32: strides 2048 32 256 1, not the packed 512 256 32 1)");
 }
 
+/* L2: a device pointer off 16 bytes is named before anything runs */
+static void check_misaligned(void) {
+    static _Alignas(256) char mem[TCU_BUF_COUNT][256];
+    void *buf[TCU_BUF_COUNT];
+    for (int i = 0; i < TCU_BUF_COUNT; i++) buf[i] = mem[i];
+    const tcu_cudnn_shape sh = {2, 8, 4, 2, 32};
+    int ok = !tcu_cudnn_misaligned(sh, 0, buf, NULL) && !tcu_cudnn_misaligned(sh, 1, buf, mem[0]);
+    const char *w = tcu_cudnn_misaligned(sh, 1, buf, mem[0] + 8);
+    ok &= w && strstr(w, "workspace");
+    buf[TCU_BUF_LSE] = mem[TCU_BUF_LSE] + 4;
+    w = tcu_cudnn_misaligned(sh, 0, buf, NULL);
+    ok &= w && strstr(w, "(lse)");
+    buf[TCU_BUF_LSE] = mem[TCU_BUF_LSE], buf[TCU_BUF_DOUT] = mem[TCU_BUF_DOUT] + 2;
+    ok &= !tcu_cudnn_misaligned(sh, 0, buf, NULL); /* the forward reads no dout */
+    w = tcu_cudnn_misaligned(sh, 1, buf, NULL);
+    ok &= w && strstr(w, "(dout)");
+    buf[TCU_BUF_DOUT] = mem[TCU_BUF_DOUT], buf[TCU_BUF_QKV] = mem[TCU_BUF_QKV] + 2;
+    w = tcu_cudnn_misaligned(sh, 0, buf, NULL);
+    ok &= w && strstr(w, "(q)");
+    tap_ok(ok, "alignment: 16-byte aligned buffers pass; lse + 4, dout + 2 (backward only), "
+           "qkv + 2 and the workspace + 8 are each named (last: %s)", w ? w : "none");
+}
+
+/* M7: a refused shape has no plan to report (the bench would time the own kernels as cuDNN's) */
+static void check_info_refused(void) {
+    const tcu_cudnn_shape h96 = {2, 64, 8, 2, 96}, t1 = {2, 1, 8, 2, 64};
+    tcu_cudnn_plan_info in;
+    char why[256] = "", why2[256] = "";
+    const int rc = tcu_cudnn_plan_info_of(h96, 0, &in, why, sizeof why);
+    const int rc2 = tcu_cudnn_plan_info_of(t1, 1, &in, why2, sizeof why2);
+    tap_ok(rc == -1 && strstr(why, "head size") && rc2 == -1 && strstr(why2, "T = 1"),
+           "tcu_cudnn_plan_info_of gives the refusal: hs 96 \"%s\", a backward at T 1 \"%s\"",
+           why, why2);
+}
+
 /* every phase-1 configuration's graph (direction bwd, head size hs, GQA ratio r) finalizes */
 static void check_graphs(int bwd, int hs, int r) {
     static const int BT[3][2] = {{1, 64}, {2, 128}, {4, 384}};
@@ -270,18 +332,24 @@ static void check_malformed(void) {
 
 int main(void) {
     static const int hss[3] = {32, 64, 128}, ratios[3] = {1, 2, 4};
-    tap_plan(11 + 18);
-    check_missing(); /* first, these two: their children inherit this process's state */
+    unsetenv("TSR_ATTENTION"); /* check_default's premise, whatever the caller exported */
+    tap_plan(14 + 18);
+    check_missing(); /* first, these three: their children inherit this process's state */
     check_bad_value();
+    if (tcu_cudnn_built()) check_model();
+    else tap_skip("a model with ALiBi sizes nothing", "this build has no cuDNN headers");
     check_default();
     check_parse();
     check_versions();
     check_refusals();
     check_table();
     check_k_view();
+    check_misaligned();
     const char *why = tcu_cudnn_load();
     if (why) tap_diag("cuDNN cannot be loaded here: %s", why);
     else tap_diag("cuDNN %zu", tcu_cudnn_version());
+    if (!tcu_cudnn_built()) tap_skip("plan info of a refused shape", "no cuDNN headers");
+    else check_info_refused();
     if (why) tap_skip("a malformed graph is refused", "no usable libcudnn.so.9");
     else check_malformed();
     if (why) tap_skip("without a GPU a forced cudnn falls back", "no usable libcudnn.so.9");
