@@ -210,6 +210,7 @@ int main(int argc, char **argv) {
     tcu_zero(b.dkv, (size_t)Tl * KVW * 4, s);
     const int cudnn = tcu_cudnn_backend() != TCU_ATT_OWN; /* TSR_ATTENTION: read by the sizing */
     if (cudnn && cudnn_report(Tl)) return 1;
+    const size_t calls0 = tcu_cudnn_calls();
     tcu_attention_forward(b.out, b.lse, b.qkv, NULL, NULL, 1, Tl, NH, KVH, HS, s); /* a real lse */
     char name[128] = "";
     tcu_device_info(name, sizeof name, NULL, NULL, NULL);
@@ -247,10 +248,21 @@ int main(int argc, char **argv) {
             printf("ring_bench: the sliding window's pairs: %.0f (the full kernel's %.0f)\n", pairs,
                    (double)Tl * Tl / 2.0);
     }
-    if (cudnn)
+    int rc = 0;
+    if (cudnn) {
         printf("ring_bench: cuDNN's backward run twice: %zu bytes of dqkv differ\n",
                cudnn_bits_twice(&b, Tl, s));
+        const size_t calls1 = tcu_cudnn_calls(); /* the rows were cuDNN's, not the own kernels' */
+        printf("ring_bench: cuDNN ran %zu calls (tcu_cudnn_calls %zu -> %zu)\n", calls1 - calls0,
+               calls0, calls1);
+        if (calls1 == calls0) {
+            fprintf(stderr, "ring_bench: TSR_ATTENTION=cudnn: cuDNN ran no call (0, expected "
+                            "the timed forwards and backwards): the times above are the own "
+                            "kernels'\n");
+            rc = 1;
+        }
+    }
     tcu_stream_destroy(s);
     tcu_shutdown();
-    return 0;
+    return rc;
 }

@@ -168,7 +168,8 @@ pack() {
     local progs=("$b/tessera-train" "$b/tessera" "$b/libtessera-cuda-train.so" "$b/tests/test_gpu_ops" "$b/tests/test_wgmma_gpu"
                  "$b/bench/ring_bench" "$b/bench/deltanet_gpu"
                  "$b/tests/tessera-train-cuemu" "$b/tessera-healthcheck" "$b/libtessera-hc-gpu.so"
-                 "$b/tests/libtessera-hc-gpu-mock.so")
+                 "$b/tests/libtessera-hc-gpu-mock.so"
+                 "$b/tests/test_cudnn_attn") # the probe's cuDNN version line (its loader's view)
     # one version for both builds (the CUDA library refuses a trainer of another), read once:
     # the tree may change while they build
     PACK_VERSION=$(make -s -f /dev/null -f Makefile --eval 'print-version: ; @echo $(VERSION)' print-version 2>/dev/null | tail -1)
@@ -278,7 +279,11 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
         done
         echo "libnccl: $(ldconfig -p 2>/dev/null | grep -c libnccl) in ldconfig; $(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libnccl.so* 2>/dev/null; done | head -1)"
         # cuDNN's fused attention (TSR_ATTENTION=cudnn) opens libcudnn.so.9 from this path
-        echo "libcudnn: $(ldconfig -p 2>/dev/null | grep -c libcudnn.so.9) in ldconfig; $(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1)"
+        local cudnn
+        cudnn=$(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1)
+        [[ -n $cudnn ]] || cudnn=$(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 /{print $NF; exit}')
+        # and its version as tessera's loader sees it (cudnnGetVersion, or why it cannot load)
+        echo "libcudnn: $(ldconfig -p 2>/dev/null | grep -c libcudnn.so.9) in ldconfig; ${cudnn:-none}${cudnn:+ -> $(readlink -f "$cudnn")}; $("$BUILD"/tests/test_cudnn_attn 2>/dev/null | grep -m1 '^# cuDNN' || echo "# cuDNN: no test_cudnn_attn")"
     } | tee "$OUTDIR/probe.txt"
 }
 
@@ -485,7 +490,7 @@ attn() {
             STEP_LIMIT_S=60 limited "$log.2" env TSR_ATT_WGMMA=1 "$BUILD/bench/ring_bench" "$t" 5 ${w[@]+"${w[@]}"} || rc=1
         fi
         : >"$log.c"
-        if [[ ${ATTN_CUDNN:-1} != 0 && $hs != 256 ]]; then
+        if [[ ${ATTN_CUDNN:-1} != 0 && $hs =~ ^(32|64|128)$ ]]; then # phase 1's head sizes
             STEP_LIMIT_S=90 limited "$log.c" env TSR_ATTENTION=cudnn "$BUILD/bench/ring_bench" "$t" 5 || rc=1
         fi
         : >"$log.3"
