@@ -12,6 +12,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "gpu/gpu_train_int.h"
+#include "model/decoder.h"
 #include "tcu_cudnn.h"
 
 /* A measurement switch of the environment (docs/cuda.md, issue 25) that every rank must agree
@@ -237,6 +238,21 @@ void gtrain_gemm_tune_close(const tsr_dist *d) {
     fflush(stdout);
 }
 
+/* TSR_ATTENTION's choice, and what of the model cuDNN's graphs refuse, so the sizing counts no
+ * cuDNN workspace for a model whose every attention call runs on the own kernels; said at start
+ * (docs/cuda.md "cuDNN attention") */
+static void cudnn_model(const gpu_train_ctx *c, tcu_att_backend attention) {
+    const tsr_model *m = c->model;
+    tcu_cudnn_set_backend(attention);
+    tcu_cudnn_set_model(m->cfg.attn_mask == TSR_MASK_DOCUMENT, m->cfg.pos == TSR_POS_ALIBI,
+                        dec_attn_has_variants(m));
+    const char *why = tcu_cudnn_model_refusal();
+    if (attention != TCU_ATT_OWN && why && c->dist->rank == 0)
+        tsr_warn("environment TSR_ATTENTION = \"%s\": this model's attention runs on the own "
+                 "kernels: %s (docs/cuda.md \"cuDNN attention\")",
+                 attention == TCU_ATT_CUDNN ? "cudnn" : "auto", why);
+}
+
 /* The measurement switches of the environment (issue 25, docs/cuda.md), read and set before the
  * device memory plan is sized (the attention's scratch depends on TSR_ATT_WARP_ROWS and
  * TSR_ATT_DQ_FUSED) and before anything runs; no device is touched, so --plan reads them too.
@@ -290,7 +306,7 @@ int gtrain_switches(const gpu_train_ctx *c) {
     tcu_norm_set_hold(hold);
     tcu_softmax_xent_set_resident(resident);
     gpu_model_set_decode_gemm(decode_gemm);
-    tcu_cudnn_set_backend(attention);
+    cudnn_model(c, attention);
     return 0;
 }
 

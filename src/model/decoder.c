@@ -153,6 +153,14 @@ const tsr_attn_var *dec_attn_var(const tsr_model *m, int l, const void *sinks, f
                                                                                      : NULL;
 }
 
+int dec_attn_has_variants(const tsr_model *m) {
+    static const float sink_weights; /* any pointer: dec_attn_var only asks whether there is one */
+    tsr_attn_var vs;
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (dec_attn_var(m, l, m->cfg.attn_sinks ? &sink_weights : NULL, NULL, &vs)) return 1;
+    return 0;
+}
+
 static void attention(const dec_run *r, int l, const dec_layer *v, const void *sinks) {
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;

@@ -63,6 +63,9 @@ int dec_try_alloc_acts(const tsr_model *m, const tsr_backend *be, tsr_acts *a, i
 /* Exits with TSR_EXIT_USAGE naming the key when the model needs an entry be does not have (the
  * Llama-style blocks on a backend without them). dec_try_alloc_acts calls it. */
 void dec_check_backend(const tsr_model *m, const tsr_backend *be);
+/* 1 when some layer's attention has a variant of ops.h's tsr_attn_var (a sliding window, sinks, a
+ * score scale other than 1/sqrt(hs), a soft cap): what the attention backends are asked with */
+int dec_attn_has_variants(const tsr_model *m);
 void dec_free_acts(const tsr_backend *be, tsr_acts *a);
 /* linear_attention layers (decoder_dn.c): floats of one such layer's activations for B x T (its
  * slot of TSR_A_DN, or a decode chunk's tsr_kv_cache dn), and of one sequence's cache of one such

@@ -167,11 +167,15 @@ if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
     rc=$?
     TSR_ATTENTION=cuDNN "$TRAIN" "${pl[@]}" >"$TMP/attx.txt" 2>&1
     rcb=$?
-    ((rc == 0 && rcb == 1)) && ! grep -qs 'libcudnn' "$TMP"/ld.* &&
+    TSR_ATTENTION=cudnn "$TRAIN" "${pl[@]}" --set model.attn_mask=document --set model.eot_token=7 \
+        >"$TMP/attd.txt" 2>&1
+    ((rc == 0 && rcb == 1 && $? == 0)) && ! grep -qs 'libcudnn' "$TMP"/ld.* &&
         grep -q 'environment TSR_ATTENTION = "cudnn": cuDNN.s fused attention' "$TMP/attc.txt" &&
+        ! grep -q 'runs on the own kernels' "$TMP/attc.txt" &&
+        grep -q 'TSR_ATTENTION = "cudnn": this model.s attention runs on the own kernels: the model.s document mask' "$TMP/attd.txt" &&
         grep -q 'TSR_ATTENTION = "cuDNN": expected own (the default), cudnn or auto' "$TMP/attx.txt" &&
         ! grep -q '^device memory' "$TMP/attx.txt"
-    tap_check $? "--plan 1: the default opens no libcudnn; TSR_ATTENTION=cudnn said (exit $rc), =cuDNN refused (exit $rcb, want 1)"
+    tap_check $? "--plan 1: the default opens no libcudnn; TSR_ATTENTION=cudnn said (exit $rc), =cuDNN refused (exit $rcb, want 1); a document-masked model said to stay on the own kernels"
 else
     tap_skip "--plan with TSR_ATT_DQ_FUSED=1 counts the fused dq's sums" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
     tap_skip "--plan with TSR_NORM_HOLD=layernorm and =0" "no $BUILD/libtessera-cuda-train.so (built where nvcc is)"
