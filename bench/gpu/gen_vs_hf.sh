@@ -81,6 +81,7 @@ for dg in $DECODE_GEMM; do [[ $dg == [01] ]] || die "DECODE_GEMM='$DECODE_GEMM':
 echo "| batch | TSR_DECODE_GEMM | tessera rollout tokens/s | transformers generate tokens/s | tessera / transformers | tessera rollout s / train s per step | mean response length |" >"$OUT/results.md"
 echo "|---|---|---|---|---|---|---|" >>"$OUT/results.md"
 declare -A peer_of=() # batch -> the peer's tokens/s (or why not), run once per batch
+failed=0 # a tessera run that failed: the table still written, the exit status 1
 for b in $BATCHES; do for dg in $DECODE_GEMM; do
     g=8 gb=$((b / 8))
     ((b >= 8)) || g=2 gb=1
@@ -100,7 +101,7 @@ r = [j for j in r if j["step"] >= 2]
 m = lambda k: statistics.median(j["grpo_" + k] for j in r)
 print("%.0f %.3f %.3f %.1f" % (m("rollout_tokens_per_s"), m("rollout_s"), m("train_s"), m("response_length")))' \
         "$W/$run/metrics.jsonl" 2>/dev/null || true)
-    [[ $rc == 0 && -n $tess ]] || tess="failed (exit $rc: $OUT/tessera-$b-$dg.log)"
+    [[ $rc == 0 && -n $tess ]] || { tess="failed (exit $rc: $OUT/tessera-$b-$dg.log)"; failed=1; }
     [[ -n ${peer_of[$b]+x} ]] || peer_of[$b]=$(peer "$b")
     p=${peer_of[$b]}
     read -r ts rs trs len <<<"$tess"
@@ -118,3 +119,4 @@ done; done
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 } >>"$OUT/results.md"
 cat "$OUT/results.md"
+exit $failed

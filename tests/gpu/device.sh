@@ -102,7 +102,8 @@
 #           bash tests/gpu/device.sh firstlight [STAGE...]   the first call of a session: ops,
 #                                                   train (GPU halves), bench and profile of
 #                                                   gpt2-124m, clients, in one call of 420 s
-#                                                   (stages and limits: at firstlight() below)
+#                                                   (stages and limits: at firstlight() below;
+#                                                   issue 66's one call: its stages attn, fp8, gen)
 #   Time: the device tool stops a command at 10 minutes, and a session has 15 device minutes, the
 #   machine's start included (docs/cuda.md, "The first-light session"). Every step runs under `timeout` (STEP_LIMIT_S, default 540 s) and a call starts no step once less
 #   than 30 s of CALL_LIMIT_S (default 570 s) are left: it says which stages were not run and the
@@ -280,7 +281,9 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
         echo "libnccl: $(ldconfig -p 2>/dev/null | grep -c libnccl) in ldconfig; $(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libnccl.so* 2>/dev/null; done | head -1)"
         # cuDNN's fused attention (TSR_ATTENTION=cudnn) opens libcudnn.so.9 from this path
         local cudnn
-        cudnn=$(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1)
+        # (|| true: head leaving early kills the loop's next ls by SIGPIPE, and under set -e and
+        # pipefail an assignment of that status would end the script)
+        cudnn=$(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1 || true)
         [[ -n $cudnn ]] || cudnn=$(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 /{print $NF; exit}')
         # and its version as tessera's loader sees it (cudnnGetVersion, or why it cannot load)
         echo "libcudnn: $(ldconfig -p 2>/dev/null | grep -c libcudnn.so.9) in ldconfig; ${cudnn:-none}${cudnn:+ -> $(readlink -f "$cudnn")}; $("$BUILD"/tests/test_cudnn_attn 2>/dev/null | grep -m1 '^# cuDNN' || echo "# cuDNN: no test_cudnn_attn")"
@@ -807,9 +810,19 @@ clients() {
 #             families, ten exports and twelve fixtures, ~60 s by estimate, not yet measured)
 #   sanitize  memcheck, racecheck and synccheck on the op test's reduced cases           240 s
 #   hc        the health checker's GPU mode                                             150 s
-# $OUT holds at most 5 files, rewritten after every stage (a call cut off keeps what was done):
-# probe.txt, firstlight.txt (a line or more a stage), firstlight-logs.tar.gz (every log and
-# table), results-gpt2-124m.md and hf-transformers.tar.gz.
+#   attn      issue 66 item 1: `attn` (ATTN_T, default 2048 4096 8192): the own kernels,
+#             wgmma, cuDNN (TSR_ATTENTION=cudnn) and SDPA at Llama 3.1 8B's heads          150 s
+#   fp8       issue 66 item 2: `bench llama-3.2-1b` with precision.fp8 = "tensorwise"
+#             beside PyTorch bf16 (SETS adds to it)                                        200 s
+#   gen       issue 66 item 3: `gen` at BATCHES (default 16 64), TSR_DECODE_GEMM 0 and 1,
+#             beside transformers' generate                                              150 s
+# TRAIN_TESTS names the train stage's tests instead of its six. Issue 66's call, in one (item 4):
+# `FIRSTLIGHT_S=480 TRAIN_TESTS=test_cuda_fp8 bash tests/gpu/device.sh firstlight ops train attn
+# fp8 gen` (timeout_s 540; the stages in the order above: ops, train, then attn, fp8, gen).
+# $OUT holds at most 5 files (8 with the issue 66 stages: results-attn.txt, results-fp8.md,
+# results-gen.md), rewritten after every stage (a call cut off keeps what was done): probe.txt,
+# firstlight.txt (a line or more a stage), firstlight-logs.tar.gz (every log and table),
+# results-gpt2-124m.md and hf-transformers.tar.gz.
 
 # bench_rows DIR: the bench's table (header and rows) and its lines about failed runs, from DIR's
 # results-gpt2-124m*.md; fails when there is none or tessera measured nothing ("—")
@@ -821,9 +834,26 @@ bench_rows() {
     awk -F'|' '$2 ~ /gpt2-124m/ { gsub(/ /, "", $6); if ($6 != "" && $6 != "—") ok = 1 } END { exit !ok }' "$md"
 }
 
-FL_STAGES=(ops train bench profile clients sanitize hc)
+FL_STAGES=(ops train attn fp8 gen bench profile clients sanitize hc)
 FL_DEFAULT=(ops train bench profile clients)
-declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=180 [profile]=120 [clients]=120 [sanitize]=240 [hc]=150)
+declare -A FL_LIMIT=([ops]=90 [train]=180 [bench]=180 [profile]=120 [clients]=120 [sanitize]=240 [hc]=150
+                     [attn]=150 [fp8]=200 [gen]=150)
+FL_TRAIN_TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_muon test_cuda_fp8 test_cuda_families"
+
+# fl_issue66 STAGE WORK OUT: firstlight's issue 66 stages (attn, fp8, gen), their tables into OUT
+fl_issue66() {
+    local st=$1 work=$2 out=$3 r=0
+    case $st in
+        attn) ATTN_T=${ATTN_T:-2048 4096 8192} attn >/dev/null || r=$?
+              cp "$work/attn.txt" "$out/results-attn.txt" 2>/dev/null || true ;;
+        fp8) SETS="precision.fp8=tensorwise${SETS:+ $SETS}" STEPS=${STEPS:-10} WARMUP=${WARMUP:-3} \
+                 bench llama-3.2-1b >/dev/null || r=$?
+             cp "$(ls "$work"/results-llama-3.2-1b*.md 2>/dev/null | head -1)" "$out/results-fp8.md" 2>/dev/null || true ;;
+        gen) BATCHES=${BATCHES:-16 64} gen >/dev/null || r=$?
+             cp "$work/results-gen.md" "$out/" 2>/dev/null || true ;;
+    esac
+    return $r
+}
 
 firstlight() {
     local want=("$@") st r t0 out=$OUTDIR work=/tmp/firstlight-work not_run=() rc=0
@@ -851,7 +881,7 @@ firstlight() {
         touch "$work/.stage-start"
         case $st in
             ops) op_test "$work/ops.txt" || r=$? ;;
-            train) limited "$work/train.txt" env TSR_TEST_EMULATOR=0 TESTS="test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_muon test_cuda_fp8 test_cuda_families" \
+            train) limited "$work/train.txt" env TSR_TEST_EMULATOR=0 TESTS="${TRAIN_TESTS:-$FL_TRAIN_TESTS}" \
                        bash tests/run.sh || r=$?
                    [[ -d $BUILD/test-logs ]] && cp -r "$BUILD/test-logs" "$work/" ;;
             bench) STEPS=${STEPS:-10} WARMUP=${WARMUP:-3} bench gpt2-124m >/dev/null || r=$?
@@ -867,6 +897,7 @@ firstlight() {
                      fi ;;
             sanitize) MEMCHECK_ALL=0 check memcheck racecheck synccheck >/dev/null || r=$? ;;
             hc) hc >/dev/null || r=$? ;;
+            attn | fp8 | gen) fl_issue66 "$st" "$work" "$out" || r=$? ;;
         esac
         unset STAGE_END
         if ((r == 125)); then not_run+=("$st"); continue; fi
@@ -884,6 +915,9 @@ firstlight() {
               clients) echo; sed 's/^/    /' "$work/clients.txt" 2>/dev/null ;;
               sanitize) echo; sed 's/^/    /' "$work/check.txt" 2>/dev/null ;;
               hc) echo; sed 's/^/    /' "$work/hc.txt" 2>/dev/null ;;
+              attn) echo; grep -iE 'cudnn|TFLOP|sdpa' "$work/attn.txt" 2>/dev/null | head -24 | sed 's/^/    /' ;;
+              fp8) echo; grep -E '^\|' "$out/results-fp8.md" 2>/dev/null | sed 's/^/    /' ;;
+              gen) echo; grep -E '^\|' "$work/results-gen.md" 2>/dev/null | sed 's/^/    /' ;;
           esac
           # a step of this stage its limit left out (limited's "not started" log, written since)
           { find "$work" -name '*.txt' -newer "$work/.stage-start" -exec grep -l '^not started: ' {} + 2>/dev/null || true; } |
