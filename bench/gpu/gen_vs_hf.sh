@@ -37,6 +37,7 @@ DIMS=${DIMS:-12 768 12 4 2048} DEVICE=${DEVICE:-cuda} PYTHON=${PYTHON:-python3}
 DECODE_GEMM=${DECODE_GEMM:-0}
 OUT=${BENCH_OUT:-/tmp/bench-gen}
 die() { echo "gen_vs_hf: $*" >&2; exit 2; }
+for dg in $DECODE_GEMM; do [[ $dg == [01] ]] || die "DECODE_GEMM='$DECODE_GEMM': 0 and/or 1"; done
 [[ -x $BUILD/tessera && -x $TRAIN ]] || die "no $BUILD/tessera or $TRAIN"
 read -r L D H K F <<<"$DIMS"
 [[ -n $F ]] || die "DIMS='$DIMS': expected layers d_model heads kv_heads ffn"
@@ -77,7 +78,6 @@ model=(--config "$ROOT/configs/tiny.cfg" --set model.n_layer="$L" --set model.d_
        --set model.attn_mask=document --set model.eot_token=256 --set data.tokenizer="$W/tok.tsr"
        --set sample.tokens=0 --set watchdog.window=0 --set guard.window=0 --set seed=7
        --set log_interval=1 --set device="$DEVICE")
-for dg in $DECODE_GEMM; do [[ $dg == [01] ]] || die "DECODE_GEMM='$DECODE_GEMM': 0 and/or 1"; done
 echo "| batch | TSR_DECODE_GEMM | tessera rollout tokens/s | transformers generate tokens/s | tessera / transformers | tessera rollout s / train s per step | mean response length |" >"$OUT/results.md"
 echo "|---|---|---|---|---|---|---|" >>"$OUT/results.md"
 declare -A peer_of=() # batch -> the peer's tokens/s (or why not), run once per batch

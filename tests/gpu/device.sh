@@ -284,9 +284,13 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
         # (|| true: head leaving early kills the loop's next ls by SIGPIPE, and under set -e and
         # pipefail an assignment of that status would end the script)
         cudnn=$(IFS=:; for d in $LD_LIBRARY_PATH; do ls "$d"/libcudnn.so.9 2>/dev/null; done | head -1 || true)
-        [[ -n $cudnn ]] || cudnn=$(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 /{print $NF; exit}')
-        # and its version as tessera's loader sees it (cudnnGetVersion, or why it cannot load)
-        echo "libcudnn: $(ldconfig -p 2>/dev/null | grep -c libcudnn.so.9) in ldconfig; ${cudnn:-none}${cudnn:+ -> $(readlink -f "$cudnn")}; $("$BUILD"/tests/test_cudnn_attn 2>/dev/null | grep -m1 '^# cuDNN' || echo "# cuDNN: no test_cudnn_attn")"
+        # (awk reads to the end: an early exit could SIGPIPE ldconfig, as above)
+        [[ -n $cudnn ]] || cudnn=$(ldconfig -p 2>/dev/null | awk '!f && /libcudnn\.so\.9 /{print $NF; f = 1}' || true)
+        # and its version as tessera's loader sees it (cudnnGetVersion, or why it cannot load):
+        # the test's whole output first (a grep -m1 on its pipe would SIGPIPE the test's next line)
+        local cudnn_test
+        cudnn_test=$("$BUILD"/tests/test_cudnn_attn 2>/dev/null || true)
+        echo "libcudnn: $(ldconfig -p 2>/dev/null | grep -c libcudnn.so.9 || true) in ldconfig; ${cudnn:-none}${cudnn:+ -> $(readlink -f "$cudnn")}; $(grep -m1 '^# cuDNN' <<<"$cudnn_test" || echo "# cuDNN: no line from test_cudnn_attn")"
     } | tee "$OUTDIR/probe.txt"
 }
 
@@ -482,6 +486,8 @@ attn() {
     [[ ${ATTN_CUDNN:-1} =~ ^(0|1|only)$ ]] || die "ATTN_CUDNN='$ATTN_CUDNN': expected 0, 1 or only"
     local only=0
     [[ ${ATTN_CUDNN:-1} != only ]] || only=1 log=$OUTDIR/attn-cudnn.txt
+    ((!only)) || [[ $hs =~ ^(32|64|128)$ ]] ||
+        die "ATTN_CUDNN=only with head size $hs: cuDNN's phase-1 graphs take 32, 64 and 128"
     : >"$log"
     for t in ${ATTN_T:-2048 4096 8192}; do
         : >"$log.1"
@@ -845,7 +851,8 @@ fl_issue66() {
     local st=$1 work=$2 out=$3 r=0
     case $st in
         attn) ATTN_T=${ATTN_T:-2048 4096 8192} attn >/dev/null || r=$?
-              cp "$work/attn.txt" "$out/results-attn.txt" 2>/dev/null || true ;;
+              # (attn.txt, or attn-NH-KVH-HS.txt / attn-cudnn.txt with ATT_HEADS / ATTN_CUDNN=only)
+              cat "$work"/attn*.txt >"$out/results-attn.txt" 2>/dev/null || true ;;
         fp8) SETS="precision.fp8=tensorwise${SETS:+ $SETS}" STEPS=${STEPS:-10} WARMUP=${WARMUP:-3} \
                  bench llama-3.2-1b >/dev/null || r=$?
              cp "$(ls "$work"/results-llama-3.2-1b*.md 2>/dev/null | head -1)" "$out/results-fp8.md" 2>/dev/null || true ;;
@@ -915,7 +922,7 @@ firstlight() {
               clients) echo; sed 's/^/    /' "$work/clients.txt" 2>/dev/null ;;
               sanitize) echo; sed 's/^/    /' "$work/check.txt" 2>/dev/null ;;
               hc) echo; sed 's/^/    /' "$work/hc.txt" 2>/dev/null ;;
-              attn) echo; grep -iE 'cudnn|TFLOP|sdpa' "$work/attn.txt" 2>/dev/null | head -24 | sed 's/^/    /' ;;
+              attn) echo; grep -iE 'cudnn|TFLOP|sdpa' "$out/results-attn.txt" 2>/dev/null | head -24 | sed 's/^/    /' ;;
               fp8) echo; grep -E '^\|' "$out/results-fp8.md" 2>/dev/null | sed 's/^/    /' ;;
               gen) echo; grep -E '^\|' "$work/results-gen.md" 2>/dev/null | sed 's/^/    /' ;;
           esac

@@ -169,7 +169,8 @@ if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
     rcb=$?
     TSR_ATTENTION=cudnn "$TRAIN" "${pl[@]}" --set model.attn_mask=document --set model.eot_token=7 \
         >"$TMP/attd.txt" 2>&1
-    ((rc == 0 && rcb == 1 && $? == 0)) && ! grep -qs 'libcudnn' "$TMP"/ld.* &&
+    rcd=$?
+    ((rc == 0 && rcb == 1 && rcd == 0)) && ! grep -qs 'libcudnn' "$TMP"/ld.* &&
         grep -q 'environment TSR_ATTENTION = "cudnn": cuDNN.s fused attention' "$TMP/attc.txt" &&
         ! grep -q 'runs on the own kernels' "$TMP/attc.txt" &&
         grep -q 'TSR_ATTENTION = "cudnn": this model.s attention runs on the own kernels: the model.s document mask' "$TMP/attd.txt" &&
