@@ -77,6 +77,17 @@ static inline double tap_max_err(const double *a, const double *b, size_t n, dou
     return worst;
 }
 
+/* 1 when a library whose path contains name (e.g. "libcudnn") is mapped into this process (from
+ * /proc/self/maps): the tests that a library is opened only when asked for */
+static inline int tap_lib_mapped(const char *name) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, name) != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
 /* text with control characters escaped (\n \r \t), for one-line test names; a static buffer */
 static inline const char *tap_esc(const char *s) {
     static char buf[512];

@@ -40,6 +40,8 @@ tcu_att_backend tcu_cudnn_backend(void);
 void tcu_cudnn_set_backend(tcu_att_backend b);
 /* Parses a TSR_ATTENTION value: 0, or -1 (unknown; *b untouched). NULL or "" is own. */
 int tcu_cudnn_parse_backend(const char *s, tcu_att_backend *b);
+/* TSR_ATTENTION's values in tcu_att_backend's order (the trainer's switch reads the same table) */
+extern const char *const tcu_att_backend_names[TCU_ATT_COUNT];
 
 /* ---- the library ---- */
 /* The version gate: 1 when cudnnGetVersion() = version and cudnnGetCudartVersion() = cudart may

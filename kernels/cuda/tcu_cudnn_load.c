@@ -6,14 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const tcu_att_backend_names[TCU_ATT_COUNT] = {"own", "cudnn", "auto"};
+
 int tcu_cudnn_parse_backend(const char *s, tcu_att_backend *b) {
-    static const char *const names[TCU_ATT_COUNT] = {"own", "cudnn", "auto"};
     if (!s || !s[0]) {
         *b = TCU_ATT_OWN;
         return 0;
     }
     for (int i = 0; i < TCU_ATT_COUNT; i++)
-        if (!strcmp(s, names[i])) {
+        if (!strcmp(s, tcu_att_backend_names[i])) {
             *b = (tcu_att_backend)i;
             return 0;
         }

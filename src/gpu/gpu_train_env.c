@@ -89,19 +89,18 @@ static int att_warp_rows(const tsr_dist *d, int *rows) {
     return 0;
 }
 
-/* TSR_ATTENTION (issue 66 item 1): the attention's backend, tcu_cudnn.h's tcu_att_backend (names
- * in its order). Read here with the other switches, so that every rank agrees and a bad value
+/* TSR_ATTENTION (issue 66 item 1): the attention's backend, tcu_cudnn.h's tcu_att_backend (its
+ * names table). Read here with the other switches, so that every rank agrees and a bad value
  * stops the start (the library's own reader, for the op test and the bench, exits instead). */
 static int attention_backend(const tsr_dist *d, tcu_att_backend *b) {
-    static const char *const names[] = {"own", "cudnn", "auto"};
-    static const char *const notes[] = {
+    static const char *const notes[TCU_ATT_COUNT] = {
         "", "cuDNN's fused attention for every shape it takes (causal, no document mask, no ALiBi "
             "or variants, head size 32, 64 or 128), the own kernels for the rest, said once: not "
             "yet run on a GPU",
         "cuDNN's fused attention on an sm_90 GPU for every shape it takes, the own kernels for "
         "the rest: not yet run on a GPU"};
     int choice;
-    TSR_CHECK(env_switch(d, "TSR_ATTENTION", names, notes, 3,
+    TSR_CHECK(env_switch(d, "TSR_ATTENTION", tcu_att_backend_names, notes, TCU_ATT_COUNT,
                          "own (the default), cudnn or auto", &choice));
     *b = (tcu_att_backend)choice;
     return 0;

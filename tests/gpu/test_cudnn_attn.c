@@ -24,16 +24,6 @@
 #include "tap.h"
 #include "tcu_cudnn.h"
 
-/* 1 when a libcudnn is mapped into this process */
-static int cudnn_mapped(void) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[4096];
-    int found = 0;
-    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, "libcudnn") != NULL;
-    if (f) fclose(f);
-    return found;
-}
-
 static void check_parse(void) {
     tcu_att_backend b = TCU_ATT_AUTO;
     int ok = !tcu_cudnn_parse_backend(NULL, &b) && b == TCU_ATT_OWN;
@@ -52,7 +42,7 @@ static void check_default(void) {
                                        TSR_GRAD_SET, NULL);
     const size_t sb = tcu_cudnn_scratch_bytes(sh);
     tcu_cudnn_release(); /* tcu_shutdown's: with nothing built, opens nothing */
-    tap_ok(tcu_cudnn_backend() == TCU_ATT_OWN && !ran && !sb && !cudnn_mapped(),
+    tap_ok(tcu_cudnn_backend() == TCU_ATT_OWN && !ran && !sb && !tap_lib_mapped("libcudnn"),
            "TSR_ATTENTION unset: own; the calls decline, need no scratch, the release has nothing "
            "to free, and no libcudnn is opened");
 }
@@ -105,7 +95,7 @@ static int model_child(void) {
     if (tcu_cudnn_scratch_bytes(sh)) return 12;
     if (tcu_cudnn_forward(NULL, NULL, NULL, NULL, NULL, NULL, sh, NULL)) return 11;
     if (!tcu_cudnn_plan_info_of(sh, 1, &in, why, sizeof why) || !strstr(why, "ALiBi")) return 14;
-    return cudnn_mapped() ? 13 : 0;
+    return tap_lib_mapped("libcudnn") ? 13 : 0;
 }
 
 /* M5: what the model uses reaches the sizing (tcu_cudnn_set_model) */

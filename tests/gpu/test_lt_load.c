@@ -12,21 +12,12 @@
 #include "cuda_ops.h"
 #include "tap.h"
 
-/* 1 when a libcublasLt is mapped into this process */
-static int lt_mapped(void) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[4096];
-    int found = 0;
-    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, "libcublasLt") != NULL;
-    if (f) fclose(f);
-    return found;
-}
-
 int main(void) {
     tap_plan(4);
-    tap_ok(!lt_mapped(), "no libcublasLt in the process before the first call");
+    tap_ok(!tap_lib_mapped("libcublasLt"), "no libcublasLt in the process before the first call");
     const char *why = tcu_lt_missing();
-    tap_ok(why == NULL && lt_mapped(), "every cuBLASLt function the backend calls resolves (%s), "
+    tap_ok(why == NULL && tap_lib_mapped("libcublasLt"),
+           "every cuBLASLt function the backend calls resolves (%s), "
            "and the library is mapped then", why ? why : "all found");
     const size_t v = cublasLtGetVersion();
     tap_ok(v / 10000 == CUBLAS_VER_MAJOR, "cublasLtGetVersion through the forward: %zu (header: "
