@@ -610,7 +610,7 @@ static int over_budget(const char *t, const jinja_budget *b, const char *msg) {
     return ok;
 }
 
-enum { UNTRUSTED_CHECKS = 9 };
+enum { UNTRUSTED_CHECKS = 10 };
 static void untrusted_checks(void) {
     tap_ok(long_chains_refused(), "chains of 20,000 operators, filters, members, subscripts, tests, calls: "
            "a syntax error at the 257th link, not a stack overflow; 200 links render");
@@ -625,6 +625,9 @@ static void untrusted_checks(void) {
                fails("{% set ns = namespace(x=[]) %}{% for i in range(600) %}{% set ns.x = [ns.x] %}{% endfor %}"
                      "{{ ns.x|tojson }}", "{}", JINJA_ERUNTIME, 0, 0, "nested more than 512"),
            "a list nested 100,000 deep built in a loop: printing it fails at depth 512");
+    tap_ok(fails("{% for i in range(1000001) %}{% endfor %}", "{}", JINJA_ERUNTIME, 0, 0,
+                 "range() of 1000001 items: at most 1000000"),
+           "range() of 10^6 + 1 items: refused before its list is built (docs/limits.md)");
     const jinja_budget none = {0};
     tap_ok(over_budget("{% for i in range(1000000) %}{% endfor %}", &none, "budget of 10000000 steps"),
            "an empty loop of 10^6 iterations goes over the default 10^7 steps");
