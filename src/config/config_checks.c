@@ -59,20 +59,19 @@ const char *const cfgload_cross_rules[] = {
     "a GPU of compute capability 8.9 or newer (checked at start); `rowwise` is not built yet. "
     "`model.activation_compression = \"fp8\"` needs `device = \"cuda\"`.",
     "`model.layer_types` lists `sliding_attention` / `full_attention` / `linear_attention` "
-    "only (linear: `model.linear_num_value_heads` a multiple of `model.linear_num_key_heads`, "
-    "no LoRA), at most "
-    "`model.n_layer` of them (a shorter list repeats), and names sliding layers only with "
-    "`model.sliding_window` > 0. A sliding window, `model.attn_sinks` or a "
-    "`model.query_pre_attn_scalar` other than the head size, or `model.norm_placement` other than "
-    "`pre` (which needs `model.norm = \"rmsnorm\"`), `model.qk_norm_scope = \"projection\"` or "
-    "`model.embed_scale` other than `none`, soft-capping (`model.attn_logit_softcapping`, "
-    "`model.final_logit_softcapping`) or a RoPE variant (`model.rope_scaling` `linear` or `yarn`, "
-    "`model.rope_local_theta`, `model.partial_rotary_factor`, `model.no_rope_layers`) runs on "
-    "`device = \"cpu\"` only so far, and all but the RoPE variants without context parallelism "
-    "(`parallel.context = 1`).",
-    "`model.moe_router_bias`, `model.moe_expert_bias` and `model.moe_act = \"gptoss\"` (gpt-oss's "
-    "experts) need a MoE model (`model.moe_experts` > 0) and run on `device = \"cpu\"` so far; "
-    "so does `model.moe_shared_gate` (Qwen3-Next's), which needs `model.moe_shared_size` > 0.",
+    "only (linear: `model.linear_num_value_heads` a multiple of `model.linear_num_key_heads`), "
+    "at most `model.n_layer` of them (a shorter list repeats), and names sliding layers only "
+    "with `model.sliding_window` > 0. With `device = \"cuda\"`, `linear_attention` layers take "
+    "neither `parallel.context` > 1, `objective = \"grpo\"`, `lora.rank` > 0 nor "
+    "`precision.fp8`, and head sizes `model.linear_key_head_dim`, `model.linear_value_head_dim` "
+    "of 16, 32, .. 128. `model.norm_placement` other than `pre` needs `model.norm = "
+    "\"rmsnorm\"`; `model.embed_scale = \"sqrt_d_model\"` needs positions other than "
+    "`learned`. The other variants (windows, sinks, `model.query_pre_attn_scalar`, soft caps, "
+    "the RoPE variants) run on both devices and under context parallelism.",
+    "`model.moe_router_bias`, `model.moe_expert_bias`, `model.moe_act = \"gptoss\"` (gpt-oss's "
+    "experts) and `model.moe_shared_gate` (Qwen3-Next's, which needs `model.moe_shared_size` > "
+    "0) need a MoE model (`model.moe_experts` > 0).",
+    "Every refusal of these rules and the others, with its message and test: docs/limits.md.",
 };
 const size_t cfgload_n_cross_rules = sizeof cfgload_cross_rules / sizeof *cfgload_cross_rules;
 

@@ -201,8 +201,7 @@ const cfgtab_key cfgtab_keys[] = {
             "`linear` (every frequency divided by rope_factor; Gemma 3 4B-27B's full layers) or "
             "`yarn` (gpt-oss: rope_factor, rope_beta_fast, rope_beta_slow, rope_truncate, "
             "rope_original_max_pos; q and k times 0.1 ln(rope_factor) + 1). With "
-            "model.rope_local_theta the sliding layers are not scaled. linear and yarn: CPU only "
-            "so far."},
+            "model.rope_local_theta the sliding layers are not scaled."},
     {.name = "model.rope_factor", .type = CFGK_FLOAT, FIELD(model.rope_factor), .def = "8",
      .lo = 1, NO_MAX, .doc = "rope_scaling = llama3: low frequencies are divided by this; linear: every frequency; "
             "yarn: the interpolated ones (gpt-oss: 32)."},
@@ -221,7 +220,7 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "0", .lo = 0, NO_MAX,
      .doc = "RoPE base of the sliding-window layers (model.layer_types), unscaled, Gemma 3's "
             "rope_local_base_freq (10000); the full layers keep rope_theta and rope_scaling. 0 = "
-            "every layer uses rope_theta (and rope_scaling). CPU only so far."},
+            "every layer uses rope_theta (and rope_scaling)."},
     {.name = "model.rope_beta_fast", .type = CFGK_FLOAT, FIELD(model.rope_beta_fast),
      .def = "32", .lo = 0, .lo_open = 1, NO_MAX,
      .doc = "rope_scaling = yarn: rotations over rope_original_max_pos above which a frequency "
@@ -237,20 +236,19 @@ const cfgtab_key cfgtab_keys[] = {
      FIELD(model.partial_rotary_factor), .def = "1", .lo = 0, .lo_open = 1, .hi = 1,
      .doc = "RoPE turns the first partial_rotary_factor x head_dim dimensions of each q and k "
             "head (rotate-half within them, frequencies over that size); the rest pass unchanged "
-            "(Qwen3-Next: 0.25, GPT-NeoX). The product must be an even whole number. CPU only "
-            "so far."},
+            "(Qwen3-Next: 0.25, GPT-NeoX). The product must be an even whole number."},
     {.name = "model.no_rope_layers", .type = CFGK_STRING, FIELD(model.no_rope_layers), .def = "",
      .doc = "Layers without RoPE (NoPE), Hugging Face SmolLM3's no_rope_layers: a comma list of "
             "1 (RoPE) and 0 (no positions), one per layer or a shorter pattern repeated over the "
-            "layers (SmolLM3: \"1,1,1,0\"); \"\" = RoPE everywhere. CPU only so far."},
+            "layers (SmolLM3: \"1,1,1,0\"); \"\" = RoPE everywhere."},
     {.name = "model.attn_logit_softcapping", .type = CFGK_FLOAT,
      FIELD(model.attn_logit_softcapping), .def = "0", .lo = 0, NO_MAX,
      .doc = "Attention-score soft-capping (Gemma 2: 50): scores = cap tanh(scores / cap) after "
-            "the scale, before the mask and softmax; 0 = off. CPU only so far."},
+            "the scale, before the mask and softmax; 0 = off."},
     {.name = "model.final_logit_softcapping", .type = CFGK_FLOAT,
      FIELD(model.final_logit_softcapping), .def = "0", .lo = 0, NO_MAX,
      .doc = "LM-head soft-capping (Gemma 2: 30): logits = cap tanh(logits / cap) before the "
-            "loss and sampling; 0 = off. CPU only so far."},
+            "loss and sampling; 0 = off."},
     {.name = "model.attn_mask", .type = CFGK_ENUM, FIELD(model.attn_mask), .def = "causal",
      ENUM(mask_names),
      .doc = "`causal`: a token attends to every earlier token of its sequence. `document`: only to "
@@ -282,7 +280,7 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "MLP: `gelu` (two matrices, GELU of kind model.gelu), `swiglu` (gate, up, down: "
             "silu(x Wg) * (x Wu) Wd; Llama, Qwen, Mistral) or `geglu_tanh` (gelu_tanh(x Wg) * "
             "(x Wu) Wd, the tanh-approximated GELU whatever model.gelu says; Gemma's "
-            "gelu_pytorch_tanh; CPU only so far)."},
+            "gelu_pytorch_tanh)."},
     {.name = "model.intermediate_size", .type = CFGK_INT, FIELD(model.intermediate_size),
      .def = "0", .ilo = 0, INT32_ONLY,
      .doc = "MLP hidden width F; 0 = expansion_ratio x d_model (Llama 3.2 1B: 8192)."},
@@ -304,7 +302,7 @@ const cfgtab_key cfgtab_keys[] = {
             "`qnormw`, `knormw` (n_layer, head_dim) (Qwen 3, Gemma 3); `projection` = the whole q "
             "projection (n_head * head_dim) and the whole k projection (n_kv_head * head_dim) "
             "before the head split, weights (n_layer, n_head * head_dim) and (n_layer, n_kv_head "
-            "* head_dim) (OLMo 2: q_norm, k_norm). `projection` is CPU only so far."},
+            "* head_dim) (OLMo 2: q_norm, k_norm)."},
     {.name = "model.tie_embeddings", .type = CFGK_BOOL, FIELD(model.tie_embeddings),
      .def = "true",
      .doc = "The LM head is the token embedding wte (GPT-2, Llama 3.2 1B/3B, Qwen small); false: "
@@ -337,7 +335,7 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "false",
      .doc = "Gate the shared expert per token: its output times sigmoid(x . w), w = `shgatew` "
             "(n_moe_layers, 1, d_model), weight-decayed (Qwen2-MoE, Qwen3-Next's "
-            "shared_expert_gate). Needs model.moe_shared_size > 0; CPU only so far."},
+            "shared_expert_gate). Needs model.moe_shared_size > 0."},
     {.name = "model.moe_aux_loss_coef", .type = CFGK_FLOAT, FIELD(model.moe_aux_loss_coef),
      .def = "0.01", .lo = 0, NO_MAX,
      .doc = "Weight of the load-balancing loss E * sum_e f_e P_e per MoE layer (1 at perfect "
@@ -349,17 +347,17 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "model.moe_router_bias", .type = CFGK_BOOL, FIELD(model.moe_router_bias),
      .def = "false",
      .doc = "A bias on the router's logits, tensor `routerb` (n_moe_layers, moe_experts), not "
-            "weight-decayed (gpt-oss). CPU only so far (docs/moe.md \"gpt-oss's experts\")."},
+            "weight-decayed (gpt-oss; docs/moe.md \"gpt-oss's experts\")."},
     {.name = "model.moe_expert_bias", .type = CFGK_BOOL, FIELD(model.moe_expert_bias),
      .def = "false",
      .doc = "Biases on every expert's [gate | up] projection, `expb1` (n_moe_layers, "
             "moe_experts, 2 x moe_intermediate_size), and down projection, `expb2` "
-            "(n_moe_layers, moe_experts, d_model), not weight-decayed (gpt-oss). CPU only so far."},
+            "(n_moe_layers, moe_experts, d_model), not weight-decayed (gpt-oss)."},
     {.name = "model.moe_act", .type = CFGK_ENUM, FIELD(model.moe_act), .def = "swiglu",
      ENUM(moe_act_names),
      .doc = "The routed experts' unit: `swiglu` = silu(gate) * up; `gptoss` = gpt-oss's "
             "(g = min(gate, L), u = clamp(up, -L, L), (u + 1) * g * sigmoid(1.702 g), L = "
-            "model.swiglu_limit). `gptoss` is CPU only so far."},
+            "model.swiglu_limit)."},
     {.name = "model.swiglu_limit", .type = CFGK_FLOAT, FIELD(model.swiglu_limit), .def = "7",
      .lo = 0, .lo_open = 1, NO_MAX,
      .doc = "The clamp L of model.moe_act = \"gptoss\" (Hugging Face's `swiglu_limit`; gpt-oss: "
@@ -385,7 +383,8 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "model.layer_types", .type = CFGK_STRING, FIELD(model.layer_types), .def = "",
      .doc = "Attention type of each layer, Hugging Face's `layer_types`: a comma list of "
             "`sliding_attention` (a window of model.sliding_window tokens), `full_attention` and "
-            "`linear_attention` (Qwen3-Next's Gated DeltaNet, model.linear_*; CPU only), "
+            "`linear_attention` (Qwen3-Next's Gated DeltaNet, model.linear_*; what it does not run "
+            "with on CUDA: docs/limits.md), "
             "one per layer, or a shorter pattern repeated over the layers (Gemma 3: five "
             "sliding, one full); `\"\"` = every layer full, or sliding when model.sliding_window "
             "is set (docs/models.md)."},
@@ -399,11 +398,11 @@ const cfgtab_key cfgtab_keys[] = {
      .ilo = 0, INT32_ONLY,
      .doc = "Window W of the sliding-attention layers: position i sees positions j with "
             "i - W < j <= i (Hugging Face's convention), within its document under the document "
-            "mask; 0 = none. CPU only so far."},
+            "mask; 0 = none."},
     {.name = "model.linear_num_key_heads", .type = CFGK_INT, FIELD(model.linear_num_key_heads),
      .def = "16", .ilo = 1, .ihi = 4096,
      .doc = "Query/key heads of the `linear_attention` layers' Gated DeltaNet (Hugging Face "
-            "Qwen3-Next's name; docs/deltanet.md). CPU only so far."},
+            "Qwen3-Next's name; docs/deltanet.md)."},
     {.name = "model.linear_num_value_heads", .type = CFGK_INT,
      FIELD(model.linear_num_value_heads), .def = "32", .ilo = 1, .ihi = 4096,
      .doc = "Value heads of the `linear_attention` layers, a multiple of "
@@ -423,15 +422,14 @@ const cfgtab_key cfgtab_keys[] = {
      .def = "false",
      .doc = "Qwen3-Next's gated attention (Hugging Face's name): each attention layer's output "
             "times sigmoid(gate) per head before o_proj, gate = ln1 @ attngatew^T (HF's q_proj "
-            "rows [query | gate] of each head, split). CPU only so far."},
+            "rows [query | gate] of each head, split)."},
     {.name = "model.attn_sinks", .type = CFGK_BOOL, FIELD(model.attn_sinks), .def = "false",
      .doc = "Attention sinks (gpt-oss): a learned logit per head and layer (tensor `sinks`, "
-            "(n_layer, n_head)) that joins every row's softmax denominator. CPU only so far."},
+            "(n_layer, n_head)) that joins every row's softmax denominator."},
     {.name = "model.query_pre_attn_scalar", .type = CFGK_FLOAT,
      FIELD(model.query_pre_attn_scalar), .def = "0", .lo = 0, NO_MAX,
      .doc = "Attention scores are q.k / sqrt(this) (Gemma's `query_pre_attn_scalar`: 256 in "
-            "Gemma 3 1B-12B, 168 in 27B); 0 = the head size (the usual 1 / sqrt(head_dim)). "
-            "CPU only so far when it differs from the head size."},
+            "Gemma 3 1B-12B, 168 in 27B); 0 = the head size (the usual 1 / sqrt(head_dim))."},
     {.name = "model.norm_placement", .type = CFGK_ENUM, FIELD(model.norm_placement),
      .def = "pre", ENUM(nplace_names),
      .doc = "Where a block's norms sit: `pre` = x + f(norm(x)) (GPT-2, Llama, Qwen); `sandwich` = "
@@ -440,14 +438,13 @@ const cfgtab_key cfgtab_keys[] = {
             "post_attention_layernorm and post_feedforward_layernorm; ln2w is its "
             "pre_feedforward_layernorm); `post` = x + norm'(f(x)), no norm before the attention "
             "or the MLP (OLMo 2: the same `postattnw`, `postmlpw`, no ln1w or ln2w). `sandwich` "
-            "and `post` need model.norm = rmsnorm; CPU only so far "
-            "(docs/models.md)."},
+            "and `post` need model.norm = rmsnorm (docs/models.md)."},
     {.name = "model.embed_scale", .type = CFGK_ENUM, FIELD(model.embed_scale), .def = "none",
      ENUM(embscale_names),
      .doc = "The token embedding's multiplier before the first layer: `none`, or `sqrt_d_model` "
             "(Gemma 1-3: wte[token] * sqrt(d_model), in fp32 here; Hugging Face rounds the factor "
             "to the weights' dtype, bf16 in bf16 checkpoints: docs/models.md). Not with "
-            "model.pos = learned; CPU only so far."},
+            "model.pos = learned."},
     {.name = "model.activation_compression", .type = CFGK_ENUM,
      FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
      .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "
