@@ -12,15 +12,16 @@
 
 const char *tcu_cudnn_refusal(tcu_cudnn_shape sh, const float *alibi_slopes, const int32_t *seq,
                               const tsr_attn_var *var, int bwd, tsr_grad_mode mode) {
-    if (seq) return "document mask (seq): cuDNN takes packed documents only as ragged batches "
-                    "(phase 2)";
-    if (alibi_slopes) return "ALiBi: not in phase 1's graphs";
-    if (var && var->window > 0) return "sliding window: not in phase 1's graphs";
-    if (var && var->sinks) return "attention sinks: not in phase 1's graphs";
-    if (var && var->softcap > 0) return "soft cap: not in phase 1's graphs";
-    if (var && var->scale > 0) return "a score scale other than 1/sqrt(hs): not in phase 1";
+    if (seq) return "document mask (seq): cuDNN takes packed documents only as ragged batches, "
+                    "which tessera's graphs do not build";
+    if (alibi_slopes) return "ALiBi: not in tessera's cuDNN graphs";
+    if (var && var->window > 0) return "sliding window: not in tessera's cuDNN graphs";
+    if (var && var->sinks) return "attention sinks: not in tessera's cuDNN graphs";
+    if (var && var->softcap > 0) return "soft cap: not in tessera's cuDNN graphs";
+    if (var && var->scale > 0)
+        return "a score scale other than 1/sqrt(hs): not in tessera's cuDNN graphs";
     if (sh.hs != 32 && sh.hs != 64 && sh.hs != 128)
-        return "head size not 32, 64 or 128 (hs 256: phase 1 keeps the own kernels)";
+        return "head size not 32, 64 or 128 (hs 256 runs on the own kernels)";
     if (sh.B < 1 || sh.T < 1 || sh.KVH < 1 || sh.NH % sh.KVH) return "not a valid shape";
     if (bwd && mode != TSR_GRAD_SET) return "gradient mode add: cuDNN writes dq, dk, dv";
     if (bwd && sh.T == 1) return "backward at T = 1: unsupported by cuDNN";
@@ -103,10 +104,10 @@ void tcu_cudnn_set_model(int doc, int alibi, int var) {
 }
 
 const char *tcu_cudnn_model_refusal(void) {
-    if (model.doc) return "the model's document mask: not in phase 1's graphs";
-    if (model.alibi) return "the model's ALiBi: not in phase 1's graphs";
+    if (model.doc) return "the model's document mask: not in tessera's cuDNN graphs";
+    if (model.alibi) return "the model's ALiBi: not in tessera's cuDNN graphs";
     if (model.var) return "the model's attention variants (window, sinks, soft cap, scale): not "
-                          "in phase 1's graphs";
+                          "in tessera's cuDNN graphs";
     return NULL;
 }
 
