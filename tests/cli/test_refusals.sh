@@ -9,7 +9,7 @@
 # what, the expected exit, the message (a fixed string, grep -F), the command.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 52
+tap_plan 55
 
 make_synth "$TMP/data" 512 20000
 "$TOOL" synth --out "$TMP/short" --vocab 512 --tokens 20 --seed 1 >/dev/null
@@ -228,6 +228,13 @@ hf_refused "2000 layers" "num_hidden_layers = 2000: expected 1 to 1024" \
     "{$hfllama, \"num_hidden_layers\": 2000, \"hidden_act\": \"silu\"}"
 hf_refused "MPT with biases" "tessera imports MPT without biases only" \
     '{"model_type": "mpt", "d_model": 64, "n_heads": 2, "n_layers": 2, "vocab_size": 512, "max_seq_len": 64, "expansion_ratio": 4, "no_bias": false}'
+mpt='"model_type": "mpt", "d_model": 64, "n_heads": 2, "n_layers": 2, "vocab_size": 512,
+ "max_seq_len": 64, "expansion_ratio": 4, "no_bias": true'
+hf_refused "MPT with logit_scale" "tessera has no logit scaling" "{$mpt, \"logit_scale\": 2.0}"
+hf_refused "MPT with clip_qkv" "tessera's attention has none of them" \
+    "{$mpt, \"attn_config\": {\"clip_qkv\": 8}}"
+hf_refused "GPT-2 with a ReLU MLP" "tessera has the tanh GELU" \
+    '{"model_type": "gpt2", "n_embd": 64, "n_head": 2, "n_layer": 2, "vocab_size": 512, "n_positions": 64, "activation_function": "relu"}'
 hf_refused "gpt-oss with YaRN's own attention_factor" "is set: not supported (tessera's YaRN scales attention" \
     '{"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 64, "num_attention_heads": 2,
       "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 512, "rms_norm_eps": 1e-5,
