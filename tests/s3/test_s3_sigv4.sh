@@ -23,7 +23,7 @@ SECRET='wJalr/XUtnFEMI+K7MDENG=bPxRfiCYEXAMPLE' # with '/', '+' and '=': signed 
 TOKEN=$("$PY3" -c 'import base64; print(base64.b64encode(bytes(range(256)) * 9).decode() + "/+=")')
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null; rm -rf "$TMP"' EXIT
-# store NAME [TOKEN]: a private store in $TMP/NAME (port $PORT_NAME, log $TMP/NAME.log)
+# store NAME [TOKEN]: a private store in $TMP/NAME (port $STORE_PORT, log $TMP/NAME.log)
 store() {
     local port
     port=$(free_ports 1) || exit 1
@@ -33,10 +33,10 @@ store() {
     PIDS+=($!)
     for _ in $(seq 1 100); do grep -qs listening "$TMP/$1.log" && break; sleep 0.1; done
     grep -qs listening "$TMP/$1.log" || { echo "Bail out! sigv4_store.js did not start: $(cat "$TMP/$1.err")"; exit 1; }
-    printf -v "PORT_$1" %s "$port"
+    STORE_PORT=$port
 }
-store plain
-store tok "$TOKEN"
+store plain && PORT_plain=$STORE_PORT
+store tok "$TOKEN" && PORT_tok=$STORE_PORT
 export HOME=$TMP/home AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=TSRKEY AWS_SECRET_ACCESS_KEY=$SECRET TSR_S3_RETRIES=1
 unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE
 unset AWS_S3_ADDRESSING_STYLE TSR_S3_PART_MB TSR_S3_CONNECTIONS TSR_S3_MIN_RATE TSR_S3_GRACE_S
