@@ -175,8 +175,9 @@ static void xfer_plan(xfer *x, uint64_t expect, uint64_t limit, uint64_t send) {
 static struct curl_slist *xfer_headers(const tsr_s3 *c) {
     struct curl_slist *h = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (c->token[0]) {
-        char *tok = tsr_malloc(strlen(c->token) + 32);
-        sprintf(tok, "x-amz-security-token: %s", c->token);
+        size_t n = strlen(c->token) + 32;
+        char *tok = tsr_malloc(n);
+        snprintf(tok, n, "x-amz-security-token: %s", c->token);
         h = curl_slist_append(h, tok);
         memset(tok, 0, strlen(tok));
         free(tok);
