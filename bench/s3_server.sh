@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # s3_server.sh — sourced by bench/s3_stream.sh and bench/s3_steady.sh (after ROOT is set): the
 # tools they run and a private s3rver (npm s3rver 3.7.1) on 127.0.0.1, a free port, its own
-# directory under a new $TMP (named after PREFIX), bucket b, stopped by PID and $TMP removed on
-# exit; the store's settings exported. s3_server_up PREFIX
+# directory under a new $TMP (named after PREFIX), bucket tsr-bench (a name of 3-63 characters, as
+# S3's naming rules and tessera want), stopped by PID and $TMP removed on exit; the store's
+# settings exported. s3_server_up PREFIX
 source "$ROOT/tests/ports.sh"
 S3RVER=$ROOT/data/npm/s3rver/node_modules/.bin/s3rver
 TOOL=$ROOT/build/tessera TRAIN=$ROOT/build/tessera-train
@@ -12,7 +13,7 @@ s3_server_up() {
     TMP=$(mktemp -d "/tmp/$1.XXXXXX")
     PORT=$(free_ports 1)
     mkdir -p "$TMP/store"
-    "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket b --silent >"$TMP/s3rver.log" 2>&1 &
+    "$S3RVER" -d "$TMP/store" -a 127.0.0.1 -p "$PORT" --configure-bucket tsr-bench --silent >"$TMP/s3rver.log" 2>&1 &
     PID=$!
     trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
     for _ in $(seq 1 100); do grep -q listening "$TMP/s3rver.log" && break; sleep 0.1; done

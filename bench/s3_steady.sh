@@ -15,7 +15,7 @@ STEPS=${1:-60} ROUNDS=${2:-2}
 s3_server_up tessera-s3steady
 
 "$TOOL" synth --out "$TMP/d" --vocab 50257 --tokens $((32 * 16384)) --shard-tokens 16384 --val-tokens 1000 --seed 1 >/dev/null &&
-    "$TOOL" data push "$TMP/d/train" s3://b/d >/dev/null || exit 1
+    "$TOOL" data push "$TMP/d/train" s3://tsr-bench/d >/dev/null || exit 1
 base=(--config "$ROOT/configs/tiny.cfg" --set data.tokenizer= --set sample.tokens=0 --set data.val=
       --set eval_interval=0ba --set save_interval=0ba --set log_interval=1 --set max_duration="${STEPS}ba"
       --set data.stage_window=10 --set watchdog.window=0)
@@ -24,7 +24,7 @@ wide=(--set model.d_model=384 --set model.n_layer=6)
 run() {
     local name=$1 where=$2; shift 2
     local src=(--set data.train="$TMP/d/train")
-    [[ $where == s3 ]] && src=(--set data.train=s3://b/d --set data.stage_to="$TMP/st-$name")
+    [[ $where == s3 ]] && src=(--set data.train=s3://tsr-bench/d --set data.stage_to="$TMP/st-$name")
     local t0; t0=$(date +%s.%N)
     "${MPIRUN[@]}" -np 2 "$TRAIN" "${base[@]}" "$@" "${src[@]}" --set run_dir="$TMP/$name" >"$TMP/$name.log" 2>&1 ||
         { echo "run $name failed: $(tail -2 "$TMP/$name.log")" >&2; return 1; }

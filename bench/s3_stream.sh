@@ -20,18 +20,18 @@ args=(--config "$ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set data.to
 
 # 1. start-up over N_SMALL shards of 101 tokens (3 samples each)
 "$TOOL" synth --out "$TMP/small" --vocab 512 --tokens $((N_SMALL * 101)) --shard-tokens 101 --val-tokens 1000 --seed 1 >/dev/null
-t0=$(now); "$TOOL" data push "$TMP/small/train" s3://b/small >/dev/null || exit 1; push_s=$(since "$t0")
+t0=$(now); "$TOOL" data push "$TMP/small/train" s3://tsr-bench/small >/dev/null || exit 1; push_s=$(since "$t0")
 t0=$(now); "${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set data.train="$TMP/small/train" --set max_duration=1ba --set run_dir="$TMP/r1" >/dev/null 2>&1; local_s=$(since "$t0")
-t0=$(now); "${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set data.train=s3://b/small --set data.stage_to="$TMP/st1" --set max_duration=1ba --set run_dir="$TMP/r2" >/dev/null 2>&1; s3_s=$(since "$t0")
+t0=$(now); "${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set data.train=s3://tsr-bench/small --set data.stage_to="$TMP/st1" --set max_duration=1ba --set run_dir="$TMP/r2" >/dev/null 2>&1; s3_s=$(since "$t0")
 fetched=$(ls "$TMP"/st1/*/ | grep -c '^shard-')
 printf 'start-up, %d shards: push %.1f s; 1-step run from local %.2f s, from s3:// %.2f s (%d shards fetched)\n' \
     "$N_SMALL" "$push_s" "$local_s" "$s3_s" "$fetched"
 
 # 2. throughput: 16 shards of 2,000,000 tokens (4 MB each)
 "$TOOL" synth --out "$TMP/big" --vocab 512 --tokens 32000000 --shard-tokens 2000000 --val-tokens 1000 --seed 1 >/dev/null
-"$TOOL" data push "$TMP/big/train" s3://b/big >/dev/null || exit 1
+"$TOOL" data push "$TMP/big/train" s3://tsr-bench/big >/dev/null || exit 1
 bytes=$(cat "$TMP"/big/train/shard-* | wc -c)
-"${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set data.train=s3://b/big --set data.stage_to="$TMP/st2" --set max_duration=1ba --set run_dir="$TMP/r3" >/dev/null 2>&1
+"${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set data.train=s3://tsr-bench/big --set data.stage_to="$TMP/st2" --set max_duration=1ba --set run_dir="$TMP/r3" >/dev/null 2>&1
 wait_s=$(grep '"staging"' "$TMP/r3/metrics.jsonl" | head -1 | sed 's/.*"wait_s": \([0-9.]*\).*/\1/')
 n2=$(ls "$TMP"/st2/*/ | grep -c '^shard-')
 get() { curl -s -o /dev/null --aws-sigv4 aws:amz:us-east-1:s3 --user S3RVER:S3RVER -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "$AWS_ENDPOINT_URL/b/big/$1"; }

@@ -456,7 +456,8 @@ const cli_cmd verify_data_cli = {
     "verify-data", "DIR",
     "Checks a dataset: index, every shard header, payload checksums, token ids < vocab. DIR: a "
     "dataset, or the directory tessera prep --out wrote (its train and val datasets), or "
-    "s3://BUCKET/PREFIX (each shard fetched into a temporary directory, checked, removed: "
+    "s3://BUCKET/PREFIX, a dataset's prefix or the one tessera data push of such a directory "
+    "wrote (each shard fetched into a temporary directory, checked, removed: "
     "docs/object-storage.md).",
     verify_opts, (int)(sizeof verify_opts / sizeof verify_opts[0]), NULL,
 };
@@ -538,20 +539,41 @@ static int verify_one(const char *dir, int64_t T) {
     return 0;
 }
 
+/* Whether the dataset location dir has the file `name` (index.tsv, train/index.tsv): a stat, or a
+ * HEAD on an object store. 0 with *found set, or an exit status after tsr_error. */
+static int has_index(const char *dir, const char *name, int *found) {
+    char err[S3_ERR_LEN];
+    tsr_s3 *c;
+    if (!s3_is_url(dir)) return *found = has_file(dir, name), 0;
+    int rc = s3_open(&c, dir);
+    if (!rc && (rc = s3_head(c, name, found, err))) tsr_error("%s", err);
+    s3_close(c);
+    return rc;
+}
+
 int cmd_verify_data(int argc, char **argv) {
     int64_t T = 1024;
     int rc = cli_parse(&verify_data_cli, argc, argv, verify_on_opt, &T);
     if (rc) return rc < 0 ? 0 : rc;
     if (optind != argc - 1) return cli_usage_error(&verify_data_cli, "expected exactly one DIR", NULL);
     const char *dir = argv[optind];
-    if (has_file(dir, "index.tsv") || !has_file(dir, "train/index.tsv")) return verify_one(dir, T);
-    /* what `tessera prep --out DIR` writes: the datasets DIR/train and DIR/val */
-    char sub[4096];
+    int top = 0, sub = 0, val = 0;
+    if ((rc = has_index(dir, "index.tsv", &top)) || (!top && (rc = has_index(dir, "train/index.tsv", &sub))))
+        return rc;
+    if (!top && !sub && s3_is_url(dir)) {
+        tsr_error("%s: no dataset there: neither %s/index.tsv nor %s/train/index.tsv (what tessera "
+                  "data push of a prep directory writes) exists", dir, dir, dir);
+        return TSR_EXIT_DATA;
+    }
+    if (top || !sub) return verify_one(dir, T);
+    if ((rc = has_index(dir, "val/index.tsv", &val))) return rc;
+    /* what `tessera prep --out DIR` writes, or `tessera data push` of it: DIR/train and DIR/val */
+    char sub_dir[4096];
     printf("%s: not a dataset (no index.tsv): the datasets tessera prep writes, %s/train%s\n", dir,
-           dir, has_file(dir, "val/index.tsv") ? " and val" : "");
-    for (int k = 0; k < 2; k++) {
-        snprintf(sub, sizeof sub, "%s/%s", dir, k ? "val" : "train");
-        if (!k || has_file(dir, "val/index.tsv")) rc |= verify_one(sub, T);
+           dir, val ? " and val" : "");
+    for (int k = 0; k < 1 + val; k++) {
+        snprintf(sub_dir, sizeof sub_dir, "%s/%s", dir, k ? "val" : "train");
+        rc |= verify_one(sub_dir, T);
     }
     return rc ? TSR_EXIT_DATA : 0;
 }

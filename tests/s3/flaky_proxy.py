@@ -13,17 +13,24 @@ with partNumber) that finds no other in flight waits up to 10 s for a second one
 only (a parallel upload sends them at once; a serial one waits in vain) and logs "inflight N",
 the most at once so far;
 in MODE "failpart" part 3 of every upload answers 500 InternalError (the upload fails).
+In MODE "trickle" a GET of a key ending in $PROXY_KEYS (every key when unset) gets the store's
+status and headers, then its body 2 bytes every 0.9 s (a store slowed to a trickle; logs "KEY
+trickle"); in MODE "oversize" such a GET gets the store's status and headers but Content-Length
+10^15 (with PROXY_CHUNKED=1 none: a chunked body), then the store's body and zeros until the
+client hangs up or 256 MiB went (a store whose sizes cannot be trusted; logs "KEY oversize SENT").
 Stdlib only; stopped by its PID.
 """
 import http.client
 import http.server
+import os
 import sys
 import threading
+import time
 
 LISTEN, UPSTREAM, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 MODE = sys.argv[4] if len(sys.argv) > 4 else "flaky"
 PLAN = {"flaky": {1: "503", 2: "flip"}, "etag": {1: "flip", 2: "etag"}, "pass": {},
-        "failpart": {}}[MODE]
+        "failpart": {}, "trickle": {}, "oversize": {}}[MODE]
 seen = {}
 lock = threading.Lock()
 parts = {"now": 0, "most": 0}
@@ -33,6 +40,56 @@ more = threading.Condition(lock)
 def log(line):
     with open(LOG, "a") as f:
         f.write(line + "\n")
+
+
+def send_head(handler, r, length):
+    """The store's status and headers, Content-Length `length` (None: chunked)."""
+    handler.send_response(r.status)
+    for k, v in r.getheaders():
+        if k.lower() not in ("content-length", "connection", "transfer-encoding"):
+            handler.send_header(k, v)
+    handler.send_header(*(("Content-Length", str(length)) if length is not None
+                          else ("Transfer-Encoding", "chunked")))
+    handler.end_headers()
+
+
+def trickle_get(handler):
+    """MODE "trickle": the body of a GET of a key ending in $PROXY_KEYS, 2 bytes every 0.9 s."""
+    key = handler.path.split("?")[0]
+    r, data = handler.forward()
+    if not key.endswith(os.environ.get("PROXY_KEYS", "")):
+        return handler.answer(r.status, r.getheaders(), data)
+    log(f"{key} trickle")
+    send_head(handler, r, len(data))
+    try:
+        for i in range(0, len(data), 2):
+            handler.wfile.write(data[i:i + 2])
+            time.sleep(0.9)
+    except OSError:
+        pass  # the client hung up
+
+
+def oversize_get(handler):
+    """MODE "oversize": a GET of a key ending in $PROXY_KEYS announced (or sent) as endless."""
+    key = handler.path.split("?")[0]
+    r, data = handler.forward()
+    if not key.endswith(os.environ.get("PROXY_KEYS", "")):
+        return handler.answer(r.status, r.getheaders(), data)
+    chunked = os.environ.get("PROXY_CHUNKED") == "1"
+    send_head(handler, r, None if chunked else 10**15)
+    sent, block = 0, data
+    try:
+        while sent < 256 << 20:
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(block), block) if chunked else block)
+            sent += len(block)
+            block = bytes(65536)
+    except OSError:
+        pass  # the client hung up
+    handler.close_connection = True  # the body announced is not all there
+    log(f"{key} oversize {sent}")
+
+
+GET_MODES = {"trickle": trickle_get, "oversize": oversize_get}
 
 
 class Proxy(http.server.BaseHTTPRequestHandler):
@@ -61,6 +118,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if MODE in GET_MODES:
+            return GET_MODES[MODE](self)
         key = self.path.split("?")[0]
         with lock:
             seen[key] = seen.get(key, 0) + 1

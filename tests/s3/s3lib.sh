@@ -1,9 +1,11 @@
 # shellcheck shell=bash
 # s3lib.sh — sourced by tests/s3/test_s3*.sh (after tests/lib.sh and tsr_tmpdir): a private s3rver
-# (npm s3rver, a real S3 protocol server that checks SigV4 signatures) on 127.0.0.1 with its own
-# directory ($TMP/store, bucket tsr) and a free port ($PORT), stopped by PID on exit with
-# tests/s3/flaky_proxy.py when one runs (start_proxy MODE LOG on $PPORT, stop_proxy); the store's
-# settings exported as a centre's users set them (no profile files: HOME points at nothing).
+# (npm s3rver, a real S3 protocol server; it takes a wrong secret: tests/s3/test_s3_sigv4.sh checks
+# signatures) on 127.0.0.1 with its own directory ($TMP/store, bucket tsr) and a free port ($PORT),
+# stopped by PID on exit with tests/s3/flaky_proxy.py when one runs (start_proxy MODE LOG on
+# $PPORT, stop_proxy; the proxy's own settings, e.g. PROXY_KEYS, in start_proxy's environment);
+# the store's settings exported as a centre's users set them (no profile files: HOME points at
+# nothing).
 # Skips (exit 77) when s3rver or node is not installed. s3rver_up [ARGS...] passes ARGS to s3rver
 # (e.g. --service-endpoint localhost, for virtual-host requests).
 source "$TSR_ROOT/tests/ports.sh"
@@ -27,7 +29,8 @@ s3rver_up() {
     export HOME=$TMP/home AWS_ENDPOINT_URL=http://127.0.0.1:$PORT AWS_REGION=us-east-1
     export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER TSR_S3_RETRIES=2
     unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE
-    unset AWS_S3_ADDRESSING_STYLE TSR_S3_PART_MB TSR_S3_CONNECTIONS
+    unset AWS_S3_ADDRESSING_STYLE TSR_S3_PART_MB TSR_S3_CONNECTIONS TSR_S3_MIN_RATE TSR_S3_GRACE_S
+    unset PROXY_KEYS PROXY_CHUNKED
 }
 # start_proxy MODE LOG: tests/s3/flaky_proxy.py on $PPORT in front of the store (stop_proxy)
 start_proxy() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Datasets on an S3-compatible object store (docs/object-storage.md), against a private s3rver
-# (npm s3rver, a real S3 protocol server that checks SigV4 signatures) on 127.0.0.1:
+# (npm s3rver, a real S3 protocol server; it knows its access key but takes a wrong secret:
+# tests/s3/test_s3_sigv4.sh checks the signatures) on 127.0.0.1:
 #  - tessera data push uploads a prepared dataset (train and val), the index after the shards;
 #  - training from s3://... through data.stage_to gives the local copy's losses bit for bit, at 1
 #    and 2 ranks, no sample read in place; killed and rerun, it resumes mid-window, streaming again;
