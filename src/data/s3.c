@@ -320,9 +320,23 @@ static int deadline_settings(tsr_s3 *c) {
     return 0;
 }
 
+/* A count from variable var: def when unset; a whole number in [1, max], else -1 after the
+ * error naming it */
+static int env_count(const char *var, int def, int max, const char *what) {
+    const char *v = env(var);
+    char *end = NULL;
+    long k = v ? strtol(v, &end, 10) : def;
+    if (v && (end == v || *end || k < 1 || k > max)) {
+        tsr_error("%s = \"%s\": expected %s, a whole number from 1 to %d "
+                  "(docs/object-storage.md)", var, v, what, max);
+        return -1;
+    }
+    return (int)k;
+}
+
 int s3_connections(void) {
-    const char *v = env("TSR_S3_CONNECTIONS");
-    return v && atoi(v) > 0 ? atoi(v) : 8;
+    const int k = env_count("TSR_S3_CONNECTIONS", 8, 1024, "the transfers at once");
+    return k > 0 ? k : 8; /* s3_open refused a bad value before any transfer asks */
 }
 
 int s3_is_url(const char *path) { return path && strncmp(path, "s3://", 5) == 0; }
@@ -339,8 +353,10 @@ static int load_settings(tsr_s3 *c) {
     if (!rc) rc = load_credentials(c);
     if (!rc) rc = part_size(c);
     if (!rc) rc = deadline_settings(c);
-    const char *r = env("TSR_S3_RETRIES");
-    c->retries = r && atoi(r) > 0 ? atoi(r) : 6;
+    c->retries = env_count("TSR_S3_RETRIES", 6, 100, "the tries of a transfer");
+    if (!rc && (c->retries < 0 || env_count("TSR_S3_CONNECTIONS", 8, 1024, "the transfers at "
+                                            "once") < 0))
+        rc = TSR_EXIT_USAGE;
     snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", c->region);
     for (int i = 0; i < 2; i++) free(c->files[i]), c->files[i] = NULL;
     return rc;

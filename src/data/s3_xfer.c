@@ -687,6 +687,15 @@ static int upload_parts(upload *u, char *err) {
     return TSR_EXIT_DATA;
 }
 
+/* text added to b with XML's three special characters of element content escaped */
+static void xml_escape(strbuf *b, const char *text) {
+    for (const char *p = text; *p; p++)
+        if (*p == '&') sb_add(b, "&amp;");
+        else if (*p == '<') sb_add(b, "&lt;");
+        else if (*p == '>') sb_add(b, "&gt;");
+        else sb_addn(b, p, 1);
+}
+
 /* POST ?uploadId=: the parts joined in order (an <Error> in a 200 answer is a failure too). Its
  * deadline counts the object's size: the store assembles it. */
 static int upload_complete(upload *u, xfer *x, char *err) {
@@ -694,9 +703,10 @@ static int upload_complete(upload *u, xfer *x, char *err) {
     strbuf body = {0};
     sb_add(&body, "<CompleteMultipartUpload>");
     for (int i = 0; i < u->n; i++) {
-        tsr_snprintf(text, sizeof text, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>",
-                     i + 1, u->p[i].etag);
+        tsr_snprintf(text, sizeof text, "<Part><PartNumber>%d</PartNumber><ETag>", i + 1);
         sb_add(&body, text);
+        xml_escape(&body, u->p[i].etag); /* the store's text: an ETag may hold < > & */
+        sb_add(&body, "</ETag></Part>");
     }
     sb_add(&body, "</CompleteMultipartUpload>");
     post_src src = {body.s, u->size};

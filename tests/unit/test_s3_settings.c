@@ -225,7 +225,7 @@ static void check_shared_files(void) {
 }
 
 int main(void) {
-    tap_plan(23);
+    tap_plan(24);
     if (!mkdtemp(dir)) return 1;
     tsr_log_mute(1);
     int rc;
@@ -285,6 +285,21 @@ int main(void) {
     bad += rc != 0;
     unsetenv("TSR_S3_PART_MB");
     tap_ok(!bad, "TSR_S3_PART_MB 0, abc, 1x, 6000 and -2 refused with exit 1; 0.002 taken");
+    const char *counts[] = {"0", "abc", "3x", "-1", "100000"}; /* whole numbers in range */
+    bad = 0;
+    for (int v = 0; v < 2; v++) {
+        const char *var = v ? "TSR_S3_CONNECTIONS" : "TSR_S3_RETRIES";
+        for (int i = 0; i < 5; i++) {
+            setenv(var, counts[i], 1);
+            bad += url_of("s3://corpora/fw", "x", &rc)[0] != '\0' || rc != TSR_EXIT_USAGE;
+        }
+        setenv(var, "4", 1);
+        url_of("s3://corpora/fw", "x", &rc);
+        bad += rc != 0 || (v && s3_connections() != 4);
+        unsetenv(var);
+    }
+    tap_ok(!bad, "TSR_S3_RETRIES and TSR_S3_CONNECTIONS 0, abc, 3x, -1 and 100000 refused with "
+           "exit 1; 4 taken");
     remove(cred);
     remove(conf);
     check_endpoints();
