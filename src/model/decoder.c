@@ -295,7 +295,7 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
             block_norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B],
                                N);
             break;
-        case ST_QKV: /* a linear_attention layer: its whole mixer here (decoder_dn.c) */
+        case ST_QKV: /* a linear_attention layer: its whole mixer here (mixer_deltanet.c) */
             if (dec_dn_layer(m, l)) {
                 dec_dn_forward(r, l, v, w);
             } else {

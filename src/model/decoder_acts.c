@@ -30,7 +30,7 @@ typedef struct strides {
     /* MoE (0 in a dense model): act (N,E), fp32 (N,E), 4-byte (N,K), 4-byte (NK), act (NK,C),
      * act (NK,2FE), act (NK,FE), act (N,2S), act (N,S), int32 (E+1), fp32 (2) */
     size_t ne, nef, nk, r, xg, h, hg, sh, shg, offs, stats;
-    size_t dn; /* fp32: a linear_attention layer's Gated DeltaNet (0 without; decoder_dn.c) */
+    size_t dn; /* fp32: a linear_attention layer's Gated DeltaNet (0 without; mixer_deltanet.c) */
     size_t ag; /* fp32 (2, N, QD): model.attn_output_gate's gate and gated output (0 without) */
 } strides;
 

@@ -177,7 +177,7 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
                   v.ln2m, v.ln2r, 1);
     /* attention branch: dres is now d(residual2) = d(the (normed) attproj output) */
     dout = post_norm_backward(r, l, &v, u, 0);
-    if (dec_dn_layer(m, l)) { /* linear_attention: the Gated DeltaNet's backward (decoder_dn.c) */
+    if (dec_dn_layer(m, l)) { /* linear_attention: the Gated DeltaNet's backward (mixer_deltanet.c) */
         dec_dn_backward(r, l, &v, u, dout);
         norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
                       v.ln1m, v.ln1r, 1);

@@ -35,7 +35,7 @@ typedef struct dec_layer {
     void *mlg, *xg, *h, *hg, *y, *sh, *shg, *shout;
     float *probs, *lse, *wts, *stats;
     int32_t *idx, *rows, *slot, *offs;
-    float *dn; /* a linear_attention layer's Gated DeltaNet activations (decoder_dn.c), else NULL */
+    float *dn; /* a linear_attention layer's Gated DeltaNet activations (mixer_deltanet.c), else NULL */
     float *agate, *agated; /* model.attn_output_gate: the gate's logits, the gated output
                             * (N, QD each), else NULL */
 } dec_layer;
@@ -103,7 +103,7 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root);
 /* the LM head's weight: TSR_P_LMHEAD when untied, else TSR_P_WTE */
 int dec_head_id(const tsr_model *m);
 
-/* ---- the linear_attention layers (decoder_dn.c; docs/deltanet.md "Wiring") ---- */
+/* ---- the linear_attention layers (mixer_deltanet.c; docs/deltanet.md "Wiring") ---- */
 
 /* layer l is a linear_attention layer (Gated DeltaNet in the attention's place) */
 int dec_dn_layer(const tsr_model *m, int l);
@@ -115,7 +115,7 @@ void dec_dn_out(const dec_run *r, const dec_layer *v);
 void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
                      const void *dout);
 
-/* model.attn_output_gate (decoder_dn.c; Qwen3-Next's gated attention): the gated output
+/* model.attn_output_gate (mixer_deltanet.c; Qwen3-Next's gated attention): the gated output
  * = atty * sigmoid(gate) (ST_ATTN; the gate's projection from ln1 is dec_layer_steps' ST_QKV).
  * dec_attn_in: what the output projection reads, the gated output or atty. The backward: proj 0
  * turns a->datty = d(gated) into d(atty) in place and d(gate) into a->dagate; proj 1 adds the

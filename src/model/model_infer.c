@@ -127,7 +127,7 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
     const size_t per = kv_layout_alloc(kv, m, cap) + 1; /* the attention layers' */
     kv->kt = kv_alloc(&m->be, per, sizeof(float), "keys");
     kv->v = kv_alloc(&m->be, per, sizeof(float), "values");
-    if (m->LL) { /* the linear layers' state and convolution tail (decoder_dn.c) */
+    if (m->LL) { /* the linear layers' state and convolution tail (mixer_deltanet.c) */
         kv->dn_state = kv_alloc(&m->be, m->LL * dec_dn_cache_floats(m, 1), sizeof(float), "state");
         kv->dn_conv = kv_alloc(&m->be, m->LL * dec_dn_cache_floats(m, 0) + 1, sizeof(float),
                                "convolution tail");

@@ -1,4 +1,4 @@
-/* decoder_dn.c — the decoder's linear_attention layers (docs/deltanet.md "Wiring"): Hugging Face
+/* mixer_deltanet.c — the decoder's linear_attention layers (docs/deltanet.md "Wiring"): Hugging Face
  * Qwen3-Next's Gated DeltaNet (src/model/deltanet_layer.h) in a block's attention place, the MLP
  * or MoE half of the block unchanged. decoder.c's ST_QKV step runs its forward (ST_ATTN then
  * nothing), whose output dec_branch_out takes where an attention layer's projection would be;
