@@ -19,11 +19,64 @@
 #include "model/decoder.h"
 #include "model/decoder_int.h"
 #include "model/deltanet_layer.h"
+#include "model/layer_kind.h"
 #include "model/dn_ring.h"
 #include "model/model_lora.h"
 #include "model/model_ring.h"
 
 #define DN_CHUNK DN_TRAIN_CHUNK
+
+/* ---- its tensors ------------------------------------------------------------------------ */
+
+/* the projections, the convolution and out_proj decayed as weights; dt_bias, A_log and the norm
+ * not (FLA's _no_weight_decay, HF's norms), as norms */
+static const tsr_param_row dn_rows[] = {
+    {TSR_P_DNQKVW, "dnqkvw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 27, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNZW, "dnzw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 28, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNBW, "dnbw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 29, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNAW, "dnaw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 30, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNCONV, "dnconv", TSR_PK_WEIGHT, TSR_INIT_OWN, 31, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNDTB, "dndtbias", TSR_PK_NORM, TSR_INIT_ONE, 32, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNALOG, "dnalog", TSR_PK_NORM, TSR_INIT_OWN, 33, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNNORMW, "dnnormw", TSR_PK_NORM, TSR_INIT_ONE, 34, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_DNOW, "dnow", TSR_PK_WEIGHT, TSR_INIT_RESIDUAL, 35, TSR_SPLIT_HEADS, 1, 1, 0},
+};
+
+static const char *const dn_keys[] = {
+    "model.layer_types", "model.linear_num_key_heads", "model.linear_num_value_heads",
+    "model.linear_key_head_dim", "model.linear_value_head_dim", "model.linear_conv_kernel_dim",
+    "model.norm_eps", NULL};
+
+static int dn_serves(const tsr_model_config *c, int l) { return config_layer_linear(c, l); }
+
+/* stacked over the LL linear layers, CD = 2 HKl dkl + HVl dvl: dnqkvw (LL, CD, C) rows [q heads |
+ * k heads | v heads] (in_proj_qkv), dnzw (LL, HVl dvl, C) (in_proj_z), dnbw and dnaw (LL, HVl, C)
+ * (in_proj_b, in_proj_a), dnconv (LL, CD, K), dt_bias and A_log (LL, HVl), the gated norm's
+ * weight (LL, dvl), dnow (LL, C, HVl dvl) (out_proj) */
+static void dn_layout(tsr_model *m) {
+    const int64_t LL = m->LL, C = m->C, on = LL > 0, HV = m->HVl, VD = (int64_t)m->HVl * m->dvl;
+    const int64_t CD = 2 * (int64_t)m->HKl * m->dkl + VD;
+    model_param_shape(m, TSR_P_DNQKVW, on, 3, LL, CD, C, 0);
+    model_param_shape(m, TSR_P_DNZW, on, 3, LL, VD, C, 0);
+    model_param_shape(m, TSR_P_DNBW, on, 3, LL, HV, C, 0);
+    model_param_shape(m, TSR_P_DNAW, on, 3, LL, HV, C, 0);
+    model_param_shape(m, TSR_P_DNCONV, on, 3, LL, CD, m->Kc, 0);
+    model_param_shape(m, TSR_P_DNDTB, on, 2, LL, HV, 0, 0);
+    model_param_shape(m, TSR_P_DNALOG, on, 2, LL, HV, 0, 0);
+    model_param_shape(m, TSR_P_DNNORMW, on, 2, LL, m->dvl, 0, 0);
+    model_param_shape(m, TSR_P_DNOW, on, 3, LL, C, VD, 0);
+}
+
+/* dnconv: torch Conv1d's U(+-1/sqrt(K)) as N(0, 1/sqrt(3K)); dnalog: log(A) of value head h
+ * with A spread evenly over [1, 16] across the heads (HF draws A uniform in (0, 16); a fixed
+ * spread gives every seed the same decays) */
+static float dn_init(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k) {
+    if (id == TSR_P_DNCONV)
+        return (float)(1.0 / sqrt(3.0 * m->Kc) *
+                       tsr_rand_normal(seed, model_param_row(m, id)->stream, k));
+    const int HV = m->HVl, h = (int)(k % (size_t)HV);
+    return (float)log(1.0 + 15.0 * (HV > 1 ? (double)h / (HV - 1) : 0.0));
+}
 
 int dec_dn_layer(const tsr_model *m, int l) { return m->LL > 0 && config_layer_linear(&m->cfg, l); }
 
@@ -228,3 +281,14 @@ void dec_gate_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, 
     /* datty = d gated: d y = it s, d gate = it y s (1 - s) */
     be->gate_backward(be, a->datty, a->dagate, v->atty, v->agate, n);
 }
+
+const tsr_layer_kind kind_deltanet = {
+    .name = "gated_deltanet",
+    .half = TSR_HALF_MIXER,
+    .params = dn_rows,
+    .n_params = sizeof dn_rows / sizeof *dn_rows,
+    .keys = dn_keys,
+    .serves = dn_serves,
+    .layout = dn_layout,
+    .init = dn_init,
+};
