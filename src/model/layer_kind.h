@@ -96,7 +96,7 @@ typedef struct tsr_layer_kind {
                      const struct dec_unit *u, const void *dout);
     /* its activations: bytes of the tsr_act_id buffers it owns (p: the plan of a pass), layer
      * l's view of them in the allocated stacks, and in a decode chunk's buffers */
-    void (*acts)(const struct dec_plan *p, size_t bytes[TSR_A_COUNT]);
+    void (*acts)(struct dec_plan *p, size_t bytes[TSR_A_COUNT]);
     void (*view)(const struct dec_plan *p, const tsr_acts *a, int l, struct dec_layer *v);
     void (*kv_view)(const tsr_kv_cache *kv, const tsr_model *m, struct dec_layer *v);
     /* the bytes its layer l keeps per sequence in a decode cache of cap positions on be (0 or
@@ -135,6 +135,10 @@ const tsr_layer_kind *model_mlp(const tsr_model_config *c, int l);
  * and gated share the dense MLP's tensors), and its param row. */
 const tsr_layer_kind *model_param_kind(const tsr_model *m, tsr_param_id id);
 const tsr_param_row *model_param_row(const tsr_model *m, tsr_param_id id);
+/* k is m's row of its tensors: of the rows that list them, the one m uses (dense or gated), or
+ * the only one (used by a layer or not): the rows whose tensors, activations and backend entries
+ * m has (their layout, acts, views and needs run) */
+int model_kind_on(const tsr_model *m, const tsr_layer_kind *k);
 /* Layer l of m is of kind k (k's half) */
 int model_layer_is(const tsr_model *m, const tsr_layer_kind *k, int l);
 /* The layers of m of kind k (n_layer for the block's rows, 0 for the root's) */

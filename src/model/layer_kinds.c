@@ -85,3 +85,7 @@ const tsr_layer_kind *model_param_kind(const tsr_model *m, tsr_param_id id) {
 const tsr_param_row *model_param_row(const tsr_model *m, tsr_param_id id) {
     return row_in(m->kind_of[id], id);
 }
+
+int model_kind_on(const tsr_model *m, const tsr_layer_kind *k) {
+    return m->kind_of[k->params[0].id] == k;
+}

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common.h"
-#include "model/deltanet_layer.h"
 #include "model/layer_kind.h"
 
 void model_param_shape(tsr_model *m, tsr_param_id id, int present, int ndim, int64_t d0,
@@ -233,7 +232,7 @@ static void model_layout(tsr_model *m) {
         m->depth[i] = model_kind_layers(m, m->kind_of[i]);
     }
     for (const tsr_layer_kind *const *k = tsr_layer_kinds; *k; k++)
-        if (m->kind_of[(*k)->params[0].id] == *k) (*k)->layout(m);
+        if (model_kind_on(m, *k)) (*k)->layout(m);
 }
 
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
@@ -438,34 +437,27 @@ size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
 }
 
 double model_active_params(const tsr_model *m) {
-    /* MoE: a token passes through K of the E experts; the others' weights do no work for it */
-    double idle = (double)m->LM * (m->E - m->K) * 3.0 * m->FE * m->C;
+    /* MoE: a token passes through K of the E experts; the others' weights do no work for it
+     * (each layer's MLP row says how many: its idle slot) */
+    double idle = 0.0;
+    for (int l = 0; l < m->L; l++) {
+        const tsr_layer_kind *k = model_mlp(&m->cfg, l);
+        if (k->idle) idle += k->idle(m);
+    }
     return (double)m->n_params_counted - idle;
 }
 
 double model_flops_per_token(const tsr_model *m, int T) {
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
-    double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C;
-    return 6.0 * (model_active_params(m) - lookup) + 12.0 * (double)m->QD * model_attn_keys(m, T) +
-           model_dn_flops(m, T);
-}
-
-double model_dn_flops(const tsr_model *m, int T) {
-    /* per value head and token, forward, in chunks of c (docs/mfu.md): the state's three
-     * products (X_K S, q S, the update) 2 dk dv each, the chunk's K K^T, Q K^T (2 c dk each), the
-     * solve over [V | K] (2 c (dk + dv)) and the scores times V (2 c dv); x 3 with the backward */
-    const double c = T < DN_TRAIN_CHUNK ? T : DN_TRAIN_CHUNK, dk = m->dkl, dv = m->dvl;
-    return 3.0 * m->LL * m->HVl * (6.0 * dk * dv + 2.0 * c * (3.0 * dk + 2.0 * dv));
-}
-
-double model_attn_keys(const tsr_model *m, int T) {
-    double keys = 0.0;
+    double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C, own = 0.0;
+    /* beyond the parameters': each layer's mixer's products (attention's 12 (NH hs) keys, a
+     * linear layer's state) and its MLP's (none so far; docs/mfu.md) */
     for (int l = 0; l < m->L; l++) {
-        const int W = config_layer_window(&m->cfg, l);
-        if (config_layer_linear(&m->cfg, l)) continue; /* a state, no keys (docs/mfu.md) */
-        keys += W > 0 && W < T ? W : T;
+        const tsr_layer_kind *mix = model_mixer(&m->cfg, l), *mlp = model_mlp(&m->cfg, l);
+        if (mix->flops) own += mix->flops(m, l, T);
+        if (mlp->flops) own += mlp->flops(m, l, T);
     }
-    return keys;
+    return 6.0 * (model_active_params(m) - lookup) + own;
 }
 
 void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,
