@@ -508,6 +508,20 @@ const char *config_attn_variant_key(const tsr_model_config *m);
 const char *config_moe_variant_key(const tsr_model_config *m);
 /* The MLP is gated (SwiGLU, GeGLU): fcw holds the gate rows then the up rows (2F) */
 int config_mlp_gated(const tsr_model_config *m);
+/* What a key does to the model (its row of the key table; docs/config.md "Model keys"):
+ * TSR_KEY_SHAPES, it gives the model its tensors or what they compute (a resume keeps it);
+ * TSR_KEY_RUNS, a model.* key of how the model trains, which a run may change; TSR_KEY_OTHER,
+ * not a model key (also an unknown name). */
+typedef enum { TSR_KEY_OTHER = 0, TSR_KEY_SHAPES, TSR_KEY_RUNS } tsr_key_role;
+tsr_key_role config_key_role(const char *key);
+/* The i-th key of the table (0-based) and its role, or NULL past the last. */
+const char *config_key_at(int i, tsr_key_role *role);
+/* The keys that shape the model (their rows: TSR_KEY_SHAPES), the config a against b, each
+ * compared where it applies, at its effective value (derived sizes resolved, per-layer keys layer
+ * by layer): "n_layer 2 vs 4, norm_placement \"pre\" vs \"sandwich\"" into out (empty when they
+ * agree; a key that does not apply on one side reads "(unused)" there). What a resume compares
+ * with its checkpoint's config. */
+void config_model_diff(const tsr_config *a, const tsr_config *b, char *out, size_t cap);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

@@ -49,6 +49,29 @@ static void md_table(FILE *f, const char *group, size_t glen) {
     }
 }
 
+/* the keys of role r, as a list of `name`s */
+static void md_keys_of(FILE *f, cfgtab_role r) {
+    int n = 0;
+    for (int i = 0; i < cfgtab_n_keys; i++)
+        if (cfgtab_keys[i].role == r) fprintf(f, "%s`%s`", n++ ? ", " : "", cfgtab_keys[i].name);
+}
+
+/* "Model keys": what each model key does (its row's role), after the model group's table */
+static void md_model_roles(FILE *f) {
+    fprintf(f, "\n#### Model keys\n\n"
+               "A resume continues the model of its checkpoint. The keys that shape it (its tensors "
+               "or what they compute) keep the checkpoint's values: each is compared where it "
+               "applies (`model.rope_factor` with a RoPE scaling), at its effective value "
+               "(`model.n_kv_head = 0` is `n_head`, `model.expansion_ratio` counts as the MLP "
+               "width `model.intermediate_size`), a per-layer key layer by layer; a difference "
+               "stops the start with exit 1, naming each: `n_layer 3 vs 2, norm_placement \"pre\" "
+               "vs \"sandwich\" (config vs checkpoint)`. They are ");
+    md_keys_of(f, CFGR_SHAPE);
+    fprintf(f, ". A run may change the others between checkpoints (how the model trains): ");
+    md_keys_of(f, CFGR_RUN);
+    fprintf(f, ".\n");
+}
+
 void config_doc_markdown(FILE *f) {
     fprintf(f,
         "# Configuration keys\n\n"
@@ -92,6 +115,7 @@ void config_doc_markdown(FILE *f) {
         if (!dot || seen) continue;
         fprintf(f, "\n### `%.*s = { ... };`\n\n", (int)(dot - name), name);
         md_table(f, name, (size_t)(dot - name));
+        if (!strncmp(name, "model.", 6)) md_model_roles(f);
         if (!mix_done && !strncmp(name, "data.", 5)) cfgmix_doc(f), mix_done = 1;
     }
     cfgicl_doc(f);

@@ -1,5 +1,6 @@
 /* config_table.c — the table of every config key (data: name, type, field, default, range,
- * documentation). What is driven by it alone (lookup, defaults, value conversion and range checks,
+ * documentation, what it does to the model; the model group's rows in config_keys_model.h, their
+ * hooks and the comparison of two models in config_model.c). What is driven by it alone (lookup, defaults, value conversion and range checks,
  * value formatting, sizes and durations) is in config_values.c; the effective-config printout and
  * config_save are in config_print.c.
  * Parsing the libconfig file and --set are in config_load.c, cross-key validation in
@@ -108,8 +109,14 @@ _Static_assert(sizeof(tsr_device_kind) == sizeof(int) && sizeof(tsr_pos_kind) ==
 #define ENUM(a) .names = (a), .n_names = NELEM(a)
 #define INT32_ONLY .ihi = INT_MAX
 #define NO_MAX .hi = HUGE_VAL
+/* what a key does to the model (cfgtab_role): it shapes the model (always, or when f says it
+ * applies), or it says how the model trains */
+#define SHAPES .role = CFGR_SHAPE
+#define SHAPES_IF(f) .role = CFGR_SHAPE, .applies = (f)
+#define RUNS .role = CFGR_RUN
 
-/* Order: top-level keys first, then one block per group; config_print and the docs follow it. */
+/* Order: top-level keys first, then one block per group; config_print and the docs follow it. The
+ * model group's rows are config_keys_model.h's. */
 const cfgtab_key cfgtab_keys[] = {
     {.name = "run_dir", .type = CFGK_STRING, FIELD(run_dir), .def = "runs/default", .ilo = 1,
      .doc = "Run directory: the effective config, metrics, TensorBoard events and checkpoints go here."},
@@ -171,289 +178,7 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "peak_flops", .type = CFGK_FLOAT, FIELD(peak_flops), .def = "0", .lo = 0, NO_MAX,
      .doc = "Peak FLOP/s of one rank's device, for MFU; 0 = from the built-in device table."},
 
-    {.name = "model.n_layer", .type = CFGK_INT, FIELD(model.n_layer), .example = "12", .ilo = 1,
-     INT32_ONLY, .doc = "Transformer blocks (L)."},
-    {.name = "model.d_model", .type = CFGK_INT, FIELD(model.d_model), .example = "768", .ilo = 1,
-     INT32_ONLY, .doc = "Model width (C); a multiple of n_head."},
-    {.name = "model.n_head", .type = CFGK_INT, FIELD(model.n_head), .example = "12", .ilo = 1,
-     INT32_ONLY, .doc = "Attention heads (NH); head size = d_model / n_head."},
-    {.name = "model.vocab_size", .type = CFGK_INT, FIELD(model.vocab_size), .example = "50257",
-     .ilo = 2, .ihi = 2147483647,
-     .doc = "Vocabulary size of the tokenizer (V); every token id of the data must be < V."},
-    {.name = "model.vocab_multiple", .type = CFGK_INT, FIELD(model.vocab_multiple), .def = "128",
-     .ilo = 1, .ihi = 65536,
-     .doc = "Embedding and output rows are padded to Vp = V rounded up to a multiple of this "
-            "(64 or 128 suit GPU matmuls; 1 = no padding). Padding rows are never predicted."},
-    {.name = "model.max_seq_len", .type = CFGK_INT, FIELD(model.max_seq_len), .def = "0", .ilo = 0,
-     .ihi = 1048576,
-     .doc = "Rows of the learned position table; 0 = seq_len. With pos = learned, >= seq_len."},
-    {.name = "model.pos", .type = CFGK_ENUM, FIELD(model.pos), .def = "learned", ENUM(pos_names),
-     .doc = "Positions: `learned` absolute embeddings (GPT-2), `alibi` attention biases (MPT) or "
-            "`rope` rotary embeddings of q and k (Llama, Qwen, Mistral)."},
-    {.name = "model.rope_theta", .type = CFGK_FLOAT, FIELD(model.rope_theta), .def = "10000",
-     .lo = 0, .lo_open = 1, NO_MAX,
-     .doc = "RoPE base: pair i of a head turns by position x theta^(-2i/head_dim) (Llama 3: "
-            "500000, Qwen 2.5/3: 1000000)."},
-    {.name = "model.rope_scaling", .type = CFGK_ENUM, FIELD(model.rope_scaling), .def = "none",
-     ENUM(rope_scaling_names),
-     .doc = "RoPE frequency scaling: `none`, `llama3` (Llama 3.1/3.2's rope_scaling: the "
-            "rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos keys), "
-            "`linear` (every frequency divided by rope_factor; Gemma 3 4B-27B's full layers) or "
-            "`yarn` (gpt-oss: rope_factor, rope_beta_fast, rope_beta_slow, rope_truncate, "
-            "rope_original_max_pos; q and k times 0.1 ln(rope_factor) + 1). With "
-            "model.rope_local_theta the sliding layers are not scaled."},
-    {.name = "model.rope_factor", .type = CFGK_FLOAT, FIELD(model.rope_factor), .def = "8",
-     .lo = 1, NO_MAX, .doc = "rope_scaling = llama3: low frequencies are divided by this; linear: every frequency; "
-            "yarn: the interpolated ones (gpt-oss: 32)."},
-    {.name = "model.rope_low_freq_factor", .type = CFGK_FLOAT, FIELD(model.rope_low_freq_factor),
-     .def = "1", .lo = 0, .lo_open = 1, NO_MAX,
-     .doc = "rope_scaling = llama3: wavelengths above rope_original_max_pos / this are scaled."},
-    {.name = "model.rope_high_freq_factor", .type = CFGK_FLOAT,
-     FIELD(model.rope_high_freq_factor), .def = "4", .lo = 0, .lo_open = 1, NO_MAX,
-     .doc = "rope_scaling = llama3: wavelengths below rope_original_max_pos / this are kept; "
-            "between the two bounds they are interpolated. Must exceed rope_low_freq_factor."},
-    {.name = "model.rope_original_max_pos", .type = CFGK_INT, FIELD(model.rope_original_max_pos),
-     .def = "8192", .ilo = 1, INT32_ONLY,
-     .doc = "rope_scaling = llama3 or yarn: the context length the model was first trained at "
-            "(gpt-oss: 4096)."},
-    {.name = "model.rope_local_theta", .type = CFGK_FLOAT, FIELD(model.rope_local_theta),
-     .def = "0", .lo = 0, NO_MAX,
-     .doc = "RoPE base of the sliding-window layers (model.layer_types), unscaled, Gemma 3's "
-            "rope_local_base_freq (10000); the full layers keep rope_theta and rope_scaling. 0 = "
-            "every layer uses rope_theta (and rope_scaling)."},
-    {.name = "model.rope_beta_fast", .type = CFGK_FLOAT, FIELD(model.rope_beta_fast),
-     .def = "32", .lo = 0, .lo_open = 1, NO_MAX,
-     .doc = "rope_scaling = yarn: rotations over rope_original_max_pos above which a frequency "
-            "is kept (Hugging Face's beta_fast)."},
-    {.name = "model.rope_beta_slow", .type = CFGK_FLOAT, FIELD(model.rope_beta_slow),
-     .def = "1", .lo = 0, .lo_open = 1, NO_MAX,
-     .doc = "rope_scaling = yarn: rotations below which a frequency is divided by rope_factor "
-            "(beta_slow); between the two a linear ramp over the dimensions."},
-    {.name = "model.rope_truncate", .type = CFGK_BOOL, FIELD(model.rope_truncate), .def = "true",
-     .doc = "rope_scaling = yarn: the ramp's bounds rounded out to whole dimensions (Hugging "
-            "Face's truncate; gpt-oss: false)."},
-    {.name = "model.partial_rotary_factor", .type = CFGK_FLOAT,
-     FIELD(model.partial_rotary_factor), .def = "1", .lo = 0, .lo_open = 1, .hi = 1,
-     .doc = "RoPE turns the first partial_rotary_factor x head_dim dimensions of each q and k "
-            "head (rotate-half within them, frequencies over that size); the rest pass unchanged "
-            "(Qwen3-Next: 0.25, GPT-NeoX). The product must be an even whole number."},
-    {.name = "model.no_rope_layers", .type = CFGK_STRING, FIELD(model.no_rope_layers), .def = "",
-     .doc = "Layers without RoPE (NoPE), Hugging Face SmolLM3's no_rope_layers: a comma list of "
-            "1 (RoPE) and 0 (no positions), one per layer or a shorter pattern repeated over the "
-            "layers (SmolLM3: \"1,1,1,0\"); \"\" = RoPE everywhere."},
-    {.name = "model.attn_logit_softcapping", .type = CFGK_FLOAT,
-     FIELD(model.attn_logit_softcapping), .def = "0", .lo = 0, NO_MAX,
-     .doc = "Attention-score soft-capping (Gemma 2: 50): scores = cap tanh(scores / cap) after "
-            "the scale, before the mask and softmax; 0 = off."},
-    {.name = "model.final_logit_softcapping", .type = CFGK_FLOAT,
-     FIELD(model.final_logit_softcapping), .def = "0", .lo = 0, NO_MAX,
-     .doc = "LM-head soft-capping (Gemma 2: 30): logits = cap tanh(logits / cap) before the "
-            "loss and sampling; 0 = off."},
-    {.name = "model.attn_mask", .type = CFGK_ENUM, FIELD(model.attn_mask), .def = "causal",
-     ENUM(mask_names),
-     .doc = "`causal`: a token attends to every earlier token of its sequence. `document`: only to "
-            "those of its own document: in data that records where its examples start (`tessera "
-            "prep --format sft|chat --pack`), each example; else a document ends with (and "
-            "includes) model.eot_token. Learned and rotary positions restart at 0 in each, so "
-            "packed examples do not see each other (docs/model.md). The trainer warns when data "
-            "that records them trains with `causal`."},
-    {.name = "model.eot_token", .type = CFGK_INT, FIELD(model.eot_token), .def = "50256", .ilo = 0,
-     INT32_ONLY,
-     .doc = "End-of-text token id that ends a document with attn_mask = `document` in data that "
-            "does not record its examples' starts (GPT-2's `<|endoftext|>` is 50256); must be < "
-            "model.vocab_size then, unused otherwise."},
-    {.name = "model.bias", .type = CFGK_BOOL, FIELD(model.bias), .def = "true",
-     .doc = "Biases in the linear layers and LayerNorms (GPT-2: true, MPT: false)."},
-    {.name = "model.expansion_ratio", .type = CFGK_FLOAT, FIELD(model.expansion_ratio), .def = "4",
-     .lo = 0, .lo_open = 1, NO_MAX,
-     .doc = "MLP hidden width = expansion_ratio x d_model, which must be a whole number."},
-    {.name = "model.gelu", .type = CFGK_ENUM, FIELD(model.gelu), .def = "tanh", ENUM(gelu_names),
-     .doc = "GELU form: `tanh` approximation (GPT-2) or `exact` erf form (MPT)."},
-    {.name = "model.norm", .type = CFGK_ENUM, FIELD(model.norm), .def = "layernorm",
-     ENUM(norm_names),
-     .doc = "Normalisation: `layernorm` (GPT-2, MPT; eps 1e-5) or `rmsnorm` (Llama, Qwen; eps "
-            "model.norm_eps, no bias)."},
-    {.name = "model.norm_eps", .type = CFGK_FLOAT, FIELD(model.norm_eps), .def = "1e-5", .lo = 0,
-     .lo_open = 1, .hi = 1,
-     .doc = "RMSNorm's epsilon (Llama 3: 1e-5, Qwen: 1e-6); LayerNorm's is fixed at 1e-5."},
-    {.name = "model.mlp", .type = CFGK_ENUM, FIELD(model.mlp), .def = "gelu", ENUM(mlp_names),
-     .doc = "MLP: `gelu` (two matrices, GELU of kind model.gelu), `swiglu` (gate, up, down: "
-            "silu(x Wg) * (x Wu) Wd; Llama, Qwen, Mistral) or `geglu_tanh` (gelu_tanh(x Wg) * "
-            "(x Wu) Wd, the tanh-approximated GELU whatever model.gelu says; Gemma's "
-            "gelu_pytorch_tanh)."},
-    {.name = "model.intermediate_size", .type = CFGK_INT, FIELD(model.intermediate_size),
-     .def = "0", .ilo = 0, INT32_ONLY,
-     .doc = "MLP hidden width F; 0 = expansion_ratio x d_model (Llama 3.2 1B: 8192)."},
-    {.name = "model.n_kv_head", .type = CFGK_INT, FIELD(model.n_kv_head), .def = "0", .ilo = 0,
-     INT32_ONLY,
-     .doc = "Key/value heads (grouped-query attention; 1 = multi-query); 0 = n_head. n_head must "
-            "be a multiple of it."},
-    {.name = "model.head_dim", .type = CFGK_INT, FIELD(model.head_dim), .def = "0", .ilo = 0,
-     INT32_ONLY,
-     .doc = "Size of one attention head; 0 = d_model / n_head (Qwen 3 sets it: 128 at any width)."},
-    {.name = "model.qkv_bias", .type = CFGK_BOOL, FIELD(model.qkv_bias), .def = "false",
-     .doc = "A bias on the q, k and v projections even with model.bias = false (Qwen 2/2.5)."},
-    {.name = "model.qk_norm", .type = CFGK_BOOL, FIELD(model.qk_norm), .def = "false",
-     .doc = "RMSNorm (eps model.norm_eps, weights per head dimension) of every q and k head "
-            "before RoPE (Qwen 3), or of the whole projections (model.qk_norm_scope)."},
-    {.name = "model.qk_norm_scope", .type = CFGK_ENUM, FIELD(model.qk_norm_scope), .def = "head",
-     ENUM(qkscope_names),
-     .doc = "What model.qk_norm normalises: `head` = each q and k head over head_dim, weights "
-            "`qnormw`, `knormw` (n_layer, head_dim) (Qwen 3, Gemma 3); `projection` = the whole q "
-            "projection (n_head * head_dim) and the whole k projection (n_kv_head * head_dim) "
-            "before the head split, weights (n_layer, n_head * head_dim) and (n_layer, n_kv_head "
-            "* head_dim) (OLMo 2: q_norm, k_norm)."},
-    {.name = "model.tie_embeddings", .type = CFGK_BOOL, FIELD(model.tie_embeddings),
-     .def = "true",
-     .doc = "The LM head is the token embedding wte (GPT-2, Llama 3.2 1B/3B, Qwen small); false: "
-            "a separate (vocab, d_model) matrix `lm_head` (Llama 3.1 8B, Qwen 7B/8B)."},
-    {.name = "model.moe_experts", .type = CFGK_INT, FIELD(model.moe_experts), .def = "0",
-     .ilo = 0, .ihi = 4096,
-     .doc = "Mixture of experts: routed experts per MoE layer (each a SwiGLU MLP); 0 = a dense "
-            "model, else >= 2 (Mixtral: 8, Qwen3-30B-A3B: 128, DBRX: 16; docs/moe.md)."},
-    {.name = "model.moe_top_k", .type = CFGK_INT, FIELD(model.moe_top_k), .def = "2", .ilo = 1,
-     .ihi = 4096,
-     .doc = "Experts each token is routed to (at most model.moe_experts; Mixtral 2, DBRX 4, "
-            "Qwen3-MoE 8). Dropless: every token reaches all of them."},
-    {.name = "model.moe_intermediate_size", .type = CFGK_INT,
-     FIELD(model.moe_intermediate_size), .def = "0", .ilo = 0, INT32_ONLY,
-     .doc = "Hidden width of one expert; 0 = the dense MLP width (model.intermediate_size or "
-            "expansion_ratio x d_model)."},
-    {.name = "model.moe_every", .type = CFGK_INT, FIELD(model.moe_every), .def = "1", .ilo = 1,
-     INT32_ONLY,
-     .doc = "Which layers are MoE: layer l (0-based) when (l + 1) is a multiple of it; 1 = every "
-            "layer, 2 = every second (the others keep the dense MLP of model.mlp)."},
-    {.name = "model.moe_norm_topk", .type = CFGK_BOOL, FIELD(model.moe_norm_topk),
-     .def = "true",
-     .doc = "Divide the top-k router probabilities by their sum (Mixtral, DBRX, Qwen3-MoE); "
-            "false: use them as they are (Qwen2-MoE, Switch)."},
-    {.name = "model.moe_shared_size", .type = CFGK_INT, FIELD(model.moe_shared_size),
-     .def = "0", .ilo = 0, INT32_ONLY,
-     .doc = "Hidden width of a shared SwiGLU expert every token passes through besides its "
-            "routed ones (DeepSeek style, ungated); 0 = none."},
-    {.name = "model.moe_shared_gate", .type = CFGK_BOOL, FIELD(model.moe_shared_gate),
-     .def = "false",
-     .doc = "Gate the shared expert per token: its output times sigmoid(x . w), w = `shgatew` "
-            "(n_moe_layers, 1, d_model), weight-decayed (Qwen2-MoE, Qwen3-Next's "
-            "shared_expert_gate). Needs model.moe_shared_size > 0."},
-    {.name = "model.moe_aux_loss_coef", .type = CFGK_FLOAT, FIELD(model.moe_aux_loss_coef),
-     .def = "0.01", .lo = 0, NO_MAX,
-     .doc = "Weight of the load-balancing loss E * sum_e f_e P_e per MoE layer (1 at perfect "
-            "balance; Hugging Face's Mixtral form is top_k times it: docs/moe.md)."},
-    {.name = "model.moe_z_loss_coef", .type = CFGK_FLOAT, FIELD(model.moe_z_loss_coef),
-     .def = "0", .lo = 0, NO_MAX,
-     .doc = "Weight of the router z-loss, the mean squared logsumexp of the router logits per "
-            "MoE layer (ST-MoE; 1e-3 is usual); 0 = off."},
-    {.name = "model.moe_router_bias", .type = CFGK_BOOL, FIELD(model.moe_router_bias),
-     .def = "false",
-     .doc = "A bias on the router's logits, tensor `routerb` (n_moe_layers, moe_experts), not "
-            "weight-decayed (gpt-oss; docs/moe.md \"gpt-oss's experts\")."},
-    {.name = "model.moe_expert_bias", .type = CFGK_BOOL, FIELD(model.moe_expert_bias),
-     .def = "false",
-     .doc = "Biases on every expert's [gate | up] projection, `expb1` (n_moe_layers, "
-            "moe_experts, 2 x moe_intermediate_size), and down projection, `expb2` "
-            "(n_moe_layers, moe_experts, d_model), not weight-decayed (gpt-oss)."},
-    {.name = "model.moe_act", .type = CFGK_ENUM, FIELD(model.moe_act), .def = "swiglu",
-     ENUM(moe_act_names),
-     .doc = "The routed experts' unit: `swiglu` = silu(gate) * up; `gptoss` = gpt-oss's "
-            "(g = min(gate, L), u = clamp(up, -L, L), (u + 1) * g * sigmoid(1.702 g), L = "
-            "model.swiglu_limit)."},
-    {.name = "model.swiglu_limit", .type = CFGK_FLOAT, FIELD(model.swiglu_limit), .def = "7",
-     .lo = 0, .lo_open = 1, NO_MAX,
-     .doc = "The clamp L of model.moe_act = \"gptoss\" (Hugging Face's `swiglu_limit`; gpt-oss: "
-            "7); unused with `swiglu`."},
-    {.name = "model.init_std", .type = CFGK_FLOAT, FIELD(model.init_std), .def = "0.02", .lo = 0,
-     .lo_open = 1, NO_MAX, .doc = "Standard deviation of the normal weight initialization."},
-    {.name = "model.activation_checkpointing", .type = CFGK_ENUM,
-     FIELD(model.activation_checkpointing), .def = "none", ENUM(actckpt_names),
-     .doc = "Activations a checkpointed layer does not keep for backward, recomputed from what it "
-            "keeps just before its backward: `none`; `block` all but the layer's input residual; "
-            "`attention` qkv, attention probabilities and output; `mlp` the MLP hidden layer. "
-            "Gradients are bit-identical to `none` (docs/model.md)."},
-    {.name = "model.activation_checkpointing_layers", .type = CFGK_INT,
-     FIELD(model.activation_checkpointing_layers), .def = "-1", .ilo = -1, INT32_ONLY,
-     .doc = "With activation_checkpointing other than `none`: the first this many layers are "
-            "checkpointed; -1 = all, else 1 .. model.n_layer. One layer saves nothing (the "
-            "recomputation needs one layer of buffers)."},
-    {.name = "model.activation_checkpointing_range", .type = CFGK_STRING,
-     FIELD(model.activation_checkpointing_range), .def = "",
-     .doc = "With activation_checkpointing other than `none`: `\"A-B\"` checkpoints layers A to B "
-            "(0-based, inclusive) instead of the first N, e.g. the middle of a deep model; `\"\"` "
-            "= use activation_checkpointing_layers."},
-    {.name = "model.layer_types", .type = CFGK_STRING, FIELD(model.layer_types), .def = "",
-     .doc = "Attention type of each layer, Hugging Face's `layer_types`: a comma list of "
-            "`sliding_attention` (a window of model.sliding_window tokens), `full_attention` and "
-            "`linear_attention` (Qwen3-Next's Gated DeltaNet, model.linear_*; what it does not run "
-            "with on CUDA: docs/limits.md), "
-            "one per layer, or a shorter pattern repeated over the layers (Gemma 3: five "
-            "sliding, one full); `\"\"` = every layer full, or sliding when model.sliding_window "
-            "is set (docs/models.md)."},
-    {.name = "model.hf_model_type", .type = CFGK_STRING, FIELD(model.hf_model_type), .def = "",
-     .doc = "The Hugging Face `model_type` that `tessera ckpt export --format hf` writes when "
-            "`--arch` is not given: `\"\"` = the class the model's features choose (docs/hf.md); "
-            "an import sets it to the directory's (`qwen3_5`, `qwen3_5_text`, `qwen3_5_moe`, "
-            "`qwen3_5_moe_text`: Qwen 3.5's layouts of Qwen3-Next's layers). No effect on "
-            "training."},
-    {.name = "model.sliding_window", .type = CFGK_INT, FIELD(model.sliding_window), .def = "0",
-     .ilo = 0, INT32_ONLY,
-     .doc = "Window W of the sliding-attention layers: position i sees positions j with "
-            "i - W < j <= i (Hugging Face's convention), within its document under the document "
-            "mask; 0 = none."},
-    {.name = "model.linear_num_key_heads", .type = CFGK_INT, FIELD(model.linear_num_key_heads),
-     .def = "16", .ilo = 1, .ihi = 4096,
-     .doc = "Query/key heads of the `linear_attention` layers' Gated DeltaNet (Hugging Face "
-            "Qwen3-Next's name; docs/deltanet.md)."},
-    {.name = "model.linear_num_value_heads", .type = CFGK_INT,
-     FIELD(model.linear_num_value_heads), .def = "32", .ilo = 1, .ihi = 4096,
-     .doc = "Value heads of the `linear_attention` layers, a multiple of "
-            "model.linear_num_key_heads (value head h reads query/key head h / (HV / HK))."},
-    {.name = "model.linear_key_head_dim", .type = CFGK_INT, FIELD(model.linear_key_head_dim),
-     .def = "128", .ilo = 1, .ihi = 4096,
-     .doc = "Query/key head size d_k of the `linear_attention` layers."},
-    {.name = "model.linear_value_head_dim", .type = CFGK_INT,
-     FIELD(model.linear_value_head_dim), .def = "128", .ilo = 1, .ihi = 4096,
-     .doc = "Value head size d_v of the `linear_attention` layers (the state is d_k x d_v a "
-            "head)."},
-    {.name = "model.linear_conv_kernel_dim", .type = CFGK_INT,
-     FIELD(model.linear_conv_kernel_dim), .def = "4", .ilo = 1, .ihi = 16,
-     .doc = "Kernel of the `linear_attention` layers' causal depthwise convolution (over q, k, "
-            "v before the SiLU)."},
-    {.name = "model.attn_output_gate", .type = CFGK_BOOL, FIELD(model.attn_output_gate),
-     .def = "false",
-     .doc = "Qwen3-Next's gated attention (Hugging Face's name): each attention layer's output "
-            "times sigmoid(gate) per head before o_proj, gate = ln1 @ attngatew^T (HF's q_proj "
-            "rows [query | gate] of each head, split)."},
-    {.name = "model.attn_sinks", .type = CFGK_BOOL, FIELD(model.attn_sinks), .def = "false",
-     .doc = "Attention sinks (gpt-oss): a learned logit per head and layer (tensor `sinks`, "
-            "(n_layer, n_head)) that joins every row's softmax denominator."},
-    {.name = "model.query_pre_attn_scalar", .type = CFGK_FLOAT,
-     FIELD(model.query_pre_attn_scalar), .def = "0", .lo = 0, NO_MAX,
-     .doc = "Attention scores are q.k / sqrt(this) (Gemma's `query_pre_attn_scalar`: 256 in "
-            "Gemma 3 1B-12B, 168 in 27B); 0 = the head size (the usual 1 / sqrt(head_dim))."},
-    {.name = "model.norm_placement", .type = CFGK_ENUM, FIELD(model.norm_placement),
-     .def = "pre", ENUM(nplace_names),
-     .doc = "Where a block's norms sit: `pre` = x + f(norm(x)) (GPT-2, Llama, Qwen); `sandwich` = "
-            "x + norm'(f(norm(x))) around both the attention and the MLP (Gemma 2/3: tensors "
-            "`postattnw` and `postmlpw`, (n_layer, d_model), Hugging Face's "
-            "post_attention_layernorm and post_feedforward_layernorm; ln2w is its "
-            "pre_feedforward_layernorm); `post` = x + norm'(f(x)), no norm before the attention "
-            "or the MLP (OLMo 2: the same `postattnw`, `postmlpw`, no ln1w or ln2w). `sandwich` "
-            "and `post` need model.norm = rmsnorm (docs/models.md)."},
-    {.name = "model.embed_scale", .type = CFGK_ENUM, FIELD(model.embed_scale), .def = "none",
-     ENUM(embscale_names),
-     .doc = "The token embedding's multiplier before the first layer: `none`, or `sqrt_d_model` "
-            "(Gemma 1-3: wte[token] * sqrt(d_model), in fp32 here; Hugging Face rounds the factor "
-            "to the weights' dtype, bf16 in bf16 checkpoints: docs/models.md). Not with "
-            "model.pos = learned."},
-    {.name = "model.activation_compression", .type = CFGK_ENUM,
-     FIELD(model.activation_compression), .def = "none", ENUM(actcomp_names),
-     .doc = "How a decoder layer keeps its linear layers' inputs (ln1, the attention output, ln2, "
-            "the MLP's hidden layer after GELU / SwiGLU) and the hidden layer before it for the "
-            "backward: `none` as "
-            "computed; `fp8` in E4M3 with a per-tensor fp32 scale, dequantised to bf16 for the "
-            "backward (the backward's GEMMs stay bf16). Needs device = `cuda`; the MoE experts' "
-            "activations stay bf16. `--plan` shows the bytes a layer keeps with and without "
-            "(docs/cuda.md \"Compressed activations\")."},
+#include "config/config_keys_model.h"
 
     {.name = "optim.lr", .type = CFGK_FLOAT, FIELD(optim.lr), .example = "6e-4", .lo = 0,
      .lo_open = 1, NO_MAX, .doc = "Peak learning rate (AdamW), reached at the end of warmup."},
@@ -772,10 +497,12 @@ const cfgtab_key cfgtab_keys[] = {
 
     {.name = "lora.rank", .type = CFGK_INT, FIELD(lora.rank), .def = "0", .ilo = 0, .ihi = 4096,
      .doc = "LoRA (docs/lora.md): the rank r of the low-rank adapters trained beside the frozen "
-            "base model (8 to 64 is usual); 0 = no adapters, every weight trains."},
+            "base model (8 to 64 is usual); 0 = no adapters, every weight trains.",
+     SHAPES},
     {.name = "lora.alpha", .type = CFGK_FLOAT, FIELD(lora.alpha), .def = "16.0", .lo = 0,
      .lo_open = 1, NO_MAX,
-     .doc = "LoRA: the adapter path is scaled by alpha / r (PEFT's lora_alpha)."},
+     .doc = "LoRA: the adapter path is scaled by alpha / r (PEFT's lora_alpha).",
+     SHAPES_IF(cfgm_lora)},
     {.name = "lora.dropout", .type = CFGK_FLOAT, FIELD(lora.dropout), .def = "0.0", .lo = 0,
      .hi = 1, .hi_open = 1,
      .doc = "LoRA: dropout on the adapter path's input during training (PEFT's lora_dropout); "
@@ -788,7 +515,8 @@ const cfgtab_key cfgtab_keys[] = {
             "three, a GELU MLP `down` only so far, a MoE model's experts none); with "
             "linear_attention layers `in_proj_qkvz`, `in_proj_ba`, `out_proj` (the Gated "
             "DeltaNet's projections, PEFT's Qwen3-Next names), with model.attn_output_gate "
-            "`attn_gate` (the gate's projection)."},
+            "`attn_gate` (the gate's projection).",
+     SHAPES_IF(cfgm_lora), .value = cfgm_lora_targets},
     {.name = "lora.base", .type = CFGK_STRING, FIELD(lora.base), .def = "", .ilo = 0,
      .doc = "LoRA: the frozen base model: a checkpoint, a run directory or a Hugging Face "
             "directory; \"\" = the one --init-from names, else the seed's initial weights (a "

@@ -22,6 +22,18 @@ typedef enum {
     CFGK_TYPE_COUNT
 } cfgtab_type;
 
+/* What a key does to the model (docs/config.md "Model keys"): every model.* key says, and the
+ * adapters' keys that shape what a checkpoint holds (lora.rank, lora.alpha, lora.targets). */
+typedef enum {
+    CFGR_NONE = 0, /* not a model key */
+    CFGR_SHAPE,    /* gives the model its tensors or what they compute: a resume keeps it
+                    * (config_model_diff compares it with the checkpoint's) */
+    CFGR_RUN,      /* a model.* key of how the model trains, not what it is (activation
+                    * checkpointing, the document mask, the initialisation, the auxiliary losses'
+                    * weights): a run may change it between checkpoints */
+    CFGR_COUNT
+} cfgtab_role;
+
 typedef struct cfgtab_key {
     const char *name;      /* dotted: "optim.lr"; at most one level of grouping */
     cfgtab_type type;
@@ -36,7 +48,46 @@ typedef struct cfgtab_key {
                              * as 0, "decided at run time" (micro_batch = auto); NULL = none */
     int n_names;
     const char *doc;       /* one line, markdown */
+    /* the model's keys (config_model.c): */
+    cfgtab_role role;
+    const char *via;       /* CFGR_SHAPE, compared as part of another key's effective value (the
+                            * MLP width: expansion_ratio through model.intermediate_size); NULL:
+                            * itself */
+    int (*applies)(const tsr_config *c); /* CFGR_SHAPE: whether the key takes effect (rope_factor:
+                                          * RoPE with a scaling); NULL: always. A key that does
+                                          * not apply compares as unused, whatever its value */
+    void (*value)(const tsr_config *c, char *buf, size_t n); /* its effective value where a
+                                          * derived one stands for it (n_kv_head 0 = n_head);
+                                          * NULL: the field */
+    void (*layer)(const tsr_model_config *m, int l, char *buf, size_t n); /* a per-layer key:
+                                          * layer l's effective value (compared layer by layer) */
 } cfgtab_key;
+
+/* The hooks the model rows of the table name (config_model.c): when a key applies, its
+ * effective value, a per-layer key's value at a layer. */
+int cfgm_rope(const tsr_config *c);
+int cfgm_rope_scaled(const tsr_config *c);
+int cfgm_llama3(const tsr_config *c);
+int cfgm_original_ctx(const tsr_config *c);
+int cfgm_yarn(const tsr_config *c);
+int cfgm_learned(const tsr_config *c);
+int cfgm_gelu_mlp(const tsr_config *c);
+int cfgm_qk_norm(const tsr_config *c);
+int cfgm_moe(const tsr_config *c);
+int cfgm_moe_shared(const tsr_config *c);
+int cfgm_gptoss(const tsr_config *c);
+int cfgm_sliding(const tsr_config *c);
+int cfgm_linear(const tsr_config *c);
+int cfgm_lora(const tsr_config *c);
+void cfgm_kv_heads(const tsr_config *c, char *buf, size_t n);
+void cfgm_head_size(const tsr_config *c, char *buf, size_t n);
+void cfgm_mlp_width(const tsr_config *c, char *buf, size_t n);
+void cfgm_expert_width(const tsr_config *c, char *buf, size_t n);
+void cfgm_score_scale(const tsr_config *c, char *buf, size_t n);
+void cfgm_positions(const tsr_config *c, char *buf, size_t n);
+void cfgm_lora_targets(const tsr_config *c, char *buf, size_t n);
+void cfgm_layer_kind(const tsr_model_config *m, int l, char *buf, size_t n);
+void cfgm_layer_rope(const tsr_model_config *m, int l, char *buf, size_t n);
 
 extern const cfgtab_key cfgtab_keys[];
 extern const int cfgtab_n_keys;

@@ -1,23 +1,21 @@
 /* decoder.c — the decoder's sequence, written once over the backend interface (decoder.h,
  * kernels/backend.h; docs/decoder.md).
  *
- * One block:  ln1 = N1(x); qkv = ln1 @ qkvw^T + qkvb (into qkvr, then qkv = QK-norm(qkvr) with
- *             qk_norm); qkv = RoPE(qkv) in place (pos = rope); atty = attention(qkv);
- *             residual2 = x + atty @ attprojw^T + attprojb; ln2 = N2(residual2);
- *             fch_gelu = gelu(fch = ln2 @ fcw^T + fcb)  (SwiGLU: fch = [gate | up] projection,
- *             fch_gelu = silu(gate) * up);
- *             residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb
+ * One block:  ln1 = N1(x); the mixer's forward from ln1 (its row: attention, a linear layer);
+ *             residual2 = x + the mixer's output; ln2 = N2(residual2); the MLP's forward from ln2
+ *             (its row: dense, gated, mixture of experts); residual3 = residual2 + its output.
  * N is LayerNorm or RMSNorm (model.norm). The LM head is wte, or lm_head when untied. With
  * model.norm_placement = sandwich (Gemma 2/3) each branch's output is RMS-normalised before its
  * residual add (postattnw, postmlpw: dec_branch_out); with post (OLMo 2) too, and N1, N2 are the
  * identity (ln1 = x, ln2 = residual2: copies, block_norm_forward).
  * Each residual add is fused with the LayerNorm that reads it (residual2 with LN2, residual3 with
  * the next layer's LN1 or the final one), so only layer 0's LN1 runs alone. The steps from LN1 to
- * the MLP's GELU form a table that activation checkpointing reruns a range of (residual3 is always
- * kept, so the last matmul never reruns). The KV-cache decode step runs the same layer loop over
- * one chunk's buffers, with the cache's attention in place of the training one.
- * The activation plan is decoder_acts.c's, the backward decoder_backward.c's, decoding with a KV
- * cache decoder_kv.c's (decoder_int.h: what they share).
+ * the MLP's hidden layer form a table that activation checkpointing reruns a range of (residual3
+ * is always kept, so the MLP's output projection never reruns). The KV-cache decode step runs the
+ * same layer loop over one chunk's buffers, where the kinds take the cache's paths.
+ * The layer kinds are layer_kind.h's rows (mixer_attention.c, mixer_deltanet.c, mlp_dense.c,
+ * mlp_moe.c); the activation plan is decoder_acts.c's, the backward decoder_backward.c's,
+ * decoding with a KV cache decoder_kv.c's (decoder_int.h: what they share).
  */
 #include "model/decoder.h"
 
@@ -28,7 +26,7 @@
 
 #include "common.h"
 #include "model/decoder_int.h"
-#include "model/model_ep.h"
+#include "model/layer_kind.h"
 #include "model/model_lora.h"
 #include "model/model_ring.h"
 
@@ -54,17 +52,11 @@ void dec_unit_put(const tsr_decoder *d, int u, int backward) {
 dec_layer dec_run_layer(const dec_run *r, int l) {
     if (!r->kv) return dec_layer_at(r->d->m, r->d->be, r->d->a, l);
     tsr_kv_cache *kv = r->kv;
-    return (dec_layer){.x = kv->x, .ln1 = kv->ln, .qkv = kv->qkv, .qkvr = kv->qkvr,
-                       .atty = kv->atty, .res2 = kv->x, .ln2 = kv->ln, .fch = kv->fch,
-                       .fchg = kv->fchg, .res3 = kv->x, .ln1m = kv->mean, .ln1r = kv->rstd,
-                       .qknr = kv->qknr, .ln2m = kv->mean, .ln2r = kv->rstd,
-                       .mlg = kv->moe.logits, .xg = kv->moe.xg, .h = kv->moe.h,
-                       .hg = kv->moe.hg, .y = kv->moe.y, .sh = kv->moe.sh, .shg = kv->moe.shg,
-                       .shout = kv->moe.shout, .probs = kv->moe.probs, .lse = kv->moe.lse,
-                       .wts = kv->moe.wts, .stats = kv->moe.stats, .idx = kv->moe.idx,
-                       .rows = kv->moe.rows, .slot = kv->moe.slot, .offs = kv->moe.offs,
-                       .dn = kv->dn, .agate = kv->agate,
-                       .agated = kv->agate ? kv->agate + (size_t)kv->chunk * r->d->m->QD : NULL};
+    dec_layer v = {.x = kv->x, .ln1 = kv->ln, .res2 = kv->x, .ln2 = kv->ln, .res3 = kv->x,
+                   .ln1m = kv->mean, .ln1r = kv->rstd, .ln2m = kv->mean, .ln2r = kv->rstd};
+    for (const tsr_layer_kind *const *k = tsr_layer_kinds; *k; k++)
+        if ((*k)->kv_view && model_kind_on(r->d->m, *k)) (*k)->kv_view(kv, r->d->m, &v);
+    return v;
 }
 
 /* The block's normalisation (model.norm): LayerNorm (mean, rstd; bias b or NULL) or RMSNorm
@@ -142,192 +134,46 @@ void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *
     else be->matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
 }
 
-const tsr_attn_var *dec_attn_var(const tsr_model *m, int l, const void *sinks, float *dsinks,
-                                 tsr_attn_var *var) {
-    const double q = m->cfg.query_pre_attn_scalar; /* 0 or the head size: 1 / sqrt(hs) */
-    *var = (tsr_attn_var){.window = config_layer_window(&m->cfg, l), .sinks = sinks,
-                          .dsinks = sinks ? dsinks : NULL,
-                          .scale = q > 0 && q != m->hs ? (float)(1.0 / sqrt(q)) : 0.0f,
-                          .softcap = (float)m->cfg.attn_logit_softcapping};
-    return var->window > 0 || var->sinks || var->scale > 0.0f || var->softcap > 0.0f ? var
-                                                                                     : NULL;
-}
-
-int dec_attn_has_variants(const tsr_model *m) {
-    static const float sink_weights; /* any pointer: dec_attn_var only asks whether there is one */
-    tsr_attn_var vs;
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        if (dec_attn_var(m, l, m->cfg.attn_sinks ? &sink_weights : NULL, NULL, &vs)) return 1;
-    return 0;
-}
-
-static void attention(const dec_run *r, int l, const dec_layer *v, const void *sinks) {
-    const tsr_decoder *d = r->d;
-    const tsr_backend *be = d->be;
-    const int NH = d->m->NH, KVH = d->m->KVH, hs = d->m->hs;
-    tsr_attn_var vs;
-    const tsr_attn_var *var = dec_attn_var(d->m, l, sinks, NULL, &vs);
-    if (!r->kv && d->ring) { /* context parallelism: round the ring (model_ring.h) */
-        ring_attention_forward(d->ring, be, d->a, v->atty, v->att, v->qkv, d->slopes, var, r->B,
-                               r->T * d->ring->N, NH, KVH, hs);
-        return;
-    }
-    if (!r->kv) {
-        be->attention_forward(be, v->atty, v->att, v->qkv, d->slopes, d->a->seq, var, r->B, r->T,
-                              NH, KVH, hs);
-        return;
-    }
-    tsr_kv_cache *kv = r->kv; /* attention layer la's ring of lc positions (model.h) */
-    const int la = model_layer_slot(d->m, TSR_P_QKVW, l), lc = kv->lcap[la];
-    const size_t per = (size_t)KVH * hs * lc, e = tsr_dtype_size(be->act);
-    const size_t at = kv->lofs[la] * (r->ks ? (size_t)r->ks->slots : 1) * e;
-    char *kt = (char *)kv->kt + at, *vv = (char *)kv->v + at;
-    if (r->ks) { /* layer l of every slot, then the slot */
-        const tsr_kv_slots *ks = r->ks;
-        const int32_t *ids = ks->dev_ids, R = ks->rows;
-        if (r->slot >= 0)
-            be->attention_decode(be, v->atty, kt + (size_t)r->slot * per * e,
-                                 vv + (size_t)r->slot * per * e, v->qkv, d->slopes, var,
-                                 kv->att, kv->nthreads, r->p0, r->N, ks->seg[r->slot], lc, NH,
-                                 KVH, hs);
-        else
-            be->attention_decode_rows(be, v->atty, kt, vv, v->qkv, d->slopes, var, kv->att,
-                                      kv->nthreads, ids + R, ids + 2 * R, ids + 3 * R, r->N, per,
-                                      lc, NH, KVH, hs);
-        return;
-    }
-    be->attention_decode(be, v->atty, kt, vv, v->qkv, d->slopes, var, kv->att, kv->nthreads,
-                         r->p0, r->N, kv->seg, lc, NH, KVH, hs);
-}
-
-/* LoRA (model_lora.h): target t's adapter path of layer l added to out, the projection's
- * output (forward), or its backward into dinp and the adapters' gradients */
-static void lora_fwd(const dec_run *r, int l, tsr_lora_target t, void *out, const void *inp) {
+/* LoRA (model_lora.h): target t's adapter path of layer l */
+void dec_lora_fwd(const dec_run *r, int l, tsr_lora_target t, void *out, const void *inp) {
     lora_forward_at(r->d->lora, r->d->be, l, t, out, inp, r->N);
 }
 
-/* qkv = ln1 @ qkvw^T + qkvb (+ the q, k, v adapters), then QK-norm (from qkvr) and RoPE in
- * place */
-static void qkv_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
-    const tsr_decoder *d = r->d;
-    const tsr_backend *be = d->be;
-    const tsr_model *m = d->m;
-    const int qk = m->cfg.qk_norm;
-    void *proj = qk ? v->qkvr : v->qkv;
-    dec_linear(r, l, proj, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C, m->QKV);
-    for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) lora_fwd(r, l, t, proj, v->ln1);
-    if (qk) /* per head, or over the whole projections (model.qk_norm_scope) */
-        (m->cfg.qk_norm_scope == TSR_QKN_PROJECTION ? be->qknorm_proj_forward : be->qknorm_forward)(
-            be, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N, m->NH, m->KVH,
-            m->hs, (float)m->cfg.norm_eps);
-    if (m->cfg.pos == TSR_POS_ROPE) {
-        int p0;
-        const int32_t *pos = dec_rope_pos(r, &p0);
-        model_rope_apply(m, be, d->rope, l, v->qkv, pos, p0, r->B, r->T, 0);
-    }
-}
-
-/* A MoE layer's MLP up to the experts' outputs (docs/moe.md): router (with its bias: gpt-oss),
- * routing, the experts' units and down projections (experts_forward), the shared expert up to
- * its SwiGLU. moe_combine_forward adds them up afterwards (in the fcproj matmul's place). */
-static void moe_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
-    const tsr_backend *be = r->d->be;
-    const tsr_model *m = r->d->m;
-    const int N = r->N, C = m->C, E = m->E, K = m->K, NK = N * K;
-    dec_linear(r, -1, v->mlg, NULL, v->ln2, w[TSR_P_ROUTERW], w[TSR_P_ROUTERB], N, C, E);
-    be->moe_route(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot, v->stats,
-                  v->mlg, N, E, K, m->cfg.moe_norm_topk);
-    be->moe_gather(be, v->xg, v->ln2, v->rows, N, K, C);
-    const tsr_experts x = experts_of(m, w, NULL);
-    if (m->ep && ep_exchanging(m->ep)) { /* the experts live on other ranks too (model_ep.h) */
-        ep_forward(m->ep, be, (int)model_act_group_slot(m, TSR_AG_MLP, l), v->xg, v->offs, &x,
-                   v->y, NK);
-    } else {
-        experts_forward(be, &x, v->offs, NK, v->xg, v->h, v->hg, v->y);
-    }
-    if (m->S) {
-        dec_linear(r, l, v->sh, NULL, v->ln2, w[TSR_P_SHW1], NULL, N, C, 2 * m->S);
-        be->swiglu_forward(be, v->shg, v->sh, N, m->S);
-    }
-}
-
-/* out (N,C) = the shared expert's output (if any) + the weighted sum of each row's experts */
-static void moe_combine_forward(const dec_run *r, int l, void *out, const dec_layer *v,
-                                const void *const *w) {
-    const tsr_backend *be = r->d->be;
-    const tsr_model *m = r->d->m;
-    if (m->S) dec_linear(r, l, v->shout, NULL, v->shg, w[TSR_P_SHW2], NULL, r->N, m->S, m->C);
-    if (m->S && w[TSR_P_SHGATEW]) /* model.moe_shared_gate */
-        be->moe_shgate_forward(be, v->shout, v->ln2, w[TSR_P_SHGATEW], r->N, m->C);
-    be->moe_combine(be, out, m->S ? v->shout : NULL, v->y, v->wts, v->slot, r->N, m->K, m->C);
+void dec_lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, const void *dout,
+                  const void *inp) {
+    lora_backward_at(r->d->lora, r->d->be, l, t, dinp, dout, inp, r->N);
 }
 
 void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
                     int post) {
     const tsr_model *m = r->d->m;
-    const int C = m->C, N = r->N;
-    if (!mlp && dec_dn_layer(m, l)) {
-        dec_dn_out(r, v);
-    } else if (!mlp) {
-        dec_linear(r, l, r->scratch, NULL, dec_attn_in(m, v), w[TSR_P_ATTPROJW],
-                   w[TSR_P_ATTPROJB], N, m->QD, C);
-        lora_fwd(r, l, TSR_LORA_O, r->scratch, dec_attn_in(m, v));
-    } else if (model_moe_layer(m, l)) {
-        moe_combine_forward(r, l, r->scratch, v, w);
-    } else {
-        dec_linear(r, l, r->scratch, NULL, v->fchg, w[TSR_P_FCPROJW], w[TSR_P_FCPROJB], N, m->F,
-                   C);
-        lora_fwd(r, l, TSR_LORA_DOWN, r->scratch, v->fchg);
-    }
+    (mlp ? model_mlp(&m->cfg, l) : model_mixer(&m->cfg, l))->out(r, l, v, w);
     if (post && m->cfg.norm_placement != TSR_NPLACE_PRE) /* in place; lnf's rstd is free */
         norm_forward(r, r->scratch, r->lnfm, r->lnfr, r->scratch,
-                     w[mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW], NULL, N);
+                     w[mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW], NULL, r->N);
 }
 
-/* Runs steps [first, last] of layer l with its weights w. */
+/* Runs steps [first, last] of layer l with its weights w: the frame's norms and residual adds,
+ * the mixer's and the MLP's forwards through their rows. */
 void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *const *w,
                      layer_step first, layer_step last) {
-    const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
-    const int C = m->C, F = m->F, N = r->N;
+    const int N = r->N;
     for (int s = first; s <= (int)last; s++) switch ((layer_step)s) {
         case ST_LN1:
             block_norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B],
                                N);
             break;
-        case ST_QKV: /* a linear_attention layer: its whole mixer here (decoder_dn.c) */
-            if (dec_dn_layer(m, l)) {
-                dec_dn_forward(r, l, v, w);
-            } else {
-                qkv_forward(r, l, v, w);
-                if (v->agate) { /* attn_output_gate: the gate's projection */
-                    dec_linear(r, l, v->agate, NULL, v->ln1, w[TSR_P_ATTNGATEW], NULL, N, C, m->QD);
-                    lora_fwd(r, l, TSR_LORA_AGATE, v->agate, v->ln1);
-                }
-            }
-            break;
-        case ST_ATTN:
-            if (dec_dn_layer(m, l)) break;
-            attention(r, l, v, w[TSR_P_SINKS]);
-            dec_gate_forward(r, v); /* attn_output_gate: atty * sigmoid(gate) */
+        case ST_MIX:
+            model_mixer(&m->cfg, l)->forward(r, l, v, w);
             break;
         case ST_RES2:
             dec_branch_out(r, l, v, w, 0, 1);
             residual_norm_forward(r, v->res2, v->ln2, v->ln2m, v->ln2r, v->x, r->scratch,
                                   w[TSR_P_LN2W], w[TSR_P_LN2B], N, 1);
             break;
-        case ST_FC:
-            if (model_moe_layer(m, l)) {
-                moe_forward(r, l, v, w);
-            } else if (config_mlp_gated(&m->cfg)) {
-                dec_linear(r, l, v->fch, NULL, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, m->FW);
-                lora_fwd(r, l, TSR_LORA_GATE, v->fch, v->ln2);
-                lora_fwd(r, l, TSR_LORA_UP, v->fch, v->ln2);
-                (m->cfg.mlp == TSR_MLP_SWIGLU ? be->swiglu_forward : be->geglu_forward)(
-                    be, v->fchg, v->fch, N, F);
-            } else {
-                dec_linear(r, l, v->fchg, v->fch, v->ln2, w[TSR_P_FCW], w[TSR_P_FCB], N, C, F);
-            }
+        case ST_MLP:
+            model_mlp(&m->cfg, l)->forward(r, l, v, w);
             break;
         case ST_COUNT:
             break;
@@ -353,7 +199,7 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     dec_layer_steps(r, 0, &v0, cur.w, ST_LN1, ST_LN1);
     for (int l = 0; l < L; l++) {
         dec_layer v = dec_run_layer(r, l);
-        dec_layer_steps(r, l, &v, cur.w, ST_QKV, ST_FC);
+        dec_layer_steps(r, l, &v, cur.w, ST_MIX, ST_MLP);
         dec_branch_out(r, l, &v, cur.w, 1, 1);
         /* before the next layer's ln1 takes the working copy (a decode step keeps none) */
         if (!r->kv) dec_comp_move(d, l, N, 1);
@@ -390,6 +236,12 @@ dec_run dec_train_run(const tsr_decoder *d, int B, int T, const char *what) {
                 a->B, a->T);
     return (dec_run){.d = d, .B = B, .T = Tl, .N = B * Tl, .scratch = a->scratch, .lnf = a->lnf,
                  .lnfm = a->lnf_mean, .lnfr = a->lnf_rstd};
+}
+
+double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale) {
+    size_t counted = 0;
+    for (size_t i = 0; i < N; i++) counted += targets[i] >= 0;
+    return (double)counted * loss_scale;
 }
 
 /* dlosses[i] = loss_scale where targets[i] counts, else 0; on the backend. And the weight of the

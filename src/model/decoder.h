@@ -67,7 +67,7 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be);
  * score scale other than 1/sqrt(hs), a soft cap): what the attention backends are asked with */
 int dec_attn_has_variants(const tsr_model *m);
 void dec_free_acts(const tsr_backend *be, tsr_acts *a);
-/* linear_attention layers (decoder_dn.c): floats of one such layer's activations for B x T (its
+/* linear_attention layers (mixer_deltanet.c): floats of one such layer's activations for B x T (its
  * slot of TSR_A_DN, or a decode chunk's tsr_kv_cache dn), and of one sequence's cache of one such
  * layer: its state (state 1) or its convolution tail (0) */
 size_t dec_dn_floats(const tsr_model *m, const tsr_backend *be, int B, int T);

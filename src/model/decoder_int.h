@@ -1,9 +1,12 @@
-/* decoder_int.h — internal to src/model/decoder*.c: what the decoder's files share (decoder.h is
- * the interface). decoder.c: the layers' forward and the training and evaluation forward;
- * decoder_acts.c: the activation plan, a layer's slots in it, the compressed activations, the MoE
- * statistics' stacks; decoder_backward.c: the backward with the recomputation of checkpointed
- * layers; decoder_kv.c: decoding with a KV cache. Calls go one way: decoder_backward.c and
- * decoder_kv.c call decoder.c, which calls decoder_acts.c.
+/* decoder_int.h — internal to src/model/decoder*.c and the layer kinds' files (layer_kind.h):
+ * what they share (decoder.h is the interface). decoder.c: the sequence (the frame's norms and
+ * residual adds around each layer's mixer and MLP, dispatched through their rows), the training
+ * and evaluation forward, the helpers a kind's pass calls (dec_linear, dec_rope_pos, the LoRA
+ * paths); decoder_acts.c: the activation plan (the frame's buffers and each kind's, the
+ * compressed activations); decoder_backward.c: the backward with the recomputation of
+ * checkpointed layers; decoder_kv.c: decoding with a KV cache. The kinds (mixer_*.c, mlp_*.c)
+ * call the helpers; decoder.c reaches a kind only through its row. Calls go one way:
+ * decoder_backward.c and decoder_kv.c call decoder.c, which calls decoder_acts.c.
  */
 #ifndef TSR_DECODER_INT_H
 #define TSR_DECODER_INT_H
@@ -15,7 +18,6 @@
 
 /* ---- the parameter units (decoder.c) ---- */
 
-/* unit u's tensors by id (weights in the backend's type; gradients in backward) */
 /* unit u's tensors by id (weights in the backend's type; gradients in backward) */
 typedef struct dec_unit {
     const void *w[TSR_P_COUNT];
@@ -35,10 +37,43 @@ typedef struct dec_layer {
     void *mlg, *xg, *h, *hg, *y, *sh, *shg, *shout;
     float *probs, *lse, *wts, *stats;
     int32_t *idx, *rows, *slot, *offs;
-    float *dn; /* a linear_attention layer's Gated DeltaNet activations (decoder_dn.c), else NULL */
+    float *dn; /* a linear_attention layer's Gated DeltaNet activations (mixer_deltanet.c), else NULL */
     float *agate, *agated; /* model.attn_output_gate: the gate's logits, the gated output
                             * (N, QD each), else NULL */
 } dec_layer;
+
+/* The plan of a pass's activations (decoder_acts.c), what a kind's acts and view slots read:
+ * a pass of B sequences of T positions (this rank's T under a ring) on be. acts sets the bytes of
+ * the buffers the kind owns with dec_plan_buffer, which marks the stacks (a layer each: the
+ * per-layer share dec_layer_acts_bytes reports). */
+typedef struct dec_plan {
+    const tsr_model *m;
+    const tsr_backend *be;
+    int B, T;
+    size_t N, e;           /* B T; an act element's bytes */
+    int comp;              /* model.activation_compression runs here: the compressed tensors'
+                            * working copies are one layer's (slot 0) */
+    unsigned char stacked[TSR_A_COUNT];
+} dec_plan;
+dec_plan dec_plan_of(const tsr_model *m, const tsr_backend *be, int B, int T);
+/* Elements between consecutive layers of a stack of n elements of elem bytes: n rounded up to
+ * whole blocks of the backend's alignment (every layer's slice starts as aligned as the buffer) */
+size_t dec_stride(const dec_plan *p, size_t n, size_t elem);
+/* bytes[id] = bytes (0 when !on); a stack (layers > 0): that many layers of stride elements of
+ * elem bytes, marked as a stack */
+void dec_plan_buffer(dec_plan *p, size_t bytes[TSR_A_COUNT], tsr_act_id id, int on, size_t bytes1);
+void dec_plan_stack(dec_plan *p, size_t bytes[TSR_A_COUNT], tsr_act_id id, int on, size_t layers,
+                    size_t stride, size_t elem);
+/* slot of a stack buf of stride elements of elem bytes a layer, NULL without the buffer */
+void *dec_stack_at(const void *buf, size_t slot, size_t stride, size_t elem);
+/* A backend entry a model setting needs (dec_check_backend, a kind's missing slot): the key of
+ * the first needed one the backend lacks, or NULL */
+typedef struct dec_need {
+    int needed;
+    const void *entry;
+    const char *what;
+} dec_need;
+const char *dec_need_missing(const dec_need *need, size_t n);
 
 /* layer l's activations in the allocated stacks (a->B x a->T) */
 dec_layer dec_layer_at(const tsr_model *m, const tsr_backend *be, const tsr_acts *a, int l);
@@ -49,13 +84,13 @@ void dec_comp_move(const tsr_decoder *d, int l, int N, int save);
 
 /* ---- the layers (decoder.c) ---- */
 
-/* The steps of a block's forward from LN1 to the MLP's GELU, in order. */
+/* The steps of a block's forward from LN1 to the MLP's hidden layer, in order. */
 typedef enum {
     ST_LN1 = 0, /* ln1 = LN1(x) (layer 0 only, and recomputation: else fused at the last layer) */
-    ST_QKV,     /* qkv = ln1 @ qkvw^T + qkvb */
-    ST_ATTN,    /* atty = attention(qkv) */
-    ST_RES2,    /* residual2 = x + atty @ attprojw^T + attprojb; ln2 = LN2(residual2) */
-    ST_FC,      /* fch_gelu = gelu(fch = ln2 @ fcw^T + fcb) */
+    ST_MIX,     /* the mixer's forward from ln1 (attention: qkv, attention; a linear layer) */
+    ST_RES2,    /* residual2 = x + the mixer's output; ln2 = LN2(residual2) */
+    ST_MLP,     /* the MLP's forward from ln2 up to its output projection (dense: fch_gelu =
+                 * gelu(fch = ln2 @ fcw^T + fcb)) */
     ST_COUNT
 } layer_step;
 
@@ -79,13 +114,8 @@ typedef struct dec_run {
 dec_layer dec_run_layer(const dec_run *r, int l);
 /* RoPE's positions and *p0 of a pass */
 const int32_t *dec_rope_pos(const dec_run *r, int *p0);
-/* Layer l's attention variants (ops.h tsr_attn_var: its window, the sinks and their gradient, each
- * or NULL) filled into *var: var, or NULL when the layer has none (plain attention: what every
- * backend runs). */
-const tsr_attn_var *dec_attn_var(const tsr_model *m, int l, const void *sinks, float *dsinks,
-                                 tsr_attn_var *var);
-/* Layer l's attention (mlp 0) or MLP (mlp 1) output f into r->scratch: the output projection
- * with its adapter, or a MoE layer's combination of its experts; with post and
+/* Layer l's mixer (mlp 0) or MLP (mlp 1) output f into r->scratch (its row's out slot: the
+ * output projection with its adapter, a MoE layer's combination of its experts); with post and
  * model.norm_placement = sandwich, normed in place (postattnw / postmlpw; its statistics in
  * r->lnfr, which the final norm writes only after the layers). */
 void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
@@ -93,6 +123,11 @@ void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *con
 /* out = inp @ w^T + bias for layer l's linear layer (l < 0: the router) */
 void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *inp, const void *w,
                 const void *bias, int N, int IC, int OC);
+/* LoRA (model_lora.h): target t's adapter path of layer l over the pass's N rows, added to out
+ * (the projection's output) from inp, or its backward into dinp (+=) and the adapters' gradients */
+void dec_lora_fwd(const dec_run *r, int l, tsr_lora_target t, void *out, const void *inp);
+void dec_lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, const void *dout,
+                  const void *inp);
 /* steps [first, last] of layer l's forward with its weights w */
 void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *const *w,
                      layer_step first, layer_step last);
@@ -102,27 +137,6 @@ void dec_embed_scale(const tsr_decoder *d, void *x, int N);
 void dec_layers_forward(const dec_run *r, const dec_unit *root);
 /* the LM head's weight: TSR_P_LMHEAD when untied, else TSR_P_WTE */
 int dec_head_id(const tsr_model *m);
-
-/* ---- the linear_attention layers (decoder_dn.c; docs/deltanet.md "Wiring") ---- */
-
-/* layer l is a linear_attention layer (Gated DeltaNet in the attention's place) */
-int dec_dn_layer(const tsr_model *m, int l);
-/* the layer's forward from v->ln1 into its slot (a decode chunk: with the cache's state) */
-void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w);
-/* its output into r->scratch (dec_branch_out's attention branch) */
-void dec_dn_out(const dec_run *r, const dec_layer *v);
-/* its backward: dout = d(its output) to a->dln = d(ln1) (written), the gradients of unit u */
-void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
-                     const void *dout);
-
-/* model.attn_output_gate (decoder_dn.c; Qwen3-Next's gated attention): the gated output
- * = atty * sigmoid(gate) (ST_ATTN; the gate's projection from ln1 is dec_layer_steps' ST_QKV).
- * dec_attn_in: what the output projection reads, the gated output or atty. The backward: proj 0
- * turns a->datty = d(gated) into d(atty) in place and d(gate) into a->dagate; proj 1 adds the
- * projection's gradient into a->dln and unit u's attngatew gradient. No-ops without the gate. */
-void dec_gate_forward(const dec_run *r, const dec_layer *v);
-const void *dec_attn_in(const tsr_model *m, const dec_layer *v);
-void dec_gate_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, int proj);
 
 /* ---- training and evaluation (decoder.c) ---- */
 

@@ -5,7 +5,7 @@
  * its act type (fp32 on the CPU, bf16 on CUDA), the weights of its weight type, beta, g, rstd,
  * the saved states, the caches and the parameter gradients fp32. The caches (decoding, context
  * parallelism) are the fp32 host backend's only (docs/deltanet.md "CUDA"). The decoder's
- * linear_attention layers call it (src/model/decoder_dn.c).
+ * linear_attention layers call it (src/model/mixer_deltanet.c).
  *
  *   [q|k|v] = silu(causal depthwise conv_K(x Wqkv^T)),  z = x Wz^T,  b = x Wb^T,  a = x Wa^T
  *   beta = sigmoid(b),  g = -exp(A_log) softplus(a + dt_bias)

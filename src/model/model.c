@@ -6,13 +6,14 @@
 #include <string.h>
 
 #include "common.h"
-#include "model/deltanet_layer.h"
+#include "model/layer_kind.h"
 
-static void set_param(tsr_model *m, tsr_param_id id, const char *name, tsr_param_kind kind,
-                      int present, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+void model_param_shape(tsr_model *m, tsr_param_id id, int present, int ndim, int64_t d0,
+                       int64_t d1, int64_t d2, int64_t d3) {
     tsr_param_info *p = &m->params_info[id];
-    p->name = name;
-    p->kind = kind;
+    const tsr_param_row *row = model_param_row(m, id);
+    p->name = row->name;
+    p->kind = row->kind;
     p->ndim = ndim;
     p->shape[0] = d0;
     p->shape[1] = d1;
@@ -136,50 +137,102 @@ static void model_layout_flat(tsr_model *m) {
     m->n_params = off;
 }
 
-/* The linear_attention layers' dimensions and tensors (docs/deltanet.md "Wiring"), stacked over
- * the LL of them: the projections, the convolution and out_proj decayed as weights; dt_bias,
- * A_log and the norm not (FLA's _no_weight_decay, HF's norms), as norms */
-static void model_dn_params(tsr_model *m) {
-    const tsr_model_config *cfg = &m->cfg;
+/* ---- the frame's tensors (layer_kind.h): the root's and the block's norms ---- */
+
+static const tsr_param_row root_params[] = {
+    {TSR_P_WTE, "wte", TSR_PK_EMBEDDING, TSR_INIT_NORMAL, 0, TSR_SPLIT_VOCAB, 0, 1, 0},
+    {TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, TSR_INIT_NORMAL, 1, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_LNFW, "lnfw", TSR_PK_NORM, TSR_INIT_ONE, 14, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_LNFB, "lnfb", TSR_PK_NORM, TSR_INIT_ZERO, 15, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_LMHEAD, "lm_head", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 18, TSR_SPLIT_VOCAB, 0, 1, 0},
+};
+static const tsr_param_row block_params[] = {
+    {TSR_P_LN1W, "ln1w", TSR_PK_NORM, TSR_INIT_ONE, 2, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_LN1B, "ln1b", TSR_PK_NORM, TSR_INIT_ZERO, 3, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_POSTATTNW, "postattnw", TSR_PK_NORM, TSR_INIT_ONE, 25, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_POSTMLPW, "postmlpw", TSR_PK_NORM, TSR_INIT_ONE, 26, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_LN2W, "ln2w", TSR_PK_NORM, TSR_INIT_ONE, 8, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_LN2B, "ln2b", TSR_PK_NORM, TSR_INIT_ZERO, 9, TSR_SPLIT_REPLICATED, -1, 1, 0},
+};
+static const char *const root_keys[] = {
+    "model.d_model", "model.vocab_size", "model.vocab_multiple", "model.pos", "model.max_seq_len",
+    "model.norm", "model.norm_eps", "model.bias", "model.tie_embeddings", "model.embed_scale",
+    "model.final_logit_softcapping", NULL};
+static const char *const block_keys[] = {"model.n_layer", "model.norm_placement", NULL};
+
+/* wte (Vp, C); wpe (maxT, C) with learned positions; the final norm (C); the untied head */
+static void root_layout(tsr_model *m) {
+    const tsr_model_config *c = &m->cfg;
+    const int nbias = c->bias && c->norm == TSR_NORM_LAYERNORM;
+    model_param_shape(m, TSR_P_WTE, 1, 2, m->Vp, m->C, 0, 0);
+    model_param_shape(m, TSR_P_WPE, c->pos == TSR_POS_LEARNED, 2, m->maxT, m->C, 0, 0);
+    model_param_shape(m, TSR_P_LNFW, 1, 1, m->C, 0, 0, 0);
+    model_param_shape(m, TSR_P_LNFB, nbias, 1, m->C, 0, 0, 0);
+    model_param_shape(m, TSR_P_LMHEAD, !c->tie_embeddings, 2, m->Vp, m->C, 0, 0);
+}
+
+/* (L, C) each: the norms before the branches (pre, sandwich), after them (sandwich, post) */
+static void block_layout(tsr_model *m) {
+    const tsr_model_config *c = &m->cfg;
+    const int after = c->norm_placement != TSR_NPLACE_PRE;
+    const int before = c->norm_placement != TSR_NPLACE_POST;
+    const int nbias = c->bias && c->norm == TSR_NORM_LAYERNORM;
+    const int64_t L = m->L, C = m->C;
+    model_param_shape(m, TSR_P_LN1W, before, 2, L, C, 0, 0);
+    model_param_shape(m, TSR_P_LN1B, nbias, 2, L, C, 0, 0);
+    model_param_shape(m, TSR_P_POSTATTNW, after, 2, L, C, 0, 0);
+    model_param_shape(m, TSR_P_POSTMLPW, after, 2, L, C, 0, 0);
+    model_param_shape(m, TSR_P_LN2W, before, 2, L, C, 0, 0);
+    model_param_shape(m, TSR_P_LN2B, nbias, 2, L, C, 0, 0);
+}
+
+const tsr_layer_kind kind_root = {.name = "root", .half = TSR_HALF_ROOT, .params = root_params,
+                                  .n_params = 5, .keys = root_keys, .layout = root_layout};
+const tsr_layer_kind kind_block = {.name = "block", .half = TSR_HALF_BLOCK,
+                                   .params = block_params, .n_params = 6, .keys = block_keys,
+                                   .layout = block_layout};
+_Static_assert(sizeof root_params / sizeof *root_params == 5, "root_params");
+_Static_assert(sizeof block_params / sizeof *block_params == 6, "block_params");
+
+/* the sizes every kind's layout reads: heads, widths, the layers of each kind */
+static void model_dims(tsr_model *m, const tsr_model_config *cfg, int seq_len) {
+    char why[400];
+    const char *key;
+    tsr_model_dims dims;
+    config_model_dims(cfg, &dims, &key, why, sizeof why); /* checked by model_init */
+    m->L = cfg->n_layer;
+    m->C = cfg->d_model;
+    m->NH = dims.NH;
+    m->KVH = dims.KVH;
+    m->hs = dims.hs;
+    m->QD = m->NH * m->hs;
+    m->QKV = (m->NH + 2 * m->KVH) * m->hs;
+    m->F = dims.F;
+    m->FW = config_mlp_gated(cfg) ? 2 * m->F : m->F;
+    m->E = dims.E, m->K = dims.K, m->FE = dims.FE, m->S = dims.S;
+    m->LM = dims.LM;
+    m->LD = cfg->n_layer - dims.LM;
     m->LL = config_linear_layers(cfg);
     m->LA = m->L - m->LL;
     m->HKl = cfg->linear_num_key_heads, m->HVl = cfg->linear_num_value_heads;
     m->dkl = cfg->linear_key_head_dim, m->dvl = cfg->linear_value_head_dim;
     m->Kc = cfg->linear_conv_kernel_dim;
-    const int64_t LL = m->LL, C = m->C, on = LL > 0, HV = m->HVl, VD = (int64_t)m->HVl * m->dvl;
-    const int64_t CD = 2 * (int64_t)m->HKl * m->dkl + VD;
-    set_param(m, TSR_P_DNQKVW, "dnqkvw", TSR_PK_WEIGHT, on, 3, LL, CD, C, 0);
-    set_param(m, TSR_P_DNZW, "dnzw", TSR_PK_WEIGHT, on, 3, LL, VD, C, 0);
-    set_param(m, TSR_P_DNBW, "dnbw", TSR_PK_WEIGHT, on, 3, LL, HV, C, 0);
-    set_param(m, TSR_P_DNAW, "dnaw", TSR_PK_WEIGHT, on, 3, LL, HV, C, 0);
-    set_param(m, TSR_P_DNCONV, "dnconv", TSR_PK_WEIGHT, on, 3, LL, CD, m->Kc, 0);
-    set_param(m, TSR_P_DNDTB, "dndtbias", TSR_PK_NORM, on, 2, LL, HV, 0, 0);
-    set_param(m, TSR_P_DNALOG, "dnalog", TSR_PK_NORM, on, 2, LL, HV, 0, 0);
-    set_param(m, TSR_P_DNNORMW, "dnnormw", TSR_PK_NORM, on, 2, LL, m->dvl, 0, 0);
-    set_param(m, TSR_P_DNOW, "dnow", TSR_PK_WEIGHT, on, 3, LL, C, VD, 0);
+    m->V = cfg->vocab_size;
+    int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
+    m->Vp = (m->V + mult - 1) / mult * mult;
+    m->maxT = cfg->max_seq_len > 0 ? cfg->max_seq_len : seq_len;
 }
 
-/* the MLP's parameters: the dense layers' (LD) and the MoE layers' (LM: router, experts, shared
- * expert) */
-static void mlp_params(tsr_model *m, const tsr_model_config *cfg) {
-    const int64_t C = m->C, F = m->F, FW = m->FW;
-    const int bias = cfg->bias;
-    const int64_t LD = m->LD, LM = m->LM, E = m->E, FE = m->FE, S = m->S;
-    set_param(m, TSR_P_FCW, "fcw", TSR_PK_WEIGHT, LD > 0, 3, LD, FW, C, 0);
-    set_param(m, TSR_P_FCB, "fcb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, FW, 0, 0);
-    set_param(m, TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, LD > 0, 3, LD, C, F, 0);
-    set_param(m, TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, LD > 0 && bias, 2, LD, C, 0, 0);
-    set_param(m, TSR_P_ROUTERW, "routerw", TSR_PK_WEIGHT, LM > 0, 3, LM, E, C, 0);
-    const int rb = LM > 0 && cfg->moe_router_bias, xb = LM > 0 && cfg->moe_expert_bias;
-    set_param(m, TSR_P_ROUTERB, "routerb", TSR_PK_BIAS, rb, 2, LM, E, 0, 0);
-    set_param(m, TSR_P_EXPW1, "expw1", TSR_PK_WEIGHT, LM > 0, 4, LM, E, 2 * FE, C);
-    set_param(m, TSR_P_EXPB1, "expb1", TSR_PK_BIAS, xb, 3, LM, E, 2 * FE, 0);
-    set_param(m, TSR_P_EXPW2, "expw2", TSR_PK_WEIGHT, LM > 0, 4, LM, E, C, FE);
-    set_param(m, TSR_P_EXPB2, "expb2", TSR_PK_BIAS, xb, 3, LM, E, C, 0);
-    set_param(m, TSR_P_SHW1, "shw1", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, 2 * S, C, 0);
-    set_param(m, TSR_P_SHW2, "shw2", TSR_PK_WEIGHT, LM > 0 && S > 0, 3, LM, C, S, 0);
-    set_param(m, TSR_P_SHGATEW, "shgatew", TSR_PK_WEIGHT, LM > 0 && S > 0 && cfg->moe_shared_gate,
-              3, LM, 1, C, 0);
+/* every tensor's kind in this model, its stack's depth, and its shape by its kind's layout */
+static void model_layout(tsr_model *m) {
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        m->kind_of[i] = layer_kind_of(&m->cfg, (tsr_param_id)i);
+        if (!m->kind_of[i])
+            tsr_die(TSR_EXIT_INTERNAL, "model: tensor id %d is in no layer kind's row", i);
+        m->depth[i] = model_kind_layers(m, m->kind_of[i]);
+    }
+    for (const tsr_layer_kind *const *k = tsr_layer_kinds; *k; k++)
+        if (model_kind_on(m, *k)) (*k)->layout(m);
 }
 
 void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const tsr_ops *ops) {
@@ -194,67 +247,15 @@ void model_init(tsr_model *m, const tsr_model_config *cfg, int seq_len, const ts
     if (cfg->final_logit_softcapping > 0) /* the capped logits softmax_xent keeps (model_free) */
         m->be.capped = tsr_calloc(1, sizeof *m->be.capped);
     m->cpN = 1;
-    m->L = cfg->n_layer;
-    m->C = cfg->d_model;
-    tsr_model_dims dims;
-    config_model_dims(cfg, &dims, &ck_key, why, sizeof why); /* checked above */
-    m->NH = dims.NH;
-    m->KVH = dims.KVH;
-    m->hs = dims.hs;
-    m->QD = m->NH * m->hs;
-    m->QKV = (m->NH + 2 * m->KVH) * m->hs;
-    m->F = dims.F;
-    m->FW = config_mlp_gated(cfg) ? 2 * m->F : m->F;
-    m->E = dims.E;
-    m->K = dims.K;
-    m->FE = dims.FE;
-    m->S = dims.S;
-    m->LM = dims.LM;
-    m->LD = cfg->n_layer - dims.LM;
-    model_dn_params(m); /* (needs L and C) */
-    m->V = cfg->vocab_size;
-    int mult = cfg->vocab_multiple > 0 ? cfg->vocab_multiple : 1;
-    m->Vp = (m->V + mult - 1) / mult * mult;
-    m->maxT = cfg->max_seq_len > 0 ? cfg->max_seq_len : seq_len;
+    model_dims(m, cfg, seq_len);
     config_actckpt_layers(cfg, &m->ckpt_lo, &m->n_ckpt, &ck_key, why, sizeof why); /* checked */
-    int64_t L = m->L, C = m->C, QKV = m->QKV, QD = m->QD, hs = m->hs;
-    int learned = cfg->pos == TSR_POS_LEARNED, bias = cfg->bias;
-    /* the norms after the branches (sandwich, post), and before them (pre, sandwich) */
-    const int after = cfg->norm_placement != TSR_NPLACE_PRE;
-    const int before = cfg->norm_placement != TSR_NPLACE_POST;
-    int nbias = bias && cfg->norm == TSR_NORM_LAYERNORM, qn = cfg->qk_norm;
-    /* QK-norm's weights: per head dimension, or over the whole q and k projections */
-    const int proj = cfg->qk_norm_scope == TSR_QKN_PROJECTION;
-    set_param(m, TSR_P_WTE, "wte", TSR_PK_EMBEDDING, 1, 2, m->Vp, C, 0, 0);
-    set_param(m, TSR_P_WPE, "wpe", TSR_PK_EMBEDDING, learned, 2, m->maxT, C, 0, 0);
-    set_param(m, TSR_P_LN1W, "ln1w", TSR_PK_NORM, before, 2, L, C, 0, 0);
-    set_param(m, TSR_P_LN1B, "ln1b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
-    const int64_t LA = m->LA, la = LA > 0; /* the attention layers (all but linear ones) */
-    set_param(m, TSR_P_QKVW, "qkvw", TSR_PK_WEIGHT, la, 3, LA, QKV, C, 0);
-    set_param(m, TSR_P_QKVB, "qkvb", TSR_PK_BIAS, la && (bias || cfg->qkv_bias), 2, LA, QKV, 0,
-              0);
-    set_param(m, TSR_P_QNORMW, "qnormw", TSR_PK_NORM, la && qn, 2, LA, proj ? m->NH * hs : hs,
-              0, 0);
-    set_param(m, TSR_P_KNORMW, "knormw", TSR_PK_NORM, la && qn, 2, LA, proj ? m->KVH * hs : hs,
-              0, 0);
-    set_param(m, TSR_P_SINKS, "sinks", TSR_PK_BIAS, la && cfg->attn_sinks, 2, LA, m->NH, 0, 0);
-    set_param(m, TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, la, 3, LA, C, QD, 0);
-    set_param(m, TSR_P_ATTNGATEW, "attngatew", TSR_PK_WEIGHT, la && cfg->attn_output_gate, 3, LA,
-              QD, C, 0);
-    set_param(m, TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, la && bias, 2, LA, C, 0, 0);
-    set_param(m, TSR_P_POSTATTNW, "postattnw", TSR_PK_NORM, after, 2, L, C, 0, 0);
-    set_param(m, TSR_P_POSTMLPW, "postmlpw", TSR_PK_NORM, after, 2, L, C, 0, 0);
-    set_param(m, TSR_P_LN2W, "ln2w", TSR_PK_NORM, before, 2, L, C, 0, 0);
-    set_param(m, TSR_P_LN2B, "ln2b", TSR_PK_NORM, nbias, 2, L, C, 0, 0);
-    mlp_params(m, cfg);
-    set_param(m, TSR_P_LNFW, "lnfw", TSR_PK_NORM, 1, 1, C, 0, 0, 0);
-    set_param(m, TSR_P_LNFB, "lnfb", TSR_PK_NORM, nbias, 1, C, 0, 0, 0);
-    set_param(m, TSR_P_LMHEAD, "lm_head", TSR_PK_WEIGHT, !cfg->tie_embeddings, 2, m->Vp, C, 0, 0);
+    model_layout(m);
     m->EP = 1;
     model_layout_flat(m);
     m->n_params_counted = 0;
     for (int i = 0; i < TSR_P_COUNT; i++) m->n_params_counted += m->params_info[i].numel;
-    m->n_params_counted -= (size_t)(m->Vp - m->V) * (size_t)C * (cfg->tie_embeddings ? 1 : 2);
+    m->n_params_counted -=
+        (size_t)(m->Vp - m->V) * (size_t)m->C * (cfg->tie_embeddings ? 1 : 2);
 }
 
 void model_set_expert_parallel(tsr_model *m, int EP) {
@@ -276,11 +277,15 @@ void model_alloc_frozen(tsr_model *m) {
     model_alloc_slopes(m);
 }
 
-int model_param_per_layer(tsr_param_id id) { return id >= TSR_P_LN1W && id <= TSR_P_DNOW; }
+int model_param_per_layer(tsr_param_id id) {
+    const tsr_layer_kind *k;
+    return layer_param_row(id, &k) && k->half != TSR_HALF_ROOT;
+}
 
 int model_fp8_linear(tsr_param_id id) {
-    return id == TSR_P_QKVW || id == TSR_P_ATTPROJW || id == TSR_P_FCW || id == TSR_P_FCPROJW ||
-           id == TSR_P_SHW1 || id == TSR_P_SHW2;
+    const tsr_layer_kind *k;
+    const tsr_param_row *row = layer_param_row(id, &k);
+    return row && row->fp8;
 }
 
 void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last) {
@@ -292,26 +297,7 @@ int model_moe_layer(const tsr_model *m, int l) {
     return m->E > 0 && (l + 1) % m->cfg.moe_every == 0;
 }
 
-/* the layers a per-layer tensor serves: 0 all, 1 the dense-MLP ones, 2 the MoE ones, 3 the
- * attention ones, 4 the linear_attention ones */
-static int param_layer_set(tsr_param_id id) {
-    if (id >= TSR_P_FCW && id <= TSR_P_FCPROJB) return 1;
-    if (id >= TSR_P_ROUTERW && id <= TSR_P_SHGATEW) return 2;
-    if ((id >= TSR_P_QKVW && id <= TSR_P_ATTPROJB) || id == TSR_P_ATTNGATEW) return 3;
-    if (id >= TSR_P_DNQKVW && id <= TSR_P_DNOW) return 4;
-    return 0;
-}
-
-int model_param_layers(const tsr_model *m, tsr_param_id id) {
-    if (!model_param_per_layer(id)) return 0;
-    switch (param_layer_set(id)) {
-    case 1: return m->LD;
-    case 2: return m->LM;
-    case 3: return m->LA;
-    case 4: return m->LL;
-    default: return m->L;
-    }
-}
+int model_param_layers(const tsr_model *m, tsr_param_id id) { return m->depth[id]; }
 
 size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len) {
     const tsr_param_info *p = &m->params_info[id];
@@ -329,20 +315,11 @@ size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len)
 
 int model_layer_slot(const tsr_model *m, tsr_param_id id, int l) {
     if (!m->params_info[id].numel || !model_param_per_layer(id) || l < 0 || l >= m->L) return -1;
-    const int set = param_layer_set(id);
-    if (set == 0) return l;
-    if (set >= 3) { /* attention or linear layers: the layers of l's kind before it */
-        const int lin = config_layer_linear(&m->cfg, l);
-        if (lin != (set == 4)) return -1;
-        int before = 0;
-        for (int k = 0; k < l; k++) before += config_layer_linear(&m->cfg, k) == lin;
-        return before;
-    }
-    const int moe = model_moe_layer(m, l);
-    if ((set == 2) != moe) return -1;
-    /* MoE layers before l: those k < l with (k + 1) % every == 0 */
-    const int before = m->E > 0 ? l / m->cfg.moe_every : 0;
-    return set == 2 ? before : l - before;
+    const tsr_layer_kind *k = m->kind_of[id];
+    if (!model_layer_is(m, k, l)) return -1;
+    int before = 0; /* the layers of its kind before l */
+    for (int j = 0; j < l && k->half != TSR_HALF_BLOCK; j++) before += model_layer_is(m, k, j);
+    return k->half == TSR_HALF_BLOCK ? l : before;
 }
 
 void model_alloc_slopes(tsr_model *m) {
@@ -391,31 +368,6 @@ void model_rope_apply(const tsr_model *m, const tsr_backend *be, const float *ta
                                                                 m->KVH, m->hs, rot, ms);
 }
 
-/* The random stream of each tensor's initialisation: the tensor ids of the GPT-2/MPT layout before
- * the Llama/Qwen tensors were inserted among them, then new numbers for those, so a seed gives
- * every older model the same initial weights as before. */
-static const uint64_t init_stream[TSR_P_COUNT] = {
-    [TSR_P_WTE] = 0,      [TSR_P_WPE] = 1,     [TSR_P_LN1W] = 2,     [TSR_P_LN1B] = 3,
-    [TSR_P_QKVW] = 4,     [TSR_P_QKVB] = 5,    [TSR_P_ATTPROJW] = 6, [TSR_P_ATTPROJB] = 7,
-    [TSR_P_LN2W] = 8,     [TSR_P_LN2B] = 9,    [TSR_P_FCW] = 10,     [TSR_P_FCB] = 11,
-    [TSR_P_FCPROJW] = 12, [TSR_P_FCPROJB] = 13, [TSR_P_LNFW] = 14,   [TSR_P_LNFB] = 15,
-    [TSR_P_QNORMW] = 16,  [TSR_P_KNORMW] = 17, [TSR_P_LMHEAD] = 18,
-    [TSR_P_ROUTERW] = 19, [TSR_P_EXPW1] = 20,  [TSR_P_EXPW2] = 21,   [TSR_P_SHW1] = 22,
-    [TSR_P_SHW2] = 23,    [TSR_P_SINKS] = 24,  [TSR_P_POSTATTNW] = 25, [TSR_P_POSTMLPW] = 26,
-    [TSR_P_DNQKVW] = 27,  [TSR_P_DNZW] = 28,   [TSR_P_DNBW] = 29,    [TSR_P_DNAW] = 30,
-    [TSR_P_DNCONV] = 31,  [TSR_P_DNDTB] = 32,  [TSR_P_DNALOG] = 33,  [TSR_P_DNNORMW] = 34,
-    [TSR_P_DNOW] = 35,    [TSR_P_ATTNGATEW] = 36,
-    [TSR_P_ROUTERB] = 37, [TSR_P_EXPB1] = 38,  [TSR_P_EXPB2] = 39, /* (zeros: unused so far) */
-    [TSR_P_SHGATEW] = 40,
-};
-
-/* A_log of value head h of a linear layer: log(A) with A spread evenly over [1, 16] across the
- * heads (HF draws A uniform in (0, 16); a fixed spread gives every seed the same decays) */
-static float dn_alog_init(const tsr_model *m, size_t k) {
-    const int HV = m->HVl, h = (int)(k % (size_t)HV);
-    return (float)log(1.0 + 15.0 * (HV > 1 ? (double)h / (HV - 1) : 0.0));
-}
-
 void model_init_weights(tsr_model *m, uint64_t seed) {
     model_init_weights_range(m, seed, 0, m->n_params, m->params);
 }
@@ -425,21 +377,19 @@ void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size
     memset(dst, 0, (hi - lo) * sizeof(float));
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
-        if (!p->numel || p->ep) continue; /* (the expert store initialises its own) */
-        /* biases are zeros; the sinks are drawn like weights (gpt-oss's N(0, init_std)) */
-        if (p->kind == TSR_PK_BIAS && i != TSR_P_SINKS) continue;
+        const tsr_param_row *row = model_param_row(m, (tsr_param_id)i);
+        /* zeros: the memset's (and the expert store initialises its own) */
+        if (!p->numel || p->ep || row->init == TSR_INIT_ZERO) continue;
         size_t n = p->numel;
-        if (i == TSR_P_WTE || i == TSR_P_LMHEAD)
+        if (row->split == TSR_SPLIT_VOCAB)
             n = (size_t)m->V * (size_t)m->C; /* padded rows stay zero */
         /* the tensor's elements [k0, k1) that fall in [lo, hi); element k at w[k - k0] */
         if (hi <= p->offset || lo >= p->offset + n) continue;
         const size_t k0 = lo > p->offset ? lo - p->offset : 0;
         const size_t k1 = hi - p->offset < n ? hi - p->offset : n;
         float *w = dst + (p->offset + k0 - lo);
-        if (p->kind == TSR_PK_NORM) { /* dt_bias: HF's ones too */
-            int is_bias = i == TSR_P_LN1B || i == TSR_P_LN2B || i == TSR_P_LNFB;
-            for (size_t k = k0; k < k1; k++)
-                w[k - k0] = i == TSR_P_DNALOG ? dn_alog_init(m, k) : is_bias ? 0.0f : 1.0f;
+        if (row->init == TSR_INIT_ONE) {
+            for (size_t k = k0; k < k1; k++) w[k - k0] = 1.0f;
             continue;
         }
         /* element k's value depends on (seed, stream, k) alone (a counter-based generator), so
@@ -453,12 +403,11 @@ void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size
 }
 
 float model_init_weight(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k) {
+    const tsr_param_row *row = model_param_row(m, id);
     double std = m->cfg.init_std;
-    if (id == TSR_P_ATTPROJW || id == TSR_P_FCPROJW || id == TSR_P_EXPW2 || id == TSR_P_SHW2 ||
-        id == TSR_P_DNOW)
-        std /= sqrt(2.0 * m->L); /* the residual projections */
-    if (id == TSR_P_DNCONV) std = 1.0 / sqrt(3.0 * m->Kc); /* torch Conv1d's U(+-1/sqrt(K)) */
-    return (float)(std * tsr_rand_normal(seed, init_stream[id], k));
+    if (row->init == TSR_INIT_OWN) return m->kind_of[id]->init(m, id, seed, k);
+    if (row->init == TSR_INIT_RESIDUAL) std /= sqrt(2.0 * m->L); /* the residual projections */
+    return (float)(std * tsr_rand_normal(seed, row->stream, k));
 }
 
 /* Activation checkpointing (docs/model.md; the groups and slots: model.h). The groups each mode
@@ -488,34 +437,27 @@ size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
 }
 
 double model_active_params(const tsr_model *m) {
-    /* MoE: a token passes through K of the E experts; the others' weights do no work for it */
-    double idle = (double)m->LM * (m->E - m->K) * 3.0 * m->FE * m->C;
+    /* MoE: a token passes through K of the E experts; the others' weights do no work for it
+     * (each layer's MLP row says how many: its idle slot) */
+    double idle = 0.0;
+    for (int l = 0; l < m->L; l++) {
+        const tsr_layer_kind *k = model_mlp(&m->cfg, l);
+        if (k->idle) idle += k->idle(m);
+    }
     return (double)m->n_params_counted - idle;
 }
 
 double model_flops_per_token(const tsr_model *m, int T) {
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
-    double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C;
-    return 6.0 * (model_active_params(m) - lookup) + 12.0 * (double)m->QD * model_attn_keys(m, T) +
-           model_dn_flops(m, T);
-}
-
-double model_dn_flops(const tsr_model *m, int T) {
-    /* per value head and token, forward, in chunks of c (docs/mfu.md): the state's three
-     * products (X_K S, q S, the update) 2 dk dv each, the chunk's K K^T, Q K^T (2 c dk each), the
-     * solve over [V | K] (2 c (dk + dv)) and the scores times V (2 c dv); x 3 with the backward */
-    const double c = T < DN_TRAIN_CHUNK ? T : DN_TRAIN_CHUNK, dk = m->dkl, dv = m->dvl;
-    return 3.0 * m->LL * m->HVl * (6.0 * dk * dv + 2.0 * c * (3.0 * dk + 2.0 * dv));
-}
-
-double model_attn_keys(const tsr_model *m, int T) {
-    double keys = 0.0;
+    double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C, own = 0.0;
+    /* beyond the parameters': each layer's mixer's products (attention's 12 (NH hs) keys, a
+     * linear layer's state) and its MLP's (none so far; docs/mfu.md) */
     for (int l = 0; l < m->L; l++) {
-        const int W = config_layer_window(&m->cfg, l);
-        if (config_layer_linear(&m->cfg, l)) continue; /* a state, no keys (docs/mfu.md) */
-        keys += W > 0 && W < T ? W : T;
+        const tsr_layer_kind *mix = model_mixer(&m->cfg, l), *mlp = model_mlp(&m->cfg, l);
+        if (mix->flops) own += mix->flops(m, l, T);
+        if (mlp->flops) own += mlp->flops(m, l, T);
     }
-    return keys;
+    return 6.0 * (model_active_params(m) - lookup) + own;
 }
 
 void model_segments(int32_t *seq, int32_t *pos, const int32_t *tokens, int eot,

@@ -25,7 +25,11 @@
 #include "backend.h"
 #include "ops.h"
 
-/* Parameter tensors, in the order they are laid out in the flat parameter buffer. */
+/* Parameter tensors, in the order they are laid out in the flat parameter buffer. Each is a
+ * layer kind's (layer_kind.h: its name, shape, initialisation, split rule): the frame's (the
+ * embeddings, the block's norms, the final norm, the head: model.c), a mixer's or an MLP's. A new
+ * tensor takes a new id anywhere (an absent tensor takes no room: the layout of a model without it
+ * is unchanged) and a row of its kind. */
 typedef enum {
     TSR_P_WTE = 0, /* (Vp, C) token embedding, tied with the LM head */
     TSR_P_WPE,     /* (maxT, C) learned positions; size 0 with ALiBi */
@@ -238,6 +242,9 @@ typedef struct tsr_model {
     float *rope_freqs;       /* (2, hs/2) RoPE frequencies or NULL: the full layers' (model_rope_freqs)
                               * then the sliding layers' (model_rope_apply) */
     tsr_param_info params_info[TSR_P_COUNT];
+    const struct tsr_layer_kind *kind_of[TSR_P_COUNT]; /* the kind (layer_kind.h) whose tensor
+                              * each id is in this model (model_param_kind) */
+    int depth[TSR_P_COUNT];  /* a per-layer tensor's stack: the layers of its kind (0 root) */
     size_t n_params;         /* floats in the flat buffer (including padded vocab rows) */
     size_t n_params_counted; /* trainable parameters: excludes padded vocab rows */
     float *params, *grads;   /* flat (n_params) */

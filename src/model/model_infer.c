@@ -29,6 +29,7 @@
 #include "common.h"
 #include "model.h"
 #include "model/decoder.h"
+#include "model/layer_kind.h"
 
 int model_kv_layer_cap(const tsr_model *m, int l, int cap) {
     const int W = config_layer_window(&m->cfg, l);
@@ -127,7 +128,7 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
     const size_t per = kv_layout_alloc(kv, m, cap) + 1; /* the attention layers' */
     kv->kt = kv_alloc(&m->be, per, sizeof(float), "keys");
     kv->v = kv_alloc(&m->be, per, sizeof(float), "values");
-    if (m->LL) { /* the linear layers' state and convolution tail (decoder_dn.c) */
+    if (m->LL) { /* the linear layers' state and convolution tail (mixer_deltanet.c) */
         kv->dn_state = kv_alloc(&m->be, m->LL * dec_dn_cache_floats(m, 1), sizeof(float), "state");
         kv->dn_conv = kv_alloc(&m->be, m->LL * dec_dn_cache_floats(m, 0) + 1, sizeof(float),
                                "convolution tail");
@@ -224,10 +225,13 @@ const float *model_forward_last(tsr_model *m, const int32_t *tokens, int n) {
 size_t model_kv_slots_bytes(const tsr_model *m, const tsr_backend *be, int slots, int cap,
                             int rows) {
     const size_t e = tsr_dtype_size(be->act), n = (size_t)rows, f = sizeof(float);
-    size_t b = 2 * kv_layout(m, cap, NULL, NULL) * slots * m->KVH * m->hs * e; /* the caches */
-    if (m->LL) /* the linear layers' states and tails, and one step's rows of them */
-        b += ((size_t)m->LL * slots + n) * f *
-             (dec_dn_cache_floats(m, 1) + dec_dn_cache_floats(m, 0));
+    size_t b = 0;
+    for (int l = 0; l < m->L; l++) { /* each slot's caches: every layer's mixer's */
+        const tsr_layer_kind *k = model_mixer(&m->cfg, l);
+        if (k->cache_bytes) b += (size_t)slots * k->cache_bytes(m, be, l, cap);
+    }
+    if (m->LL) /* one step's rows of the linear layers' states and tails */
+        b += n * f * (dec_dn_cache_floats(m, 1) + dec_dn_cache_floats(m, 0));
     b += n * ((size_t)4 * m->C + 2 * m->QKV + m->QD + m->FW + m->F) * e + 2 * n * f;
     b += (size_t)omp_get_max_threads() * cap * f + n * (size_t)m->Vp * e + 5 * n * 4;
     if (m->E) b += n * (size_t)m->K * ((size_t)2 * m->C + 3 * m->FE) * e; /* (approximately) */

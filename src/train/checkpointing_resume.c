@@ -213,97 +213,6 @@ int checkpointing_rollback(tsr_trainer *t, int64_t max_step, char *path, size_t 
 
 void checkpointing_set_aside_after(tsr_trainer *t) { ckpt_set_aside_after(t->cfg.run_dir, t->step); }
 
-/* The first layer (of both) where f (a per-layer property of model.layer_types) differs, or -1 */
-static int first_differing_layer(const tsr_model_config *x, const tsr_model_config *y,
-                                 int (*f)(const tsr_model_config *, int)) {
-    for (int l = 0; l < x->n_layer && l < y->n_layer; l++)
-        if (f(x, l) != f(y, l)) return l;
-    return -1;
-}
-
-/* The settings that give the model its tensors and their meaning, config vs checkpoint:
- * "n_layer 2 vs 4, d_model 64 vs 128" into out (empty when they agree). */
-static void model_diff(const tsr_config *a, const tsr_config *b, char *out, size_t cap) {
-    const tsr_model_config *x = &a->model, *y = &b->model;
-    long long xs = x->max_seq_len ? x->max_seq_len : a->seq_len;
-    long long ys = y->max_seq_len ? y->max_seq_len : b->seq_len;
-    tsr_model_dims dx, dy; /* both configs loaded, so both resolve */
-    const char *key;
-    char why[400];
-    config_model_dims(x, &dx, &key, why, sizeof why);
-    config_model_dims(y, &dy, &key, why, sizeof why);
-    const int rx = x->pos == TSR_POS_ROPE, ry = y->pos == TSR_POS_ROPE;
-    const int sx = rx && x->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
-    const int sy = ry && y->rope_scaling == TSR_ROPE_SCALING_LLAMA3;
-    const int wl = first_differing_layer(x, y, config_layer_window);
-    const int wd = wl >= 0, ll = first_differing_layer(x, y, config_layer_linear), ld = ll >= 0;
-    unsigned lx = 0, ly = 0; /* LoRA's targets (both configs loaded: both parse) */
-    if (a->lora.rank) config_lora_targets(x, a->lora.targets, &lx, why, sizeof why);
-    if (b->lora.rank) config_lora_targets(y, b->lora.targets, &ly, why, sizeof why);
-    struct {
-        const char *name;
-        double u, v;
-    } f[] = {
-        {"n_layer", x->n_layer, y->n_layer},
-        {"d_model", x->d_model, y->d_model},
-        {"n_head", x->n_head, y->n_head},
-        {"n_kv_head", dx.KVH, dy.KVH},
-        {"head_dim", dx.hs, dy.hs},
-        {"vocab_size", x->vocab_size, y->vocab_size},
-        {"vocab_multiple", x->vocab_multiple, y->vocab_multiple},
-        {"pos (0 learned, 1 alibi, 2 rope)", x->pos, y->pos},
-        {"rope_theta", rx ? x->rope_theta : 0, ry ? y->rope_theta : 0},
-        {"rope_scaling (0 none, 1 llama3)", rx ? x->rope_scaling : 0, ry ? y->rope_scaling : 0},
-        {"rope_factor", sx ? x->rope_factor : 0, sy ? y->rope_factor : 0},
-        {"rope_low_freq_factor", sx ? x->rope_low_freq_factor : 0,
-         sy ? y->rope_low_freq_factor : 0},
-        {"rope_high_freq_factor", sx ? x->rope_high_freq_factor : 0,
-         sy ? y->rope_high_freq_factor : 0},
-        {"rope_original_max_pos", sx ? x->rope_original_max_pos : 0,
-         sy ? y->rope_original_max_pos : 0},
-        {"norm (0 layernorm, 1 rmsnorm)", x->norm, y->norm},
-        {"norm_eps", x->norm_eps, y->norm_eps},
-        {"mlp (0 gelu, 1 swiglu, 2 geglu_tanh)", x->mlp, y->mlp},
-        {"bias", x->bias, y->bias},
-        {"qkv_bias", x->qkv_bias, y->qkv_bias},
-        {"qk_norm", x->qk_norm, y->qk_norm},
-        {"qk_norm_scope (0 head, 1 projection)", x->qk_norm ? x->qk_norm_scope : 0,
-         y->qk_norm ? y->qk_norm_scope : 0},
-        {"tie_embeddings", x->tie_embeddings, y->tie_embeddings},
-        {"attention window of the first layer that differs (layer_types, sliding_window)",
-         wd ? config_layer_window(x, wl) : 0, wd ? config_layer_window(y, wl) : 0},
-        {"model.layer_types at the first layer whose kind differs (1 linear_attention, 0 not)",
-         ld ? config_layer_linear(x, ll) : 0, ld ? config_layer_linear(y, ll) : 0},
-        {"attn_sinks", x->attn_sinks, y->attn_sinks},
-        {"norm_placement (0 pre, 1 sandwich, 2 post)", x->norm_placement, y->norm_placement},
-        {"embed_scale (0 none, 1 sqrt_d_model)", x->embed_scale, y->embed_scale},
-        {"query_pre_attn_scalar (0: the head size)",
-         x->query_pre_attn_scalar != dx.hs ? x->query_pre_attn_scalar : 0,
-         y->query_pre_attn_scalar != dy.hs ? y->query_pre_attn_scalar : 0},
-        {"MLP width (expansion_ratio x d_model or intermediate_size)", dx.F, dy.F},
-        {"moe_experts", dx.E, dy.E},
-        {"moe_top_k", dx.K, dy.K},
-        {"moe expert width (moe_intermediate_size or the MLP width)", dx.FE, dy.FE},
-        {"moe_every", dx.E ? x->moe_every : 0, dy.E ? y->moe_every : 0},
-        {"moe_norm_topk", dx.E ? x->moe_norm_topk : 0, dy.E ? y->moe_norm_topk : 0},
-        {"moe_shared_size", dx.S, dy.S},
-        {"moe_shared_gate", dx.S ? x->moe_shared_gate : 0, dy.S ? y->moe_shared_gate : 0},
-        {"moe_act (0 swiglu, 1 gptoss)", dx.E ? x->moe_act : 0, dy.E ? y->moe_act : 0},
-        {"swiglu_limit", x->moe_act ? x->swiglu_limit : 0, y->moe_act ? y->swiglu_limit : 0},
-        {"max_seq_len", x->pos == TSR_POS_LEARNED ? (double)xs : 0,
-         y->pos == TSR_POS_LEARNED ? (double)ys : 0},
-        {"lora.rank", (double)a->lora.rank, (double)b->lora.rank},
-        {"lora.alpha", a->lora.rank ? a->lora.alpha : 0, b->lora.rank ? b->lora.alpha : 0},
-        {"lora.targets (bits q k v o gate up down)", lx, ly},
-    };
-    size_t o = 0;
-    out[0] = '\0';
-    for (size_t k = 0; k < sizeof f / sizeof f[0] && o < cap; k++)
-        if (f[k].u != f[k].v)
-            o += (size_t)snprintf(out + o, cap - o, "%s%s %g vs %g", o ? ", " : "", f[k].name,
-                                  f[k].u, f[k].v);
-}
-
 /* --init-from, layer l: 0 when it is of one kind in the run and the checkpoint, else the refusal */
 static int init_layer_kind(const tsr_model_config *x, const tsr_model_config *y, int l,
                            const char *path) {
@@ -382,7 +291,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
     if (ckpt_peek_meta(from, pk) == 0 &&
         ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0) {
         char diff[1024];
-        model_diff(cfg, ck, diff, sizeof diff);
+        config_model_diff(cfg, ck, diff, sizeof diff);
         if (diff[0]) {
             tsr_error("%s: the model in the config differs from the checkpoint's: %s (config vs "
                       "checkpoint). A resume continues the same model: restore those settings, "

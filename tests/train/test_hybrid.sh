@@ -66,7 +66,7 @@ before=$(cd "$TMP/D" && cat latest && sha256sum step-*.h5)
     >"$TMP/order.txt" 2>&1
 rc=$?
 tap_diag "reordered resume: $(grep -m1 -o 'differs.*' "$TMP/order.txt" | head -c 300)"
-((rc == 1)) && grep -q "model.layer_types at the first layer whose kind differs (1 linear_attention, 0 not) 0 vs 1" "$TMP/order.txt" &&
+((rc == 1)) && grep -q 'layer_types at layer 0: "full_attention" vs "linear_attention"' "$TMP/order.txt" &&
     [[ $before == "$(cd "$TMP/D" && cat latest && sha256sum step-*.h5)" ]]
 tap_check $? "resume with the same 3 linear + 1 full layers in another order: refused (exit $rc) naming model.layer_types, checkpoints untouched"
 

@@ -1,12 +1,10 @@
-/* decoder_dn.c — the decoder's linear_attention layers (docs/deltanet.md "Wiring"): Hugging Face
- * Qwen3-Next's Gated DeltaNet (src/model/deltanet_layer.h) in a block's attention place, the MLP
- * or MoE half of the block unchanged. decoder.c's ST_QKV step runs its forward (ST_ATTN then
- * nothing), whose output dec_branch_out takes where an attention layer's projection would be;
- * decoder_backward.c its backward. Its activations are the layer's slot of the attention group's
- * stack (TSR_A_DN; activation checkpointing recomputes them with the attention's); a decode step
- * carries each linear layer's state and convolution tail in the cache (tsr_kv_cache dn_*) in
- * place of keys and values.
- * Also Qwen3-Next's gated attention (model.attn_output_gate) of the attention layers.
+/* mixer_deltanet.c — the gated_deltanet mixer (layer_kind.h; docs/deltanet.md "Wiring"): the
+ * linear_attention layers' Hugging Face Qwen3-Next Gated DeltaNet (src/model/deltanet_layer.h) in
+ * a block's mixer place, the MLP or MoE half of the block unchanged. Its forward is the mixer
+ * step (ST_MIX), its output what the frame's residual add takes. Its activations are the layer's
+ * slot of the attention group's stack (TSR_A_DN; activation checkpointing recomputes them with
+ * the attention's); a decode step carries each linear layer's state and convolution tail in the
+ * cache (tsr_kv_cache dn_*) in place of keys and values.
  * The layer runs over the decoder's backend (its dn_* entries); its decode-step and context
  * parallelism paths carry host caches, the fp32 CPU backend's only (docs/deltanet.md "CUDA").
  */
@@ -19,13 +17,64 @@
 #include "model/decoder.h"
 #include "model/decoder_int.h"
 #include "model/deltanet_layer.h"
+#include "model/layer_kind.h"
 #include "model/dn_ring.h"
 #include "model/model_lora.h"
 #include "model/model_ring.h"
 
 #define DN_CHUNK DN_TRAIN_CHUNK
 
-int dec_dn_layer(const tsr_model *m, int l) { return m->LL > 0 && config_layer_linear(&m->cfg, l); }
+/* ---- its tensors ------------------------------------------------------------------------ */
+
+/* the projections, the convolution and out_proj decayed as weights; dt_bias, A_log and the norm
+ * not (FLA's _no_weight_decay, HF's norms), as norms */
+static const tsr_param_row dn_rows[] = {
+    {TSR_P_DNQKVW, "dnqkvw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 27, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNZW, "dnzw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 28, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNBW, "dnbw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 29, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNAW, "dnaw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 30, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNCONV, "dnconv", TSR_PK_WEIGHT, TSR_INIT_OWN, 31, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNDTB, "dndtbias", TSR_PK_NORM, TSR_INIT_ONE, 32, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNALOG, "dnalog", TSR_PK_NORM, TSR_INIT_OWN, 33, TSR_SPLIT_HEADS, 0, 1, 0},
+    {TSR_P_DNNORMW, "dnnormw", TSR_PK_NORM, TSR_INIT_ONE, 34, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_DNOW, "dnow", TSR_PK_WEIGHT, TSR_INIT_RESIDUAL, 35, TSR_SPLIT_HEADS, 1, 1, 0},
+};
+
+static const char *const dn_keys[] = {
+    "model.layer_types", "model.linear_num_key_heads", "model.linear_num_value_heads",
+    "model.linear_key_head_dim", "model.linear_value_head_dim", "model.linear_conv_kernel_dim",
+    "model.norm_eps", NULL};
+
+static int dn_serves(const tsr_model_config *c, int l) { return config_layer_linear(c, l); }
+
+/* stacked over the LL linear layers, CD = 2 HKl dkl + HVl dvl: dnqkvw (LL, CD, C) rows [q heads |
+ * k heads | v heads] (in_proj_qkv), dnzw (LL, HVl dvl, C) (in_proj_z), dnbw and dnaw (LL, HVl, C)
+ * (in_proj_b, in_proj_a), dnconv (LL, CD, K), dt_bias and A_log (LL, HVl), the gated norm's
+ * weight (LL, dvl), dnow (LL, C, HVl dvl) (out_proj) */
+static void dn_layout(tsr_model *m) {
+    const int64_t LL = m->LL, C = m->C, on = LL > 0, HV = m->HVl, VD = (int64_t)m->HVl * m->dvl;
+    const int64_t CD = 2 * (int64_t)m->HKl * m->dkl + VD;
+    model_param_shape(m, TSR_P_DNQKVW, on, 3, LL, CD, C, 0);
+    model_param_shape(m, TSR_P_DNZW, on, 3, LL, VD, C, 0);
+    model_param_shape(m, TSR_P_DNBW, on, 3, LL, HV, C, 0);
+    model_param_shape(m, TSR_P_DNAW, on, 3, LL, HV, C, 0);
+    model_param_shape(m, TSR_P_DNCONV, on, 3, LL, CD, m->Kc, 0);
+    model_param_shape(m, TSR_P_DNDTB, on, 2, LL, HV, 0, 0);
+    model_param_shape(m, TSR_P_DNALOG, on, 2, LL, HV, 0, 0);
+    model_param_shape(m, TSR_P_DNNORMW, on, 2, LL, m->dvl, 0, 0);
+    model_param_shape(m, TSR_P_DNOW, on, 3, LL, C, VD, 0);
+}
+
+/* dnconv: torch Conv1d's U(+-1/sqrt(K)) as N(0, 1/sqrt(3K)); dnalog: log(A) of value head h
+ * with A spread evenly over [1, 16] across the heads (HF draws A uniform in (0, 16); a fixed
+ * spread gives every seed the same decays) */
+static float dn_init(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k) {
+    if (id == TSR_P_DNCONV)
+        return (float)(1.0 / sqrt(3.0 * m->Kc) *
+                       tsr_rand_normal(seed, model_param_row(m, id)->stream, k));
+    const int HV = m->HVl, h = (int)(k % (size_t)HV);
+    return (float)log(1.0 + 15.0 * (HV > 1 ? (double)h / (HV - 1) : 0.0));
+}
 
 /* the layer's dimensions for B sequences of T positions */
 static dn_dims dn_dims_of(const tsr_model *m, int B, int T) {
@@ -144,7 +193,7 @@ static void slots_rows_forward(const dec_run *r, int l, float *out, dn_acts *a, 
     }
 }
 
-void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
+static void dn_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
     dn_acts a = acts_of(r, &d, v, &out);
@@ -174,7 +223,9 @@ void dec_dn_forward(const dec_run *r, int l, const dec_layer *v, const void *con
                      r->kv ? NULL : r->d->a->seq, &d);
 }
 
-void dec_dn_out(const dec_run *r, const dec_layer *v) {
+/* its output (after out_proj, in its slot) into r->scratch */
+static void dn_out(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
+    (void)l, (void)w;
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     float *out;
     acts_of(r, &d, v, &out);
@@ -182,8 +233,9 @@ void dec_dn_out(const dec_run *r, const dec_layer *v) {
     be->copy(be, r->scratch, out, (size_t)r->N * r->d->m->C * tsr_dtype_size(be->act));
 }
 
-void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
-                     const void *dout) {
+/* from dout = d(its output) to a->dln = d(ln1) (written), unit u's gradients */
+static void dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
+                        const void *dout) {
     const dn_dims d = dn_dims_of(r->d->m, r->B, r->T);
     tsr_acts *acts = r->d->a;
     float *out;
@@ -201,30 +253,81 @@ void dec_dn_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit
                           acts->seq, acts->dn_bwd, &d);
 }
 
-/* ---- model.attn_output_gate ---------------------------------------------------------------- */
+/* ---- its activations, cache, FLOPs and backend entries -------------------------------- */
 
-void dec_gate_forward(const dec_run *r, const dec_layer *v) {
-    if (!v->agate) return;
-    const tsr_backend *be = r->d->be;
-    be->gate_forward(be, v->agated, v->atty, v->agate, (size_t)r->N * r->d->m->QD);
+/* a layer's activations (dec_dn_floats), stacked with the attention group (an attention layer's
+ * slot goes unused); the one backward slot */
+static size_t dn_stride(const dec_plan *p) {
+    return p->m->LL ? dec_stride(p, dec_dn_floats(p->m, p->be, p->B, p->T), sizeof(float)) : 0;
 }
 
-const void *dec_attn_in(const tsr_model *m, const dec_layer *v) {
+static void dn_plan(dec_plan *p, size_t b[TSR_A_COUNT]) {
+    dec_plan_stack(p, b, TSR_A_DN, 1, model_act_group_layers(p->m, TSR_AG_ATTN), dn_stride(p),
+                   sizeof(float));
+    dec_plan_buffer(p, b, TSR_A_DNBWD, 1, dec_dn_backward_bytes(p->m, p->be, p->B, p->T));
+}
+
+static void dn_view(const dec_plan *p, const tsr_acts *a, int l, dec_layer *v) {
+    v->dn = dec_stack_at(a->dn, model_act_group_slot(p->m, TSR_AG_ATTN, l), dn_stride(p),
+                         sizeof(float));
+}
+
+static void dn_kv_view(const tsr_kv_cache *kv, const tsr_model *m, dec_layer *v) {
     (void)m;
-    return v->agate ? (const void *)v->agated : v->atty;
+    v->dn = kv->dn;
 }
 
-void dec_gate_backward(const dec_run *r, const dec_layer *v, const dec_unit *u, int proj) {
-    const tsr_backend *be = r->d->be;
-    const tsr_model *m = r->d->m;
-    tsr_acts *a = r->d->a;
-    if (!v->agate) return;
-    const size_t n = (size_t)r->N * m->QD;
-    if (proj) {
-        be->matmul_backward(be, a->dln, u->g[TSR_P_ATTNGATEW], NULL, a->dagate, v->ln1,
-                            u->w[TSR_P_ATTNGATEW], r->N, m->C, m->QD, TSR_GRAD_ADD);
-        return;
-    }
-    /* datty = d gated: d y = it s, d gate = it y s (1 - s) */
-    be->gate_backward(be, a->datty, a->dagate, v->atty, v->agate, n);
+/* a sequence's state and convolution tail */
+static size_t dn_cache_bytes(const tsr_model *m, const tsr_backend *be, int l, int cap) {
+    (void)be, (void)l, (void)cap;
+    return (dec_dn_cache_floats(m, 1) + dec_dn_cache_floats(m, 0)) * sizeof(float);
 }
+
+/* per value head and token, forward, in chunks of c (docs/mfu.md): the state's three products
+ * (X_K S, q S, the update) 2 dk dv each, the chunk's K K^T, Q K^T (2 c dk each), the solve over
+ * [V | K] (2 c (dk + dv)) and the scores times V (2 c dv); x 3 with the backward */
+static double dn_flops(const tsr_model *m, int l, int T) {
+    (void)l;
+    const double c = T < DN_TRAIN_CHUNK ? T : DN_TRAIN_CHUNK, dk = m->dkl, dv = m->dvl;
+    return 3.0 * m->HVl * (6.0 * dk * dv + 2.0 * c * (3.0 * dk + 2.0 * dv));
+}
+
+double model_dn_flops(const tsr_model *m, int T) {
+    double sum = 0.0;
+    for (int l = 0; l < m->L; l++)
+        if (model_mixer(&m->cfg, l) == &kind_deltanet) sum += dn_flops(m, l, T);
+    return sum;
+}
+
+static const char *dn_missing(const tsr_model *m, const tsr_backend *be) {
+    const int on = m->LL > 0;
+    const char *k = "model.layer_types (linear_attention)";
+    const dec_need need[] = {
+        {on, be->dn_conv_forward, k},      {on, be->dn_conv_backward, k},
+        {on, be->dn_gates_forward, k},     {on, be->dn_gates_backward, k},
+        {on, be->dn_silu_gate_forward, k}, {on, be->dn_silu_gate_backward, k},
+        {on, be->dn_core_forward, k},      {on, be->dn_core_backward, k},
+        {on, be->copy_rows, k},
+    };
+    return dec_need_missing(need, sizeof need / sizeof need[0]);
+}
+
+const tsr_layer_kind kind_deltanet = {
+    .name = "gated_deltanet",
+    .half = TSR_HALF_MIXER,
+    .params = dn_rows,
+    .n_params = sizeof dn_rows / sizeof *dn_rows,
+    .keys = dn_keys,
+    .serves = dn_serves,
+    .layout = dn_layout,
+    .init = dn_init,
+    .forward = dn_forward,
+    .out = dn_out,
+    .backward = dn_backward,
+    .acts = dn_plan,
+    .view = dn_view,
+    .kv_view = dn_kv_view,
+    .cache_bytes = dn_cache_bytes,
+    .flops = dn_flops,
+    .missing = dn_missing,
+};
