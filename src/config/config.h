@@ -508,6 +508,12 @@ const char *config_attn_variant_key(const tsr_model_config *m);
 const char *config_moe_variant_key(const tsr_model_config *m);
 /* The MLP is gated (SwiGLU, GeGLU): fcw holds the gate rows then the up rows (2F) */
 int config_mlp_gated(const tsr_model_config *m);
+/* The variants m turns on (config_variant_key's list, and Llama 3.1's RoPE scaling) in words, for
+ * the plan's model line (docs/planning.md "The model line"): "; "-separated fragments such as
+ * "layers: 36 linear + 12 full (repeating 3 linear, 1 full)", "sandwich norms", "attention
+ * sinks", "RoPE yarn x32 (original 4096 positions, beta 32/1, not truncated)", "no RoPE in 9 of
+ * 36 layers (repeating 3 rope, 1 none)"; "" for a model with none. Cut to cap bytes. */
+void config_variants_text(const tsr_model_config *m, char *buf, size_t cap);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.
