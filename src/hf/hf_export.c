@@ -346,6 +346,11 @@ int hf_export_check_opts(const hf_export_opts *o) {
     return shard_limit(o, &max_shard);
 }
 
+int hf_exportable(const tsr_model *m, char *why, size_t cap) {
+    hf_arch a;
+    return hf_arch_of(m, HF_ARCH_COUNT, &a, why, cap);
+}
+
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o) {
     hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;

@@ -13,7 +13,10 @@
 #  - the plan's model line names each recipe's variants (issue 79, item 13; docs/planning.md "The
 #    model line"): windows and their pattern, sinks, soft caps, norm placement, the RoPE scalings
 #    (Llama 3.1's, YaRN), partial rotary, NoPE layers, "36 linear + 12 full", gpt-oss's experts;
-#    a model without them gets none.
+#    a model without them gets none;
+#  - the start says when no Hugging Face class holds the model (issue 79, item 12): of the recipes
+#    only dbrx-132b (LayerNorm: no class tessera exports), and SmolLM3 shrunk by --set without its
+#    head_dim, once, naming model.head_dim.
 # The sizes of one issue-67 family (gemma3-*, gpt-oss-*, olmo2-*, olmo3-*) share every key but
 # the sizes: the family's first recipe (in glob order) dry-runs each of its sharding values, the
 # others their own setting only (sizes do not change which shardings load; CI's time).
@@ -23,7 +26,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 recipes=("$TSR_ROOT"/configs/*.cfg)
-tap_plan 7
+tap_plan 9
 # dry NAME ARGS...: tessera-train ARGS... --dry-run in the background (at most four at once); its
 # exit status goes to $TMP/NAME.rc
 dry() {
@@ -70,6 +73,9 @@ dry softcaps --config "$TSR_ROOT/configs/gemma3-1b.cfg" --set model.attn_logit_s
 dry nope-order --config "$TSR_ROOT/configs/smollm3-3b.cfg" --set model.n_layer=4
 dry full-first --config "$TSR_ROOT/configs/olmo3-7b.cfg" --set model.n_layer=4 \
     --set model.layer_types=full_attention,sliding_attention,sliding_attention,sliding_attention
+# SmolLM3 shrunk keeping its head_dim of 128 (SmolLM3Config has none: hidden / heads)
+dry smollm3-shrunk --config "$TSR_ROOT/configs/smollm3-3b.cfg" --set model.n_layer=4 \
+    --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=1 --set model.intermediate_size=128
 wait
 
 bad=()
@@ -141,4 +147,13 @@ done
 ((${#bad[@]} == 0))
 tap_check $? "the model line names the variants of ${#want[@]} models (gemma3, gpt-oss, qwen3-next, olmo2/3, smollm3, llama3 and YaRN scaling, soft caps, layers in an order of their own; none for gpt2, mixtral, qwen3) (${bad[*]:-ok})"
 
+# the start's no-class warning (docs/hf.md "Export"): which recipes say it
+warned=()
+for f in "${recipes[@]}"; do grep -q 'no Hugging Face class holds this model' "$TMP/${f##*/}.out" && warned+=("${f##*/}"); done
+[[ ${warned[*]} == dbrx-132b.cfg ]] &&
+    grep -q 'which needs model.norm = "rmsnorm" and a gated MLP' "$TMP/dbrx-132b.cfg.out"
+tap_check $? "of the recipes only dbrx-132b says that no Hugging Face class holds its model (${warned[*]:-none})"
+n=$(grep -c 'no Hugging Face class holds this model' "$TMP/smollm3-shrunk.out")
+ran smollm3-shrunk && ((n == 1)) && grep -q 'model.no_rope_layers exports as SmolLM3ForCausalLM (model_type "smollm3"), which needs model.head_dim = d_model / n_head' "$TMP/smollm3-shrunk.out"
+tap_check $? "smollm3-3b shrunk by --set without its head_dim: --dry-run says once ($n) that no Hugging Face class holds it, naming model.head_dim"
 tap_done
