@@ -11,7 +11,11 @@
 #  - OLMo 3 shrunk by --set from configs/olmo3-7b.cfg without its head_dim (128 on d_model 64:
 #    Olmo3Config has no head_dim): the trainer says once, at start, before step 1, that no
 #    Hugging Face class holds the model and why; it trains; the export of its checkpoint is
-#    refused (exit 1) for the same reason, nothing written.
+#    refused (exit 1) for the same reason, nothing written;
+#  - `tessera generate` on the exported tiny gpt-oss (router_aux_loss_coef 0.9 against the
+#    default 0.01 of a run without a recipe) prints no aux-loss warning (a training choice; it
+#    printed it three times), while `tessera-train --init-from` it with a recipe that keeps the
+#    default says it once.
 # One run per recipe, one step each (its loss is the step line's): about 2 s a recipe on one core.
 # Skips (77) without GPT-2's tokenizer files (./INSTALL fetches them).
 source "$(dirname "$0")/../lib.sh"
@@ -23,7 +27,7 @@ declare -A class=([tiny-gemma3]=gemma3_text [tiny-gpt-oss]=gpt_oss [tiny-olmo2]=
                   [tiny-olmo3]=olmo3 [tiny-smollm3]=smollm3 [tiny-qwen3-next]=qwen3_next
                   [tiny-qwen3.5]=qwen3_5_text)
 names=(tiny-gemma3 tiny-gpt-oss tiny-olmo2 tiny-olmo3 tiny-smollm3 tiny-qwen3-next tiny-qwen3.5)
-tap_plan $((${#names[@]} + 2))
+tap_plan $((${#names[@]} + 3))
 
 "$TOOL" prep -q --out "$TMP/data" --tokenizer gpt2 --val-fraction 0 "$TSR_ROOT/README.md" || exit 1
 # the recipe's own keys but where it runs and reads, and one step: what a test can afford
@@ -77,4 +81,20 @@ tap_diag "start: ${why:-none}"
     [[ ! -e $TMP/shrunk.hf ]]
 tap_check $? "olmo3-7b shrunk without head_dim: said once at start, before step 1 ($n), naming model.head_dim; trains (exit $trc); its export refused for the same reason (exit $xrc), nothing written"
 
+# the aux-loss warning is a training run's: not generate's
+"$TOOL" generate --ckpt "$TMP/tiny-gpt-oss.hf" --prompt "The" --max-tokens 2 --temperature 0 \
+    --set threads=1 >"$TMP/gen.out" 2>"$TMP/gen.err"
+grc=$?
+cat >"$TMP/init.cfg" <<CFG
+run_dir = "$TMP/init"; max_duration = "1ba"; global_batch = 2; micro_batch = 2; seq_len = 32;
+eval_interval = "0ba"; save_interval = "0ba"; threads = 1;
+optim = { lr = 1e-4; };
+data = { train = "$TMP/data/train"; val = ""; };
+sample = { tokens = 0; };
+CFG
+"$TRAIN" --config "$TMP/init.cfg" --init-from "$TMP/tiny-gpt-oss.hf" >"$TMP/init.log" 2>&1
+irc=$?
+ng=$(grep -c router_aux_loss_coef "$TMP/gen.err") ni=$(grep -c router_aux_loss_coef "$TMP/init.log")
+((grc == 0 && irc == 0 && ng == 0 && ni == 1)) && [[ -s $TMP/gen.out ]]
+tap_check $? "generate on the exported tiny gpt-oss: no aux-loss warning ($ng; exit $grc); --init-from it with the default coefficient: the warning once ($ni; exit $irc)"
 tap_done
