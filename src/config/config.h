@@ -522,6 +522,12 @@ const char *config_key_at(int i, tsr_key_role *role);
  * agree; a key that does not apply on one side reads "(unused)" there). What a resume compares
  * with its checkpoint's config. */
 void config_model_diff(const tsr_config *a, const tsr_config *b, char *out, size_t cap);
+/* The variants m turns on (config_variant_key's list, and Llama 3.1's RoPE scaling) in words, for
+ * the plan's model line (docs/planning.md "The model line"): "; "-separated fragments such as
+ * "layers: 36 linear + 12 full (repeating 3 linear, 1 full)", "sandwich norms", "attention
+ * sinks", "RoPE yarn x32 (original 4096 positions, beta 32/1, not truncated)", "no RoPE in 9 of
+ * 36 layers (repeating 3 rope, 1 none)"; "" for a model with none. Cut to cap bytes. */
+void config_variants_text(const tsr_model_config *m, char *buf, size_t cap);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

@@ -158,12 +158,14 @@ static const json_value *chat_turns(const gen_chat *gc, json_value *nodes, const
 static int render_conv(const gen_chat *gc, const char *spec, const json_value *conv, char **text,
                        size_t *n) {
     if (!gc->loaded || !gc->cc.tpl) {
-        char where[sizeof gc->path + 32];
+        char where[sizeof gc->path + 64];
         if (!gc->path[0]) snprintf(where, sizeof where, "it is not a tokenizer.json");
-        else snprintf(where, sizeof where, "%s %s", gc->path, gc->loaded ? "has none" : "does not exist");
+        else snprintf(where, sizeof where, "%s %s", gc->path,
+                      gc->loaded ? "has none, nor is a chat_template.jinja beside it" : "does not exist");
         tsr_error("generate: --chat: the tokenizer %s has no chat_template (%s): --chat needs a "
-                  "Hugging Face tokenizer.json whose tokenizer_config.json beside it has one; "
-                  "leave --chat out to complete the prompt as plain text", spec, where);
+                  "Hugging Face tokenizer.json whose tokenizer_config.json beside it has one, or a "
+                  "chat_template.jinja beside that file; leave --chat out to complete the prompt "
+                  "as plain text", spec, where);
         return TSR_EXIT_USAGE;
     }
     const json_value *ctx[2] = {gc->cc.vars, conv};
@@ -171,15 +173,15 @@ static int render_conv(const gen_chat *gc, const char *spec, const json_value *c
     jinja_error e;
     if (jinja_render_ex(gc->cc.tpl, ctx, 2, &ov, text, n, &e) == JINJA_OK) return 0;
     if (e.status == JINJA_EBUDGET) {
-        tsr_error("generate: --chat: the chat template of %s, line %d:%d: %s (%s)", gc->path,
+        tsr_error("generate: --chat: the chat template of %s, line %d:%d: %s (%s)", gc->cc.source,
                   e.line, e.col, e.msg, CHAT_BUDGET_HINT);
         return TSR_EXIT_DATA;
     }
     if (e.line)
-        tsr_error("generate: --chat: the chat template of %s, line %d:%d: %s", gc->path, e.line,
+        tsr_error("generate: --chat: the chat template of %s, line %d:%d: %s", gc->cc.source, e.line,
                   e.col, e.msg);
     else
-        tsr_error("generate: --chat: the chat template of %s: %s", gc->path, e.msg);
+        tsr_error("generate: --chat: the chat template of %s: %s", gc->cc.source, e.msg);
     return TSR_EXIT_USAGE;
 }
 

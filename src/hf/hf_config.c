@@ -263,7 +263,8 @@ int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char 
 typedef struct checker {
     const char *path;
     const json_value *root;
-    int rc; /* the first fault's status; later faults are not reported */
+    int rc;    /* the first fault's status; later faults are not reported */
+    int notes; /* say the training choices that differ from the model's (a run's import) */
 } checker;
 
 static void fault(checker *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -726,7 +727,8 @@ static void check_moe(checker *c, const json_value *r, const tsr_model *m, hf_ar
     double hf = get_num(c, r, "router_aux_loss_coef", 0.001);
     double run = hf_aux_coef(m, mc->moe_aux_loss_coef), back = hf * m->K / m->LM;
     char h[32], own[32], per[32], fix[32];
-    if (!c->rc && !(fabs(hf - run) <= 1e-6 * fabs(hf))) /* a training choice: said, not refused */
+    if (c->notes && !c->rc && !(fabs(hf - run) <= 1e-6 * fabs(hf))) /* a training choice: said
+                                                                       * to a run, not refused */
         tsr_warn("%s: router_aux_loss_coef = %s is tessera's model.moe_aux_loss_coef x %d MoE "
                  "layers / top_k = %d (docs/moe.md), but this run has %s (which is %s there): it "
                  "trains with its own; --set model.moe_aux_loss_coef=%s trains with the model's",
@@ -1008,7 +1010,7 @@ static void check_quant(checker *c, const json_value *r, hf_config *out) {
               "unquantised weights, and gpt-oss's MXFP4 experts (\"mxfp4\") only", how);
 }
 
-int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
+int hf_config_check(const char *path, const tsr_model *m, int notes, hf_config *out) {
     char *text;
     size_t n;
     int rc = fs_read_all(path, 0, &text, &n);
@@ -1017,7 +1019,7 @@ int hf_config_check(const char *path, const tsr_model *m, hf_config *out) {
     json_doc_init(&doc);
     json_value *root = NULL;
     json_error err;
-    checker c = {path, NULL, 0};
+    checker c = {path, NULL, 0, notes};
     if (json_parse(&doc, text, n, &root, &err) != 0)
         fault(&c, TSR_EXIT_DATA, "not valid JSON: %s at byte %zu", err.msg, err.pos);
     else if (root->type != JSON_OBJECT)
@@ -1282,7 +1284,7 @@ int hf_config_fill(const char *dir, tsr_config_fill *f) {
     json_doc_init(&doc);
     json_error err;
     json_value *root = NULL;
-    filler F = {{f->source, NULL, 0}, f};
+    filler F = {{f->source, NULL, 0, 0}, f};
     if (json_parse(&doc, text, n, &root, &err) != 0)
         fault(&F.c, TSR_EXIT_DATA, "not valid JSON: %s at byte %zu", err.msg, err.pos);
     else if (root->type != JSON_OBJECT)

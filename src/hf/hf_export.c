@@ -42,6 +42,8 @@ typedef struct tok_files {
     char vocab_file[4200], merges_file[4200]; /* GPT-2 format: encoder.json or vocab.json; vocab.bpe
                                                * or merges.txt (tokenizer_find_files) */
     char json[4096], config[4096];
+    char jinja[4200];     /* the chat_template.jinja beside config (transformers reads it in its
+                           * place: chat_config.h), or "" */
     char gen[4096];       /* generation_config.json beside the tokenizer.json, or "" */
     long eot;             /* end of sequence: the id of <|endoftext|> or of the config's eos_token; -1 */
     long bos;             /* beginning of sequence: eot for GPT-2, the config's bos_token; -1 */
@@ -84,7 +86,9 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
     chat_config cc;
     jinja_error e;
     if (!have_cfg) t->config[0] = 0;
-    else if (chat_config_load(t->config, &cc, &e)) {
+    if (!have_cfg || chat_config_template_file(t->config, t->jinja, sizeof t->jinja) != 1)
+        t->jinja[0] = 0;
+    if (have_cfg && chat_config_load(t->config, &cc, &e)) {
         tsr_error("export: %s", e.msg);
         return TSR_EXIT_DATA;
     }
@@ -165,6 +169,12 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     return 0;
 }
 
+/* Removes path if it exists (a stale file of an earlier export: another layout, a chat template
+ * this export's tokenizer does not have), saying so. */
+static void remove_stale(const char *path) {
+    if (unlink(path) == 0) printf("removed %s (left by an earlier export)\n", path);
+}
+
 static int copy_file(const char *from, const char *to) {
     char *data;
     size_t n;
@@ -176,6 +186,9 @@ static int copy_file(const char *from, const char *to) {
 
 static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_model *m) {
     char to[4300];
+    snprintf(to, sizeof to, "%s/chat_template.jinja", out_dir);
+    if (t->hf && t->jinja[0]) TSR_CHECK(copy_file(t->jinja, to));
+    else remove_stale(to); /* transformers would read it in place of the written config's template */
     if (t->hf) {
         snprintf(to, sizeof to, "%s/tokenizer.json", out_dir);
         TSR_CHECK(copy_file(t->json, to));
@@ -258,11 +271,6 @@ static int write_index(const char *path, const st_tensor *st, const int *shard, 
     return rc;
 }
 
-/* Removes path if it exists (a stale file of another layout), saying so. */
-static void remove_stale(const char *path) {
-    if (unlink(path) == 0) printf("removed %s (left by an earlier export of another layout)\n", path);
-}
-
 /* The weights: one file, or shards of at most max bytes each (a tensor larger than max alone). */
 static int write_weights(const char *out_dir, const st_tensor *st, int n, const char *source,
                          uint64_t max, uint64_t *total, int *nshards) {
@@ -314,9 +322,10 @@ static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const
     }
     TSR_CHECK(write_tokenizer(out_dir, tk, m));
     if (tk->hf)
-        printf("wrote %s/tokenizer.json%s: byte copies of %s%s%s (%u tokens, eos_token_id %ld)\n",
-               out_dir, tk->config[0] ? ", tokenizer_config.json" : "", tk->json,
-               tk->config[0] ? " and " : "", tk->config, tk->vocab, tk->eot);
+        printf("wrote %s/tokenizer.json%s%s: byte copies of %s%s%s%s%s (%u tokens, eos_token_id "
+               "%ld)\n", out_dir, tk->config[0] ? ", tokenizer_config.json" : "",
+               tk->jinja[0] ? ", chat_template.jinja" : "", tk->json, tk->config[0] ? ", " : "",
+               tk->config, tk->jinja[0] ? ", " : "", tk->jinja, tk->vocab, tk->eot);
     else
         printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s and %s "
                "(%u tokens%s)\n", out_dir, tk->vocab_file, tk->merges_file, tk->vocab,
@@ -344,6 +353,11 @@ int hf_export_check_opts(const hf_export_opts *o) {
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);
+}
+
+int hf_exportable(const tsr_model *m, char *why, size_t cap) {
+    hf_arch a;
+    return hf_arch_of(m, HF_ARCH_COUNT, &a, why, cap);
 }
 
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,

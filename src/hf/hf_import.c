@@ -374,7 +374,7 @@ static int open_headers(hf_import *h, const char *dir, const tsr_model *m) {
                   "Hugging Face directory", dir);
         return TSR_EXIT_DATA;
     }
-    TSR_CHECK(hf_config_check(cfg_path, m, &h->hc));
+    TSR_CHECK(hf_config_check(cfg_path, m, 0, &h->hc)); /* (hf_config_load said the notes) */
     if (single) {
         h->f = tsr_calloc(1, sizeof *h->f);
         TSR_CHECK(st_open(&h->f[0], h->st_path));

@@ -123,8 +123,11 @@ int hf_config_write(const char *path, const tsr_model *m, hf_arch a, const char 
                     long bos, long eos);
 /* Reads config.json and checks it against the model m of this run: 0, TSR_EXIT_USAGE (a size,
  * the architecture or the GELU differ: both values named, with the --set that fixes it) or
- * TSR_EXIT_DATA (unreadable, not JSON, or a setting tessera cannot represent). */
-int hf_config_check(const char *path, const tsr_model *m, hf_config *out);
+ * TSR_EXIT_DATA (unreadable, not JSON, or a setting tessera cannot represent). notes: also warn
+ * of the training choices the run makes otherwise than the model (router_aux_loss_coef): a
+ * training run's import says it once (hf_config_load with a recipe); reading the model for
+ * eval, generate or ckpt does not, nor do the later checks of the same directory. */
+int hf_config_check(const char *path, const tsr_model *m, int notes, hf_config *out);
 
 /* The safetensors headers of the directory dir (model.safetensors or its shards; no tensor data
  * read) against the model m that config.json describes: the layer count, width, vocabulary and MLP

@@ -95,7 +95,8 @@ static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96]
     }
 }
 
-/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm */
+/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm, then the
+ * variants (config_variants_text) */
 static void plan_model(const tsr_trainer *t) {
     const tsr_model *m = &t->model;
     const tsr_config *c = &t->cfg;
@@ -116,12 +117,14 @@ static void plan_model(const tsr_trainer *t) {
                  m->E, m->K, m->FE, m->LM, m->L, shared,
                  c->model.moe_norm_topk ? "" : " unnormalised");
     }
+    char variants[640]; /* docs/planning.md "The model line" */
+    config_variants_text(&c->model, variants, sizeof variants);
     printf("model: %s, L=%d d_model=%d heads=%d kv_heads=%d head_dim=%d %s vocab=%d (padded %d) "
-           "pos=%s norm=%s bias=%s%s%s%s\n",
+           "pos=%s norm=%s bias=%s%s%s%s%s%s\n",
            np, m->L, m->C, m->NH, m->KVH, m->hs, arch, m->V, m->Vp, pos[c->model.pos],
            c->model.norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", c->model.bias ? "yes" : "no",
            c->model.qkv_bias && !c->model.bias ? " qkv_bias" : "", c->model.qk_norm ? " qk_norm" : "",
-           c->model.tie_embeddings ? "" : " untied");
+           c->model.tie_embeddings ? "" : " untied", variants[0] ? "; " : "", variants);
 }
 
 /* the plan's parameter line (trainable, frozen, FLOPs per token) and, with experts over several

@@ -369,7 +369,7 @@ static int open_chat_config(prep_ctx *c) {
         return TSR_EXIT_DATA;
     }
     c->have_chat = 1;
-    snprintf(c->chat_path, sizeof c->chat_path, "%s", path);
+    snprintf(c->chat_path, sizeof c->chat_path, "%s", c->chat.tpl ? c->chat.source : path);
     if (c->chat.tpl) jinja_set_budget(c->chat.tpl, &c->a->budget);
     if (spec && !c->chat.tpl) {
         tsr_error("prep: --chat-template %s: the file has no chat_template (give a "
@@ -380,7 +380,7 @@ static int open_chat_config(prep_ctx *c) {
         jinja_free(c->chat.tpl);
         c->chat.tpl = NULL;
     }
-    if (c->chat.tpl && !c->a->quiet) printf("prep: chat lines: the chat template of %s\n", path);
+    if (c->chat.tpl && !c->a->quiet) printf("prep: chat lines: the chat template of %s\n", c->chat.source);
     return 0;
 }
 

@@ -256,6 +256,16 @@ static void config_note(const tsr_dist *d, const tsr_trainer *t, int dry_run) {
     fflush(stdout);
 }
 
+/* A model `tessera ckpt export --format hf` would refuse (no transformers class holds its shape:
+ * OLMo 3 or SmolLM3 shrunk by --set model.d_model without model.head_dim, ...): said once, at
+ * start, in the export's own words (hf_exportable), so that the run learns it before it trains. */
+static void hf_class_note(const tsr_dist *d, const tsr_trainer *t) {
+    char why[512];
+    if (d->rank == 0 && hf_exportable(&t->model, why, sizeof why))
+        tsr_warn("no Hugging Face class holds this model: `tessera ckpt export --format hf` will "
+                 "refuse its checkpoints: %s (docs/hf.md \"Export\")", why);
+}
+
 /* The run directory's lock (runlock.h, docs/tessera-train.md "THE RUN DIRECTORY LOCK"): rank 0
  * takes RUN_DIR/tessera.lock before the checkpoint is read and anything is written; every rank
  * learns the outcome. A second trainer on the directory is refused here, having written nothing.
@@ -340,6 +350,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
+    hf_class_note(&pd, &t);
     config_note(&pd, &t, c.dry_run);
     if (tp) timeplan_print(tp, &t, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
