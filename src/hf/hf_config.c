@@ -783,8 +783,8 @@ static double get_cap(checker *c, const json_value *r, const char *key, double d
     if (v && v->type == JSON_NULL) return 0;
     double x = get_num(c, r, key, def);
     if (!(x > 0))
-        fault(c, TSR_EXIT_DATA, "%s = %g: expected null (no cap) or a cap > 0 (transformers "
-              "computes cap x tanh(x / cap) for any value but null)", key, x);
+        fault(c, TSR_EXIT_DATA, "%s = %g: expected null or a cap > 0 (null is no cap; "
+              "transformers computes cap x tanh(x / cap) for any other value)", key, x);
     return x;
 }
 
