@@ -6,7 +6,8 @@
 # tokenizer_config.json (eos_token <end_of_turn>, bos_token <bos>).
 #  - prep ends each document with the family's end of a document, <eos> (1), not the config's
 #    <end_of_turn> (5); --bos writes <bos> (2); --eos TOKEN picks another; the index records the
-#    document end (document_end) and the largest id (max_token_id < V) beside vocab_size V + 1;
+#    document end (document_end) and the largest id (max_token_id < V) beside vocab_size V + 1; a
+#    tokenizer with no end of a document needs --eos or --no-eos, one with no start refuses --bos;
 #  - tessera-train --init-from DIR on that data trains (it stopped with exit 1: the dataset's
 #    vocabulary V + 1 > model.vocab_size) and says in one line the id the model cannot produce;
 #    data holding id V is refused (exit 1) naming both; without the max_token_id note the ids
@@ -24,7 +25,7 @@ source "$(dirname "$0")/../lib.sh"
 for x in "$TOOL" "$TRAIN"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 "$PY3" -c 'import torch, numpy' 2>/dev/null || { echo "torch/numpy missing: the fixture needs them"; exit 77; }
 tsr_tmpdir
-tap_plan 15
+tap_plan 16
 G=$TMP/g/model
 "$PY3" "$TSR_ROOT/tests/train/gemma_vocab_fixture.py" "$TMP/g" >/dev/null &&
     "$PY3" "$TSR_ROOT/tests/train/gemma_vocab_fixture.py" "$TMP/o" --ordinary >/dev/null ||
@@ -56,6 +57,19 @@ tap_check $? "prep --bos: each document starts with <bos> (2) (it was the eos_to
 rc=$?
 [[ $rc == 1 && ! -e $TMP/dn ]] && grep -q "\-\-eos '<nope>': the tokenizer .* has no such special token" "$TMP/dn.err"
 tap_check $? "prep --eos '<end_of_turn>' ends documents with 5 and notes it; an unknown --eos is exit 1 ($rc), nothing written"
+
+# a tokenizer with neither an end nor a start of a document (no special token at all)
+"$TOOL" tokenizer train --quiet --vocab-size 300 --out "$TMP/plain.tsr" "$TMP/text"
+"$TOOL" prep --quiet --tokenizer "$TMP/plain.tsr" --out "$TMP/p1" "$TMP/text" 2>"$TMP/p1.err"
+rc1=$?
+"$TOOL" prep --quiet --no-eos --bos --tokenizer "$TMP/plain.tsr" --out "$TMP/p2" "$TMP/text" 2>"$TMP/p2.err"
+rc2=$?
+((rc1 == 1 && rc2 == 1)) && grep -q "has no end of a document .* (name one with --eos TOKEN, or pass --no-eos)" "$TMP/p1.err" &&
+    grep -q "\-\-bos: tokenizer .* has no start of a document .*: drop --bos" "$TMP/p2.err" &&
+    [[ ! -e $TMP/p1 && ! -e $TMP/p2 ]] &&
+    "$TOOL" prep --quiet --val-fraction 0 --no-eos --tokenizer "$TMP/plain.tsr" --out "$TMP/p3" "$TMP/text" &&
+    [[ -z $(note "$TMP/p3/train" document_end) ]]
+tap_check $? "a tokenizer with no end of a document needs --eos or --no-eos (exit $rc1), one with no start refuses --bos (exit $rc2), nothing written; --no-eos notes no document_end"
 
 # ---- training --init-from the directory (items 10, 11) ----
 recipe() { # NAME DATA [EOT]: a recipe without the model's sizes (config.json gives them)
