@@ -71,6 +71,11 @@ int dataset_has_segments(const tsr_dataset *ds);
 /* The tokenizer that made the dataset, as its index records it (tessera prep's --tokenizer), or ""
  * when the index has no `tokenizer` line (unknown: older datasets, tessera synth). */
 const char *dataset_tokenizer(const tsr_dataset *ds);
+/* The largest token id the dataset holds, and in *how how that is known: "the max_token_id of
+ * its index.tsv" (the writer's note), "every token read (data.verify)" (opened with verify), or
+ * NULL when neither tells (an older index opened without verify, or an object-store one): then
+ * vocab_size - 1, the bound the format gives. Reads refuse an id above it (dataset_read_sample). */
+uint32_t dataset_max_token_id(const tsr_dataset *ds, const char **how);
 /* Samples of length T in the whole dataset (see above). */
 uint64_t dataset_n_samples(const tsr_dataset *ds, int T);
 /* Global sample i (< dataset_n_samples): inputs (T) and targets (T); a target whose loss-mask byte

@@ -8,6 +8,18 @@
 #include "common.h"
 #include "progress.h"
 
+int data_check_ids(const tsr_dataset *ds, const char *path, int vocab) {
+    const char *how = NULL;
+    const uint32_t top = dataset_max_token_id(ds, &how);
+    if (top < (uint32_t)vocab) return 0;
+    tsr_error("%s: the dataset holds token ids up to %u (%s; its vocabulary has %u), but "
+              "model.vocab_size = %d: the model must cover every token id the data holds (set "
+              "model.vocab_size >= %u, or use data of this model's tokenizer)", path, top,
+              how ? how : "its vocab_size - 1: the index records no max_token_id and data.verify "
+              "= false read no token", dataset_vocab_size(ds), vocab, top + 1);
+    return TSR_EXIT_USAGE;
+}
+
 int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
                          int32_t *inputs, int32_t *targets) {
     int k = dataset_read_sample(ds, T, idx, inputs, targets);

@@ -9,6 +9,13 @@
 #include "data/data.h"
 #include "dist.h"
 
+/* The ids ds holds (at path) against a model of vocab rows: 0 when its largest id
+ * (dataset_max_token_id) is below vocab, whatever its vocabulary says (a tokenizer may have ids
+ * the model never sees: Gemma 3's 262,145 over 262,144 rows); else TSR_EXIT_USAGE after tsr_error
+ * naming both (the trainer and `tessera eval` before they read a sample: an id past the rows would
+ * index beyond the embedding). */
+int data_check_ids(const tsr_dataset *ds, const char *path, int vocab);
+
 /* Reads sample idx of ds (named name in errors); a sample the reader refuses (a token id beyond
  * the vocabulary in a dataset opened without verify) is seen by this rank only, so it aborts
  * every rank (tsr_die). Returns the count of counted targets. */

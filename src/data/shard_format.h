@@ -3,6 +3,7 @@
 #ifndef TSR_SHARD_FORMAT_H
 #define TSR_SHARD_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define SHARD_MAGIC "TSRSHARD"
@@ -37,6 +38,12 @@ void shard_header_encode(shard_header *h, uint8_t out[SHARD_HEADER_SIZE]);
 void shard_put_u32(uint8_t *p, uint32_t v);
 /* Token width in bytes: 2 when every id fits uint16, else 4. */
 uint32_t shard_width_for_vocab(uint64_t vocab);
+/* The note KEY of an index text (its magic line, then the header comments "# KEY<TAB>VALUE..."):
+ * 1 with the value field in out (cap bytes), else 0 (shard_index.c). */
+int index_note_in_text(const char *text, const char *key, char *out, size_t cap);
+/* The index text dataset_index_preset handed over for dir (NUL-terminated, *len bytes), or NULL
+ * (shard_index.c). */
+const char *index_preset_text(const char *dir, size_t *len);
 /* "dir/name" and a copy of dir without trailing slashes; both malloc'd. */
 char *data_path_join(const char *dir, const char *name);
 char *data_dir_dup(const char *dir);

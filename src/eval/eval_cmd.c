@@ -92,14 +92,13 @@ static double forward(void *m, const int32_t *inputs, const int32_t *targets,
     return model_forward_starts(m, inputs, targets, starts, B, T);
 }
 
-/* The dataset at dir, checked whole; an s3:// one fetched whole first (data_fetch_all). */
-static int open_val(tsr_dataset **ds, const char *dir) {
+/* The dataset at dir, checked whole (its ids against the model's V rows too); an s3:// one
+ * fetched whole first (data_fetch_all). */
+static int open_val(tsr_dataset **ds, const char *dir, int V) {
     TSR_CHECK(dataset_open(ds, dir, 1));
-    if (dataset_s3(*ds) && data_fetch_all(*ds, 1)) {
-        dataset_close(*ds);
-        return TSR_EXIT_DATA;
-    }
-    return 0;
+    int rc = dataset_s3(*ds) && data_fetch_all(*ds, 1) ? TSR_EXIT_DATA : data_check_ids(*ds, dir, V);
+    if (rc) dataset_close(*ds);
+    return rc;
 }
 
 /* A preference dataset (tessera prep --format preference; docs/dpo.md): how often the model
@@ -119,7 +118,7 @@ static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
         return 0;
     }
     tsr_dataset *ds;
-    TSR_CHECK(open_val(&ds, dir));
+    TSR_CHECK(open_val(&ds, dir, m->V));
     uint64_t n = dataset_n_samples(ds, b->T) / 2;
     if (limit > 0 && (uint64_t)limit / 2 < n) n = (uint64_t)limit / 2;
     double s[3] = {0, 0, 0}; /* chosen ahead, margin, pairs */
@@ -153,7 +152,7 @@ static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, cons
                   "seq_len=%llu", dir, (unsigned long long)packed, b->T, (unsigned long long)packed);
         return TSR_EXIT_USAGE;
     }
-    TSR_CHECK(open_val(&ds, dir));
+    TSR_CHECK(open_val(&ds, dir, m->V));
     uint64_t n = 0;
     *loss = data_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg,
                            m->cfg.attn_mask == TSR_MASK_DOCUMENT, &n);

@@ -342,10 +342,10 @@ static void unknown_type(checker *c, const char *mt) {
  * that makes the run fit, or exit 2 when the file's value is none the key accepts (vocab_size =
  * -5 is a damaged file, not a suggestion). */
 static void same(checker *c, const char *key, long hf, const char *run_key, long run, const char *note) {
-    char val[32], why[256];
+    char val[32], why[256] = "integers >= 1: a size or count";
     if (hf == run) return;
     snprintf(val, sizeof val, "%ld", hf);
-    if (config_check_set(run_key, val, why, sizeof why) != 0)
+    if (hf < 1 || config_check_set(run_key, val, why, sizeof why) != 0)
         fault(c, TSR_EXIT_DATA, "%s = %ld: no model has that (%s accepts %s): a damaged "
               "config.json, or not one of this family", key, hf, run_key, why);
     else
@@ -777,13 +777,23 @@ typedef struct hf_variants {
     char nope[2048];  /* model.no_rope_layers: its shortest repeating pattern ("" = all RoPE) */
 } hf_variants;
 
-/* A soft cap of config.json: null is off (0), absent the class's default. */
+/* A soft cap of config.json: null is off (0), absent the class's default. 0 is refused: only null
+ * means no cap to transformers, which computes cap tanh(x / cap) for any other value (0 gives 0 or
+ * NaN logits), and tessera's 0 would import it as off. */
 static double get_cap(checker *c, const json_value *r, const char *key, double def) {
     const json_value *v = member(r, key);
     if (v && v->type == JSON_NULL) return 0;
     double x = get_num(c, r, key, def);
-    if (!(x >= 0)) fault(c, TSR_EXIT_DATA, "%s = %g: expected null or a cap > 0", key, x);
+    if (!(x > 0))
+        fault(c, TSR_EXIT_DATA, "%s = %g: expected null or a cap > 0 (null is no cap; "
+              "transformers computes cap x tanh(x / cap) for any other value)", key, x);
     return x;
+}
+
+/* A positive real of config.json that tessera's key reads 0 as unset (query_pre_attn_scalar,
+ * rope_local_base_freq): 0 or less is no model's (transformers raises 0 to a negative power). */
+static void positive(checker *c, const char *key, double x, const char *what) {
+    if (!(x > 0)) fault(c, TSR_EXIT_DATA, "%s = %g: expected a number > 0 (%s)", key, x, what);
 }
 
 /* Each layer's type: layer_types, else sliding_window_pattern (older Gemma 3 files), else the
@@ -851,11 +861,15 @@ static void family_read(checker *c, const json_value *r, hf_arch a, long L, hf_v
     }
     const hf_family *f = hf_family_of(a);
     if (f->qpas) v->qpas = get_num(c, r, "query_pre_attn_scalar", 256);
+    if (f->qpas) positive(c, "query_pre_attn_scalar", v->qpas, "the scores are q.k / sqrt(it)");
     if (f->softcap) {
         v->cap_attn = get_cap(c, r, "attn_logit_softcapping", f->cap_attn);
         v->cap_final = get_cap(c, r, "final_logit_softcapping", f->cap_final);
     }
     if (f->local_theta) v->local = local_base(c, r);
+    if (f->local_theta)
+        positive(c, rope_per_type(r, "sliding_attention") ? "rope_parameters.sliding_attention."
+                 "rope_theta" : "rope_local_base_freq", v->local, "the sliding layers' RoPE base");
     for (long l = 0; l < L; l++) v->rope[l] = 1;
     if (f->nope) read_nope(c, r, L, v);
     if (!f->windows) return;
@@ -1074,9 +1088,14 @@ static void put_key(filler *F, int soft, const char *run_key, const json_value *
     put(F, soft, run_key, value, from);
 }
 
+/* A size or count (absent: def). Below 1 is no model's: tessera reads 0 of some of these keys as
+ * "derived" (model.n_kv_head, head_dim, intermediate_size), which config.json's 0 is not. */
 static void put_int(filler *F, int soft, const char *run_key, const char *hf_key, long def) {
     char v[32];
-    snprintf(v, sizeof v, "%ld", get_int(&F->c, F->c.root, hf_key, def));
+    long x = get_int(&F->c, F->c.root, hf_key, def);
+    if (x < 1) fault(&F->c, TSR_EXIT_DATA, "%s = %ld: expected an integer >= 1 (a size or count)",
+                     hf_key, x);
+    snprintf(v, sizeof v, "%ld", x);
     put_key(F, soft, run_key, F->c.root, hf_key, v);
 }
 

@@ -51,6 +51,7 @@ typedef struct tok_files {
                            * (Llama 3's <|eot_id|> beside <|end_of_text|>); -1 */
     uint32_t vocab;
     char note[600];       /* why none are written */
+    char extra[400];      /* the special ids beyond the model's rows, said when written, or "" */
 } tok_files;
 
 static int has_suffix(const char *s, const char *suf) {
@@ -117,6 +118,32 @@ static void resolve_gpt2(const char *dir, tok_files *t) {
     snprintf(t->merges_file, sizeof t->merges_file, "%s", f.merges);
 }
 
+/* A tokenizer with more ids than the model has rows (N > V): each id of [V, N) must be a special
+ * token, which text never encodes to, so the model never saw it and cannot produce it (Gemma 3's
+ * <image_soft_token>: the published 262,145 ids over 262,144 rows; tessera-train refuses data
+ * holding an id >= V); said in t->extra. An ordinary token there means another model's tokenizer
+ * (exit 1). */
+static int tokenizer_fits(const char *spec, const tsr_tokenizer *tok, const tsr_model *m,
+                          tok_files *t) {
+    const uint32_t V = (uint32_t)m->V, N = t->vocab;
+    char a[96], b[96];
+    for (uint32_t id = V; id < N; id++)
+        if (!tokenizer_special_of(tok, id)) {
+            tsr_error("export: the tokenizer \"%s\" has %u tokens, the model's vocabulary only %d "
+                      "(model.vocab_size), and its id %u%s is an ordinary token (text encodes to "
+                      "it): it is not this model's tokenizer; give the right one with --tokenizer, "
+                      "or --tokenizer none", spec, N, m->V, id, tokenizer_id_label(tok, id, a, sizeof a));
+            return TSR_EXIT_USAGE;
+        }
+    if (N > V)
+        snprintf(t->extra, sizeof t->extra, "; %u id%s beyond the model's %u rows, %u%s%s%s, "
+                 "special tokens the model cannot produce (its data never held them), kept as "
+                 "the tokenizer has them", N - V, N - V > 1 ? "s" : "", V, V,
+                 tokenizer_id_label(tok, V, a, sizeof a), N - V > 1 ? " .. " : "",
+                 N - V > 1 ? tokenizer_id_label(tok, N - 1, b, sizeof b) : "");
+    return 0;
+}
+
 /* spec: "gpt2", a directory holding a tokenizer (tokenizer_find_files: GPT-2's encoder.json +
  * vocab.bpe or vocab.json + merges.txt, or a tokenizer.json), a Hugging Face tokenizer.json, a
  * tessera tokenizer file, "" or "none". */
@@ -157,14 +184,9 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     t->eot = t->bos = eot == UINT32_MAX ? -1 : (long)eot;
     if (tokenizer_is_hf(tok)) rc = resolve_hf(spec, tok, t);
     else resolve_gpt2(dir, t);
+    if (!rc) rc = tokenizer_fits(spec, tok, m, t);
     tokenizer_free(tok);
     if (rc) return rc;
-    if (t->vocab > (uint32_t)m->V) {
-        tsr_error("export: the tokenizer \"%s\" has %u tokens, the model's vocabulary only %d "
-                  "(model.vocab_size): it is not this model's tokenizer; give the right one with "
-                  "--tokenizer, or --tokenizer none", spec, t->vocab, m->V);
-        return TSR_EXIT_USAGE;
-    }
     t->present = 1;
     return 0;
 }
@@ -323,13 +345,13 @@ static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const
     TSR_CHECK(write_tokenizer(out_dir, tk, m));
     if (tk->hf)
         printf("wrote %s/tokenizer.json%s%s: byte copies of %s%s%s%s%s (%u tokens, eos_token_id "
-               "%ld)\n", out_dir, tk->config[0] ? ", tokenizer_config.json" : "",
+               "%ld%s)\n", out_dir, tk->config[0] ? ", tokenizer_config.json" : "",
                tk->jinja[0] ? ", chat_template.jinja" : "", tk->json, tk->config[0] ? ", " : "",
-               tk->config, tk->jinja[0] ? ", " : "", tk->jinja, tk->vocab, tk->eot);
+               tk->config, tk->jinja[0] ? ", " : "", tk->jinja, tk->vocab, tk->eot, tk->extra);
     else
         printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s and %s "
-               "(%u tokens%s)\n", out_dir, tk->vocab_file, tk->merges_file, tk->vocab,
-               tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
+               "(%u tokens%s%s)\n", out_dir, tk->vocab_file, tk->merges_file, tk->vocab,
+               tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "", tk->extra);
     return 0;
 }
 

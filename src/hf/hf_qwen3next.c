@@ -351,8 +351,17 @@ static double num(reader *rd, const char *key, double def) {
     const json_value *v = member(rd, key);
     if (!v || v->type == JSON_NULL) return def;
     if (v->type == JSON_NUMBER) return v->num;
-    bad(rd, "%s is a JSON %s, expected a number", key, json_type_name(v->type));
+    char got[96];
+    bad(rd, "%s = %s: expected a number", key, json_describe(v, got, sizeof got));
     return def;
+}
+
+/* A count of config.json (absent: def): a whole number >= least, else refused naming it. */
+static long count(reader *rd, const char *key, double def, long least) {
+    double x = num(rd, key, def);
+    if (x != floor(x) || x < (double)least || x > 1e9)
+        bad(rd, "%s = %g: expected an integer >= %ld", key, x, least);
+    return x >= (double)least && x <= 1e9 ? (long)x : least;
 }
 
 static int boolean(reader *rd, const char *key, int def) {
@@ -384,8 +393,8 @@ static void put(reader *rd, int soft, const char *run_key, const char *value, co
 static void put_num(reader *rd, const char *run_key, const char *hf_key, double def, int integer) {
     char v[32];
     double x = num(rd, hf_key, def);
-    if (integer && (x != floor(x) || fabs(x) > 1e9))
-        bad(rd, "%s = %g: expected an integer", hf_key, x);
+    if (integer && (x != floor(x) || fabs(x) > 1e9 || x < 1)) /* (sizes and counts) */
+        bad(rd, "%s = %g: expected an integer >= 1 (a size or count)", hf_key, x);
     if (integer) snprintf(v, sizeof v, "%.0f", x);
     else jnum(v, sizeof v, x);
     put(rd, 0, run_key, v, hf_key);
@@ -410,9 +419,8 @@ static void read_types(reader *rd) {
         }
         return;
     }
-    long every = (long)num(rd, "full_attention_interval", 4);
-    if (every < 1) bad(rd, "full_attention_interval = %ld: expected >= 1", every);
-    for (long l = 0; l < rd->L && every >= 1; l++) rd->types[l] = (l + 1) % every != 0;
+    long every = count(rd, "full_attention_interval", 4, 1);
+    for (long l = 0; l < rd->L; l++) rd->types[l] = (l + 1) % every != 0;
 }
 
 /* model.layer_types: the shortest pattern that repeats into every layer's type */
@@ -444,8 +452,10 @@ static void check_mrope(reader *rd, const json_value *rp) {
     if (!ms || ms->type == JSON_NULL) return;
     const json_value *pf = json_get(rp, "partial_rotary_factor");
     const double prf = pf && pf->type == JSON_NUMBER ? pf->num : num(rd, "partial_rotary_factor", 0.25);
-    const long half = (long)(num(rd, "head_dim", 256) * prf) / 2;
+    const double rot = num(rd, "head_dim", 256) * prf;
+    const long half = (long)rot / 2;
     long sum = 0;
+    if (rot != floor(rot) || rot < 2 || (long)rot % 2) return; /* (the rule of the rotary size's) */
     int ok = ms->type == JSON_ARRAY && ms->len == 3;
     for (e = ok ? ms->child : NULL; e; e = e->next) {
         ok = ok && e->type == JSON_NUMBER && e->num >= 0 && e->num == floor(e->num);
@@ -479,7 +489,6 @@ static void refusals(reader *rd) {
     if (t && !(t->type == JSON_STRING && !strcmp(t->str, "default")))
         bad(rd, "rope_parameters.rope_type = %s: tessera reads plain RoPE only (\"default\")",
             json_describe(t, got, sizeof got));
-    if (rd->hy->unfused) check_mrope(rd, v && v->type == JSON_OBJECT ? v : NULL);
     if (boolean(rd, "attention_bias", 0))
         bad(rd, "attention_bias = true: tessera's Qwen3-Next has no attention biases");
     v = member(rd, "hidden_act");
@@ -502,7 +511,7 @@ static void put_rope(reader *rd) {
 static void put_moe(reader *rd) {
     char e[32];
     const int moe = rd->hy->moe;
-    const long E = moe == 0 ? 0 : (long)num(rd, "num_experts", (double)rd->hy->def[5]);
+    const long E = moe == 0 ? 0 : count(rd, "num_experts", (double)rd->hy->def[5], moe > 0);
     snprintf(e, sizeof e, "%ld", E);
     put(rd, 0, "model.moe_experts", e, moe == 0 ? NULL : "num_experts"); /* dense: the type's */
     if (E <= 0) return;
@@ -545,13 +554,15 @@ static void fill(reader *rd) {
         {"model.embed_scale", "none"}, {"model.rope_scaling", "none"},
         {"model.attn_output_gate", "true"}};
     refusals(rd);
-    rd->L = (long)num(rd, "num_hidden_layers", (double)rd->hy->def[3]);
+    rd->L = count(rd, "num_hidden_layers", (double)rd->hy->def[3], 1);
     read_types(rd);
     if (rd->rc) return;
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         put(rd, 0, words[i][0], words[i][1], NULL);
     put_sizes(rd);
     put_rope(rd);
+    const json_value *rp = member(rd, "rope_parameters"); /* (over the sizes checked above) */
+    if (rd->hy->unfused && !rd->rc) check_mrope(rd, rp && rp->type == JSON_OBJECT ? rp : NULL);
     const json_value *save = rd->r; /* the VL's own tie_word_embeddings when text_config has none */
     if (!member(rd, "tie_word_embeddings")) rd->r = rd->top;
     put(rd, 0, "model.tie_embeddings", boolean(rd, "tie_word_embeddings", 0) ? "true" : "false",

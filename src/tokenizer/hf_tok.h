@@ -35,6 +35,9 @@ void hf_tok_free(hf_tok *tok);
 uint32_t hf_tok_vocab_size(const hf_tok *tok); /* 1 + the largest id (vocab and added tokens) */
 /* Id of an added token such as "<|eot_id|>", or UINT32_MAX. */
 uint32_t hf_tok_added_id(const hf_tok *tok, const char *content);
+/* The content of the added token marked special with this id (never matched in text unless asked
+ * for), or NULL. */
+const char *hf_tok_special_of(const hf_tok *tok, uint32_t id);
 
 /* Encodes n bytes of text (ill-formed UTF-8: each maximal subpart reads as U+FFFD, as node reads
  * a file). Added tokens marked special are matched when allow_special != 0, the others always. Appends to *ids (realloc'd, capacity

@@ -596,3 +596,9 @@ uint32_t hf_tok_added_id(const hf_tok *t, const char *content) {
         if (strcmp(t->added[k], content) == 0) return t->added_id[k];
     return HF_NONE;
 }
+
+const char *hf_tok_special_of(const hf_tok *t, uint32_t id) {
+    for (uint32_t k = 0; k < t->n_added; k++)
+        if (t->added_id[k] == id && t->added_special[k]) return t->added[k];
+    return NULL;
+}

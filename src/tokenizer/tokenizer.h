@@ -67,6 +67,13 @@ void tokenizer_free(tsr_tokenizer *tok);
 uint32_t tokenizer_vocab_size(const tsr_tokenizer *tok);
 /* Id of a special token such as "<|endoftext|>", or UINT32_MAX when it has none. */
 uint32_t tokenizer_special_id(const tsr_tokenizer *tok, const char *name);
+/* The name of the special token with this id ("<image_soft_token>": a Hugging Face added token
+ * marked special, or a special of a GPT-2-format or tessera tokenizer), or NULL when id is none:
+ * encoding text never gives such an id (tokenizer_encode without allow_special). */
+const char *tokenizer_special_of(const tsr_tokenizer *tok, uint32_t id);
+/* " (<eos>)" or " ('the')": id's special name or its bytes (control bytes as '?', cut to fit) for
+ * messages, into buf (cap bytes, at least 16); "" when tok is NULL or lacks id. Returns buf. */
+const char *tokenizer_id_label(const tsr_tokenizer *tok, uint32_t id, char *buf, size_t cap);
 
 /* Ill-formed UTF-8 subparts in n bytes: each becomes one U+FFFD when encoded (the maximal-subpart
  * rule of tokenizer_encode); a literal U+FFFD in the text is not counted. */

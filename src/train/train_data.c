@@ -16,15 +16,10 @@
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
 #include "train/objective.h"
+#include "train/train_data_check.h"
 
-static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name) {
-    const tsr_config *c = &t->cfg;
-    if (dataset_vocab_size(ds) > (uint32_t)c->model.vocab_size) {
-        tsr_error("%s: dataset vocabulary is %u tokens but model.vocab_size = %d: the model "
-                  "must cover every token id (set model.vocab_size >= %u)",
-                  name, dataset_vocab_size(ds), c->model.vocab_size, dataset_vocab_size(ds));
-        return TSR_EXIT_USAGE;
-    }
+static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name, int first) {
+    TSR_CHECK(train_data_check_model(t, ds, name, first)); /* ids, document end */
     if (!t->objective->prompts && dataset_n_samples(ds, t->T) == 0) { /* (grpo: prompts) */
         tsr_error("%s: %llu tokens hold no sample of seq_len + 1 = %d tokens", name,
                   (unsigned long long)dataset_n_tokens(ds), t->T + 1);
@@ -52,7 +47,8 @@ static int same_tokenizer(const char *made, const char *want) {
 static int open_dataset(const tsr_trainer *t, tsr_dataset **ds, const char *path, const char *key) {
     const tsr_config *c = &t->cfg;
     int rc = dataset_open(ds, path, c->data.verify);
-    if (!rc) rc = check_dataset(t, *ds, path);
+    if (!rc) rc = check_dataset(t, *ds, path, !strcmp(key, "data.train") ||
+                                                  !strncmp(key, "data.streams[0]", 15));
     if (rc) {
         tsr_error("%s = \"%s\": the dataset (above) cannot be used for training; fix the path or "
                   "the data (tessera prep, tessera verify-data)", key, path);
