@@ -12,14 +12,16 @@
 #      and the window while it waits, then SIGUSR1 stops it with the checkpoint of step 10 (exit
 #      85), and the rerun resumes there and ends bit for bit like an uninterrupted local run;
 #  D - a local dataset staged with data.stage_wait whose copies are slow (TSR_FAULT=stage_slow):
-#      the hang watchdog fires naming the dataset's directory.
+#      the hang watchdog fires naming the dataset's directory;
+#  E - a requeued run whose prefix got another dataset pushed to it: exit 2 naming it (the
+#      identities of tests/resume/test_data_sources.sh, on the store).
 # Each run has a time-out of its own far above what it needs: before these fixes A, B and C waited
 # for the trickle (hours) and D for data.stage_wait, and were killed by it (exit 137). No time is
 # asserted.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 source "$TSR_ROOT/tests/s3/s3lib.sh"
-tap_plan 8
+tap_plan 9
 s3rver_up
 trap cleanup EXIT
 
@@ -121,4 +123,12 @@ rc=$?
 tap_check $? "data.stage_wait on slow copies: warned at start (hang_timeout not above it), the hang watchdog aborts (exit 3) naming the directory and window 1 (exit $rc)"
 grep 'watchdog' "$TMP/D.txt" | head -1 | sed 's/^/# /'
 
+# E: a requeued run on another dataset pushed to the same prefix (not a wait: the requeue it ends in)
+"$TOOL" data push "$TMP/data/train" s3://tsr/re >/dev/null 2>&1 &&
+    "$TOOL" synth --out "$TMP/other" --vocab 512 --tokens 7000 --shard-tokens 330 --seed 2 >/dev/null
+etrain() { ranks 1 "$TRAIN" "${args[@]}" --set data.train=s3://tsr/re --set data.stage_to="$TMP/stage-E" --set run_dir="$TMP/E" "$@" >>"$TMP/E.txt" 2>&1; }
+etrain --set max_duration=5ba && "$TOOL" data push "$TMP/other/train" s3://tsr/re >/dev/null 2>&1 && etrain
+rc=$?
+[[ $rc == 2 ]] && grep -q 'error: data.train = "s3://tsr/re" is not the data .*/E/step-00000005.h5 was saved with: crc32c:[0-9a-f]* shards:22 tokens:7000 now, crc32c:[0-9a-f]* shards:20 tokens:6600 in the checkpoint' "$TMP/E.txt"
+tap_check $? "a requeued run on another dataset pushed to the same prefix: exit 2 naming s3://tsr/re and both identities (exit $rc)"
 tap_done
