@@ -15,9 +15,10 @@
 #      the hang watchdog fires naming the dataset's directory;
 #  E - a requeued run whose prefix got another dataset pushed to it: exit 2 naming it (the
 #      identities of tests/resume/test_data_sources.sh, on the store).
-# Each run has a time-out of its own far above what it needs: before these fixes A, B and C waited
-# for the trickle (hours) and D for data.stage_wait, and were killed by it (exit 137). No time is
-# asserted.
+# Each run has a time-out of its own (60 s) far above what it needs: before these fixes A, B and C
+# waited for the trickle (hours) and were killed by it (exit 137), D waited out data.stage_wait and
+# trained on (exit 0), E resumed on the other dataset without a word (exit 0). No time is asserted
+# (B's time from the signal to the exit is printed as a diagnostic).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 source "$TSR_ROOT/tests/s3/s3lib.sh"
