@@ -8,14 +8,15 @@
 #  - data.val replaced: exit 2 naming data.val; a data.val the checkpoint did not have: a note;
 #  - a data.mix stream replaced: exit 2 naming data.mix.NAME;
 #  - GRPO's prompts dataset (data.train, its prompts.jsonl named in its index) prepared again from
-#    other prompts: exit 2 naming data.train;
+#    other prompts: exit 2 naming data.train; DPO's pairs replaced: exit 2 naming data.train, and
+#    with data.allow_changed its stored reference (of the old pairs) still refuses the resume;
 #  - a checkpoint of format 2 (written before the identities: this run's checkpoint with its
 #    data_sources attribute removed, format_version 2 and meta_crc32c recomputed, as format 2
 #    wrote them) verifies and resumes with one line saying the data could not be compared;
 #  - --init-from a checkpoint of other data starts a new run: not compared, no message.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 14
 synth() { "$TOOL" synth --out "$1" --vocab 512 --tokens "$2" --shard-tokens 3000 --seed "$3" >/dev/null; }
 synth "$TMP/d1" 12000 1 && synth "$TMP/d2" 13000 2 && synth "$TMP/d3" 12000 3 || { echo "Bail out! synth"; exit 1; }
 tiny_args "$TMP/data/train"
@@ -91,6 +92,30 @@ rm -rf "$TMP/g/prompts" && "$TOOL" prep --out "$TMP/g/prompts" --val-fraction 0 
 rc=$?
 [[ $rc0 == 0 && $rc == 2 ]] && grep -q "error: data.train = \"$TMP/g/prompts/train\" is not the data $TMP/G/step-00000001.h5 was saved with" "$TMP/G.txt"
 tap_check $? "GRPO: its prompts prepared again from other prompts: exit 2 naming data.train (exit $rc0, then $rc)"
+
+# DPO's pairs (data.train) replaced in place by other pairs; data.allow_changed does not make its
+# stored reference (computed on the old pairs) serve them
+mkdir -p "$TMP/p5" "$TMP/p6"
+p5=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP/p5" 5) && p6=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP/p6" 6) &&
+    cp -r "$p5" "$TMP/pairs" || { echo "Bail out! dpo pairs"; exit 1; }
+dpo=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+     --set sample.tokens=0 --set data.train="$TMP/pairs" --set data.val= --set eval_interval=0ba
+     --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=2
+     --set model.intermediate_size=96 --set seq_len=16 --set global_batch=8 --set micro_batch=2
+     --set threads=1 --set optim.warmup=2ba --set objective=dpo --set dpo.beta=0.5
+     --set save_async=false --set run_dir="$TMP/D")
+dtrain() { ranks 1 "$TRAIN" "${dpo[@]}" "$@" >>"$TMP/D.txt" 2>&1; }
+dtrain --set max_duration=2ba
+rc0=$?
+rm -rf "$TMP/pairs" && cp -r "$p6" "$TMP/pairs" && dtrain --set max_duration=3ba
+rc=$?
+[[ $rc0 == 0 && $rc == 2 ]] && grep -q "error: data.train = \"$TMP/pairs\" is not the data $TMP/D/step-00000002.h5 was saved with" "$TMP/D.txt"
+tap_check $? "DPO: its pairs replaced in place: exit 2 naming data.train (exit $rc0, then $rc)"
+dtrain --set max_duration=3ba --set data.allow_changed=true
+rc=$?
+[[ $rc == 2 ]] && grep -q "warning: data.allow_changed = true: data.train = \"$TMP/pairs\"" "$TMP/D.txt" &&
+    grep -q "error: $TMP/D/dpo-reference.bin: the stored DPO reference .* cannot be used by this run: computed on data.train" "$TMP/D.txt"
+tap_check $? "DPO with data.allow_changed = true: warned, then its stored reference of the old pairs refuses (exit $rc)"
 
 # a checkpoint of format 2: the same file as format 2 wrote it, without data_sources
 train O --set max_duration=2ba
