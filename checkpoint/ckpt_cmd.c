@@ -395,7 +395,9 @@ static int run_inspect(const sub_args *a) {
     printf("rng              %s\n", r->rng);
     printf("config:\n");
     print_indented(m->config);
-    printf("data_sources:%s\n", m->data_sources[0] ? "" : " none recorded (format version < 3)");
+    printf("data_sources:%s\n", m->data_sources[0] ? ""
+                                  : r->version < 3 ? " none recorded (format version < 3)"
+                                                   : " none (trained on no data: tessera ckpt import)");
     print_indented(m->data_sources);
     printf("tensors (%d, %llu bytes):\n", r->n, (unsigned long long)r->bytes);
     printf("  %-40s %-20s %12s  %s\n", "name", "shape", "numel", "crc32c");

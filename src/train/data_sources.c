@@ -136,8 +136,8 @@ int data_sources_check(tsr_trainer *t, const char *saved, const char *ck_path) {
     if (!saved[0]) {
         if (t->dist.rank == 0)
             printf("resume: %s records no identity of its data sources (written before checkpoint "
-                   "format 3): the data could not be compared with the data it was saved with\n",
-                   ck_path);
+                   "format 3, or by tessera ckpt import): the data could not be compared with the "
+                   "data it was saved with\n", ck_path);
         return 0;
     }
     int mine = 0;
