@@ -83,6 +83,7 @@ tap_check $? "a data.mix stream replaced: exit 2 naming data.mix.code, not the u
 
 # GRPO's prompts, prepared again from other prompts
 grpo_prompts "$TMP/g" 40 >/dev/null 2>&1 && grpo_small_args "$TMP/g" || { echo "Bail out! grpo fixture"; exit 1; }
+# shellcheck disable=SC2154 # (small: grpo_small_args's)
 gtrain() { ranks 1 "$TRAIN" "${small[@]}" --set reward.kind=answer --set run_dir="$TMP/G" --set save_async=false "$@" >>"$TMP/G.txt" 2>&1; }
 gtrain --set max_duration=1ba
 rc0=$?

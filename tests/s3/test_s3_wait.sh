@@ -38,14 +38,16 @@ args=(--config "$TSR_ROOT/configs/tiny.cfg" --set model.vocab_size=512 --set dat
       --set max_duration=15ba --set eval_interval=0ba --set threads=1 --set log_interval=1
       --set data.shuffle=false --set data.stage_window=5 --set watchdog.window=0
       --set save_async=false)
-s3args() { echo --set data.train=s3://tsr/ds --set data.stage_to="$TMP/stage-$1" --set run_dir="$TMP/$1"; }
+# s3args NAME: the array S3A, a run NAME's dataset on the store, its stage and run directories
+s3args() { S3A=(--set data.train=s3://tsr/ds --set data.stage_to="$TMP/stage-$1" --set run_dir="$TMP/$1"); }
 # bg NAME NP [ARGS...]: a run through the proxy in the background; sets PID (mpirun's: the ranks
 # are its children)
 bg() {
     local name=$1 np=$2
     shift 2
+    s3args "$name"
     AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" \
-        $(s3args "$name") "$@" >"$TMP/$name.txt" 2>&1 &
+        "${S3A[@]}" "$@" >"$TMP/$name.txt" 2>&1 &
     PID=$!
     STARTED+=("$PID")
 }
@@ -91,8 +93,9 @@ tap_diag "B: exit $rc $((($(date +%s%N) - t0) / 1000000)) ms after the SIGTERM (
 stop_proxy
 [[ $rc == 85 ]] && grep -q 'stop requested (SIGUSR1/SIGTERM) while waiting for the data of step 1, the first of this start: no step ran, no checkpoint written' "$TMP/B.txt"
 tap_check $? "2 ranks waiting for the first window, SIGTERM to rank 1: both stop, exit 85 (exit $rc)"
-[[ $seen == 1 && -z $(ls "$TMP/B" | grep -E 'step-|latest|tmp') && -z $(tmp_left "$TMP/B" "$TMP/stage-B") ]]
-tap_check $? "nothing saved before the first step: no checkpoint, no latest, no temporary file in run_dir, the stage directory's removed (seen before the signal: $seen) ($(ls "$TMP/B" | tr '\n' ' '))"
+saved=$(find "$TMP/B" -maxdepth 1 \( -name 'step-*' -o -name latest \))
+[[ $seen == 1 && -z $saved && -z $(tmp_left "$TMP/B" "$TMP/stage-B") ]]
+tap_check $? "nothing saved before the first step: no checkpoint, no latest, no temporary file in run_dir, the stage directory's removed (seen before the signal: $seen) ($(find "$TMP/B" -mindepth 1 -maxdepth 1 -printf '%f ')"
 
 # C: SIGUSR1 while waiting for window 2, after its progress line
 ranks 1 "$TRAIN" "${args[@]}" --set data.train="$TMP/data/train" --set run_dir="$TMP/L" >"$TMP/L.txt" 2>&1
@@ -109,7 +112,8 @@ grep 'waiting' "$TMP/C.txt" | head -1 | sed 's/^/# /'
 tap_check $? "SIGUSR1 while waiting for window 2: the checkpoint of step 10, exit 85 (exit $rc)"
 [[ -z $(tmp_left "$TMP/C" "$TMP/stage-C") ]]
 tap_check $? "no temporary file left in run_dir or the stage directory"
-"$TRAIN" "${args[@]}" $(s3args C) >>"$TMP/C.txt" 2>&1
+s3args C
+ranks 1 "$TRAIN" "${args[@]}" "${S3A[@]}" >>"$TMP/C.txt" 2>&1
 rc=$?
 [[ $rc == 0 ]] && grep -q 'resume step 10' "$TMP/C.txt" && cmp -s <(final_lines "$TMP/L/metrics.jsonl") <(final_lines "$TMP/C/metrics.jsonl")
 tap_check $? "the rerun resumes at step 10 and ends bit for bit like the local run (exit $rc)"
