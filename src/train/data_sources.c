@@ -104,17 +104,21 @@ static void position(const tsr_trainer *t, const source *s, char *out, size_t n)
              (unsigned long long)(P / N), (unsigned long long)(P % N), (unsigned long long)N);
 }
 
-/* Names changed source s (on the first rank that found a change; not rank 0: node-local copies
- * differ): an error, or with data.allow_changed a warning with its sampler's position */
-static void report(const tsr_trainer *t, const source *s, const char *saved, const char *ck_path) {
-    char was[96] = "", then[1200] = "", where[300] = "", rank[96] = "";
+/* Names changed source s (on the first rank that found a change): an error, or with
+ * data.allow_changed a warning with its sampler's position; split: other ranks read the
+ * checkpoint's data (node-local copies differ), an error either way */
+static void report(const tsr_trainer *t, const source *s, const char *saved, const char *ck_path,
+                   int split) {
+    char was[96] = "", then[1200] = "", where[300] = "", rank[160] = "";
     if (saved_source(saved, s->key, was, sizeof was, then, sizeof then))
         snprintf(where, sizeof where, "%s in the checkpoint", was);
     else
         snprintf(where, sizeof where, "no %s in the checkpoint's data_sources", s->key);
-    if (t->dist.rank != 0)
-        snprintf(rank, sizeof rank, " (rank 0 reads the checkpoint's: node-local copies differ)");
-    if (t->cfg.data.allow_changed) {
+    if (split)
+        snprintf(rank, sizeof rank, " on rank %d, while other ranks read the checkpoint's: the "
+                 "ranks' copies differ (node-local copies?), whatever data.allow_changed says",
+                 t->dist.rank);
+    if (t->cfg.data.allow_changed && !split) {
         char pos[300];
         position(t, s, pos, sizeof pos);
         tsr_warn("data.allow_changed = true: %s = \"%s\" is not the data %s was saved with (%s "
@@ -143,13 +147,15 @@ int data_sources_check(tsr_trainer *t, const char *saved, const char *ck_path) {
     int mine = 0;
     for (int i = 0; i < n; i++) mine += changed(&s[i], saved);
     int first = mine ? t->dist.rank : INT_MAX; /* the first rank that sees a change reports */
+    int all = mine > 0;                         /* ... and whether every rank does */
     dist_allreduce_min_int(&first, 1);
+    dist_allreduce_min_int(&all, 1);
     for (int i = 0; i < n && t->dist.rank == 0; i++)
         if (s[i].stream < 0 && !saved_source(saved, s[i].key, was, sizeof was, then, sizeof then))
             printf("resume: %s = \"%s\" is new (%s has no data.val): not compared\n", s[i].key,
                    s[i].path, ck_path);
     if (first == INT_MAX) return 0;
     for (int i = 0; i < n && t->dist.rank == first; i++)
-        if (changed(&s[i], saved)) report(t, &s[i], saved, ck_path);
-    return t->cfg.data.allow_changed ? 0 : TSR_EXIT_DATA;
+        if (changed(&s[i], saved)) report(t, &s[i], saved, ck_path, !all);
+    return t->cfg.data.allow_changed && all ? 0 : TSR_EXIT_DATA;
 }

@@ -17,10 +17,11 @@ struct tsr_trainer;
  * data_sources attribute). Cut short (never mid-line) when n is too small. */
 void data_sources_format(const struct tsr_trainer *t, char *buf, size_t n);
 /* A resume from ck_path (after its step and data position are applied): each source against
- * saved, the checkpoint's data_sources ("": written before format version 3; rank 0 says in one
- * line that the sources could not be compared). A source whose identity differs is named with
- * both identities by the first rank that sees it, and every rank returns TSR_EXIT_DATA; with
- * data.allow_changed = true it is a warning that also says where the sampler continues. A
+ * saved, the checkpoint's data_sources ("": written before format version 3 or by tessera ckpt
+ * import; rank 0 says in one line that the sources could not be compared). A source whose
+ * identity differs is named with both identities by the first rank that sees it, and every rank
+ * returns TSR_EXIT_DATA; with data.allow_changed = true it is a warning that also says where the
+ * sampler continues, unless only some ranks see the change (their copies differ: refused). A
  * data.val the checkpoint did not have is noted, not refused. Collective; 0 otherwise. */
 int data_sources_check(struct tsr_trainer *t, const char *saved, const char *ck_path);
 

@@ -3,7 +3,8 @@
 # docs/checkpoint-format.md data_sources): every checkpoint records each data source's identity
 # (index.tsv CRC32C, shards, tokens) and a resume compares them:
 #  - data.train replaced in place (another dataset at the same path): exit 2 naming data.train and
-#    both identities, run_dir untouched, at 1 and 2 ranks; with data.allow_changed = true it goes on, warning with
+#    both identities, run_dir untouched, at 1 and 2 ranks (2 ranks whose copies differ, rank 1's
+#    path bound to another dataset in a mount namespace: refused even when allowed); with data.allow_changed = true it goes on, warning with
 #    the sampler's position, and its next checkpoint records the new dataset;
 #  - data.val replaced: exit 2 naming data.val; a data.val the checkpoint did not have: a note;
 #  - a data.mix stream replaced: exit 2 naming data.mix.NAME;
@@ -16,7 +17,7 @@
 #  - --init-from a checkpoint of other data starts a new run: not compared, no message.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 15
 synth() { "$TOOL" synth --out "$1" --vocab 512 --tokens "$2" --shard-tokens 3000 --seed "$3" >/dev/null; }
 synth "$TMP/d1" 12000 1 && synth "$TMP/d2" 13000 2 && synth "$TMP/d3" 12000 3 || { echo "Bail out! synth"; exit 1; }
 tiny_args "$TMP/data/train"
@@ -93,6 +94,24 @@ rm -rf "$TMP/g/prompts" && "$TOOL" prep --out "$TMP/g/prompts" --val-fraction 0 
 rc=$?
 [[ $rc0 == 0 && $rc == 2 ]] && grep -q "error: data.train = \"$TMP/g/prompts/train\" is not the data $TMP/G/step-00000001.h5 was saved with" "$TMP/G.txt"
 tap_check $? "GRPO: its prompts prepared again from other prompts: exit 2 naming data.train (exit $rc0, then $rc)"
+
+# the ranks' copies differ (rank 1 sees another dataset at the same path: a bind mount in a mount
+# namespace of its own, as a node-local copy would): refused even with data.allow_changed
+if unshare -m true 2>/dev/null; then
+    train X --set max_duration=2ba --set data.val=
+    cat >"$TMP/rank1.sh" <<EOF
+#!/bin/sh
+[ "\$OMPI_COMM_WORLD_RANK" = 1 ] || exec "\$@"
+exec unshare -m sh -c 'mount --bind "$TMP/d1/train" "$TMP/data/train" && exec "\$0" "\$@"' "\$@"
+EOF
+    ranks 2 sh "$TMP/rank1.sh" "$TRAIN" "${args[@]}" --set run_dir="$TMP/X" --set data.val= --set max_duration=3ba \
+        --set micro_batch=2 --set data.allow_changed=true >"$TMP/X2.txt" 2>&1
+    rc=$?
+    [[ $rc == 2 ]] && grep -q "error: data.train = \"$TMP/data/train\" is not the data $TMP/X/step-00000002.h5 was saved with: crc32c:[0-9a-f]* shards:4 tokens:12000 now, .* on rank 1, while other ranks read the checkpoint's" "$TMP/X2.txt"
+    tap_check $? "2 ranks whose copies differ (rank 1 another dataset at the same path): exit 2 even with data.allow_changed, naming rank 1 (exit $rc)"
+else
+    tap_skip "2 ranks whose copies differ" "unshare -m (a mount namespace) is not allowed here"
+fi
 
 # DPO's pairs (data.train) replaced in place by other pairs; data.allow_changed does not make its
 # stored reference (computed on the old pairs) serve them
