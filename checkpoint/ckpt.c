@@ -122,7 +122,8 @@ static void fs_describe(const char *path, char *out, size_t cap) {
  * (the 256 KiB metadata block is mostly a hole: only what HDF5 writes of it takes room). */
 uint64_t ckpt_file_bytes(const ckpt_meta *m, const ckpt_tensor *t, int n) {
     uint64_t b = (64u << 10) + strlen(m->config) + strlen(m->guard_state) +
-                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096;
+                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) +
+                 strlen(m->data_sources) + 4096;
     for (int i = 0; i < n; i++) b += ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float) + 4096;
     return b;
 }

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #define TSR_CKPT_FORMAT "tessera-checkpoint"
-#define TSR_CKPT_VERSION 2 /* 2: fixed-length strings + meta_crc32c; 1 still read */
+#define TSR_CKPT_VERSION 3 /* 3: + data_sources; 2: fixed-length strings + meta_crc32c; 1, 2 still read */
 
 typedef struct ckpt_tensor {
     const char *name;   /* dataset path inside the file, e.g. "model/wte" or "optim/m/wte" */
@@ -53,6 +53,9 @@ typedef struct ckpt_meta {
     char mix_plan[2048];     /* "start:count,count;...": the mix's phases in data batches */
     char guard_state[65536]; /* "streak first nonfinite|loss,norm;...": the spike guard's window */
     int64_t micro_batch;     /* micro_batch = auto: the microbatch in use; 0 = fixed by the config */
+    /* Since version 3 (older files: ""): each data source's identity, a line each, "KEY crc32c:X
+     * shards:N tokens:N PATH" (src/train/data_sources.c; docs/checkpoint-format.md) */
+    char data_sources[24576];
 } ckpt_meta;
 
 typedef struct ckpt_stats {

@@ -354,6 +354,16 @@ static int run_verify(const sub_args *a) {
     return rc;
 }
 
+/* Each line of text, indented by 4 spaces */
+static void print_indented(const char *p) {
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        int len = e ? (int)(e - p) : (int)strlen(p);
+        printf("    %.*s\n", len, p);
+        p += len + (e ? 1 : 0);
+    }
+}
+
 static int run_inspect(const sub_args *a) {
     char path[4096];
     TSR_CHECK(operand_file(a->operand[0], path, sizeof path));
@@ -384,13 +394,11 @@ static int run_inspect(const sub_args *a) {
     printf("created          %s\n", r->created);
     printf("rng              %s\n", r->rng);
     printf("config:\n");
-    const char *p = m->config;
-    while (*p) {
-        const char *e = strchr(p, '\n');
-        int len = e ? (int)(e - p) : (int)strlen(p);
-        printf("    %.*s\n", len, p);
-        p += len + (e ? 1 : 0);
-    }
+    print_indented(m->config);
+    printf("data_sources:%s\n", m->data_sources[0] ? ""
+                                  : r->version < 3 ? " none recorded (format version < 3)"
+                                                   : " none (trained on no data: tessera ckpt import)");
+    print_indented(m->data_sources);
     printf("tensors (%d, %llu bytes):\n", r->n, (unsigned long long)r->bytes);
     printf("  %-40s %-20s %12s  %s\n", "name", "shape", "numel", "crc32c");
     for (int i = 0; i < r->n; i++) {

@@ -235,6 +235,8 @@ typedef struct tsr_data_config {
     char tokenizer[1024];        /* for decoding samples: "gpt2", a directory or a file; "" = none */
     int tokenizer_mismatch;      /* tsr_tok_mismatch: a data.tokenizer other than the dataset's */
     int shuffle, verify;
+    int allow_changed;           /* a resume may go on with data sources the checkpoint did not
+                                    record (data_sources.c); else such a resume is exit 2 */
     char stage_to[1024];         /* node-local staging directory; "" = read in place */
     char cache_limit[32];        /* size text ("20G"); parsed into cache_limit_bytes */
     uint64_t cache_limit_bytes;  /* 0 = unlimited */

@@ -252,6 +252,12 @@ const cfgtab_key cfgtab_keys[] = {
             "of the rank count); false = dataset order."},
     {.name = "data.verify", .type = CFGK_BOOL, FIELD(data.verify), .def = "true",
      .doc = "Verify every shard's checksum when a dataset is opened (reads it once)."},
+    {.name = "data.allow_changed", .type = CFGK_BOOL, FIELD(data.allow_changed), .def = "false",
+     .doc = "A resume whose data.train, data.mix stream or data.val is not the dataset the "
+            "checkpoint recorded (its index.tsv's CRC32C, shard and token counts) goes on with "
+            "it, warning with where the sampler continues; false = such a resume stops with exit "
+            "2 naming the source and both identities (docs/training.md \"Resuming on the same "
+            "data\")."},
     {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "auto", .ilo = 0,
      .doc = "Tokenizer used to decode samples and encode ICL tasks: `gpt2`, a directory holding "
             "one (GPT-2's encoder.json + vocab.bpe or vocab.json + merges.txt, or a tokenizer.json: "

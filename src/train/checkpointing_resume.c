@@ -19,6 +19,7 @@
 #include "gpu/gpu_train.h"
 #include "config/config_table.h"
 #include "train/checkpointing_tensors.h"
+#include "train/data_sources.h"
 #include "telemetry/metrics.h"
 #include "optim/schedule.h"
 #include "train/train_data.h"
@@ -164,7 +165,8 @@ typedef enum { LOAD_RESUME, LOAD_ROLLBACK, LOAD_WEIGHTS } load_kind;
 
 /* The ending of every load, once ckpt_load has read this rank's slices: a resume or a rollback
  * checks the global batch and takes the step and the data position from meta (a resume also the
- * guard's record; a rollback keeps the in-memory one, newer than the checkpoint's); then what was
+ * guard's record, and compares the data sources with the checkpoint's: data_sources.h; a rollback
+ * keeps the in-memory record, newer than the checkpoint's, and the run's own data); then what was
  * read is completed on every rank (the weights alone for LOAD_WEIGHTS) and the load recorded: a
  * rollback in metrics.jsonl, --init-from for trainer_open_run_dir (a resume by note_resume, after
  * LoRA's base has loaded). */
@@ -177,6 +179,7 @@ static int load_ending(tsr_trainer *t, load_kind kind, const ckpt_meta *meta, co
     }
     int rc = check_batch(t, meta, path);
     if (!rc) rc = apply_meta(t, meta, path, kind == LOAD_RESUME);
+    if (!rc && kind == LOAD_RESUME) rc = data_sources_check(t, meta->data_sources, path);
     if (rc) return rc;
     gather_after_load(t, 1);
     if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(t, "rollback", path, st->seconds, st->bytes);

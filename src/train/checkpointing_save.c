@@ -15,6 +15,7 @@
 #include "common.h"
 #include "gpu/gpu_train.h"
 #include "train/checkpointing_tensors.h"
+#include "train/data_sources.h"
 #include "telemetry/metrics.h"
 #include "train/train_data.h"
 
@@ -73,6 +74,7 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     train_data_mix_tokens(t, meta->mix_tokens, sizeof meta->mix_tokens);
     train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
     guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
+    data_sources_format(t, meta->data_sources, sizeof meta->data_sources);
     meta->micro_batch = t->auto_micro ? t->micro : 0;
     meta->world_size = t->dist.world;
     meta->global_batch = t->cfg.global_batch;

@@ -15,8 +15,10 @@
 #include "tokenizer/tokenizer.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
+#include "train/checkpointing_stop.h"
 #include "train/objective.h"
 #include "train/train_data_check.h"
+#include "train/watchdog.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name, int first) {
     TSR_CHECK(train_data_check_model(t, ds, name, first)); /* ids, document end */
@@ -431,6 +433,16 @@ static int val_stage_open(tsr_trainer *t) {
     return 0;
 }
 
+/* data.stage_wait is a wait under the hang watchdog: a timeout not above it takes a slow window
+ * for a hang (rank 0 warns, as for grpo's reward.timeout) */
+static void warn_stage_wait(const tsr_trainer *t) {
+    const double wait = t->cfg.data.stage_wait, hang = t->cfg.watchdog.hang_timeout;
+    if (t->dist.rank == 0 && wait > 0 && hang > 0 && hang <= wait)
+        tsr_warn("watchdog.hang_timeout = %g s is not above data.stage_wait = %g s: a window "
+                 "that waits that long for its copies is taken for a hang (exit 3); set "
+                 "watchdog.hang_timeout above data.stage_wait (docs/staging.md)", hang, wait);
+}
+
 int train_data_stage_open(tsr_trainer *t) {
     const tsr_data_config *dc = &t->cfg.data;
     for (int k = 0; k < t->data.n_streams; k++)
@@ -438,6 +450,7 @@ int train_data_stage_open(tsr_trainer *t) {
                                 "data.streams[].path" : "data.train", t->data.stream_paths[k]));
     TSR_CHECK(need_stage_to(t, t->data.val, "data.val", t->cfg.data.val));
     if (!dc->stage_to[0]) return 0;
+    warn_stage_wait(t);
     /* the global ranks on this node: their batches decide what the node stages */
     char *hosts = tsr_malloc((size_t)t->dist.world * sizeof t->dist.host);
     dist_allgather(t->dist.host, hosts, sizeof t->dist.host);
@@ -514,24 +527,80 @@ static void stage_log(tsr_trainer *t, int64_t window, double waited) {
     }
 }
 
+/* ---- the wait at a window's start (docs/object-storage.md "A slow store", docs/staging.md) ---- */
+
+#define WAIT_NOTE_FIRST 5.0  /* s a wait lasts before its first progress line */
+#define WAIT_NOTE_EVERY 10.0 /* s between its progress lines */
+#define WAIT_ROUND_S 0.25    /* data.stage_wait: the longest round (a stop request waits one) */
+
+/* A window's wait: its number, "window 2 (steps 11-15)", and each stream's shards the node reads
+ * in the rest of it, then in the next window: list[k][0..n[k]), list[k][n[k]..n[k]+m[k]) */
+typedef struct window_wait {
+    int64_t window;
+    char part[96];
+    int *list[TSR_MAX_STREAMS], n[TSR_MAX_STREAMS], m[TSR_MAX_STREAMS];
+} window_wait;
+
+/* The figures of a round of a wait, summed over the ranks by wait_round */
+enum { WV_MISSING, WV_FAILED, WV_STOP, WV_HAVE, WV_WANT, WV_NODES, WV_COUNT };
+
+/* A round of a wait, every rank together: v[WV_MISSING] (shards this rank still waits for, or a
+ * stager still copying) and v[WV_FAILED] as the caller set them, this rank's stop request
+ * (SIGUSR1/SIGTERM) and, from each node's stager rank (local rank 0), that node's `have` of `want`
+ * shards, all summed over the ranks. Returns 1 when any rank was asked to stop: every rank sees
+ * it in the same round, and the stop's grace timer is cancelled as at a step boundary. */
+static int wait_round(const tsr_trainer *t, int64_t *v, int have, int want) {
+    const int node = t->dist.local_rank == 0;
+    v[WV_STOP] = checkpointing_stop_signalled();
+    v[WV_HAVE] = node ? have : 0;
+    v[WV_WANT] = node ? want : 0;
+    v[WV_NODES] = node;
+    dist_allreduce_sum_i64(v, WV_COUNT);
+    if (v[WV_STOP]) checkpointing_stop_proceed();
+    return v[WV_STOP] > 0;
+}
+
+/* While a wait lasts: what it waits for (path, part), for the hang watchdog's line (this node's
+ * have of want shards), and from WAIT_NOTE_FIRST s on, every WAIT_NOTE_EVERY s, rank 0's progress
+ * line (every node's: v, summed by wait_round) */
+static void wait_note(tsr_trainer *t, const char *path, const char *part, int have, int want,
+                      const int64_t *v) {
+    char line[512], nodes[48] = "";
+    snprintf(line, sizeof line, "%.300s, %s: %d of %d shards committed on this node", path, part,
+             have, want);
+    watchdog_detail(line);
+    const double w = tsr_now() - t->data.wait_t0;
+    if (t->dist.rank != 0 || w < t->data.wait_next_note) return;
+    t->data.wait_next_note = w + WAIT_NOTE_EVERY;
+    if (v[WV_NODES] > 1) snprintf(nodes, sizeof nodes, " (%lld nodes together)", (long long)v[WV_NODES]);
+    printf("staging: waiting %.0f s so far for %s of %s: %lld of %lld shards committed%s\n", w,
+           part, path, (long long)v[WV_HAVE], (long long)v[WV_WANT], nodes);
+    fflush(stdout);
+}
+
 /* An object-store stream (s3://) is never read in place: every rank polls until the node's shards
- * of this window (list[0..n)) are local on every node, one all-reduce a round; a shard that cannot
- * be staged (stager_local -1) stops the run with exit 2 naming the object. The wait is added to
- * the next staging line's wait_s and printed by rank 0 when it is over a second. */
-static int wait_local(tsr_trainer *t, tsr_stager *s, const char *path, const int *list, int n) {
+ * list[0..n) (part: which) are local on every node, a wait_round every 20 ms; a shard that cannot
+ * be staged (stager_local -1) stops the run with exit 2 naming the object, a stop request with
+ * TSR_EXIT_REQUEUE (every rank). The wait is added to the next staging line's wait_s and printed
+ * by rank 0 when it is over a second. */
+static int wait_local(tsr_trainer *t, tsr_stager *s, const char *path, const char *part,
+                      const int *list, int n) {
     double t0 = tsr_now();
     char why[1024] = "";
+    int rc = 0;
     for (;;) {
         stager_poll(s);
         int m = stager_local(s, list, n, why, sizeof why);
-        int64_t v[2] = {m > 0 ? m : 0, m < 0};
-        dist_allreduce_sum_i64(v, 2);
-        if (v[1]) {
+        int64_t v[WV_COUNT] = {m > 0 ? m : 0, m < 0};
+        int stop = wait_round(t, v, m < 0 ? 0 : n - m, n);
+        if (v[WV_FAILED]) {
             if (m < 0) tsr_error("%s", why);
             tsr_error("%s: a shard could not be staged (above): stopping", path);
             return TSR_EXIT_DATA;
         }
-        if (!v[0]) break;
+        if (stop) rc = TSR_EXIT_REQUEUE;
+        if (stop || !v[WV_MISSING]) break;
+        wait_note(t, path, part, n - m, n, v);
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -539,10 +608,53 @@ static int wait_local(tsr_trainer *t, tsr_stager *s, const char *path, const int
     dist_allreduce_max_f64(&w, 1);
     t->data.stage_fetch_wait += w;
     t->data.step_wait += w;
-    if (w > 1 && t->dist.rank == 0)
+    if (!rc && w > 1 && t->dist.rank == 0)
         printf("staging: step %lld waited %.1f s for the shards of %s\n", (long long)t->step, w,
                path);
-    return 0;
+    return rc;
+}
+
+/* One round of data.stage_wait on this rank: up to `slice` s for the first stream whose copies
+ * are not done (its index in *busy, else -1); *have, *want: the window's shards committed of all
+ * streams (stager_poll installs what is) */
+static void copies_round(tsr_trainer *t, const window_wait *w, double slice, int *busy,
+                         int *have, int *want) {
+    char why[16];
+    *busy = -1, *have = *want = 0;
+    for (int k = 0; k < t->data.n_streams; k++) {
+        if (stager_wait_idle_for(t->data.stagers[k], *busy < 0 ? slice : 0) && *busy < 0)
+            *busy = k;
+        stager_poll(t->data.stagers[k]);
+        int m = stager_local(t->data.stagers[k], w->list[k], w->n[k], why, sizeof why);
+        *have += w->n[k] - (m > 0 ? m : 0);
+        *want += w->n[k];
+    }
+}
+
+/* data.stage_wait (a window after the first): each node's stager gives the copies announced a
+ * window ago (this window's shards) up to data.stage_wait s to finish, in rounds of at most
+ * WAIT_ROUND_S that every rank joins, so the ranks start the window together and a stop request
+ * is answered within a round; when the time passes first, the stager warns and the readers go on
+ * in place. Returns 0, or TSR_EXIT_REQUEUE on a stop request; *waited: the seconds it took. */
+static int wait_copies(tsr_trainer *t, const window_wait *w, double *waited) {
+    const double t0 = tsr_now(), limit = t->cfg.data.stage_wait;
+    int late = 0, stop = 0;
+    for (;;) {
+        double left = limit - (tsr_now() - t0);
+        int busy, have, want;
+        copies_round(t, w, left < 0 ? 0 : left < WAIT_ROUND_S ? left : WAIT_ROUND_S, &busy,
+                     &have, &want);
+        late = busy >= 0 && tsr_now() - t0 >= limit;
+        int64_t v[WV_COUNT] = {busy >= 0 && !late};
+        stop = wait_round(t, v, have, want);
+        if (stop || !v[WV_MISSING]) break;
+        wait_note(t, t->data.stream_paths[busy < 0 ? 0 : busy], w->part, have, want, v);
+    }
+    if (late)
+        tsr_warn("staging of window %lld not done after data.stage_wait=%g s; reading in place "
+                 "meanwhile", (long long)w->window, limit);
+    *waited = tsr_now() - t0;
+    return stop ? TSR_EXIT_REQUEUE : 0;
 }
 
 /* The first window of this process: the validation set on an object store is local before it
@@ -551,8 +663,60 @@ static int wait_val(tsr_trainer *t) {
     if (!t->data.val_stager) return 0;
     int n = dataset_n_shards(t->data.val), *all = tsr_malloc((size_t)n * sizeof *all);
     for (int i = 0; i < n; i++) all[i] = i;
-    int rc = wait_local(t, t->data.val_stager, t->cfg.data.val, all, n);
+    int rc = wait_local(t, t->data.val_stager, t->cfg.data.val, "the validation set (all its "
+                        "shards)", all, n);
     free(all);
+    return rc;
+}
+
+/* The window that starts at data batch d (W batches a window): its number and steps, and each
+ * stream's shards of the rest of it and of the next one (window_wait; the caller frees list[k]) */
+static void window_lists(tsr_trainer *t, window_wait *w, int64_t d, int64_t W) {
+    const int64_t a = d / W * W;
+    w->window = d / W;
+    snprintf(w->part, sizeof w->part, "window %lld (steps %lld-%lld)", (long long)w->window,
+             (long long)t->step + 1, (long long)(a + W - t->data.data_offset));
+    for (int k = 0; k < t->data.n_streams; k++) {
+        int n_shards = dataset_n_shards(t->data.streams[k]);
+        unsigned char *seen = tsr_malloc((size_t)n_shards);
+        w->list[k] = tsr_malloc(2 * (size_t)n_shards * sizeof *w->list[k]);
+        w->n[k] = window_shards(t, k, d, a + W, w->list[k], seen);
+        w->m[k] = window_shards(t, k, a + W, a + 2 * W, w->list[k] + w->n[k], seen);
+        free(seen);
+    }
+}
+
+/* A window's start: data.stage_wait's wait for the copies announced a window ago, the last
+ * window's staging line, this window and the next announced (this one first: it may lag at the
+ * very start), and an object-store stream's wait for this window's shards (the validation set's
+ * too at the first window), all under the hang watchdog (WD_DATA_WAIT). Returns 0,
+ * TSR_EXIT_DATA (a shard that cannot be staged) or TSR_EXIT_REQUEUE (a stop request). */
+static int window_start(tsr_trainer *t, int64_t d, int64_t W) {
+    window_wait w;
+    window_lists(t, &w, d, W);
+    t->data.wait_t0 = tsr_now();
+    t->data.wait_next_note = WAIT_NOTE_FIRST;
+    watchdog_phase(WD_DATA_WAIT, t->step);
+    char meet[512]; /* (until a wait says what it waits for: the ranks' staging line) */
+    snprintf(meet, sizeof meet, "%.300s, %s: the ranks meet at its start", t->data.stream_paths[0],
+             w.part);
+    watchdog_detail(meet);
+    double waited = 0;
+    int rc = 0;
+    if (t->data.stage_started && t->cfg.data.stage_wait > 0) rc = wait_copies(t, &w, &waited);
+    if (!rc) stage_log(t, t->data.stage_started ? w.window : 0, waited);
+    for (int k = 0; k < t->data.n_streams; k++) {
+        if (!rc) stager_want(t->data.stagers[k], w.list[k], w.n[k] + w.m[k]);
+        if (!rc && dataset_s3(t->data.streams[k]))
+            rc = wait_local(t, t->data.stagers[k], t->data.stream_paths[k], w.part, w.list[k],
+                            w.n[k]);
+        free(w.list[k]);
+    }
+    if (!rc && !t->data.stage_started) rc = wait_val(t);
+    t->data.step_wait += waited;
+    account_add(ACC_DATA, t->data.step_wait); /* the accounting's data part */
+    watchdog_phase(WD_IDLE, t->step);
+    t->data.stage_started = 1;
     return rc;
 }
 
@@ -562,42 +726,7 @@ int train_data_stage_step(tsr_trainer *t) {
     int64_t W = t->cfg.data.stage_window, d = t->step + t->data.data_offset;
     t->data.step_wait = 0;
     /* a window starts every W batches, and at the first step of this process (resume) */
-    if (d % W == 0 || !t->data.stage_started) {
-        int64_t a = d / W * W;
-        double waited = 0;
-        if (t->data.stage_started && t->cfg.data.stage_wait > 0) {
-            /* data.stage_wait: let the copies announced a window ago finish (stage_log's
-             * all-reduce then starts the window on every rank with them committed) */
-            double t0 = tsr_now(), left = t->cfg.data.stage_wait;
-            for (int k = 0; k < t->data.n_streams; k++) {
-                if (stager_wait_idle_for(t->data.stagers[k], left))
-                    tsr_warn("staging of window %lld not done after data.stage_wait=%g s; "
-                             "reading in place meanwhile", (long long)(d / W),
-                             t->cfg.data.stage_wait);
-                waited = tsr_now() - t0;
-                left = t->cfg.data.stage_wait - waited;
-                if (left < 0) left = 0;
-            }
-        }
-        stage_log(t, t->data.stage_started ? d / W : 0, waited);
-        for (int k = 0; k < t->data.n_streams; k++) {
-            int n_shards = dataset_n_shards(t->data.streams[k]);
-            int *list = tsr_malloc(2 * (size_t)n_shards * sizeof *list);
-            unsigned char *seen = tsr_malloc((size_t)n_shards);
-            /* this window first (it may lag at the start), then the next one */
-            int n = window_shards(t, k, d, a + W, list, seen);
-            int m = window_shards(t, k, a + W, a + 2 * W, list + n, seen);
-            stager_want(t->data.stagers[k], list, n + m);
-            if (!rc && dataset_s3(t->data.streams[k]))
-                rc = wait_local(t, t->data.stagers[k], t->data.stream_paths[k], list, n);
-            free(list);
-            free(seen);
-        }
-        if (!rc && !t->data.stage_started) rc = wait_val(t);
-        t->data.step_wait += waited;
-        account_add(ACC_DATA, t->data.step_wait); /* the accounting's data part */
-        t->data.stage_started = 1;
-    }
+    if (d % W == 0 || !t->data.stage_started) rc = window_start(t, d, W);
     for (int k = 0; k < t->data.n_streams; k++) stager_poll(t->data.stagers[k]);
     return rc;
 }

@@ -61,8 +61,12 @@ void train_data_reset_seen(tsr_trainer *t);
 void train_data_format_plan(const tsr_trainer *t, char *buf, size_t n);
 /* Staging (data.stage_to): opens the stagers; at each step boundary announces the next window
  * and installs redirects. No-ops without data.stage_to. An object-store stream (s3://, never read
- * in place) waits at a window's start until its shards are local: stage_step returns 0, or
- * TSR_EXIT_DATA on every rank when one could not be staged (collective). */
+ * in place) waits at a window's start until its shards are local, and data.stage_wait for the
+ * copies announced a window ago; the wait is under the hang watchdog (WD_DATA_WAIT, naming the
+ * source), prints progress lines while it lasts, and answers a stop request (SIGUSR1/SIGTERM on
+ * any rank) within a round. stage_step returns 0, TSR_EXIT_DATA on every rank when a shard could
+ * not be staged, or TSR_EXIT_REQUEUE on every rank after a stop request (nothing saved: the
+ * caller's; collective). */
 int train_data_stage_open(tsr_trainer *t);
 int train_data_stage_step(tsr_trainer *t);
 /* Logs the last window's staging counters (collective; no-op without staging). */

@@ -78,6 +78,7 @@ typedef struct tsr_train_data {
     double stage_fetch_wait;     /* s (max over ranks): an object-store window waited for its
                                   * shards since the last staging line (train_data.c) */
     double step_wait;            /* s this step waited for data before it began (train_data.c) */
+    double wait_t0, wait_next_note; /* a window's wait: when it began; its next progress line, s */
     struct tsr_stager *val_stager; /* data.val on an object store: staged whole, else NULL */
     int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
     int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */

@@ -131,6 +131,21 @@ static int stop_on_request(tsr_trainer *t) {
     return TSR_EXIT_REQUEUE;
 }
 
+/* A stop request seen while the ranks waited for a window's data (train_data_stage_step): as at a
+ * step boundary, but before this start's first step nothing is saved: the state is still the one
+ * it started from (the checkpoint it resumed, or the seed's or --init-from's weights at step 0),
+ * and a rerun starts there again. Returns TSR_EXIT_REQUEUE or an exit code. */
+static int stop_in_wait(tsr_trainer *t) {
+    if (t->out.steps_run > 0) return stop_on_request(t);
+    char from[64] = "from the beginning";
+    if (t->step > 0) snprintf(from, sizeof from, "from the checkpoint of step %lld", (long long)t->step);
+    if (t->dist.rank == 0)
+        printf("stop requested (SIGUSR1/SIGTERM) while waiting for the data of step %lld, the first "
+               "of this start: no step ran, no checkpoint written (a rerun starts %s, as this one "
+               "did); exit %d = requeue me\n", (long long)t->step + 1, from, TSR_EXIT_REQUEUE);
+    return TSR_EXIT_REQUEUE;
+}
+
 /* The evaluations due after this step: validation loss (grpo: pass@1), the ICL tasks. Returns
  * 0, or TSR_EXIT_DATA when grpo's reward failed (reported). */
 static int evaluate(tsr_trainer *t) {
@@ -250,7 +265,8 @@ static int run_steps(tsr_trainer *t) {
         if ((rc = checkpointing_boundary(t, &stop))) return stop_run(t, rc);
         if (stop) /* the hang watchdog watches its save */
             return stop_run(t, stop_on_request(t));
-        if ((rc = train_data_stage_step(t))) return stop_run(t, rc); /* s3: an object failed */
+        if ((rc = train_data_stage_step(t))) /* s3: an object failed; a stop in the data's wait */
+            return stop_run(t, rc == TSR_EXIT_REQUEUE ? stop_in_wait(t) : rc);
         trainer_step(t, &st);
         if (st.exit_code) return stop_run(t, st.exit_code); /* (the previous checkpoint stands) */
         rc = after_step(t, &st);

@@ -18,7 +18,7 @@
 static const char *const phase_names[WD_PHASES] = {
     "between steps", "loading the batch", "forward/backward", "gradient reduction",
     "optimizer update", "evaluation", "checkpoint save", "rollout generation", "reward scoring",
-    "rollout exchange (waiting for the ranks' rollouts)"};
+    "rollout exchange (waiting for the ranks' rollouts)", "the wait for its data"};
 _Static_assert(sizeof phase_names / sizeof *phase_names == WD_PHASES, "a name per phase");
 
 typedef struct {
@@ -38,6 +38,9 @@ static struct {
     int64_t tokens_sum, n;
     int *strikes, mfu_strikes;
     char (*hosts)[64];
+    /* what the phase waits for (watchdog_detail), "" for nothing; under detail_mu */
+    pthread_mutex_t detail_mu;
+    char detail[512];
 } wd;
 
 static long long now_ns(void) {
@@ -50,6 +53,12 @@ void watchdog_phase(tsr_wd_phase phase, int64_t step) {
     atomic_store(&wd.since_ns, now_ns());
     atomic_store(&wd.step, (long long)step);
     atomic_store(&wd.phase, (int)phase);
+}
+
+void watchdog_detail(const char *what) {
+    pthread_mutex_lock(&wd.detail_mu);
+    snprintf(wd.detail, sizeof wd.detail, "%s", what);
+    pthread_mutex_unlock(&wd.detail_mu);
 }
 
 void watchdog_slow_fault(const char *kind, int rank) {
@@ -79,11 +88,15 @@ static void *hang_thread(void *arg) {
         int ph = atomic_load(&wd.phase);
         double held = (double)(now_ns() - atomic_load(&wd.since_ns)) / 1e9;
         if (ph == WD_IDLE || held <= wd.timeout) continue;
+        char detail[sizeof wd.detail] = "";
+        pthread_mutex_lock(&wd.detail_mu);
+        if (ph == WD_DATA_WAIT) memcpy(detail, wd.detail, sizeof detail);
+        pthread_mutex_unlock(&wd.detail_mu);
         /* stderr is unbuffered: the line is out before the abort */
         fprintf(stderr, "[rank %d %s] watchdog: step %lld stuck in %s for %.0f s "
-                "(watchdog.hang_timeout = %g s): aborting the run so Slurm can requeue it\n",
+                "(watchdog.hang_timeout = %g s)%s%s: aborting the run so Slurm can requeue it\n",
                 wd.rank, wd.hosts ? wd.hosts[wd.rank] : "?", (long long)atomic_load(&wd.step) + 1,
-                phase_names[ph], held, wd.timeout);
+                phase_names[ph], held, wd.timeout, detail[0] ? ": " : "", detail);
         dist_abort(TSR_EXIT_INTERNAL); /* MPI_Abort from this thread: the run is lost anyway */
     }
     return NULL;
@@ -91,6 +104,7 @@ static void *hang_thread(void *arg) {
 
 void watchdog_start(tsr_trainer *t) {
     memset(&wd, 0, sizeof wd);
+    pthread_mutex_init(&wd.detail_mu, NULL);
     wd.rank = t->dist.rank;
     wd.timeout = t->cfg.watchdog.hang_timeout;
     int world = t->dist.world;
@@ -124,6 +138,7 @@ void watchdog_stop(void) {
     free(wd.hosts);
     wd.strikes = NULL;
     wd.hosts = NULL;
+    pthread_mutex_destroy(&wd.detail_mu);
 }
 
 static int cmp_double(const void *a, const void *b) {

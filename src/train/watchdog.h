@@ -15,10 +15,12 @@
 #include <stdint.h>
 
 /* (grpo: the rollout phase is WD_ROLLOUT while decoding, WD_REWARD while the reward scores,
- * WD_EXCHANGE in its collectives: a rank waiting there for a peer still decoding says so) */
+ * WD_EXCHANGE in its collectives: a rank waiting there for a peer still decoding says so.
+ * WD_DATA_WAIT: a staging window's wait for its shards, train_data.c; its hang line adds what
+ * watchdog_detail last said: the source, the window, the shards committed) */
 typedef enum {
     WD_IDLE, WD_DATA, WD_COMPUTE, WD_REDUCE, WD_OPTIMIZER, WD_EVAL, WD_CHECKPOINT, WD_ROLLOUT,
-    WD_REWARD, WD_EXCHANGE, WD_PHASES
+    WD_REWARD, WD_EXCHANGE, WD_DATA_WAIT, WD_PHASES
 } tsr_wd_phase;
 
 struct tsr_trainer;
@@ -27,6 +29,9 @@ struct tsr_step_stats;
 void watchdog_start(struct tsr_trainer *t);
 /* The main thread enters a phase of step `step` (cheap: two atomic stores). */
 void watchdog_phase(tsr_wd_phase phase, int64_t step);
+/* What the main thread waits for in WD_DATA_WAIT (a line, at most 511 bytes kept), for the hang
+ * line; it does not restart the phase's clock. Between watchdog_start and watchdog_stop. */
+void watchdog_detail(const char *what);
 /* Collective at a step boundary: accounts the step; at a window's end judges it. Returns 1 when
  * the run must checkpoint and exit 86 (rank 0 has printed why and logged it), else 0. */
 int watchdog_after_step(struct tsr_trainer *t, const struct tsr_step_stats *st);
