@@ -24,7 +24,7 @@ compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus 
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
 tsr_tmpdir
-tap_plan 10
+tap_plan 11
 
 brown=("$BROWN"/c[a-r][0-9][0-9])
 mb=()
@@ -116,6 +116,12 @@ json.dump(t, open(sys.argv[2] + "/order.json", "w", encoding="utf-8"), ensure_as
 p[0], p[1] = p[1], p[0]
 t["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"}]}
 json.dump(t, open(sys.argv[2] + "/nfkc.json", "w", encoding="utf-8"), ensure_ascii=False)
+t["normalizer"] = {"type": "Sequence", "normalizers": []}
+p[2]["behavior"] = "Removed"
+json.dump(t, open(sys.argv[2] + "/removed.json", "w", encoding="utf-8"), ensure_ascii=False)
+p[2]["behavior"] = "Isolated"
+p[3]["add_prefix_space"] = True
+json.dump(t, open(sys.argv[2] + "/prefix.json", "w", encoding="utf-8"), ensure_ascii=False)
 PY
 "$TOOL" tokenizer encode --tokenizer "$TMP/order.json" "$TMP/added.txt" >"$TMP/order.out" 2>&1
 rc=$?
@@ -126,4 +132,12 @@ tap_check $? "the three Splits in another order: exit $rc, $(head -c 200 "$TMP/o
 rc=$?
 [[ $rc == 2 ]] && grep -qF 'nfkc.json: normalizer: expected null, an empty Sequence or {"type": "NFC"}' "$TMP/nfkc.out"
 tap_check $? "normalizer Sequence[NFKC]: exit $rc, $(head -c 200 "$TMP/nfkc.out")"
+"$TOOL" tokenizer encode --tokenizer "$TMP/removed.json" "$TMP/added.txt" >"$TMP/removed.out" 2>&1
+rc=$?
+"$TOOL" tokenizer encode --tokenizer "$TMP/prefix.json" "$TMP/added.txt" >"$TMP/prefix.out" 2>&1
+rc2=$?
+[[ $rc == 2 && $rc2 == 2 ]] &&
+    grep -qF "removed.json: pre_tokenizer.pretokenizers[2]: expected Split with pattern.Regex, behavior Isolated, invert false" "$TMP/removed.out" &&
+    grep -qF "prefix.json: pre_tokenizer.pretokenizers[3]: expected ByteLevel with use_regex false, add_prefix_space false" "$TMP/prefix.out"
+tap_check $? "the third Split Removed, ByteLevel with add_prefix_space: exit $rc and $rc2, naming the pretokenizer ($(head -c 150 "$TMP/removed.out"))"
 tap_done

@@ -218,6 +218,10 @@ mkbad long; printf '%s %d\n' "$(head -c 1100 /dev/zero | base64 -w0)" "$pool_n" 
 mkbad class; echo '{"tokenizer_class": "PreTrainedTokenizerFast"}' >"$TMP/bad/class/tokenizer_config.json"
 mkbad sp_id; echo '{"tokenizer_class": "TikTokenTokenizer", "added_tokens_decoder": {"5": {"content": "<x>"}}}' >"$TMP/bad/sp_id/tokenizer_config.json"
 mkbad sp_dup; echo "{\"tokenizer_class\": \"TikTokenTokenizer\", \"added_tokens_decoder\": {\"$((pool_n + 1))\": {\"content\": \"<|reserved_token_$((pool_n + 2))|>\"}}}" >"$TMP/bad/sp_dup/tokenizer_config.json"
+mkbad norank; sed -i '300s/ [0-9]*$//' "$TMP/bad/norank/tiktoken.model"
+mkbad cfg_json; echo '{"tokenizer_class": "TikTokenTokenizer",' >"$TMP/bad/cfg_json/tokenizer_config.json"
+mkbad dec_type; echo '{"tokenizer_class": "TikTokenTokenizer", "added_tokens_decoder": []}' >"$TMP/bad/dec_type/tokenizer_config.json"
+mkbad sp_empty; echo "{\"tokenizer_class\": \"TikTokenTokenizer\", \"added_tokens_decoder\": {\"$pool_n\": {\"content\": \"\"}}}" >"$TMP/bad/sp_empty/tokenizer_config.json"
 mkbad no_cfg; rm "$TMP/bad/no_cfg/tokenizer_config.json"
 mkdir -p "$TMP/bad/name" && cp "$P/tiktoken.model" "$TMP/bad/name/cl100k_base.tiktoken"
 mkdir -p "$TMP/bad/count" && cp "$P/tiktoken.model" "$TMP/bad/count/o200k_base.tiktoken"
@@ -231,10 +235,14 @@ bad long "expected 1 to 1024 bytes" || b=1
 bad class "tokenizer_config.json: tokenizer_class / auto_map.AutoTokenizer: expected TikTokenTokenizer" || b=1
 bad sp_id "added_tokens_decoder: id '5': expected $pool_n..$((pool_n + 255))" || b=1
 bad sp_dup "added_tokens_decoder: '<|reserved_token_$((pool_n + 2))|>' names both $((pool_n + 1)) and $((pool_n + 2))" || b=1
+bad norank "tiktoken.model: line 300: expected a token in base64, a space, its rank" || b=1
+bad cfg_json "tokenizer_config.json: not valid JSON at byte" || b=1
+bad dec_type "tokenizer_config.json: added_tokens_decoder: expected an object" || b=1
+bad sp_empty "added_tokens_decoder.$pool_n.content: expected a string of 1 to 256 bytes" || b=1
 bad no_cfg "tokenizer_config.json" || b=1
 bad name/cl100k_base.tiktoken "unknown tiktoken encoding 'cl100k_base'" || b=1
 bad count/o200k_base.tiktoken "expected the 199,998 tokens of o200k_base" || b=1
-tap_check $b "12 malformed tiktoken tokenizers refused (exit 2, naming the file and the line or key)"
+tap_check $b "16 malformed tiktoken tokenizers refused (exit 2, naming the file and the line or key)"
 mkdir -p "$TMP/bad/empty" && : >"$TMP/bad/empty/tiktoken.model" && cp "$P/tokenizer_config.json" "$TMP/bad/empty/"
 bad empty "tiktoken.model: no tokens"
 tap_check $? "an empty tiktoken.model is refused"
