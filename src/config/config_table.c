@@ -260,9 +260,9 @@ const cfgtab_key cfgtab_keys[] = {
             "data\")."},
     {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "auto", .ilo = 0,
      .doc = "Tokenizer used to decode samples and encode ICL tasks: `gpt2`, a directory holding "
-            "one (GPT-2's encoder.json + vocab.bpe or vocab.json + merges.txt, or a tokenizer.json: "
-            "docs/tokenizer.md), a Hugging Face tokenizer.json or a "
-            "`tessera tokenizer train` file; `auto` = the one data.train was prepared with (its "
+            "one (GPT-2's encoder.json + vocab.bpe or vocab.json + merges.txt, a tokenizer.json, or "
+            "tiktoken.model: docs/tokenizer.md), a Hugging Face tokenizer.json, a tiktoken file "
+            "(o200k_base.tiktoken) or a `tessera tokenizer train` file; `auto` = the one data.train was prepared with (its "
             "index's `tokenizer`; when it records none, the tokenizer of an --init-from Hugging "
             "Face directory, else none); empty = none (print token ids). With --init-from a "
             "Hugging Face directory that holds a tokenizer, a value from the recipe file counts "
