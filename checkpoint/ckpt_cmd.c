@@ -31,6 +31,7 @@
 #include "crc32c.h"
 #include "dist.h"
 #include "hf/hf.h"
+#include "hf/hf_importer.h"
 
 #define CHUNK (1u << 22) /* elements per read while verifying: 16 MiB */
 
@@ -439,8 +440,9 @@ static int run_export(const sub_args *a) {
     const double t0 = tsr_now();
     /* --adapter writes the adapters alone: the base (lora.base, perhaps not on this machine) is
      * not read, only the layout */
-    int rc = adapter ? ckpt_model_layout(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file)
-                     : ckpt_model_load(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
+    const ckpt_model_importer *hf = &hf_model_importer;
+    int rc = adapter ? ckpt_model_layout(hf, a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file)
+                     : ckpt_model_load(hf, a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
     if (!rc) { /* a LoRA checkpoint says which of the two it wants; another takes neither */
         const int lora = cfg->lora.rank > 0;
         if (lora && !adapter && !merge) {
@@ -529,7 +531,7 @@ static int run_import(const sub_args *a) {
     tsr_dist d;
     int argc = 0;
     char **argv = NULL;
-    int rc = ckpt_model_load(in, NULL, 0, 0, cfg, &m, NULL, 0);
+    int rc = ckpt_model_load(&hf_model_importer, in, NULL, 0, 0, cfg, &m, NULL, 0);
     if (!rc) {
         dist_init(&d, &argc, &argv); /* ckpt_save writes through MPI-IO in the MPI build */
         rc = write_checkpoint(&m, cfg, out);

@@ -302,10 +302,13 @@ static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
     return config_load(cfg, recipe, c->sets, c->n_sets);
 }
 
-/* What the trainer takes from the layers above it: --init-from a Hugging Face directory
- * (src/hf/hf_importer.h), the ICL evaluation (src/eval) and the reader of a run's accounting for
- * its last "cost:" lines (src/report/account_read.h). */
+/* What the trainer takes from the layers above it, given to trainer_init (docs/architecture.md
+ * "Hand-overs"): --init-from a Hugging Face directory (src/hf/hf_importer.h), the ICL evaluation
+ * (src/eval) and the reader of a run's accounting for its last "cost:" lines
+ * (src/report/account_read.h). */
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
+static const trainer_uses handed_over = {&hf_checkpointing_importer, &icl_evaluation,
+                                         account_run_line};
 
 int main(int argc, char **argv) {
     /* a reward program's keeper (this executable again, started by a rank): nothing else runs */
@@ -328,16 +331,13 @@ int main(int argc, char **argv) {
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
-    checkpointing_use_importer(&hf_checkpointing_importer);
     if (c.init_from && hf_is_dir(c.init_from)) /* its tokenizer, unless a --set names one */
         train_data_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
-    trainer_use_icl(&icl_evaluation);
-    metrics_use_run_line(account_run_line);
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);
     const long long recipe_micro = rc ? 0 : cfg.micro_batch;
     if (!rc && c.plan_world > 0) plan_fit_micro(&cfg, &pd);
     if (!rc && c.gpu_mem > 0) rc = plan_fit_check(&cfg, d.world, c.fit);
-    if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
+    if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run, &handed_over);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
     hf_class_note(&pd, &t);
