@@ -43,7 +43,8 @@ static int table_faults(void) {
         for (int i = 0; i < c->n_opts; i++) {
             help |= c->opts[i].short_name == 'h' && !strcmp(c->opts[i].name, "help");
             for (int j = i + 1; j < c->n_opts; j++)
-                if (c->opts[i].short_name == c->opts[j].short_name) {
+                if (c->opts[i].short_name == c->opts[j].short_name &&
+                    c->opts[i].short_name != CLI_TEXT) { /* (paragraphs share theirs) */
                     tap_diag("'%s': --%s and --%s share a key", c->name, c->opts[i].name, c->opts[j].name);
                     bad++;
                 }
