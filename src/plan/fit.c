@@ -72,7 +72,7 @@ static double planned(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key
     tsr_trainer t;
     plan_set_quiet(1);
     tsr_log_mute(1);
-    int rc = trainer_init(&t, &c, d, 1);
+    int rc = trainer_init(&t, &c, d, 1, NULL); /* (a dry run: no hand-overs) */
     double b = rc ? -1 : train_gpu_plan_total(&t);
     if (per_rank) *per_rank = t.per_rank;
     if (pairs) *pairs = !rc && t.objective->pairs; /* (the objective's table: whole pairs) */

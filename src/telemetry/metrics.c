@@ -465,10 +465,6 @@ static void energy_words(char *buf, size_t n, const char *what, double j, int gp
     else snprintf(buf, n, "%s not measured (%s)", what, account_energy_why(gpu));
 }
 
-static metrics_run_line_fn run_line; /* (train_main.c: src/report/account_read.h's) */
-
-void metrics_use_run_line(metrics_run_line_fn fn) { run_line = fn; }
-
 void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
     if (t->dist.rank != 0 || !t->out.metrics) return;
     metrics_prom_end(t, rc);
@@ -481,7 +477,7 @@ void metrics_log_account(const tsr_trainer *t, int rc, const acc_start *s) {
            s->ranks * s->wall / 3600, s->wall > 0 ? 100 * s->s[ACC_STEPS] / s->wall : 0, ge, ce);
     /* the run so far, every start of run_dir (its own file: an error is not expected) */
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
-    if (run_line && run_line(path, t->step, line, sizeof line) == 1) {
+    if (t->uses.run_line && t->uses.run_line(path, t->step, line, sizeof line) == 1) {
         printf("cost: run so far: %s\n", line);
         fflush(stdout);
         if (account_comment_file(line) == 1)

@@ -13,8 +13,9 @@
 #include "train/train_state.h"
 
 /* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
- * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over with
- * checkpointing_use_importer (train_main.c); without one every --init-from names a checkpoint.
+ * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over in
+ * trainer_init's uses (train_state.h trainer_uses.importer; train_main.c); without one every
+ * --init-from names a checkpoint.
  * is_source: path is one of its directories; open checks it against the model (h is set, also
  * on failure); read fills the flat range [lo, hi) into dst (dst[i - lo]: hf.h hf_import_read) and
  * adds the bytes read; close takes any h. */
@@ -29,7 +30,6 @@ typedef struct checkpointing_importer {
     int (*read_adapter)(const char *dir, const tsr_config *cfg, tsr_lora *lo, char *base,
                         size_t cap);
 } checkpointing_importer;
-void checkpointing_use_importer(const checkpointing_importer *imp);
 
 /* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
  * background writer finished? If so the save in flight is committed here (the CRCs agreed, the
@@ -81,7 +81,7 @@ void checkpointing_room_warn(tsr_trainer *t);
  * call it on rank 0 and broadcast the status (as checkpointing_resume does first), so that one
  * process, not every rank, opens the checkpoint. peeked (may be NULL): the metadata it read and
  * the file it read it from (path "" when none), for the load that follows (ckpt_peeked). */
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_path,
+int checkpointing_check_start(const tsr_trainer *t, const char *resume_path,
                               const char *init_from, ckpt_peeked *peeked);
 /* At start: resume from resume_path if given, else from run_dir's latest valid checkpoint if any;
  * on a fresh run with init_from, load the weights only. Returns 0 (resumed or fresh) or an exit

@@ -180,6 +180,23 @@ typedef struct tsr_train_ckpt {
                                   * state pulled, zero3 / hsdp parts moved into it) */
 } tsr_train_ckpt;
 
+/* What the program hands the trainer from the layers above it (docs/architecture.md
+ * "Hand-overs"): given to trainer_init, kept in the trainer for its run; no process-global state.
+ * A NULL member: the program has none of it (a dry run uses none). */
+typedef struct trainer_uses {
+    /* --init-from a Hugging Face directory or a PEFT adapter (train/checkpointing.h; src/hf's
+     * hf_checkpointing_importer); NULL: every --init-from names a checkpoint */
+    const struct checkpointing_importer *importer;
+    /* icl_tasks' scorer (train/trainer.h; src/eval/train_icl.h); NULL: a recipe with icl_tasks is
+     * refused */
+    const struct trainer_icl_api *icl;
+    /* the report tool's reader of the run's accounting (src/report/account_read.h
+     * account_run_line), for the log's last "cost: run so far" line: reads the accounting of
+     * run_dir (path) and writes the line for `steps` steps into line (n bytes); -1 error, 1
+     * written, 0 not. NULL: no such line */
+    int (*run_line)(const char *path, int64_t steps, char *line, size_t n);
+} trainer_uses;
+
 /* Where the step runs (owner: trainer.c; the CUDA path: train/train_gpu.c). */
 typedef struct tsr_train_backend {
     const tsr_ops *ops;          /* the host's fp32 ops */
@@ -225,6 +242,7 @@ typedef struct tsr_trainer {
     tsr_train_out out;
     tsr_train_ckpt ck;
     tsr_train_backend be;
+    trainer_uses uses;           /* what the program handed over (trainer_init) */
 } tsr_trainer;
 
 /* Sequences the allocated activations hold (on the device with device = cuda); 0: none yet. */

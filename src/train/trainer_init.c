@@ -243,22 +243,16 @@ static int open_tokenizer(tsr_trainer *t) {
     return rc;
 }
 
-static const trainer_icl_api *icl_api;
-
-void trainer_use_icl(const trainer_icl_api *api) { icl_api = api; }
-
-const struct trainer_icl_api *trainer_icl(void) { return icl_api; }
-
-/* icl_tasks: the suite, opened with the program's ICL evaluation (trainer_use_icl). */
+/* icl_tasks: the suite, opened with the program's ICL evaluation (t->uses.icl). */
 static int open_icl(tsr_trainer *t) {
     if (t->cfg.n_icl == 0) return 0;
-    if (!icl_api) {
+    if (!t->uses.icl) {
         if (t->dist.rank == 0)
             tsr_error("icl_tasks: this program has no ICL evaluation (tessera-train has): remove "
                       "icl_tasks from the recipe");
         return TSR_EXIT_USAGE;
     }
-    return icl_api->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
+    return t->uses.icl->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
 }
 
 /* What each rank reads for itself at start (its GPU, the tokenizer's and the data's files) can
@@ -310,8 +304,10 @@ static void mesh_close(tsr_trainer *t) {
 
 /* trainer_init's first step: the trainer from the config and the world; the GPU's and the
  * tokenizer's checks, agreed by every rank */
-static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
+static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d,
+                      const trainer_uses *uses) {
     memset(t, 0, sizeof *t);
+    if (uses) t->uses = *uses;
     t->cfg = *cfg;
     t->dist = *d;
     t->objective = objective_of(cfg->objective); /* (the one choice: train/objective.h) */
@@ -457,8 +453,9 @@ static int init_device(tsr_trainer *t, const tsr_config *cfg) {
     return 0;
 }
 
-int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
-    TSR_CHECK(init_start(t, cfg, d));
+int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run,
+                 const trainer_uses *uses) {
+    TSR_CHECK(init_start(t, cfg, d, uses));
     init_batch(t, cfg, d, dry_run);
     TSR_CHECK(init_schedule(t, cfg, dry_run));
     TSR_CHECK(init_layout(t, cfg, d));
@@ -506,7 +503,7 @@ void trainer_free(tsr_trainer *t) {
     model_free(&t->model);
     train_data_close(t);
     mesh_close(t);
-    if (icl_api) icl_api->close(&t->icl);
+    if (t->uses.icl) t->uses.icl->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
     if (t->out.metrics) fclose(t->out.metrics);

@@ -160,8 +160,8 @@ static int evaluate(tsr_trainer *t) {
         watchdog_phase(WD_EVAL, t->step);
         trainer_eval_scope(t, 1);
         trainer_ensure_acts(t);
-        trainer_icl()->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step, t->out.metrics,
-                     t->out.tb);
+        t->uses.icl->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step,
+                         t->out.metrics, t->out.tb);
         trainer_eval_scope(t, 0);
     }
     account_add(ACC_EVAL, tsr_now() - t0);
