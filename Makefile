@@ -363,7 +363,7 @@ $(CUDA_TRAIN_SO): $(GPU_OBJ) $(BUILD)/obj/src/gpu/gpu_comm_nccl.o $(CUDA_LIB)
 
 # the emulator itself checked against the CPU oracle by the GPU op test (it is the instrument of
 # tests/gpu/test_cuda_train.sh): the same test program, linked to it instead of the CUDA library
-$(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+$(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/kernels/cuda_emu/emu_common.o \
                                  $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
@@ -384,7 +384,7 @@ $(BUILD)/obj/simt/%.o: $(BUILD)/simt/%.cpp kernels/cuda_simt/simt.h
 $(BUILD)/obj/kernels/cuda_simt/%.o: kernels/cuda_simt/%.cpp | deps
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) -c $< -o $@
-$(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o: kernels/cuda_emu/cuda_emu.c | deps
+$(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o: kernels/cuda_emu/emu_common.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Ikernels/cuda -DTCU_EMU_SIMT_KERNELS -c $< -o $@
 # the op test's own code (its cases, the comparisons: not what it times or emulates) at -O1: its
@@ -414,14 +414,14 @@ $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)
                 $(BUILD)/obj/src/gpu/gpu_ring.o \
                 $(BUILD)/obj/src/gpu/gpu_comm.o $(BUILD)/obj/src/gpu/gpu_comm_staged.o \
                 $(GPU_TRAIN_PARTS:%.c=$(BUILD)/obj/%.o) \
-                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) \
+                $(BUILD)/obj/kernels/cuda_emu/emu_common.o $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) \
                 $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
 
 # ring_bench on the emulator (tests/gpu/test_ring_bench.sh: that it runs and what it prints, not
 # its times)
-$(BUILD)/tests/ring_bench_emu: $(BUILD)/obj/bench/gpu/ring_bench.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+$(BUILD)/tests/ring_bench_emu: $(BUILD)/obj/bench/gpu/ring_bench.o $(BUILD)/obj/kernels/cuda_emu/emu_common.o \
                 $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
@@ -485,7 +485,7 @@ $(BUILD)/obj/bench/gpu/deltanet_gpu.o: bench/gpu/deltanet_gpu.c | deps
 $(BUILD)/bench/deltanet_gpu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
-$(BUILD)/tests/deltanet_gpu_emu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+$(BUILD)/tests/deltanet_gpu_emu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(BUILD)/obj/kernels/cuda_emu/emu_common.o \
                 $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
