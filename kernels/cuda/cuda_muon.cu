@@ -4,7 +4,7 @@
  *
  * File-wide conventions: grid-stride loops over a flat size_t index, 256 threads, at most 65536
  * blocks; n == 0 launches nothing; fp32 arithmetic with round-to-nearest intrinsics (no fused
- * multiply-adds), so each element gets the CPU emulator's bits (kernels/cuda_emu/cuda_emu.c).
+ * multiply-adds), so each element gets the CPU emulator's bits (kernels/cuda_emu/emu_muon.c).
  */
 #include <math.h>
 #include <stdint.h>
