@@ -3,7 +3,7 @@
  * One table of function pointers per backend, in the manner of ggml's backend interface: the
  * decoder's sequence (embedding, blocks, final norm, head, loss, their backward, activation
  * recomputation, the KV-cache decode step) is written once over it, and each backend fills it
- * with its own kernels, as one static table that names every entry once (TSR_BACKEND_TABLE,
+ * with its own kernels, as one static table that names every entry once (TSR_BACKEND_DEFINE,
  * below: an entry added here and left out of a backend's table fails to compile). Buffers carry their element type through the table: activations and
  * their gradients are `act` elements, the weights the ops read `weight` elements; parameter
  * gradients, LayerNorm statistics, the attention state, losses are fp32, token ids int32.
@@ -376,19 +376,20 @@ _Static_assert((sizeof(struct tsr_backend) - offsetof(struct tsr_backend, try_al
                "backend.h: only function pointers after try_alloc (a data field goes above it)");
 
 /* A backend's table is an X-macro of (entry, function or NULL) pairs, TABLE(E) with one
- * E(entry, fn) per entry, expanded into a designated initialiser by TSR_BACKEND_ENTRY:
- *     static const tsr_backend t = {.name = ..., TABLE(TSR_BACKEND_ENTRY)};
- *     TSR_BACKEND_TABLE(TABLE);
- * TSR_BACKEND_TABLE checks at compile time that it names every entry exactly once: an entry named
- * twice is a duplicate enumerator, a name that is no entry an unknown designator, an entry left
- * out (an entry added above and not to every backend) a count short of TSR_BACKEND_ENTRIES. An
- * entry the backend lacks is named with NULL, so that it is a choice written down. */
-#define TSR_BACKEND_ENTRY(entry, fn) .entry = (fn),
+ * E(entry, fn) per entry, which
+ *     TSR_BACKEND_DEFINE(name, TABLE, .act = ..., the other data fields);
+ * makes the static const tsr_backend `name` of (a designated initialiser), after checking at
+ * compile time that TABLE names every entry exactly once: an entry named twice is a duplicate
+ * enumerator, a name that is no entry an unknown designator, an entry left out (an entry added
+ * above and not to every backend) a count short of TSR_BACKEND_ENTRIES. An entry the backend
+ * lacks is named with NULL, so that it is a choice written down. */
+#define TSR_BACKEND_ENTRY_(entry, fn) .entry = (fn),
 #define TSR_BACKEND_NAMED_(entry, fn) tsr_backend_named_##entry,
-#define TSR_BACKEND_TABLE(table)                                                                \
-    enum { table(TSR_BACKEND_NAMED_) tsr_backend_named_count_ };                               \
-    _Static_assert(tsr_backend_named_count_ == TSR_BACKEND_ENTRIES,                            \
-                   #table " leaves out an entry of struct tsr_backend (backend.h)")
+#define TSR_BACKEND_DEFINE(name, table, ...)                                                    \
+    enum { table(TSR_BACKEND_NAMED_) name##_entries_ };                                         \
+    _Static_assert(name##_entries_ == TSR_BACKEND_ENTRIES,                                      \
+                   #table " does not name every entry of struct tsr_backend (backend.h)");      \
+    static const tsr_backend name = {__VA_ARGS__, table(TSR_BACKEND_ENTRY_)}
 
 /* The fp32 backend over an op table (kernels/cpu/cpu_backend.c): host memory, act = weight =
  * fp32, no alignment beyond the allocator's. */

@@ -520,63 +520,91 @@ static void f_argmax(const tsr_backend *be, int32_t *idx, const void *logits, in
 /* The table, in backend.h's order. The entries over ops.h's optional ops are dropped from a
  * backend whose op table lacks them (drop_missing). */
 #define FP32_TABLE(E)                                                                           \
-    E(try_alloc, f_try_alloc) E(free, f_free) E(zero, f_zero)                                   \
-    E(to_device, f_copy) E(to_host, f_copy) E(copy, f_copy)                                     \
-    E(encoder_forward, f_encoder_forward) E(encoder_backward, f_encoder_backward)               \
+    E(try_alloc, f_try_alloc)                                                                   \
+    E(free, f_free)                                                                             \
+    E(zero, f_zero)                                                                             \
+    E(to_device, f_copy)                                                                        \
+    E(to_host, f_copy)                                                                          \
+    E(copy, f_copy)                                                                             \
+    E(encoder_forward, f_encoder_forward)                                                       \
+    E(encoder_backward, f_encoder_backward)                                                     \
     E(layernorm_forward, f_layernorm_forward)                                                   \
     E(residual_layernorm_forward, f_residual_layernorm_forward)                                 \
-    E(layernorm_backward, f_layernorm_backward) E(rmsnorm_forward, f_rmsnorm_forward)           \
+    E(layernorm_backward, f_layernorm_backward)                                                 \
+    E(rmsnorm_forward, f_rmsnorm_forward)                                                       \
     E(residual_rmsnorm_forward, f_residual_rmsnorm_forward)                                     \
     E(rmsnorm_backward, f_rmsnorm_backward)                                                     \
-    E(qknorm_forward, f_qknorm_forward) E(qknorm_backward, f_qknorm_backward)                   \
+    E(qknorm_forward, f_qknorm_forward)                                                         \
+    E(qknorm_backward, f_qknorm_backward)                                                       \
     E(qknorm_proj_forward, f_qknorm_proj_forward)                                               \
     E(qknorm_proj_backward, f_qknorm_proj_backward)                                             \
-    E(rope_forward, f_rope_forward) E(rope_backward, f_rope_backward)                           \
-    E(rope_part_forward, f_rope_part_forward) E(rope_part_backward, f_rope_part_backward)       \
-    E(swiglu_forward, f_swiglu_forward) E(swiglu_backward, f_swiglu_backward)                   \
-    E(geglu_forward, f_geglu_forward) E(geglu_backward, f_geglu_backward)                       \
-    E(moe_route, f_moe_route) E(moe_gather, f_moe_gather)                                       \
-    E(moe_gather_backward, f_moe_gather_backward) E(moe_matmul_forward, f_moe_matmul_forward)   \
-    E(moe_matmul_backward, f_moe_matmul_backward) E(moe_combine, f_moe_combine)                 \
+    E(rope_forward, f_rope_forward)                                                             \
+    E(rope_backward, f_rope_backward)                                                           \
+    E(rope_part_forward, f_rope_part_forward)                                                   \
+    E(rope_part_backward, f_rope_part_backward)                                                 \
+    E(swiglu_forward, f_swiglu_forward)                                                         \
+    E(swiglu_backward, f_swiglu_backward)                                                       \
+    E(geglu_forward, f_geglu_forward)                                                           \
+    E(geglu_backward, f_geglu_backward)                                                         \
+    E(moe_route, f_moe_route)                                                                   \
+    E(moe_gather, f_moe_gather)                                                                 \
+    E(moe_gather_backward, f_moe_gather_backward)                                               \
+    E(moe_matmul_forward, f_moe_matmul_forward)                                                 \
+    E(moe_matmul_backward, f_moe_matmul_backward)                                               \
+    E(moe_combine, f_moe_combine)                                                               \
     E(moe_combine_backward, f_moe_combine_backward)                                             \
     E(moe_router_backward, f_moe_router_backward)                                               \
-    E(moe_bias_forward, f_moe_bias_forward) E(moe_bias_backward, f_moe_bias_backward)           \
-    E(moe_gptoss_forward, f_moe_gptoss_forward) E(moe_gptoss_backward, f_moe_gptoss_backward)   \
-    E(lora_scratch, f_lora_scratch) E(lora_forward, f_lora_forward)                             \
+    E(moe_bias_forward, f_moe_bias_forward)                                                     \
+    E(moe_bias_backward, f_moe_bias_backward)                                                   \
+    E(moe_gptoss_forward, f_moe_gptoss_forward)                                                 \
+    E(moe_gptoss_backward, f_moe_gptoss_backward)                                               \
+    E(lora_scratch, f_lora_scratch)                                                             \
+    E(lora_forward, f_lora_forward)                                                             \
     E(lora_backward, f_lora_backward)                                                           \
-    E(matmul_forward, f_matmul_forward) E(matvec_forward, f_matvec_forward)                     \
+    E(matmul_forward, f_matmul_forward)                                                         \
+    E(matvec_forward, f_matvec_forward)                                                         \
     E(matmul_forward_fp8, NULL) /* no FP8 */                                                    \
-    E(act_compress, NULL) E(act_decompress, NULL) /* no compressed activations */               \
-    E(matrows_forward, f_matrows_forward) E(matmul_backward, f_matmul_backward)                 \
+    E(act_compress, NULL)                                                                       \
+    E(act_decompress, NULL) /* no compressed activations */                                     \
+    E(matrows_forward, f_matrows_forward)                                                       \
+    E(matmul_backward, f_matmul_backward)                                                       \
     E(matmul_backward_gelu, NULL) /* the decoder runs the two ops: their bits */                \
     E(gelu_backward, f_gelu_backward)                                                           \
-    E(attention_saved, f_attention_saved) E(attention_scratch, f_attention_scratch)             \
-    E(attention_forward, f_attention_forward) E(attention_backward, f_attention_backward)       \
-    E(ring_forward, f_ring_forward) E(ring_backward, f_ring_backward)                           \
-    E(ring_scratch, f_ring_scratch) E(f32_to_act, f_f32_to_act) E(add_f32, f_add_f32)           \
-    E(scale_act, f_scale_act) E(add_act, f_add_act)                                             \
-    E(gate_forward, f_gate_forward) E(gate_backward, f_gate_backward)                           \
-    E(moe_shgate_forward, f_moe_shgate_forward) E(moe_shgate_grad, f_moe_shgate_grad)           \
+    E(attention_saved, f_attention_saved)                                                       \
+    E(attention_scratch, f_attention_scratch)                                                   \
+    E(attention_forward, f_attention_forward)                                                   \
+    E(attention_backward, f_attention_backward)                                                 \
+    E(ring_forward, f_ring_forward)                                                             \
+    E(ring_backward, f_ring_backward)                                                           \
+    E(ring_scratch, f_ring_scratch)                                                             \
+    E(f32_to_act, f_f32_to_act)                                                                 \
+    E(add_f32, f_add_f32)                                                                       \
+    E(scale_act, f_scale_act)                                                                   \
+    E(add_act, f_add_act)                                                                       \
+    E(gate_forward, f_gate_forward)                                                             \
+    E(gate_backward, f_gate_backward)                                                           \
+    E(moe_shgate_forward, f_moe_shgate_forward)                                                 \
+    E(moe_shgate_grad, f_moe_shgate_grad)                                                       \
     E(moe_shgate_dx, f_moe_shgate_dx)                                                           \
-    E(dn_conv_forward, f_dn_conv_forward) E(dn_conv_backward, f_dn_conv_backward)               \
-    E(dn_gates_forward, f_dn_gates_forward) E(dn_gates_backward, f_dn_gates_backward)           \
+    E(dn_conv_forward, f_dn_conv_forward)                                                       \
+    E(dn_conv_backward, f_dn_conv_backward)                                                     \
+    E(dn_gates_forward, f_dn_gates_forward)                                                     \
+    E(dn_gates_backward, f_dn_gates_backward)                                                   \
     E(dn_silu_gate_forward, f_dn_silu_gate_forward)                                             \
     E(dn_silu_gate_backward, f_dn_silu_gate_backward)                                           \
-    E(dn_ckpt_floats, cpu_deltanet_ckpt_floats) E(dn_scratch_bytes, f_dn_scratch_bytes)         \
-    E(dn_core_forward, f_dn_core_forward) E(dn_core_backward, f_dn_core_backward)               \
-    E(copy_rows, f_copy_rows) E(attention_decode_rows, f_attention_decode_rows)                 \
+    E(dn_ckpt_floats, cpu_deltanet_ckpt_floats)                                                 \
+    E(dn_scratch_bytes, f_dn_scratch_bytes)                                                     \
+    E(dn_core_forward, f_dn_core_forward)                                                       \
+    E(dn_core_backward, f_dn_core_backward)                                                     \
+    E(copy_rows, f_copy_rows)                                                                   \
+    E(attention_decode_rows, f_attention_decode_rows)                                           \
     E(attention_decode, f_attention_decode)                                                     \
-    E(softmax_xent, f_softmax_xent) E(softmax_xent_grad, f_softmax_xent_grad)                   \
+    E(softmax_xent, f_softmax_xent)                                                             \
+    E(softmax_xent_grad, f_softmax_xent_grad)                                                   \
     E(argmax, f_argmax)
 
-static const tsr_backend fp32_table = {
-    .act = TSR_DT_F32,
-    .weight = TSR_DT_F32,
-    .align = 1,
-    .host = 1,
-    FP32_TABLE(TSR_BACKEND_ENTRY)
-};
-TSR_BACKEND_TABLE(FP32_TABLE);
+TSR_BACKEND_DEFINE(fp32_table, FP32_TABLE, .act = TSR_DT_F32, .weight = TSR_DT_F32, .align = 1,
+                   .host = 1);
 
 /* NULL for the entries whose optional op (ops.h) the op table lacks */
 static void drop_missing(tsr_backend *be, const tsr_ops *ops) {

@@ -624,65 +624,91 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
 
 /* The table, in backend.h's order */
 #define CUDA_TABLE(E)                                                                           \
-    E(try_alloc, c_try_alloc) E(free, c_free) E(zero, c_zero)                                   \
-    E(to_device, c_to_device) E(to_host, c_to_host) E(copy, c_copy)                             \
-    E(encoder_forward, c_encoder_forward) E(encoder_backward, c_encoder_backward)               \
+    E(try_alloc, c_try_alloc)                                                                   \
+    E(free, c_free)                                                                             \
+    E(zero, c_zero)                                                                             \
+    E(to_device, c_to_device)                                                                   \
+    E(to_host, c_to_host)                                                                       \
+    E(copy, c_copy)                                                                             \
+    E(encoder_forward, c_encoder_forward)                                                       \
+    E(encoder_backward, c_encoder_backward)                                                     \
     E(layernorm_forward, c_layernorm_forward)                                                   \
     E(residual_layernorm_forward, c_residual_layernorm_forward)                                 \
-    E(layernorm_backward, c_layernorm_backward) E(rmsnorm_forward, c_rmsnorm_forward)           \
+    E(layernorm_backward, c_layernorm_backward)                                                 \
+    E(rmsnorm_forward, c_rmsnorm_forward)                                                       \
     E(residual_rmsnorm_forward, c_residual_rmsnorm_forward)                                     \
     E(rmsnorm_backward, c_rmsnorm_backward)                                                     \
-    E(qknorm_forward, c_qknorm_forward) E(qknorm_backward, c_qknorm_backward)                   \
+    E(qknorm_forward, c_qknorm_forward)                                                         \
+    E(qknorm_backward, c_qknorm_backward)                                                       \
     E(qknorm_proj_forward, c_qknorm_proj_forward)                                               \
     E(qknorm_proj_backward, c_qknorm_proj_backward)                                             \
-    E(rope_forward, c_rope_forward) E(rope_backward, c_rope_backward)                           \
-    E(rope_part_forward, c_rope_part_forward) E(rope_part_backward, c_rope_part_backward)       \
-    E(swiglu_forward, c_swiglu_forward) E(swiglu_backward, c_swiglu_backward)                   \
-    E(geglu_forward, c_geglu_forward) E(geglu_backward, c_geglu_backward)                       \
-    E(moe_route, c_moe_route) E(moe_gather, c_moe_gather)                                       \
-    E(moe_gather_backward, c_moe_gather_backward) E(moe_matmul_forward, c_moe_matmul_forward)   \
-    E(moe_matmul_backward, c_moe_matmul_backward) E(moe_combine, c_moe_combine)                 \
+    E(rope_forward, c_rope_forward)                                                             \
+    E(rope_backward, c_rope_backward)                                                           \
+    E(rope_part_forward, c_rope_part_forward)                                                   \
+    E(rope_part_backward, c_rope_part_backward)                                                 \
+    E(swiglu_forward, c_swiglu_forward)                                                         \
+    E(swiglu_backward, c_swiglu_backward)                                                       \
+    E(geglu_forward, c_geglu_forward)                                                           \
+    E(geglu_backward, c_geglu_backward)                                                         \
+    E(moe_route, c_moe_route)                                                                   \
+    E(moe_gather, c_moe_gather)                                                                 \
+    E(moe_gather_backward, c_moe_gather_backward)                                               \
+    E(moe_matmul_forward, c_moe_matmul_forward)                                                 \
+    E(moe_matmul_backward, c_moe_matmul_backward)                                               \
+    E(moe_combine, c_moe_combine)                                                               \
     E(moe_combine_backward, c_moe_combine_backward)                                             \
     E(moe_router_backward, c_moe_router_backward)                                               \
-    E(moe_bias_forward, c_moe_bias_forward) E(moe_bias_backward, c_moe_bias_backward)           \
-    E(moe_gptoss_forward, c_moe_gptoss_forward) E(moe_gptoss_backward, c_moe_gptoss_backward)   \
-    E(lora_scratch, tcu_lora_scratch_bytes) E(lora_forward, c_lora_forward)                     \
+    E(moe_bias_forward, c_moe_bias_forward)                                                     \
+    E(moe_bias_backward, c_moe_bias_backward)                                                   \
+    E(moe_gptoss_forward, c_moe_gptoss_forward)                                                 \
+    E(moe_gptoss_backward, c_moe_gptoss_backward)                                               \
+    E(lora_scratch, tcu_lora_scratch_bytes)                                                     \
+    E(lora_forward, c_lora_forward)                                                             \
     E(lora_backward, c_lora_backward)                                                           \
     E(matmul_forward, c_matmul_forward)                                                         \
     E(matvec_forward, NULL) /* the one-sequence decode runs on the CPU (above) */               \
     E(matmul_forward_fp8, NULL) /* a model's own table only: gpu_backend_use_fp8 */             \
-    E(act_compress, c_act_compress) E(act_decompress, c_act_decompress)                         \
-    E(matrows_forward, c_matrows_forward) E(matmul_backward, c_matmul_backward)                 \
+    E(act_compress, c_act_compress)                                                             \
+    E(act_decompress, c_act_decompress)                                                         \
+    E(matrows_forward, c_matrows_forward)                                                       \
+    E(matmul_backward, c_matmul_backward)                                                       \
     E(matmul_backward_gelu, c_matmul_backward_gelu) /* unless TSR_DGELU_FUSION=0 */             \
     E(gelu_backward, c_gelu_backward)                                                           \
-    E(attention_saved, c_attention_saved) E(attention_scratch, tcu_attention_scratch_bytes)     \
-    E(attention_forward, c_attention_forward) E(attention_backward, c_attention_backward)       \
-    E(ring_forward, c_ring_forward) E(ring_backward, c_ring_backward)                           \
-    E(ring_scratch, tcu_ring_scratch_bytes) E(f32_to_act, c_f32_to_act) E(add_f32, c_add_f32)   \
-    E(scale_act, c_scale_act) E(add_act, c_add_act)                                             \
-    E(gate_forward, c_gate_forward) E(gate_backward, c_gate_backward)                           \
-    E(moe_shgate_forward, c_moe_shgate_forward) E(moe_shgate_grad, c_moe_shgate_grad)           \
+    E(attention_saved, c_attention_saved)                                                       \
+    E(attention_scratch, tcu_attention_scratch_bytes)                                           \
+    E(attention_forward, c_attention_forward)                                                   \
+    E(attention_backward, c_attention_backward)                                                 \
+    E(ring_forward, c_ring_forward)                                                             \
+    E(ring_backward, c_ring_backward)                                                           \
+    E(ring_scratch, tcu_ring_scratch_bytes)                                                     \
+    E(f32_to_act, c_f32_to_act)                                                                 \
+    E(add_f32, c_add_f32)                                                                       \
+    E(scale_act, c_scale_act)                                                                   \
+    E(add_act, c_add_act)                                                                       \
+    E(gate_forward, c_gate_forward)                                                             \
+    E(gate_backward, c_gate_backward)                                                           \
+    E(moe_shgate_forward, c_moe_shgate_forward)                                                 \
+    E(moe_shgate_grad, c_moe_shgate_grad)                                                       \
     E(moe_shgate_dx, c_moe_shgate_dx)                                                           \
-    E(dn_conv_forward, c_dn_conv_forward) E(dn_conv_backward, c_dn_conv_backward)               \
-    E(dn_gates_forward, c_dn_gates_forward) E(dn_gates_backward, c_dn_gates_backward)           \
+    E(dn_conv_forward, c_dn_conv_forward)                                                       \
+    E(dn_conv_backward, c_dn_conv_backward)                                                     \
+    E(dn_gates_forward, c_dn_gates_forward)                                                     \
+    E(dn_gates_backward, c_dn_gates_backward)                                                   \
     E(dn_silu_gate_forward, c_dn_silu_gate_forward)                                             \
     E(dn_silu_gate_backward, c_dn_silu_gate_backward)                                           \
-    E(dn_ckpt_floats, c_dn_ckpt_floats) E(dn_scratch_bytes, c_dn_scratch_bytes)                 \
-    E(dn_core_forward, c_dn_core_forward) E(dn_core_backward, c_dn_core_backward)               \
-    E(copy_rows, c_copy_rows) E(attention_decode_rows, c_attention_decode_rows)                 \
+    E(dn_ckpt_floats, c_dn_ckpt_floats)                                                         \
+    E(dn_scratch_bytes, c_dn_scratch_bytes)                                                     \
+    E(dn_core_forward, c_dn_core_forward)                                                       \
+    E(dn_core_backward, c_dn_core_backward)                                                     \
+    E(copy_rows, c_copy_rows)                                                                   \
+    E(attention_decode_rows, c_attention_decode_rows)                                           \
     E(attention_decode, c_attention_decode)                                                     \
-    E(softmax_xent, c_softmax_xent) E(softmax_xent_grad, c_softmax_xent_grad)                   \
+    E(softmax_xent, c_softmax_xent)                                                             \
+    E(softmax_xent_grad, c_softmax_xent_grad)                                                   \
     E(argmax, c_argmax)
 
-static const tsr_backend cuda_table = {
-    .name = "cuda",
-    .act = TSR_DT_BF16,
-    .weight = TSR_DT_BF16,
-    .align = 256,
-    .host = 0,
-    CUDA_TABLE(TSR_BACKEND_ENTRY)
-};
-TSR_BACKEND_TABLE(CUDA_TABLE);
+TSR_BACKEND_DEFINE(cuda_table, CUDA_TABLE, .name = "cuda", .act = TSR_DT_BF16,
+                   .weight = TSR_DT_BF16, .align = 256, .host = 0);
 
 tsr_backend gpu_backend_table(tcu_stream s) {
     tsr_backend be = cuda_table;
