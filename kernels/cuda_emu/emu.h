@@ -42,6 +42,8 @@
 
 #include "cuda_ops.h"
 #include "ops.h"
+#include "tcu_args.h"  /* the argument rules the CUDA backend shares */
+#include "tcu_index.h" /* the index arithmetic the CUDA backend shares */
 
 /* every op has finished when it returns: the streams (and a few inputs, said where) go unread */
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -52,6 +54,13 @@ __attribute__((format(printf, 2, 3))) _Noreturn void emu_fail(const char *what, 
                                                               ...);
 void emu_set_fail_hook(void (*hook)(int status));
 #define REQUIRE(cond, what, ...) do { if (!(cond)) emu_fail(what, __VA_ARGS__); } while (0)
+/* one of tcu_args.h's rules, shared with the CUDA backend: rule(buffer, its size, args...) */
+#define REQUIRE_RULE(what, rule, ...)                                                           \
+    do {                                                                                        \
+        char rule_m_[256];                                                                      \
+        const char *rule_why_ = rule(rule_m_, sizeof rule_m_, __VA_ARGS__);                     \
+        if (rule_why_) emu_fail((what), "%s", rule_why_);                                       \
+    } while (0)
 /* the ops whose real twins use the context (cuBLASLt, scratch) die without tcu_init, as they do
  * (emu_context.c) */
 void emu_need_context(const char *what);
@@ -90,8 +99,6 @@ void emu_grad_round_into(tsr_bf16 *x, const float *inc, size_t n, tsr_grad_mode 
  * stored (the fused op is bit for bit the residual op and the norm op) */
 float *emu_norm_input(const char *what, int fused, tsr_bf16 *residual, const tsr_bf16 *a,
                       const tsr_bf16 *b, size_t n);
-/* N, IC, OC >= 1, or dies naming what */
-void emu_require_shape(const char *what, int N, int IC, int OC);
 static inline int emu_gelu_kind_ok(tsr_gelu_kind k) {
     return (unsigned)k < (unsigned)TSR_GELU_COUNT;
 }

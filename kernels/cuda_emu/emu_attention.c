@@ -8,15 +8,6 @@
 
 static const tsr_ops *const cpu = &tsr_cpu_ops;
 
-static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
-    REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && KVH >= 1 &&
-                NH % KVH == 0,
-            what, "bad shape B=%d T=%d NH=%d KVH=%d (B, NH in 1..65535, T >= 1, KVH >= 1 "
-            "dividing NH)", B, T, NH, KVH);
-    REQUIRE(tcu_attention_head_size_ok(hs), what,
-            "head size hs = %d (NH=%d) has no kernel: " TCU_ATTENTION_HEAD_SIZES, hs, NH);
-}
-
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Rows r = h*T + i of sequence b (x (T,QKV): its widened qkv, query head h reading key head
@@ -73,7 +64,7 @@ void tcu_attention_forward_var(tsr_bf16 *out, float *lse, const tsr_bf16 *qkv,
                                const tsr_attn_var *var, int B, int T, int NH, int KVH, int hs,
                                tcu_stream s) {
     const char *what = "tcu_attention_forward";
-    att_check(what, B, T, NH, KVH, hs);
+    REQUIRE_RULE(what, tcu_rule_attention, B, T, NH, KVH, hs);
     REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
     tsr_attn_var vw;
     float *sk;
@@ -133,7 +124,7 @@ void tcu_attention_backward_var(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_
                                 const int32_t *seq, const tsr_attn_var *var, void *scratch, int B,
                                 int T, int NH, int KVH, int hs, tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_attention_backward";
-    att_check(what, B, T, NH, KVH, hs);
+    REQUIRE_RULE(what, tcu_rule_attention, B, T, NH, KVH, hs);
     REQUIRE(dqkv && dout && qkv && out && lse, what,
             "dqkv, dout, qkv, out and lse must not be NULL");
     REQUIRE(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out), what,

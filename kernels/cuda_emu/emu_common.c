@@ -1,6 +1,6 @@
 /* emu_common.c — the host emulator of cuda_common.cu (emu.h): the device, its memory, streams
  * and events, the conversions and the optimizer's ops; and what the other parts share: failing,
- * fp32 host temporaries of bf16 tensors, a norm's input, the matmul's shape check, a layer's
+ * fp32 host temporaries of bf16 tensors, a norm's input, a layer's
  * attention variants. */
 #include <errno.h>
 #include <pthread.h>
@@ -343,11 +343,6 @@ float *emu_norm_input(const char *what, int fused, tsr_bf16 *residual, const tsr
         x[i] = bf16_widen(fused ? residual[i] : a[i]);
     }
     return x;
-}
-
-void emu_require_shape(const char *what, int N, int IC, int OC) {
-    REQUIRE(N >= 1 && IC >= 1 && OC >= 1, what,
-            "N=%d IC=%d OC=%d: every dimension must be >= 1", N, IC, OC);
 }
 
 /* The layer's variants for the CPU ops: var (or NULL) with its sinks, bf16 on this backend

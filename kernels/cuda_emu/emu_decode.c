@@ -8,16 +8,8 @@ static const tsr_ops *const cpu = &tsr_cpu_ops;
 
 /* Each row alone: its slot's cache widened (the layer's KVH heads, cap positions), the CPU's
  * attention_decode of one row (which stores the row's key and value), the output rounded, the
- * row's key and value rounded back into the slot. */
-void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
-                          const float *alibi_slopes, const int32_t *slot, const int32_t *pos,
-                          const int32_t *seg, int p0, int seg0, int n, size_t slot_stride, int cap,
-                          int NH, int KVH, int hs, tcu_stream s) {
-    tcu_attention_decode_var(out, kt, v, qkv, alibi_slopes, NULL, slot, pos, seg, p0, seg0, n,
-                             slot_stride, cap, NH, KVH, hs, s);
-}
-
-/* ... with var (the cache a ring: position p at index p % cap, as the CPU's) */
+ * row's key and value rounded back into the slot (the cache a ring: position p at index p % cap,
+ * as the CPU's) */
 void tcu_attention_decode_var(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
                               const float *alibi_slopes, const tsr_attn_var *var,
                               const int32_t *slot, const int32_t *pos, const int32_t *seg, int p0,
@@ -37,17 +29,17 @@ void tcu_attention_decode_var(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const ts
     float *o = emu_host_alloc((size_t)NH * hs * sizeof *o, what);
     float *row = emu_host_alloc((size_t)cap * sizeof *row, what);
     for (int i = 0; i < n; i++) {
-        const size_t at = (size_t)(slot ? slot[i] : 0) * slot_stride;
-        const int p = pos ? pos[i] : p0 + i, sg = seg ? seg[i] : seg0;
+        int sl, p, sg;
+        tcu_decode_row(slot, pos, seg, p0, seg0, i, &sl, &p, &sg);
+        const size_t at = (size_t)sl * slot_stride;
         emu_widen_into(k, kt + at, per), emu_widen_into(vv, v + at, per);
         emu_widen_into(x, qkv + (size_t)i * QKV, QKV);
         cpu->attention_decode(o, k, vv, x, alibi_slopes, var, row, 1, p, 1, sg, cap, NH, KVH, hs);
         emu_round_into(out + (size_t)i * NH * hs, o, (size_t)NH * hs);
-        const int ix = p % cap; /* the ring's index */
         for (int g = 0; g < KVH; g++)
             for (int d = 0; d < hs; d++) {
-                const size_t kk = ((size_t)g * hs + d) * cap + ix;
-                const size_t vk = ((size_t)g * cap + ix) * hs + d;
+                const size_t kk = tcu_kv_key_at(g, d, p, hs, cap);
+                const size_t vk = tcu_kv_value_at(g, d, p, hs, cap);
                 kt[at + kk] = bf16_round(k[kk]);
                 v[at + vk] = bf16_round(vv[vk]);
             }
@@ -59,7 +51,7 @@ void tcu_matmul_rows(tsr_bf16 *out, const tsr_bf16 *inp, const tsr_bf16 *w, cons
                      int N, int IC, int OC, tcu_stream s) {
     const char *what = "tcu_matmul_rows";
     (void)s;
-    emu_require_shape(what, N, IC, OC);
+    REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
     float *wf = emu_widen(w, (size_t)OC * IC, what), *bf = bias ? emu_widen(bias, OC, what) : NULL;
     float *x = emu_widen(inp, (size_t)N * IC, what);
     float *o = emu_host_alloc((size_t)N * OC * sizeof *o, what);

@@ -6,12 +6,12 @@
 #include "cpu/cpu_deltanet.h"
 
 size_t tcu_deltanet_ckpt_floats(int B, int T, int HV, int dk, int dv) {
-    const tsr_dn_shape sh = {B, T, 1, HV, dk, dv, 64};
+    const tsr_dn_shape sh = {B, T, 1, HV, dk, dv, TCU_DN_CHUNK};
     return cpu_deltanet_ckpt_floats(&sh);
 }
 
-/* The CPU core at chunk 64 on the widened bf16 inputs, its output rounded to bf16: the rounding
- * of the kernel's interface (its inner bf16 operands are the SIMT emulator's to check). */
+/* The CPU core at chunk TCU_DN_CHUNK on the widened bf16 inputs, its output rounded to bf16: the
+ * rounding of the kernel's interface (its inner bf16 operands are the SIMT emulator's to check). */
 void tcu_deltanet_forward(tsr_bf16 *out, float *state_out, float *ckpt, const tsr_bf16 *q,
                           const tsr_bf16 *k, const tsr_bf16 *v, const float *g, const float *beta,
                           const float *state0, const int32_t *seq, int B, int T, int HK, int HV,
@@ -22,7 +22,7 @@ void tcu_deltanet_forward(tsr_bf16 *out, float *state_out, float *ckpt, const ts
     REQUIRE(dk >= 16 && dk <= 128 && dk % 16 == 0 && dv >= 16 && dv <= 128 && dv % 16 == 0, what,
             "head sizes dk = %d, dv = %d: the kernel takes multiples of 16 from 16 to 128", dk, dv);
     if (B == 0 || T == 0) return;
-    const tsr_dn_shape sh = {B, T, HK, HV, dk, dv, 64};
+    const tsr_dn_shape sh = {B, T, HK, HV, dk, dv, TCU_DN_CHUNK};
     const size_t N = (size_t)B * T, nq = N * HK * dk, nv = N * HV * dv;
     float *qf = emu_host_zeros(nq, what), *kf = emu_host_zeros(nq, what);
     float *vf = emu_host_zeros(nv, what);
@@ -33,9 +33,9 @@ void tcu_deltanet_forward(tsr_bf16 *out, float *state_out, float *ckpt, const ts
     free(qf), free(kf), free(vf), free(o);
 }
 
+/* the kernel's size (tcu_index.h), unused here */
 size_t tcu_deltanet_backward_scratch_bytes(int B, int T, int HV, int dk, int dv) {
-    const size_t w = (size_t)(dk > dv ? dk : dv); /* the kernel's size, unused here */
-    return sizeof(float) * (size_t)B * HV * ((size_t)2 * T * dk + (size_t)dk * dv + 64 * w);
+    return tcu_dn_backward_scratch_bytes(B, T, HV, dk, dv);
 }
 
 /* The CPU core's backward on the widened inputs; dq, dk, dv get one rounding of their sums */
@@ -50,7 +50,7 @@ void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg, 
             "need B, T >= 0 and HV a multiple of HK >= 1: B=%d T=%d HK=%d HV=%d", B, T, HK, HV);
     if (B == 0 || T == 0) return;
     REQUIRE(scratch && ckpt, what, "scratch and ckpt must be given");
-    const tsr_dn_shape sh = {B, T, HK, HV, dkd, dvd, 64};
+    const tsr_dn_shape sh = {B, T, HK, HV, dkd, dvd, TCU_DN_CHUNK};
     const size_t N = (size_t)B * T, nq = N * HK * dkd, nv = N * HV * dvd;
     float *qf = emu_host_zeros(nq, what), *kf = emu_host_zeros(nq, what);
     float *vf = emu_host_zeros(nv, what);

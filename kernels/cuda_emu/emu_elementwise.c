@@ -8,20 +8,13 @@
 
 static const tsr_ops *const cpu = &tsr_cpu_ops;
 
-static void check_btc(const char *what, int B, int T, int C) {
-    REQUIRE(B > 0 && T > 0 && C > 0, what, "B = %d, T = %d, C = %d must be > 0", B, T, C);
-    REQUIRE((size_t)B * T < ((size_t)1 << 30), what,
-            "B*T = %zu rows is too many (at most 2^30 - 1)", (size_t)B * T);
-}
-
 /* out = round(wte[tok] + wpe[pos or t]) (an exact fp32 sum of two bf16 values); without wpe the
  * wte row is copied (bits, -0 included) */
 void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *wte,
                          const tsr_bf16 *wpe, const int32_t *pos, int B, int T, int C,
                          tcu_stream s) {
     const char *what = "tcu_encoder_forward";
-    check_btc(what, B, T, C);
-    REQUIRE(out && tokens && wte, what, "out, tokens and wte must not be NULL");
+    REQUIRE_RULE(what, tcu_rule_encoder_forward, B, T, C, out, tokens, wte);
     const size_t N = (size_t)B * T;
     for (size_t n = 0; n < N; n++) {
         const tsr_bf16 *e = wte + (size_t)tokens[n] * C;
@@ -30,7 +23,7 @@ void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *w
             memcpy(o, e, (size_t)C * sizeof *o);
             continue;
         }
-        const tsr_bf16 *p = wpe + (pos ? (size_t)pos[n] : n % (size_t)T) * C;
+        const tsr_bf16 *p = wpe + tcu_encoder_pos(pos, n, T) * C;
         for (int c = 0; c < C; c++) o[c] = bf16_round(bf16_widen(e[c]) + bf16_widen(p[c]));
     }
 }
@@ -41,9 +34,7 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout, const 
                           const int32_t *tokens_host, const int32_t *pos, int B, int T, int C,
                           tcu_stream s) {
     const char *what = "tcu_encoder_backward";
-    check_btc(what, B, T, C);
-    REQUIRE(dout && (!dwte || tokens || tokens_host), what,
-            "dout, and with dwte tokens (or tokens_host), must not be NULL");
+    REQUIRE_RULE(what, tcu_rule_encoder_backward, B, T, C, dout, dwte, tokens, tokens_host);
     if (!dwte && !dwpe) return;
     const size_t N = (size_t)B * T;
     if (dwte && tokens_host)

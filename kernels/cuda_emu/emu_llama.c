@@ -55,15 +55,6 @@ void tcu_rmsnorm_backward(tsr_bf16 *dinp, float *dw, const tsr_bf16 *dout, const
     free(dx), free(wf), free(g), free(x);
 }
 
-static void check_heads(const char *what, int N, int NH, int KVH, int hs) {
-    REQUIRE(N >= 0 && NH >= 1 && KVH >= 1 && NH % KVH == 0 && hs >= 1, what,
-            "bad shape N=%d NH=%d KVH=%d hs=%d (NH a multiple of KVH >= 1, hs >= 1)", N, NH, KVH,
-            hs);
-    REQUIRE((long long)N * (NH + KVH) < (1ll << 31), what,
-            "N*(NH+KVH) = %lld head rows is too many (at most 2^31 - 1)",
-            (long long)N * (NH + KVH));
-}
-
 /* QK-norm through the CPU op (cpu->qknorm_forward or its per-projection twin): per head, qw and
  * kw (hs), rstd (N, NH+KVH); per projection, qw (NH hs), kw (KVH hs), rstd (N, 2) */
 typedef void (*qk_fwd_op)(float *, float *, const float *, const float *, const float *, int, int,
@@ -76,7 +67,7 @@ typedef void (*qk_bwd_op)(float *, float *, float *, const float *, const float 
 static void qknorm_forward_emu(const char *what, int per_head, qk_fwd_op op, tsr_bf16 *out,
                                float *rstd, const tsr_bf16 *inp, const tsr_bf16 *qw,
                                const tsr_bf16 *kw, int N, int NH, int KVH, int hs, float eps) {
-    check_heads(what, N, NH, KVH, hs);
+    REQUIRE_RULE(what, tcu_rule_heads, N, NH, KVH, hs);
     REQUIRE(eps >= 0.0f, what, "eps = %g must be >= 0", (double)eps);
     REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
     if (N == 0) return;
@@ -97,7 +88,7 @@ static void qknorm_backward_emu(const char *what, int per_head, qk_bwd_op op, ts
                                 float *dqw, float *dkw, const tsr_bf16 *dout, const tsr_bf16 *inp,
                                 const tsr_bf16 *qw, const tsr_bf16 *kw, const float *rstd, int N,
                                 int NH, int KVH, int hs) {
-    check_heads(what, N, NH, KVH, hs);
+    REQUIRE_RULE(what, tcu_rule_heads, N, NH, KVH, hs);
     REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     emu_need_context(what);
@@ -152,7 +143,7 @@ static void rope_emu(const char *what, tsr_bf16 *qkv, const int32_t *pos, int p0
     else
         REQUIRE(B >= 0 && T >= 1 && hs >= 2 && hs % 2 == 0, what,
                 "bad shape B=%d T=%d hs=%d (hs even)", B, T, hs);
-    check_heads(what, B * T, NH, KVH, hs);
+    REQUIRE_RULE(what, tcu_rule_heads, B * T, NH, KVH, hs);
     REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
     REQUIRE(pos || p0 >= 0, what, "p0 = %d must be >= 0", p0);
     const size_t n = (size_t)B * T * (NH + 2 * KVH) * hs;

@@ -5,22 +5,16 @@
 
 static const tsr_ops *const cpu = &tsr_cpu_ops;
 
-/* the CUDA op's layout (cuda_lora.cu): t (N,R), xd (N,IC), dz (N,OC) fp32, each 256-byte
- * aligned; the emulator keeps its own host temporaries but plans the device's bytes */
+/* the CUDA op's layout (tcu_index.h): the emulator keeps its own host temporaries but plans the
+ * device's bytes */
 size_t tcu_lora_scratch_bytes(int N, int IC, int OC, int R) {
-    const size_t n = (size_t)N, parts[3] = {n * (size_t)R, n * (size_t)IC, n * (size_t)OC};
-    size_t bytes = 0;
-    for (int i = 0; i < 3; i++) bytes += (parts[i] * sizeof(float) + 255) / 256 * 256;
-    return bytes;
+    return tcu_lora_scratch_at(N, IC, OC, R, 3);
 }
 
+/* the CUDA op's rules (tcu_args.h), and the context its GEMMs need */
 static void check_lora(const char *what, int N, int IC, int OC, int R, int ld, float p,
                        const void *scratch) {
-    REQUIRE(N >= 1 && IC >= 1 && OC >= 1 && R >= 1, what,
-            "N=%d IC=%d OC=%d R=%d: every dimension must be >= 1", N, IC, OC, R);
-    REQUIRE(ld >= OC, what, "ld=%d: the output's rows must hold OC=%d", ld, OC);
-    REQUIRE(p >= 0.0f && p < 1.0f, what, "p=%g: dropout must be in [0, 1)", (double)p);
-    REQUIRE(scratch != NULL, what, "scratch is NULL (tcu_lora_scratch_bytes)");
+    REQUIRE_RULE(what, tcu_rule_lora, N, IC, OC, R, ld, p, scratch);
     emu_need_context(what);
 }
 

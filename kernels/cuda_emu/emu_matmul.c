@@ -18,7 +18,7 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
                         const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
                         tsr_gelu_kind gelu, tcu_stream s) {
     const char *what = "tcu_matmul_forward";
-    emu_require_shape(what, N, IC, OC);
+    REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
     REQUIRE(out && inp && w, what, "out, inp and w must not be NULL");
     if (pre_gelu) {
         REQUIRE(emu_gelu_kind_ok(gelu), what, "unknown GELU kind %d", (int)gelu);
@@ -52,10 +52,7 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_matmul_backward";
-    emu_require_shape(what, N, IC, OC);
-    REQUIRE(dout != NULL, what, "dout must not be NULL");
-    REQUIRE(!dinp || w, what, "dinp needs w (w is NULL)");
-    REQUIRE(!dw || inp, what, "dw needs inp (inp is NULL)");
+    REQUIRE_RULE(what, tcu_rule_matmul_backward, N, IC, OC, dinp, dw, dout, inp, w);
     emu_need_context(what);
     if (!dinp && !dw && !dbias) return;
     const int rows = N < EMU_ROWS ? N : EMU_ROWS;
@@ -120,7 +117,7 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
                                const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
                                int N, int IC, int OC, tcu_stream s) {
     const char *what = "tcu_matmul_backward_dgelu";
-    emu_require_shape(what, N, IC, OC);
+    REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
     REQUIRE(dinp && dout && w && pre_gelu, what, "dinp, dout, w and pre_gelu must not be NULL");
     REQUIRE(pre_gelu != dinp, what, "pre_gelu must not alias dinp");
     emu_need_context(what);
@@ -159,7 +156,7 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
                     const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
                     tcu_stream s) {
     const char *what = "tcu_matmul_fp8";
-    emu_require_shape(what, N, IC, OC);
+    REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
     REQUIRE(out && qx && qw && sx_inv && sw_inv, what,
             "out, qx, qw, sx_inv and sw_inv must not be NULL");
     tcu_fp8_gemm p;

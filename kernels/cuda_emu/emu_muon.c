@@ -21,11 +21,8 @@ void tcu_muon_normalize(tsr_bf16 *x, const float *u, const float *sumsq, int row
     REQUIRE(rows > 0 && cols > 0, what, "rows = %d, cols = %d must be > 0", rows, cols);
     REQUIRE(x && u && sumsq, what, "x, u and sumsq must not be NULL");
     const float inv = (float)(1.0 / (sqrt((double)*sumsq) + (double)eps));
-    for (size_t i = 0; i < (size_t)rows; i++)
-        for (size_t j = 0; j < (size_t)cols; j++) {
-            size_t k = i * (size_t)cols + j;
-            x[transpose ? j * (size_t)rows + i : k] = bf16_round(u[k] * inv);
-        }
+    for (size_t k = 0; k < (size_t)rows * (size_t)cols; k++)
+        x[tcu_muon_at(k, rows, cols, transpose)] = bf16_round(u[k] * inv);
 }
 
 void tcu_axpby_bf16(tsr_bf16 *out, float alpha, const tsr_bf16 *x, float beta, const tsr_bf16 *y,
@@ -44,11 +41,9 @@ void tcu_muon_apply(float *p, tsr_bf16 *p_bf16, const tsr_bf16 *o, int rows, int
     const char *what = "tcu_muon_apply";
     REQUIRE(rows > 0 && cols > 0, what, "rows = %d, cols = %d must be > 0", rows, cols);
     REQUIRE(p && o, what, "p and o must not be NULL");
-    for (size_t i = 0; i < (size_t)rows; i++)
-        for (size_t j = 0; j < (size_t)cols; j++) {
-            size_t k = i * (size_t)cols + j;
-            float ok = bf16_widen(o[transposed ? j * (size_t)rows + i : k]);
-            p[k] = p[k] * decay - step * ok;
-            if (p_bf16) p_bf16[k] = bf16_round(p[k]);
-        }
+    for (size_t k = 0; k < (size_t)rows * (size_t)cols; k++) {
+        float ok = bf16_widen(o[tcu_muon_at(k, rows, cols, transposed)]);
+        p[k] = p[k] * decay - step * ok;
+        if (p_bf16) p_bf16[k] = bf16_round(p[k]);
+    }
 }

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "gpu/gpu_model.h" /* tsr_gpu_model: the FP8 forward's gathered weights */
 #include "gpu/gpu_profile.h"
+#include "tcu_index.h" /* TCU_DN_CHUNK */
 
 #define STREAM(be) ((tcu_stream)(be)->ctx)
 
@@ -567,11 +568,11 @@ static void c_dn_silu_gate_backward(const tsr_backend *be, void *dx, void *dz, c
          tcu_dn_silu_gate_backward(dx, dz, dout, x, z, n, STREAM(be)));
 }
 
-/* the CUDA core's chunk is 64 (cuda_deltanet.cu) */
+/* the CUDA core's chunk is TCU_DN_CHUNK, 64 (cuda_deltanet.cu) */
 static void dn_chunk_check(const tsr_dn_shape *s) {
-    if (s->chunk != 64)
-        tsr_die(TSR_EXIT_USAGE, "deltanet on cuda: chunk %d: the CUDA core runs chunk 64 only",
-                s->chunk);
+    if (s->chunk != TCU_DN_CHUNK)
+        tsr_die(TSR_EXIT_USAGE, "deltanet on cuda: chunk %d: the CUDA core runs chunk %d only",
+                s->chunk, TCU_DN_CHUNK);
 }
 
 static size_t c_dn_ckpt_floats(const tsr_dn_shape *s) {
