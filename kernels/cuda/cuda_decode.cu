@@ -149,9 +149,7 @@ void tcu_attention_decode_var(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const ts
                               int seg0, int n, size_t slot_stride, int cap, int NH, int KVH,
                               int hs, tcu_stream s) {
     const char *what = "tcu_attention_decode";
-    TCU_REQUIRE(n >= 0 && cap >= 1 && hs >= 1 && KVH >= 1 && NH % KVH == 0, what,
-                tcu_msg("need n >= 0, cap, hs >= 1 and NH a multiple of KVH: n=%d cap=%d NH=%d "
-                        "KVH=%d hs=%d", n, cap, NH, KVH, hs));
+    TCU_REQUIRE_RULE(what, tcu_rule_decode, n, cap, NH, KVH, hs);
     if (n == 0) return;
     const dec_var V = dec_var_of(var, hs, what);
     if (n > 1 && !slot && !pos && p0 + n > cap) {

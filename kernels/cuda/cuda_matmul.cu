@@ -993,9 +993,7 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
                                const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
                                int N, int IC, int OC, tcu_stream s) {
     const char *what = "tcu_matmul_backward_dgelu";
-    TCU_REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
-    TCU_REQUIRE(dinp && dout && w && pre_gelu, what, "dinp, dout, w and pre_gelu must not be NULL");
-    TCU_REQUIRE(pre_gelu != dinp, what, "pre_gelu must not alias dinp");
+    TCU_REQUIRE_RULE(what, tcu_rule_matmul_dgelu, N, IC, OC, dinp, dout, w, pre_gelu);
     lt_gemm g = lt_gemm_dense(LT_DINP, N, IC, OC, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout,
                               dinp, CUDA_R_16BF, 0.0f);
     g.what = what;

@@ -70,6 +70,17 @@ static inline const char *tcu_rule_matmul_backward(char *m, size_t n, int N, int
     return why;
 }
 
+/* tcu_matmul_backward_dgelu's: the shape, dinp, dout, w and pre_gelu, pre_gelu not dinp */
+static inline const char *tcu_rule_matmul_dgelu(char *m, size_t n, int N, int IC, int OC,
+                                                const void *dinp, const void *dout, const void *w,
+                                                const void *pre_gelu) {
+    const char *why = tcu_rule_matmul(m, n, N, IC, OC);
+    if (!why && !(dinp && dout && w && pre_gelu))
+        why = "dinp, dout, w and pre_gelu must not be NULL";
+    if (!why && !(pre_gelu != dinp)) why = "pre_gelu must not alias dinp";
+    return why;
+}
+
 /* LoRA's (tcu_lora_forward, tcu_lora_backward): the shape, the output's rows, the dropout, the
  * scratch */
 static inline const char *tcu_rule_lora(char *m, size_t n, int N, int IC, int OC, int R, int ld,
@@ -97,6 +108,15 @@ static inline const char *tcu_rule_attention(char *m, size_t n, int B, int T, in
         return tcu_rule_msg(m, n, "head size hs = %d (NH=%d) has no kernel: "
                                   TCU_ATTENTION_HEAD_SIZES, hs, NH);
     return NULL;
+}
+
+/* a decode call's (tcu_attention_decode_var): n rows >= 0, a cache of cap >= 1 positions, heads
+ * of hs >= 1, NH a multiple of KVH >= 1 */
+static inline const char *tcu_rule_decode(char *m, size_t n_, int n, int cap, int NH, int KVH,
+                                          int hs) {
+    if (n >= 0 && cap >= 1 && hs >= 1 && KVH >= 1 && NH % KVH == 0) return NULL;
+    return tcu_rule_msg(m, n_, "need n >= 0, cap, hs >= 1 and NH a multiple of KVH: n=%d cap=%d "
+                               "NH=%d KVH=%d hs=%d", n, cap, NH, KVH, hs);
 }
 
 /* the heads of N rows of a fused qkv (QK-norm, RoPE): NH a multiple of KVH >= 1, hs >= 1, fewer

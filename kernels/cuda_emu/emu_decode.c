@@ -17,9 +17,7 @@ void tcu_attention_decode_var(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const ts
                               int hs, tcu_stream s) {
     const char *what = "tcu_attention_decode";
     (void)s;
-    REQUIRE(n >= 0 && cap >= 1 && hs >= 1 && KVH >= 1 && NH % KVH == 0, what,
-            "need n >= 0, cap, hs >= 1 and NH a multiple of KVH: n=%d cap=%d NH=%d KVH=%d hs=%d", n,
-            cap, NH, KVH, hs);
+    REQUIRE_RULE(what, tcu_rule_decode, n, cap, NH, KVH, hs);
     tsr_attn_var vw;
     float *sk;
     var = emu_var(var, NH, &vw, &sk, what);

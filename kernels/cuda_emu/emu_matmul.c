@@ -117,9 +117,7 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
                                const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
                                int N, int IC, int OC, tcu_stream s) {
     const char *what = "tcu_matmul_backward_dgelu";
-    REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
-    REQUIRE(dinp && dout && w && pre_gelu, what, "dinp, dout, w and pre_gelu must not be NULL");
-    REQUIRE(pre_gelu != dinp, what, "pre_gelu must not alias dinp");
+    REQUIRE_RULE(what, tcu_rule_matmul_dgelu, N, IC, OC, dinp, dout, w, pre_gelu);
     emu_need_context(what);
     if (IC % 8 != 0) {
         tcu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC, TSR_GRAD_SET, s);
