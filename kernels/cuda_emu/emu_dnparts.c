@@ -6,24 +6,27 @@
 #include "emu.h"
 #include "cpu/cpu_deltanet.h"
 
-/* x (n) widened, or NULL for NULL */
-static float *widen_opt(const tsr_bf16 *x, size_t n, const char *what) {
-    return x ? emu_widen(x, n, what) : NULL;
-}
-
-static void dn_conv_dims(const char *what, int B, int T, int CD, int K) {
+/* The convolution's shape checked, and its inputs widened when it has rows: xf (n = B T CD), hf
+ * (nh = B (K-1) CD, or NULL without hist), wf (CD K); 0 when n = 0 (nothing widened) */
+static int conv_inputs(const char *what, const tsr_bf16 *x, const tsr_bf16 *hist,
+                       const tsr_bf16 *w, int B, int T, int CD, int K, size_t *n, size_t *nh,
+                       float **xf, float **hf, float **wf) {
     REQUIRE(B >= 0 && T >= 0 && CD >= 0 && K >= 1 && K <= 16, what,
             "need B, T, CD >= 0 and 1 <= K <= 16: B=%d T=%d CD=%d K=%d", B, T, CD, K);
+    *n = (size_t)B * T * CD, *nh = (size_t)B * (K - 1) * CD;
+    if (*n == 0) return 0;
+    *xf = emu_widen(x, *n, what), *hf = hist ? emu_widen(hist, *nh, what) : NULL;
+    *wf = emu_widen(w, (size_t)CD * K, what);
+    return 1;
 }
 
 void tcu_dn_conv_forward(tsr_bf16 *y, const tsr_bf16 *x, const tsr_bf16 *hist, const tsr_bf16 *w,
                          const int32_t *seq, int B, int T, int CD, int K, tcu_stream s) {
     const char *what = "tcu_dn_conv_forward";
-    dn_conv_dims(what, B, T, CD, K);
-    const size_t n = (size_t)B * T * CD, nh = (size_t)B * (K - 1) * CD;
-    if (n == 0) return;
-    float *xf = emu_widen(x, n, what), *hf = widen_opt(hist, nh, what);
-    float *wf = emu_widen(w, (size_t)CD * K, what), *yf = emu_host_alloc(n * sizeof *yf, what);
+    size_t n, nh;
+    float *xf, *hf, *wf;
+    if (!conv_inputs(what, x, hist, w, B, T, CD, K, &n, &nh, &xf, &hf, &wf)) return;
+    float *yf = emu_host_alloc(n * sizeof *yf, what);
     cpu_dn_conv_forward(yf, xf, hf, wf, seq, B, T, CD, K);
     emu_round_into(y, yf, n);
     free(xf), free(hf), free(wf), free(yf);
@@ -33,11 +36,10 @@ void tcu_dn_conv_backward(tsr_bf16 *dx, tsr_bf16 *dhist, float *dw, const tsr_bf
                           const tsr_bf16 *x, const tsr_bf16 *hist, const tsr_bf16 *w,
                           const int32_t *seq, int B, int T, int CD, int K, tcu_stream s) {
     const char *what = "tcu_dn_conv_backward";
-    dn_conv_dims(what, B, T, CD, K);
-    const size_t n = (size_t)B * T * CD, nh = (size_t)B * (K - 1) * CD;
-    if (n == 0) return;
-    float *xf = emu_widen(x, n, what), *hf = widen_opt(hist, nh, what);
-    float *wf = emu_widen(w, (size_t)CD * K, what), *dyf = emu_widen(dy, n, what);
+    size_t n, nh;
+    float *xf, *hf, *wf;
+    if (!conv_inputs(what, x, hist, w, B, T, CD, K, &n, &nh, &xf, &hf, &wf)) return;
+    float *dyf = emu_widen(dy, n, what);
     float *gx = emu_host_zeros(n, what), *gh = dhist ? emu_host_zeros(nh + 1, what) : NULL;
     cpu_dn_conv_backward(gx, gh, dw, dyf, xf, hf, wf, seq, B, T, CD, K);
     emu_add_round_into(dx, gx, n);
