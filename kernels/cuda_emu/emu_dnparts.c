@@ -47,16 +47,26 @@ void tcu_dn_conv_backward(tsr_bf16 *dx, tsr_bf16 *dhist, float *dw, const tsr_bf
     free(xf), free(hf), free(wf), free(dyf), free(gx), free(gh);
 }
 
+/* The gates' shape checked, and their inputs widened when there are any: f[0..3] = b, a (n = N
+ * HV), A_log, dt_bias (HV); 0 when n = 0 (nothing widened) */
+static int gate_inputs(const char *what, const tsr_bf16 *b, const tsr_bf16 *a,
+                       const tsr_bf16 *A_log, const tsr_bf16 *dt_bias, int N, int HV, size_t *n,
+                       float *f[4]) {
+    REQUIRE(N >= 0 && HV >= 0, what, "need N, HV >= 0: N=%d HV=%d", N, HV);
+    *n = (size_t)N * HV;
+    if (*n == 0) return 0;
+    f[0] = emu_widen(b, *n, what), f[1] = emu_widen(a, *n, what);
+    f[2] = emu_widen(A_log, HV, what), f[3] = emu_widen(dt_bias, HV, what);
+    return 1;
+}
+
 void tcu_dn_gates_forward(float *beta, float *g, const tsr_bf16 *b, const tsr_bf16 *a,
                           const tsr_bf16 *A_log, const tsr_bf16 *dt_bias, int N, int HV,
                           tcu_stream s) {
-    const char *what = "tcu_dn_gates_forward";
-    REQUIRE(N >= 0 && HV >= 0, what, "need N, HV >= 0: N=%d HV=%d", N, HV);
-    const size_t n = (size_t)N * HV;
-    if (n == 0) return;
-    float *bf = emu_widen(b, n, what), *af = emu_widen(a, n, what);
-    float *al = emu_widen(A_log, HV, what);
-    float *dt = emu_widen(dt_bias, HV, what);
+    size_t n;
+    float *f[4];
+    if (!gate_inputs("tcu_dn_gates_forward", b, a, A_log, dt_bias, N, HV, &n, f)) return;
+    float *bf = f[0], *af = f[1], *al = f[2], *dt = f[3];
     cpu_dn_gates_forward(beta, g, bf, af, al, dt, N, HV);
     free(bf), free(af), free(al), free(dt);
 }
@@ -66,13 +76,11 @@ void tcu_dn_gates_backward(tsr_bf16 *db, tsr_bf16 *da, float *dA_log, float *ddt
                            const tsr_bf16 *a, const tsr_bf16 *A_log, const tsr_bf16 *dt_bias,
                            int N, int HV, tcu_stream s) {
     const char *what = "tcu_dn_gates_backward";
-    REQUIRE(N >= 0 && HV >= 0, what, "need N, HV >= 0: N=%d HV=%d", N, HV);
-    const size_t n = (size_t)N * HV;
-    if (n == 0) return;
-    float *bf = emu_widen(b, n, what), *af = emu_widen(a, n, what);
-    float *al = emu_widen(A_log, HV, what);
-    float *dt = emu_widen(dt_bias, HV, what), *gb = emu_host_zeros(n, what);
-    float *ga = emu_host_zeros(n, what);
+    size_t n;
+    float *f[4];
+    if (!gate_inputs(what, b, a, A_log, dt_bias, N, HV, &n, f)) return;
+    float *bf = f[0], *af = f[1], *al = f[2], *dt = f[3];
+    float *gb = emu_host_zeros(n, what), *ga = emu_host_zeros(n, what);
     cpu_dn_gates_backward(gb, ga, dA_log, ddt_bias, dbeta, dg, bf, af, al, dt, N, HV);
     emu_add_round_into(db, gb, n), emu_add_round_into(da, ga, n);
     free(bf), free(af), free(al), free(dt), free(gb), free(ga);
