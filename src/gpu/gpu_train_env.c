@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "gpu/gpu_backend.h"
 #include "gpu/gpu_train_int.h"
 #include "model/decoder.h"
 #include "tcu_cudnn.h"
@@ -304,7 +305,7 @@ int gtrain_switches(const gpu_train_ctx *c) {
     tcu_attention_set_dq_fused(dq_fused);
     tcu_norm_set_hold(hold);
     tcu_softmax_xent_set_resident(resident);
-    gpu_model_set_decode_gemm(decode_gemm);
+    gpu_backend_set_decode_gemm(decode_gemm);
     cudnn_model(c, attention);
     return 0;
 }

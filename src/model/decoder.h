@@ -1,8 +1,8 @@
 /* decoder.h — the decoder written once over the backend interface (kernels/backend.h;
  * docs/decoder.md): its activation plan, its forward (training and evaluation), its backward with
  * the activation-checkpoint recomputation, and its KV-cache decode step. model.c runs it on the
- * fp32 backend, src/gpu/gpu_model.c on the CUDA backend; each only says where the weights and
- * activations are.
+ * fp32 backend, src/gpu/gpu_model.c on the CUDA backend (src/gpu/gpu_backend.c); each only says
+ * where the weights and activations are.
  *
  * Shapes and layout: model.h (tsr_model, tsr_acts, tsr_kv_cache). A unit is as in model.h's
  * tsr_param_source: unit 0 the root (wte, wpe, lnfw, lnfb), unit l+1 layer l.
