@@ -73,7 +73,7 @@ static tsr_decoder decoder_of(tsr_model *m) {
     return (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts,
                          .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes,
                          .rope = m->rope_freqs, .lora = m->lora, .ring = m->ring,
-                         .starts = m->starts};
+                         .starts = m->starts, .tp = m->tp};
 }
 
 void model_moe_stats_add_w(tsr_model *m, double w, double *acc) {

@@ -98,6 +98,8 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
     }
     for (int set = 0; ckio_ep_writer(t) && set < CKIO_SETS; set++)
         ep_to_part(&t->part.ep, ckio_ep_store(t, set), t->part.ep_io[set]);
+    for (int set = 0; t->part.tp_on && set < CKIO_SETS; set++) /* (into the global layout) */
+        tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, set), t->part.tp_gpart[set]);
     return n;
 }
 
@@ -254,7 +256,9 @@ int checkpointing_save(tsr_trainer *t, int background) {
 /* The floats of this rank's snapshot: its slices of every tensor (as ckio_tensors lays them out,
  * without building them), and SNAP_PAD_FLOATS */
 static size_t snapshot_floats(const tsr_trainer *t) {
-    size_t part = t->part.fsdp_on ? snapshot_direct(t) : t->part.part_counts[t->dist.rank];
+    size_t part = t->part.tp_on     ? tp_io_part(&t->part.tpio)
+                  : t->part.fsdp_on ? snapshot_direct(t)
+                                    : t->part.part_counts[t->dist.rank];
     size_t n = CKIO_SETS * (part + (ckio_ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
     if (t->part.lora_on) n = t->dist.rank == 0 ? CKIO_SETS * t->part.lora.n : 0;
     return n ? n + SNAP_PAD_FLOATS : 0; /* (nothing to write: none) */
@@ -279,6 +283,8 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     uint64_t dense = 0, experts = 0;
     for (int i = 0; i < TSR_P_COUNT; i++)
         *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
+    if (t->part.tp_on) /* (each rank's part of the whole model's layout) */
+        dense = t->model.global->n_params, experts = 0;
     uint64_t mine = part_bound(dense, t->part.fsdp_on ? t->part.fsdp_group : t->dist.world);
     if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
     return CKIO_SETS * mine * sizeof(float) + pad;

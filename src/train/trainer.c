@@ -108,12 +108,20 @@ static double lora_sumsq(tsr_trainer *t) {
     return t->be.ops->sumsq(t->part.lora.g, t->part.lora.n);
 }
 
+/* tensor parallelism: the gradients of the owned part [lo, hi) that the tensor group sums (the
+ * replicated tensors' shares; model/model_tp.h) */
+static void tp_finish(tsr_trainer *t, float *g, size_t lo, size_t hi) {
+    if (t->part.tp_on) tp_finish_grads(&t->part.tp, &t->model, g, lo, hi);
+}
+
 static void ddp_reduce(tsr_trainer *t) {
-    if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
+    trainer_flat_allreduce(t, t->model.grads, t->model.n_params);
+    tp_finish(t, t->model.grads, 0, t->model.n_params);
 }
 
 static void zero1_reduce(tsr_trainer *t) {
-    dist_reduce_scatter_sum_f32(t->model.grads, t->part.gslice, t->part.part_counts);
+    trainer_flat_reduce_scatter(t, t->model.grads, t->part.gslice);
+    tp_finish(t, t->part.gslice, t->part.shard_lo, t->part.shard_hi);
 }
 
 /* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
@@ -124,13 +132,22 @@ static float *owned_grads(tsr_trainer *t) {
     return t->part.zero1 ? t->part.gslice : t->model.grads;
 }
 
+/* the squared norm of the owned part's gradients g (flat [lo, hi)): under tensor parallelism
+ * the elements this rank counts (each of the whole model's once over the group) */
+static double owned_sumsq(tsr_trainer *t, const float *g, size_t lo, size_t hi) {
+    if (t->part.tp_on) return tp_sumsq(&t->part.tp, &t->model, g, lo, hi);
+    return t->be.ops->sumsq(g, hi - lo);
+}
+
 static double ddp_sumsq(tsr_trainer *t) {
-    return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
+    double sq = owned_sumsq(t, t->model.grads, t->part.shard_lo, t->part.shard_hi);
+    if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
+    return sq;
 }
 
 static double zero1_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.gslice, t->part.shard_hi - t->part.shard_lo);
-    dist_allreduce_sum_f64(&sq, 1);
+    double sq = owned_sumsq(t, t->part.gslice, t->part.shard_lo, t->part.shard_hi);
+    dist_allreduce_sum_f64(&sq, 1); /* (every part of every split once) */
     return sq;
 }
 
@@ -179,9 +196,7 @@ static void update(tsr_trainer *t, double lr, float gscale) {
     }
 }
 
-static void zero1_gather(tsr_trainer *t) {
-    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
-}
+static void zero1_gather(tsr_trainer *t) { trainer_flat_allgather(t, t->model.params); }
 
 static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
 
