@@ -421,7 +421,8 @@ int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *wh
  * returns their count. */
 int config_tensor_valid(const tsr_config *cfg, char *list, size_t n);
 /* With parallel.tensor > 1: the first key whose setting tensor parallelism does not run with yet
- * (its value's words in *value), or NULL. */
+ * (its value's words in *value), or NULL. (device = "cuda" is the trainer's to refuse, at start:
+ * a plan, --plan and --time, prices it.) */
 const char *config_tensor_pair(const tsr_config *cfg, const char **value);
 /* --plan W where the recipe's micro_batch does not divide the per-rank batch of W's data ranks:
  * the largest micro_batch that does (an even one for dpo: whole pairs), else 0 (it divides, it is

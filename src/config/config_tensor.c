@@ -69,7 +69,6 @@ int config_tensor_valid(const tsr_config *cfg, char *list, size_t n) {
 const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const tsr_model_config *m = &cfg->model;
     const struct { int bad; const char *key, *value; } pairs[] = {
-        {cfg->device == TSR_DEVICE_CUDA, "device", "\"cuda\""},
         {cfg->context > 1, "parallel.context", "> 1"},
         {cfg->expert > 1, "parallel.expert", "> 1"},
         {m->moe_experts > 0, "model.moe_experts", "> 0"},

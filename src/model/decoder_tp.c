@@ -137,12 +137,34 @@ static void xent_max(tsr_tp *tp, const float *logits, float *mx, size_t N, size_
     tp->sent += tp_collective_bytes(tp->T, 1, N * sizeof(float));
 }
 
+/* model.final_logit_softcapping: the logits capped in place, cap tanh(x / cap) over the real
+ * rows (the CPU's softcap op), a copy kept for the gradient (softcap_grad) */
+static void softcap_keep(const tsr_decoder *d, float *logits, size_t N, size_t Vp) {
+    tsr_tp *tp = d->tp;
+    const float cap = (float)d->m->cfg.final_logit_softcapping;
+    if (!(cap > 0.0f)) return;
+    d->m->ops->softcap_forward(logits, logits, (int)N, tp->Vl, (int)Vp, cap);
+    if (tp->capped_cap < N * Vp) {
+        free(tp->capped);
+        tp->capped = tsr_malloc(N * Vp * sizeof(float)), tp->capped_cap = N * Vp;
+    }
+    memcpy(tp->capped, logits, N * Vp * sizeof(float));
+}
+
+/* the capped logits' factor 1 - (z / cap)^2 on their gradient */
+static void softcap_grad(const tsr_decoder *d, float *dlogits, size_t N, size_t Vp) {
+    const float cap = (float)d->m->cfg.final_logit_softcapping;
+    if (cap > 0.0f)
+        d->m->ops->softcap_backward(dlogits, d->tp->capped, (int)N, d->tp->Vl, (int)Vp, cap);
+}
+
 void dec_tp_xent(const tsr_decoder *d, const int32_t *targets, const float *dlosses, int Ni) {
     tsr_tp *tp = d->tp;
     tsr_acts *a = d->a;
     const size_t N = (size_t)Ni, Vp = (size_t)d->m->Vp;
     double *s = xent_scratch(tp, N); /* [sum of exponentials | target logit] per row, then mx */
     float *mx = (float *)(s + 2 * N), *p = a->probs;
+    softcap_keep(d, p, N, Vp);
     xent_max(tp, p, mx, N, Vp);
 #pragma omp parallel for schedule(static) if (N * Vp >= 65536)
     for (size_t n = 0; n < N; n++) {
@@ -181,6 +203,7 @@ void dec_tp_xent_grad(const tsr_decoder *d, const int32_t *targets, const float 
         for (int j = 0; j < tp->Vl; j++) x[j] *= dl;
         if (v >= 0 && v < tp->Vl) x[v] = (pt - 1.0f) * dl;
     }
+    softcap_grad(d, p, N, Vp);
 }
 
 void dec_tp_argmax(const tsr_decoder *d, int32_t *greedy, int Ni) {

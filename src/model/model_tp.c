@@ -145,6 +145,7 @@ void tp_free(tsr_tp *tp) {
     free(tp->runs);
     free(tp->red);
     free(tp->xent);
+    free(tp->capped);
     memset(tp, 0, sizeof *tp);
 }
 

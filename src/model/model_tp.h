@@ -67,6 +67,9 @@ typedef struct tsr_tp {
     size_t red_cap;
     double *xent;            /* the cross-entropy's per-row scratch, grown */
     size_t xent_cap;
+    float *capped;           /* model.final_logit_softcapping: the last forward's capped logits
+                              * (N, Vp / T), kept for the gradient's factor; grown */
+    size_t capped_cap;
     uint64_t sent;           /* bytes this rank sent in the group's collectives (the ring
                               * algorithm's count: tp_collective_bytes) */
 } tsr_tp;

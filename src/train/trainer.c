@@ -108,20 +108,21 @@ static double lora_sumsq(tsr_trainer *t) {
     return t->be.ops->sumsq(t->part.lora.g, t->part.lora.n);
 }
 
-/* tensor parallelism: the gradients of the owned part [lo, hi) that the tensor group sums (the
- * replicated tensors' shares; model/model_tp.h) */
-static void tp_finish(tsr_trainer *t, float *g, size_t lo, size_t hi) {
-    if (t->part.tp_on) tp_finish_grads(&t->part.tp, &t->model, g, lo, hi);
+/* tensor parallelism: the rank's gradients that the tensor group sums (the replicated tensors'
+ * shares; model/model_tp.h), before the data-parallel sums (a sum either way: every rank then
+ * sends the same, model_tp.h tp_step_bytes) */
+static void tp_finish(tsr_trainer *t) {
+    if (t->part.tp_on) tp_finish_grads(&t->part.tp, &t->model, t->model.grads, 0, t->model.n_params);
 }
 
 static void ddp_reduce(tsr_trainer *t) {
+    tp_finish(t);
     trainer_flat_allreduce(t, t->model.grads, t->model.n_params);
-    tp_finish(t, t->model.grads, 0, t->model.n_params);
 }
 
 static void zero1_reduce(tsr_trainer *t) {
+    tp_finish(t);
     trainer_flat_reduce_scatter(t, t->model.grads, t->part.gslice);
-    tp_finish(t, t->part.gslice, t->part.shard_lo, t->part.shard_hi);
 }
 
 /* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */

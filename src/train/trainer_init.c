@@ -310,9 +310,22 @@ static void mesh_close(tsr_trainer *t) {
     mesh_free(&t->mesh);
 }
 
+/* parallel.tensor on device = cuda: the CUDA path has no split model yet; a plan (--dry-run,
+ * --plan, --time) prices it, a run is refused (docs/parallelism.md "Tensor parallelism") */
+static int tensor_device_check(const tsr_config *cfg, int rank, int dry_run) {
+    if (cfg->tensor <= 1 || cfg->device != TSR_DEVICE_CUDA) return 0;
+    if (rank == 0)
+        (dry_run ? tsr_warn : tsr_error)(
+            "parallel.tensor = %lld with device = \"cuda\": tensor parallelism runs on the CPU "
+            "only so far%s", (long long)cfg->tensor,
+            dry_run ? "; the plan below prices it as the GPU would run it"
+                    : ": set parallel.tensor = 1 or device = \"cpu\" (docs/limits.md)");
+    return dry_run ? 0 : TSR_EXIT_USAGE;
+}
+
 /* trainer_init's first step: the trainer from the config and the world; the GPU's and the
  * tokenizer's checks, agreed by every rank */
-static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
+static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
@@ -320,6 +333,7 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
+    TSR_CHECK(tensor_device_check(cfg, d->rank, dry_run));
     train_data_share_indexes(t); /* (collective: before any check a rank may fail alone) */
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = train_data_tokenizer(t); /* data.tokenizer: the dataset's, unless named */
@@ -482,7 +496,7 @@ static int init_device(tsr_trainer *t, const tsr_config *cfg) {
 }
 
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
-    TSR_CHECK(init_start(t, cfg, d));
+    TSR_CHECK(init_start(t, cfg, d, dry_run));
     TSR_CHECK(init_batch(t, cfg, d, dry_run));
     TSR_CHECK(init_schedule(t, cfg, dry_run));
     TSR_CHECK(init_layout(t, cfg, d));
