@@ -58,8 +58,12 @@ int config_check_world(const tsr_config *cfg, int world) {
      * context parallelism (a tensor group and a context group share their sequences) */
     const int N = shared_ranks(cfg), D = world / N;
     char ranks[128];
-    if (N > 1) snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.tensor x "
-                        "parallel.context = %d)", D, world, N);
+    if (N > 1 && cfg->tensor > 1)
+        snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.tensor x "
+                 "parallel.context = %d)", D, world, N);
+    else if (N > 1)
+        snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.context = %d)", D,
+                 world, N);
     else snprintf(ranks, sizeof ranks, "%d ranks", world);
     long long gb = cfg->global_batch, mb = cfg->micro_batch;
     if (gb % D != 0) {

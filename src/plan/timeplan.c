@@ -420,9 +420,12 @@ static int data_ranks(const tsr_trainer *t, int per_node, tp_step *s) {
     else if ((s->W / s->Tt) % s->N)
         snprintf(s->na, sizeof s->na, "parallel.context = %d does not divide %d rank%s", s->N,
                  s->W, s->W > 1 ? "s" : "");
-    else if (gb % s->D && s->N * s->Tt > 1)
+    else if (gb % s->D && s->Tt > 1)
         snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d data ranks (%d "
                  "ranks / parallel.tensor x parallel.context %d)", gb, s->D, s->W, s->N * s->Tt);
+    else if (gb % s->D && s->N > 1)
+        snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d data ranks (%d "
+                 "ranks / parallel.context %d)", gb, s->D, s->W, s->N);
     else if (gb % s->D)
         snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d ranks", gb, s->W);
     return s->na[0] != 0;
