@@ -24,7 +24,7 @@ int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *wh
     tsr_model_dims d;
     char dwhy[400];
     if (T <= 1 || config_model_dims(m, &d, key, dwhy, sizeof dwhy) != 0) return 0;
-    const int linear = config_linear_layers(m) > 0;
+    const int linear = config_linear_layers(m) > 0, N = cfg->context > 1 ? (int)cfg->context : 1;
     const struct { int bad; const char *key, *what; long long v; } rules[] = {
         {d.NH % T != 0, "model.n_head", "query heads", d.NH},
         {d.KVH % T != 0 && T % d.KVH != 0, "model.n_kv_head",
@@ -33,9 +33,11 @@ int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *wh
         {dense_mlp(m, &d) && d.F % T != 0, "model.intermediate_size", "MLP width", d.F},
         {padded_vocab(m) % T != 0, "model.vocab_multiple",
          "padded vocabulary (model.vocab_size rounded up to model.vocab_multiple)", padded_vocab(m)},
-        {cfg->sequence && cfg->seq_len % T != 0, "seq_len",
-         "positions of a sequence (parallel.sequence splits the tokens over the group)",
-         (long long)cfg->seq_len},
+        {cfg->sequence && (cfg->seq_len / N) % T != 0, "seq_len",
+         N > 1 ? "positions of a sequence's share of a rank (seq_len / parallel.context; "
+                 "parallel.sequence splits them over the group)"
+               : "positions of a sequence (parallel.sequence splits the tokens over the group)",
+         (long long)cfg->seq_len / N},
         {linear && m->linear_num_key_heads % T != 0, "model.linear_num_key_heads",
          "linear_attention key heads", m->linear_num_key_heads},
         {linear && m->linear_num_value_heads % T != 0, "model.linear_num_value_heads",
@@ -69,16 +71,11 @@ int config_tensor_valid(const tsr_config *cfg, char *list, size_t n) {
 const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const tsr_model_config *m = &cfg->model;
     const struct { int bad; const char *key, *value; } pairs[] = {
-        {cfg->context > 1, "parallel.context", "> 1"},
         {cfg->expert > 1, "parallel.expert", "> 1"},
         {m->moe_experts > 0, "model.moe_experts", "> 0"},
-        {config_linear_layers(m) > 0, "model.layer_types", "with linear_attention layers"},
         {m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION, "model.qk_norm_scope",
          "\"projection\""},
-        {cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP,
-         "parallel.sharding", cfg->sharding == TSR_SHARD_ZERO3 ? "\"zero3\"" : "\"hsdp\""},
         {cfg->lora.rank > 0, "lora.rank", "> 0"},
-        {cfg->objective == TSR_OBJ_DPO, "objective", "\"dpo\""},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "\"grpo\""},
         {cfg->optim.name == TSR_OPTIM_MUON, "optim.name", "\"muon\""},
     };

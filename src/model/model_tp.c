@@ -155,80 +155,95 @@ uint64_t tp_collective_bytes(int n, int allreduce, uint64_t bytes) {
     return n > 1 ? (allreduce ? 2 : 1) * (uint64_t)(n - 1) * bytes / (uint64_t)n : 0;
 }
 
-/* calls f(ctx, j, len) for each stretch [j, j + len) of the flat range [lo, hi) that a run of
- * this rank with sum `sum` (-1: counted runs) covers, in run order */
-static void each_stretch(const tsr_tp *tp, const tsr_model *m, int sum, size_t lo, size_t hi,
-                         void (*f)(void *ctx, size_t j, size_t len), void *ctx) {
-    for (size_t i = 0; i < tp->n_runs; i++) {
-        const tp_run *r = &tp->runs[i];
-        if (sum >= 0 ? r->sum != sum : !r->counted) continue;
-        const size_t base = m->params_info[r->id].offset;
-        for (size_t k = 0; k < r->count; k++) {
-            const size_t a = base + r->local + k * r->lstride, b = a + r->len;
-            const size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
-            if (x < y) f(ctx, x - lo, y - x);
+/* calls f(ctx, at, len) for each stretch of the spans (in order) that a run of this rank with
+ * sum `sum` (-1: the runs it counts) covers: at its data, len floats; in run order within a
+ * span */
+static void each_stretch(const tsr_tp *tp, const tsr_model *m, int sum, const tp_span *sp,
+                         size_t n, void (*f)(void *ctx, float *at, size_t len), void *ctx) {
+    for (size_t s = 0; s < n; s++) {
+        const size_t lo = sp[s].flat, hi = lo + sp[s].len;
+        for (size_t i = 0; i < tp->n_runs; i++) {
+            const tp_run *r = &tp->runs[i];
+            if (sum >= 0 ? r->sum != sum : !r->counted) continue;
+            const size_t base = m->params_info[r->id].offset;
+            for (size_t k = 0; k < r->count; k++) {
+                const size_t a = base + r->local + k * r->lstride, b = a + r->len;
+                const size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+                if (x < y) f(ctx, sp[s].data ? sp[s].data + (x - lo) : NULL, y - x);
+            }
         }
     }
 }
 
-/* a gather of stretches into (pack) or out of (unpack) a contiguous buffer */
+/* a gather of stretches into (pack) or out of (unpack) a contiguous buffer, or their squares */
 typedef struct tp_pack {
-    float *g, *buf;
+    float *buf;
     size_t n;
     int unpack;
     double sq;
 } tp_pack;
 
-static void pack_stretch(void *ctx, size_t j, size_t len) {
+static void pack_stretch(void *ctx, float *at, size_t len) {
     tp_pack *p = ctx;
-    if (p->buf && p->unpack) memcpy(p->g + j, p->buf + p->n, len * sizeof(float));
-    else if (p->buf) memcpy(p->buf + p->n, p->g + j, len * sizeof(float));
+    if (p->buf && p->unpack) memcpy(at, p->buf + p->n, len * sizeof(float));
+    else if (p->buf) memcpy(p->buf + p->n, at, len * sizeof(float));
     p->n += len;
 }
 
 /* the stretches of sum s gathered, summed over group grp (of n ranks), put back */
 static void sum_stretches(tsr_tp *tp, const tsr_model *m, int s, tsr_group *grp, int n,
-                          float *g, size_t lo, size_t hi) {
-    tp_pack p = {g, NULL, 0, 0, 0.0};
-    each_stretch(tp, m, s, lo, hi, pack_stretch, &p); /* (the count) */
+                          const tp_span *sp, size_t ns) {
+    tp_pack p = {NULL, 0, 0, 0.0};
+    each_stretch(tp, m, s, sp, ns, pack_stretch, &p); /* (the count) */
     if (n <= 1 || p.n == 0) return;
     if (tp->red_cap < p.n) {
         free(tp->red);
         tp->red = tsr_malloc(p.n * sizeof(float)), tp->red_cap = p.n;
     }
     const size_t total = p.n;
-    p = (tp_pack){g, tp->red, 0, 0, 0.0};
-    each_stretch(tp, m, s, lo, hi, pack_stretch, &p);
+    p = (tp_pack){tp->red, 0, 0, 0.0};
+    each_stretch(tp, m, s, sp, ns, pack_stretch, &p);
     dist_group_allreduce_sum_f32(grp, tp->red, total);
     tp->sent += tp_collective_bytes(n, 1, total * sizeof(float));
-    p = (tp_pack){g, tp->red, 0, 1, 0.0};
-    each_stretch(tp, m, s, lo, hi, pack_stretch, &p);
+    p = (tp_pack){tp->red, 0, 1, 0.0};
+    each_stretch(tp, m, s, sp, ns, pack_stretch, &p);
+}
+
+void tp_finish_spans(tsr_tp *tp, const tsr_model *m, const tp_span *sp, size_t n) {
+    sum_stretches(tp, m, TP_SUM_TENSOR, tp->group, tp->T, sp, n);
+    sum_stretches(tp, m, TP_SUM_KV, tp->kv, tp->R, sp, n);
 }
 
 void tp_finish_grads(tsr_tp *tp, const tsr_model *m, float *g, size_t lo, size_t hi) {
-    sum_stretches(tp, m, TP_SUM_TENSOR, tp->group, tp->T, g, lo, hi);
-    sum_stretches(tp, m, TP_SUM_KV, tp->kv, tp->R, g, lo, hi);
+    const tp_span sp = {lo, hi - lo, g};
+    tp_finish_spans(tp, m, &sp, 1);
 }
 
-static void sq_stretch(void *ctx, size_t j, size_t len) {
+static void sq_stretch(void *ctx, float *at, size_t len) {
     tp_pack *p = ctx;
     double s = 0.0;
-    for (size_t i = 0; i < len; i++) s += (double)p->g[j + i] * p->g[j + i];
+    for (size_t i = 0; i < len; i++) s += (double)at[i] * at[i];
     p->sq += s;
 }
 
-double tp_sumsq(const tsr_tp *tp, const tsr_model *m, const float *g, size_t lo, size_t hi) {
-    tp_pack p = {(float *)g, NULL, 0, 0, 0.0};
-    each_stretch(tp, m, -1, lo, hi, sq_stretch, &p);
+double tp_sumsq_spans(const tsr_tp *tp, const tsr_model *m, const tp_span *sp, size_t n) {
+    tp_pack p = {NULL, 0, 0, 0.0};
+    each_stretch(tp, m, -1, sp, n, sq_stretch, &p);
     return p.sq;
 }
 
+double tp_sumsq(const tsr_tp *tp, const tsr_model *m, const float *g, size_t lo, size_t hi) {
+    const tp_span sp = {lo, hi - lo, (float *)g};
+    return tp_sumsq_spans(tp, m, &sp, 1);
+}
+
 void tp_partial_floats(const tsr_tp *tp, const tsr_model *m, size_t *tensor, size_t *kv) {
-    tp_pack p = {NULL, NULL, 0, 0, 0.0};
-    each_stretch(tp, m, TP_SUM_TENSOR, 0, m->n_params, pack_stretch, &p);
+    const tp_span all = {0, m->n_params, NULL};
+    tp_pack p = {NULL, 0, 0, 0.0};
+    each_stretch(tp, m, TP_SUM_TENSOR, &all, 1, pack_stretch, &p);
     *tensor = p.n;
     p.n = 0;
-    each_stretch(tp, m, TP_SUM_KV, 0, m->n_params, pack_stretch, &p);
+    each_stretch(tp, m, TP_SUM_KV, &all, 1, pack_stretch, &p);
     *kv = p.n;
 }
 

@@ -93,6 +93,14 @@ int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp
  * twice that) */
 uint64_t tp_collective_bytes(int n, int allreduce, uint64_t bytes);
 
+/* A run of the split flat layout held at data: elements [flat, flat + len) (a shard's pieces) */
+typedef struct tp_span {
+    size_t flat, len;
+    float *data;
+} tp_span;
+/* tp_finish_grads and tp_sumsq over n spans (a zero3 / hsdp shard's pieces: one sum) */
+void tp_finish_spans(tsr_tp *tp, const tsr_model *m, const tp_span *sp, size_t n);
+double tp_sumsq_spans(const tsr_tp *tp, const tsr_model *m, const tp_span *sp, size_t n);
 /* The gradients the group sums (the runs of TP_SUM_TENSOR, TP_SUM_KV) over the flat range
  * [lo, hi) of the split model, held at g (g[0] is flat element lo): summed over their groups in
  * place. Collective over the tensor group (and tensor_kv). */

@@ -152,7 +152,8 @@ static void snap_reserve(tsr_trainer *t, size_t n) {
  * no second copy); 0 otherwise. */
 static size_t snapshot_direct(const tsr_trainer *t) {
     const tsr_fsdp *f = &t->part.fsdp;
-    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0) return 0;
+    /* (tensor parallelism: the snapshot holds the global layout's part, tp_layout's) */
+    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0 || t->part.tp_on) return 0;
     return f->part_counts[f->grank];
 }
 

@@ -7,6 +7,7 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -125,8 +126,29 @@ static void zero1_reduce(tsr_trainer *t) {
     trainer_flat_reduce_scatter(t, t->model.grads, t->part.gslice);
 }
 
-/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
-static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
+/* tensor parallelism under zero3 / hsdp: the shard's pieces as spans of the split flat layout
+ * (n of them; freed by the caller) */
+static tp_span *shard_spans(tsr_trainer *t, size_t *n) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    *n = (size_t)f->n_pieces[f->grank];
+    tp_span *sp = tsr_malloc((*n ? *n : 1) * sizeof *sp);
+    for (size_t i = 0; i < *n; i++) {
+        const fsdp_piece *p = &f->pieces[f->grank][i];
+        sp[i] = (tp_span){p->flat, p->len, f->grads + p->shard};
+    }
+    return sp;
+}
+
+/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum; then
+ * (tensor parallelism) the shard's partial gradients summed over the tensor group */
+static void fsdp_reduce(tsr_trainer *t) {
+    fsdp_finish_grads(&t->part.fsdp);
+    if (!t->part.tp_on) return;
+    size_t n;
+    tp_span *sp = shard_spans(t, &n);
+    tp_finish_spans(&t->part.tp, &t->model, sp, n);
+    free(sp);
+}
 
 /* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
 static float *owned_grads(tsr_trainer *t) {
@@ -153,8 +175,17 @@ static double zero1_sumsq(tsr_trainer *t) {
 }
 
 static double fsdp_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    double sq;
+    if (t->part.tp_on) { /* (the elements this rank counts) */
+        size_t n;
+        tp_span *sp = shard_spans(t, &n);
+        sq = tp_sumsq_spans(&t->part.tp, &t->model, sp, n);
+        free(sp);
+    } else {
+        sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    }
     dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
+    if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
     return sq;
 }
 

@@ -144,6 +144,21 @@ static void init_sharded(tsr_trainer *t, uint64_t seed) {
     model_alloc_slopes(m);
 }
 
+/* tensor parallelism: the checkpoints' exchange (model/model_tp.h tp_io) from what this rank
+ * holds of its split layout: its part over its tensor_data group (ddp, zero1), or under zero3 /
+ * hsdp its part of its sharding group's partition in the first group (the others none).
+ * Collective. */
+static void tp_io_open(tsr_trainer *t) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    size_t lo = t->part.part_displs[t->part.flat_rank];
+    size_t hi = lo + t->part.part_counts[t->part.flat_rank];
+    if (t->part.fsdp_on) {
+        lo = f->gindex == 0 ? f->part_displs[f->grank] : 0;
+        hi = f->gindex == 0 ? lo + f->part_counts[f->grank] : 0;
+    }
+    tp_io_plan(&t->part.tpio, &t->model, &t->mesh, lo, hi);
+}
+
 /* This node's available host memory in KiB (/proc/meminfo's MemAvailable), -1 when unknown.
  * Test hook: TSR_FAULT="mem_available:KIB". */
 static long long mem_available_kib(void) {
@@ -405,7 +420,10 @@ static void init_tensor(tsr_trainer *t, const tsr_config *cfg) {
 /* the model's layout (nothing allocated but the MoE figures): sharding, experts, context,
  * adapters, references, and the FLOPs per token they make */
 static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
-    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
+    /* (tensor parallelism: a tensor_data group's ranks share the state, a node's / T of them) */
+    const int T = t->mesh.T;
+    TSR_CHECK(trainer_shard_group(cfg, d->world / T, d->local_world / T > 0 ? d->local_world / T
+                                  : 1, &t->part.fsdp_group));
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
@@ -464,10 +482,7 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
         optim_init(&t->part.optim, &cfg->optim, &t->model,
                    t->part.fsdp_on ? &t->part.fsdp : NULL, t->be.ops);
     TSR_CHECK(plan_shards(t));
-    if (t->part.tp_on) /* (the checkpoints' exchange: collective) */
-        tp_io_plan(&t->part.tpio, &t->model, &t->mesh, t->part.part_displs[t->part.flat_rank],
-                   t->part.part_displs[t->part.flat_rank] +
-                       t->part.part_counts[t->part.flat_rank]);
+    if (t->part.tp_on) tp_io_open(t);
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
         t->part.m = t->be.ops->alloc(owned * sizeof(float));

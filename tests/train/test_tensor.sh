@@ -10,6 +10,9 @@
 #    (sandwich and post norms, embedding scale, GeGLU, both soft caps, sliding windows, sinks,
 #    the gated output, QK-norm, the document mask) with block activation checkpointing: the
 #    losses of one rank within 1e-6 relative at every step (gradient norms 1e-5);
+#  - compositions: T 2 x zero3 2 and T 2 x hsdp; T 2 x context 2 (learned positions, the document
+#    mask across chunks); a hybrid's Gated DeltaNet layers at T = 2 and T 2 x context 2; DPO at
+#    T = 2 (1e-5, as test_dpo.sh's data ranks);
 #  - evaluation at T = 2: the validation loss within 1e-6 and the ICL results (greedy choices
 #    over the vocabulary-parallel logits) equal to one rank's; the end-of-run sample the same
 #    tokens;
@@ -19,14 +22,16 @@
 #    activation checkpointing;
 #  - resume: rank 1 SIGKILLed at a random step of a T 2 x data 2 run; the rerun equals the
 #    uninterrupted run bit for bit (losses and checkpoints); the same checkpoint resumed at T = 4,
-#    at data 4 and on one rank within 1e-6; a one-rank checkpoint resumed at T = 2; the
+#    at data 4, on one rank and at T 2 x zero3 2 within 1e-6; a one-rank checkpoint resumed at
+#    T 2 x zero3 2; the
 #    checkpoint's tensors at their global shapes, `tessera ckpt export --format hf` of it;
 #  - refused with exit 1 and nothing written: heads, key/value heads, MLP width, padded
 #    vocabulary, seq_len that T does not split (the valid values named), T across nodes without
-#    parallel.tensor_across_nodes, and each mode tensor parallelism does not run with yet.
+#    parallel.tensor_across_nodes, and each mode tensor parallelism does not run with yet (LoRA,
+#    GRPO, Muon, MoE, QK-norm over the projection; device = cuda at start).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 14
 make_synth "$TMP/d" 64 60000
 colors_icl 0.1
 base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
@@ -78,6 +83,30 @@ run M1 1 1 gemma && run M2 2 2 gemma && run O1 1 1 olmo && run O2 2 2 olmo && ru
     runs_exact O1 O2
 tap_check $? "Gemma's variants (sandwich norms, embedding scale, GeGLU, both soft caps, sliding windows, query_pre_attn_scalar) and OLMo 2's (post norms, QK-norm, sinks, gated output, document mask, qkv biases) with block activation checkpointing at T = 2 equal one rank within 1e-6"
 
+# ---- compositions ----------------------------------------------------------------------------
+run W22Z 4 2 wide --set parallel.sharding=zero3 && run W22H 4 2 wide --set parallel.sharding=hsdp \
+    --set parallel.replica_group=1 --set micro_batch=1 && runs_exact W1 W22Z W22H
+tap_check $? "T 2 x zero3 over 2 ranks, and T 2 x hsdp (groups of 1, 2 replicas), equal one rank within 1e-6"
+doc=(--set model.attn_mask=document --set model.eot_token=8)
+hyb=("${llama[@]}" --set model.layer_types=linear_attention,full_attention
+     --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4
+     --set model.linear_key_head_dim=8 --set model.linear_value_head_dim=8
+     --set model.linear_conv_kernel_dim=4 "${doc[@]}")
+run D1 1 1 gpt "${doc[@]}" && run D22 4 2 gpt "${doc[@]}" --set parallel.context=2 &&
+    run H1 1 1 hyb && run H2 2 2 hyb && run H22 4 2 hyb --set parallel.context=2 &&
+    runs_exact D1 D22 && runs_exact H1 H2 H22
+tap_check $? "T 2 x context 2 (GPT-2 style, learned positions, the document mask across chunks), and a hybrid's Gated DeltaNet layers (2 key, 4 value heads) at T = 2 and T 2 x context 2, equal one rank within 1e-6"
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
+dpo=(--set objective=dpo --set data.train="$pairs" --set data.val="$pairs" --set eval_interval=3ba
+     --set eval_samples=16 --set model.vocab_size=100 --set seq_len=16 --set model.max_seq_len=16
+     --set global_batch=8 --set micro_batch=4 --set dpo.beta=0.5 --set optim.lr=1e-2)
+run P1 1 1 llama "${dpo[@]}" && run P2 2 2 llama "${dpo[@]}" &&
+    metrics_close "$TMP/P1/metrics.jsonl" "$TMP/P2/metrics.jsonl" 1 1e-5 1e-5 &&
+    [[ $(grep -c '"val_dpo_accuracy"' "$TMP/P1/metrics.jsonl") == 2 ]] &&
+    cmp -s <(grep -o '"val_dpo_accuracy": [0-9.]*' "$TMP/P1/metrics.jsonl") \
+           <(grep -o '"val_dpo_accuracy": [0-9.]*' "$TMP/P2/metrics.jsonl")
+tap_check $? "DPO (its reference's log-probabilities and the weighted backward over the vocabulary-parallel logits) at T = 2 equals one rank within 1e-5 (as test_dpo.sh's ranks), the same validation accuracy"
+
 # ---- evaluation and the sample ---------------------------------------------------------------
 icl=(--config "$TMP/icl.cfg" "${base[@]}" --set model.vocab_size=320 --set model.vocab_multiple=64
      --set data.train="$TMP/data/train" --set data.tokenizer="$TMP/tok.tok"
@@ -113,11 +142,12 @@ run U22 4 2 wide --set save_interval=2ba --set keep_last=5 --set save_final=true
 tap_check $? "rank 1 SIGKILLed after step $k of a T 2 x data 2 run (exit $rc): the rerun resumes from step $((k / 2 * 2)) and equals the uninterrupted run bit for bit"
 ck2=$(ck "$TMP/U22" 2)
 run R4 4 4 wide --resume "$ck2" && run RD 4 1 wide --set micro_batch=1 --resume "$ck2" &&
-    run R1 1 1 wide --resume "$ck2" && run S1 1 1 wide --set save_interval=2ba --set keep_last=5 &&
-    run Q2 2 2 wide --resume "$(ck "$TMP/S1" 2)" &&
-    for d in R4 RD R1; do metrics_close "$TMP/U22/metrics.jsonl" "$TMP/$d/metrics.jsonl" 3 1e-6 1e-5 || exit 1; done &&
+    run R1 1 1 wide --resume "$ck2" && run RZ 4 2 wide --set parallel.sharding=zero3 --resume "$ck2" &&
+    run S1 1 1 wide --set save_interval=2ba --set keep_last=5 &&
+    run Q2 4 2 wide --set parallel.sharding=zero3 --resume "$(ck "$TMP/S1" 2)" &&
+    for d in R4 RD R1 RZ; do metrics_close "$TMP/U22/metrics.jsonl" "$TMP/$d/metrics.jsonl" 3 1e-6 1e-5 || exit 1; done &&
     metrics_close "$TMP/S1/metrics.jsonl" "$TMP/Q2/metrics.jsonl" 3 1e-6 1e-5
-tap_check $? "the T 2 x data 2 checkpoint of step 2 resumed at T = 4, at data 4 and on one rank, and a one-rank checkpoint resumed at T = 2, continue within 1e-6"
+tap_check $? "the T 2 x data 2 checkpoint of step 2 resumed at T = 4, at data 4, on one rank and at T 2 x zero3 2, and a one-rank checkpoint resumed at T 2 x zero3 2, continue within 1e-6"
 /usr/bin/python3 - "$ck2" "$(ck "$TMP/S1" 2)" <<'PY'
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
@@ -155,10 +185,8 @@ r2=$?
 [[ $r1 == 1 && $r2 == 0 ]] && grep -qF "a tensor group of 2 consecutive ranks would span nodes (1 rank on this node" <<<"$span" &&
     grep -qF "parallel.tensor_across_nodes = true" <<<"$span"
 tap_check $? "a tensor group of 2 over nodes of 1 rank (--plan 4/1) refused with exit 1 naming parallel.tensor_across_nodes; accepted with it (exit $r1, $r2)"
-pairs=("parallel.sharding=zero3|parallel.sharding = \"zero3\"" "parallel.context=2|parallel.context = > 1"
-       "lora.rank=4|lora.rank = > 0" "objective=dpo|objective = \"dpo\""
+pairs=("lora.rank=4|lora.rank = > 0" "objective=grpo|objective = \"grpo\""
        "optim.name=muon|optim.name = \"muon\"" "model.moe_experts=4|model.moe_experts = > 0"
-       "model.layer_types=linear_attention,full_attention|model.layer_types = with linear_attention layers"
        "model.qk_norm_scope=projection|model.qk_norm_scope = \"projection\"")
 bad=0
 for p in "${pairs[@]}"; do
@@ -168,5 +196,5 @@ done
 refused Yc 2 2 'parallel.tensor = 2 with device = "cuda": tensor parallelism runs on the CPU only so far' \
     --set device=cuda --set model.n_head=2 || bad=1
 ((bad == 0))
-tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with zero3, context parallelism, LoRA, DPO, Muon, MoE, linear_attention layers, QK-norm over the projection, and (at start) device = cuda"
+tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with LoRA, GRPO, Muon, MoE, QK-norm over the projection, and (at start) device = cuda"
 tap_done
