@@ -161,8 +161,10 @@ sys.exit(0 if names and not bad and worst < 1e-4 else 1)
 PY
 ok=$?
 ((ok == 0)) && "$TOOL" ckpt export --format hf "$ck2" "$TMP/hf" >"$TMP/export.txt" 2>&1 &&
-    [[ -s $TMP/hf/model.safetensors && -s $TMP/hf/config.json ]]
-tap_check $? "a T 2 x data 2 checkpoint holds every tensor at its global shape, the weights those of one rank's run (1e-4 after 2 AdamW steps), and ckpt export --format hf writes it"
+    [[ -s $TMP/hf/model.safetensors && -s $TMP/hf/config.json ]] &&
+    run F1 1 1 wide --init-from "$TMP/hf" && run F2 2 2 wide --init-from "$TMP/hf" &&
+    run F4 4 2 wide --set parallel.sharding=zero3 --init-from "$ck2" && runs_exact F1 F2 F4
+tap_check $? "a T 2 x data 2 checkpoint holds every tensor at its global shape, the weights those of one rank's run (1e-4 after 2 AdamW steps); ckpt export --format hf writes it, and --init-from that export at T = 2 and from the checkpoint at T 2 x zero3 2 train as one rank from the export"
 
 # ---- refusals --------------------------------------------------------------------------------
 refused() { # DIR NP T WANT ARGS...: exit 1, WANT in the output, nothing in DIR
