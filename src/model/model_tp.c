@@ -149,6 +149,19 @@ void tp_free(tsr_tp *tp) {
     memset(tp, 0, sizeof *tp);
 }
 
+void tp_pieces(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi,
+               void (*f)(void *ctx, size_t l, size_t g, size_t n, int counted), void *ctx) {
+    for (size_t i = 0; i < tp->n_runs; i++) {
+        const tp_run *r = &tp->runs[i];
+        const size_t base = m->params_info[r->id].offset, gb = m->global->params_info[r->id].offset;
+        for (size_t k = 0; k < r->count; k++) {
+            const size_t a = base + r->local + k * r->lstride, b = a + r->len;
+            const size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+            if (x < y) f(ctx, x, gb + r->global + k * r->gstride + (x - a), y - x, r->counted);
+        }
+    }
+}
+
 /* ---- the gradients --------------------------------------------------------------------------- */
 
 uint64_t tp_collective_bytes(int n, int allreduce, uint64_t bytes) {

@@ -88,6 +88,12 @@ void tp_free(tsr_tp *tp);
 #define TP_MAX_RUNS 4
 int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs);
 
+/* The pieces of this rank's runs within the split flat range [lo, hi): f(ctx, l, g, n, counted)
+ * for split flat elements [l, l + n) that are the whole model's flat elements [g, g + n), counted:
+ * this rank counts them (model_tp.h's runs); in run order. (Muon's whole matrices: optim/muon.c) */
+void tp_pieces(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi,
+               void (*f)(void *ctx, size_t l, size_t g, size_t n, int counted), void *ctx);
+
 /* The bytes one rank sends in a collective over n ranks of bytes in all (the ring algorithm's:
  * an all-gather or a reduce-scatter of pieces of bytes / n sends (n - 1) pieces; an all-reduce
  * twice that) */

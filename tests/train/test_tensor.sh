@@ -12,7 +12,8 @@
 #    losses of one rank within 1e-6 relative at every step (gradient norms 1e-5);
 #  - compositions: T 2 x zero3 2 and T 2 x hsdp; T 2 x context 2 (learned positions, the document
 #    mask across chunks); a hybrid's Gated DeltaNet layers at T = 2 and T 2 x context 2; DPO at
-#    T = 2 (1e-5, as test_dpo.sh's data ranks);
+#    T = 2 (1e-5, as test_dpo.sh's data ranks); Muon (its matrices orthogonalised whole) at T = 2
+#    and T 2 x zero3 2;
 #  - evaluation at T = 2: the validation loss within 1e-6 and the ICL results (greedy choices
 #    over the vocabulary-parallel logits) equal to one rank's; the end-of-run sample the same
 #    tokens;
@@ -28,10 +29,10 @@
 #  - refused with exit 1 and nothing written: heads, key/value heads, MLP width, padded
 #    vocabulary, seq_len that T does not split (the valid values named), T across nodes without
 #    parallel.tensor_across_nodes, and each mode tensor parallelism does not run with yet (LoRA,
-#    GRPO, Muon, MoE, QK-norm over the projection; device = cuda at start).
+#    GRPO, MoE, QK-norm over the projection; device = cuda at start).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 14
+tap_plan 15
 make_synth "$TMP/d" 64 60000
 colors_icl 0.1
 base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
@@ -106,6 +107,10 @@ run P1 1 1 llama "${dpo[@]}" && run P2 2 2 llama "${dpo[@]}" &&
     cmp -s <(grep -o '"val_dpo_accuracy": [0-9.]*' "$TMP/P1/metrics.jsonl") \
            <(grep -o '"val_dpo_accuracy": [0-9.]*' "$TMP/P2/metrics.jsonl")
 tap_check $? "DPO (its reference's log-probabilities and the weighted backward over the vocabulary-parallel logits) at T = 2 equals one rank within 1e-5 (as test_dpo.sh's ranks), the same validation accuracy"
+
+run U1 1 1 wide --set optim.name=muon && run U2 2 2 wide --set optim.name=muon &&
+    run U22 4 2 wide --set optim.name=muon --set parallel.sharding=zero3 && runs_exact U1 U2 U22
+tap_check $? "Muon (each split matrix orthogonalised whole: its slices all-reduced over the tensor group) at T = 2 and T 2 x zero3 2 equals one rank within 1e-6"
 
 # ---- evaluation and the sample ---------------------------------------------------------------
 icl=(--config "$TMP/icl.cfg" "${base[@]}" --set model.vocab_size=320 --set model.vocab_multiple=64
@@ -188,7 +193,7 @@ r2=$?
     grep -qF "parallel.tensor_across_nodes = true" <<<"$span"
 tap_check $? "a tensor group of 2 over nodes of 1 rank (--plan 4/1) refused with exit 1 naming parallel.tensor_across_nodes; accepted with it (exit $r1, $r2)"
 pairs=("lora.rank=4|lora.rank = > 0" "objective=grpo|objective = \"grpo\""
-       "optim.name=muon|optim.name = \"muon\"" "model.moe_experts=4|model.moe_experts = > 0"
+       "model.moe_experts=4|model.moe_experts = > 0"
        "model.qk_norm_scope=projection|model.qk_norm_scope = \"projection\"")
 bad=0
 for p in "${pairs[@]}"; do
@@ -198,5 +203,5 @@ done
 refused Yc 2 2 'parallel.tensor = 2 with device = "cuda": tensor parallelism runs on the CPU only so far' \
     --set device=cuda --set model.n_head=2 || bad=1
 ((bad == 0))
-tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with LoRA, GRPO, Muon, MoE, QK-norm over the projection, and (at start) device = cuda"
+tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with LoRA, GRPO, MoE, QK-norm over the projection, and (at start) device = cuda"
 tap_done
