@@ -38,6 +38,8 @@ int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *wh
                  "parallel.sequence splits them over the group)"
                : "positions of a sequence (parallel.sequence splits the tokens over the group)",
          (long long)cfg->seq_len / N},
+        {d.E > 0 && d.FE % T != 0, "model.moe_intermediate_size", "experts' width", d.FE},
+        {d.S % T != 0, "model.moe_shared_size", "shared expert's width", d.S},
         {linear && m->linear_num_key_heads % T != 0, "model.linear_num_key_heads",
          "linear_attention key heads", m->linear_num_key_heads},
         {linear && m->linear_num_value_heads % T != 0, "model.linear_num_value_heads",
@@ -72,7 +74,6 @@ const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const tsr_model_config *m = &cfg->model;
     const struct { int bad; const char *key, *value; } pairs[] = {
         {cfg->expert > 1, "parallel.expert", "> 1"},
-        {m->moe_experts > 0, "model.moe_experts", "> 0"},
         {m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION, "model.qk_norm_scope",
          "\"projection\""},
         {cfg->lora.rank > 0, "lora.rank", "> 0"},

@@ -44,7 +44,7 @@ void dec_unit_get(const tsr_decoder *d, int u, int backward, dec_unit *v) {
     d->params.get(d->params.ctx, u, backward, v->w, v->g);
     if (!d->tp || d->tp->t == 0) return;
     for (int i = 0; i < TSR_P_COUNT; i++) /* a bias one rank adds to the group's sum: the first */
-        if (v->w[i] && model_param_row(d->m, (tsr_param_id)i)->split == TSR_SPLIT_AFTER_SUM)
+        if (v->w[i] && tp_rule_of(d->m, (tsr_param_id)i).split == TSR_SPLIT_AFTER_SUM)
             v->w[i] = NULL, v->g[i] = NULL;
 }
 
@@ -152,7 +152,10 @@ void dec_lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, const 
 void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
                     int post) {
     const tsr_model *m = r->d->m;
-    (mlp ? model_mlp(&m->cfg, l) : model_mixer(&m->cfg, l))->out(r, l, v, w);
+    dec_layer gv = *v; /* sequence parallelism: the half's normed input as its pass read it,
+                        * gathered (its forward's, or the backward's gather before this) */
+    if (r->d->tp && r->d->tp->sp) *(mlp ? &gv.ln2 : &gv.ln1) = r->d->a->tp_x;
+    (mlp ? model_mlp(&m->cfg, l) : model_mixer(&m->cfg, l))->out(r, l, &gv, w);
     dec_tp_out(r, r->scratch); /* (tensor parallelism: the group's partial sums) */
     if (post && m->cfg.norm_placement != TSR_NPLACE_PRE) /* in place; lnf's rstd is free */
         norm_forward(r, r->scratch, r->lnfm, r->lnfr, r->scratch,

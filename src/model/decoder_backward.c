@@ -77,17 +77,17 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     }
     /* MLP branch: dres is d(residual3) = d(the MLP's (normed) output), and flows on to
      * residual2 */
-    dec_layer gv = v; /* (its normed input gathered) */
-    const void *dout = dec_tp_in_grad(r, post_norm_backward(r, l, &v, u, 1));
+    dec_layer gv = v; /* (its normed input gathered, before a post-norm recomputes its output) */
     gv.ln2 = (void *)dec_tp_in(r, v.ln2);
+    const void *dout = dec_tp_in_grad(r, post_norm_backward(r, l, &v, u, 1));
     model_mlp(&m->cfg, l)->backward(r, l, &gv, u, dout);
     dec_tp_out(r, a->dln);
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
                   v.ln2m, v.ln2r, 1);
     /* mixer branch: dres is now d(residual2) = d(the mixer's (normed) output) */
-    dout = dec_tp_in_grad(r, post_norm_backward(r, l, &v, u, 0));
     gv = v;
     gv.ln1 = (void *)dec_tp_in(r, v.ln1);
+    dout = dec_tp_in_grad(r, post_norm_backward(r, l, &v, u, 0));
     model_mixer(&m->cfg, l)->backward(r, l, &gv, u, dout);
     dec_tp_out(r, a->dln);
     norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],

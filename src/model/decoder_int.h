@@ -118,9 +118,11 @@ dec_layer dec_run_layer(const dec_run *r, int l);
 /* RoPE's positions and *p0 of a pass */
 const int32_t *dec_rope_pos(const dec_run *r, int *p0);
 /* Layer l's mixer (mlp 0) or MLP (mlp 1) output f into r->scratch (its row's out slot: the
- * output projection with its adapter, a MoE layer's combination of its experts); with post and
- * model.norm_placement = sandwich, normed in place (postattnw / postmlpw; its statistics in
- * r->lnfr, which the final norm writes only after the layers). */
+ * output projection with its adapter, a MoE layer's combination of its experts), summed over
+ * the tensor group (tensor parallelism); with post and model.norm_placement = sandwich, normed
+ * in place (postattnw / postmlpw; its statistics in r->lnfr, which the final norm writes only
+ * after the layers). Under sequence parallelism the row's out reads the half's normed input
+ * gathered in tp_x: call it after the half's forward, or after gathering that input again. */
 void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
                     int post);
 /* out = inp @ w^T + bias for layer l's linear layer (l < 0: the router) */

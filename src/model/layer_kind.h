@@ -45,7 +45,9 @@ typedef enum {
                         * | v heads], each block split by its heads); key/value heads replicated
                         * when there are fewer of them than ranks in the split */
     TSR_SPLIT_VOCAB,   /* by vocabulary rows (the embedding, the LM head) */
-    TSR_SPLIT_EXPERTS, /* by experts (the routed experts' tensors) */
+    TSR_SPLIT_EXPERTS, /* by experts (the routed experts' tensors; parallel.expert's split):
+                        * tensor parallelism cuts inside each expert as the kind's `within`
+                        * slot says instead */
     TSR_SPLIT_COUNT
 } tsr_split_rule;
 
@@ -100,6 +102,10 @@ typedef struct tsr_layer_kind {
      * at its global sizes: returns their count, 0 when every head shares the tensor (a weight
      * over one head's dimension: then replicated, its gradient summed over the group) */
     int (*heads)(const tsr_model *m, tsr_param_id id, tsr_head_block b[3]);
+    /* a TSR_SPLIT_EXPERTS tensor's cut inside each expert under tensor parallelism (a rule, the
+     * dimension of the layer's slice and its parts, as a row's split, dim, parts): every expert
+     * is on every rank of the group, each holding its slice of each */
+    void (*within)(tsr_param_id id, tsr_split_rule *split, int *dim, int *parts);
     /* a TSR_INIT_OWN tensor's element k (a pure function of seed and k, as model_init_weight) */
     float (*init)(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k);
     /* the pass (decoder_int.h; NULL for the frame): its forward from the layer's normed input

@@ -48,14 +48,21 @@ static int head_segs(const tsr_model *g, tsr_param_id id, int T, int t, tp_seg *
     return nb;
 }
 
+tp_rule tp_rule_of(const tsr_model *m, tsr_param_id id) {
+    const tsr_param_row *row = model_param_row(m, id);
+    if (row->split != TSR_SPLIT_EXPERTS) return (tp_rule){row->split, row->dim, row->parts};
+    tsr_split_rule split; /* (inside each expert: the kind's cut) */
+    tp_rule r;
+    model_param_kind(m, id)->within(id, &split, &r.dim, &r.parts);
+    r.split = split;
+    return r;
+}
+
 /* the segments of rank t of the split dimension D of tensor id's row */
 static int split_segs(const tsr_model *g, tsr_param_id id, size_t D, int T, int t, tp_seg *s) {
-    const tsr_param_row *row = model_param_row(g, id);
-    const int parts = row->split == TSR_SPLIT_OUT && row->parts > 1 ? row->parts : 1;
-    if (row->split == TSR_SPLIT_HEADS) return head_segs(g, id, T, t, s);
-    if (row->split == TSR_SPLIT_EXPERTS)
-        tsr_die(TSR_EXIT_INTERNAL, "tensor parallelism: %s is split by experts (the config check "
-                "refuses MoE models)", g->params_info[id].name);
+    const tp_rule rule = tp_rule_of(g, id);
+    const int parts = rule.split == TSR_SPLIT_OUT && rule.parts > 1 ? rule.parts : 1;
+    if (rule.split == TSR_SPLIT_HEADS) return head_segs(g, id, T, t, s);
     const size_t Dp = D / (size_t)parts, n = Dp / (size_t)T;
     if (D % ((size_t)parts * (size_t)T))
         tsr_die(TSR_EXIT_INTERNAL, "tensor parallelism: %s's %zu rows do not split over %d ranks "
@@ -68,22 +75,22 @@ static int split_segs(const tsr_model *g, tsr_param_id id, size_t D, int T, int 
 int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs) {
     const tsr_param_info *p = &g->params_info[id];
     if (!p->numel || p->ep) return 0;
-    const tsr_param_row *row = model_param_row(g, id);
+    const tp_rule row = tp_rule_of(g, id);
     tp_seg s[TP_MAX_RUNS];
     int ns = 0;
     const int lay = model_param_per_layer(id), nd = p->ndim - lay; /* the slice's dimensions */
-    if (row->split != TSR_SPLIT_REPLICATED && row->split != TSR_SPLIT_AFTER_SUM)
-        ns = split_segs(g, id, (size_t)p->shape[lay + row->dim], T, t, s);
+    if (row.split != TSR_SPLIT_REPLICATED && row.split != TSR_SPLIT_AFTER_SUM)
+        ns = split_segs(g, id, (size_t)p->shape[lay + row.dim], T, t, s);
     if (ns == 0) { /* whole on every rank: summed when a rank computes a part of its gradient */
-        const int sum = row->split == TSR_SPLIT_AFTER_SUM || !frame_tensor(g, id) || sp;
+        const int sum = row.split == TSR_SPLIT_AFTER_SUM || !frame_tensor(g, id) || sp;
         runs[0] = (tp_run){id, 1, p->numel, 0, p->numel, 0, p->numel,
                            (unsigned char)(sum ? TP_SUM_TENSOR : TP_SUM_NONE), t == 0};
         return 1;
     }
     size_t outer = lay ? (size_t)g->depth[id] : 1, inner = 1, Dl = 0;
-    for (int d = 0; d < row->dim; d++) outer *= (size_t)p->shape[lay + d];
-    for (int d = row->dim + 1; d < nd; d++) inner *= (size_t)p->shape[lay + d];
-    const size_t D = (size_t)p->shape[lay + row->dim];
+    for (int d = 0; d < row.dim; d++) outer *= (size_t)p->shape[lay + d];
+    for (int d = row.dim + 1; d < nd; d++) inner *= (size_t)p->shape[lay + d];
+    const size_t D = (size_t)p->shape[lay + row.dim];
     for (int i = 0; i < ns; i++) Dl += s[i].n;
     for (int i = 0; i < ns; i++)
         runs[i] = (tp_run){id, outer, s[i].n * inner, s[i].l * inner, Dl * inner,
@@ -105,6 +112,7 @@ static void split_dims(tsr_model *m, int T) {
     m->FW = config_mlp_gated(&m->cfg) ? 2 * m->F : m->F;
     m->Vp /= T;
     m->HKl /= T, m->HVl /= T;
+    m->FE /= T, m->S /= T; /* (each expert's width, the shared expert's) */
 }
 
 /* every tensor's runs tile its split shape (their elements add up to it) */

@@ -74,6 +74,13 @@ typedef struct tsr_tp {
                               * algorithm's count: tp_collective_bytes) */
 } tsr_tp;
 
+/* Tensor id's split as tensor parallelism takes it: its row's rule, dimension and parts, or
+ * under TSR_SPLIT_EXPERTS its kind's cut inside each expert (layer_kind.h `within`) */
+typedef struct tp_rule {
+    int split, dim, parts; /* tsr_split_rule, ... */
+} tp_rule;
+tp_rule tp_rule_of(const tsr_model *m, tsr_param_id id);
+
 /* After model_init (and before anything is allocated): m becomes rank t's share of a split over
  * T ranks (sp: sequence parallelism), its layout the split one, m->global and m->tp set; the
  * groups are set by tp_attach. T = 1 changes nothing. Dies (internal) when a tensor's runs do not

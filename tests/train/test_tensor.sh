@@ -13,7 +13,10 @@
 #  - compositions: T 2 x zero3 2 and T 2 x hsdp; T 2 x context 2 (learned positions, the document
 #    mask across chunks); a hybrid's Gated DeltaNet layers at T = 2 and T 2 x context 2; DPO at
 #    T = 2 (1e-5, as test_dpo.sh's data ranks); Muon (its matrices orthogonalised whole) at T = 2
-#    and T 2 x zero3 2;
+#    and T 2 x zero3 2; a MoE (experts split inside each expert, a gated shared expert, biases,
+#    gpt-oss's unit) at T = 2 with every expert a token (a top-k routing can flip at a near tie
+#    under another summation order: docs/parallelism.md), and with top 2 step 0's gradients at
+#    T = 2 and T 2 x zero3 2 within 1e-5;
 #  - evaluation at T = 2: the validation loss within 1e-6 and the ICL results (greedy choices
 #    over the vocabulary-parallel logits) equal to one rank's; the end-of-run sample the same
 #    tokens;
@@ -29,10 +32,10 @@
 #  - refused with exit 1 and nothing written: heads, key/value heads, MLP width, padded
 #    vocabulary, seq_len that T does not split (the valid values named), T across nodes without
 #    parallel.tensor_across_nodes, and each mode tensor parallelism does not run with yet (LoRA,
-#    GRPO, MoE, QK-norm over the projection; device = cuda at start).
+#    GRPO, expert parallelism, QK-norm over the projection; device = cuda at start).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 15
+tap_plan 16
 make_synth "$TMP/d" 64 60000
 colors_icl 0.1
 base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
@@ -108,6 +111,37 @@ run P1 1 1 llama "${dpo[@]}" && run P2 2 2 llama "${dpo[@]}" &&
            <(grep -o '"val_dpo_accuracy": [0-9.]*' "$TMP/P2/metrics.jsonl")
 tap_check $? "DPO (its reference's log-probabilities and the weighted backward over the vocabulary-parallel logits) at T = 2 equals one rank within 1e-5 (as test_dpo.sh's ranks), the same validation accuracy"
 
+moe=(--set model.moe_experts=4 --set model.moe_intermediate_size=48 --set model.moe_shared_size=32
+     --set model.moe_shared_gate=true --set model.moe_router_bias=true
+     --set model.moe_expert_bias=true --set model.moe_act=gptoss)
+# moments_close A B...: the first moments m of every tensor of B's step-1 checkpoints within 1e-5
+# of the largest |m| of A's tensor (step 0's gradients: (1 - beta1) g without clipping)
+moments_close() {
+    /usr/bin/python3 - "$TMP" "$@" <<'PY'
+import sys, h5py, numpy as np
+tmp, ref, *others = sys.argv[1:]
+def moments(d):
+    m = h5py.File(f"{tmp}/{d}/step-00000001.h5", "r")["optim/m"]
+    return {n: m[n][()] for n in m}
+a = moments(ref)
+worst, bad = 0.0, []
+for d in others:
+    b = moments(d)
+    if sorted(a) != sorted(b) or not a: bad.append(d); continue
+    for n in a:
+        e = float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30)
+        worst = max(worst, e) if e == e else float("inf")
+print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
+sys.exit(0 if not bad and worst <= 1e-5 else 1)
+PY
+}
+g0=(--set max_duration=1ba --set save_final=true --set optim.grad_clip=0)
+run E1 1 1 llama "${moe[@]}" --set model.moe_top_k=4 && run E2 2 2 llama "${moe[@]}" --set model.moe_top_k=4 &&
+    runs_exact E1 E2 && run e1 1 1 llama "${moe[@]}" --set model.moe_top_k=2 "${g0[@]}" &&
+    run e2 2 2 llama "${moe[@]}" --set model.moe_top_k=2 "${g0[@]}" &&
+    run e22 4 2 llama "${moe[@]}" --set model.moe_top_k=2 "${g0[@]}" --set parallel.sharding=zero3 &&
+    moments_close e1 e2 e22
+tap_check $? "MoE (4 experts split inside each expert, the shared expert and its gate, router and expert biases, gpt-oss's unit, the auxiliary losses once): every expert a token (top 4) at T = 2 equals one rank within 1e-6 over 6 steps; top 2: step 0's gradients at T = 2 and T 2 x zero3 2 within 1e-5"
 run U1 1 1 wide --set optim.name=muon && run U2 2 2 wide --set optim.name=muon &&
     run U22 4 2 wide --set optim.name=muon --set parallel.sharding=zero3 && runs_exact U1 U2 U22
 tap_check $? "Muon (each split matrix orthogonalised whole: its slices all-reduced over the tensor group) at T = 2 and T 2 x zero3 2 equals one rank within 1e-6"
@@ -193,15 +227,15 @@ r2=$?
     grep -qF "parallel.tensor_across_nodes = true" <<<"$span"
 tap_check $? "a tensor group of 2 over nodes of 1 rank (--plan 4/1) refused with exit 1 naming parallel.tensor_across_nodes; accepted with it (exit $r1, $r2)"
 pairs=("lora.rank=4|lora.rank = > 0" "objective=grpo|objective = \"grpo\""
-       "model.moe_experts=4|model.moe_experts = > 0"
+       "parallel.expert=2|parallel.expert = > 1"
        "model.qk_norm_scope=projection|model.qk_norm_scope = \"projection\"")
 bad=0
 for p in "${pairs[@]}"; do
     refused Y 2 2 "parallel.tensor = 2 with ${p#*|}: tensor parallelism does not run with it yet" \
-        --set "${p%%|*}" --set model.qk_norm=true || bad=1
+        --set "${p%%|*}" --set model.qk_norm=true --set model.moe_experts=4 || bad=1
 done
 refused Yc 2 2 'parallel.tensor = 2 with device = "cuda": tensor parallelism runs on the CPU only so far' \
     --set device=cuda --set model.n_head=2 || bad=1
 ((bad == 0))
-tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with LoRA, GRPO, MoE, QK-norm over the projection, and (at start) device = cuda"
+tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with LoRA, GRPO, expert parallelism, QK-norm over the projection, and (at start) device = cuda"
 tap_done

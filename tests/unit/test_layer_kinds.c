@@ -84,8 +84,8 @@ static void print_table(void) {
 }
 
 /* every id in the frame or a row of each half; each row's split and init rules in range, a
- * dimension exactly where the rule splits (a kind with a heads rule says its head blocks); names
- * and streams unique */
+ * dimension exactly where the rule splits (a kind with a heads rule says its head blocks, one
+ * with an experts rule its cut inside each expert); names and streams unique */
 static void test_rows(void) {
     int ok = 1, listed[TSR_P_COUNT] = {0};
     const char *names[TSR_P_COUNT] = {0};
@@ -96,7 +96,8 @@ static void test_rows(void) {
             const int repl = p->split == TSR_SPLIT_REPLICATED || p->split == TSR_SPLIT_AFTER_SUM;
             if (p->split >= TSR_SPLIT_COUNT || p->init >= TSR_INIT_COUNT || repl != (p->dim < 0) ||
                 p->parts < 1 || (p->parts > 1 && p->split != TSR_SPLIT_OUT) ||
-                (p->split == TSR_SPLIT_HEADS && !(*k)->heads))
+                (p->split == TSR_SPLIT_HEADS && !(*k)->heads) ||
+                (p->split == TSR_SPLIT_EXPERTS && !(*k)->within))
                 ok = 0, tap_diag("%s %s: split %d dim %d parts %d init %d", (*k)->name, p->name,
                                  p->split, p->dim, p->parts, p->init);
             if (names[p->id] && (strcmp(names[p->id], p->name) || streams[p->id] != p->stream))
