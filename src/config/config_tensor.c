@@ -32,7 +32,8 @@ int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *wh
          d.KVH},
         {dense_mlp(m, &d) && d.F % T != 0, "model.intermediate_size", "MLP width", d.F},
         {padded_vocab(m) % T != 0, "model.vocab_multiple",
-         "padded vocabulary (model.vocab_size rounded up to model.vocab_multiple)", padded_vocab(m)},
+         "padded vocabulary (model.vocab_size rounded up to model.vocab_multiple)",
+         padded_vocab(m)},
         {cfg->sequence && (cfg->seq_len / N) % T != 0, "seq_len",
          N > 1 ? "positions of a sequence's share of a rank (seq_len / parallel.context; "
                  "parallel.sequence splits them over the group)"

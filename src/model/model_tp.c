@@ -118,7 +118,8 @@ static void split_dims(tsr_model *m, int T) {
 /* every tensor's runs tile its split shape (their elements add up to it) */
 static void check_runs(const tsr_model *m, const tsr_tp *tp) {
     size_t n[TSR_P_COUNT] = {0};
-    for (size_t i = 0; i < tp->n_runs; i++) n[tp->runs[i].id] += tp->runs[i].count * tp->runs[i].len;
+    for (size_t i = 0; i < tp->n_runs; i++)
+        n[tp->runs[i].id] += tp->runs[i].count * tp->runs[i].len;
     for (int id = 0; id < TSR_P_COUNT; id++)
         if (!m->params_info[id].ep && n[id] != m->params_info[id].numel)
             tsr_die(TSR_EXIT_INTERNAL, "tensor parallelism: %s's runs hold %zu elements, its "

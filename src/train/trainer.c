@@ -113,7 +113,8 @@ static double lora_sumsq(tsr_trainer *t) {
  * shares; model/model_tp.h), before the data-parallel sums (a sum either way: every rank then
  * sends the same, model_tp.h tp_step_bytes) */
 static void tp_finish(tsr_trainer *t) {
-    if (t->part.tp_on) tp_finish_grads(&t->part.tp, &t->model, t->model.grads, 0, t->model.n_params);
+    if (t->part.tp_on)
+        tp_finish_grads(&t->part.tp, &t->model, t->model.grads, 0, t->model.n_params);
 }
 
 static void ddp_reduce(tsr_trainer *t) {
