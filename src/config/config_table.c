@@ -321,7 +321,8 @@ const cfgtab_key cfgtab_keys[] = {
             "consecutive ranks (attention by heads, the MLP by its intermediate width, the "
             "embedding and the LM head by vocabulary rows), the partial results summed inside "
             "the group; it must divide the rank count, the heads, the key/value heads (or be a "
-            "multiple of them), the MLP width and the padded vocabulary. The ranks form a tensor "
+            "multiple of them), the MLP and experts' widths and the padded vocabulary. The ranks "
+            "form a tensor "
             "x context x data mesh, tensor innermost. 1 = every rank holds whole matrices "
             "(docs/parallelism.md \"Tensor parallelism\")."},
     {.name = "parallel.sequence", .type = CFGK_BOOL, FIELD(sequence), .def = "true",
