@@ -293,6 +293,12 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
 
 uint64_t checkpointing_io_bytes(const tsr_trainer *t) {
     uint64_t b = ckpt_io_buffer_bytes();
+    if (t->part.tp_on) { /* the global layout's part of each set, the exchange's two buffers
+                          * (what a rank sends: its held part; receives: its global part) */
+        const uint64_t gp = part_bound(t->model.global->n_params, t->dist.world);
+        b += ((CKIO_SETS + 1) * gp + part_bound(t->model.n_params, t->part.flat_world)) *
+             sizeof(float);
+    }
     if (!t->part.fsdp_on) return b;
     const int G = t->part.fsdp_group; /* (the plan's: --plan builds no groups) */
     b += 2 * (uint64_t)fsdp_exchange_floats(t->model.n_params, G) * sizeof(float);
