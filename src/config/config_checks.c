@@ -385,8 +385,9 @@ static void validate_tensor(load_ctx *c) {
         c->errors++;
     }
     if ((key = config_tensor_pair(g, &value)) != NULL) {
-        tsr_error("%sparallel.tensor = %lld with %s = %s: tensor parallelism does not run with "
-                  "it yet (docs/limits.md): set parallel.tensor = 1, or change %s",
+        tsr_error("%sparallel.tensor = %lld with %s %s: tensor parallelism does not run with "
+                  "it yet (docs/parallelism.md \"What composes with tensor parallelism\"): set "
+                  "parallel.tensor = 1, or change %s",
                   cfgload_where(c, "parallel.tensor", at, sizeof at), (long long)g->tensor, key,
                   value, key);
         c->errors++;

@@ -76,9 +76,9 @@ const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const struct { int bad; const char *key, *value; } pairs[] = {
         {cfg->expert > 1, "parallel.expert", "> 1"},
         {m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION, "model.qk_norm_scope",
-         "\"projection\""},
+         "= \"projection\""},
         {cfg->lora.rank > 0, "lora.rank", "> 0"},
-        {cfg->objective == TSR_OBJ_GRPO, "objective", "\"grpo\""},
+        {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
     };
     if (cfg->tensor <= 1) return NULL;
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)

@@ -334,7 +334,8 @@ static int tensor_device_check(const tsr_config *cfg, int rank, int dry_run) {
             "parallel.tensor = %lld with device = \"cuda\": tensor parallelism runs on the CPU "
             "only so far%s", (long long)cfg->tensor,
             dry_run ? "; the plan below prices it as the GPU would run it"
-                    : ": set parallel.tensor = 1 or device = \"cpu\" (docs/limits.md)");
+                    : ": set parallel.tensor = 1 or device = \"cpu\" (docs/parallelism.md "
+                      "\"What composes with tensor parallelism\")");
     return dry_run ? 0 : TSR_EXIT_USAGE;
 }
 

@@ -226,8 +226,8 @@ r2=$?
 [[ $r1 == 1 && $r2 == 0 ]] && grep -qF "a tensor group of 2 consecutive ranks would span nodes (1 rank on this node" <<<"$span" &&
     grep -qF "parallel.tensor_across_nodes = true" <<<"$span"
 tap_check $? "a tensor group of 2 over nodes of 1 rank (--plan 4/1) refused with exit 1 naming parallel.tensor_across_nodes; accepted with it (exit $r1, $r2)"
-pairs=("lora.rank=4|lora.rank = > 0" "objective=grpo|objective = \"grpo\""
-       "parallel.expert=2|parallel.expert = > 1"
+pairs=("lora.rank=4|lora.rank > 0" "objective=grpo|objective = \"grpo\""
+       "parallel.expert=2|parallel.expert > 1"
        "model.qk_norm_scope=projection|model.qk_norm_scope = \"projection\"")
 bad=0
 for p in "${pairs[@]}"; do
