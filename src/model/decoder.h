@@ -45,6 +45,9 @@ typedef struct tsr_decoder {
                               * ring. */
     const uint8_t *starts;   /* attn_mask = document: the rows' segment starts (tsr_model.starts)
                               * or NULL */
+    struct tsr_tp *tp;       /* tensor parallelism (m->tp; model_tp.h): m is this rank's share of
+                              * a split over a tensor group, and the decoder sums the split
+                              * halves over it (host memory: the CPU backend), else NULL */
 } tsr_decoder;
 
 /* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors

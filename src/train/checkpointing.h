@@ -62,7 +62,8 @@ int checkpointing_drain(tsr_trainer *t);
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t);
 /* The host memory a rank's save takes while it runs, beside the snapshot: the O_DIRECT buffers
  * (ckpt_io_buffer_bytes), and under zero3 / hsdp the layout exchange's (fsdp_exchange_floats) and,
- * without save_async, the parts of the three sets (with it they lie in the snapshot). */
+ * without save_async, the parts of the three sets (with it they lie in the snapshot); under tensor
+ * parallelism the global layout's part of each set and its exchange's buffers (model_tp.h). */
 uint64_t checkpointing_io_bytes(const tsr_trainer *t);
 /* save_async in effect (t->ck.async): allocates this rank's snapshot buffer and writes it once, so
  * that its memory is taken at start, not at the first save. Local. */

@@ -70,6 +70,8 @@ static void gather_after_load(tsr_trainer *t, int with_optim) {
  * (ddp, zero1), or moved into the shards and broadcast to the other groups (zero3, hsdp); then
  * the device's copy (device = cuda: the experts' store too). */
 static void dense_gather(tsr_trainer *t, int with_optim) {
+    for (int set = 0; t->part.tp_on && set < (with_optim ? CKIO_SETS : 1); set++)
+        tp_from_global(&t->part.tpio, &t->model, t->part.tp_gpart[set], ckio_tp_held(t, set));
     if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
         float *shard[CKIO_SETS] = {f->params, t->part.m, t->part.v};
@@ -81,10 +83,10 @@ static void dense_gather(tsr_trainer *t, int with_optim) {
         if (t->be.gpu) gpu_train_push(t->be.gpu, with_optim);
         return;
     }
-    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
+    trainer_flat_allgather(t, t->model.params);
     if (with_optim && !t->part.zero1) {
-        dist_allgatherv_f32(t->part.m, t->part.part_counts, t->part.part_displs);
-        dist_allgatherv_f32(t->part.v, t->part.part_counts, t->part.part_displs);
+        trainer_flat_allgather(t, t->part.m);
+        trainer_flat_allgather(t, t->part.v);
     }
     if (t->be.gpu) gpu_train_push(t->be.gpu, with_optim);
 }
@@ -329,10 +331,12 @@ int checkpointing_check_start(const tsr_trainer *t, const char *resume_arg, cons
 static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
     const checkpointing_importer *imp = t->uses.importer;
-    tsr_model *m = &t->model, *plain = m;
+    /* (a split model reads the whole model's layout: its part of it, as a checkpoint's) */
+    const tsr_model *m = t->part.tp_on ? t->model.global : &t->model, *plain = m;
+    tsr_model *own = NULL;
     if (t->part.ep_on) { /* the plain layout, for its offsets (no weights) */
-        plain = tsr_calloc(1, sizeof *plain);
-        model_init(plain, &t->cfg.model, t->T, t->be.ops);
+        plain = own = tsr_calloc(1, sizeof *own);
+        model_init(own, &t->cfg.model, t->T, t->be.ops);
     }
     void *h = NULL;
     tsr_log_mute(t->dist.rank != 0);
@@ -362,9 +366,9 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
         }
     }
     imp->close(h);
-    if (plain != m) {
-        model_free(plain);
-        free(plain);
+    if (own) {
+        model_free(own);
+        free(own);
     }
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */

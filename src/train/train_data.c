@@ -481,7 +481,8 @@ static int window_shards(tsr_trainer *t, int k, int64_t a, int64_t b, int *out, 
     memset(seen, 0, (size_t)n_shards);
     for (int64_t d = a; d < b; d++)
         for (int i = 0; i < t->data.n_node_ranks; i++) {
-            int64_t lo = t->data.node_ranks[i] / t->mesh.N * t->per_rank; /* its data rank's */
+            /* its data rank's */
+            int64_t lo = mesh_data_rank(&t->mesh, t->data.node_ranks[i]) * t->per_rank;
             mix_slots(&t->data.mix, d, lo, lo + t->per_rank, t->data.slot_stream, t->data.slot_pos);
             for (int64_t j = 0; j < t->per_rank; j++) {
                 if (t->data.slot_stream[j] != k) continue;

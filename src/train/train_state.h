@@ -26,6 +26,7 @@
 #include "model/model_ep.h"
 #include "model/model_lora.h"
 #include "model/model_ring.h"
+#include "model/model_tp.h"
 #include "train/guard.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
@@ -129,6 +130,18 @@ typedef struct tsr_train_part {
                                   * flat layout and the sharding above (model/model_ep.h) */
     tsr_ep ep;
     uint64_t ep_sent_steps;       /* ep.sent_bytes before an evaluation (trainer_eval_scope) */
+    int tp_on;                   /* parallel.tensor > 1: the model is this rank's split of the
+                                  * tensor group's (model/model_tp.h); the flat layout's sums,
+                                  * parts and partition run over the tensor_data group (flat),
+                                  * the checkpoints go through tpio's exchange into the global
+                                  * layout (this rank's part of it per set: tp_gpart) */
+    tsr_tp tp;
+    tp_io tpio;
+    float *tp_gpart[3];
+    uint64_t tp_sent_steps;      /* tp.sent before an evaluation (trainer_eval_scope) */
+    tsr_group *flat;             /* the ranks that hold this rank's flat layout: NULL (the world)
+                                  * or the mesh's tensor_data group */
+    int flat_rank, flat_world;   /* this rank's place among them, their count */
     tsr_optim optim;             /* the optimizer slot (optim/optim.h): AdamW or Muon over the
                                   * owned parts, m and v its state (Muon: its matrices'
                                   * momentum is m over their elements; v stays zero there); off
@@ -253,6 +266,13 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
  * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
  * key when G does not divide the world. */
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
+/* The flat layout's sums over the ranks that hold the same layout (t->part.flat: the world, or
+ * the tensor_data group under tensor parallelism): buf (n) summed in place (ddp); send (the
+ * layout) reduce-scattered into recv (this rank's part, part_counts); buf's parts all-gathered in
+ * place (zero1's update, a load). */
+void trainer_flat_allreduce(tsr_trainer *t, float *buf, size_t n);
+void trainer_flat_reduce_scatter(tsr_trainer *t, const float *send, float *recv);
+void trainer_flat_allgather(tsr_trainer *t, float *buf);
 /* Around an evaluation (validation loss, ICL, DPO's reference pass): on = 1 before it, 0 after.
  * Ranks score different numbers of batches there, and a forward whose weights or experts live
  * on other ranks is a collective (zero3 / hsdp gather each unit, parallel.expert exchanges the
