@@ -325,7 +325,9 @@ void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last) {
     *last = L - 1 - (skip == TSR_FP8_SKIP_LAST || skip == TSR_FP8_SKIP_FIRST_LAST);
 }
 
-int model_moe_layer(const tsr_model *m, int l) { return config_moe_layer(&m->cfg, l); }
+int model_moe_layer(const tsr_model *m, int l) {
+    return m->E > 0 && (l + 1) % m->cfg.moe_every == 0;
+}
 
 int model_param_layers(const tsr_model *m, tsr_param_id id) { return m->depth[id]; }
 
