@@ -4,6 +4,7 @@
  * chosen_first when a model's features name it.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -105,6 +106,35 @@ static int rope_choose(const tsr_model *m, const hf_family *want, const hf_famil
     return TSR_EXIT_USAGE;
 }
 
+/* The first tensor of m (numel > 0, in the flat buffer) that no row of f's table holds, or NULL:
+ * whatever keys a model sets, an export never drops a tensor its class has no place for. */
+static const char *untabled(const tsr_model *m, const hf_family *f) {
+    int n, held[TSR_P_COUNT] = {0};
+    hf_tensor *t = f->ops->table(m, f, &n);
+    for (int k = 0; k < n; k++) {
+        size_t at, hf, len;
+        for (int i = 0; t[k].present && !hf_tensor_runs(&t[k], i, &at, &hf, &len); i++)
+            for (int p = 0; p < TSR_P_COUNT; p++) {
+                const tsr_param_info *pi = &m->params_info[p];
+                held[p] |= pi->numel && !pi->ep && at >= pi->offset && at < pi->offset + pi->numel;
+            }
+    }
+    free(t);
+    for (int p = 0; p < TSR_P_COUNT; p++)
+        if (m->params_info[p].numel && !m->params_info[p].ep && !held[p])
+            return m->params_info[p].name;
+    return NULL;
+}
+
+/* The class's table must hold every tensor of m (0), else why names the first it lacks. */
+static int tabled(const tsr_model *m, const hf_family *f, char *why, size_t cap) {
+    const char *lost = untabled(m, f);
+    if (!lost) return 0;
+    snprintf(why, cap, "%s (model_type \"%s\") has no tensor for this model's %s (a key that "
+             "the class does not hold: docs/hf.md)", f->class_name, f->model_type, lost);
+    return TSR_EXIT_USAGE;
+}
+
 int hf_family_for(const tsr_model *m, const hf_family *want, const hf_family **f, char *why,
                   size_t cap) {
     *f = NULL;
@@ -116,6 +146,7 @@ int hf_family_for(const tsr_model *m, const hf_family *want, const hf_family **f
             return TSR_EXIT_USAGE;
         }
     }
-    if (m->cfg.pos == TSR_POS_ROPE) return rope_choose(m, want, f, why, cap);
-    return hf_gpt2_choose(m, want, f, why, cap);
+    int rc = m->cfg.pos == TSR_POS_ROPE ? rope_choose(m, want, f, why, cap)
+                                        : hf_gpt2_choose(m, want, f, why, cap);
+    return rc ? rc : tabled(m, *f, why, cap);
 }

@@ -172,8 +172,9 @@ void hf_family_list(char *buf, size_t cap, int rope, int quoted, const char *las
 /* The export's choice (hf_families.c): which class m exports to: learned positions -> GPT-2,
  * ALiBi -> MPT (hf_gpt2.c), RoPE -> the first row that claims m (gemma3_text, gemma2, olmo3,
  * olmo2, qwen3_next, gpt_oss, qwen3_moe, mixtral, smollm3, qwen3, qwen2, llama), or want (NULL:
- * choose; model.hf_model_type's when m has one) when it can hold m. 0, or TSR_EXIT_USAGE with the
- * reason in why. */
+ * choose; model.hf_model_type's when m has one) when it can hold m: its needs, and a place in its
+ * tensor table for every tensor of m (so that no key a class lacks is dropped unsaid). 0, or
+ * TSR_EXIT_USAGE with the reason in why. */
 int hf_family_for(const tsr_model *m, const hf_family *want, const hf_family **f, char *why,
                   size_t cap);
 /* config.json's experts (r: its object) against the run's: a dense class refuses a run with
