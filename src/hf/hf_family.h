@@ -50,9 +50,11 @@ typedef struct hf_names {
 
 /* Which biases config.json's attention_bias (and mlp_bias) put on a Llama-family class. */
 typedef enum {
-    HF_BIAS_NONE = 0, /* none: attention_bias = true is refused (it would put one on o_proj) */
+    HF_BIAS_NONE = 0, /* none: attention_bias = true is refused (its module has no biases) */
     HF_BIAS_QKV,      /* on q, k and v, always (Qwen2Config has no attention_bias) */
-    HF_BIAS_LLAMA,    /* attention_bias (q, k, v, o) and mlp_bias, together: model.bias */
+    HF_BIAS_ATTN,     /* attention_bias on q, k, v and o: model.attn_bias (Qwen 3, OLMo, Gemma) */
+    HF_BIAS_LLAMA,    /* attention_bias (q, k, v, o) and mlp_bias: both model.bias, attention_bias
+                       * alone model.attn_bias */
     HF_BIAS_GPTOSS,   /* attention_bias (q, k, v, o; no dense MLP to hold others): model.bias */
 } hf_bias;
 

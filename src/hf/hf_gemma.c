@@ -28,12 +28,12 @@ const hf_family hf_gemma3 = {
     .place = TSR_NPLACE_SANDWICH, .qk_norm = 1, .mlp = TSR_MLP_GEGLU_TANH,
     .embed = TSR_EMB_SCALE_SQRT_D, .windows = 1, .qpas = 1, .head_dim_key = 1, .norm_add = 1.0f,
     .period = 6, .softcap = 1, .local_theta = 1, .rope_linear = 1, .tied = 1, .variant_keys = 1,
-    .bias = HF_BIAS_NONE, .window = HF_SW_SWITCH,
+    .bias = HF_BIAS_ATTN, .window = HF_SW_SWITCH,
     .def = {262208, 2304, 9216, 26, 8, 4, 256, 4096, 10000, 1e-6}, .keys = hf_variants_write};
 const hf_family hf_gemma2 = {
     "gemma2", "Gemma2ForCausalLM", HF_LLAMA_ROW, .claims = gemma2_claims,
     .place = TSR_NPLACE_SANDWICH, .mlp = TSR_MLP_GEGLU_TANH, .embed = TSR_EMB_SCALE_SQRT_D,
     .windows = 1, .qpas = 1, .head_dim_key = 1, .norm_add = 1.0f, .period = 2, .softcap = 1,
     .cap_attn = 50, .cap_final = 30, .rope_linear = 1, .tied = 1, .variant_keys = 1,
-    .bias = HF_BIAS_NONE, .window = HF_SW_SWITCH,
+    .bias = HF_BIAS_ATTN, .window = HF_SW_SWITCH,
     .def = {256000, 2304, 9216, 26, 8, 4, 256, 4096, 10000, 1e-6}, .keys = hf_variants_write};

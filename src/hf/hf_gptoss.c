@@ -21,12 +21,12 @@ static int gptoss_claims(const tsr_model *m, const char **by) {
     return m->E && (config_moe_variant_key(c) || c->attn_sinks);
 }
 
-/* GptOssConfig's keys beyond LlamaConfig's: q, k, v, o biases, the windows, the unit's clamp
- * (swiglu_alpha stays transformers' fixed 1.702); the experts' keys follow (hf_moe.c). */
+/* GptOssConfig's keys beyond LlamaConfig's (attention_bias before them: hf_llama.c): the
+ * windows, the unit's clamp (swiglu_alpha stays transformers' fixed 1.702); the experts' keys
+ * follow (hf_moe.c). */
 static void gptoss_keys(hf_text *b, const tsr_model *m, const hf_family *f) {
     char v[32];
-    hfr_add(b, "  \"attention_bias\": %s,\n  \"sliding_window\": %ld,\n",
-            m->cfg.bias ? "true" : "false",
+    hfr_add(b, "  \"sliding_window\": %ld,\n",
             m->cfg.sliding_window > 0 ? (long)m->cfg.sliding_window : f->def.window);
     hf_layer_types_write(b, m);
     hfr_add(b, "  \"swiglu_limit\": %s,\n", hfr_double(v, sizeof v, m->cfg.swiglu_limit));
@@ -152,9 +152,9 @@ const char *hf_gptoss_need(const tsr_model *m) {
         return "model.moe_router_bias = true, model.moe_expert_bias = true and model.moe_act = "
                "\"gptoss\" (its router and experts)";
     if (!c->attn_sinks) return "model.attn_sinks = true (a sink logit per head)";
-    if (c->qk_norm || (c->qkv_bias && !c->bias))
-        return "model.qk_norm = false and no model.qkv_bias without model.bias (attention_bias "
-               "puts biases on q, k, v and o together)";
+    if (c->qk_norm || (c->qkv_bias && !c->bias && !c->attn_bias))
+        return "model.qk_norm = false and no model.qkv_bias without model.bias or model.attn_bias "
+               "(attention_bias puts biases on q, k, v and o together)";
     if (c->rope_scaling != TSR_ROPE_SCALING_NONE && c->rope_scaling != TSR_ROPE_SCALING_YARN)
         return "model.rope_scaling = \"yarn\" or \"none\"";
     return NULL;

@@ -40,9 +40,9 @@ void hf_mistral_keys(hf_text *b, const tsr_model *m, const hf_family *f) {
 }
 
 void hf_qwen_keys(hf_text *b, const tsr_model *m, const hf_family *f) {
-    hfr_add(b, "%s  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
-            "  \"max_window_layers\": %d,\n", f->qk_norm ? "  \"attention_bias\": false,\n" : "",
-            m->L);
+    (void)f;
+    hfr_add(b, "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+            "  \"max_window_layers\": %d,\n", m->L);
 }
 
 /* Llama: the class of a model no other names. */
@@ -77,28 +77,42 @@ const hf_family hf_qwen2 = {
     .def = {151936, 4096, 22016, 32, 32, 32, 0, 4096, 10000, 1e-6}, .keys = hf_qwen_keys};
 const hf_family hf_qwen3 = {
     "qwen3", "Qwen3ForCausalLM", HF_LLAMA_ROW, .claims = qwen3_claims,
-    .mlp = TSR_MLP_SWIGLU, .qk_norm = 1, .head_dim_key = 1, .bias = HF_BIAS_NONE,
+    .mlp = TSR_MLP_SWIGLU, .qk_norm = 1, .head_dim_key = 1, .bias = HF_BIAS_ATTN,
     .window = HF_SW_SWITCH, .def = {151936, 4096, 22016, 32, 32, 32, 128, 4096, 10000, 1e-6},
     .keys = hf_qwen_keys};
 
+/* The attention_bias classes (q, k, v and o: model.attn_bias; no MLP biases). */
+static const char *attn_need(const tsr_model_config *c, const hf_family *f) {
+    const int qkv_only = c->qkv_bias && !c->bias && !c->attn_bias;
+    if (c->qk_norm == f->qk_norm && !c->bias && !qkv_only) return NULL;
+    return f->qk_norm ? "model.qk_norm = true, model.bias false and no model.qkv_bias without "
+                        "model.attn_bias (attention_bias: biases on q, k, v and o)"
+                      : "model.qk_norm and model.bias false and no model.qkv_bias without "
+                        "model.attn_bias (attention_bias: biases on q, k, v and o)";
+}
+
 const char *hf_llama_need(const tsr_model *m, const hf_family *f) {
     const tsr_model_config *c = &m->cfg;
-    const int qkv_only = c->qkv_bias && !c->bias, any = c->bias || c->qkv_bias;
+    const int qkv_only = c->qkv_bias && !c->bias && !c->attn_bias;
+    const int any = c->bias || c->qkv_bias || c->attn_bias;
     switch (f->bias) {
-    case HF_BIAS_LLAMA: /* attention_bias (q, k, v, o) and mlp_bias = model.bias */
+    case HF_BIAS_LLAMA: /* attention_bias (q, k, v, o): model.attn_bias, and mlp_bias: model.bias */
         return c->qk_norm || qkv_only ? "model.qk_norm = false and no model.qkv_bias without "
-                                        "model.bias (q, k, v biases without an o_proj bias)" : NULL;
+                                        "model.bias or model.attn_bias (q, k, v biases without an "
+                                        "o_proj bias)" : NULL;
     case HF_BIAS_QKV: /* q, k, v biases always, none elsewhere */
-        return c->qk_norm || !qkv_only ? "model.qkv_bias = true, model.bias = false and "
-                                         "model.qk_norm = false" : NULL;
+        return c->qk_norm || !qkv_only ? "model.qkv_bias = true, model.bias and model.attn_bias "
+                                         "false and model.qk_norm = false" : NULL;
+    case HF_BIAS_ATTN:
+        return attn_need(c, f);
     case HF_BIAS_GPTOSS: /* attention_bias = model.bias; the rest: the row's moe need */
         return NULL;
     default:
         if (f->qk_norm)
-            return !c->qk_norm || any ? "model.qk_norm = true, model.bias and model.qkv_bias false"
-                                      : NULL;
-        return c->qk_norm || any ? "model.qk_norm, model.bias and model.qkv_bias false (no biases)"
-                                 : NULL;
+            return !c->qk_norm || any ? "model.qk_norm = true, model.bias, model.qkv_bias and "
+                                        "model.attn_bias false" : NULL;
+        return c->qk_norm || any ? "model.qk_norm, model.bias, model.qkv_bias and model.attn_bias "
+                                   "false (no biases)" : NULL;
     }
 }
 
@@ -123,13 +137,20 @@ static void write_common(hf_text *b, const tsr_model *m, const hf_family *f) {
     hf_rope_write(b, c, f);
 }
 
+/* attention_bias (and LlamaConfig's mlp_bias) of the classes that have it. */
+static void write_bias(hf_text *b, const tsr_model_config *c, const hf_family *f) {
+    const char *attn = c->bias || c->attn_bias ? "true" : "false";
+    if (f->bias == HF_BIAS_LLAMA)
+        hfr_add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n", attn,
+                c->bias ? "true" : "false");
+    else if (f->bias == HF_BIAS_ATTN || f->bias == HF_BIAS_GPTOSS)
+        hfr_add(b, "  \"attention_bias\": %s,\n", attn);
+}
+
 static void llama_write(hf_text *b, const tsr_model *m, const hf_family *f) {
-    const tsr_model_config *c = &m->cfg;
     write_common(b, m, f);
     hfr_add(b, "  \"attention_dropout\": 0.0,\n");
-    if (f->bias == HF_BIAS_LLAMA)
-        hfr_add(b, "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n", c->bias ? "true" : "false",
-                c->bias ? "true" : "false");
+    write_bias(b, &m->cfg, f);
     if (f->keys) f->keys(b, m, f);
     if (f->experts) hf_moe_write(b, m, f);
 }
@@ -160,33 +181,59 @@ static void check_window(hf_reader *c, const json_value *r, const tsr_model *m, 
                   always ? "" : " with use_sliding_window = true", m->maxT, w);
 }
 
+/* LlamaConfig's attention_bias (ab) and mlp_bias: both model.bias, attention_bias alone
+ * model.attn_bias; MLP biases alone tessera has not. */
+static void check_llama_bias(hf_reader *c, const json_value *r, const tsr_model_config *mc, int ab) {
+    int mb = hfr_bool(c, r, "mlp_bias", 0);
+    if (mb && !ab)
+        hfr_fault(c, TSR_EXIT_DATA, "attention_bias = false and mlp_bias = true: tessera's "
+                  "model.bias puts biases on the MLP only together with q, k, v and o "
+                  "(model.attn_bias on those alone); this mix has no tessera equivalent");
+    hfr_same_bool(c, "mlp_bias", mb, "model.bias", mc->bias);
+    if (!mb) hfr_same_bool(c, "attention_bias", ab, "model.attn_bias", mc->attn_bias);
+    if (!ab) hfr_same_bool(c, "attention_bias", 0, "model.qkv_bias", mc->qkv_bias);
+}
+
+/* A class whose attention_bias puts biases on q, k, v and o (ab): model.attn_bias, no others. */
+static void check_attn_bias(hf_reader *c, const tsr_model_config *mc, const hf_family *f, int ab) {
+    if (mc->bias || (!ab && mc->qkv_bias))
+        hfr_fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has %s, but this run has model.bias = "
+                  "%s, model.qkv_bias = %s: set --set model.bias=false --set model.qkv_bias=false",
+                  f->model_type, ab ? "biases on q, k, v and o only" : "no biases",
+                  mc->bias ? "true" : "false", mc->qkv_bias ? "true" : "false");
+    hfr_same_bool(c, "attention_bias", ab, "model.attn_bias", mc->attn_bias);
+}
+
+/* A class without attention_bias: no biases, or Qwen 2's on q, k and v. */
+static void check_no_bias(hf_reader *c, const tsr_model_config *mc, const hf_family *f, int ab) {
+    const int qkv = f->bias == HF_BIAS_QKV;
+    if (ab)
+        hfr_fault(c, TSR_EXIT_DATA, "attention_bias = true: %s has no attention_bias (its "
+                  "attention has no biases, whatever the key says); only false or absent is "
+                  "accepted", f->class_name);
+    else if (mc->bias || mc->qkv_bias != qkv)
+        hfr_fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has %s, but this run has model.bias = "
+                  "%s, model.qkv_bias = %s: set --set model.bias=false --set model.qkv_bias=%s",
+                  f->model_type, qkv ? "biases on q, k and v only" : "no biases",
+                  mc->bias ? "true" : "false", mc->qkv_bias ? "true" : "false",
+                  qkv ? "true" : "false");
+    else
+        hfr_same_bool(c, "attention_bias", 0, "model.attn_bias", mc->attn_bias);
+}
+
 /* The run must have the biases and QK-norm of the class. */
 static void check_bias(hf_reader *c, const json_value *r, const tsr_model_config *mc,
                        const hf_family *f) {
     int ab = f->bias == HF_BIAS_QKV ? 0 : hfr_bool(c, r, "attention_bias", f->bias == HF_BIAS_GPTOSS);
     if (f->bias == HF_BIAS_GPTOSS) { /* q, k, v and o biases (no dense MLP to hold others) */
-        hfr_same_bool(c, "attention_bias", ab, "model.bias", mc->bias);
+        hfr_same_bool(c, "attention_bias", ab, "model.bias", mc->bias || mc->attn_bias);
         if (!ab) hfr_same_bool(c, "attention_bias", 0, "model.qkv_bias", mc->qkv_bias);
     } else if (f->bias == HF_BIAS_LLAMA) {
-        int mb = hfr_bool(c, r, "mlp_bias", 0);
-        if (ab != mb)
-            hfr_fault(c, TSR_EXIT_DATA, "attention_bias = %s and mlp_bias = %s: tessera's "
-                      "model.bias puts biases on q, k, v, o and the MLP together, model.qkv_bias on "
-                      "q, k, v only; this mix has no tessera equivalent", ab ? "true" : "false",
-                      mb ? "true" : "false");
-        hfr_same_bool(c, "attention_bias", ab, "model.bias", mc->bias);
-        if (!ab) hfr_same_bool(c, "attention_bias", 0, "model.qkv_bias", mc->qkv_bias);
-    } else if (ab) {
-        hfr_fault(c, TSR_EXIT_DATA, "attention_bias = true: %s then has an o_proj bias, which "
-                  "tessera's model.qkv_bias (q, k, v only) cannot hold", f->class_name);
+        check_llama_bias(c, r, mc, ab);
+    } else if (f->bias == HF_BIAS_ATTN) {
+        check_attn_bias(c, mc, f, ab);
     } else {
-        int qkv = f->bias == HF_BIAS_QKV;
-        if (mc->bias || mc->qkv_bias != qkv)
-            hfr_fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" has %s, but this run has model.bias = "
-                      "%s, model.qkv_bias = %s: set --set model.bias=false --set model.qkv_bias=%s",
-                      f->model_type, qkv ? "biases on q, k and v only" : "no biases",
-                      mc->bias ? "true" : "false", mc->qkv_bias ? "true" : "false",
-                      qkv ? "true" : "false");
+        check_no_bias(c, mc, f, ab);
     }
     if (mc->qk_norm != f->qk_norm)
         hfr_fault(c, TSR_EXIT_USAGE, "model_type = \"%s\" %s QK-norm, but this run has "
@@ -260,18 +307,42 @@ static void llama_check(hf_reader *c, const tsr_model *m, const hf_family *f) {
 
 /* ---- filling ---- */
 
-/* The biases: model.bias and model.qkv_bias from attention_bias, or the class's. */
+/* LlamaConfig's attention_bias and mlp_bias: both model.bias, attention_bias alone
+ * model.attn_bias (mlp_bias alone: the check refuses it). */
+static void fill_llama_bias(hf_reader *c, const char *mt) {
+    const int ab = hfr_bool(c, c->root, "attention_bias", 0), mb = hfr_bool(c, c->root, "mlp_bias", 0);
+    char from[80];
+    snprintf(from, sizeof from, "attention_bias = %s, mlp_bias = %s", ab ? "true" : "false",
+             mb ? "true" : "false");
+    hfr_put(c, 0, "model.bias", ab && mb ? "true" : "false", from);
+    hfr_put(c, 0, "model.attn_bias", ab && !mb ? "true" : "false", from);
+    if (!ab) hfr_put_word(c, "model.qkv_bias", "false", mt, "no q/k/v biases without attention_bias");
+}
+
+/* The biases: model.bias, model.attn_bias and model.qkv_bias from attention_bias (and
+ * LlamaConfig's mlp_bias), or the class's. */
 static void fill_bias(hf_reader *c, const hf_family *f) {
     const char *mt = f->model_type;
-    const int ab = f->bias == HF_BIAS_LLAMA || f->bias == HF_BIAS_GPTOSS;
-    const int qwen2 = f->bias == HF_BIAS_QKV;
-    if (ab) hfr_put_bool(c, "model.bias", "attention_bias", f->bias == HF_BIAS_GPTOSS);
-    else hfr_put_word(c, "model.bias", "false", mt, "no o_proj or MLP biases");
-    if (ab && !hfr_bool(c, c->root, "attention_bias", f->bias == HF_BIAS_GPTOSS))
-        hfr_put_word(c, "model.qkv_bias", "false", mt, "no q/k/v biases without attention_bias");
-    else if (!ab)
-        hfr_put_word(c, "model.qkv_bias", qwen2 ? "true" : "false", mt,
-                     qwen2 ? "q/k/v biases" : "no q/k/v biases");
+    const int qkv = f->bias == HF_BIAS_QKV;
+    switch (f->bias) {
+    case HF_BIAS_LLAMA:
+        fill_llama_bias(c, mt);
+        break;
+    case HF_BIAS_ATTN:
+        hfr_put_word(c, "model.bias", "false", mt, "no MLP biases");
+        hfr_put_bool(c, "model.attn_bias", "attention_bias", 0);
+        hfr_put_word(c, "model.qkv_bias", "false", mt, "q/k/v biases only with o's: attention_bias");
+        break;
+    case HF_BIAS_GPTOSS: /* (no dense MLP: model.bias is the attention's) */
+        hfr_put_bool(c, "model.bias", "attention_bias", 1);
+        if (!hfr_bool(c, c->root, "attention_bias", 1))
+            hfr_put_word(c, "model.qkv_bias", "false", mt, "no q/k/v biases without attention_bias");
+        break;
+    default:
+        hfr_put_word(c, "model.bias", "false", mt, "no o_proj or MLP biases");
+        hfr_put_word(c, "model.qkv_bias", qkv ? "true" : "false", mt,
+                     qkv ? "q/k/v biases" : "no q/k/v biases");
+    }
 }
 
 /* The sizes. */

@@ -37,7 +37,7 @@ const hf_family hf_mixtral = {
     .keys = hf_mistral_keys};
 const hf_family hf_qwen3_moe = {
     "qwen3_moe", "Qwen3MoeForCausalLM", HF_LLAMA_ROW, .claims = qwen3_moe_claims, .moe = 1,
-    .mlp = TSR_MLP_SWIGLU, .qk_norm = 1, .head_dim_key = 1, .bias = HF_BIAS_NONE,
+    .mlp = TSR_MLP_SWIGLU, .qk_norm = 1, .head_dim_key = 1, .bias = HF_BIAS_ATTN,
     .window = HF_SW_SWITCH, .experts = &qwen3_moe_keys,
     .def = {151936, 2048, 6144, 24, 32, 4, 0, 4096, 10000, 1e-6}, .keys = hf_qwen_keys};
 

@@ -27,11 +27,11 @@ static const hf_unmapped olmo3_unmapped[] = {
 const hf_family hf_olmo2 = {
     "olmo2", "Olmo2ForCausalLM", HF_LLAMA_ROW, .claims = olmo2_claims,
     .mlp = TSR_MLP_SWIGLU, .place = TSR_NPLACE_POST, .qk_norm = 1, .scope = TSR_QKN_PROJECTION,
-    .variant_keys = 1, .bias = HF_BIAS_NONE, .window = HF_SW_SWITCH,
+    .variant_keys = 1, .bias = HF_BIAS_ATTN, .window = HF_SW_SWITCH,
     .def = {50304, 4096, 11008, 32, 32, 0, 0, 4096, 10000, 1e-6}, .keys = hf_variants_write};
 const hf_family hf_olmo3 = {
     "olmo3", "Olmo3ForCausalLM", HF_LLAMA_ROW, .claims = olmo3_claims,
     .mlp = TSR_MLP_SWIGLU, .place = TSR_NPLACE_POST, .qk_norm = 1, .scope = TSR_QKN_PROJECTION,
-    .windows = 1, .period = 4, .variant_keys = 1, .bias = HF_BIAS_NONE, .window = HF_SW_SWITCH,
+    .windows = 1, .period = 4, .variant_keys = 1, .bias = HF_BIAS_ATTN, .window = HF_SW_SWITCH,
     .def = {50304, 4096, 11008, 32, 32, 0, 0, 4096, 10000, 1e-6}, .unmapped = olmo3_unmapped,
     .keys = hf_variants_write};

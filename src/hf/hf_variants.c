@@ -315,7 +315,6 @@ static void write_cap(hf_text *b, const char *key, double cap) {
 void hf_variants_write(hf_text *b, const tsr_model *m, const hf_family *f) {
     const tsr_model_config *c = &m->cfg;
     char v[32];
-    hfr_add(b, "  \"attention_bias\": false,\n");
     if (f->windows) {
         hfr_add(b, "  \"sliding_window\": %ld,\n", c->sliding_window > 0 ? (long)c->sliding_window
                                                                    : f->def.window);
