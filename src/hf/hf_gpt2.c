@@ -242,7 +242,7 @@ static void fill_common(hf_reader *c, const hf_family *f) {
     hfr_put_word(c, "model.norm", "layernorm", mt, "LayerNorm");
     hfr_put_word(c, "model.mlp", "gelu", mt, "a GELU MLP");
     hfr_put_word(c, "model.moe_experts", "0", mt, "no experts");
-    hfr_put_int(c, 0, "model.n_layer", f->names->keys[0], gpt2 ? 12 : 24);
+    hfr_put_layers(c, "model.n_layer", f->names->keys[0], gpt2 ? 12 : 24);
     hfr_put_int(c, 0, "model.d_model", f->names->keys[1], gpt2 ? 768 : 2048);
     hfr_put_int(c, 0, "model.n_head", gpt2 ? "n_head" : "n_heads", gpt2 ? 12 : 16);
     hfr_put_int(c, 0, "model.vocab_size", "vocab_size", gpt2 ? 50257 : 50368);

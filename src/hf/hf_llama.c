@@ -349,7 +349,7 @@ static void fill_bias(hf_reader *c, const hf_family *f) {
 static void fill_sizes(hf_reader *c, const hf_family *f) {
     const hf_defaults *d = &f->def;
     const json_value *r = c->root;
-    hfr_put_int(c, 0, "model.n_layer", "num_hidden_layers", d->layers);
+    hfr_put_layers(c, "model.n_layer", "num_hidden_layers", d->layers);
     long C = hfr_int(c, r, "hidden_size", d->hidden), NH = hfr_int(c, r, "num_attention_heads", d->heads);
     hfr_put_int(c, 0, "model.d_model", "hidden_size", d->hidden);
     hfr_put_int(c, 0, "model.n_head", "num_attention_heads", d->heads);

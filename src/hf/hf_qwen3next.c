@@ -331,7 +331,7 @@ typedef struct hyread {
     const json_value *top; /* config.json's object */
     const hf_family *f;
     const hf_hybrid *hy;
-    int types[1024];       /* 1: linear_attention, per layer */
+    int types[HF_MAX_LAYERS]; /* 1: linear_attention, per layer */
     long L;
 } hyread;
 
@@ -355,8 +355,9 @@ static void put_word(hyread *rd, const char *run_key, const char *value) {
 /* layer_types, else every full_attention_interval-th layer full (Qwen3NextConfig's default 4) */
 static void read_types(hyread *rd) {
     const json_value *lt = member(rd, "layer_types");
-    if (rd->L < 1 || rd->L > 1024) {
-        hfr_fault(&rd->c, TSR_EXIT_DATA, "num_hidden_layers = %ld: expected 1 to 1024", rd->L);
+    if (rd->L < 1 || rd->L > HF_MAX_LAYERS) {
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "num_hidden_layers = %ld: expected 1 to %d", rd->L,
+                  HF_MAX_LAYERS);
         return;
     }
     if (lt && lt->type != JSON_NULL) {

@@ -132,6 +132,13 @@ void hfr_put_int(hf_reader *c, int soft, const char *run_key, const char *hf_key
     hfr_put_key(c, soft, run_key, c->root, hf_key, v);
 }
 
+void hfr_put_layers(hf_reader *c, const char *run_key, const char *hf_key, long def) {
+    hfr_put_int(c, 0, run_key, hf_key, def); /* (below 1: its fault) */
+    long L = hfr_int(c, c->root, hf_key, def);
+    if (L > HF_MAX_LAYERS)
+        hfr_fault(c, TSR_EXIT_DATA, "%s = %ld: expected 1 to %d", hf_key, L, HF_MAX_LAYERS);
+}
+
 void hfr_put_num(hf_reader *c, const char *run_key, const json_value *obj, const char *hf_key,
                  double def) {
     char v[32];

@@ -12,6 +12,10 @@
 #include "config/config.h"
 #include "json.h"
 
+/* The most layers a config.json may give (a model past it: raise it): a bound of the untrusted
+ * file, checked when it is read, before a model of that many layers is laid out. */
+#define HF_MAX_LAYERS 1024
+
 /* A config.json being read: checked against a run's model, or filled into a run's keys. */
 typedef struct hf_reader {
     const char *path;       /* "DIR/config.json", named in every message */
@@ -51,6 +55,8 @@ void hfr_put_key(hf_reader *c, int soft, const char *run_key, const json_value *
                  const char *hf_key, const char *value);
 /* A size or count of the root (absent: def); below 1 is no model's (exit 2). */
 void hfr_put_int(hf_reader *c, int soft, const char *run_key, const char *hf_key, long def);
+/* The layer count (absent: def): from 1 to HF_MAX_LAYERS (exit 2). */
+void hfr_put_layers(hf_reader *c, const char *run_key, const char *hf_key, long def);
 void hfr_put_num(hf_reader *c, const char *run_key, const json_value *obj, const char *hf_key,
                  double def);
 void hfr_put_bool(hf_reader *c, const char *run_key, const char *hf_key, int def);

@@ -26,8 +26,6 @@ int hf_has_window(const tsr_model_config *c) {
 
 /* ---- reading ---- */
 
-#define HF_MAX_LAYERS 1024 /* of a class with layer_types (a model past it: raise it) */
-
 /* The decoder variants config.json gives (the classes with hf_family.windows / .qpas). */
 typedef struct hf_variants {
     char types[2048]; /* model.layer_types: the shortest pattern that repeats into every layer's */
