@@ -139,6 +139,7 @@ typedef struct tsr_model_config {
     int n_kv_head;        /* KVH: key/value heads (GQA; 1 = MQA); 0 = n_head */
     int head_dim;         /* hs; 0 = d_model / n_head */
     int qkv_bias;         /* a bias on the q, k, v projections even with bias = false (Qwen 2) */
+    int attn_bias;        /* biases on q, k, v and o even with bias = false (attention_bias) */
     int qk_norm;          /* RMSNorm of each q and k head before RoPE (Qwen 3) */
     tsr_qk_norm_scope qk_norm_scope; /* per head, or over the whole projection (OLMo 2) */
     int tie_embeddings;   /* the LM head is wte; false: its own (Vp, C) matrix */

@@ -29,8 +29,8 @@
 #include "fsutil.h"
 #include "progress.h"
 #include "hf/hf.h"
+#include "hf/hf_family.h"
 #include "hf/hf_gptoss.h"
-#include "hf/hf_internal.h"
 #include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
@@ -365,29 +365,29 @@ static float *join_runs(const tsr_model *m, const hf_tensor *t) {
 }
 
 int hf_export_check_opts(const hf_export_opts *o) {
-    hf_arch want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    const hf_family *want = o->arch ? hf_family_named(o->arch) : NULL;
     uint64_t max_shard;
-    if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
-        tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
-                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next, gpt_oss, "
-                  "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe; GPT-2 "
-                  "and MPT follow from model.pos)", o->arch);
+    if (o->arch && (!want || !want->rope)) {
+        char rope[512];
+        hf_family_list(rope, sizeof rope, 1, 0, ", ");
+        tsr_error("export --format hf: --arch %s (accepted: %s; GPT-2 and MPT follow from "
+                  "model.pos)", o->arch, rope);
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);
 }
 
 int hf_exportable(const tsr_model *m, char *why, size_t cap) {
-    hf_arch a;
-    return hf_arch_of(m, HF_ARCH_COUNT, &a, why, cap);
+    const hf_family *f;
+    return hf_family_for(m, NULL, &f, why, cap);
 }
 
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o) {
-    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    const hf_family *a, *want = o->arch ? hf_family_named(o->arch) : NULL;
     char why[512], path[4300];
     TSR_CHECK(hf_export_check_opts(o));
-    if (hf_arch_of(m, want, &a, why, sizeof why)) {
+    if (hf_family_for(m, want, &a, why, sizeof why)) {
         tsr_error("export --format hf: %s; this model has no transformers equivalent", why);
         return TSR_EXIT_USAGE;
     }
@@ -397,7 +397,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     if (m->cfg.attn_mask == TSR_MASK_DOCUMENT)
         tsr_warn("export --format hf: model.attn_mask = \"document\" exports as a plain causal %s: "
                  "it computes the same as tessera only on inputs of one document (no "
-                 "model.eot_token = %d before the last position)", hf_class_name[a],
+                 "model.eot_token = %d before the last position)", a->class_name,
                  m->cfg.eot_token);
     tok_files tk;
     uint64_t max_shard, bytes;
@@ -409,7 +409,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     }
 
     int n, nshards;
-    hf_tensor *tab = hf_tensor_table(m, a, &n);
+    hf_tensor *tab = a->ops->table(m, a, &n);
     st_tensor *st = tsr_calloc((size_t)n, sizeof *st);
     float **joined = tsr_calloc((size_t)n, sizeof *joined); /* interleaved tensors, gathered */
     for (int k = 0; k < n; k++) {
@@ -430,26 +430,26 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     free(st);
     free(tab);
     if (rc) return rc;
-    if (hf_family_of(a)->norm_add != 0.0f)
+    if (a->norm_add != 0.0f)
         printf("%s's RMSNorm weights are w of (1 + w): written as tessera's norm weight - %g\n",
-               hf_class_name[a], hf_family_of(a)->norm_add);
+               a->class_name, a->norm_add);
     if (nshards == 1)
         printf("wrote %s: %d tensors, %.1f MB of %s (%s; wte: the %d real vocabulary rows of %d)\n",
-               path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), hf_class_name[a], m->V, m->Vp);
+               path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), a->class_name, m->V, m->Vp);
     else
         printf("wrote %s/model-{00001..%05d}-of-%05d.safetensors and model.safetensors.index.json: "
                "%d tensors, %.1f MB of %s in %d shards of at most %.1f MB (%s)\n", out_dir, nshards,
                nshards, n, (double)bytes / 1e6, st_dtype_name(o->dtype), nshards,
-               (double)max_shard / 1e6, hf_class_name[a]);
+               (double)max_shard / 1e6, a->class_name);
 
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     TSR_CHECK(hf_config_write(path, m, a, o->dtype == ST_BF16 ? "bfloat16" : "float32",
                               tk.present ? tk.bos : -1, tk.present ? tk.eot : -1));
     printf("wrote %s: model_type \"%s\", %d layers, d_model %d, %d heads (%d key/value, size %d), "
-           "vocab %d, %s %d\n", path, hf_model_type[a], m->L, m->C, m->NH, m->KVH, m->hs, m->V,
-           a == HF_GPT2 ? "n_positions" : a == HF_MPT ? "max_seq_len" : "max_position_embeddings",
+           "vocab %d, %s %d\n", path, a->model_type, m->L, m->C, m->NH, m->KVH, m->hs, m->V,
+           a->names->context,
            m->maxT);
     TSR_CHECK(write_tokenizer_files(out_dir, &tk, m));
-    printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", hf_class_name[a], out_dir);
+    printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", a->class_name, out_dir);
     return 0;
 }
