@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -201,19 +200,11 @@ def main():
         dirs = fxm.make_all(os.path.join(tmp, "fixtures"), fxm.MOE_FIXTURES)
         tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
         for name, d in dirs.items():
-            end = tap.n + CHECKS_PER_FIXTURE
-            try:
-                fixtures[name] = run_fixture(tap, name, d, tmp)
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{name} stopped early")
-        end = tap.n + N_REFUSALS
-        try:
-            if len(fixtures) == len(dirs):
-                refusals(tap, tmp, fixtures)
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "refusal checks stopped early")
+            fx = tap.section(CHECKS_PER_FIXTURE, f"{name} stopped early", run_fixture, tap, name, d, tmp)
+            if fx is not None:
+                fixtures[name] = fx
+        tap.section(N_REFUSALS, "refusal checks stopped early", refusals, tap, tmp, fixtures,
+                    when=len(fixtures) == len(dirs))
     return tap.status()
 
 
