@@ -41,8 +41,9 @@ class Tap:
         return result
 
     def run_all(self, fn, *args):
-        """fn(*args) makes all the checks still to come (see section). The exit status (status)."""
-        self.section(self.plan - self.n, "stopped early", fn, *args)
+        """fn(self, *args) makes all the checks still to come (see section). The exit status
+        (status)."""
+        self.section(self.plan - self.n, "stopped early", fn, self, *args)
         return self.status()
 
     def run_cases(self, runs, count, check):

@@ -551,7 +551,7 @@ def check_negative(tap, src, tmp):
 def main():
     tap = Tap(PLAN)
     with tempfile.TemporaryDirectory(prefix="tsr-ckpt-h5py-") as tmp:
-        return tap.run_all(body, tap, tmp)
+        return tap.run_all(body, tmp)
 
 
 def body(tap, tmp):

@@ -340,8 +340,7 @@ def body(tap):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PLAN)
-    return tap.run_all(body, tap)
+    return R.Tap(PLAN).run_all(body)
 
 
 if __name__ == "__main__":

@@ -321,7 +321,7 @@ def main():
     if not os.access(fam.REF_DUMP, os.X_OK):
         hfe.skip(f"{fam.REF_DUMP} is missing (run make first)")
     with tempfile.TemporaryDirectory(prefix="tessera-hfoss.") as tmp:
-        return tap.run_all(body, tap, tmp)
+        return tap.run_all(body, tmp)
 
 
 if __name__ == "__main__":

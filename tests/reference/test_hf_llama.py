@@ -243,16 +243,18 @@ def run_fixture(tap, name, fdir, tmp):
     return fx, s
 
 
+def edit_cfg(key, value):
+    """A damage for refusals: sets key to value in the fixture's config.json."""
+    def f(d):
+        p = os.path.join(d, "config.json")
+        cj = json.load(open(p))
+        cj[key] = value
+        json.dump(cj, open(p, "w"))
+    return f
+
+
 def refusals(tap, tmp, fixtures):
     """Damaged copies of the fixtures: (what, fixture, rc, needles, damage, extra sets)."""
-    def edit_cfg(key, value):
-        def f(d):
-            p = os.path.join(d, "config.json")
-            cj = json.load(open(p))
-            cj[key] = value
-            json.dump(cj, open(p, "w"))
-        return f
-
     def edit_st(fn):
         def f(d):
             p = os.path.join(d, "model.safetensors")

@@ -97,8 +97,7 @@ PLAN = 1 + 1 + 1 + 14 + 2 + 14 + 1 + 1
 
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PLAN)
-    return tap.run_all(run, tap)
+    return R.Tap(PLAN).run_all(run)
 
 
 def run(tap):

@@ -119,8 +119,7 @@ def run(tap):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PLAN)
-    return tap.run_all(run, tap)
+    return R.Tap(PLAN).run_all(run)
 
 
 if __name__ == "__main__":

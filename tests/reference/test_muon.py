@@ -193,8 +193,7 @@ def body(tap):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PER_CASE * len(CASES))
-    return tap.run_all(body, tap)
+    return R.Tap(PER_CASE * len(CASES)).run_all(body)
 
 
 if __name__ == "__main__":
