@@ -10,7 +10,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "common.h"
 #include "plan/plan.h"
@@ -57,13 +56,6 @@ int metrics_open_run_dir(tsr_trainer *t) {
     /* a new event file per process start: TensorBoard merges the files of run_dir/tb/ */
     TSR_CHECK(tboard_open(&t->out.tb, t->cfg.run_dir));
     return 0;
-}
-
-void metrics_end_record(FILE *f) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(f, ", \"time\": %lld.%03ld}\n", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
-    fflush(f);
 }
 
 static void format_eta(char *buf, size_t n, double s) {
@@ -291,7 +283,7 @@ void metrics_log_step(tsr_trainer *t, const tsr_step_stats *st) {
     if (t->out.metrics) step_record(t, st, &r);
     moe_log(t); /* the record's MoE part and the TensorBoard step's (before it is written) */
     objective_log(t, st);
-    if (t->out.metrics) metrics_end_record(t->out.metrics);
+    if (t->out.metrics) jsonl_end_record(t->out.metrics);
     if (t->out.tb) step_tboard(t, st, &r);
 }
 
@@ -305,7 +297,7 @@ void metrics_log_guard_note(const tsr_trainer *t, const char *action, const tsr_
         fprintf(t->out.metrics, "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, "
                 "\"data_batch\": %lld, \"why\": \"%s\"", action, (long long)st->step,
                 (long long)st->data_batch, note);
-        metrics_end_record(t->out.metrics);
+        jsonl_end_record(t->out.metrics);
     }
 }
 
@@ -322,7 +314,7 @@ void metrics_log_guard(const tsr_trainer *t, const char *action, const tsr_step_
                 "{\"event\": \"guard\", \"action\": \"%s\", \"step\": %lld, \"data_batch\": %lld, "
                 "\"outlier_loss\": %s, \"outlier_grad_norm\": %s, \"why\": \"%s\"",
                 action, (long long)st->step, (long long)st->data_batch, loss, norm, st->why);
-        metrics_end_record(t->out.metrics);
+        jsonl_end_record(t->out.metrics);
     }
 }
 
@@ -344,7 +336,7 @@ void metrics_log_rollback(const tsr_trainer *t, int64_t from_step, const char *p
                 "\"rollbacks\": %lld",
                 (long long)from_step, (long long)t->step, path, (long long)lo, (long long)hi,
                 (long long)lo * gb, (long long)hi * gb, (long long)t->guard.rollbacks);
-        metrics_end_record(t->out.metrics);
+        jsonl_end_record(t->out.metrics);
     }
 }
 
@@ -369,7 +361,7 @@ void metrics_log_checkpoint(const tsr_trainer *t, const char *what, const char *
     checkpoint_record(t, what, t->step, path, seconds, bytes);
     printf("\n");
     fflush(stdout);
-    if (t->out.metrics) metrics_end_record(t->out.metrics);
+    if (t->out.metrics) jsonl_end_record(t->out.metrics);
 }
 
 /* what a background save's blocking time was: the snapshot taken at the save's step boundary, or
@@ -405,7 +397,7 @@ void metrics_log_save(const tsr_trainer *t, int64_t step, const char *path, cons
     if (async)
         fprintf(t->out.metrics, ", \"snapshot_s\": %.6g, \"copy_in_step\": %s", t->ck.snap_s,
                 t->ck.copy_in_step ? "true" : "false");
-    metrics_end_record(t->out.metrics);
+    jsonl_end_record(t->out.metrics);
 }
 
 void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed) {
@@ -427,7 +419,7 @@ void metrics_log_micro(const tsr_trainer *t, int from, int micro, int64_t failed
         if (from > 0)
             fprintf(t->out.metrics, ", \"did_not_fit\": %d, \"ranks_failed\": %lld", from,
                     (long long)failed);
-        metrics_end_record(t->out.metrics);
+        jsonl_end_record(t->out.metrics);
     }
 }
 
@@ -436,7 +428,7 @@ void metrics_log_start(tsr_trainer *t) {
     fprintf(t->out.metrics, "{\"event\": \"start\", \"step\": %lld, \"world\": %d",
             (long long)t->step, t->dist.world);
     account_start_fields(t, t->out.metrics); /* when and what this start holds (account.h) */
-    metrics_end_record(t->out.metrics);
+    jsonl_end_record(t->out.metrics);
 }
 
 /* A number or null (JSON has no NaN) as `, "key": v`. */
@@ -457,7 +449,7 @@ static void account_record(FILE *f, const acc_start *s, int rc) {
             s->gpus * h, s->ranks * h, s->ranks * s->threads * h);
     put_num(f, "gpu_energy_j", s->gpu_j);
     put_num(f, "cpu_energy_j", s->cpu_j);
-    metrics_end_record(f);
+    jsonl_end_record(f);
 }
 
 static void energy_words(char *buf, size_t n, const char *what, double j, int gpu) {
@@ -515,7 +507,7 @@ void metrics_log_eval(tsr_trainer *t, double val_loss, double seconds) {
         eval_number(v1, sizeof v1, f[1].v, o->eval_json_plain);
         fprintf(t->out.metrics, "{\"step\": %lld, \"%s\": %s, \"%s\": %s", (long long)t->step,
                 f[0].key, v0, f[1].key, v1);
-        metrics_end_record(t->out.metrics);
+        jsonl_end_record(t->out.metrics);
     }
     char tag[64];
     for (int k = 0; k < 2; k++) {

@@ -5,6 +5,7 @@
 #define TSR_METRICS_H
 
 #include "ckpt.h"
+#include "jsonl.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics_units.h"
 #include "train/train_state.h"
@@ -13,9 +14,6 @@
 int metrics_open_run_dir(tsr_trainer *t);
 /* (Re)writes run_dir/config.cfg from t->cfg, atomically (rank 0's job). 0 or an exit code. */
 int metrics_save_config(const tsr_trainer *t);
-/* Ends a metrics.jsonl record: its wall-clock time, `"time": UNIX_SECONDS.MMM}` (UTC, ms), a
- * newline, a flush. Every record's last field (docs/tracking.md). */
-void metrics_end_record(FILE *f);
 /* A {"event": "start"} line: where this process started (after a resume, the resumed step). */
 void metrics_log_start(tsr_trainer *t);
 /* micro_batch = auto (rank 0, terminal and metrics.jsonl): from > 0: microbatches of `from` did

@@ -399,7 +399,7 @@ static int commit(tsr_trainer *t, const char *what, double seconds) {
                 seconds >= 0 ? "computed" : "copied", (unsigned long long)t->dpo_ref.n_train,
                 (unsigned long long)t->dpo_ref.n_val, seconds >= 0 ? seconds : 0.0,
                 (unsigned long long)bytes);
-        metrics_end_record(t->out.metrics);
+        jsonl_end_record(t->out.metrics);
     }
     return 0;
 }

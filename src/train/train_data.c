@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "jsonl.h"
 #include "data/data_loss.h"
 #include "data/s3.h"
 #include "data/stage.h"
@@ -523,7 +524,7 @@ static void stage_log(tsr_trainer *t, int64_t window, double waited) {
                 "\"wait_s\": %.3f",
                 (long long)t->step, (long long)window - 1, (long long)reads, (long long)in_place,
                 (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5], mx[0], mx[1]);
-        metrics_end_record(t->out.metrics);
+        jsonl_end_record(t->out.metrics);
     }
 }
 

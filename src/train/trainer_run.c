@@ -104,7 +104,7 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
         if (t->out.metrics) {
             fprintf(t->out.metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
                                 "\"why\": \"%s\"", (long long)st->step, reason);
-            metrics_end_record(t->out.metrics);
+            jsonl_end_record(t->out.metrics);
         }
     }
     guard_report(t, st, reason);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "jsonl.h"
 #include "dist.h"
 #include "telemetry/metrics.h"
 #include "train/train_state.h"
@@ -196,7 +197,7 @@ int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
                     "\"slow_host\": \"%s\", \"mfu\": %.6g, \"reason\": \"%s\"",
                     (long long)t->step, slow, slow >= 0 ? wd.hosts[slow] : "", mfu,
                     slow >= 0 ? "straggler" : "mfu");
-            metrics_end_record(t->out.metrics);
+            jsonl_end_record(t->out.metrics);
         }
     }
     free(all);
