@@ -30,7 +30,7 @@
 #include "telemetry/metrics_units.h"
 #include "train/train_data.h"
 #include "train/train_gpu.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 #define REFILL_STREAM 0x7265666cull /* "refl": dynamic sampling's further prompts */
 #define MAX_RECORDS_BYTES (1ull << 34)

@@ -1,15 +1,15 @@
 /* checkpointing.h — save, resume and stop requests for the trainer (docs/checkpoint-format.md,
  * docs/tessera-train.md "CHECKPOINTS AND RESUME", "STOP REQUESTS"). Collective: every rank calls
- * these at the same step boundary. Three files implement it, one concern each:
- * checkpointing_save.c (when to save, the asynchronous writer's life, the commit),
- * checkpointing_resume.c (resume, --init-from, the config checks, rollback) and
- * checkpointing_stop.c (the signals: checkpointing_stop.h); checkpointing_tensors.c lays out the
- * tensors the saves and the loads share. */
+ * these at the same step boundary. Two files implement it, one concern each:
+ * checkpointing_save.c (when to save, the asynchronous writer's life, the commit, the boundary
+ * where a stop request is agreed) and checkpointing_resume.c (resume, --init-from, the config
+ * checks, rollback); the signals themselves are watchdog/stop.h's; checkpointing_tensors.c lays
+ * out the tensors the saves and the loads share. */
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
 #include "ckpt.h"
-#include "train/checkpointing_stop.h"
+#include "watchdog/stop.h"
 #include "train/train_state.h"
 
 /* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory

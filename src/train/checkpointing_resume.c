@@ -4,7 +4,7 @@
  * checkpoint's before anything is written) and the spike guard's rollback. Each rank reads its
  * slices (checkpointing_tensors.h), then the state is completed on every rank: DDP ranks
  * all-gather weights and moments, ZeRO-1 ranks weights only, ZeRO-3 / HSDP move the first group's
- * parts into their shards. (Saving: checkpointing_save.c; stop signals: checkpointing_stop.c.) */
+ * parts into their shards. (Saving: checkpointing_save.c; stop signals: watchdog/stop.c.) */
 #include "train/checkpointing.h"
 
 #include <sys/stat.h>

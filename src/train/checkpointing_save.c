@@ -2,7 +2,7 @@
  * rank's slices: checkpointing_tensors.h), the asynchronous writer's life (the snapshot, the
  * thread that writes it while the steps go on, the wait before the state changes) and the commit
  * at a step boundary; the memory the plan counts for them; the room check at start.
- * (Resuming, --init-from and rollback: checkpointing_resume.c; stop signals: checkpointing_stop.c.)
+ * (Resuming, --init-from and rollback: checkpointing_resume.c; stop signals: watchdog/stop.c.)
  * The NO_MPI build does the same as one rank (checkpoint/ on serial HDF5): its files load in the
  * MPI build and back. */
 #include "train/checkpointing.h"
@@ -226,10 +226,10 @@ static int commit_pending(tsr_trainer *t) {
 int checkpointing_drain(tsr_trainer *t) { return t->ck.pending ? commit_pending(t) : 0; }
 
 int checkpointing_boundary(tsr_trainer *t, int *stop) {
-    int64_t v[2] = {checkpointing_stop_signalled(), t->ck.pending && !ckpt_save_written(t->ck.pending)};
+    int64_t v[2] = {stop_signalled(), t->ck.pending && !ckpt_save_written(t->ck.pending)};
     dist_allreduce_sum_i64(v, 2); /* every rank learns of a signal and of a writer still busy */
     *stop = v[0] > 0;
-    if (*stop) checkpointing_stop_proceed(); /* the ranks all reached the boundary (no grace) */
+    if (*stop) stop_proceed(); /* the ranks all reached the boundary (no grace) */
     return t->ck.pending && v[1] == 0 ? commit_pending(t) : 0;
 }
 

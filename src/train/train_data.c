@@ -16,10 +16,10 @@
 #include "tokenizer/tokenizer.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
-#include "train/checkpointing_stop.h"
+#include "watchdog/stop.h"
 #include "train/objective.h"
 #include "train/train_data_check.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name, int first) {
     TSR_CHECK(train_data_check_model(t, ds, name, first)); /* ids, document end */
@@ -552,12 +552,12 @@ enum { WV_MISSING, WV_FAILED, WV_STOP, WV_HAVE, WV_WANT, WV_NODES, WV_COUNT };
  * it in the same round, and the stop's grace timer is cancelled as at a step boundary. */
 static int wait_round(const tsr_trainer *t, int64_t *v, int have, int want) {
     const int node = t->dist.local_rank == 0;
-    v[WV_STOP] = checkpointing_stop_signalled();
+    v[WV_STOP] = stop_signalled();
     v[WV_HAVE] = node ? have : 0;
     v[WV_WANT] = node ? want : 0;
     v[WV_NODES] = node;
     dist_allreduce_sum_i64(v, WV_COUNT);
-    if (v[WV_STOP]) checkpointing_stop_proceed();
+    if (v[WV_STOP]) stop_proceed();
     return v[WV_STOP] > 0;
 }
 

@@ -359,7 +359,7 @@ int main(int argc, char **argv) {
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0;
-        checkpointing_install_signals();
+        stop_install_signals();
         rc = lock_run_dir(&d, &t, &lock, &made);
         /* the checkpoint is read (and a model that differs from the config's refused) before
          * anything is written in run_dir */

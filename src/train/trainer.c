@@ -17,7 +17,7 @@
 #include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 /* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums and
  * measures its gradients, which part of the weights it updates, and how updated weights come back

@@ -7,7 +7,7 @@
 
 #include "common.h"
 #include "train/trainer_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 /* Test-only faults inside a step's compute (TSR_FAULT, see trainer_fault_signal): "slow:MS:RANK"
  * makes RANK sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in

@@ -16,7 +16,7 @@
 #include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 /* Muon's exchange over the run so far: the slot's, or device = cuda the library's (optim.h) */
 static optim_traffic exchange_traffic(const tsr_trainer *t) {
@@ -222,7 +222,7 @@ static void end_of_run_sample(tsr_trainer *t) {
 static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
     int rc;
     account_step(t, st->step_time);
-    checkpointing_step_done(st->step_time);
+    stop_step_done(st->step_time);
     metrics_log_step(t, st);
     if (st->phase_switch)
         metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
@@ -241,7 +241,9 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
         watchdog_phase(WD_CHECKPOINT, t->step);
         if ((rc = checkpointing_save(t, !last))) return rc;
     }
-    if (watchdog_after_step(t, st) && !last) /* a straggler or low MFU: exit 86 */
+    const watchdog_step ws = {st->step, st->compute_time, st->step_time, st->tokens,
+                              t->out.flops_per_token, t->out.peak_flops};
+    if (watchdog_after_step(&ws, t->out.metrics) && !last) /* a straggler or low MFU: exit 86 */
         return (rc = final_checkpoint(t)) ? rc : TSR_EXIT_SLOW;
     return 0;
 }
@@ -257,7 +259,7 @@ static int stop_run(tsr_trainer *t, int rc) {
 
 static int run_steps(tsr_trainer *t) {
     tsr_step_stats st = {0};
-    watchdog_start(t);
+    watchdog_start(&t->dist, &t->cfg, t->step);
     while (t->step < t->total_steps) {
         int rc, stop;
         if (t->ck.pending) watchdog_phase(WD_CHECKPOINT, t->step); /* a commit may come */

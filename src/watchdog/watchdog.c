@@ -1,5 +1,5 @@
 /* watchdog.c — see watchdog.h. */
-#include "watchdog.h"
+#include "watchdog/watchdog.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -12,9 +12,6 @@
 
 #include "common.h"
 #include "jsonl.h"
-#include "dist.h"
-#include "telemetry/metrics.h"
-#include "train/train_state.h"
 
 static const char *const phase_names[WD_PHASES] = {
     "between steps", "loading the batch", "forward/backward", "gradient reduction",
@@ -31,10 +28,12 @@ static struct {
     atomic_int phase;
     atomic_llong step, since_ns; /* since_ns: when the phase began (CLOCK_MONOTONIC) */
     double timeout;
-    int rank, running;
+    int rank, world, running;
     pthread_t thread;
     atomic_int quit;
-    /* straggler/MFU windows */
+    /* straggler/MFU windows: the config's keys, this window's sums */
+    int64_t window, patience;
+    double slow_factor, min_mfu;
     double compute_sum, wall_sum;
     int64_t tokens_sum, n;
     int *strikes, mfu_strikes;
@@ -103,19 +102,22 @@ static void *hang_thread(void *arg) {
     return NULL;
 }
 
-void watchdog_start(tsr_trainer *t) {
+void watchdog_start(const tsr_dist *d, const tsr_config *cfg, int64_t step) {
     memset(&wd, 0, sizeof wd);
     pthread_mutex_init(&wd.detail_mu, NULL);
-    wd.rank = t->dist.rank;
-    wd.timeout = t->cfg.watchdog.hang_timeout;
-    int world = t->dist.world;
+    wd.rank = d->rank;
+    wd.world = d->world;
+    wd.timeout = cfg->watchdog.hang_timeout;
+    wd.window = cfg->watchdog.window, wd.patience = cfg->watchdog.patience;
+    wd.slow_factor = cfg->watchdog.slow_factor, wd.min_mfu = cfg->watchdog.min_mfu;
+    int world = d->world;
     wd.hosts = tsr_calloc((size_t)world, sizeof *wd.hosts);
     char mine[64];
     const char *node = getenv("SLURMD_NODENAME"); /* the Slurm name when run by srun */
-    snprintf(mine, sizeof mine, "%s", node && *node ? node : t->dist.host);
+    snprintf(mine, sizeof mine, "%s", node && *node ? node : d->host);
     dist_allgather(mine, wd.hosts, sizeof mine);
     wd.strikes = tsr_calloc((size_t)world, sizeof *wd.strikes);
-    watchdog_phase(WD_IDLE, t->step);
+    watchdog_phase(WD_IDLE, step);
     if (wd.timeout > 0) {
         /* stop requests (SIGUSR1/SIGTERM) must reach the main thread, never this one */
         sigset_t block, old;
@@ -147,16 +149,16 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
-    watchdog_phase(WD_IDLE, t->step);
-    const int64_t window = t->cfg.watchdog.window;
+int watchdog_after_step(const watchdog_step *st, FILE *metrics) {
+    watchdog_phase(WD_IDLE, st->step);
+    const int64_t window = wd.window;
     if (window <= 0) return 0;
     wd.compute_sum += st->compute_time;
     wd.wall_sum += st->step_time;
     wd.tokens_sum += st->tokens;
     if (++wd.n < window) return 0;
 
-    int world = t->dist.world;
+    int world = wd.world;
     wd_sample me = {wd.compute_sum / (double)wd.n, wd.wall_sum / (double)wd.n};
     wd_sample *all = tsr_calloc((size_t)world, sizeof *all);
     dist_allgather(&me, all, sizeof me);
@@ -167,20 +169,20 @@ int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
     }
     qsort(sorted, (size_t)world, sizeof *sorted, cmp_double);
     double median = sorted[(world - 1) / 2]; /* lower median: with 2 ranks, the faster one */
-    const double factor = t->cfg.watchdog.slow_factor;
-    const int64_t patience = t->cfg.watchdog.patience;
+    const double factor = wd.slow_factor;
+    const int64_t patience = wd.patience;
     int slow = -1;
     for (int r = 0; r < world; r++) {
         wd.strikes[r] = median > 0 && all[r].compute > factor * median ? wd.strikes[r] + 1 : 0;
         if (wd.strikes[r] >= patience && (slow < 0 || all[r].compute > all[slow].compute)) slow = r;
     }
     double tok_s = wall > 0 ? (double)wd.tokens_sum / ((double)wd.n * wall) : 0;
-    double mfu = t->out.peak_flops > 0
-                     ? t->out.flops_per_token * tok_s / (world * t->out.peak_flops) : 0;
-    const double floor = t->cfg.watchdog.min_mfu;
+    double mfu = st->peak_flops > 0
+                     ? st->flops_per_token * tok_s / (world * st->peak_flops) : 0;
+    const double floor = wd.min_mfu;
     wd.mfu_strikes = floor > 0 && mfu < floor ? wd.mfu_strikes + 1 : 0;
     int stop = slow >= 0 || wd.mfu_strikes >= patience;
-    if (stop && t->dist.rank == 0) {
+    if (stop && wd.rank == 0) {
         char why[512];
         if (slow >= 0)
             snprintf(why, sizeof why, "rank %d on %s computes %.1f ms per step, %.2fx the ranks' "
@@ -192,12 +194,12 @@ int watchdog_after_step(tsr_trainer *t, const tsr_step_stats *st) {
                      "%lld steps in a row", 100 * mfu, 100 * floor, wd.mfu_strikes, (long long)window);
         printf("watchdog: %s: checkpoint, then exit %d = sweep the nodes and requeue\n", why,
                TSR_EXIT_SLOW);
-        if (t->out.metrics) {
-            fprintf(t->out.metrics, "{\"step\": %lld, \"event\": \"watchdog\", \"slow_rank\": %d, "
+        if (metrics) {
+            fprintf(metrics, "{\"step\": %lld, \"event\": \"watchdog\", \"slow_rank\": %d, "
                     "\"slow_host\": \"%s\", \"mfu\": %.6g, \"reason\": \"%s\"",
-                    (long long)t->step, slow, slow >= 0 ? wd.hosts[slow] : "", mfu,
+                    (long long)st->step, slow, slow >= 0 ? wd.hosts[slow] : "", mfu,
                     slow >= 0 ? "straggler" : "mfu");
-            jsonl_end_record(t->out.metrics);
+            jsonl_end_record(metrics);
         }
     }
     free(all);

@@ -1,16 +1,16 @@
-/* checkpointing_stop.c — the stop requests' signals: see checkpointing_stop.h. */
-#include "train/checkpointing_stop.h"
+/* stop.c — the stop requests' signals: see stop.h. */
+#include "watchdog/stop.h"
 
 #include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 static volatile sig_atomic_t stop_signal;
 
-/* A SIGTERM while steps run also arms a timer of stop_grace seconds (checkpointing_step_done: 3
+/* A SIGTERM while steps run also arms a timer of stop_grace seconds (stop_step_done: 3
  * steps, 5 s at least; 0 before the first step): a rank that reaches no step boundary in that time
  * cannot honour the stop, typically because it waits in a collective for a rank that died (srun's
  * --kill-on-bad-exit SIGTERMs the survivors of a crashed rank). It exits 143 at once instead of
@@ -39,7 +39,7 @@ static void on_stop_overdue(int sig) {
     _exit(128 + SIGTERM);
 }
 
-void checkpointing_install_signals(void) {
+void stop_install_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
@@ -51,13 +51,13 @@ void checkpointing_install_signals(void) {
     sigaction(SIGALRM, &sa, NULL);
 }
 
-void checkpointing_step_done(double step_seconds) {
+void stop_step_done(double step_seconds) {
     step_mean = step_mean > 0 ? 0.9 * step_mean + 0.1 * step_seconds : step_seconds;
     double grace = ceil(3.0 * step_mean);
     stop_grace = (sig_atomic_t)(grace < 5.0 ? 5.0 : grace > 3600.0 ? 3600.0 : grace);
 }
 
 
-int checkpointing_stop_signalled(void) { return stop_signal != 0; }
+int stop_signalled(void) { return stop_signal != 0; }
 
-void checkpointing_stop_proceed(void) { alarm(0); }
+void stop_proceed(void) { alarm(0); }
