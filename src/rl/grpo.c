@@ -28,7 +28,7 @@
 #include "tokenizer/tokenizer_eos.h"
 #include "rl/grpo_int.h"
 #include "telemetry/metrics_units.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "watchdog/watchdog.h"
 

@@ -22,7 +22,7 @@
 #include "train/data_sources.h"
 #include "telemetry/metrics.h"
 #include "optim/schedule.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 
 static const checkpointing_importer *importer;
 

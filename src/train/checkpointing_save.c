@@ -17,7 +17,7 @@
 #include "train/checkpointing_tensors.h"
 #include "train/data_sources.h"
 #include "telemetry/metrics.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"

@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "progress.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 
 /* log sigmoid(x), stable for either sign */
 static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "train/train_data.h"
+#include "data/dataloader.h"
 
 const tsr_objective *objective_of(tsr_objective_kind kind) {
     switch (kind) {

@@ -29,7 +29,7 @@
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "plan/fit.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 #include "plan/timeplan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/metrics_prom.h"

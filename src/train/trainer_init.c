@@ -18,7 +18,7 @@
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
 

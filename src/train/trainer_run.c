@@ -13,7 +13,7 @@
 #include "train/objective.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
 #include "watchdog/watchdog.h"

@@ -1,5 +1,5 @@
 /* train_data.c — the training streams, the mix plan and batch loading (docs/data-mixing.md). */
-#include "train/train_data.h"
+#include "data/dataloader.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #include "telemetry/metrics.h"
 #include "watchdog/stop.h"
 #include "train/objective.h"
-#include "train/train_data_check.h"
+#include "data/dataloader_check.h"
 #include "watchdog/watchdog.h"
 
 static int check_dataset(const tsr_trainer *t, tsr_dataset *ds, const char *name, int first) {

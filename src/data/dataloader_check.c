@@ -1,6 +1,6 @@
 /* train_data_check.c — a training dataset against the run's model (train_data_check.h): the ids
  * it holds against model.vocab_size, its document end against the document mask's token. */
-#include "train/train_data_check.h"
+#include "data/dataloader_check.h"
 
 #include <stdio.h>
 
