@@ -28,6 +28,7 @@
 #include "tokenizer/tokenizer_eos.h"
 #include "rl/grpo_int.h"
 #include "telemetry/metrics_units.h"
+#include "data/data_loss.h"
 #include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "watchdog/watchdog.h"
@@ -52,8 +53,8 @@ static int load_records(const tsr_trainer *t, const char *dir, const char *key, 
     }
     size_t len;
     if (s3_is_url(dir))
-        TSR_CHECK(train_data_fetch_shared(t, dir, DATASET_PROMPTS, MAX_RECORDS_BYTES, &r->text,
-                                          &len));
+        TSR_CHECK(dataloader_fetch_shared(&t->dist, dir, DATASET_PROMPTS, MAX_RECORDS_BYTES,
+                                          &r->text, &len));
     else
         TSR_CHECK(fs_read_all(path, MAX_RECORDS_BYTES, &r->text, &len));
     uint32_t got = tsr_crc32c(0, r->text, len);
@@ -134,7 +135,7 @@ static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
     if (t->data.val)
         TSR_CHECK(load_records(t, c->data.val, "data.val", &g->recs[1],
                                dataset_n_samples(t->data.val, g->P)));
-    t->data.sampler.n = t->data.samplers[0].n = g->recs[0].n;
+    dataloader_set_samples(&t->data, g->recs[0].n);
     return 0;
 }
 
@@ -226,8 +227,7 @@ static void rollout_model_free(tsr_trainer *t, rollout_w *w) {
 
 /* the dataset index of the prompt at batch position j of round k of data batch d */
 static uint64_t prompt_index(const tsr_trainer *t, int64_t d, int k, int64_t j) {
-    const uint64_t GB = (uint64_t)t->cfg.global_batch;
-    if (k == 0) return sampler_index(&t->data.sampler, (uint64_t)d * GB + (uint64_t)j);
+    if (k == 0) return dataloader_index(&t->data, d, j);
     const uint64_t n = t->data.sampler.n;
     return sampler_permute((uint64_t)t->cfg.seed ^ REFILL_STREAM, (uint64_t)d * 64 + (uint64_t)k, n,
                            (uint64_t)j % n);
@@ -238,7 +238,7 @@ static void read_prompt(const tsr_trainer *t, const tsr_dataset *ds, const char 
                         grpo_row *r) {
     const tsr_grpo *g = t->grpo;
     int32_t *in = tsr_malloc((size_t)g->P * 2 * sizeof *in), *tg = in + g->P;
-    train_data_read(ds, name, g->P, idx, in, tg);
+    data_read_or_die(ds, name, g->P, idx, in, tg);
     int32_t *ctx = grpo_ctx(r);
     int n = 0;
     while (n < g->P && tg[n] >= 0) n++;

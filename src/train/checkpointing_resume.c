@@ -22,7 +22,6 @@
 #include "train/data_sources.h"
 #include "telemetry/metrics.h"
 #include "optim/schedule.h"
-#include "data/dataloader.h"
 
 static const checkpointing_importer *importer;
 
@@ -131,7 +130,7 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
         return TSR_EXIT_DATA;
     }
     char plan[sizeof meta->mix_plan];
-    train_data_format_plan(t, plan, sizeof plan);
+    dataloader_format_plan(&t->data, plan, sizeof plan);
     if (meta->mix_plan[0] && strcmp(plan, meta->mix_plan) != 0) {
         tsr_error("%s: the data mix plan (phase start in batches: samples per stream) was \"%s\", "
                   "this run's is \"%s\": resuming would re-read or skip data. Keep data.mix, "
@@ -155,7 +154,8 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
             printf("micro_batch auto: %d, kept from %s (it ran %lld)\n", t->micro, path,
                    (long long)meta->micro_batch);
     }
-    train_data_reset_seen(t);
+    dataloader_reset_seen(&t->data, t->step + t->data.data_offset,
+                          (const int64_t(*)[2])t->guard.skips, t->guard.n_skips);
     return 0;
 }
 

@@ -17,7 +17,6 @@
 #include "train/checkpointing_tensors.h"
 #include "train/data_sources.h"
 #include "telemetry/metrics.h"
-#include "data/dataloader.h"
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"
@@ -71,8 +70,8 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     meta->rollbacks = t->guard.rollbacks;
     meta->updates_skipped = t->guard.updates_skipped;
     guard_format_skips(&t->guard, meta->skipped_batches, sizeof meta->skipped_batches);
-    train_data_mix_tokens(t, meta->mix_tokens, sizeof meta->mix_tokens);
-    train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
+    dataloader_mix_tokens(&t->data, meta->mix_tokens, sizeof meta->mix_tokens);
+    dataloader_format_plan(&t->data, meta->mix_plan, sizeof meta->mix_plan);
     guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
     data_sources_format(t, meta->data_sources, sizeof meta->data_sources);
     meta->micro_batch = t->auto_micro ? t->micro : 0;

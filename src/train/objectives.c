@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "data/dataloader.h"
+#include "data/data_loss.h"
 
 const tsr_objective *objective_of(tsr_objective_kind kind) {
     switch (kind) {
@@ -20,11 +20,17 @@ static int64_t lm_denominator(const tsr_trainer *t, int64_t counted) {
     return counted;
 }
 
+/* model_forward over rows whose segments begin at starts (NULL: at the eot_tokens) */
+static double forward(void *m, const int32_t *inputs, const int32_t *targets,
+                      const uint8_t *starts, int B, int T) {
+    return model_forward_starts(m, inputs, targets, starts, B, T);
+}
+
 /* the mean loss over eval_samples of data.val (or the whole split) */
 static double lm_eval(tsr_trainer *t) {
-    return train_data_eval_loss(&t->model, t->data.val, t->cfg.data.val, t->T, t->micro,
-                                t->cfg.eval_samples, &t->mesh.data, t->data.inputs,
-                                t->data.targets, NULL);
+    return data_mean_loss(t->data.val, t->cfg.data.val, t->T, t->micro, t->cfg.eval_samples,
+                          &t->mesh.data, forward, &t->model, t->data.inputs, t->data.targets,
+                          t->model.cfg.attn_mask == TSR_MASK_DOCUMENT, NULL);
 }
 
 static void lm_eval_figures(const tsr_trainer *t, double val_loss, objective_eval_figure f[2]) {

@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
     checkpointing_use_importer(&hf_checkpointing_importer);
     if (c.init_from && hf_is_dir(c.init_from)) /* its tokenizer, unless a --set names one */
-        train_data_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
+        dataloader_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
     trainer_use_icl(&icl_evaluation);
     metrics_use_run_line(account_run_line);
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);

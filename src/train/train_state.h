@@ -1,7 +1,7 @@
 /* train_state.h — the trainer's state, in owned parts, and the small questions asked of it.
  *
  * The lowest header of src/train/ but guard.h: the modules that work on the trainer (metrics,
- * train_data, checkpointing, watchdog, train_gpu) include this, not trainer.h, and trainer.c,
+ * checkpointing, train_gpu) include this, not trainer.h, and trainer.c,
  * which drives them, sits above them all, so no include goes around in a circle.
  *
  * Batch math (docs/architecture.md "Data flow", docs/training.md): global_batch sequences per
@@ -17,8 +17,7 @@
 #include <stdio.h>
 
 #include "config/config.h"
-#include "data/data.h"
-#include "data/mix.h"
+#include "data/dataloader.h"
 #include "dist.h"
 #include "mesh/mesh.h"
 #include "model/model.h"
@@ -49,44 +48,11 @@ typedef struct tsr_step_stats {
                             * with it, nothing applied */
 } tsr_step_stats;
 
-struct tsr_stager;
 struct icl_suite;
 struct gpu_train_ctx;
 struct trainer_strategy;
 struct tsr_grpo;
 struct tsr_objective;
-
-/* The data streams and this rank's batch (owner: train/train_data.c). data.train alone is one
- * stream named "train"; data.mix lists several. Global batch d of the data stream is composed by
- * `mix`. */
-typedef struct tsr_train_data {
-    tsr_dataset *train, *val;    /* train = streams[0] */
-    tsr_sampler sampler;         /* = samplers[0] */
-    int n_streams;
-    tsr_dataset *streams[TSR_MAX_STREAMS];
-    const char *stream_names[TSR_MAX_STREAMS], *stream_paths[TSR_MAX_STREAMS];
-    tsr_sampler samplers[TSR_MAX_STREAMS];
-    tsr_mix mix;
-    int64_t stream_seen[TSR_MAX_STREAMS];   /* samples trained on per stream (not skipped away) */
-    int64_t stream_loaded[TSR_MAX_STREAMS]; /* this rank's samples per stream in the current batch */
-    int *slot_stream;            /* (per_rank) scratch of load_batch */
-    uint64_t *slot_pos;
-    struct tsr_stager *stagers[TSR_MAX_STREAMS]; /* data.stage_to, else NULL */
-    int *node_ranks, n_node_ranks; /* global ranks on this node (staging) */
-    int stage_started;
-    int64_t stage_last[2];       /* staged / in-place reads at the last window boundary */
-    double stage_fetch_wait;     /* s (max over ranks): an object-store window waited for its
-                                  * shards since the last staging line (train_data.c) */
-    double step_wait;            /* s this step waited for data before it began (train_data.c) */
-    double wait_t0, wait_next_note; /* a window's wait: when it began; its next progress line, s */
-    struct tsr_stager *val_stager; /* data.val on an object store: staged whole, else NULL */
-    int64_t data_offset;         /* data batch of step s (0-based) = s + data_offset (rollbacks) */
-    int32_t *inputs, *targets;   /* this rank's batch (per_rank, T) */
-    uint8_t *starts;             /* its segment starts (per_rank, T) when attn_mask = document
-                                  * and a stream records them (tsr_model.starts), else NULL */
-    uint64_t *row_sample;        /* (per_rank) the sample index of each row of the batch in its
-                                  * stream (objective = dpo: row 2j's / 2 is the pair) */
-} tsr_train_data;
 
 /* objective = dpo with dpo.reference = precomputed (owner: train/dpo_ref.c; docs/dpo.md): the
  * initial model's log-probabilities of every pair, (pairs, 2): [2p] chosen, [2p + 1] rejected,
@@ -218,7 +184,7 @@ typedef struct tsr_trainer {
                                   * grpo.updates > 1: trainer.c step_update) */
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (eval/train_icl.h), else NULL */
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
-    tsr_train_data data;
+    tsr_dataloader data;         /* the run's data: its datasets, the batch (data/dataloader.h) */
     tsr_dpo_ref dpo_ref;
     struct tsr_grpo *grpo;       /* objective = grpo: prompts, rollouts, reward (rl/grpo.h) */
     tsr_train_part part;

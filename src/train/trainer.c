@@ -14,7 +14,6 @@
 #include "train/objective.h"
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
-#include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
 #include "watchdog/watchdog.h"
@@ -275,7 +274,8 @@ int trainer_acts_fit(tsr_trainer *t) {
  * restarts the spike window (its loss level may differ). */
 static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
     watchdog_phase(WD_DATA, t->step);
-    sums[0] = train_data_load(t, d);
+    sums[0] = dataloader_next(&t->data, d);
+    trainer_fault_garbage(t, d);
     for (int k = 0; k < t->data.n_streams; k++) sums[1 + k] = t->data.stream_loaded[k];
     dist_view_sum_i64(&t->mesh.data, sums, 1 + (size_t)t->data.n_streams); /* (a context group
                                                                              * counts once) */

@@ -18,7 +18,6 @@
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
-#include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
 
@@ -318,9 +317,9 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
-    train_data_share_indexes(t); /* (collective: before any check a rank may fail alone) */
+    dataloader_share_indexes(cfg, d); /* (collective: before any check a rank may fail alone) */
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
-    if (!rc) rc = train_data_tokenizer(t); /* data.tokenizer: the dataset's, unless named */
+    if (!rc) rc = dataloader_tokenizer(&t->cfg, d); /* data.tokenizer: the dataset's, unless named */
     if (!rc) rc = open_tokenizer(t);
     return agree_start(t, rc, "GPU or tokenizer");
 }
@@ -339,11 +338,22 @@ static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d,
                                             : metrics_peak_flops("cpu", t->be.threads);
 }
 
+/* The data loader over the run's datasets (data/dataloader.h): what the objective's samples are,
+ * this rank's rows of the batch */
+static int open_data(tsr_trainer *t) {
+    const dataloader_opts o = {
+        .cfg = &t->cfg, .dist = &t->dist, .T = t->T, .per_rank = t->per_rank,
+        .data_rank = t->mesh.data.rank, .context = t->mesh.N, .pairs = t->objective->pairs,
+        .prompts = t->objective->prompts, .segment_starts = t->objective->segment_starts,
+        .tok = t->tok};
+    return dataloader_open(&t->data, &o);
+}
+
 /* the data (not for a plan), and the steps it makes: the schedule, eval and save intervals */
 static int init_schedule(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
-    TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
+    TSR_CHECK(agree_start(t, dry_run ? 0 : open_data(t), "data"));
     if (!dry_run && t->objective->start) TSR_CHECK(t->objective->start(t)); /* (grpo: docs/rl.md) */
-    uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
+    uint64_t epoch_samples = dry_run ? 1 : dataloader_epoch_samples(&t->data);
     t->epoch_samples = epoch_samples;
     t->sched = sched_steps_of(cfg, epoch_samples);
     t->total_steps = t->sched.total;
@@ -419,11 +429,10 @@ static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     }
 }
 
-/* a run's state: the data plan and staging, the weights, the ICL tasks, the optimizer's state
- * and the batch buffers */
+/* a run's state: the data plan and staging, the weights, the ICL tasks, the optimizer's state */
 static int init_state(tsr_trainer *t, const tsr_config *cfg) {
-    TSR_CHECK(train_data_plan(t));
-    TSR_CHECK(train_data_stage_open(t));
+    TSR_CHECK(dataloader_plan(&t->data, t->total_steps));
+    TSR_CHECK(dataloader_stage_open(&t->data));
     init_weights(t, cfg);
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_train.c) */
@@ -435,10 +444,8 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
         t->part.m = t->be.ops->alloc(owned * sizeof(float));
         t->part.v = t->be.ops->alloc(owned * sizeof(float));
     }
-    t->data.inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    t->data.targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
-     * auto can still back off */
+    /* the batch's buffers are the loader's (dataloader_open); the activations are allocated by
+     * the first step (trainer_ensure_acts), where micro_batch = auto can still back off */
     return 0;
 }
 
@@ -496,15 +503,13 @@ void trainer_free(tsr_trainer *t) {
     free(t->part.part_displs);
     if (t->part.m) t->be.ops->free(t->part.m);
     if (t->part.v) t->be.ops->free(t->part.v);
-    free(t->data.inputs);
-    free(t->data.targets);
     optim_free(&t->part.optim); /* (before the fsdp plan it points to) */
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
     if (t->objective && t->objective->release) t->objective->release(t);
     model_free(&t->model);
-    train_data_close(t);
+    dataloader_close(&t->data);
     mesh_close(t);
     if (icl_api) icl_api->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);

@@ -13,7 +13,6 @@
 #include "train/objective.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
-#include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
 #include "watchdog/watchdog.h"
@@ -70,7 +69,7 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
         if (rc == 0) {
             guard_record_rollback(g, d_c, d_next);
             t->data.data_offset = d_next - t->step;
-            train_data_reset_seen(t);
+            dataloader_reset_seen(&t->data, d_next, (const int64_t(*)[2])g->skips, g->n_skips);
             t->data.stage_started = 0; /* the data position jumped: announce new windows */
             metrics_log_rollback(t, from, path, d_c, d_next);
             /* commit the restored step with the skip recorded (this also points `latest` at
@@ -131,7 +130,7 @@ static int stop_on_request(tsr_trainer *t) {
     return TSR_EXIT_REQUEUE;
 }
 
-/* A stop request seen while the ranks waited for a window's data (train_data_stage_step): as at a
+/* A stop request seen while the ranks waited for a window's data (dataloader_stage_step): as at a
  * step boundary, but before this start's first step nothing is saved: the state is still the one
  * it started from (the checkpoint it resumed, or the seed's or --init-from's weights at step 0),
  * and a rerun starts there again. Returns TSR_EXIT_REQUEUE or an exit code. */
@@ -267,7 +266,9 @@ static int run_steps(tsr_trainer *t) {
         if ((rc = checkpointing_boundary(t, &stop))) return stop_run(t, rc);
         if (stop) /* the hang watchdog watches its save */
             return stop_run(t, stop_on_request(t));
-        if ((rc = train_data_stage_step(t))) /* s3: an object failed; a stop in the data's wait */
+        rc = dataloader_stage_step(&t->data, t->step, t->out.metrics);
+        account_add(ACC_DATA, t->data.step_wait); /* the accounting's data part */
+        if (rc) /* s3: an object failed; a stop in the data's wait */
             return stop_run(t, rc == TSR_EXIT_REQUEUE ? stop_in_wait(t) : rc);
         trainer_step(t, &st);
         if (st.exit_code) return stop_run(t, st.exit_code); /* (the previous checkpoint stands) */
@@ -279,7 +280,7 @@ static int run_steps(tsr_trainer *t) {
     int rc = checkpointing_drain(t); /* (save_final = false: a periodic save may be in flight) */
     if (rc) return watchdog_stop(), rc;
     watchdog_stop();
-    train_data_stage_end(t);
+    dataloader_stage_end(&t->data, t->step, t->out.metrics);
     ep_report(t);
     optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
     ring_report(t);
