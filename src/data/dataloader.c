@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include "common.h"
-#include "data/data_loss.h"
 #include "data/dataloader_check.h"
 #include "data/s3.h"
 #include "data/stage.h"
@@ -353,7 +352,7 @@ int64_t dataloader_next(tsr_dataloader *dl, int64_t d) {
         uint64_t idx = sampler_index(&dl->samplers[k], dl->slot_pos[i]);
         dl->row_sample[i] = idx;
         int32_t *in = dl->inputs + i * T, *tg = dl->targets + i * T;
-        counted += data_read_or_die(dl->streams[k], dl->stream_paths[k], T, idx, in, tg);
+        counted += dataloader_read(dl->streams[k], dl->stream_paths[k], T, idx, in, tg);
         if (dl->starts) /* (read above: a sample in range) */
             dataset_read_starts(dl->streams[k], T, idx, dl->o.cfg->model.eot_token,
                                 dl->starts + i * T);

@@ -132,6 +132,45 @@ void dataloader_reset_seen(tsr_dataloader *dl, int64_t d, const int64_t (*skips)
 void dataloader_format_plan(const tsr_dataloader *dl, char *buf, size_t n);
 void dataloader_close(tsr_dataloader *dl);
 
+/* ---- splits read whole (dataloader_split.c): a validation set, tessera eval's datasets, the
+ * pairs and prompts an objective reads by index ---- */
+
+/* Reads sample idx of ds (named name in errors); a sample the reader refuses (a token id beyond
+ * the vocabulary in a dataset opened without verify) is seen by this rank only, so it aborts
+ * every rank (tsr_die). Returns the count of counted targets. */
+int64_t dataloader_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
+                        int32_t *inputs, int32_t *targets);
+/* The dataset at dir checked whole (dataset_open with verify; its ids against a model of vocab
+ * rows: dataloader_check_ids); an object-store one fetched whole first (dataloader_fetch_all,
+ * kept). 0 with *ds open, or an exit code after tsr_error (nothing open). */
+int dataloader_open_split(tsr_dataset **ds, const char *dir, int vocab);
+/* An object-store dataset (dataset_s3): every shard fetched through s3.c, s3_connections() at a
+ * time, into a private temporary directory, and checked as a local one (header, size, CRC32C,
+ * token ids, mask bytes); keep: reads then come from these copies until dataset_close (their
+ * files are unlinked at once), else nothing is kept (tessera verify-data). The directory is
+ * removed. 0, or TSR_EXIT_DATA after tsr_error naming the object. */
+int dataloader_fetch_all(tsr_dataset *ds, int keep);
+/* The summed loss of B rows of T tokens (inputs, targets), as model_forward returns it. B = 0
+ * (inputs, targets NULL): a call that scores nothing, made by the ranks whose range is shorter
+ * until each rank has made as many calls as the one with the longest (a sharded model's forward
+ * is collective: model_forward's idle forward); 0. The loader knows no model: its caller hands
+ * the forward over. */
+typedef double (*dataloader_forward_fn)(void *model, const int32_t *inputs,
+                                        const int32_t *targets, const uint8_t *starts, int B,
+                                        int T);
+/* Mean loss over the counted targets of the first `limit` samples of ds (0 = all), split over the
+ * ranks in contiguous ranges, in calls of forward(model, ...) of up to B rows (the model's
+ * activations must hold B x T), the same number of calls on every rank (the idle ones last);
+ * inputs/targets hold B x T. doc (the model keeps segments apart: attn_mask = document) and a
+ * dataset that records segments (dataset_has_segments): forward gets the rows' segment starts
+ * (dataset_read_starts), else NULL. Collective (sums over d's ranks); *samples (may be NULL) =
+ * the samples evaluated. NaN when no target counted. A long one says how far it is, every
+ * TSR_PROGRESS_S seconds on rank 0 ("eval: NAME: 24/64 batches (37%), ..."; progress.h). The
+ * trainer's periodic evaluation and `tessera eval`. */
+double dataloader_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
+                            const tsr_dist *d, dataloader_forward_fn forward, void *model,
+                            int32_t *inputs, int32_t *targets, int doc, uint64_t *samples);
+
 /* ---- staging (dataloader_stage.c; docs/staging.md) ---- */
 
 /* Staging (data.stage_to): opens the stagers; at each step boundary announces the next window

@@ -6,8 +6,19 @@
 
 #include "common.h"
 #include "data/data.h"
-#include "data/data_loss.h"
 #include "tokenizer/tokenizer.h"
+
+int dataloader_check_ids(const tsr_dataset *ds, const char *path, int vocab) {
+    const char *how = NULL;
+    const uint32_t top = dataset_max_token_id(ds, &how);
+    if (top < (uint32_t)vocab) return 0;
+    tsr_error("%s: the dataset holds token ids up to %u (%s; its vocabulary has %u), but "
+              "model.vocab_size = %d: the model must cover every token id the data holds (set "
+              "model.vocab_size >= %u, or use data of this model's tokenizer)", path, top,
+              how ? how : "its vocab_size - 1: the index records no max_token_id and data.verify "
+              "= false read no token", dataset_vocab_size(ds), vocab, top + 1);
+    return TSR_EXIT_USAGE;
+}
 
 /* The vocabulary (the tokenizer that made the data) is larger than the model: said once, naming
  * the ids the model cannot produce (Gemma 3: its tokenizer's <image_soft_token>, 262144). */
@@ -53,7 +64,7 @@ int dataloader_check_model(const dataloader_opts *o, const tsr_dataset *ds, cons
     const char *how = NULL;
     const uint32_t top = dataset_max_token_id(ds, &how);
     const int vocab = o->cfg->model.vocab_size;
-    TSR_CHECK(data_check_ids(ds, path, vocab));
+    TSR_CHECK(dataloader_check_ids(ds, path, vocab));
     if (first && o->dist->rank == 0 && dataset_vocab_size(ds) > (uint32_t)vocab)
         say_extra_ids(o, ds, path, top, how);
     return check_document_end(o, ds, path);

@@ -6,6 +6,12 @@
 
 #include "data/dataloader.h"
 
+/* The ids ds holds (at path) against a model of vocab rows: 0 when its largest id
+ * (dataset_max_token_id) is below vocab, whatever its vocabulary says (a tokenizer may have ids
+ * the model never sees: Gemma 3's 262,145 over 262,144 rows); else TSR_EXIT_USAGE after tsr_error
+ * naming both (the trainer and `tessera eval` before they read a sample: an id past the rows would
+ * index beyond the embedding). */
+int dataloader_check_ids(const tsr_dataset *ds, const char *path, int vocab);
 /* The dataset ds at path against the model of the run o reads for (o->cfg's model keys; o->tok
  * names the ids): its largest token id (dataset_max_token_id) must be
  * below model.vocab_size, whatever its vocabulary (the tokenizer's size: Gemma 3's 262,145 ids

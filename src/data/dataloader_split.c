@@ -1,27 +1,22 @@
-/* data_loss.c — see data_loss.h. */
-#include "data/data_loss.h"
+/* dataloader_split.c — the loader's splits read whole (dataloader.h "splits"): a validation set,
+ * `tessera eval`'s datasets, the pairs and prompts the objectives read by index; an object
+ * store's dataset fetched whole first; the mean loss of a model over a split. */
+#include "data/dataloader.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "common.h"
+#include "data/dataloader_check.h"
+#include "data/s3.h"
+#include "data/shard_format.h"
+#include "fsutil.h"
 #include "progress.h"
 
-int data_check_ids(const tsr_dataset *ds, const char *path, int vocab) {
-    const char *how = NULL;
-    const uint32_t top = dataset_max_token_id(ds, &how);
-    if (top < (uint32_t)vocab) return 0;
-    tsr_error("%s: the dataset holds token ids up to %u (%s; its vocabulary has %u), but "
-              "model.vocab_size = %d: the model must cover every token id the data holds (set "
-              "model.vocab_size >= %u, or use data of this model's tokenizer)", path, top,
-              how ? how : "its vocab_size - 1: the index records no max_token_id and data.verify "
-              "= false read no token", dataset_vocab_size(ds), vocab, top + 1);
-    return TSR_EXIT_USAGE;
-}
-
-int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
-                         int32_t *inputs, int32_t *targets) {
+int64_t dataloader_read(const tsr_dataset *ds, const char *name, int T, uint64_t idx,
+                        int32_t *inputs, int32_t *targets) {
     int k = dataset_read_sample(ds, T, idx, inputs, targets);
     if (k < 0)
         tsr_die(TSR_EXIT_DATA, "%s: cannot read sample %llu (reason above); set data.verify = "
@@ -29,9 +24,51 @@ int64_t data_read_or_die(const tsr_dataset *ds, const char *name, int T, uint64_
     return k;
 }
 
-double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
-                      const tsr_dist *d, data_forward_fn forward, void *model, int32_t *inputs,
-                      int32_t *targets, int doc, uint64_t *samples) {
+/* Fetches shards [k0, k0 + n) into dir and checks each as a local shard (dataset_shard_redirect:
+ * header, size, payload CRC32C, token ids, mask bytes); keep: the redirects stay (the files are
+ * unlinked at once: their mappings hold them until dataset_close), else they are dropped. */
+static int fetch_batch(tsr_dataset *ds, const char *dir, int k0, int n, int keep) {
+    s3_fetch *f = tsr_calloc((size_t)n, sizeof *f);
+    char **path = tsr_calloc((size_t)n, sizeof *path);
+    for (int i = 0; i < n; i++) {
+        path[i] = data_path_join(dir, dataset_shard_name(ds, k0 + i));
+        f[i] = (s3_fetch){.name = dataset_shard_name(ds, k0 + i), .path = path[i],
+                          .size = dataset_shard_bytes(ds, k0 + i)};
+    }
+    int rc = s3_get_files(dataset_s3(ds), f, n, n, NULL) ? TSR_EXIT_DATA : 0;
+    for (int i = 0; i < n; i++) {
+        if (f[i].rc) tsr_error("%s", f[i].err);
+        else if (!rc && dataset_shard_redirect(ds, k0 + i, path[i])) rc = TSR_EXIT_DATA;
+        if (!keep) dataset_shard_redirect(ds, k0 + i, NULL);
+        unlink(path[i]);
+        free(path[i]);
+    }
+    free(path);
+    free(f);
+    return rc;
+}
+
+int dataloader_fetch_all(tsr_dataset *ds, int keep) {
+    char dir[4096];
+    int rc = fs_temp_dir(dir, sizeof dir, "fetch"), S = dataset_n_shards(ds);
+    int batch = s3_connections();
+    for (int k0 = 0; !rc && k0 < S; k0 += batch)
+        rc = fetch_batch(ds, dir, k0, S - k0 < batch ? S - k0 : batch, keep);
+    rmdir(dir);
+    return rc;
+}
+
+int dataloader_open_split(tsr_dataset **ds, const char *dir, int vocab) {
+    TSR_CHECK(dataset_open(ds, dir, 1));
+    int rc = dataset_s3(*ds) && dataloader_fetch_all(*ds, 1) ? TSR_EXIT_DATA
+                                                               : dataloader_check_ids(*ds, dir, vocab);
+    if (rc) dataset_close(*ds);
+    return rc;
+}
+
+double dataloader_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int64_t limit,
+                            const tsr_dist *d, dataloader_forward_fn forward, void *model,
+                            int32_t *inputs, int32_t *targets, int doc, uint64_t *samples) {
     uint8_t *starts = doc && dataset_has_segments(ds) ? tsr_malloc((size_t)B * T) : NULL;
     uint64_t n = dataset_n_samples(ds, T);
     if (limit > 0 && (uint64_t)limit < n) n = (uint64_t)limit;
@@ -49,8 +86,8 @@ double data_mean_loss(const tsr_dataset *ds, const char *name, int T, int B, int
     for (uint64_t s = lo; s < hi; s += (uint64_t)B) {
         int b_n = (int)(hi - s < (uint64_t)B ? hi - s : (uint64_t)B);
         for (int b = 0; b < b_n; b++) {
-            acc[1] += (double)data_read_or_die(ds, name, T, s + (uint64_t)b, inputs + b * T,
-                                               targets + b * T);
+            acc[1] += (double)dataloader_read(ds, name, T, s + (uint64_t)b, inputs + b * T,
+                                              targets + b * T);
             if (starts) dataset_read_starts(ds, T, s + (uint64_t)b, -1, starts + b * T);
         }
         acc[0] += forward(model, inputs, targets, starts, b_n, T);

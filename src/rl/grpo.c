@@ -28,7 +28,6 @@
 #include "tokenizer/tokenizer_eos.h"
 #include "rl/grpo_int.h"
 #include "telemetry/metrics_units.h"
-#include "data/data_loss.h"
 #include "data/dataloader.h"
 #include "train/train_gpu.h"
 #include "watchdog/watchdog.h"
@@ -238,7 +237,7 @@ static void read_prompt(const tsr_trainer *t, const tsr_dataset *ds, const char 
                         grpo_row *r) {
     const tsr_grpo *g = t->grpo;
     int32_t *in = tsr_malloc((size_t)g->P * 2 * sizeof *in), *tg = in + g->P;
-    data_read_or_die(ds, name, g->P, idx, in, tg);
+    dataloader_read(ds, name, g->P, idx, in, tg);
     int32_t *ctx = grpo_ctx(r);
     int n = 0;
     while (n < g->P && tg[n] >= 0) n++;

@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "progress.h"
-#include "data/data_loss.h"
+#include "data/dataloader.h"
 
 /* log sigmoid(x), stable for either sign */
 static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
@@ -58,8 +58,8 @@ static void pair_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int
 static void read_pairs(tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t p0,
                        int n) {
     for (int j = 0; j < 2 * n; j++)
-        data_read_or_die(ds, name, t->T, 2 * p0 + (uint64_t)j, t->data.inputs + (size_t)j * t->T,
-                         t->data.targets + (size_t)j * t->T);
+        dataloader_read(ds, name, t->T, 2 * p0 + (uint64_t)j, t->data.inputs + (size_t)j * t->T,
+                        t->data.targets + (size_t)j * t->T);
 }
 
 /* The forwards of this rank in a pass over `pairs` pairs in forwards of `per` (forward c on rank

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "data/data_loss.h"
+#include "data/dataloader.h"
 
 const tsr_objective *objective_of(tsr_objective_kind kind) {
     switch (kind) {
@@ -28,9 +28,10 @@ static double forward(void *m, const int32_t *inputs, const int32_t *targets,
 
 /* the mean loss over eval_samples of data.val (or the whole split) */
 static double lm_eval(tsr_trainer *t) {
-    return data_mean_loss(t->data.val, t->cfg.data.val, t->T, t->micro, t->cfg.eval_samples,
-                          &t->mesh.data, forward, &t->model, t->data.inputs, t->data.targets,
-                          t->model.cfg.attn_mask == TSR_MASK_DOCUMENT, NULL);
+    return dataloader_mean_loss(t->data.val, t->cfg.data.val, t->T, t->micro,
+                                t->cfg.eval_samples, &t->mesh.data, forward, &t->model,
+                                t->data.inputs, t->data.targets,
+                                t->model.cfg.attn_mask == TSR_MASK_DOCUMENT, NULL);
 }
 
 static void lm_eval_figures(const tsr_trainer *t, double val_loss, objective_eval_figure f[2]) {
