@@ -58,7 +58,7 @@ _Noreturn void tsr_exit(int code);
  * (the default): nothing but exit. */
 void tsr_set_exit_hooks(void (*abort_all)(int code), void (*finalize)(void));
 /* The process groups of children that must end with this process when the run aborts (the
- * reward program's keeper, src/rl/reward_keeper.h, the leader of a group of its own: it ends what
+ * reward program's keeper, src/posttrain/reward_keeper.h, the leader of a group of its own: it ends what
  * it keeps on SIGTERM, then exits): registered (on = 1) while they run, unregistered (on = 0) once
  * stopped; tsr_kill_child_groups sends the registered groups SIGTERM, waits up to 2 s for their
  * leaders to exit, then SIGKILLs the groups (async-signal-safe: the hang watchdog's thread aborts

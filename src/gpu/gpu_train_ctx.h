@@ -50,8 +50,8 @@ typedef struct gpu_train_ctx {
     /* zero3 / hsdp: the host model about to sample from the pulled shards (on = 1: its gathers
      * forgotten, every expert gathered; train/train_state.h trainer_host_weights) or done (0) */
     void (*host_weights)(void *owner, int on);
-    /* An objective with a pass of its own, else NULL (lm): objective = "dpo" (train/dpo.h
-     * dpo_compute, over this rank's preference pairs) or "grpo" (rl/grpo.h grpo_compute, over
+    /* An objective with a pass of its own, else NULL (lm): objective = "dpo" (posttrain/dpo.h
+     * dpo_compute, over this rank's preference pairs) or "grpo" (posttrain/grpo.h grpo_compute, over
      * this rank's rollout rows), its forwards and weighted backwards sent to the device through
      * the host model's hooks (model.h fwd_ctx: scores, bwd_weighted; the host model's LoRA state
      * is the pass's); returns the rank's share of the loss (DPO: its sum of pair losses). The

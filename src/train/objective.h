@@ -5,7 +5,7 @@
  * (plan/plan.c) ask the run's table, t->objective, chosen once at start by objective_of from
  * cfg.objective; none of them tests the kind. Each row lives beside its objective's code: lm's in
  * train/objectives.c (with objective_of, the only code besides the config that names the kinds),
- * dpo's in train/dpo.c, grpo's in rl/grpo_objective.c.
+ * dpo's in posttrain/dpo.c, grpo's in posttrain/grpo_objective.c.
  *
  * A hook left NULL means "nothing of the objective's own": the trainer's common path (language
  * modelling's) runs, as each field says. */
@@ -105,7 +105,7 @@ const tsr_objective *objective_of(tsr_objective_kind kind);
 
 /* the rows, each beside its objective's code */
 extern const tsr_objective objective_lm;   /* train/objectives.c */
-extern const tsr_objective objective_dpo;  /* train/dpo.c */
-extern const tsr_objective objective_grpo; /* rl/grpo_objective.c */
+extern const tsr_objective objective_dpo;  /* posttrain/dpo.c */
+extern const tsr_objective objective_grpo; /* posttrain/grpo_objective.c */
 
 #endif

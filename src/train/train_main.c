@@ -24,7 +24,7 @@
 #include "ops.h"
 #include "progress.h"
 #include "report/account_read.h"
-#include "rl/reward_keeper.h"
+#include "posttrain/reward_keeper.h"
 #include "runlock.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"

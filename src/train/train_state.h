@@ -54,7 +54,7 @@ struct trainer_strategy;
 struct tsr_grpo;
 struct tsr_objective;
 
-/* objective = dpo with dpo.reference = precomputed (owner: train/dpo_ref.c; docs/dpo.md): the
+/* objective = dpo with dpo.reference = precomputed (owner: posttrain/dpo_ref.c; docs/dpo.md): the
  * initial model's log-probabilities of every pair, (pairs, 2): [2p] chosen, [2p + 1] rejected,
  * the same on every rank; on = 0 (base reference, lm): none. */
 typedef struct tsr_dpo_ref {
@@ -109,8 +109,8 @@ typedef struct tsr_train_out {
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
     double val_accuracy;         /* objective = dpo: the last evaluation's pair accuracy */
     double dpo[6];               /* objective = dpo: the step's sums over its pairs (ranks summed,
-                                  * train/dpo.h DPO_*), divided by the pairs when logged */
-    double grpo[16];             /* objective = grpo: the step's statistics (rl/grpo.h GRPO_*;
+                                  * posttrain/dpo.h DPO_*), divided by the pairs when logged */
+    double grpo[16];             /* objective = grpo: the step's statistics (posttrain/grpo.h GRPO_*;
                                   * sums over its completions, the same on every rank) */
     double val_reward;           /* objective = grpo: the last evaluation's mean reward */
     double *moe;                 /* MoE models: the step's statistics summed over microbatches and
@@ -186,7 +186,7 @@ typedef struct tsr_trainer {
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     tsr_dataloader data;         /* the run's data: its datasets, the batch (data/dataloader.h) */
     tsr_dpo_ref dpo_ref;
-    struct tsr_grpo *grpo;       /* objective = grpo: prompts, rollouts, reward (rl/grpo.h) */
+    struct tsr_grpo *grpo;       /* objective = grpo: prompts, rollouts, reward (posttrain/grpo.h) */
     tsr_train_part part;
     tsr_train_out out;
     tsr_train_ckpt ck;

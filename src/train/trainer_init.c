@@ -479,7 +479,7 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
 }
 
 int trainer_open_run_dir(tsr_trainer *t) {
-    /* a resume's stored reference is checked before anything is written (dpo: train/dpo_ref.h) */
+    /* a resume's stored reference is checked before anything is written (dpo: posttrain/dpo_ref.h) */
     if (t->objective->check_reference) TSR_CHECK(t->objective->check_reference(t));
     TSR_CHECK(trainer_acts_fit(t)); /* a run that does not fit writes nothing either */
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;

@@ -56,8 +56,8 @@
 #include "dist.h"
 #include "hf/hf_importer.h"
 #include "train/checkpointing.h"
-#include "rl/grpo_int.h"
-#include "rl/reward_keeper.h"
+#include "posttrain/grpo_int.h"
+#include "posttrain/reward_keeper.h"
 #include "train/trainer.h"
 
 #define H5_OK(x)                                                                         \
@@ -224,7 +224,7 @@ static void grpo_write(hid_t f, const tsr_trainer *t, int S, const int32_t *ctx,
 }
 
 int main(int argc, char **argv) {
-    /* a reward program's keeper is this executable again (rl/reward_keeper.h), as tessera-train's */
+    /* a reward program's keeper is this executable again (posttrain/reward_keeper.h), as tessera-train's */
     if (argc > 1 && !strcmp(argv[1], REWARD_KEEPER_ARG)) return reward_keeper_main(argc, argv);
     const char *init_from = NULL;
     if (argc >= 5 && !strcmp(argv[3], "--init-from")) {
@@ -338,7 +338,7 @@ int main(int argc, char **argv) {
 
     /* the real trainer from the same weights (trainer_step zeroes the gradients itself); DPO
      * with dpo.reference = precomputed computes its reference here, as tessera-train does before
-     * step 1 (train/dpo_ref.h: into the config's run_dir) */
+     * step 1 (posttrain/dpo_ref.h: into the config's run_dir) */
     if ((cfg.objective == TSR_OBJ_DPO || grpo) && (rc = trainer_open_run_dir(&t))) tsr_exit(rc);
     const size_t R = grpo ? (size_t)GB * (size_t)t.grpo->G : 1;
     const size_t cm = grpo ? (size_t)t.grpo->ctx_max : 1, NN = grpo ? (size_t)t.grpo->N : 1;

@@ -1,6 +1,6 @@
 /* reward.c — the built-in rewards and the dispatch (reward.h; docs/rl.md "Rewards"). The program
  * of reward.kind = command: reward_proc.c. */
-#include "rl/reward.h"
+#include "posttrain/reward.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "rl/reward_proc.h"
+#include "posttrain/reward_proc.h"
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 

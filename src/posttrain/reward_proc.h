@@ -3,7 +3,7 @@
 #ifndef TSR_REWARD_PROC_H
 #define TSR_REWARD_PROC_H
 
-#include "rl/reward.h"
+#include "posttrain/reward.h"
 
 /* Starts sh -c reward.command (under ulimit -v reward.memory_mib, leading a process group of its
  * own) under its keeper (reward_keeper.h) with pipes on its stdin and stdout. 0 or

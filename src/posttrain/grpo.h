@@ -5,7 +5,7 @@
  * sampler's positions as for any dataset), G = grpo.group_size completions each, sampled by the
  * batched generator (generate/gen_batch.h) on the full weights (gathered once under zero3 / hsdp,
  * LoRA merged), sample g of the prompt at batch position j from its own random stream
- * gen_stream_key(seed, data batch, j, g); their rewards (rl/reward.h), the overlong penalty;
+ * gen_stream_key(seed, data batch, j, g); their rewards (posttrain/reward.h), the overlong penalty;
  * the groups shared between the ranks (all-gather), with dynamic sampling the groups whose
  * rewards tie dropped and refilled from further prompts; each group's advantages
  * A_i = (r_i - mean) / (std + 1e-6) (std: unbiased; without it with grpo.scale_rewards false).
@@ -53,7 +53,7 @@ void grpo_free(tsr_trainer *t);
 /* The KL reference once the checkpoint is read and run_dir is open (trainer_open_run_dir):
  * with grpo.reference = initial and kl_coef > 0 the starting weights, stored by a fresh start
  * in run_dir/grpo-reference.bin (its checksum into grpo.reference_checksum and config.cfg), read
- * back and checked by a resume (rl/grpo_ref.c). 0 or TSR_EXIT_DATA. Collective. */
+ * back and checked by a resume (posttrain/grpo_ref.c). 0 or TSR_EXIT_DATA. Collective. */
 int grpo_ref_open(tsr_trainer *t);
 
 /* The step's rollouts for data batch d (above, part 1): t->out.grpo filled. Returns the

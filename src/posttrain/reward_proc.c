@@ -10,7 +10,7 @@
  * subreaper tied to this rank by a lifeline pipe, which ends whatever the program started, in a
  * session of its own too, when the rank ends however it ends, or when it is stopped.
  */
-#include "rl/reward_proc.h"
+#include "posttrain/reward_proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "rl/reward_keeper.h"
+#include "posttrain/reward_keeper.h"
 
 extern char **environ;
 

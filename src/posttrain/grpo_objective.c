@@ -3,7 +3,7 @@
  * rollouts, grpo.updates updates a step, an evaluation is the held-out prompts' pass@1. */
 #include <math.h>
 
-#include "rl/grpo.h"
+#include "posttrain/grpo.h"
 #include "train/objective.h"
 
 static int64_t grpo_rows(const tsr_config *cfg) { return cfg->grpo.group_size; }

@@ -1,11 +1,11 @@
 /* dpo_objective.c — objective = "dpo"'s row of the objective table (train/objective.h;
  * docs/dpo.md): preference pairs, the loss a mean over the global batch's pairs, the reference
- * (the base, or the initial model's stored log-probabilities: train/dpo_ref.h). Beside dpo.c
+ * (the base, or the initial model's stored log-probabilities: posttrain/dpo_ref.h). Beside dpo.c
  * rather than in it: dpo_ref.c includes dpo.h, so dpo.c cannot include dpo_ref.h. */
 #include <math.h>
 
-#include "train/dpo.h"
-#include "train/dpo_ref.h"
+#include "posttrain/dpo.h"
+#include "posttrain/dpo_ref.h"
 #include "train/objective.h"
 #include "train/trainer.h"
 
@@ -16,7 +16,7 @@ static void dpo_references(tsr_trainer *t) {
         t->cfg.dpo.reference = t->cfg.lora.rank > 0 ? TSR_DPO_REF_BASE : TSR_DPO_REF_PRECOMPUTED;
     if (t->cfg.dpo.reference == TSR_DPO_REF_BASE)
         t->out.flops_per_token += 2.0 * (double)t->model.n_params_counted;
-    t->dpo_ref.on = t->cfg.dpo.reference == TSR_DPO_REF_PRECOMPUTED; /* (train/dpo_ref.h) */
+    t->dpo_ref.on = t->cfg.dpo.reference == TSR_DPO_REF_PRECOMPUTED; /* (posttrain/dpo_ref.h) */
 }
 
 /* a fresh start's reference pass, or the copy of a resumed reference into run_dir */

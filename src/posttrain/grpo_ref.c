@@ -26,7 +26,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "fsutil.h"
-#include "rl/grpo_int.h"
+#include "posttrain/grpo_int.h"
 #include "telemetry/metrics.h"
 
 #define REF_FILE "grpo-reference.bin"

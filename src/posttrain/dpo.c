@@ -1,5 +1,5 @@
 /* dpo.c — DPO's loss and its pass over a rank's pairs (dpo.h; docs/dpo.md). */
-#include "train/dpo.h"
+#include "posttrain/dpo.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  *   4. loss       (grpo_compute, grpo_loss.c) grpo.updates passes of the clipped objective
  * grpo_rollout runs 1-3, the step's batch; the trainer runs 4 as the objective's pass.
  */
-#include "rl/grpo.h"
+#include "posttrain/grpo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -26,7 +26,7 @@
 #include "generate/gen_batch.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
-#include "rl/grpo_int.h"
+#include "posttrain/grpo_int.h"
 #include "telemetry/metrics_units.h"
 #include "data/dataloader.h"
 #include "train/train_gpu.h"

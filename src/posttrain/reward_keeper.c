@@ -1,6 +1,6 @@
 /* reward_keeper.c — the keeper of a reward program (reward_keeper.h). Plain libc; it runs in a
  * fresh image of tessera-train that initialises nothing (no MPI, no model). */
-#include "rl/reward_keeper.h"
+#include "posttrain/reward_keeper.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -2,7 +2,7 @@
  * of its sums, for metrics.c through the objective table (train/objective.h). */
 #include <math.h>
 
-#include "rl/grpo.h"
+#include "posttrain/grpo.h"
 
 int grpo_metrics(const tsr_trainer *t, const tsr_step_stats *st, objective_figure *m) {
     const double *s = t->out.grpo, R = s[GRPO_ROWS] > 0 ? s[GRPO_ROWS] : 1.0;

@@ -1,5 +1,5 @@
 /* dpo_ref.c — DPO's precomputed reference: the pass, the stored file, its checks (dpo_ref.h). */
-#include "train/dpo_ref.h"
+#include "posttrain/dpo_ref.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -15,7 +15,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "fsutil.h"
-#include "train/dpo.h"
+#include "posttrain/dpo.h"
 #include "telemetry/metrics.h"
 
 #define DPO_REF_KIND "dpo-logps" /* the reference file's kind (checkpoint/ckpt_ref.h) */

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "rl/grpo_int.h"
+#include "posttrain/grpo_int.h"
 
 double grpo_token_loss(const tsr_config *cfg, double lp, double old, double ref, double A,
                        double *dlp, int *clipped, double *kl) {

@@ -6,7 +6,7 @@
  * tokens, pi of the policy (the model trained: base + adapters with LoRA, all weights without) and
  * ref of the reference (dpo.reference: `base`, the base with the adapters off, so no second copy
  * of the weights; `precomputed`, the initial model's values, computed once and stored,
- * train/dpo_ref.h):
+ * posttrain/dpo_ref.h):
  *   z = beta ((pi_c - ref_c) - (pi_r - ref_r))
  *   sigmoid: loss = -(1 - e) log sigmoid(z) - e log sigmoid(-z)   (e = dpo.label_smoothing)
  *   ipo:     loss = (z / beta - 1 / (2 beta))^2

@@ -1,5 +1,5 @@
 /* grpo_int.h — what the files of objective = grpo share (grpo.c: the prompts and the rollouts;
- * grpo_loss.c: the objective's pass; grpo_ref.c: the KL reference). Internal to src/rl/.
+ * grpo_loss.c: the objective's pass; grpo_ref.c: the KL reference). Internal to src/posttrain/.
  *
  * A row record: the header below, then the context (ctx_max int32: the EOT the prompt follows,
  * the prompt, the completion), then the completion's log-probabilities at the rollout (N floats);
@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "rl/grpo.h"
-#include "rl/reward.h"
+#include "posttrain/grpo.h"
+#include "posttrain/reward.h"
 
 typedef struct grpo_row {
     uint64_t prompt;        /* its dataset index */
