@@ -62,7 +62,7 @@ typedef struct gpu_train_ctx {
     struct tsr_lora *lora;     /* LoRA (model/model_lora.h): the host adapters' store, the mirror
                                 * of the device's (w, m, v; checkpoints read and write it), or
                                 * NULL. The base is then frozen: bf16 on the device only */
-    uint64_t lora_key;         /* LoRA: the step's dropout key (train_state.h trainer_lora_key) */
+    uint64_t lora_key;         /* LoRA: the step's dropout key (run/run.h run_lora_key) */
     float lora_decay;          /* LoRA: the adapters' weight decay (weight matrices') */
     double *moe;               /* MoE: the step's statistics the library adds each microbatch's
                                 * to (train_state.h tsr_train_out.moe), else NULL */

@@ -35,7 +35,7 @@ dpo_pair_out dpo_pair(const tsr_config *cfg, double pi_c, double pi_r, double re
  * last one (the backward follows it). stored (dpo.reference = precomputed): the reference of the
  * pair of rows 2j, 2j+1 is stored[2 pair[j]], stored[2 pair[j] + 1], no forward; NULL: the base,
  * adapters off, no dropout. train: the policy runs with the dropout of microbatch b
- * (trainer_lora_pass), else without. */
+ * (run_lora_pass), else without. */
 static void pair_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int rows, int train,
                        int64_t b, const double *stored, const uint64_t *pair, double *ref,
                        double *pol) {
@@ -50,7 +50,7 @@ static void pair_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int
         model_row_logprobs(m, in, tg, rows, t->T, ref);
         m->lora = lo;
     }
-    if (train) trainer_lora_pass(t, b);
+    if (train) run_lora_pass(&t->run, b);
     model_row_logprobs(m, in, tg, rows, t->T, pol);
 }
 

@@ -24,9 +24,9 @@ static int dpo_open_reference(tsr_trainer *t) {
     int rc;
     if (t->dpo_ref.on && !t->dpo_ref.loaded) {
         trainer_ensure_acts(t);
-        trainer_eval_scope(t, 1); /* ranks run different numbers of forwards (train_state.h) */
+        run_eval_scope(&t->run, 1); /* ranks run different numbers of forwards (run/run.h) */
         rc = dpo_ref_build(t);
-        trainer_eval_scope(t, 0);
+        run_eval_scope(&t->run, 0);
     } else {
         rc = dpo_ref_build(t); /* (a copy of a resumed reference into run_dir, else nothing) */
     }

@@ -243,7 +243,7 @@ static int read_file(tsr_trainer *t, const char *path, const dpo_ref_header *wan
 static void checkpoint_record(const tsr_trainer *t, char *out, size_t cap) {
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
     out[0] = '\0';
-    if (trainer_resumed_config(t, ck) == 0) snprintf(out, cap, "%s", ck->dpo.reference_checksum);
+    if (run_resumed_config(&t->run, ck) == 0) snprintf(out, cap, "%s", ck->dpo.reference_checksum);
     free(ck);
 }
 

@@ -278,7 +278,7 @@ static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_ro
                               .cap = maxp + g->N};
     int64_t tokens;
     if (t->be.gpu) { /* on the device (docs/rl.md "On the GPU") */
-        tokens = gpu_train_generate(train_gpu(t), &o, s, n_rows);
+        tokens = gpu_train_generate(run_gpu(&t->run), &o, s, n_rows);
     } else {
         tsr_decoder dec;
         model_infer_decoder(&w->m, &dec);

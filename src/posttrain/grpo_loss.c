@@ -91,7 +91,7 @@ double grpo_compute(tsr_trainer *t) {
         memset(g->ref, 0, (size_t)B * T * sizeof *g->ref);
         if (t->cfg.grpo.kl_coef > 0) grpo_ref_logps(t, g->in, g->tg, B, g->ref);
         if (t->part.lora_on)
-            lora_set_pass(&t->part.lora, 1, trainer_lora_key(t),
+            lora_set_pass(&t->part.lora, 1, run_lora_key(&t->run),
                           lora_pass_row0(t->dist.rank, rows, b, T));
         model_token_scores(m, g->in, g->tg, B, T, g->losses, NULL);
         if (t->out.moe) model_moe_stats_add_w(m, moe_w, t->out.moe);

@@ -166,7 +166,7 @@ static int load(tsr_trainer *t) {
     char path[1300], want[32] = "", why[600] = "";
     ref_path(t, path, sizeof path, "");
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
-    if (t->dist.rank == 0 && trainer_resumed_config(t, ck) == 0)
+    if (t->dist.rank == 0 && run_resumed_config(&t->run, ck) == 0)
         snprintf(want, sizeof want, "%s", ck->grpo.reference_checksum);
     free(ck);
     dist_bcast(want, sizeof want, 0);

@@ -125,12 +125,6 @@ void train_gpu_pin_snapshot(tsr_trainer *t) {
     fflush(stdout);
 }
 
-gpu_train_ctx *train_gpu(tsr_trainer *t) {
-    t->be.gpu->micro = t->micro;
-    if (t->part.lora_on) t->be.gpu->lora_key = trainer_lora_key(t);
-    return t->be.gpu;
-}
-
 void train_gpu_free(tsr_trainer *t) {
     if (!t->be.gpu) return;
     gpu_train_free(t->be.gpu);

@@ -1,14 +1,11 @@
 /* train_state.h — the trainer's state, in owned parts, and the small questions asked of it.
  *
- * The lowest header of src/train/ but guard.h: the modules that work on the trainer (metrics,
- * checkpointing, train_gpu) include this, not trainer.h, and trainer.c,
- * which drives them, sits above them all, so no include goes around in a circle.
- *
- * Batch math (docs/architecture.md "Data flow", docs/training.md): global_batch sequences per
- * optimizer step; rank r of W takes global positions [s*GB + r*GB/W, s*GB + (r+1)*GB/W) of the
- * sampler's stream in microbatches of micro_batch; the loss is the mean over all counted target
- * tokens of the global batch, so the update does not depend on W beyond floating-point summation
- * order.
+ * The lowest header of src/train/: the modules that work on the trainer (checkpointing,
+ * train_gpu) include this, not trainer.h, and trainer.c, which drives them, sits above them all,
+ * so no include goes around in a circle. The parts the layers below the trainer see (the
+ * partition, the backend, the outputs, a step's figures) are run/run.h's, and the trainer hands
+ * them over as its view, `run` (the telemetry, the objective table, the post-training objectives
+ * take that, never the trainer). Batch math: run/run.h.
  */
 #ifndef TSR_TRAIN_STATE_H
 #define TSR_TRAIN_STATE_H
@@ -16,43 +13,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config/config.h"
-#include "data/dataloader.h"
-#include "dist.h"
-#include "mesh/mesh.h"
-#include "model/model.h"
-#include "model/fsdp.h"
-#include "model/model_ep.h"
-#include "model/model_lora.h"
 #include "model/model_ring.h"
-#include "train/guard.h"
-#include "optim/optim.h"
 #include "optim/schedule.h"
-
-typedef struct tsr_step_stats {
-    int64_t step;          /* 1-based index of the step just taken */
-    double loss;           /* mean loss over the global batch's counted targets */
-    double lr, grad_norm;  /* lr used; global grad norm before clipping */
-    int64_t tokens;        /* counted target tokens in the global batch */
-    double step_time;      /* seconds */
-    double compute_time;   /* seconds of forward/backward on this rank, no collective waits */
-    double peak_mem;       /* bytes: the most the training device's allocator held at once so far
-                            * (cpu: tsr_ops allocations; cuda: device memory), largest rank */
-    double peak_rss;       /* bytes: the process's peak resident memory so far, largest rank */
-    int64_t data_batch;    /* index of the global batch in the data stream (docs/spike-guard.md) */
-    tsr_guard_verdict verdict; /* GUARD_OK: the update was applied normally */
-    char why[768];         /* the guard's reason when verdict != GUARD_OK */
-    int rebaselined;       /* the guard restarted its window after this step's outlier */
-    int phase_switch;      /* this step's batch starts a curriculum phase */
-    int exit_code;         /* not 0: the step failed (GRPO's reward program) and the run stops
-                            * with it, nothing applied */
-} tsr_step_stats;
+#include "run/guard.h"
+#include "run/run.h"
 
 struct icl_suite;
-struct gpu_train_ctx;
-struct trainer_strategy;
 struct tsr_grpo;
-struct tsr_objective;
 
 /* objective = dpo with dpo.reference = precomputed (owner: posttrain/dpo_ref.c; docs/dpo.md): the
  * initial model's log-probabilities of every pair, (pairs, 2): [2p] chosen, [2p + 1] rejected,
@@ -67,63 +34,6 @@ typedef struct tsr_dpo_ref {
     char init[1024];             /* the initial model they were computed on, as recorded */
     uint32_t crc;                /* the file's checksum (its trailer): dpo.reference_checksum */
 } tsr_dpo_ref;
-
-/* Who owns which parameters (owner: trainer_init.c plan_shards and init_sharded; checkpointing_*.c does
- * its I/O through it). The flat parameters are partitioned over the ranks (part_*: 16-float
- * aligned, rank order). ZeRO-1 (zero1 = 1): rank r owns its part [shard_lo, shard_hi), keeps
- * AdamW state for it only, receives its summed gradients by reduce-scatter and all-gathers its
- * updated parameters. DDP: every rank owns [0, n_params), gradients are all-reduced, and the
- * partition only splits checkpoint I/O. ZeRO-3 / HSDP (fsdp_on): weights, gradients and moments
- * live as fsdp shards (model/fsdp.h); m, v are (fsdp.shard_n) in shard order, model.params/grads
- * are NULL. */
-typedef struct tsr_train_part {
-    int zero1;
-    size_t shard_lo, shard_hi;
-    int fsdp_on, fsdp_group;     /* fsdp_group: G, the ranks that share one copy of the state */
-    tsr_fsdp fsdp;
-    float *ckio[3];              /* fsdp checkpoint I/O: weights, m, v in the flat partition */
-    float *ep_io[3];             /* parallel.expert, world ranks < EP: their part of the expert
-                                  * tensors (model_ep.h ep_to_part), weights, m, v */
-    size_t *part_counts, *part_displs; /* per rank (size_t: a flat buffer may pass 2^31 floats) */
-    float *gslice;               /* ZeRO-1: summed gradients of the owned slice */
-    float *m, *v;                /* the optimizer's state of the owned slice (optim below) */
-    int lora_on;                 /* lora.rank > 0: the base is frozen (no gradients, no AdamW
-                                  * state: m, v, gslice are NULL) and the adapters in lora train
-                                  * (model/model_lora.h) */
-    tsr_lora lora;
-    int ep_on;                   /* parallel.expert > 1: the experts live in ep, outside the
-                                  * flat layout and the sharding above (model/model_ep.h) */
-    tsr_ep ep;
-    uint64_t ep_sent_steps;       /* ep.sent_bytes before an evaluation (trainer_eval_scope) */
-    tsr_optim optim;             /* the optimizer slot (optim/optim.h): AdamW or Muon over the
-                                  * owned parts, m and v its state (Muon: its matrices'
-                                  * momentum is m over their elements; v stays zero there); off
-                                  * on device = cuda (the library's) */
-} tsr_train_part;
-
-/* What the run reports (owner: telemetry/metrics.c). */
-typedef struct tsr_train_out {
-    FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
-    struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (telemetry/tboard.h), else NULL */
-    double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
-    int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
-    double val_accuracy;         /* objective = dpo: the last evaluation's pair accuracy */
-    double dpo[6];               /* objective = dpo: the step's sums over its pairs (ranks summed,
-                                  * posttrain/dpo.h DPO_*), divided by the pairs when logged */
-    double grpo[16];             /* objective = grpo: the step's statistics (posttrain/grpo.h GRPO_*;
-                                  * sums over its completions, the same on every rank) */
-    double val_reward;           /* objective = grpo: the last evaluation's mean reward */
-    double *moe;                 /* MoE models: the step's statistics summed over microbatches and
-                                  * ranks, LM records of [aux, z, tokens per expert] (decoder.h
-                                  * dec_moe_stats_add; the losses weighted as docs/moe.md says);
-                                  * NULL in a dense model */
-    struct {                     /* the checkpoint read at start (resume, init-from), read before */
-        char what[16];           /* run_dir is opened: logged by trainer_open_run_dir; "" none */
-        char path[1200];
-        double seconds;
-        uint64_t bytes;
-    } start_load;
-} tsr_train_out;
 
 /* The checkpoints this process writes (owner: train/checkpointing_save.c; docs/checkpoint-format.md
  * "Asynchronous save"). */
@@ -145,15 +55,6 @@ typedef struct tsr_train_ckpt {
     double snap_s;               /* of those, the main thread's part of the snapshot (the device's
                                   * state pulled, zero3 / hsdp parts moved into it) */
 } tsr_train_ckpt;
-
-/* Where the step runs (owner: trainer.c; the CUDA path: train/train_gpu.c). */
-typedef struct tsr_train_backend {
-    const tsr_ops *ops;          /* the host's fp32 ops */
-    struct gpu_train_ctx *gpu;   /* device = cuda: what the CUDA path sees (train/train_gpu.h),
-                                  * else NULL */
-    const struct trainer_strategy *strategy; /* ddp, zero1, fsdp, lora or device (trainer.c) */
-    int threads;
-} tsr_train_backend;
 
 typedef struct tsr_trainer {
     tsr_config cfg;
@@ -191,6 +92,8 @@ typedef struct tsr_trainer {
     tsr_train_out out;
     tsr_train_ckpt ck;
     tsr_train_backend be;
+    tsr_run run;                 /* the view of all this the layers below the trainer take
+                                  * (run/run.h; filled by trainer_init) */
 } tsr_trainer;
 
 /* Sequences the allocated activations hold (on the device with device = cuda); 0: none yet. */
@@ -201,29 +104,10 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
  * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
  * key when G does not divide the world. */
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
-/* Around an evaluation (validation loss, ICL, DPO's reference pass): on = 1 before it, 0 after.
- * Ranks score different numbers of batches there, and a forward whose weights or experts live
- * on other ranks is a collective (zero3 / hsdp gather each unit, parallel.expert exchanges the
- * routed rows), so every rank tops up with idle forwards (model_forwards_most, model_forward's
- * B = 0): no rank gathers the full weights or every expert. The scope leaves the evaluation's
- * expert exchange out of the run's count (ep_report: the steps' traffic). */
-void trainer_eval_scope(tsr_trainer *t, int on);
 /* The end-of-run sample's host model, on = 1 before it and 0 after: every expert on every rank
  * (ep_full), and under zero3 / hsdp the shard's gathers forgotten (device = cuda pulls the shard
  * into it first). Collective. */
 void trainer_host_weights(tsr_trainer *t, int on);
 
-/* On a resume (rank 0): the config recorded in the checkpoint read (t->out.start_load.path) into
- * ck: what the run was trained with (the stored references' checksums). 0, or -1 when it cannot
- * be read (quietly: the resume reported it). */
-int trainer_resumed_config(const tsr_trainer *t, tsr_config *ck);
-
-/* LoRA: the dropout of microbatch b of this rank's batch in the current step (model_lora.h
- * lora_set_pass): the step's data batch gives the key, the global row of the microbatch's first
- * row the row numbers. No-op without LoRA. */
-void trainer_lora_pass(tsr_trainer *t, int64_t b);
-/* LoRA: the dropout key of the current step (its data batch), the same for every microbatch and
- * rank; device = cuda hands it to the library each step (train_gpu.c). */
-uint64_t trainer_lora_key(const tsr_trainer *t);
 
 #endif

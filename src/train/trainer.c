@@ -67,7 +67,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     }
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
-        trainer_lora_pass(t, b);
+        run_lora_pass(&t->run, b);
         m->starts = t->data.starts ? t->data.starts + b * t->T : NULL;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
@@ -185,7 +185,7 @@ static void zero1_gather(tsr_trainer *t) {
 static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
 
 static double device_compute(tsr_trainer *t, float scale) {
-    return gpu_train_compute(train_gpu(t), scale);
+    return gpu_train_compute(run_gpu(&t->run), scale);
 }
 
 static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
@@ -215,7 +215,7 @@ const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
 /* The activations for t->micro on every rank: the number of ranks that could not allocate them
  * (then every rank gives its back). Collective. */
 static int64_t try_acts(tsr_trainer *t) {
-    int64_t failed = (t->be.gpu ? gpu_train_try_acts(train_gpu(t), t->micro)
+    int64_t failed = (t->be.gpu ? gpu_train_try_acts(run_gpu(&t->run), t->micro)
                              : model_try_alloc_acts(&t->model, t->micro, t->T)) != 0;
     dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
     if (failed && t->be.gpu) gpu_train_free_acts(t->be.gpu);
@@ -409,9 +409,9 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
-    trainer_eval_scope(t, 1); /* ranks run different numbers of batches (train_state.h) */
+    run_eval_scope(&t->run, 1); /* ranks run different numbers of batches (run/run.h) */
     /* the validation loss; dpo: the pairs' DPO loss; grpo: pass@1 (train/objective.h) */
     double loss = t->objective->eval(t);
-    trainer_eval_scope(t, 0);
+    run_eval_scope(&t->run, 0);
     return loss;
 }

@@ -309,11 +309,21 @@ static void mesh_close(tsr_trainer *t) {
 
 /* trainer_init's first step: the trainer from the config and the world; the GPU's and the
  * tokenizer's checks, agreed by every rank */
+/* The view the layers below the trainer take (run/run.h): its parts and counters, lent */
+static void init_view(tsr_trainer *t) {
+    t->run = (tsr_run){
+        .cfg = &t->cfg, .dist = &t->dist, .mesh = &t->mesh, .model = &t->model, .part = &t->part,
+        .be = &t->be, .out = &t->out, .data = &t->data, .objective = t->objective,
+        .T = &t->T, .micro = &t->micro, .per_rank = &t->per_rank, .step = &t->step,
+        .total_steps = &t->total_steps, .tokens_seen = &t->tokens_seen};
+}
+
 static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
     t->objective = objective_of(cfg->objective); /* (the one choice: train/objective.h) */
+    init_view(t);
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
@@ -321,6 +331,7 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = dataloader_tokenizer(&t->cfg, d); /* data.tokenizer: the dataset's, unless named */
     if (!rc) rc = open_tokenizer(t);
+    t->run.tok = t->tok;
     return agree_start(t, rc, "GPU or tokenizer");
 }
 

@@ -157,11 +157,11 @@ static int evaluate(tsr_trainer *t) {
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
-        trainer_eval_scope(t, 1);
+        run_eval_scope(&t->run, 1);
         trainer_ensure_acts(t);
         trainer_icl()->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step, t->out.metrics,
                      t->out.tb);
-        trainer_eval_scope(t, 0);
+        run_eval_scope(&t->run, 0);
     }
     account_add(ACC_EVAL, tsr_now() - t0);
     return 0;

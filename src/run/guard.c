@@ -1,5 +1,5 @@
 /* guard.c — loss-spike and NaN detection and the escalation of guard.h. */
-#include "train/guard.h"
+#include "run/guard.h"
 
 #include <math.h>
 #include <stdio.h>
