@@ -7,7 +7,7 @@
 
 #include "common.h"
 #include "plan/plan.h"
-#include "train/objective.h"
+#include "run/objective.h"
 #include "train/train_gpu.h"
 #include "train/trainer.h"
 

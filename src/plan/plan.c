@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "telemetry/metrics_units.h"
-#include "train/objective.h"
+#include "run/objective.h"
 
 static void human_count(char *buf, size_t n, double v) {
     if (v >= 1e9) snprintf(buf, n, "%.2fB", v / 1e9);

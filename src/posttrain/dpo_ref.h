@@ -3,7 +3,7 @@
  * Before step 1 of a fresh run, a forward-only pass of the initial model over every training pair
  * (and the validation pairs an evaluation takes, with data.val) computes log p_ref(chosen) and
  * log p_ref(rejected) of each pair (dpo_reference_logps); they are stored in
- * run_dir/dpo-reference.bin and kept in t->dpo_ref, where dpo_compute and dpo_eval take them in
+ * run_dir/dpo-reference.bin and kept in the objective's state (tsr_dpo.ref), where dpo_compute and dpo_eval take them in
  * place of a reference forward. A resume reads them back (the model has moved on: they cannot be
  * computed again) after checking that they belong to this run's data.
  *
@@ -22,24 +22,24 @@
 #ifndef TSR_DPO_REF_H
 #define TSR_DPO_REF_H
 
-#include "train/train_state.h"
+#include "posttrain/dpo.h"
 
 #define DPO_REF_FILE "dpo-reference.bin"
 
-/* With t->dpo_ref.on (set by trainer_init, which resolves dpo.reference = auto), on a resume
- * (the checkpoint read: t->out.start_load.what = "resume"): reads run_dir's stored reference
+/* With ref->on (set by the table's references, which resolves dpo.reference = auto), on a resume
+ * (the checkpoint read: run->out->start_load.what = "resume"): reads run_dir's stored reference
  * (else the one beside the checkpoint read, copied into run_dir by dpo_ref_build) and checks it
  * against this run: seq_len, data.train's and data.val's index checksum and pair
  * counts. 0, or TSR_EXIT_DATA after rank 0 named the file and what did not match. Writes nothing:
  * called before run_dir is opened. Collective; nothing without a precomputed reference. */
-int dpo_ref_load(tsr_trainer *t);
+int dpo_ref_load(const tsr_run *run, tsr_dpo_ref *ref);
 
 /* A fresh start: the reference pass over the pairs (the weights full on every rank, activations
  * allocated: the caller's), its time in the log, the file committed. After a resume whose file
  * came from beside another run's checkpoint: that file written into run_dir. 0 or TSR_EXIT_DATA
  * (the file could not be written). Collective; nothing without a precomputed reference. */
-int dpo_ref_build(tsr_trainer *t);
+int dpo_ref_build(const tsr_run *run, tsr_dpo_ref *ref);
 
-void dpo_ref_free(tsr_trainer *t);
+void dpo_ref_free(tsr_dpo_ref *ref);
 
 #endif

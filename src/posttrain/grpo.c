@@ -39,7 +39,7 @@
 
 /* SPLIT/prompts.jsonl: its lines checked against the notes (count, CRC32C), each a JSON object.
  * On an object store (s3://) it is fetched by rank 0 and broadcast, as the index is. Every rank. */
-static int load_records(const tsr_trainer *t, const char *dir, const char *key, grpo_records *r,
+static int load_records(const tsr_run *run, const char *dir, const char *key, grpo_records *r,
                         uint64_t windows) {
     uint64_t n = 0, crc = 0;
     char path[4200];
@@ -52,7 +52,7 @@ static int load_records(const tsr_trainer *t, const char *dir, const char *key, 
     }
     size_t len;
     if (s3_is_url(dir))
-        TSR_CHECK(dataloader_fetch_shared(&t->dist, dir, DATASET_PROMPTS, MAX_RECORDS_BYTES,
+        TSR_CHECK(dataloader_fetch_shared(run->dist, dir, DATASET_PROMPTS, MAX_RECORDS_BYTES,
                                           &r->text, &len));
     else
         TSR_CHECK(fs_read_all(path, MAX_RECORDS_BYTES, &r->text, &len));
@@ -79,19 +79,19 @@ static int load_records(const tsr_trainer *t, const char *dir, const char *key, 
 /* The stop ids: the end of text (the tokenizer's, else V - 1), and the ids the prompts' index
  * notes (stop_ids: a chat template's end of turn); once, at the first generation (the model's
  * layout is built after grpo_init) */
-static void stop_ids(tsr_trainer *t, tsr_grpo *g) {
+static void stop_ids(const tsr_run *run, tsr_grpo *g) {
     if (g->n_stop) return;
-    uint32_t e = t->tok ? tokenizer_eos_id(t->tok, NULL, TOKENIZER_EOS_DOCUMENT) : UINT32_MAX;
-    g->stop_ids[g->n_stop++] = e < (uint32_t)t->model.V ? (int32_t)e : t->model.V - 1;
+    uint32_t e = run->tok ? tokenizer_eos_id(run->tok, NULL, TOKENIZER_EOS_DOCUMENT) : UINT32_MAX;
+    g->stop_ids[g->n_stop++] = e < (uint32_t)run->model->V ? (int32_t)e : run->model->V - 1;
     char ids[512];
-    dataset_index_note_text(t->cfg.data.train, "stop_ids", ids, sizeof ids);
+    dataset_index_note_text(run->cfg->data.train, "stop_ids", ids, sizeof ids);
     for (char *s = ids, *end; *s && g->n_stop < 16; s = *end ? end + 1 : end) {
         long v = strtol(s, &end, 10);
         if (end == s) break;
-        if (v >= 0 && v < t->model.V) g->stop_ids[g->n_stop++] = (int32_t)v;
+        if (v >= 0 && v < run->model->V) g->stop_ids[g->n_stop++] = (int32_t)v;
     }
-    reward_harmony_find(&g->harmony, t->tok, g->stop_ids, g->n_stop);
-    if (t->dist.rank != 0) return;
+    reward_harmony_find(&g->harmony, run->tok, g->stop_ids, g->n_stop);
+    if (run->dist->rank != 0) return;
     printf("grpo: a completion stops at id");
     for (int i = 0; i < g->n_stop; i++) printf("%s %d", i ? "," : "", g->stop_ids[i]);
     printf(" (end of text%s)\n", g->n_stop > 1 ? "; the prompts' stop_ids" : "");
@@ -103,48 +103,48 @@ static void stop_ids(tsr_trainer *t, tsr_grpo *g) {
         printf("grpo: the rewards read the whole completion\n");
 }
 
-static int check_prompts(tsr_trainer *t, tsr_grpo *g) {
-    const tsr_config *c = &t->cfg;
+static int check_prompts(const tsr_run *run, tsr_grpo *g) {
+    const tsr_config *c = run->cfg;
     uint64_t P = 0;
     if (dataset_index_note(c->data.train, "packed_seq_len", &P) != 1 || P < 2 || P > INT32_MAX) {
-        if (t->dist.rank == 0)
+        if (run->dist->rank == 0)
             tsr_error("data.train = \"%s\": objective = \"grpo\" needs prompts (tessera prep "
                       "--format prompts --pack P; docs/rl.md)", c->data.train);
         return TSR_EXIT_USAGE;
     }
     g->P = (int)P, g->G = (int)c->grpo.group_size, g->N = (int)c->grpo.max_new_tokens;
     g->ctx_max = g->P + g->N;
-    if (g->P - 1 + g->N > t->T) {
-        if (t->dist.rank == 0)
+    if (g->P - 1 + g->N > *run->T) {
+        if (run->dist->rank == 0)
             tsr_error("seq_len = %d: a row holds a prompt (up to %d tokens: data.train's --pack "
-                      "%d, less one) and grpo.max_new_tokens = %d: set seq_len >= %d", t->T,
+                      "%d, less one) and grpo.max_new_tokens = %d: set seq_len >= %d", *run->T,
                       g->P - 1, g->P, g->N, g->P - 1 + g->N);
         return TSR_EXIT_USAGE;
     }
     uint64_t vP = 0;
     if (c->data.val[0] && (dataset_index_note(c->data.val, "packed_seq_len", &vP) != 1 || vP != P)) {
-        if (t->dist.rank == 0)
+        if (run->dist->rank == 0)
             tsr_error("data.val = \"%s\": held-out prompts packed as data.train's (--pack %d) are "
                       "needed, its index notes --pack %llu", c->data.val, g->P,
                       (unsigned long long)vP);
         return TSR_EXIT_USAGE;
     }
-    TSR_CHECK(load_records(t, c->data.train, "data.train", &g->recs[0],
-                           dataset_n_samples(t->data.train, g->P)));
-    if (t->data.val)
-        TSR_CHECK(load_records(t, c->data.val, "data.val", &g->recs[1],
-                               dataset_n_samples(t->data.val, g->P)));
-    dataloader_set_samples(&t->data, g->recs[0].n);
+    TSR_CHECK(load_records(run, c->data.train, "data.train", &g->recs[0],
+                           dataset_n_samples(run->data->train, g->P)));
+    if (run->data->val)
+        TSR_CHECK(load_records(run, c->data.val, "data.val", &g->recs[1],
+                               dataset_n_samples(run->data->val, g->P)));
+    dataloader_set_samples(run->data, g->recs[0].n);
     return 0;
 }
 
 /* A hang watchdog that would fire before reward.timeout: a hung reward program then ends the run
  * as a hang (exit 3, which the job hook requeues, into the same hang) instead of exit 2 quoting
  * the exchange */
-static void warn_hang_timeout(const tsr_trainer *t) {
-    const tsr_config *c = &t->cfg;
-    if (t->dist.rank == 0 && c->reward.kind == TSR_REWARD_COMMAND && c->watchdog.hang_timeout > 0 &&
-        c->watchdog.hang_timeout <= c->reward.timeout)
+static void warn_hang_timeout(const tsr_run *run) {
+    const tsr_config *c = run->cfg;
+    if (run->dist->rank == 0 && c->reward.kind == TSR_REWARD_COMMAND &&
+        c->watchdog.hang_timeout > 0 && c->watchdog.hang_timeout <= c->reward.timeout)
         tsr_warn("watchdog.hang_timeout = %g s is not above reward.timeout = %g s: a reward "
                  "program that hangs will abort the run as a hang (exit 3, requeued into the same "
                  "hang) instead of stopping it with exit 2 and the exchange quoted; set "
@@ -152,36 +152,33 @@ static void warn_hang_timeout(const tsr_trainer *t) {
                  c->watchdog.hang_timeout, c->reward.timeout);
 }
 
-int grpo_init(tsr_trainer *t) {
-    tsr_grpo *g = t->grpo = tsr_calloc(1, sizeof *t->grpo);
-    warn_hang_timeout(t);
-    int rc = check_prompts(t, g);
-    if (!rc) rc = reward_open(&g->rw, &t->cfg, t->dist.rank, t->dist.world);
+int grpo_init(const tsr_run *run, tsr_grpo *g) {
+    warn_hang_timeout(run);
+    int rc = check_prompts(run, g);
+    if (!rc) rc = reward_open(&g->rw, run->cfg, run->dist->rank, run->dist->world);
     int worst = rc;
     dist_allreduce_max_int(&worst, 1);
     if (worst) return worst;
     g->rec = (sizeof(grpo_row) + (size_t)g->ctx_max * 4 + (size_t)g->N * 4 + 7) / 8 * 8;
-    const size_t rows = (size_t)t->cfg.global_batch * (size_t)g->G;
+    const size_t rows = (size_t)run->cfg->global_batch * (size_t)g->G;
     g->round = tsr_malloc(rows * g->rec);
     g->kept = tsr_malloc(rows * g->rec);
-    const size_t mt = (size_t)t->micro * (size_t)t->T;
+    const size_t mt = (size_t)*run->micro * (size_t)*run->T;
     g->in = tsr_malloc(mt * sizeof *g->in), g->tg = tsr_malloc(mt * sizeof *g->tg);
     g->losses = tsr_malloc(mt * sizeof *g->losses), g->dl = tsr_malloc(mt * sizeof *g->dl);
     g->ref = tsr_malloc(mt * sizeof *g->ref);
     return 0;
 }
 
-void grpo_free(tsr_trainer *t) {
-    tsr_grpo *g = t->grpo;
+void grpo_free(tsr_grpo *g) {
     if (!g) return;
-    grpo_ref_free(t);
+    grpo_ref_free(g);
     reward_close(&g->rw);
     for (int k = 0; k < 2; k++) free(g->recs[k].text), free(g->recs[k].at);
     free(g->round), free(g->kept), free(g->in), free(g->tg), free(g->losses), free(g->dl);
     free(g->ref);
     if (g->log) fclose(g->log);
     free(g);
-    t->grpo = NULL;
 }
 
 /* ---- the weights the rollouts are drawn from --------------------------------------------------- */
@@ -193,8 +190,8 @@ typedef struct rollout_w {
 
 /* zero3 / hsdp: every unit gathered once into flat (n_params): the shard to its part of the flat
  * layout, the parts all-gathered over the group */
-static void gather_full(tsr_trainer *t, float *flat) {
-    tsr_fsdp *f = &t->part.fsdp;
+static void gather_full(const tsr_run *run, float *flat) {
+    tsr_fsdp *f = &run->part->fsdp;
     const int S = f->G; /* the shard group's ranks (G is a group's completions in this file) */
     int *counts = tsr_malloc((size_t)S * 2 * sizeof *counts), *displs = counts + S;
     for (int r = 0; r < S; r++) counts[r] = (int)f->part_counts[r], displs[r] = (int)f->part_displs[r];
@@ -204,38 +201,37 @@ static void gather_full(tsr_trainer *t, float *flat) {
     free(part), free(counts);
 }
 
-static void rollout_model(tsr_trainer *t, rollout_w *w) {
+static void rollout_model(const tsr_run *run, rollout_w *w) {
     w->own = NULL;
-    if (t->be.gpu) return; /* (device = cuda: the device's weights, gpu_train_generate) */
-    w->m = t->model;
+    if (run->be->gpu) return; /* (device = cuda: the device's weights, gpu_train_generate) */
+    w->m = *run->model;
     w->m.src = NULL, w->m.lora = NULL, w->m.fwd = NULL, w->m.scores = NULL;
     w->m.bwd_weighted = NULL, w->m.moe_stats = NULL;
-    const size_t bytes = t->model.n_params * sizeof(float);
-    if (t->part.fsdp_on || t->part.lora_on) w->own = t->be.ops->alloc(bytes);
-    if (t->part.fsdp_on) gather_full(t, w->own);
-    else if (t->part.lora_on) memcpy(w->own, t->model.params, bytes);
+    const size_t bytes = run->model->n_params * sizeof(float);
+    if (run->part->fsdp_on || run->part->lora_on) w->own = run->be->ops->alloc(bytes);
+    if (run->part->fsdp_on) gather_full(run, w->own);
+    else if (run->part->lora_on) memcpy(w->own, run->model->params, bytes);
     if (w->own) w->m.params = w->own;
-    if (t->part.lora_on) lora_merge(&t->part.lora, t->part.lora.w, &w->m);
+    if (run->part->lora_on) lora_merge(&run->part->lora, run->part->lora.w, &w->m);
 }
 
-static void rollout_model_free(tsr_trainer *t, rollout_w *w) {
-    if (w->own) t->be.ops->free(w->own);
+static void rollout_model_free(const tsr_run *run, rollout_w *w) {
+    if (w->own) run->be->ops->free(w->own);
 }
 
 /* ---- one round of rollouts ------------------------------------------------------------------- */
 
 /* the dataset index of the prompt at batch position j of round k of data batch d */
-static uint64_t prompt_index(const tsr_trainer *t, int64_t d, int k, int64_t j) {
-    if (k == 0) return dataloader_index(&t->data, d, j);
-    const uint64_t n = t->data.sampler.n;
-    return sampler_permute((uint64_t)t->cfg.seed ^ REFILL_STREAM, (uint64_t)d * 64 + (uint64_t)k, n,
-                           (uint64_t)j % n);
+static uint64_t prompt_index(const tsr_run *run, int64_t d, int k, int64_t j) {
+    if (k == 0) return dataloader_index(run->data, d, j);
+    const uint64_t n = run->data->sampler.n;
+    return sampler_permute((uint64_t)run->cfg->seed ^ REFILL_STREAM, (uint64_t)d * 64 + (uint64_t)k,
+                           n, (uint64_t)j % n);
 }
 
 /* prompt idx of ds read into row r's context: the EOT before it, its tokens */
-static void read_prompt(const tsr_trainer *t, const tsr_dataset *ds, const char *name, uint64_t idx,
+static void read_prompt(const tsr_grpo *g, const tsr_dataset *ds, const char *name, uint64_t idx,
                         grpo_row *r) {
-    const tsr_grpo *g = t->grpo;
     int32_t *in = tsr_malloc((size_t)g->P * 2 * sizeof *in), *tg = in + g->P;
     dataloader_read(ds, name, g->P, idx, in, tg);
     int32_t *ctx = grpo_ctx(r);
@@ -249,8 +245,8 @@ static void read_prompt(const tsr_trainer *t, const tsr_dataset *ds, const char 
 
 /* once, rank 0: what the first generation's slots allocate (their caches keep a sliding layer's
  * window only: docs/decoder.md "Rolling window") */
-static void say_kv(tsr_trainer *t, const tsr_decoder *d, const gen_batch_opts *o) {
-    if (t->grpo->kv_said++ || t->dist.rank != 0) return;
+static void say_kv(const tsr_run *run, tsr_grpo *g, const tsr_decoder *d, const gen_batch_opts *o) {
+    if (g->kv_said++ || run->dist->rank != 0) return;
     char b[32];
     metrics_human_bytes(b, sizeof b, (double)gen_batch_bytes(d, o));
     printf("grpo: rollouts of %d slots of %d positions: %s of KV caches and buffers\n", o->batch,
@@ -259,30 +255,29 @@ static void say_kv(tsr_trainer *t, const tsr_decoder *d, const gen_batch_opts *o
 
 /* the rows' completions: G sequences per prompt row (rows r0, r0 + G, ...), sampled (or greedy
  * with temperature 0) on the rollout weights */
-static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_rows,
+static int64_t generate(const tsr_run *run, tsr_grpo *g, const rollout_w *w, char *rows, int n_rows,
                         const gen_sampling *how, uint64_t d) {
-    tsr_grpo *g = t->grpo;
-    stop_ids(t, g);
+    stop_ids(run, g);
     gen_seq *s = tsr_calloc((size_t)n_rows, sizeof *s);
     int maxp = 1;
     for (int i = 0; i < n_rows; i++) {
         grpo_row *r = grpo_row_at(g, rows, (size_t)i);
         s[i] = (gen_seq){.prompt = grpo_ctx(r), .n_prompt = 1 + r->n_prompt,
-                         .key = gen_stream_key((uint64_t)t->cfg.seed, d, (uint64_t)r->pos,
+                         .key = gen_stream_key((uint64_t)run->cfg->seed, d, (uint64_t)r->pos,
                                                (uint64_t)r->sample),
                          .ids = grpo_ctx(r) + 1 + r->n_prompt, .logp = grpo_logp(g, r)};
         if (1 + r->n_prompt > maxp) maxp = 1 + r->n_prompt;
     }
     const gen_batch_opts o = {.sampling = *how, .max_new = g->N, .stop_ids = g->stop_ids,
-                              .n_stop_ids = g->n_stop, .batch = (int)t->cfg.grpo.rollout_batch,
+                              .n_stop_ids = g->n_stop, .batch = (int)run->cfg->grpo.rollout_batch,
                               .cap = maxp + g->N};
     int64_t tokens;
-    if (t->be.gpu) { /* on the device (docs/rl.md "On the GPU") */
-        tokens = gpu_train_generate(run_gpu(&t->run), &o, s, n_rows);
+    if (run->be->gpu) { /* on the device (docs/rl.md "On the GPU") */
+        tokens = gpu_train_generate(run_gpu(run), &o, s, n_rows);
     } else {
         tsr_decoder dec;
         model_infer_decoder(&w->m, &dec);
-        say_kv(t, &dec, &o);
+        say_kv(run, g, &dec, &o);
         tokens = gen_batch_run(&dec, &o, s, n_rows);
     }
     for (int i = 0; i < n_rows; i++) {
@@ -295,14 +290,13 @@ static int64_t generate(tsr_trainer *t, const rollout_w *w, char *rows, int n_ro
 
 /* row r's completion as text (valid UTF-8; "" without a tokenizer) and, harmony on, its final
  * channel's text (else NULL): what its reward sees (reward_texts); its stop id is not text */
-static void row_texts(const tsr_trainer *t, grpo_row *r, char **text, char **final) {
-    reward_texts(&t->grpo->harmony, t->tok, grpo_ctx(r) + 1 + r->n_prompt,
+static void row_texts(const tsr_run *run, tsr_grpo *g, grpo_row *r, char **text, char **final) {
+    reward_texts(&g->harmony, run->tok, grpo_ctx(r) + 1 + r->n_prompt,
                  r->n - (r->stop == GEN_STOP_EOS), text, final);
 }
 
 /* the rows' rewards (rec: 0 train, 1 val records); 0, or TSR_EXIT_DATA with the reason in rw.err */
-static int score(tsr_trainer *t, char *rows, int n_rows, int rec, int64_t step) {
-    tsr_grpo *g = t->grpo;
+static int score(const tsr_run *run, tsr_grpo *g, char *rows, int n_rows, int rec, int64_t step) {
     reward_req *q = tsr_calloc((size_t)n_rows, sizeof *q);
     double *rw = tsr_malloc((size_t)n_rows * sizeof *rw);
     int *pass = tsr_malloc((size_t)n_rows * sizeof *pass);
@@ -316,7 +310,7 @@ static int score(tsr_trainer *t, char *rows, int n_rows, int rec, int64_t step) 
                             .stop = gen_stop_names[r->stop], .step = step,
                             .prompt_index = r->prompt, .sample = r->sample};
         char *text, *final;
-        row_texts(t, r, &text, &final);
+        row_texts(run, g, r, &text, &final);
         q[i].completion = text, q[i].final = final;
     }
     int rc = reward_score(&g->rw, q, n_rows, rw, pass);
@@ -337,8 +331,8 @@ static double overlong(const tsr_config *c, int n) {
 }
 
 /* Every rank's status agreed on; a failing rank prints its reason. Returns the worst status. */
-static int agree(tsr_trainer *t, int rc) {
-    if (rc) tsr_error("%s", t->grpo->rw.err);
+static int agree(const tsr_grpo *g, int rc) {
+    if (rc) tsr_error("%s", g->rw.err);
     int worst = rc;
     dist_allreduce_max_int(&worst, 1);
     return worst;
@@ -346,50 +340,49 @@ static int agree(tsr_trainer *t, int rc) {
 
 /* 1. rollout: this rank's prompts of round k (G rows each, from rows) read and their completions
  * generated on the rollout weights; *gen_tokens += the tokens generated */
-static void rollout(tsr_trainer *t, const rollout_w *w, int64_t d, int k, char *rows,
-                    double *gen_tokens) {
-    tsr_grpo *g = t->grpo;
-    const int64_t per = t->per_rank, G = g->G;
+static void rollout(const tsr_run *run, tsr_grpo *g, const rollout_w *w, int64_t d, int k,
+                    char *rows, double *gen_tokens) {
+    const int64_t per = *run->per_rank, G = g->G;
     for (int64_t p = 0; p < per; p++) {
-        const int64_t j = t->dist.rank * per + p;
-        const uint64_t idx = prompt_index(t, d, k, j);
+        const int64_t j = run->dist->rank * per + p;
+        const uint64_t idx = prompt_index(run, d, k, j);
         for (int64_t s = 0; s < G; s++) {
             grpo_row *r = grpo_row_at(g, rows, (size_t)(p * G + s));
             memset(r, 0, g->rec);
-            read_prompt(t, t->data.train, t->cfg.data.train, idx, r);
-            r->pos = (int32_t)(k * t->cfg.global_batch + j), r->sample = (int32_t)s;
+            read_prompt(g, run->data->train, run->cfg->data.train, idx, r);
+            r->pos = (int32_t)(k * run->cfg->global_batch + j), r->sample = (int32_t)s;
         }
     }
-    const gen_sampling how = {.temperature = t->cfg.grpo.temperature, .top_k = t->cfg.grpo.top_k,
-                              .top_p = t->cfg.grpo.top_p};
-    watchdog_phase(WD_ROLLOUT, t->step);
-    watchdog_slow_fault("slow_rollout", t->dist.rank);
-    watchdog_hang_fault("hang_rollout", t->step + 1, t->dist.rank);
-    *gen_tokens += (double)generate(t, w, rows, (int)(per * G), &how, (uint64_t)d);
+    const tsr_config *c = run->cfg;
+    const gen_sampling how = {.temperature = c->grpo.temperature, .top_k = c->grpo.top_k,
+                              .top_p = c->grpo.top_p};
+    watchdog_phase(WD_ROLLOUT, *run->step);
+    watchdog_slow_fault("slow_rollout", run->dist->rank);
+    watchdog_hang_fault("hang_rollout", *run->step + 1, run->dist->rank);
+    *gen_tokens += (double)generate(run, g, w, rows, (int)(per * G), &how, (uint64_t)d);
 }
 
 /* 2. reward: the rows' (mine of them) rewards, every rank's status agreed on, the overlong
  * penalty added. Returns 0 or the agreed failure. */
-static int reward(tsr_trainer *t, char *rows, size_t mine) {
-    watchdog_phase(WD_REWARD, t->step);
-    int rc = score(t, rows, (int)mine, 0, t->step + 1);
-    watchdog_phase(WD_EXCHANGE, t->step);
-    rc = agree(t, rc);
+static int reward(const tsr_run *run, tsr_grpo *g, char *rows, size_t mine) {
+    watchdog_phase(WD_REWARD, *run->step);
+    int rc = score(run, g, rows, (int)mine, 0, *run->step + 1);
+    watchdog_phase(WD_EXCHANGE, *run->step);
+    rc = agree(g, rc);
     for (size_t i = 0; i < mine && !rc; i++) {
-        grpo_row *r = grpo_row_at(t->grpo, rows, i);
-        r->reward += overlong(&t->cfg, r->n);
+        grpo_row *r = grpo_row_at(g, rows, i);
+        r->reward += overlong(run->cfg, r->n);
     }
     return rc;
 }
 
 /* Round k's groups: this rank's prompts of it rolled out and rewarded, then every rank's
  * all-gathered into g->round. Returns 0 or the agreed failure. */
-static int round_rows(tsr_trainer *t, const rollout_w *w, int64_t d, int k, double *gen_tokens) {
-    tsr_grpo *g = t->grpo;
-    const size_t mine = (size_t)(t->per_rank * g->G);
+static int round_rows(const tsr_run *run, tsr_grpo *g, const rollout_w *w, int64_t d, int k, double *gen_tokens) {
+    const size_t mine = (size_t)(*run->per_rank * g->G);
     char *rows = tsr_malloc(mine * g->rec);
-    rollout(t, w, d, k, rows, gen_tokens);
-    int rc = reward(t, rows, mine);
+    rollout(run, g, w, d, k, rows, gen_tokens);
+    int rc = reward(run, g, rows, mine);
     if (!rc) dist_allgather(rows, g->round, mine * g->rec);
     free(rows);
     return rc;
@@ -406,9 +399,8 @@ static int tied(const tsr_grpo *g, char *rows, size_t grp) {
 
 /* The round's groups into kept (from slot *nk on): all of them, or with dynamic sampling those
  * not tied; `fill`: the tied ones too (the last round). Returns the groups dropped. */
-static int keep(tsr_trainer *t, int *nk, int fill) {
-    tsr_grpo *g = t->grpo;
-    const int GB = (int)t->cfg.global_batch, dyn = t->cfg.grpo.dynamic_sampling;
+static int keep(const tsr_run *run, tsr_grpo *g, int *nk, int fill) {
+    const int GB = (int)run->cfg->global_batch, dyn = run->cfg->grpo.dynamic_sampling;
     const size_t gbytes = (size_t)g->G * g->rec;
     int dropped = 0;
     for (int c = 0; c < GB && *nk < GB; c++) {
@@ -423,9 +415,8 @@ static int keep(tsr_trainer *t, int *nk, int fill) {
 
 /* 3. advantage: each kept group's advantages: (r - mean) / (std + 1e-6), std unbiased, or
  * r - mean */
-static void advantage(tsr_trainer *t) {
-    tsr_grpo *g = t->grpo;
-    const int GB = (int)t->cfg.global_batch, G = g->G;
+static void advantage(const tsr_run *run, tsr_grpo *g) {
+    const int GB = (int)run->cfg->global_batch, G = g->G;
     for (int c = 0; c < GB; c++) {
         double sum = 0.0, sq = 0.0;
         for (int s = 0; s < G; s++) sum += grpo_row_at(g, g->kept, (size_t)(c * G + s))->reward;
@@ -437,24 +428,24 @@ static void advantage(tsr_trainer *t) {
         const double sd = sqrt(sq / (G - 1));
         for (int s = 0; s < G; s++) {
             grpo_row *r = grpo_row_at(g, g->kept, (size_t)(c * G + s));
-            r->adv = t->cfg.grpo.scale_rewards ? (r->reward - mean) / (sd + 1e-6) : r->reward - mean;
+            r->adv = run->cfg->grpo.scale_rewards ? (r->reward - mean) / (sd + 1e-6)
+                                                  : r->reward - mean;
         }
     }
 }
 
 /* The step's statistics over the kept rows, and the loss's normalisation (grpo.loss_agg). */
-static int64_t kept_stats(tsr_trainer *t) {
-    tsr_grpo *g = t->grpo;
-    const size_t R = (size_t)t->cfg.global_batch * (size_t)g->G;
-    double *s = t->out.grpo;
+static int64_t kept_stats(const tsr_run *run, tsr_grpo *g) {
+    const size_t R = (size_t)run->cfg->global_batch * (size_t)g->G;
+    double *s = g->stats;
     for (size_t i = 0; i < R; i++) {
         grpo_row *r = grpo_row_at(g, g->kept, i);
         s[GRPO_ROWS] += 1, s[GRPO_REWARD] += r->reward, s[GRPO_REWARD_SQ] += r->reward * r->reward;
         s[GRPO_PASS] += r->pass, s[GRPO_TOKENS] += r->n, s[GRPO_ENTROPY] += r->entropy;
         s[GRPO_TRUNCATED] += r->stop == GEN_STOP_LENGTH;
     }
-    for (size_t c = 0; c < (size_t)t->cfg.global_batch; c++) s[GRPO_TIED] += tied(g, g->kept, c);
-    switch (t->cfg.grpo.loss_agg) {
+    for (size_t c = 0; c < (size_t)run->cfg->global_batch; c++) s[GRPO_TIED] += tied(g, g->kept, c);
+    switch (run->cfg->grpo.loss_agg) {
     case TSR_GRPO_AGG_SEQUENCE: g->w_tok = 0.0, g->w_row = 1.0 / (double)R; break;
     case TSR_GRPO_AGG_TOKEN: g->w_tok = 1.0 / s[GRPO_TOKENS], g->w_row = 0.0; break;
     default: g->w_tok = 1.0 / ((double)R * g->N), g->w_row = 0.0; break;
@@ -463,29 +454,29 @@ static int64_t kept_stats(tsr_trainer *t) {
 }
 
 /* rank 0: the first grpo.log_completions rows of the step into run_dir/completions.jsonl */
-static void log_completions(tsr_trainer *t) {
-    tsr_grpo *g = t->grpo;
-    const size_t R = (size_t)t->cfg.global_batch * (size_t)g->G;
-    const size_t n = (size_t)t->cfg.grpo.log_completions < R ? (size_t)t->cfg.grpo.log_completions : R;
-    if (t->dist.rank != 0 || n == 0) return;
+static void log_completions(const tsr_run *run, tsr_grpo *g) {
+    const size_t R = (size_t)run->cfg->global_batch * (size_t)g->G;
+    const size_t logged = (size_t)run->cfg->grpo.log_completions;
+    const size_t n = logged < R ? logged : R;
+    if (run->dist->rank != 0 || n == 0) return;
     if (!g->log) {
         char path[1200];
-        snprintf(path, sizeof path, "%s/completions.jsonl", t->cfg.run_dir);
+        snprintf(path, sizeof path, "%s/completions.jsonl", run->cfg->run_dir);
         if (!(g->log = fopen(path, "a"))) {
             tsr_warn("%s: cannot append: %s (completions are not logged)", path, strerror(errno));
-            t->cfg.grpo.log_completions = 0;
+            run->cfg->grpo.log_completions = 0;
             return;
         }
     }
     for (size_t i = 0; i < n; i++) {
         grpo_row *r = grpo_row_at(g, g->kept, i);
         char *text, *final;
-        row_texts(t, r, &text, &final);
+        row_texts(run, g, r, &text, &final);
         double lp = 0.0;
         for (int k = 0; k < r->n; k++) lp += grpo_logp(g, r)[k];
         fprintf(g->log, "{\"step\": %lld, \"prompt_index\": %llu, \"position\": %d, \"sample\": %d, "
                 "\"reward\": %.9g, \"pass\": %d, \"advantage\": %.9g, \"logprob\": %.9g, "
-                "\"stop\": \"%s\", \"tokens\": [", (long long)t->step + 1,
+                "\"stop\": \"%s\", \"tokens\": [", (long long)*run->step + 1,
                 (unsigned long long)r->prompt, r->pos, r->sample, r->reward, r->pass, r->adv, lp,
                 gen_stop_names[r->stop]);
         for (int k = 0; k < r->n; k++)
@@ -503,57 +494,55 @@ static void log_completions(tsr_trainer *t) {
     fflush(g->log);
 }
 
-int64_t grpo_rollout(tsr_trainer *t, int64_t d) {
-    tsr_grpo *g = t->grpo;
+int64_t grpo_rollout(const tsr_run *run, tsr_grpo *g, int64_t d) {
     const double t0 = tsr_now();
-    double *s = t->out.grpo, gen = 0.0;
+    double *s = g->stats, gen = 0.0;
     memset(s, 0, GRPO_NSTATS * sizeof *s);
     g->update = 0;
     rollout_w w;
-    watchdog_phase(WD_EXCHANGE, t->step); /* (zero3 / hsdp: the weights gathered) */
-    rollout_model(t, &w);
-    const int rounds = t->cfg.grpo.dynamic_sampling ? (int)t->cfg.grpo.max_rounds : 1;
+    watchdog_phase(WD_EXCHANGE, *run->step); /* (zero3 / hsdp: the weights gathered) */
+    rollout_model(run, &w);
+    const int rounds = run->cfg->grpo.dynamic_sampling ? (int)run->cfg->grpo.max_rounds : 1;
     int nk = 0, rc = 0;
-    for (int k = 0; k < rounds && nk < t->cfg.global_batch && !rc; k++) {
-        rc = round_rows(t, &w, d, k, &gen); /* 1. rollout, 2. reward */
-        if (!rc) s[GRPO_DROPPED] += keep(t, &nk, 0), s[GRPO_ROUNDS] = k + 1;
-        if (!rc && k + 1 == rounds) keep(t, &nk, 1); /* short after every round: tied ones */
+    for (int k = 0; k < rounds && nk < run->cfg->global_batch && !rc; k++) {
+        rc = round_rows(run, g, &w, d, k, &gen); /* 1. rollout, 2. reward */
+        if (!rc) s[GRPO_DROPPED] += keep(run, g, &nk, 0), s[GRPO_ROUNDS] = k + 1;
+        if (!rc && k + 1 == rounds) keep(run, g, &nk, 1); /* short after every round: tied ones */
     }
-    rollout_model_free(t, &w);
+    rollout_model_free(run, &w);
     if (rc) return -1;
-    advantage(t);
-    const int64_t tokens = kept_stats(t);
+    advantage(run, g);
+    const int64_t tokens = kept_stats(run, g);
     dist_allreduce_sum_f64(&gen, 1);
     double dt = tsr_now() - t0;
     dist_allreduce_max_f64(&dt, 1);
     s[GRPO_GEN_TOKENS] = gen, s[GRPO_ROLLOUT_S] = dt;
-    log_completions(t);
+    log_completions(run, g);
     return tokens;
 }
 
 /* ---- held-out pass@1 --------------------------------------------------------------------------- */
 
-double grpo_eval(tsr_trainer *t, double *reward) {
-    tsr_grpo *g = t->grpo;
-    if (!t->data.val) return NAN;
+double grpo_eval(const tsr_run *run, tsr_grpo *g, double *reward) {
+    if (!run->data->val) return NAN;
     uint64_t n = g->recs[1].n;
-    if (t->cfg.grpo.eval_prompts > 0 && (uint64_t)t->cfg.grpo.eval_prompts < n)
-        n = (uint64_t)t->cfg.grpo.eval_prompts;
-    const uint64_t W = (uint64_t)t->dist.world, r0 = (uint64_t)t->dist.rank;
+    if (run->cfg->grpo.eval_prompts > 0 && (uint64_t)run->cfg->grpo.eval_prompts < n)
+        n = (uint64_t)run->cfg->grpo.eval_prompts;
+    const uint64_t W = (uint64_t)run->dist->world, r0 = (uint64_t)run->dist->rank;
     const int mine = (int)(n / W + (r0 < n % W ? 1 : 0));
     char *rows = tsr_malloc((size_t)(mine ? mine : 1) * g->rec);
     for (int i = 0; i < mine; i++) { /* prompt i W + rank: greedy, one completion each */
         grpo_row *r = grpo_row_at(g, rows, (size_t)i);
         memset(r, 0, g->rec);
-        read_prompt(t, t->data.val, t->cfg.data.val, (uint64_t)i * W + r0, r);
+        read_prompt(g, run->data->val, run->cfg->data.val, (uint64_t)i * W + r0, r);
         r->pos = (int32_t)((uint64_t)i * W + r0);
     }
     rollout_w w;
-    rollout_model(t, &w);
+    rollout_model(run, &w);
     const gen_sampling greedy = {.temperature = 0.0, .top_p = 1.0};
-    if (mine) generate(t, &w, rows, mine, &greedy, 0);
-    rollout_model_free(t, &w);
-    int rc = agree(t, mine ? score(t, rows, mine, 1, t->step) : 0);
+    if (mine) generate(run, g, &w, rows, mine, &greedy, 0);
+    rollout_model_free(run, &w);
+    int rc = agree(g, mine ? score(run, g, rows, mine, 1, *run->step) : 0);
     double sums[3] = {0, 0, (double)mine};
     for (int i = 0; i < mine && !rc; i++) {
         grpo_row *r = grpo_row_at(g, rows, (size_t)i);

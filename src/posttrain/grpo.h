@@ -23,10 +23,11 @@
 
 #include <stdint.h>
 
-#include "train/objective.h"
-#include "train/train_state.h"
+#include "run/objective.h"
+#include "run/run.h"
 
-/* the step's statistics, t->out.grpo[] (sums over the kept completions, the same on every rank) */
+/* the step's statistics, tsr_grpo.stats[] (sums over the kept completions, the same on every
+ * rank) */
 enum {
     GRPO_ROWS = 0,   /* completions trained on */
     GRPO_REWARD,     /* sum of rewards (overlong penalty included) */
@@ -45,36 +46,42 @@ enum {
     GRPO_NSTATS
 };
 
+/* objective = grpo's own state (grpo_int.h; the objective table's: grpo_objective.c creates and
+ * frees it) */
+typedef struct tsr_grpo tsr_grpo;
+
 /* The prompts (data.train, data.val: tessera prep --format prompts) checked against the run,
- * their records loaded, the reward opened (its program started), the buffers. Called by
- * trainer_init; 0 or an exit code after rank 0 reported. Collective. */
-int grpo_init(tsr_trainer *t);
-void grpo_free(tsr_trainer *t);
+ * their records loaded, the reward opened (its program started), the buffers, into g (zeroed).
+ * Called by trainer_init (the table's start); 0 or an exit code after rank 0 reported.
+ * Collective. */
+int grpo_init(const tsr_run *run, tsr_grpo *g);
+/* What g holds, and g. */
+void grpo_free(tsr_grpo *g);
 /* The KL reference once the checkpoint is read and run_dir is open (trainer_open_run_dir):
  * with grpo.reference = initial and kl_coef > 0 the starting weights, stored by a fresh start
  * in run_dir/grpo-reference.bin (its checksum into grpo.reference_checksum and config.cfg), read
  * back and checked by a resume (posttrain/grpo_ref.c). 0 or TSR_EXIT_DATA. Collective. */
-int grpo_ref_open(tsr_trainer *t);
+int grpo_ref_open(const tsr_run *run, tsr_grpo *g);
 
-/* The step's rollouts for data batch d (above, part 1): t->out.grpo filled. Returns the
+/* The step's rollouts for data batch d (above, part 1): g's statistics filled. Returns the
  * completion tokens trained on (all ranks), or -1 after a reward failure on any rank (that rank
  * printed it, quoting the exchange); every rank returns the same. Collective. */
-int64_t grpo_rollout(tsr_trainer *t, int64_t d);
+int64_t grpo_rollout(const tsr_run *run, tsr_grpo *g, int64_t d);
 
 /* One pass of the objective over this rank's rows (the caller zeroed the gradients):
  * gradients += d(loss)/d(theta); returns this rank's share of the step's loss (the shares sum to
  * it). The first pass after a rollout keeps its KL and clip statistics. Collective. */
-double grpo_compute(tsr_trainer *t);
+double grpo_compute(const tsr_run *run, tsr_grpo *g);
 
 /* The held-out prompts' pass@1 (data.val; grpo.eval_prompts of them): greedy completions
  * scored by the reward. Returns the share that pass, *reward the mean reward; NAN without
- * data.val, -1 after a reward failure (reported). Collective; trainer_eval_scope on. */
-double grpo_eval(tsr_trainer *t, double *reward);
+ * data.val, -1 after a reward failure (reported). Collective; run_eval_scope on. */
+double grpo_eval(const tsr_run *run, tsr_grpo *g, double *reward);
 
-/* The step's figures for metrics.jsonl, TensorBoard and the log (means of t->out.grpo; docs/rl.md
- * "Metrics"): names without their "grpo_" prefix, at most GRPO_NSTATS of them (the objective
- * table's step_figures, train/objective.h). */
-int grpo_metrics(const tsr_trainer *t, const tsr_step_stats *st, objective_figure *m);
+/* The step's figures for metrics.jsonl, TensorBoard and the log (means of g's statistics;
+ * docs/rl.md "Metrics"): names without their "grpo_" prefix, at most GRPO_NSTATS of them (the
+ * objective table's step_figures, run/objective.h). */
+int grpo_metrics(const tsr_grpo *g, const tsr_step_stats *st, objective_figure *m);
 
 /* One token's loss and d(loss)/d(logp): the per-token objective above (exposed for the tests).
  * lp the policy's log-probability, old the rollout's, ref the reference's (unused with beta 0),

@@ -31,8 +31,11 @@ typedef struct grpo_records {
     uint64_t n;
 } grpo_records;
 
-typedef struct tsr_grpo {
+struct tsr_grpo {
     int P, G, N, ctx_max;   /* prompts' pack length, group size, max new tokens, P + N */
+    double stats[GRPO_NSTATS]; /* the step's statistics (grpo.h GRPO_*) */
+    double val_accuracy;    /* the last evaluation's pass@1 (-1: its reward failed) */
+    double val_reward;      /* the last evaluation's mean reward */
     size_t rec;             /* bytes of a row record */
     grpo_records recs[2];   /* data.train's, data.val's */
     int32_t stop_ids[16];   /* what ends a completion: the end of text, the prompts' noted ids */
@@ -48,9 +51,10 @@ typedef struct tsr_grpo {
     float *losses, *dl, *ref; /* (micro, T) */
     FILE *log;              /* rank 0: run_dir/completions.jsonl, once written to */
     float *ref_params;      /* grpo_ref.c: the initial weights (their flat layout or shard) */
+    const tsr_ops *ops;     /* the host ops ref_params came from (freed with them) */
     struct tsr_fsdp *ref_fsdp; /* zero3 / hsdp: the reference's sharded source */
     uint32_t ref_crc;
-} tsr_grpo;
+};
 
 static inline grpo_row *grpo_row_at(const tsr_grpo *g, char *base, size_t i) {
     return (grpo_row *)(base + i * g->rec);
@@ -62,7 +66,8 @@ static inline float *grpo_logp(const tsr_grpo *g, grpo_row *r) {
 
 /* grpo_ref.c: the reference's log-probabilities of the microbatch's targets, ref (B*T, 0 where
  * no target): the base without adapters, or the initial weights. */
-void grpo_ref_logps(tsr_trainer *t, const int32_t *in, const int32_t *tg, int B, float *ref);
-void grpo_ref_free(tsr_trainer *t);
+void grpo_ref_logps(const tsr_run *run, tsr_grpo *g, const int32_t *in, const int32_t *tg, int B,
+                    float *ref);
+void grpo_ref_free(tsr_grpo *g);
 
 #endif

@@ -39,9 +39,8 @@ double grpo_token_loss(const tsr_config *cfg, double lp, double old, double ref,
 
 /* Rows [r0, r0 + B) of the step's kept rows as inputs and targets (B, T): the context, EOT after
  * it; the completion's tokens the targets. */
-static void rows_batch(tsr_trainer *t, int64_t r0, int B) {
-    tsr_grpo *g = t->grpo;
-    const int T = t->T;
+static void rows_batch(const tsr_run *run, tsr_grpo *g, int64_t r0, int B) {
+    const int T = *run->T;
     for (int b = 0; b < B; b++) {
         grpo_row *r = grpo_row_at(g, g->kept, (size_t)(r0 + b));
         const int32_t *ctx = grpo_ctx(r);
@@ -55,9 +54,8 @@ static void rows_batch(tsr_trainer *t, int64_t r0, int B) {
 }
 
 /* the microbatch's token weights: dl = -w d loss / d lp; returns sum w loss; st += (kl, clipped) */
-static double weigh(tsr_trainer *t, int64_t r0, int B, double st[2]) {
-    tsr_grpo *g = t->grpo;
-    const int T = t->T;
+static double weigh(const tsr_run *run, tsr_grpo *g, int64_t r0, int B, double st[2]) {
+    const int T = *run->T;
     double sum = 0.0;
     memset(g->dl, 0, (size_t)B * T * sizeof *g->dl);
     for (int b = 0; b < B; b++) {
@@ -69,7 +67,8 @@ static double weigh(tsr_trainer *t, int64_t r0, int B, double st[2]) {
             double dlp, kl;
             int clipped;
             const double lp = -(double)g->losses[at];
-            sum += w * grpo_token_loss(&t->cfg, lp, old[j], g->ref[at], r->adv, &dlp, &clipped, &kl);
+            sum += w * grpo_token_loss(run->cfg, lp, old[j], g->ref[at], r->adv, &dlp, &clipped,
+                                       &kl);
             g->dl[at] = (float)(-w * dlp);
             st[0] += kl, st[1] += clipped;
         }
@@ -77,31 +76,30 @@ static double weigh(tsr_trainer *t, int64_t r0, int B, double st[2]) {
     return sum;
 }
 
-double grpo_compute(tsr_trainer *t) {
-    tsr_grpo *g = t->grpo;
+double grpo_compute(const tsr_run *run, tsr_grpo *g) {
     const int update = g->update++;
-    tsr_model *m = &t->model;
-    const int B = t->micro, T = t->T;
-    const int64_t rows = t->per_rank * g->G, first = t->dist.rank * rows;
-    const double R = (double)t->cfg.global_batch * g->G;
+    tsr_model *m = run->model;
+    const int B = *run->micro, T = *run->T;
+    const int64_t rows = *run->per_rank * g->G, first = run->dist->rank * rows;
+    const double R = (double)run->cfg->global_batch * g->G;
     const float moe_w = m->E ? (float)B / (float)R : 0.0f; /* the router losses: their mean */
     double loss = 0.0, st[2] = {0.0, 0.0};
     for (int64_t b = 0; b < rows; b += B) {
-        rows_batch(t, first + b, B);
+        rows_batch(run, g, first + b, B);
         memset(g->ref, 0, (size_t)B * T * sizeof *g->ref);
-        if (t->cfg.grpo.kl_coef > 0) grpo_ref_logps(t, g->in, g->tg, B, g->ref);
-        if (t->part.lora_on)
-            lora_set_pass(&t->part.lora, 1, run_lora_key(&t->run),
-                          lora_pass_row0(t->dist.rank, rows, b, T));
+        if (run->cfg->grpo.kl_coef > 0) grpo_ref_logps(run, g, g->in, g->tg, B, g->ref);
+        if (run->part->lora_on)
+            lora_set_pass(&run->part->lora, 1, run_lora_key(run),
+                          lora_pass_row0(run->dist->rank, rows, b, T));
         model_token_scores(m, g->in, g->tg, B, T, g->losses, NULL);
-        if (t->out.moe) model_moe_stats_add_w(m, moe_w, t->out.moe);
-        loss += weigh(t, first + b, B, st);
+        if (run->out->moe) model_moe_stats_add_w(m, moe_w, run->out->moe);
+        loss += weigh(run, g, first + b, B, st);
         model_backward_weighted(m, g->in, g->tg, B, T, g->dl, moe_w);
     }
-    if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* evaluations: no dropout */
+    if (run->part->lora_on) lora_set_pass(&run->part->lora, 0, 0, 0); /* evaluations: no dropout */
     if (update == 0) {
         dist_allreduce_sum_f64(st, 2);
-        t->out.grpo[GRPO_KL] = st[0], t->out.grpo[GRPO_CLIPPED] = st[1];
+        g->stats[GRPO_KL] = st[0], g->stats[GRPO_CLIPPED] = st[1];
     }
     return loss;
 }

@@ -1,11 +1,11 @@
 /* grpo_stats.c — the figures of a GRPO step (grpo.h grpo_metrics; docs/rl.md "Metrics"): means
- * of its sums, for metrics.c through the objective table (train/objective.h). */
+ * of its sums, for metrics.c through the objective table (run/objective.h). */
 #include <math.h>
 
-#include "posttrain/grpo.h"
+#include "posttrain/grpo_int.h"
 
-int grpo_metrics(const tsr_trainer *t, const tsr_step_stats *st, objective_figure *m) {
-    const double *s = t->out.grpo, R = s[GRPO_ROWS] > 0 ? s[GRPO_ROWS] : 1.0;
+int grpo_metrics(const tsr_grpo *g, const tsr_step_stats *st, objective_figure *m) {
+    const double *s = g->stats, R = s[GRPO_ROWS] > 0 ? s[GRPO_ROWS] : 1.0;
     const double N = s[GRPO_TOKENS] > 0 ? s[GRPO_TOKENS] : 1.0, mean = s[GRPO_REWARD] / R;
     const double var = s[GRPO_REWARD_SQ] / R - mean * mean;
     const double roll = s[GRPO_ROLLOUT_S];

@@ -93,12 +93,6 @@ typedef struct tsr_train_out {
     struct tsr_tboard *tb;       /* run_dir/tb/ event file on rank 0 (telemetry/tboard.h), else NULL */
     double flops_per_token, peak_flops, time_sum; /* time_sum: this process's steps 2.. */
     int64_t steps_run;           /* steps run by this process (the ETA and average divide by it) */
-    double val_accuracy;         /* objective = dpo: the last evaluation's pair accuracy */
-    double dpo[6];               /* objective = dpo: the step's sums over its pairs (ranks summed,
-                                  * posttrain/dpo.h DPO_*), divided by the pairs when logged */
-    double grpo[16];             /* objective = grpo: the step's statistics (posttrain/grpo.h GRPO_*;
-                                  * sums over its completions, the same on every rank) */
-    double val_reward;           /* objective = grpo: the last evaluation's mean reward */
     double *moe;                 /* MoE models: the step's statistics summed over microbatches and
                                   * ranks, LM records of [aux, z, tokens per expert] (decoder.h
                                   * dec_moe_stats_add; the losses weighted as docs/moe.md says);

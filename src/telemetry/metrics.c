@@ -1,7 +1,7 @@
 /* metrics.c — per-step lines, eval lines, run_dir/metrics.jsonl and the TensorBoard event file
  * run_dir/tb/ (rank 0 only; tags in docs/tracking.md). The plan at start: src/plan/plan.c. */
 #include "telemetry/metrics.h"
-#include "train/objective.h"
+#include "run/objective.h"
 
 #include <errno.h>
 #include <math.h>
@@ -31,10 +31,10 @@ static int mkdir_p(const char *path) {
     return 0;
 }
 
-int metrics_save_config(const tsr_trainer *t) {
+int metrics_save_config(const tsr_config *cfg) {
     char path[1200];
-    snprintf(path, sizeof path, "%s/config.cfg", t->cfg.run_dir);
-    return config_save(path, &t->cfg);
+    snprintf(path, sizeof path, "%s/config.cfg", cfg->run_dir);
+    return config_save(path, cfg);
 }
 
 int metrics_open_run_dir(tsr_trainer *t) {
@@ -44,7 +44,7 @@ int metrics_open_run_dir(tsr_trainer *t) {
         tsr_error("run_dir = \"%s\": cannot create: %s", t->cfg.run_dir, strerror(errno));
         return TSR_EXIT_DATA;
     }
-    TSR_CHECK(metrics_save_config(t));
+    TSR_CHECK(metrics_save_config(&t->cfg));
     /* appended to: a resumed or requeued run continues the same file (a "start" line marks each
      * process start; a step logged twice after a crash is the later line that counts) */
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->cfg.run_dir);
@@ -121,7 +121,7 @@ static void objective_log(tsr_trainer *t, const tsr_step_stats *st) {
     const tsr_objective *o = t->objective;
     if (!o->step_figures) return;
     objective_figure f[OBJECTIVE_MAX_FIGURES];
-    const int n = o->step_figures(t, st, f);
+    const int n = o->step_figures(&t->cfg, t->run.objective_state, st, f);
     for (int k = 0; k < n; k++) log_figure(t, o->figure_prefix, f[k].name, f[k].v);
 }
 
@@ -187,7 +187,7 @@ static void step_line_aux(const tsr_trainer *t, const tsr_step_stats *st, char a
     const tsr_objective *ob = t->objective;
     if (ob->step_figures && ob->line[0].label) { /* (train/objective.h) */
         objective_figure f[OBJECTIVE_MAX_FIGURES];
-        ob->step_figures(t, st, f);
+        ob->step_figures(&t->cfg, t->run.objective_state, st, f);
         for (int k = 0; k < 4 && ob->line[k].label && o < 96; k++)
             o += (size_t)snprintf(aux + o, 96 - o, "%s%s %.*f", k ? " " : " | ",
                                   ob->line[k].label, ob->line[k].digits, f[ob->line[k].figure].v);
@@ -495,9 +495,10 @@ static void eval_number(char *buf, size_t n, double v, int plain) {
 void metrics_log_eval(tsr_trainer *t, double val_loss, double seconds) {
     if (t->dist.rank != 0) return;
     const tsr_objective *o = t->objective;
-    if (o->eval_failed && o->eval_failed(t)) return; /* (grpo's reward failed: reported) */
+    if (o->eval_failed && o->eval_failed(t->run.objective_state)) return; /* (grpo's reward
+                                                                            * failed: reported) */
     objective_eval_figure f[2];
-    o->eval_figures(t, val_loss, f);
+    o->eval_figures(t->run.objective_state, val_loss, f);
     printf("eval step %lld | %s %.*f | %s %.*f | %.2f s\n", (long long)t->step, f[0].label,
            f[0].digits, f[0].v, f[1].label, f[1].digits, f[1].v, seconds);
     fflush(stdout);

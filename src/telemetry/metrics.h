@@ -12,8 +12,9 @@
 
 /* Creates run_dir, writes the effective config (run_dir/config.cfg), opens run_dir/metrics.jsonl. */
 int metrics_open_run_dir(tsr_trainer *t);
-/* (Re)writes run_dir/config.cfg from t->cfg, atomically (rank 0's job). 0 or an exit code. */
-int metrics_save_config(const tsr_trainer *t);
+/* (Re)writes run_dir/config.cfg from cfg (its run_dir), atomically (rank 0's job). 0 or an exit
+ * code. */
+int metrics_save_config(const tsr_config *cfg);
 /* A {"event": "start"} line: where this process started (after a resume, the resumed step). */
 void metrics_log_start(tsr_trainer *t);
 /* micro_batch = auto (rank 0, terminal and metrics.jsonl): from > 0: microbatches of `from` did

@@ -1,7 +1,7 @@
 /* objectives.c — the choice of the run's objective table (objective.h) and language modelling's
  * row: the loss is the mean over the batch's counted target tokens, the trainer's own
  * microbatches compute it, an evaluation is the validation loss and its perplexity. */
-#include "train/objective.h"
+#include "run/objective.h"
 
 #include <math.h>
 
@@ -15,8 +15,8 @@ const tsr_objective *objective_of(tsr_objective_kind kind) {
     }
 }
 
-static int64_t lm_denominator(const tsr_trainer *t, int64_t counted) {
-    (void)t;
+static int64_t lm_denominator(const tsr_config *cfg, int64_t counted) {
+    (void)cfg;
     return counted;
 }
 
@@ -27,15 +27,16 @@ static double forward(void *m, const int32_t *inputs, const int32_t *targets,
 }
 
 /* the mean loss over eval_samples of data.val (or the whole split) */
-static double lm_eval(tsr_trainer *t) {
-    return dataloader_mean_loss(t->data.val, t->cfg.data.val, t->T, t->micro,
-                                t->cfg.eval_samples, &t->mesh.data, forward, &t->model,
-                                t->data.inputs, t->data.targets,
-                                t->model.cfg.attn_mask == TSR_MASK_DOCUMENT, NULL);
+static double lm_eval(const tsr_run *r, void *s) {
+    (void)s;
+    const tsr_dataloader *dl = r->data;
+    return dataloader_mean_loss(dl->val, r->cfg->data.val, *r->T, *r->micro, r->cfg->eval_samples,
+                                &r->mesh->data, forward, r->model, dl->inputs, dl->targets,
+                                r->model->cfg.attn_mask == TSR_MASK_DOCUMENT, NULL);
 }
 
-static void lm_eval_figures(const tsr_trainer *t, double val_loss, objective_eval_figure f[2]) {
-    (void)t;
+static void lm_eval_figures(const void *s, double val_loss, objective_eval_figure f[2]) {
+    (void)s;
     f[0] = (objective_eval_figure){"val loss", 6, "val_loss", val_loss};
     f[1] = (objective_eval_figure){"val ppl", 4, "val_ppl", exp(val_loss)};
 }

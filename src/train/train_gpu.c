@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "optim/adamw.h"
-#include "train/objective.h"
+#include "run/objective.h"
 #include "plan/plan.h"
 #include "telemetry/metrics_units.h"
 #include "train/train_state.h"
@@ -21,7 +21,7 @@ static void host_weights(void *owner, int on) { trainer_host_weights(owner, on);
  * device */
 static double objective_pass(void *owner, float scale) {
     tsr_trainer *t = owner;
-    return t->objective->pass(t, scale);
+    return t->objective->pass(&t->run, t->run.objective_state, scale);
 }
 
 /* The context the CUDA path sees (gpu_train_ctx.h), from the trainer. */

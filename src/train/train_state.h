@@ -19,21 +19,6 @@
 #include "run/run.h"
 
 struct icl_suite;
-struct tsr_grpo;
-
-/* objective = dpo with dpo.reference = precomputed (owner: posttrain/dpo_ref.c; docs/dpo.md): the
- * initial model's log-probabilities of every pair, (pairs, 2): [2p] chosen, [2p + 1] rejected,
- * the same on every rank; on = 0 (base reference, lm): none. */
-typedef struct tsr_dpo_ref {
-    int on;
-    int loaded;                  /* read on resume (not computed) */
-    int copy;                    /* read from beside another run's checkpoint: to be written into
-                                  * run_dir once it is opened */
-    double *train, *val;         /* data.train's pairs; data.val's first n_val (NULL: none) */
-    uint64_t n_train, n_val;
-    char init[1024];             /* the initial model they were computed on, as recorded */
-    uint32_t crc;                /* the file's checksum (its trailer): dpo.reference_checksum */
-} tsr_dpo_ref;
 
 /* The checkpoints this process writes (owner: train/checkpointing_save.c; docs/checkpoint-format.md
  * "Asynchronous save"). */
@@ -59,7 +44,7 @@ typedef struct tsr_train_ckpt {
 typedef struct tsr_trainer {
     tsr_config cfg;
     tsr_dist dist;
-    /* what the run optimises: its objective's table (train/objective.h: lm, dpo, grpo), chosen
+    /* what the run optimises: its objective's table (run/objective.h: lm, dpo, grpo), chosen
      * once from cfg.objective by trainer_init */
     const struct tsr_objective *objective;
     /* The rank mesh (src/mesh/mesh.h; built by trainer_init.c mesh_open; docs/parallelism.md): data x
@@ -86,8 +71,6 @@ typedef struct tsr_trainer {
     struct icl_suite *icl;       /* icl_tasks, scored at each eval (eval/train_icl.h), else NULL */
     struct tsr_tokenizer *tok;   /* data.tokenizer, loaded at start (decodes the samples), else NULL */
     tsr_dataloader data;         /* the run's data: its datasets, the batch (data/dataloader.h) */
-    tsr_dpo_ref dpo_ref;
-    struct tsr_grpo *grpo;       /* objective = grpo: prompts, rollouts, reward (posttrain/grpo.h) */
     tsr_train_part part;
     tsr_train_out out;
     tsr_train_ckpt ck;

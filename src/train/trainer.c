@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "run/objective.h"
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "train/train_gpu.h"
@@ -61,7 +61,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     zero(t);
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     if (t->objective->pass) { /* a pass of the objective's own (dpo, grpo: train/objective.h) */
-        loss_sum = t->objective->pass(t, scale);
+        loss_sum = t->objective->pass(&t->run, t->run.objective_state, scale);
         trainer_fault_nan(t);
         return loss_sum;
     }
@@ -326,7 +326,7 @@ static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
     watchdog_phase(WD_DATA, t->step);
     st->phase_switch = 0; /* (no data mix) */
     memset(sums, 0, (1 + (size_t)t->data.n_streams) * sizeof *sums);
-    const int64_t counted = t->objective->rollout(t, d);
+    const int64_t counted = t->objective->rollout(&t->run, t->run.objective_state, d);
     st->exit_code = counted < 0 ? TSR_EXIT_DATA : 0;
     sums[1] = t->cfg.global_batch; /* prompts of the stream */
     return counted;
@@ -351,7 +351,8 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     trainer_fault_compute(t);
     st->compute_time += tsr_now() - tc;
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
-    if (t->objective->reduce_stats) t->objective->reduce_stats(t); /* (dpo's sums) */
+    if (t->objective->reduce_stats) /* (dpo's sums) */
+        t->objective->reduce_stats(&t->run, t->run.objective_state);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     /* the experts' part (model_ep.h); on device = cuda the library's reduce, sumsq and update
@@ -386,13 +387,12 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
-    memset(t->out.dpo, 0, sizeof t->out.dpo);
     st->compute_time = 0.0, st->exit_code = 0;
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
      * tokens itself (train/objective.h) */
-    int64_t denom = t->objective->denominator(t, counted);
+    int64_t denom = t->objective->denominator(&t->cfg, counted);
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     double lr = sched_lr_at(&t->cfg, t->sched, t->step);
     const int updates = step_updates(t);
@@ -411,7 +411,7 @@ double trainer_eval(tsr_trainer *t) {
     trainer_ensure_acts(t);
     run_eval_scope(&t->run, 1); /* ranks run different numbers of batches (run/run.h) */
     /* the validation loss; dpo: the pairs' DPO loss; grpo: pass@1 (train/objective.h) */
-    double loss = t->objective->eval(t);
+    double loss = t->objective->eval(&t->run, t->run.objective_state);
     run_eval_scope(&t->run, 0);
     return loss;
 }

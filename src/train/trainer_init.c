@@ -14,7 +14,7 @@
 #include "tokenizer/tokenizer.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "run/objective.h"
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
@@ -322,8 +322,9 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dist = *d;
-    t->objective = objective_of(cfg->objective); /* (the one choice: train/objective.h) */
+    t->objective = objective_of(cfg->objective); /* (the one choice: run/objective.h) */
     init_view(t);
+    if (t->objective->create) t->run.objective_state = t->objective->create(); /* (its own) */
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
@@ -363,7 +364,8 @@ static int open_data(tsr_trainer *t) {
 /* the data (not for a plan), and the steps it makes: the schedule, eval and save intervals */
 static int init_schedule(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
     TSR_CHECK(agree_start(t, dry_run ? 0 : open_data(t), "data"));
-    if (!dry_run && t->objective->start) TSR_CHECK(t->objective->start(t)); /* (grpo: docs/rl.md) */
+    if (!dry_run && t->objective->start) /* (grpo: docs/rl.md) */
+        TSR_CHECK(t->objective->start(&t->run, t->run.objective_state));
     uint64_t epoch_samples = dry_run ? 1 : dataloader_epoch_samples(&t->data);
     t->epoch_samples = epoch_samples;
     t->sched = sched_steps_of(cfg, epoch_samples);
@@ -402,7 +404,8 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
     if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
-    if (t->objective->references) t->objective->references(t); /* (and their FLOPs) */
+    if (t->objective->references) /* (and their FLOPs) */
+        t->objective->references(&t->run, t->run.objective_state);
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     return 0;
@@ -489,9 +492,27 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
 
+/* The objective's reference built, copied into run_dir or read back (dpo, grpo: run/objective.h);
+ * one whose opening runs forwards (dpo's reference pass) gets the activations first, and an
+ * evaluation's scope (ranks run different numbers of forwards: run/run.h) */
+static int open_reference(tsr_trainer *t) {
+    const tsr_objective *o = t->objective;
+    void *s = t->run.objective_state;
+    const int forwards = o->reference_forwards && o->reference_forwards(s);
+    if (forwards) {
+        trainer_ensure_acts(t);
+        run_eval_scope(&t->run, 1);
+    }
+    int rc = o->open_reference(&t->run, s);
+    if (forwards) run_eval_scope(&t->run, 0);
+    return rc;
+}
+
 int trainer_open_run_dir(tsr_trainer *t) {
-    /* a resume's stored reference is checked before anything is written (dpo: posttrain/dpo_ref.h) */
-    if (t->objective->check_reference) TSR_CHECK(t->objective->check_reference(t));
+    /* a resume's stored reference is checked before anything is written (dpo:
+     * posttrain/dpo_ref.h) */
+    if (t->objective->check_reference)
+        TSR_CHECK(t->objective->check_reference(&t->run, t->run.objective_state));
     TSR_CHECK(trainer_acts_fit(t)); /* a run that does not fit writes nothing either */
     int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
@@ -501,8 +522,7 @@ int trainer_open_run_dir(tsr_trainer *t) {
         metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
                                t->out.start_load.seconds,
                                t->out.start_load.bytes);
-    /* the reference built, copied into run_dir or read back (dpo, grpo: train/objective.h) */
-    if (!rc && t->objective->open_reference) rc = t->objective->open_reference(t);
+    if (!rc && t->objective->open_reference) rc = open_reference(t);
     return (int)rc;
 }
 
@@ -518,7 +538,7 @@ void trainer_free(tsr_trainer *t) {
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
-    if (t->objective && t->objective->release) t->objective->release(t);
+    if (t->objective && t->objective->release) t->objective->release(t->run.objective_state);
     model_free(&t->model);
     dataloader_close(&t->data);
     mesh_close(t);

@@ -10,7 +10,7 @@
 
 #include "common.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "run/objective.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
 #include "train/train_gpu.h"
@@ -153,7 +153,8 @@ static int evaluate(tsr_trainer *t) {
         watchdog_phase(WD_EVAL, t->step);
         double loss = trainer_eval(t);
         metrics_log_eval(t, loss, tsr_now() - t0);
-        if (t->objective->eval_failed && t->objective->eval_failed(t)) return TSR_EXIT_DATA;
+        if (t->objective->eval_failed && t->objective->eval_failed(t->run.objective_state))
+            return TSR_EXIT_DATA;
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
