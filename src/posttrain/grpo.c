@@ -29,7 +29,7 @@
 #include "posttrain/grpo_int.h"
 #include "telemetry/metrics_units.h"
 #include "data/dataloader.h"
-#include "train/train_gpu.h"
+#include "gpu/gpu_train.h"
 #include "watchdog/watchdog.h"
 
 #define REFILL_STREAM 0x7265666cull /* "refl": dynamic sampling's further prompts */

@@ -182,7 +182,7 @@ static int load_ending(tsr_trainer *t, load_kind kind, const ckpt_meta *meta, co
     if (!rc && kind == LOAD_RESUME) rc = data_sources_check(t, meta->data_sources, path);
     if (rc) return rc;
     gather_after_load(t, 1);
-    if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(t, "rollback", path, st->seconds, st->bytes);
+    if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(&t->run, "rollback", path, st->seconds, st->bytes);
     return 0;
 }
 

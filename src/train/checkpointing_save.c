@@ -106,7 +106,7 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
 static void note_saved(tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
                        int async) {
     t->ck.committed = step;
-    metrics_log_save(t, step, path, st, async);
+    metrics_log_save(&t->run, &t->ck, step, path, st, async);
 }
 
 static size_t snapshot_direct(const tsr_trainer *t);

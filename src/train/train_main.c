@@ -249,7 +249,7 @@ static void config_note(const tsr_dist *d, const tsr_trainer *t, int dry_run) {
         char prom[1300];
         printf("effective config (every key): %s/config.cfg\n", cfg->run_dir);
         printf("metrics: %s/metrics.jsonl, TensorBoard %s/tb/", cfg->run_dir, cfg->run_dir);
-        if (metrics_prom_path(t, prom, sizeof prom))
+        if (metrics_prom_path(&t->run, prom, sizeof prom))
             printf(", Prometheus %s (every %g s)", prom, cfg->metrics.prometheus_interval);
         printf("\n");
     }
@@ -275,7 +275,7 @@ static int lock_run_dir(const tsr_dist *d, const tsr_trainer *t, tsr_lock *lock,
     int64_t rc = 0;
     *made = 0;
     /* what would stop the start once run_dir is open is refused before the lock makes run_dir */
-    if (d->rank == 0 && !(rc = metrics_prom_check(t))) {
+    if (d->rank == 0 && !(rc = metrics_prom_check(&t->run))) {
         char path[sizeof cfg->run_dir + 16];
         struct stat st;
         *made = stat(cfg->run_dir, &st) != 0;

@@ -20,27 +20,6 @@
 
 struct icl_suite;
 
-/* The checkpoints this process writes (owner: train/checkpointing_save.c; docs/checkpoint-format.md
- * "Asynchronous save"). */
-typedef struct tsr_train_ckpt {
-    int async;                   /* save_async in effect: the config's, off when the snapshot does
-                                  * not fit host memory (trainer_init's check) */
-    int64_t committed;           /* the step of the last checkpoint this process committed, -1 */
-    uint64_t snap_plan;          /* the memory plan's snapshot: checkpointing_snapshot_bytes */
-    uint64_t io_plan;            /* and its checkpoint I/O: checkpointing_io_bytes */
-    int copy_in_step;            /* save_async_copy in effect: the copy into snap in the save step */
-    float *snap;                 /* the snapshot: this rank's slices of every tensor (host memory,
-                                  * allocated and written once at start: trainer_init) */
-    size_t snap_cap;             /* its floats */
-    struct ckpt_pending *pending;/* the save being written in the background, else NULL */
-    int copied;                  /* its writer has copied the slices into snap (the state may
-                                  * change: checkpointing_before_update) */
-    double blocking;             /* its seconds of stopped training so far (pull, start, the wait
-                                  * for the copy) */
-    double snap_s;               /* of those, the main thread's part of the snapshot (the device's
-                                  * state pulled, zero3 / hsdp parts moved into it) */
-} tsr_train_ckpt;
-
 typedef struct tsr_trainer {
     tsr_config cfg;
     tsr_dist dist;

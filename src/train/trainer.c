@@ -246,10 +246,10 @@ void trainer_ensure_acts(tsr_trainer *t) {
             tsr_fail_all(TSR_EXIT_USAGE, "%s", msg);
         }
         int next = trainer_micro_at_most(t, t->micro / 2);
-        metrics_log_micro(t, t->micro, next, failed);
+        metrics_log_micro(&t->run, t->micro, next, failed);
         t->micro = next;
     }
-    if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
+    if (t->auto_micro) metrics_log_micro(&t->run, 0, t->micro, 0);
 }
 
 int trainer_acts_fit(tsr_trainer *t) {

@@ -514,12 +514,12 @@ int trainer_open_run_dir(tsr_trainer *t) {
     if (t->objective->check_reference)
         TSR_CHECK(t->objective->check_reference(&t->run, t->run.objective_state));
     TSR_CHECK(trainer_acts_fit(t)); /* a run that does not fit writes nothing either */
-    int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
+    int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(&t->run) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
-    if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
+    if (!rc) metrics_log_start(&t->run); /* a process's first record (docs/tracking.md) */
     if (!rc) checkpointing_room_warn(t);
     if (!rc && t->out.start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
-        metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
+        metrics_log_checkpoint(&t->run, t->out.start_load.what, t->out.start_load.path,
                                t->out.start_load.seconds,
                                t->out.start_load.bytes);
     if (!rc && t->objective->open_reference) rc = open_reference(t);

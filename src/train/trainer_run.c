@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "train/checkpointing.h"
+#include "plan/plan.h"
 #include "run/objective.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
@@ -52,15 +53,15 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     tsr_guard *g = &t->guard;
     char reason[1100];
     if (st->verdict == GUARD_WARN || st->verdict == GUARD_SKIP) {
-        metrics_log_guard(t, st->verdict == GUARD_WARN ? "warn" : "skip", st);
+        metrics_log_guard(&t->run, st->verdict == GUARD_WARN ? "warn" : "skip", st);
         if (st->rebaselined)
-            metrics_log_guard_note(t, "rebaseline", st, "guard.patience consecutive outliers: taken "
+            metrics_log_guard_note(&t->run, "rebaseline", st, "guard.patience consecutive outliers: taken "
                                    "as a lasting change of level, the window starts over");
         return 0;
     }
     snprintf(reason, sizeof reason, "%s", st->why);
     if (st->verdict == GUARD_ROLLBACK) {
-        metrics_log_guard(t, "rollback", st);
+        metrics_log_guard(&t->run, "rollback", st);
         char path[1200];
         int64_t from = t->step, d_next = t->step + t->data.data_offset, d_c = 0;
         int nonfinite = g->nonfinite_streak > 0;
@@ -71,7 +72,7 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
             t->data.data_offset = d_next - t->step;
             dataloader_reset_seen(&t->data, d_next, (const int64_t(*)[2])g->skips, g->n_skips);
             t->data.stage_started = 0; /* the data position jumped: announce new windows */
-            metrics_log_rollback(t, from, path, d_c, d_next);
+            metrics_log_rollback(&t->run, &t->guard, from, path, d_c, d_next);
             /* commit the restored step with the skip recorded (this also points `latest` at
              * it), then set the abandoned trajectory's checkpoints aside */
             if ((rc = checkpointing_save(t, 0))) return rc;
@@ -87,7 +88,7 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
             /* no checkpoint from before the spike: keep going on the new level rather than stop
              * a run for a finite spike (loudly: the data window stays in the run) */
             guard_restart_window(g);
-            metrics_log_guard_note(t, "rebaseline", st, "no checkpoint before the spike to roll "
+            metrics_log_guard_note(&t->run, "rebaseline", st, "no checkpoint before the spike to roll "
                                    "back to (save more often: save_interval, keep_last); the "
                                    "window starts over");
             return 0;
@@ -152,7 +153,7 @@ static int evaluate(tsr_trainer *t) {
     if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
         double loss = trainer_eval(t);
-        metrics_log_eval(t, loss, tsr_now() - t0);
+        metrics_log_eval(&t->run, loss, tsr_now() - t0);
         if (t->objective->eval_failed && t->objective->eval_failed(t->run.objective_state))
             return TSR_EXIT_DATA;
     }
@@ -209,7 +210,7 @@ static void end_of_run_sample(tsr_trainer *t) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
         int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
         trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
-        if (t->dist.rank == 0) metrics_log_sample(t, ids, n);
+        if (t->dist.rank == 0) metrics_log_sample(&t->run, ids, n);
         free(ids);
     }
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 0);
@@ -221,11 +222,13 @@ static void end_of_run_sample(tsr_trainer *t) {
  * after a rollback, else an exit code (TSR_EXIT_SLOW after a checkpoint). */
 static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
     int rc;
-    account_step(t, st->step_time);
+    account_step(&t->run, st->step_time);
     stop_step_done(st->step_time);
-    metrics_log_step(t, st);
+    if (t->dist.rank == 0 && t->out.tb) /* the TensorBoard step's memory/planned_bytes */
+        t->out.planned_bytes = plan_rank_bytes(t, t->part.lora_on);
+    metrics_log_step(&t->run, st);
     if (st->phase_switch)
-        metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
+        metrics_log_guard_note(&t->run, "restart-window", st, "a data-mix curriculum phase starts "
                                "with this batch: the spike window starts over");
     if (st->verdict != GUARD_OK) {
         if (st->verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
@@ -285,7 +288,7 @@ static int run_steps(tsr_trainer *t) {
     ep_report(t);
     optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
     ring_report(t);
-    metrics_finish(t);
+    metrics_finish(&t->run);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
 }
@@ -293,10 +296,10 @@ static int run_steps(tsr_trainer *t) {
 /* The steps, between the accounting of this start (telemetry/account.h): its record is written
  * whichever way the steps end (finished, 85, 86, the guard's stop) */
 int trainer_run(tsr_trainer *t) {
-    account_run_begin(t);
+    account_run_begin(&t->run);
     int rc = run_steps(t);
     acc_start s;
-    account_close(t, &s);
-    metrics_log_account(t, rc, &s);
+    account_close(&t->run, &s);
+    metrics_log_account(&t->run, rc, &s);
     return rc;
 }
