@@ -58,7 +58,7 @@ typedef struct tsr_mesh {
 
 /* The sharding group's ranks: parallel.replica_group under hsdp (0: the ranks of one node,
  * local_world), else the world; 0 when that does not divide the world (the trainer reports it:
- * trainer_shard_group). */
+ * run_shard_group). */
 int mesh_shard_size(const tsr_config *cfg, int world, int local_world);
 
 /* Every group of the run from cfg and world (a world, not a view), collective over the world

@@ -43,3 +43,16 @@ int run_resumed_config(const tsr_run *r, tsr_config *ck) {
     free(pk);
     return rc;
 }
+
+int run_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
+    *G = mesh_shard_size(cfg, world, local_world); /* (the mesh's rule: mesh/mesh.h) */
+    if (*G == 0) {
+        *G = cfg->replica_group > 0 ? (int)cfg->replica_group : local_world;
+        tsr_error("parallel.replica_group = %lld%s: the %d ranks do not split into groups of %d "
+                  "(hsdp shards within a group and replicates across groups): choose a divisor "
+                  "of the rank count", (long long)cfg->replica_group,
+                  cfg->replica_group > 0 ? "" : " (the ranks of one node)", world, *G);
+        return TSR_EXIT_USAGE;
+    }
+    return 0;
+}

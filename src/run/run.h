@@ -183,6 +183,10 @@ void run_eval_scope(const tsr_run *r, int on);
 /* device = cuda: the CUDA path's context with the current microbatch (micro_batch = auto lowers
  * it) and, with LoRA, the step's dropout key. */
 struct gpu_train_ctx *run_gpu(const tsr_run *r);
+/* parallel.sharding = zero3 | hsdp: the ranks per sharding group (zero3: the world; hsdp:
+ * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
+ * key when G does not divide the world (the start, the device's context, the time plan). */
+int run_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
 /* On a resume (rank 0): the config recorded in the checkpoint read (r->out->start_load.path)
  * into ck: what the run was trained with (the stored references' checksums). 0, or -1 when it
  * cannot be read (quietly: the resume reported it). */

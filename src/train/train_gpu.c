@@ -9,7 +9,7 @@
 #include "common.h"
 #include "optim/adamw.h"
 #include "run/objective.h"
-#include "plan/plan.h"
+#include "train/train_plan.h"
 #include "telemetry/metrics_units.h"
 #include "train/train_state.h"
 
@@ -39,7 +39,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->G = t->dist.world;
     int G = t->dist.world;
     if (c->mode == GPU_SHARD_FSDP &&
-        trainer_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
+        run_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
         c->G = G;
     c->comm_staged = cfg->gpu_comm == TSR_GPU_COMM_MPI;
     c->fp8 = cfg->precision.fp8, c->fp8_skip = cfg->precision.fp8_skip;
@@ -74,7 +74,9 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     gpu_train_ctx c;
     fill(&c, t);
-    plan_print_device(t, &c); /* (src/plan/plan.c) */
+    plan_view *v = trainer_plan_view(t);
+    plan_print_device(v, &c); /* (src/plan/plan.c) */
+    free(v);
 }
 
 double train_gpu_plan_total(const tsr_trainer *t) {

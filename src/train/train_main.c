@@ -31,6 +31,8 @@
 #include "plan/fit.h"
 #include "data/dataloader.h"
 #include "plan/timeplan.h"
+#include "train/train_gpu.h"
+#include "train/train_plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/metrics_prom.h"
 #include "train/trainer.h"
@@ -352,10 +354,10 @@ int main(int argc, char **argv) {
     if (rc) tsr_exit(rc);
     hf_class_note(&pd, &t);
     config_note(&pd, &t, c.dry_run);
-    if (tp) timeplan_print(tp, &t, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
+    if (tp) trainer_plan_time(&t, tp, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
-    if (c.gpu_mem > 0) plan_fit_print(&t, c.gpu_mem);
-    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem);
+    if (c.gpu_mem > 0) plan_fit_print(&t.dist, train_gpu_plan_total(&t), c.gpu_mem);
+    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem, trainer_plan_trial);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0;

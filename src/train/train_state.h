@@ -62,10 +62,6 @@ typedef struct tsr_trainer {
 int trainer_acts_B(const tsr_trainer *t);
 /* micro_batch = auto: the largest divisor of the per-rank batch that is at most `at_most` (>= 1). */
 int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
-/* parallel.sharding = zero3 | hsdp: the ranks per sharding group (zero3: the world; hsdp:
- * parallel.replica_group, 0 = the ranks of one node). 0 and *G, or TSR_EXIT_USAGE after naming the
- * key when G does not divide the world. */
-int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G);
 /* The end-of-run sample's host model, on = 1 before it and 0 after: every expert on every rank
  * (ep_full), and under zero3 / hsdp the shard's gathers forgotten (device = cuda pulls the shard
  * into it first). Collective. */

@@ -12,7 +12,7 @@
 #include "common.h"
 #include "train/checkpointing.h"
 #include "run/objective.h"
-#include "plan/plan.h"
+#include "train/train_plan.h"
 #include "telemetry/metrics.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
@@ -228,7 +228,7 @@ static int64_t try_acts(tsr_trainer *t) {
 static void acts_refusal(tsr_trainer *t, int64_t failed, char *msg, size_t cap) {
     double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
                                   : model_acts_bytes(&t->model, t->micro, t->T)) / (1024.0 * 1024.0);
-    plan_print(t, 0);
+    trainer_plan_print(t, 0);
     if (t->be.gpu) train_gpu_print_plan(t);
     snprintf(msg, cap, "out of memory on %lld of %d ranks allocating the activations for a "
              "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation checkpointing, "

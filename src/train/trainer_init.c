@@ -15,7 +15,7 @@
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "run/objective.h"
-#include "plan/plan.h"
+#include "train/train_plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
 #include "train/train_gpu.h"
@@ -396,7 +396,7 @@ static void init_lora_plan(tsr_trainer *t, const tsr_config *cfg) {
 /* the model's layout (nothing allocated but the MoE figures): sharding, experts, context,
  * adapters, references, and the FLOPs per token they make */
 static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
-    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
+    TSR_CHECK(run_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
@@ -414,7 +414,7 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
 /* the plan (a dry run's: the layout only, nothing allocated); device = cuda: the GPU's
  * switches and its plan */
 static int init_plans(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
-    plan_print(t, dry_run);
+    trainer_plan_print(t, dry_run);
     if (cfg->device != TSR_DEVICE_CUDA) return 0;
     TSR_CHECK(train_gpu_switches(t));
     train_gpu_print_plan(t);

@@ -10,7 +10,7 @@
 
 #include "common.h"
 #include "train/checkpointing.h"
-#include "plan/plan.h"
+#include "train/train_plan.h"
 #include "run/objective.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
@@ -225,7 +225,7 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
     account_step(&t->run, st->step_time);
     stop_step_done(st->step_time);
     if (t->dist.rank == 0 && t->out.tb) /* the TensorBoard step's memory/planned_bytes */
-        t->out.planned_bytes = plan_rank_bytes(t, t->part.lora_on);
+        t->out.planned_bytes = trainer_plan_rank_bytes(t, t->part.lora_on);
     metrics_log_step(&t->run, st);
     if (st->phase_switch)
         metrics_log_guard_note(&t->run, "restart-window", st, "a data-mix curriculum phase starts "
