@@ -23,6 +23,7 @@
 #include "data/s3.h"
 #include "fsutil.h"
 #include "model/decoder.h"
+#include "model/model_rollout.h"
 #include "generate/gen_batch.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
@@ -183,40 +184,14 @@ void grpo_free(tsr_grpo *g) {
 
 /* ---- the weights the rollouts are drawn from --------------------------------------------------- */
 
-typedef struct rollout_w {
-    tsr_model m;   /* the trainer's model, its weights full and merged */
-    float *own;    /* the full copy, when one was made */
-} rollout_w;
-
-/* zero3 / hsdp: every unit gathered once into flat (n_params): the shard to its part of the flat
- * layout, the parts all-gathered over the group */
-static void gather_full(const tsr_run *run, float *flat) {
-    tsr_fsdp *f = &run->part->fsdp;
-    const int S = f->G; /* the shard group's ranks (G is a group's completions in this file) */
-    int *counts = tsr_malloc((size_t)S * 2 * sizeof *counts), *displs = counts + S;
-    for (int r = 0; r < S; r++) counts[r] = (int)f->part_counts[r], displs[r] = (int)f->part_displs[r];
-    float *part = tsr_malloc((f->part_counts[f->grank] + 1) * sizeof *part);
-    fsdp_shard_to_part(f, f->params, part);
-    dist_group_allgatherv_f32(f->group, part, flat, counts, displs);
-    free(part), free(counts);
-}
-
-static void rollout_model(const tsr_run *run, rollout_w *w) {
+/* The rollouts' weights (model/model_rollout.h): the training model's, full and merged; none on
+ * device = cuda (the device's weights: gpu_train_generate) */
+static void rollout_model(const tsr_run *run, model_rollout *w) {
     w->own = NULL;
-    if (run->be->gpu) return; /* (device = cuda: the device's weights, gpu_train_generate) */
-    w->m = *run->model;
-    w->m.src = NULL, w->m.lora = NULL, w->m.fwd = NULL, w->m.scores = NULL;
-    w->m.bwd_weighted = NULL, w->m.moe_stats = NULL;
-    const size_t bytes = run->model->n_params * sizeof(float);
-    if (run->part->fsdp_on || run->part->lora_on) w->own = run->be->ops->alloc(bytes);
-    if (run->part->fsdp_on) gather_full(run, w->own);
-    else if (run->part->lora_on) memcpy(w->own, run->model->params, bytes);
-    if (w->own) w->m.params = w->own;
-    if (run->part->lora_on) lora_merge(&run->part->lora, run->part->lora.w, &w->m);
-}
-
-static void rollout_model_free(const tsr_run *run, rollout_w *w) {
-    if (w->own) run->be->ops->free(w->own);
+    if (run->be->gpu) return;
+    const tsr_train_part *p = run->part;
+    model_rollout_open(w, run->model, p->fsdp_on ? &run->part->fsdp : NULL,
+                       p->lora_on ? &p->lora : NULL, run->be->ops);
 }
 
 /* ---- one round of rollouts ------------------------------------------------------------------- */
@@ -255,8 +230,8 @@ static void say_kv(const tsr_run *run, tsr_grpo *g, const tsr_decoder *d, const 
 
 /* the rows' completions: G sequences per prompt row (rows r0, r0 + G, ...), sampled (or greedy
  * with temperature 0) on the rollout weights */
-static int64_t generate(const tsr_run *run, tsr_grpo *g, const rollout_w *w, char *rows, int n_rows,
-                        const gen_sampling *how, uint64_t d) {
+static int64_t generate(const tsr_run *run, tsr_grpo *g, const model_rollout *w, char *rows,
+                        int n_rows, const gen_sampling *how, uint64_t d) {
     stop_ids(run, g);
     gen_seq *s = tsr_calloc((size_t)n_rows, sizeof *s);
     int maxp = 1;
@@ -340,7 +315,7 @@ static int agree(const tsr_grpo *g, int rc) {
 
 /* 1. rollout: this rank's prompts of round k (G rows each, from rows) read and their completions
  * generated on the rollout weights; *gen_tokens += the tokens generated */
-static void rollout(const tsr_run *run, tsr_grpo *g, const rollout_w *w, int64_t d, int k,
+static void rollout(const tsr_run *run, tsr_grpo *g, const model_rollout *w, int64_t d, int k,
                     char *rows, double *gen_tokens) {
     const int64_t per = *run->per_rank, G = g->G;
     for (int64_t p = 0; p < per; p++) {
@@ -378,7 +353,8 @@ static int reward(const tsr_run *run, tsr_grpo *g, char *rows, size_t mine) {
 
 /* Round k's groups: this rank's prompts of it rolled out and rewarded, then every rank's
  * all-gathered into g->round. Returns 0 or the agreed failure. */
-static int round_rows(const tsr_run *run, tsr_grpo *g, const rollout_w *w, int64_t d, int k, double *gen_tokens) {
+static int round_rows(const tsr_run *run, tsr_grpo *g, const model_rollout *w, int64_t d, int k,
+                      double *gen_tokens) {
     const size_t mine = (size_t)(*run->per_rank * g->G);
     char *rows = tsr_malloc(mine * g->rec);
     rollout(run, g, w, d, k, rows, gen_tokens);
@@ -499,7 +475,7 @@ int64_t grpo_rollout(const tsr_run *run, tsr_grpo *g, int64_t d) {
     double *s = g->stats, gen = 0.0;
     memset(s, 0, GRPO_NSTATS * sizeof *s);
     g->update = 0;
-    rollout_w w;
+    model_rollout w;
     watchdog_phase(WD_EXCHANGE, *run->step); /* (zero3 / hsdp: the weights gathered) */
     rollout_model(run, &w);
     const int rounds = run->cfg->grpo.dynamic_sampling ? (int)run->cfg->grpo.max_rounds : 1;
@@ -509,7 +485,7 @@ int64_t grpo_rollout(const tsr_run *run, tsr_grpo *g, int64_t d) {
         if (!rc) s[GRPO_DROPPED] += keep(run, g, &nk, 0), s[GRPO_ROUNDS] = k + 1;
         if (!rc && k + 1 == rounds) keep(run, g, &nk, 1); /* short after every round: tied ones */
     }
-    rollout_model_free(run, &w);
+    model_rollout_close(&w);
     if (rc) return -1;
     advantage(run, g);
     const int64_t tokens = kept_stats(run, g);
@@ -537,11 +513,11 @@ double grpo_eval(const tsr_run *run, tsr_grpo *g, double *reward) {
         read_prompt(g, run->data->val, run->cfg->data.val, (uint64_t)i * W + r0, r);
         r->pos = (int32_t)((uint64_t)i * W + r0);
     }
-    rollout_w w;
+    model_rollout w;
     rollout_model(run, &w);
     const gen_sampling greedy = {.temperature = 0.0, .top_p = 1.0};
     if (mine) generate(run, g, &w, rows, mine, &greedy, 0);
-    rollout_model_free(run, &w);
+    model_rollout_close(&w);
     int rc = agree(g, mine ? score(run, g, rows, mine, 1, *run->step) : 0);
     double sums[3] = {0, 0, (double)mine};
     for (int i = 0; i < mine && !rc; i++) {
