@@ -7,7 +7,7 @@
 #ifndef TSR_HF_IMPORTER_H
 #define TSR_HF_IMPORTER_H
 
-#include "train/checkpointing.h"
+#include "model/model_importer.h"
 
 extern const checkpointing_importer hf_checkpointing_importer;
 

@@ -9,26 +9,11 @@
 #define TSR_CHECKPOINTING_H
 
 #include "ckpt.h"
-#include "watchdog/stop.h"
+#include "model/model_importer.h"
 #include "train/train_state.h"
+#include "watchdog/stop.h"
 
-/* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
- * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over with
- * checkpointing_use_importer (train_main.c); without one every --init-from names a checkpoint.
- * is_source: path is one of its directories; open checks it against the model (h is set, also
- * on failure); read fills the flat range [lo, hi) into dst (dst[i - lo]: hf.h hf_import_read) and
- * adds the bytes read; close takes any h. */
-typedef struct checkpointing_importer {
-    int (*is_source)(const char *path);
-    int (*open)(void **h, const char *dir, const tsr_model *m);
-    int (*read)(void *h, const tsr_model *m, size_t lo, size_t hi, float *dst, uint64_t *bytes);
-    void (*close)(void *h);
-    /* LoRA (docs/lora.md): path is a PEFT adapter directory; read_adapter fills lo's weights
-     * from one and names its base (hf.h hf_read_adapter) */
-    int (*is_adapter)(const char *path);
-    int (*read_adapter)(const char *dir, const tsr_config *cfg, tsr_lora *lo, char *base,
-                        size_t cap);
-} checkpointing_importer;
+/* The importer of weights-only sources (model/model_importer.h), handed over by the program. */
 void checkpointing_use_importer(const checkpointing_importer *imp);
 
 /* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
