@@ -1,4 +1,4 @@
-/* test_cli.c — the option tables of tessera's subcommands (src/cli_commands.h) give each letter
+/* test_cli.c — the option tables of tessera's subcommands (src/base/cli_commands.h) give each letter
  * one meaning (docs/cli.md), and cli.c's parser and help handle long-only options.
  * `test_cli --list` prints the subcommands' names, one a line, for tests/cli/test_cli.sh, which checks
  * the letters of every program (tessera-train, tessera-healthcheck, tessera-job too) from --help. */

@@ -1,5 +1,8 @@
 /* cli_commands.h — every `tessera` subcommand's option table, in one list: the help and the test
- * that keeps one meaning per option letter (docs/cli.md, tests/unit/test_cli.c) read it. */
+ * that keeps one meaning per option letter (docs/cli.md, tests/unit/test_cli.c) read it. A
+ * registry declared low, filled high: the tables are data defined beside each command (its
+ * *_cmd.c), the list in src/cli_commands.c; here, in base, every command's folder can include it
+ * without including the folder that lists them all. */
 #ifndef TSR_CLI_COMMANDS_H
 #define TSR_CLI_COMMANDS_H
 
