@@ -14,7 +14,7 @@
  * read in slabs of CHUNK elements, so verifying a large checkpoint needs little memory.
  * Options come from one table per subcommand; the parser and --help are generated from it.
  */
-#include "ckpt_cmd.h"
+#include "ckpt/ckpt_cmd.h"
 
 #include <errno.h>
 #include <getopt.h>
