@@ -30,7 +30,7 @@
 #include "cli.h"
 #include "common.h"
 #include "crc32c.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "hf/hf.h"
 
 #define CHUNK (1u << 22) /* elements per read while verifying: 16 MiB */

@@ -21,7 +21,7 @@
 #include "config/config.h"
 #include "data/data.h"
 #include "data/mix.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 struct tsr_stager;
 struct tsr_tokenizer;

@@ -24,7 +24,7 @@
 #include "common.h"
 #include "data/data.h"
 #include "data/dataloader.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "eval/icl_score.h"
 #include "fsutil.h"
 #include "tokenizer/tokenizer.h"

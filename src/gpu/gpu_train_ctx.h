@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "model/fsdp.h"

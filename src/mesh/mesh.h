@@ -22,7 +22,7 @@
 #define TSR_MESH_H
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 typedef enum tsr_mesh_id {
     TSR_MESH_WORLD = 0,

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 void model_gather_full(tsr_fsdp *f, float *flat) {
     const int S = f->G; /* the shard group's ranks */

@@ -7,7 +7,7 @@
 #define TSR_PLAN_FIT_H
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 typedef enum plan_fit_key { PLAN_FIT_NONE = 0, PLAN_FIT_SEQ_LEN, PLAN_FIT_MICRO_BATCH } plan_fit_key;
 

@@ -21,7 +21,7 @@
 
 #include "config/config.h"
 #include "data/dataloader.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "mesh/mesh.h"
 #include "model/fsdp.h"
 #include "model/model.h"

@@ -16,7 +16,7 @@
 #include "cli.h"
 #include "common.h"
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "eval/train_icl.h"
 #include "fsutil.h"
 #include "hf/hf.h"

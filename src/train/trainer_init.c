@@ -78,7 +78,7 @@ int trainer_threads(const tsr_config *cfg, const tsr_dist *d) {
 
 /* A rank's block that other ranks receive (a ZeRO-1 or checkpoint part of the flat buffer, a
  * zero3 / hsdp shard) is one MPI int count; the buffer itself may pass 2^31 floats (all-reduces
- * are chunked, src/dist.h), and a world or group of one exchanges nothing. Checked before anything
+ * are chunked, src/dist/dist.h), and a world or group of one exchanges nothing. Checked before anything
  * is allocated; under --plan a warning (the memory figures still come). */
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
     const tsr_model *m = &t->model;

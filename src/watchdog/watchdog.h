@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 /* (grpo: the rollout phase is WD_ROLLOUT while decoding, WD_REWARD while the reward scores,
  * WD_EXCHANGE in its collectives: a rank waiting there for a peer still decoding says so.

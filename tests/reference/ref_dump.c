@@ -53,7 +53,7 @@
 
 #include "common.h"
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "hf/hf_importer.h"
 #include "train/checkpointing.h"
 #include "posttrain/grpo_int.h"

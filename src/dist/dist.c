@@ -1,5 +1,5 @@
 /* dist.c — MPI behind the dist.h interface; a world of one when built with NO_MPI. */
-#include "dist.h"
+#include "dist/dist.h"
 
 #include <errno.h>
 #include <signal.h>
