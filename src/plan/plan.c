@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "model/model_ring.h"
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 #include "run/objective.h"
 
 static void human_count(char *buf, size_t n, double v) {

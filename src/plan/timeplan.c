@@ -14,7 +14,7 @@
 #include "model/model_ring.h"
 #include "fsutil.h"
 #include "mesh/mesh.h"
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 
 #define TP_ROWS 512             /* rows of a table (TSR_PROFILE's own limit is 256 ops) */
 #define TP_FILE_MAX (1 << 20)   /* bytes of a table file */

@@ -28,7 +28,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
 #include "posttrain/grpo_int.h"
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 #include "data/dataloader.h"
 #include "gpu/gpu_train.h"
 #include "watchdog/watchdog.h"

@@ -7,7 +7,7 @@
 #include "ckpt.h"
 #include "jsonl.h"
 #include "telemetry/account.h"
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 #include "run/run.h"
 
 /* Creates run_dir, writes the effective config (run_dir/config.cfg), opens run_dir/metrics.jsonl. */

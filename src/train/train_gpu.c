@@ -10,7 +10,7 @@
 #include "optim/adamw.h"
 #include "run/objective.h"
 #include "train/train_plan.h"
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 #include "train/train_state.h"
 
 /* the host model's weights for the end-of-run sample (trainer_host_weights: every expert

@@ -1,5 +1,5 @@
 /* metrics_units.c — see metrics_units.h. */
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 
 #include <stdio.h>
 #include <strings.h>
