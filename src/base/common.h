@@ -42,7 +42,7 @@ void tsr_warn_release(void);
 /* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.
  * "garbage:33:36,usr1:35:0"); returns the args of the first item of that kind, or NULL. The
  * kinds and who reads them: docs/spike-guard.md, docs/tessera-train.md (WATCHDOGS),
- * src/train/trainer_faults.c, trainer_init.c, train_data.c, src/watchdog/watchdog.c, src/dist/dist.c. */
+ * src/train/trainer_faults.c, trainer_init.c, src/watchdog/watchdog.c, src/dist/dist.c. */
 const char *tsr_fault(const char *kind);
 /* Unilateral fatal error: message, then MPI_Abort(code) when MPI runs with >1 rank, else exit(code).
  * Use when other ranks may be waiting in a collective. */

@@ -22,7 +22,7 @@
 
 /* (grpo: the rollout phase is WD_ROLLOUT while decoding, WD_REWARD while the reward scores,
  * WD_EXCHANGE in its collectives: a rank waiting there for a peer still decoding says so.
- * WD_DATA_WAIT: a staging window's wait for its shards, train_data.c; its hang line adds what
+ * WD_DATA_WAIT: a staging window's wait for its shards, data/dataloader_stage.c; its hang line adds what
  * watchdog_detail last said: the source, the window, the shards committed) */
 typedef enum {
     WD_IDLE, WD_DATA, WD_COMPUTE, WD_REDUCE, WD_OPTIMIZER, WD_EVAL, WD_CHECKPOINT, WD_ROLLOUT,
