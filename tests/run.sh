@@ -162,7 +162,8 @@ selected=$((${#shared[@]} + ${#besides[@]} + ${#alone[@]} + ${#idles[@]})) # (ch
 # NICED ones come last (above)
 FIRST=(tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
        tests/train/test_train_cli.sh tests/eval/test_generate.sh tests/train/test_spike_guard.sh
-       tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh)
+       tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh
+       tests/train/test_tensor.sh)
 # (in FIRST's order, longest first: the run of 2026-11-27 started them in the tests' own order,
 # the longest after three others)
 in_list() { # in_list NAME LIST...: NAME is one of LIST

@@ -30,6 +30,8 @@ int tsr_log_rank(void);
  * mute themselves around collective phases (config, opening data) where every rank meets the
  * same error, so it is printed once. */
 void tsr_log_mute(int mute);
+/* 1 while muted (tsr_log_mute) */
+int tsr_log_muted(void);
 /* stderr: "PROGRAM: [rank R host] error: <msg>" (PROGRAM: the executable's name, e.g. tessera-train;
  * no rank in single-process runs). */
 void tsr_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -17,7 +17,6 @@
 #include "ckpt/ckpt_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +31,7 @@
 #include "crc32c.h"
 #include "dist/dist.h"
 #include "hf/hf.h"
+#include "hf/hf_importer.h"
 
 #define CHUNK (1u << 22) /* elements per read while verifying: 16 MiB */
 
@@ -198,16 +198,14 @@ typedef struct sub_args {
 } sub_args;
 
 typedef struct sub_spec {
-    const char *name, *operands, *summary;
+    cli_cmd cli;         /* "ckpt NAME": its options (cli.h's rows, one letter, one meaning:
+                          * docs/cli.md) and help, parsed by cli_parse */
     int n_operands;
-    const cli_opt *opts; /* the subcommand's own options (besides --help): cli.h's rows, one
-                          * letter, one meaning (docs/cli.md) */
-    int n_opts;
     int (*run)(const sub_args *a);
 } sub_spec;
 
-static const cli_opt common_opts[] = {{"help", 'h', NULL, "print this help and exit"}};
-#define N_COMMON_OPTS ((int)(sizeof common_opts / sizeof common_opts[0]))
+#define HELP_ROW {"help", 'h', NULL, "print this help and exit"}
+static const cli_opt help_only[] = {HELP_ROW};
 
 enum {
     EXPORT_FORMAT = 0, EXPORT_DTYPE, EXPORT_TOKENIZER, EXPORT_ARCH, EXPORT_ADAPTER, EXPORT_MERGE,
@@ -233,10 +231,12 @@ static const cli_opt export_opts[] = {
                         "docs/lora.md)"},
     [EXPORT_MERGE] = {"merge", CLI_NO_SHORT('M'), NULL, "a LoRA checkpoint: its base with the "
                       "adapters merged in, as a transformers directory"},
+    [EXPORT_OPT_COUNT] = HELP_ROW,
 };
-_Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT, "one row per option");
+_Static_assert(sizeof export_opts / sizeof export_opts[0] == EXPORT_OPT_COUNT + 1,
+               "one row per option, then --help");
 _Static_assert(EXPORT_OPT_COUNT <= MAX_SUB_OPTS, "sub_args.opt holds them");
-_Static_assert(MAX_SUB_OPTS + 1 <= CLI_MAX_OPTS, "cli_getopt holds a subcommand's and --help");
+#define N_ROWS(t) ((int)(sizeof t / sizeof t[0]))
 
 static int run_ls(const sub_args *a);
 static int run_verify(const sub_args *a);
@@ -245,36 +245,31 @@ static int run_export(const sub_args *a);
 static int run_import(const sub_args *a);
 
 static const sub_spec subs[] = {
-    {"ls", "RUN_DIR",
-     "list the checkpoints of a run: step, size, valid (full CRC check), which one `latest` names",
-     1, NULL, 0, run_ls},
-    {"verify", "CKPT",
-     "check one checkpoint (a file, or the one a run directory's `latest` names) for its "
-     "attributes, shapes and every tensor's CRC32C (exit 0 valid, 2 invalid)",
-     1, NULL, 0, run_verify},
-    {"inspect", "CKPT",
-     "print a checkpoint's (a file, or the one a run directory's `latest` names) format, "
-     "counters, config text and tensor table (no data read)", 1,
-     NULL, 0, run_inspect},
-    {"export", "CKPT OUT_DIR",
-     "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
-     "directory: GPT2LMHeadModel (learned positions), MptForCausalLM (ALiBi) or the Llama family "
-     "(RoPE: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, OLMo 2, OLMo 3, Gemma 3); docs/hf.md",
-     2, export_opts, EXPORT_OPT_COUNT, run_export},
-    {"import", "HF_DIR OUT.h5",
-     "write a Hugging Face transformers directory (config.json + model.safetensors or its "
-     "shards) as a tessera checkpoint at step 0, its config from config.json (docs/hf.md)",
-     2, NULL, 0, run_import},
+    {{"ckpt ls", "RUN_DIR",
+      "list the checkpoints of a run: step, size, valid (full CRC check), which one `latest` names",
+      help_only, 1, NULL}, 1, run_ls},
+    {{"ckpt verify", "CKPT",
+      "check one checkpoint (a file, or the one a run directory's `latest` names) for its "
+      "attributes, shapes and every tensor's CRC32C (exit 0 valid, 2 invalid)",
+      help_only, 1, NULL}, 1, run_verify},
+    {{"ckpt inspect", "CKPT",
+      "print a checkpoint's (a file, or the one a run directory's `latest` names) format, "
+      "counters, config text and tensor table (no data read)",
+      help_only, 1, NULL}, 1, run_inspect},
+    {{"ckpt export", "CKPT OUT_DIR",
+      "write a checkpoint (file, run directory or latest) as a Hugging Face transformers "
+      "directory: GPT2LMHeadModel (learned positions), MptForCausalLM (ALiBi) or the Llama family "
+      "(RoPE: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, OLMo 2, OLMo 3, Gemma 3); docs/hf.md",
+      export_opts, N_ROWS(export_opts), NULL}, 2, run_export},
+    {{"ckpt import", "HF_DIR OUT.h5",
+      "write a Hugging Face transformers directory (config.json + model.safetensors or its "
+      "shards) as a tessera checkpoint at step 0, its config from config.json (docs/hf.md)",
+      help_only, 1, NULL}, 2, run_import},
 };
 #define N_SUBS ((int)(sizeof subs / sizeof subs[0]))
 
-static void help_sub(FILE *f, const sub_spec *s) {
-    fprintf(f, "usage: tessera ckpt %s [options] %s\n%s\n\noptions:\n", s->name, s->operands,
-            s->summary);
-    cli_help_opts(f, s->opts, s->n_opts);
-    cli_help_opts(f, common_opts, N_COMMON_OPTS);
-    fprintf(f, "\nexit codes: %s\n", CLI_EXITS);
-}
+/* a subcommand's name as typed after `tessera ckpt` */
+static const char *sub_name(const sub_spec *s) { return s->cli.name + strlen("ckpt "); }
 
 static void help_all(FILE *f) {
     fprintf(f,
@@ -282,8 +277,8 @@ static void help_all(FILE *f) {
             "checkpoints (docs/checkpoint-format.md, docs/hf.md).\n\ncommands:\n");
     for (int k = 0; k < N_SUBS; k++) {
         char left[64];
-        snprintf(left, sizeof left, "%s %s", subs[k].name, subs[k].operands);
-        fprintf(f, "  %-22s %s\n", left, subs[k].summary);
+        snprintf(left, sizeof left, "%s %s", sub_name(&subs[k]), subs[k].cli.operands);
+        fprintf(f, "  %-22s %s\n", left, subs[k].cli.summary);
     }
     fprintf(f, "\n'tessera ckpt COMMAND --help' for a command's options.\nexit codes: %s\n", CLI_EXITS);
 }
@@ -445,8 +440,9 @@ static int run_export(const sub_args *a) {
     const double t0 = tsr_now();
     /* --adapter writes the adapters alone: the base (lora.base, perhaps not on this machine) is
      * not read, only the layout */
-    int rc = adapter ? ckpt_model_layout(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file)
-                     : ckpt_model_load(a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
+    const ckpt_model_importer *hf = &hf_model_importer;
+    int rc = adapter ? ckpt_model_layout(hf, a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file)
+                     : ckpt_model_load(hf, a->operand[0], NULL, 0, 0, cfg, &m, file, sizeof file);
     if (!rc) { /* a LoRA checkpoint says which of the two it wants; another takes neither */
         const int lora = cfg->lora.rank > 0;
         if (lora && !adapter && !merge) {
@@ -535,7 +531,7 @@ static int run_import(const sub_args *a) {
     tsr_dist d;
     int argc = 0;
     char **argv = NULL;
-    int rc = ckpt_model_load(in, NULL, 0, 0, cfg, &m, NULL, 0);
+    int rc = ckpt_model_load(&hf_model_importer, in, NULL, 0, 0, cfg, &m, NULL, 0);
     if (!rc) {
         dist_init(&d, &argc, &argv); /* ckpt_save writes through MPI-IO in the MPI build */
         rc = write_checkpoint(&m, cfg, out);
@@ -547,6 +543,15 @@ static int run_import(const sub_args *a) {
     return rc;
 }
 
+/* an option of the subcommand: its value (a flag's "1") at its row's place in a->opt */
+static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
+    sub_args *a = ctx;
+    int k = 0;
+    while (k < c->n_opts && c->opts[k].short_name != ch) k++;
+    a->opt[k] = val ? val : "1"; /* (k < MAX_SUB_OPTS: --help never reaches here) */
+    return 0;
+}
+
 int cmd_ckpt(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         help_all(argc < 2 ? stderr : stdout);
@@ -554,47 +559,22 @@ int cmd_ckpt(int argc, char **argv) {
     }
     const sub_spec *s = NULL;
     for (int k = 0; k < N_SUBS; k++)
-        if (strcmp(argv[1], subs[k].name) == 0) s = &subs[k];
+        if (strcmp(argv[1], sub_name(&subs[k])) == 0) s = &subs[k];
     if (!s) {
         tsr_error("ckpt: unknown command '%s' (see 'tessera ckpt --help')", argv[1]);
         return TSR_EXIT_USAGE;
     }
-    /* the tables -> getopt_long (cli.h): the subcommand's options, then --help */
-    cli_getopt g;
-    cli_getopt_init(&g);
-    cli_getopt_add(&g, s->opts, s->n_opts);
-    cli_getopt_add(&g, common_opts, N_COMMON_OPTS); /* (fits: MAX_SUB_OPTS + 1 of CLI_MAX_OPTS) */
-    optind = 0;
-    opterr = 0;
     sub_args args;
     memset(&args, 0, sizeof args);
-    int ch, sub_argc = argc - 1;
+    const int sub_argc = argc - 1;
     char **sub_argv = argv + 1;
-    while ((ch = getopt_long(sub_argc, sub_argv, g.shorts, g.lo, NULL)) != -1) {
-        if (ch == 'h') {
-            help_sub(stdout, s);
-            return 0;
-        }
-        int k = 0;
-        while (k < s->n_opts && s->opts[k].short_name != ch) k++;
-        char hint[160]; /* a letter this command's option lost (docs/cli.md) */
-        if (ch == '?' && cli_no_short_hint(hint, sizeof hint, s->opts, s->n_opts, optopt)) {
-            tsr_error("ckpt %s: unknown option: %s (see 'tessera ckpt %s --help')", s->name, hint,
-                      s->name);
-            return TSR_EXIT_USAGE;
-        }
-        if (ch == ':' || k == s->n_opts) {
-            tsr_error("ckpt %s: %s '%s' (see 'tessera ckpt %s --help')", s->name,
-                      ch == ':' ? "missing value for option" : "unknown option",
-                      sub_argv[optind - 1], s->name);
-            return TSR_EXIT_USAGE;
-        }
-        args.opt[k] = optarg ? optarg : "1";
-    }
+    int rc = cli_parse(&s->cli, sub_argc, sub_argv, on_opt, &args);
+    if (rc) return rc < 0 ? 0 : rc;
     if (sub_argc - optind != s->n_operands) {
-        tsr_error("ckpt %s: expected %s, got %d operand%s (see 'tessera ckpt %s --help')", s->name,
-                  s->operands, sub_argc - optind, sub_argc - optind == 1 ? "" : "s", s->name);
-        return TSR_EXIT_USAGE;
+        char msg[160];
+        snprintf(msg, sizeof msg, "expected %s, got %d operand%s", s->cli.operands, sub_argc - optind,
+                 sub_argc - optind == 1 ? "" : "s");
+        return cli_usage_error(&s->cli, msg, NULL);
     }
     for (int k = 0; k < s->n_operands; k++) args.operand[k] = sub_argv[optind + k];
     return s->run(&args);

@@ -291,6 +291,10 @@ typedef struct tsr_config {
                              * (docs/moe.md); 1 = every rank holds every expert */
     int64_t context;        /* context parallelism: ranks that share one sequence, N, each
                              * holding 2 of its 2N chunks (docs/parallelism.md); 1 = none */
+    int64_t tensor;         /* tensor parallelism: ranks that split each layer's matrices, T
+                             * (docs/parallelism.md "Tensor parallelism"); 1 = none */
+    int sequence;           /* T > 1: sequence parallelism between the split matrices */
+    int tensor_across_nodes;/* a tensor group may span nodes */
     tsr_gpu_comm_kind gpu_comm; /* device = cuda: what carries the collectives */
     struct {                  /* precision.* (device = cuda; docs/cuda.md "FP8") */
         tsr_fp8_mode fp8;
@@ -410,6 +414,18 @@ int config_load_over(tsr_config *cfg, const char *path, const char *const *sets,
  * global_batch divisible by the data ranks (world / parallel.context), the per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);
+/* parallel.tensor = T (docs/parallelism.md "Tensor parallelism"): 0 when T splits cfg's model
+ * (T divides the query heads, the MLP width, the padded vocabulary, the linear layers' heads, and
+ * with parallel.sequence seq_len; the key/value heads are a multiple of T or divide it); else -1
+ * with the reason in why and the key it names in *key. T <= 1 always splits. */
+int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *why, size_t n);
+/* The values of parallel.tensor in 1 .. 256 that split cfg's model, listed into list ("1, 2, 4");
+ * returns their count. */
+int config_tensor_valid(const tsr_config *cfg, char *list, size_t n);
+/* With parallel.tensor > 1: the first key whose setting tensor parallelism does not run with yet
+ * (its value's words in *value), or NULL. (device = "cuda" is the trainer's to refuse, at start:
+ * a plan, --plan and --time, prices it.) */
+const char *config_tensor_pair(const tsr_config *cfg, const char **value);
 /* --plan W where the recipe's micro_batch does not divide the per-rank batch of W's data ranks:
  * the largest micro_batch that does (an even one for dpo: whole pairs), else 0 (it divides, it is
  * auto, or none fits: config_check_world then says why) */

@@ -22,6 +22,7 @@
 #include "data/data.h"
 #include "data/mix.h"
 #include "dist/dist.h"
+#include "mesh/mesh.h"
 
 struct tsr_stager;
 struct tsr_tokenizer;
@@ -35,7 +36,9 @@ typedef struct dataloader_opts {
     int T;                       /* a row's tokens (seq_len): a sample is T + 1 of them */
     int64_t per_rank;            /* this rank's rows of a global batch */
     int data_rank;               /* this rank's data rank (its rows' place in the batch) */
-    int context;                 /* the ranks of a context group, which share their rows */
+    const tsr_mesh *mesh;        /* the rank mesh: a node's ranks' data ranks (staging:
+                                  * mesh_data_rank; a tensor or context group's ranks share their
+                                  * rows); kept */
     int pairs;                   /* the datasets hold preference pairs (objective = dpo) */
     int prompts;                 /* the datasets hold prompts (objective = grpo) */
     int segment_starts;          /* the batch carries segment starts under attn_mask = document */

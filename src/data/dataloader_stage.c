@@ -94,7 +94,8 @@ static int window_shards(tsr_dataloader *dl, int k, int64_t a, int64_t b, int *o
     memset(seen, 0, (size_t)n_shards);
     for (int64_t d = a; d < b; d++)
         for (int i = 0; i < dl->n_node_ranks; i++) {
-            int64_t lo = dl->node_ranks[i] / dl->o.context * dl->o.per_rank; /* its data rank's */
+            /* its data rank's */
+            int64_t lo = mesh_data_rank(dl->o.mesh, dl->node_ranks[i]) * dl->o.per_rank;
             mix_slots(&dl->mix, d, lo, lo + dl->o.per_rank, dl->slot_stream, dl->slot_pos);
             for (int64_t j = 0; j < dl->o.per_rank; j++) {
                 if (dl->slot_stream[j] != k) continue;

@@ -309,6 +309,9 @@ void dist_group_barrier(tsr_group *g) {
 void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
                                const int *displs) {
     if (g->size == 1) memmove(all + displs[0], mine, (size_t)counts[0] * sizeof(float));
+    else if (mine == all + displs[g->rank]) /* in place */
+        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, counts, displs,
+                                 MPI_FLOAT, g->comm));
     else MPI_CHECK(MPI_Allgatherv(mine, counts[g->rank], MPI_FLOAT, all, counts, displs, MPI_FLOAT, g->comm));
 }
 void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
@@ -366,7 +369,8 @@ void dist_group_sendrecv(tsr_group *g, const void *send, int to, void *recv, int
 }
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
     if (g->size == 1) memmove(recv, send, (size_t)counts[0] * sizeof(float));
-    else MPI_CHECK(MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, g->comm));
+    else MPI_CHECK(MPI_Reduce_scatter(send == recv ? MPI_IN_PLACE : send, recv, counts, MPI_FLOAT,
+                                      MPI_SUM, g->comm));
 }
 static size_t gcd_size(size_t a, size_t b) {
     while (b) {

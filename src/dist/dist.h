@@ -89,14 +89,16 @@ void dist_group_allreduce_max_f64(tsr_group *g, double *buf, size_t n);
 void dist_group_allreduce_max_f32(tsr_group *g, float *buf, size_t n);
 void dist_group_allreduce_min_int(tsr_group *g, int *buf, size_t n);
 void dist_group_barrier(tsr_group *g);
-/* all[displs[r] .. + counts[r]) = rank r's mine (counts[r] floats), on every group rank */
+/* all[displs[r] .. + counts[r]) = rank r's mine (counts[r] floats), on every group rank; mine
+ * may be all + displs[rank] (in place) */
 void dist_group_allgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
                                const int *displs);
 /* The same, started now and completed by dist_wait (prefetch); returns a handle (NULL = done). */
 void *dist_group_iallgatherv_f32(tsr_group *g, const float *mine, float *all, const int *counts,
                                  const int *displs);
 void dist_wait(void *request);
-/* recv (counts[rank]) = this rank's block of the sum of send over the group */
+/* recv (counts[rank]) = this rank's block of the sum of send over the group; recv may be send
+ * (in place: the block lands at its start) */
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts);
 void dist_group_bcast_f32(tsr_group *g, float *buf, size_t n, int root);
 /* Byte-wise variants (device = cuda: NCCL ids, and bf16 data in the CUDA emulator):

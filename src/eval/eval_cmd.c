@@ -27,6 +27,7 @@
 #include "dist/dist.h"
 #include "eval/icl_score.h"
 #include "fsutil.h"
+#include "hf/hf_importer.h"
 #include "tokenizer/tokenizer.h"
 
 static const cli_opt eval_opts[] = {
@@ -244,7 +245,7 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
     tsr_config mc, ec; /* the model's config (stored), the evaluation's */
     tsr_model m;
     char file[1200];
-    TSR_CHECK(ckpt_model_load(a->ckpt, a->sets, a->n_sets, 0, &mc, &m, file, sizeof file));
+    TSR_CHECK(ckpt_model_load(&hf_model_importer, a->ckpt, a->sets, a->n_sets, 0, &mc, &m, file, sizeof file));
     /* --config says what to evaluate; the model (and its seq_len) is the checkpoint's */
     static const char *const pinned[] = {"model.", "lora.", "seq_len"};
     int rc = a->config ? config_load_over(&ec, a->config, a->sets, a->n_sets, &mc, file, pinned, 3)

@@ -21,7 +21,7 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 #include "generate/gen_prompts.h"
 #include "generate/gen_sample.h"
 #include "tokenizer/tokenizer.h"

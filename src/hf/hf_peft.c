@@ -9,6 +9,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "hf/hf.h"
+#include "hf/hf_importer.h"
 #include "hf/hf_internal.h"
 #include "hf/hf_qwen3next.h"
 #include "json.h"
@@ -608,7 +609,7 @@ int hf_peft_model_load(const char *dir, const char *const *sets, int n_sets, int
     int nk = 0;
     for (int i = 0; i < n_sets && nk < 64; i++)
         if (strncmp(sets[i], "lora.", 5) != 0) keep[nk++] = sets[i];
-    if (!rc) rc = ckpt_model_load(base, keep, nk, T, cfg, m, NULL, 0);
+    if (!rc) rc = ckpt_model_load(&hf_model_importer, base, keep, nk, T, cfg, m, NULL, 0);
     tsr_lora lo;
     unsigned mask = 0;
     char why[400];

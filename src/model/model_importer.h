@@ -1,7 +1,7 @@
 /* model_importer.h — a weights-only source a model is read from that is not a checkpoint: a
  * Hugging Face directory or a PEFT adapter (docs/hf.md), as the trainer's --init-from takes it
  * (train/checkpointing.h). Declared here, below both the trainer and its implementation
- * (src/hf/hf_importer.c), which the program hands over (checkpointing_use_importer). */
+ * (src/hf/hf_importer.c), which the program hands over (trainer_init's trainer_uses.importer). */
 #ifndef TSR_MODEL_IMPORTER_H
 #define TSR_MODEL_IMPORTER_H
 
@@ -13,8 +13,9 @@
 #include "model/model_lora.h"
 
 /* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
- * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over with
- * checkpointing_use_importer (train_main.c); without one every --init-from names a checkpoint.
+ * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over in
+ * trainer_init's uses (train/train_state.h trainer_uses.importer; train_main.c); without one every
+ * --init-from names a checkpoint.
  * is_source: path is one of its directories; open checks it against the model (h is set, also
  * on failure); read fills the flat range [lo, hi) into dst (dst[i - lo]: hf.h hf_import_read) and
  * adds the bytes read; close takes any h. */

@@ -35,11 +35,13 @@ static double plan_bytes(const plan_view *t, int lora, double *pb, double *gb, d
                          double *cb, double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
     *ab = (double)model_acts_bytes(&t->model, t->micro, t->T); /* the linear layers' slot in it */
-    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank, and receives its slice
-     * of the summed gradients into a buffer of that size; DDP all-reduces in place */
-    int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
-    *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
-    *cb = zero1 ? *pb / t->dist.world : 0;
+    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank (W: the ranks holding
+     * the same layout, the world or under tensor parallelism the tensor_data group), and
+     * receives its slice of the summed gradients into a buffer of that size; DDP all-reduces in
+     * place */
+    const int W = t->part.flat_world, zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1;
+    *ob = 2 * *pb / (zero1 ? W : 1);
+    *cb = zero1 ? *pb / W : 0;
     /* ZeRO-3 / HSDP: shards, plus the gather buffers (model/fsdp.h) */
     const int frozen = lora; /* LoRA: the base has weights only */
     if (frozen) *gb = *ob = *cb = 0;
@@ -96,10 +98,10 @@ static void memory_notes(const plan_view *t, double io, double sb, char mu[96], 
     }
 }
 
-/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm, then the
- * variants (config_variants_text) */
+/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm (a split
+ * model's whole sizes), then the variants (config_variants_text) */
 static void plan_model(const plan_view *t) {
-    const tsr_model *m = &t->model;
+    const tsr_model *m = t->model.global ? t->model.global : &t->model;
     const tsr_config *c = &t->cfg;
     char np[32];
     human_count(np, sizeof np, (double)m->n_params_counted);
@@ -190,8 +192,8 @@ double plan_rank_bytes(const plan_view *t, int lora) {
 static void plan_sharding(const plan_view *t, int lora, char how[160]) {
     const tsr_config *c = &t->cfg;
     how[0] = '\0';
-    if (c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1)
-        snprintf(how, 160, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
+    if (c->sharding == TSR_SHARD_ZERO1 && t->part.flat_world > 1)
+        snprintf(how, 160, " (ZeRO-1: sharded over %d ranks)", t->part.flat_world);
     if (c->sharding == TSR_SHARD_ZERO3)
         snprintf(how, 160, " (ZeRO-3: %s sharded over %d ranks)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group);
@@ -240,11 +242,42 @@ static void plan_context(const plan_view *t) {
            bw);
 }
 
+/* the plan's tensor-parallel line (docs/parallelism.md "Tensor parallelism"): the split, and
+ * the bytes a rank sends per step over its tensor group (model_tp.h tp_step_bytes, bf16
+ * activations on the GPU) and over its tensor_data group (ddp's gradient sum) */
+static void plan_tensor(const plan_view *t) {
+    const tsr_model *m = &t->model, *g = m->global;
+    const tsr_tp *tp = m->tp;
+    const size_t act = t->cfg.device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
+    const int M = (int)(t->per_rank / t->micro), Wd = t->part.flat_world;
+    char step[32], data[32], kv[96] = "";
+    const uint64_t sb = tp_step_bytes(m, M, t->micro, t->T, act);
+    metrics_human_bytes(step, sizeof step, (double)sb);
+    /* ddp: an all-reduce of the fp32 gradients; zero1: their reduce-scatter and the weights'
+     * all-gather (in the activations' precision on the GPU) */
+    const double per = sizeof(float) + (t->cfg.sharding == TSR_SHARD_ZERO1 ? act : sizeof(float));
+    metrics_human_bytes(data, sizeof data,
+                        Wd > 1 ? per * (Wd - 1) / Wd * (double)m->n_params : 0);
+    if (tp->R > 1)
+        snprintf(kv, sizeof kv, " (of the %d, each held by %d ranks)", g->KVH, tp->R);
+    printf("tensor parallelism: %d group%s of %d consecutive ranks%s; a rank holds %d of %d query "
+           "heads, %d key/value head%s%s, %d of the MLP's %d, %d of %d vocabulary rows; sequence "
+           "parallelism %s; per rank and step it sends %s (%llu B) over its tensor group and %s "
+           "over its %d-rank tensor_data group (the gradients' %s)\n",
+           t->dist.world / tp->T, t->dist.world / tp->T == 1 ? "" : "s", tp->T,
+           t->cfg.tensor_across_nodes ? "" : " within a node", m->NH, g->NH, m->KVH,
+           m->KVH == 1 ? "" : "s", kv, m->F, g->F, m->Vp, g->Vp,
+           tp->sp ? "on: the norms and residuals hold 1/T of the tokens" : "off", step,
+           (unsigned long long)sb, data, Wd,
+           t->cfg.sharding == TSR_SHARD_ZERO1 ? "reduce-scatter, the weights' all-gather"
+                                              : "all-reduce");
+}
+
 /* the plan's batch line; grpo: micro_batch counts prompts, each with its group_size completions
  * (t->micro rows) */
 static void plan_batch(const plan_view *t) {
     const tsr_config *c = &t->cfg;
-    const int N = t->mesh.N;
+    const int N = t->mesh.N * t->mesh.T;
     const int64_t rows = t->objective->rows_per_sample ? t->objective->rows_per_sample(c) : 1;
     printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
@@ -289,6 +322,7 @@ void plan_print(const plan_view *t, int dry_run) {
     }
     plan_memory(t, lora, sb);
     if (t->mesh.N > 1) plan_context(t);
+    if (t->model.tp) plan_tensor(t);
     plan_batch(t);
     plan_steps(t, dry_run);
     fflush(stdout);

@@ -249,6 +249,7 @@ static const char *unmeasured(const plan_view *t, const tp_table *tb) {
 typedef struct tp_step {
     int W, G, nodes;
     int N, D;                /* the mesh's context group and data ranks (mesh_build's) */
+    int Tt;                  /* and its tensor group (parallel.tensor) */
     int64_t per_rank, micro; /* sequences a data rank; a microbatch's (at most per_rank) */
     double fb, compute, overlap, bytes, comm, exposed;
     double att;              /* attention's part of fb, its recomputation aside (the ring's cover) */
@@ -275,20 +276,25 @@ static double extra_units(const tsr_model *m) {
 }
 
 static void compute_of(const plan_view *t, const tp_rates *q, tp_step *s) {
-    const tsr_model *m = &t->model;
+    const tsr_model *m = t->model.global ? t->model.global : &t->model; /* (the whole model's) */
     /* a context group's N ranks share its sequences, each computing T / N positions of each (the
-     * zig-zag split gives each the same attention work: docs/parallelism.md) */
-    double tok = (double)s->per_rank * t->T / s->N;
+     * zig-zag split gives each the same attention work: docs/parallelism.md); a tensor group's
+     * Tt ranks share them too, each computing 1/Tt of every matmul, head and logit, and of the
+     * norms and element-wise work with sequence parallelism (all of that without) */
+    double tok = (double)s->per_rank * t->T / s->N, split = s->Tt;
+    double rest = t->cfg.sequence ? split : 1;
     double att = 12.0 * m->QD * model_attn_keys(m, t->T); /* per token, as in flops_per_token */
-    double gemm = (t->out.flops_per_token - att) * tok;
+    double gemm = (t->out.flops_per_token - att) * tok / split;
     /* activation checkpointing runs a checkpointed layer's forward again: a third more of it */
     double re = 1 + recompute_share(&t->cfg) / 3;
-    double ms = gemm * re / (q->gemm_flops / q->gemm_ms) + att * tok * re / (q->att_flops / q->att_ms) +
-                tok * m->Vp / (q->xent_logits / q->xent_ms) +
-                tok * (m->L * m->C + extra_units(m)) * re / (q->rest_units / q->rest_ms);
+    double ms = gemm * re / (q->gemm_flops / q->gemm_ms) +
+                att * tok / split * re / (q->att_flops / q->att_ms) +
+                tok * m->Vp / split / (q->xent_logits / q->xent_ms) +
+                tok * (m->L * m->C + extra_units(m)) / rest * re / (q->rest_units / q->rest_ms);
+    m = &t->model; /* (a rank's parameters: its split's) */
     double owned = (double)m->n_params / (t->cfg.sharding == TSR_SHARD_DDP ? 1 : s->G);
     s->fb = ms, s->compute = ms + q->opt_ms * owned / q->params;
-    s->att = att * tok / (q->att_flops / q->att_ms);
+    s->att = att * tok / split / (q->att_flops / q->att_ms);
     /* the last microbatch's backward, less its last layer (two thirds of a pass) */
     s->overlap = ms * s->micro / (double)s->per_rank * 2 / 3 * (m->L - 1) / m->L;
 }
@@ -326,13 +332,14 @@ static double fp8_gather_saved(const plan_view *t, int *first, int *last) {
  * schedule does not hide */
 static void comm_of(const plan_view *t, const timeplan_opts *o, int per_node, tp_step *s) {
     const tsr_model *m = &t->model;
-    double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer), W = s->W;
+    /* (a split model's: its own parameters, summed over the W / Tt ranks that hold the same) */
+    double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer), W = s->W / s->Tt;
     double G = s->G, R = W / G;
     int f8a, f8b;
     double root = N - m->L * Pl, M = ceil((double)s->per_rank / s->micro), f = (W - 1) / W;
     double bw = bw_of(s->W, per_node, o);
     s->bytes = s->comm = s->exposed = 0;
-    if (s->W == 1) return;
+    if (W == 1) return;
     switch (t->cfg.sharding) {
     case TSR_SHARD_DDP:
     case TSR_SHARD_ZERO1: {
@@ -388,18 +395,35 @@ static void ring_of(const plan_view *t, const timeplan_opts *o, int per_node, tp
     s->exposed += (tf > af ? tf - af : 0) + (tb > ab ? tb - ab : 0) + ts;
 }
 
+/* parallel.tensor = Tt (docs/parallelism.md "Tensor parallelism"): a rank's collectives over its
+ * tensor group a step (tp_step_bytes, bf16 activations), over the group's link (within a node
+ * unless the group is larger); none overlaps compute (each half waits for its sum) */
+static void tensor_of(const plan_view *t, const timeplan_opts *o, int per_node, tp_step *s) {
+    if (s->Tt < 2 || !t->model.tp) return;
+    const int M = (int)ceil((double)s->per_rank / s->micro);
+    const double b = (double)tp_step_bytes(&t->model, M, (int)s->micro, t->T, 2);
+    const double ms = b / bw_of(s->Tt, per_node, o);
+    s->bytes += b, s->comm += ms, s->exposed += ms;
+}
+
 /* W's data ranks by the trainer's mesh (mesh_build, as a plan); 0, or why they do not split */
 static int data_ranks(const plan_view *t, int per_node, tp_step *s) {
     tsr_mesh me;
     tsr_dist w = t->dist;
     w.rank = 0, w.world = s->W, w.local_world = s->W < per_node ? s->W : per_node, w.view = NULL;
     mesh_build(&me, &t->cfg, &w, 1);
-    s->N = me.N, s->D = me.D;
+    s->N = me.N, s->D = me.D, s->Tt = me.T;
     mesh_free(&me);
     const long long gb = t->cfg.global_batch;
-    if (s->W % s->N)
+    if (s->W % s->Tt)
+        snprintf(s->na, sizeof s->na, "parallel.tensor = %d does not divide %d rank%s", s->Tt,
+                 s->W, s->W > 1 ? "s" : "");
+    else if ((s->W / s->Tt) % s->N)
         snprintf(s->na, sizeof s->na, "parallel.context = %d does not divide %d rank%s", s->N,
                  s->W, s->W > 1 ? "s" : "");
+    else if (gb % s->D && s->Tt > 1)
+        snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d data ranks (%d "
+                 "ranks / parallel.tensor x parallel.context %d)", gb, s->D, s->W, s->N * s->Tt);
     else if (gb % s->D && s->N > 1)
         snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d data ranks (%d "
                  "ranks / parallel.context %d)", gb, s->D, s->W, s->N);
@@ -416,7 +440,8 @@ static void plan_row(const plan_view *t, const tp_rates *q, const timeplan_opts 
     s->per_rank = t->cfg.global_batch / s->D;
     s->micro = micro < s->per_rank ? micro : s->per_rank;
     tsr_log_mute(1); /* hsdp's group: its reason is said below */
-    int bad = run_shard_group(&t->cfg, s->W, s->W < per_node ? s->W : per_node, &s->G);
+    const int Wt = s->W / s->Tt, pn = per_node / s->Tt > 0 ? per_node / s->Tt : 1;
+    int bad = run_shard_group(&t->cfg, Wt, Wt < pn ? Wt : pn, &s->G);
     tsr_log_mute(0);
     if (bad) {
         snprintf(s->na, sizeof s->na, "parallel.replica_group = %lld does not divide %d ranks",
@@ -426,6 +451,7 @@ static void plan_row(const plan_view *t, const tp_rates *q, const timeplan_opts 
     if (!missing) compute_of(t, q, s);
     comm_of(t, o, per_node, s);
     ring_of(t, o, per_node, s);
+    tensor_of(t, o, per_node, s);
 }
 
 /* ---- printing ---- */
@@ -589,6 +615,15 @@ static void print_head(const timeplan *p, const plan_view *t, const char *missin
                "comm columns count it\n", (2 * t->model.L * Pl - saved) / 1e6,
                2 * t->model.L * Pl / 1e6, f8a, f8b);
     if (t->mesh.N > 1) print_context(t, micro);
+    if (t->mesh.T > 1)
+        printf("  parallel.tensor = %d: W ranks are W/%d tensor groups sharing their sequences "
+               "(W/%d data ranks x parallel.context), each rank computing 1/%d of every matmul, "
+               "head and logit%s; the tensor group's collectives (the decoder's gathers and sums, "
+               "bf16, and the partial gradients' sums) are in the comm columns, all exposed (a "
+               "half waits for its sum); the data-parallel sums over W/%d ranks of a rank's "
+               "split\n", t->mesh.T, t->mesh.T, t->mesh.T * t->mesh.N, t->mesh.T,
+               t->cfg.sequence ? " and of the norms' and element-wise work (sequence "
+                                 "parallelism)" : "", t->mesh.T);
     if (t->cfg.lora.rank > 0)
         printf("  the communication below is full training's: LoRA sums its adapters' gradients "
                "only (a frozen base is gathered once under zero3/hsdp)\n");

@@ -21,6 +21,8 @@ uint64_t run_lora_key(const tsr_run *r) {
 
 void run_eval_scope(const tsr_run *r, int on) {
     tsr_train_part *p = r->part;
+    if (p->tp_on && on) p->tp_sent_steps = p->tp.sent;
+    else if (p->tp_on) p->tp.sent = p->tp_sent_steps;
     if (!p->ep_on) return;
     if (on) p->ep_sent_steps = p->ep.sent_bytes;
     else p->ep.sent_bytes = p->ep_sent_steps;

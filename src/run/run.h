@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "model/model_ep.h"
 #include "model/model_lora.h"
+#include "model/model_tp.h"
 #include "optim/optim.h"
 #include "run/guard.h"
 
@@ -81,6 +82,18 @@ typedef struct tsr_train_part {
                                   * flat layout and the sharding above (model/model_ep.h) */
     tsr_ep ep;
     uint64_t ep_sent_steps;       /* ep.sent_bytes before an evaluation (run_eval_scope) */
+    int tp_on;                   /* parallel.tensor > 1: the model is this rank's split of the
+                                  * tensor group's (model/model_tp.h); the flat layout's sums,
+                                  * parts and partition run over the tensor_data group (flat),
+                                  * the checkpoints go through tpio's exchange into the global
+                                  * layout (this rank's part of it per set: tp_gpart) */
+    tsr_tp tp;
+    tp_io tpio;
+    float *tp_gpart[3];
+    uint64_t tp_sent_steps;      /* tp.sent before an evaluation (run_eval_scope) */
+    tsr_group *flat;             /* the ranks that hold this rank's flat layout: NULL (the world)
+                                  * or the mesh's tensor_data group */
+    int flat_rank, flat_world;   /* this rank's place among them, their count */
     tsr_optim optim;             /* the optimizer slot (optim/optim.h): AdamW or Muon over the
                                   * owned parts, m and v its state (Muon: its matrices'
                                   * momentum is m over their elements; v stays zero there); off
@@ -178,7 +191,8 @@ uint64_t run_lora_key(const tsr_run *r);
  * on other ranks is a collective (zero3 / hsdp gather each unit, parallel.expert exchanges the
  * routed rows), so every rank tops up with idle forwards (model_forwards_most, model_forward's
  * B = 0): no rank gathers the full weights or every expert. The scope leaves the evaluation's
- * expert exchange out of the run's count (ep_report: the steps' traffic). */
+ * expert exchange and tensor group traffic out of the run's counts (ep_report, tp.sent: the
+ * steps' traffic). */
 void run_eval_scope(const tsr_run *r, int on);
 /* device = cuda: the CUDA path's context with the current microbatch (micro_batch = auto lowers
  * it) and, with LoRA, the step's dropout key. */

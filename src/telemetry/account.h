@@ -4,7 +4,7 @@
  * or 86, the spike guard's stop). This is the trainer's side, what it feeds while running and
  * writes; the totals over every start of a run directory are read back from metrics.jsonl by
  * src/report/account_read.h (`tessera report`, and the trainer's last log lines through
- * metrics_use_run_line).
+ * the trainer's trainer_uses.run_line).
  *
  * The parts of a start's wall time (from the process's start, /proc/self/stat, to its record):
  *   startup   until the first step, less the checkpoint read at start

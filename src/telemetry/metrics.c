@@ -456,11 +456,8 @@ static void energy_words(char *buf, size_t n, const char *what, double j, int gp
     else snprintf(buf, n, "%s not measured (%s)", what, account_energy_why(gpu));
 }
 
-static metrics_run_line_fn run_line; /* (train_main.c: src/report/account_read.h's) */
-
-void metrics_use_run_line(metrics_run_line_fn fn) { run_line = fn; }
-
-void metrics_log_account(const tsr_run *run, int rc, const acc_start *s) {
+void metrics_log_account(const tsr_run *run, int rc, const acc_start *s,
+                         metrics_run_line_fn run_line) {
     if (run->dist->rank != 0 || !run->out->metrics) return;
     metrics_prom_end(run, rc);
     account_record(run->out->metrics, s, rc);

@@ -24,14 +24,15 @@ void metrics_log_step(const tsr_run *run, const tsr_step_stats *st);
 void metrics_log_eval(const tsr_run *run, double val_loss, double seconds);
 void metrics_finish(const tsr_run *run);
 /* The end of a start (rank 0): its {"event": "account"} record (account.h), the log's "cost:"
- * lines for it and for the run so far, and under Slurm the job's comment. rc: the exit code. */
-void metrics_log_account(const tsr_run *run, int rc, const acc_start *s);
-/* The run so far, read back from run_dir/metrics.jsonl (path) after `steps` steps: one line into
- * line, 1 written, 0 not. The report tool's reader (src/report/account_read.h account_run_line),
- * a layer above the trainer: train_main.c hands it over. Without one, metrics_log_account prints
- * no "run so far" line and writes no job comment. */
+ * lines for it and for the run so far, and under Slurm the job's comment. rc: the exit code.
+ * run_line reads the run so far back from run_dir/metrics.jsonl (path) after `steps` steps: one
+ * line into line, 1 written, 0 not: the report tool's reader (src/report/account_read.h
+ * account_run_line), a layer above, which train_main.c hands the trainer over
+ * (train/train_state.h trainer_uses.run_line) and the trainer passes here. NULL: no "run so far"
+ * line and no job comment. */
 typedef int (*metrics_run_line_fn)(const char *path, int64_t steps, char *line, size_t n);
-void metrics_use_run_line(metrics_run_line_fn fn);
+void metrics_log_account(const tsr_run *run, int rc, const acc_start *s,
+                         metrics_run_line_fn run_line);
 /* A checkpoint read ("resume", "init-from", "rollback"): time, bytes and bytes/s, in the log and
  * the JSONL (rank 0). */
 void metrics_log_checkpoint(const tsr_run *run, const char *what, const char *path,

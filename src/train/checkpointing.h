@@ -9,12 +9,11 @@
 #define TSR_CHECKPOINTING_H
 
 #include "ckpt.h"
+/* (--init-from's importer of weights-only sources: the trainer's uses.importer, train_state.h,
+ * which the program hands trainer_init) */
 #include "model/model_importer.h"
 #include "train/train_state.h"
 #include "watchdog/stop.h"
-
-/* The importer of weights-only sources (model/model_importer.h), handed over by the program. */
-void checkpointing_use_importer(const checkpointing_importer *imp);
 
 /* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
  * background writer finished? If so the save in flight is committed here (the CRCs agreed, the
@@ -47,7 +46,8 @@ int checkpointing_drain(tsr_trainer *t);
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t);
 /* The host memory a rank's save takes while it runs, beside the snapshot: the O_DIRECT buffers
  * (ckpt_io_buffer_bytes), and under zero3 / hsdp the layout exchange's (fsdp_exchange_floats) and,
- * without save_async, the parts of the three sets (with it they lie in the snapshot). */
+ * without save_async, the parts of the three sets (with it they lie in the snapshot); under tensor
+ * parallelism the global layout's part of each set and its exchange's buffers (model_tp.h). */
 uint64_t checkpointing_io_bytes(const tsr_trainer *t);
 /* save_async in effect (t->ck.async): allocates this rank's snapshot buffer and writes it once, so
  * that its memory is taken at start, not at the first save. Local. */
@@ -66,7 +66,7 @@ void checkpointing_room_warn(tsr_trainer *t);
  * call it on rank 0 and broadcast the status (as checkpointing_resume does first), so that one
  * process, not every rank, opens the checkpoint. peeked (may be NULL): the metadata it read and
  * the file it read it from (path "" when none), for the load that follows (ckpt_peeked). */
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_path,
+int checkpointing_check_start(const tsr_trainer *t, const char *resume_path,
                               const char *init_from, ckpt_peeked *peeked);
 /* At start: resume from resume_path if given, else from run_dir's latest valid checkpoint if any;
  * on a fresh run with init_from, load the weights only. Returns 0 (resumed or fresh) or an exit

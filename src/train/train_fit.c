@@ -14,7 +14,7 @@ double trainer_plan_trial(const tsr_config *cfg, const tsr_dist *d, int64_t *per
     tsr_trainer *t = tsr_malloc(sizeof *t);
     plan_set_quiet(1);
     tsr_log_mute(1);
-    int rc = trainer_init(t, cfg, d, 1);
+    int rc = trainer_init(t, cfg, d, 1, NULL); /* (a dry run: no hand-overs) */
     double b = rc ? -1 : train_gpu_plan_total(t);
     if (per_rank) *per_rank = t->per_rank;
     if (pairs) *pairs = !rc && t->objective->pairs; /* (the objective's table: whole pairs) */

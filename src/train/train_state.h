@@ -19,6 +19,25 @@
 #include "run/run.h"
 
 struct icl_suite;
+struct checkpointing_importer;
+struct trainer_icl_api;
+
+/* What the program hands the trainer from the layers above it (docs/architecture.md
+ * "Hand-overs"): given to trainer_init, kept in the trainer for its run; no process-global state.
+ * A NULL member: the program has none of it (a dry run uses none). */
+typedef struct trainer_uses {
+    /* --init-from a Hugging Face directory or a PEFT adapter (model/model_importer.h; src/hf's
+     * hf_checkpointing_importer); NULL: every --init-from names a checkpoint */
+    const struct checkpointing_importer *importer;
+    /* icl_tasks' scorer (train/trainer.h; src/eval/train_icl.h); NULL: a recipe with icl_tasks is
+     * refused */
+    const struct trainer_icl_api *icl;
+    /* the report tool's reader of the run's accounting (src/report/account_read.h
+     * account_run_line), for the log's last "cost: run so far" line: reads the accounting of
+     * run_dir (path) and writes the line for `steps` steps into line (n bytes); -1 error, 1
+     * written, 0 not. NULL: no such line */
+    int (*run_line)(const char *path, int64_t steps, char *line, size_t n);
+} trainer_uses;
 
 typedef struct tsr_trainer {
     tsr_config cfg;
@@ -54,6 +73,7 @@ typedef struct tsr_trainer {
     tsr_train_out out;
     tsr_train_ckpt ck;
     tsr_train_backend be;
+    trainer_uses uses;           /* what the program handed over (trainer_init) */
     tsr_run run;                 /* the view of all this the layers below the trainer take
                                   * (run/run.h; filled by trainer_init) */
 } tsr_trainer;
@@ -62,6 +82,13 @@ typedef struct tsr_trainer {
 int trainer_acts_B(const tsr_trainer *t);
 /* micro_batch = auto: the largest divisor of the per-rank batch that is at most `at_most` (>= 1). */
 int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most);
+/* The flat layout's sums over the ranks that hold the same layout (t->part.flat: the world, or
+ * the tensor_data group under tensor parallelism): buf (n) summed in place (ddp); send (the
+ * layout) reduce-scattered into recv (this rank's part, part_counts); buf's parts all-gathered in
+ * place (zero1's update, a load). */
+void trainer_flat_allreduce(tsr_trainer *t, float *buf, size_t n);
+void trainer_flat_reduce_scatter(tsr_trainer *t, const float *send, float *recv);
+void trainer_flat_allgather(tsr_trainer *t, float *buf);
 /* The end-of-run sample's host model, on = 1 before it and 0 after: every expert on every rank
  * (ep_full), and under zero3 / hsdp the shard's gathers forgotten (device = cuda pulls the shard
  * into it first). Collective. */

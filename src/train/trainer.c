@@ -7,6 +7,7 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -107,35 +108,84 @@ static double lora_sumsq(tsr_trainer *t) {
     return t->be.ops->sumsq(t->part.lora.g, t->part.lora.n);
 }
 
+/* tensor parallelism: the rank's gradients that the tensor group sums (the replicated tensors'
+ * shares; model/model_tp.h), before the data-parallel sums (a sum either way: every rank then
+ * sends the same, model_tp.h tp_step_bytes) */
+static void tp_finish(tsr_trainer *t) {
+    if (t->part.tp_on)
+        tp_finish_grads(&t->part.tp, &t->model, t->model.grads, 0, t->model.n_params);
+}
+
 static void ddp_reduce(tsr_trainer *t) {
-    if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
+    tp_finish(t);
+    trainer_flat_allreduce(t, t->model.grads, t->model.n_params);
 }
 
 static void zero1_reduce(tsr_trainer *t) {
-    dist_reduce_scatter_sum_f32(t->model.grads, t->part.gslice, t->part.part_counts);
+    tp_finish(t);
+    trainer_flat_reduce_scatter(t, t->model.grads, t->part.gslice);
 }
 
-/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
-static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
+/* tensor parallelism under zero3 / hsdp: the shard's pieces as spans of the split flat layout
+ * (n of them; freed by the caller) */
+static tp_span *shard_spans(tsr_trainer *t, size_t *n) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    *n = (size_t)f->n_pieces[f->grank];
+    tp_span *sp = tsr_malloc((*n ? *n : 1) * sizeof *sp);
+    for (size_t i = 0; i < *n; i++) {
+        const fsdp_piece *p = &f->pieces[f->grank][i];
+        sp[i] = (tp_span){p->flat, p->len, f->grads + p->shard};
+    }
+    return sp;
+}
+
+/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum; then
+ * (tensor parallelism) the shard's partial gradients summed over the tensor group */
+static void fsdp_reduce(tsr_trainer *t) {
+    fsdp_finish_grads(&t->part.fsdp);
+    if (!t->part.tp_on) return;
+    size_t n;
+    tp_span *sp = shard_spans(t, &n);
+    tp_finish_spans(&t->part.tp, &t->model, sp, n);
+    free(sp);
+}
 
 /* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
 static float *owned_grads(tsr_trainer *t) {
     return t->part.zero1 ? t->part.gslice : t->model.grads;
 }
 
+/* the squared norm of the owned part's gradients g (flat [lo, hi)): under tensor parallelism
+ * the elements this rank counts (each of the whole model's once over the group) */
+static double owned_sumsq(tsr_trainer *t, const float *g, size_t lo, size_t hi) {
+    if (t->part.tp_on) return tp_sumsq(&t->part.tp, &t->model, g, lo, hi);
+    return t->be.ops->sumsq(g, hi - lo);
+}
+
 static double ddp_sumsq(tsr_trainer *t) {
-    return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
+    double sq = owned_sumsq(t, t->model.grads, t->part.shard_lo, t->part.shard_hi);
+    if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
+    return sq;
 }
 
 static double zero1_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.gslice, t->part.shard_hi - t->part.shard_lo);
-    dist_allreduce_sum_f64(&sq, 1);
+    double sq = owned_sumsq(t, t->part.gslice, t->part.shard_lo, t->part.shard_hi);
+    dist_allreduce_sum_f64(&sq, 1); /* (every part of every split once) */
     return sq;
 }
 
 static double fsdp_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    double sq;
+    if (t->part.tp_on) { /* (the elements this rank counts) */
+        size_t n;
+        tp_span *sp = shard_spans(t, &n);
+        sq = tp_sumsq_spans(&t->part.tp, &t->model, sp, n);
+        free(sp);
+    } else {
+        sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    }
     dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
+    if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
     return sq;
 }
 
@@ -178,9 +228,7 @@ static void update(tsr_trainer *t, double lr, float gscale) {
     }
 }
 
-static void zero1_gather(tsr_trainer *t) {
-    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
-}
+static void zero1_gather(tsr_trainer *t) { trainer_flat_allgather(t, t->model.params); }
 
 static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
 

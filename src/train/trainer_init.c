@@ -95,7 +95,7 @@ static int check_int_counts(const tsr_trainer *t, int dry_run) {
             if (!dry_run) return TSR_EXIT_USAGE;
         }
     }
-    size_t n = t->model.n_params, W = (size_t)t->dist.world;
+    size_t n = t->model.n_params, W = (size_t)t->part.flat_world;
     if (W == 1) return 0;
     /* (the group was validated already) */
     int G = t->part.fsdp_on && t->part.fsdp_group > 1 ? t->part.fsdp_group : (int)W;
@@ -113,7 +113,8 @@ static int check_int_counts(const tsr_trainer *t, int dry_run) {
  * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
  * ranks own everything but still use the partition to split checkpoint I/O. */
 static int plan_shards(tsr_trainer *t) {
-    size_t n = t->model.n_params, W = (size_t)t->dist.world;
+    size_t n = t->model.n_params, W = (size_t)t->part.flat_world; /* (the world, or tensor_data) */
+    const int me = t->part.flat_rank;
     t->part.part_counts = tsr_malloc(W * sizeof(size_t));
     t->part.part_displs = tsr_malloc(W * sizeof(size_t));
     for (size_t r = 0; r < W; r++) {
@@ -124,8 +125,8 @@ static int plan_shards(tsr_trainer *t) {
     t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: model/fsdp.h) */
     if (t->part.zero1) /* the optimizer's cuts (Muon: each matrix whole in one part) */
         optim_partition(&t->part.optim, n, (int)W, t->part.part_displs, t->part.part_counts);
-    t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
-    t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
+    t->part.shard_lo = t->part.zero1 ? t->part.part_displs[me] : 0;
+    t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[me] : n;
     /* (the GPU reduce-scatters on the device; LoRA's base has no gradients) */
     if (t->part.zero1 && t->cfg.device != TSR_DEVICE_CUDA && !t->part.lora_on)
         t->part.gslice = t->be.ops->alloc((t->part.shard_hi - t->part.shard_lo) * sizeof(float));
@@ -140,6 +141,21 @@ static void init_sharded(tsr_trainer *t, uint64_t seed) {
     fsdp_init(&t->part.fsdp, m, &t->mesh, t->part.lora_on);
     fsdp_init_weights(&t->part.fsdp, seed);
     model_alloc_slopes(m);
+}
+
+/* tensor parallelism: the checkpoints' exchange (model/model_tp.h tp_io) from what this rank
+ * holds of its split layout: its part over its tensor_data group (ddp, zero1), or under zero3 /
+ * hsdp its part of its sharding group's partition in the first group (the others none).
+ * Collective. */
+static void tp_io_open(tsr_trainer *t) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    size_t lo = t->part.part_displs[t->part.flat_rank];
+    size_t hi = lo + t->part.part_counts[t->part.flat_rank];
+    if (t->part.fsdp_on) {
+        lo = f->gindex == 0 ? f->part_displs[f->grank] : 0;
+        hi = f->gindex == 0 ? lo + f->part_counts[f->grank] : 0;
+    }
+    tp_io_plan(&t->part.tpio, &t->model, &t->mesh, lo, hi);
 }
 
 /* This node's available host memory in KiB (/proc/meminfo's MemAvailable), -1 when unknown.
@@ -242,22 +258,16 @@ static int open_tokenizer(tsr_trainer *t) {
     return rc;
 }
 
-static const trainer_icl_api *icl_api;
-
-void trainer_use_icl(const trainer_icl_api *api) { icl_api = api; }
-
-const struct trainer_icl_api *trainer_icl(void) { return icl_api; }
-
-/* icl_tasks: the suite, opened with the program's ICL evaluation (trainer_use_icl). */
+/* icl_tasks: the suite, opened with the program's ICL evaluation (t->uses.icl). */
 static int open_icl(tsr_trainer *t) {
     if (t->cfg.n_icl == 0) return 0;
-    if (!icl_api) {
+    if (!t->uses.icl) {
         if (t->dist.rank == 0)
             tsr_error("icl_tasks: this program has no ICL evaluation (tessera-train has): remove "
                       "icl_tasks from the recipe");
         return TSR_EXIT_USAGE;
     }
-    return icl_api->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
+    return t->uses.icl->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
 }
 
 /* What each rank reads for itself at start (its GPU, the tokenizer's and the data's files) can
@@ -293,13 +303,14 @@ static int agree_start(const tsr_trainer *t, int rc, const char *what) {
     return worst;
 }
 
-/* The rank mesh (mesh/mesh.h: every group, built once) and, with parallel.context = N > 1, the
- * CPU model's ring over its context group. A plan (dry_run) has no MPI world of its size: its
- * mesh is the numbers alone. */
-static void mesh_open(tsr_trainer *t, int dry_run) {
+/* The rank mesh (mesh/mesh.h: every group, built once; parallel.tensor's groups within a node)
+ * and, with parallel.context = N > 1, the CPU model's ring over its context group. A plan
+ * (dry_run) has no MPI world of its size: its mesh is the numbers alone. */
+static int mesh_open(tsr_trainer *t, int dry_run) {
     mesh_build(&t->mesh, &t->cfg, &t->dist, dry_run);
     const tsr_mesh_group *context = mesh_group(&t->mesh, TSR_MESH_CONTEXT);
     if (context->cpu) ring_init_mpi(&t->ring, context->cpu);
+    return mesh_check_tensor(&t->mesh, &t->cfg, &t->dist, dry_run);
 }
 
 static void mesh_close(tsr_trainer *t) {
@@ -307,8 +318,20 @@ static void mesh_close(tsr_trainer *t) {
     mesh_free(&t->mesh);
 }
 
-/* trainer_init's first step: the trainer from the config and the world; the GPU's and the
- * tokenizer's checks, agreed by every rank */
+/* parallel.tensor on device = cuda: the CUDA path has no split model yet; a plan (--dry-run,
+ * --plan, --time) prices it, a run is refused (docs/parallelism.md "Tensor parallelism") */
+static int tensor_device_check(const tsr_config *cfg, int rank, int dry_run) {
+    if (cfg->tensor <= 1 || cfg->device != TSR_DEVICE_CUDA) return 0;
+    if (rank == 0)
+        (dry_run ? tsr_warn : tsr_error)(
+            "parallel.tensor = %lld with device = \"cuda\": tensor parallelism runs on the CPU "
+            "only so far%s", (long long)cfg->tensor,
+            dry_run ? "; the plan below prices it as the GPU would run it"
+                    : ": set parallel.tensor = 1 or device = \"cpu\" (docs/parallelism.md "
+                      "\"What composes with tensor parallelism\")");
+    return dry_run ? 0 : TSR_EXIT_USAGE;
+}
+
 /* The view the layers below the trainer take (run/run.h): its parts and counters, lent */
 static void init_view(tsr_trainer *t) {
     t->run = (tsr_run){
@@ -318,8 +341,12 @@ static void init_view(tsr_trainer *t) {
         .total_steps = &t->total_steps, .tokens_seen = &t->tokens_seen};
 }
 
-static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
+/* trainer_init's first step: the trainer from the config and the world; the GPU's and the
+ * tokenizer's checks, agreed by every rank */
+static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run,
+                      const trainer_uses *uses) {
     memset(t, 0, sizeof *t);
+    if (uses) t->uses = *uses;
     t->cfg = *cfg;
     t->dist = *d;
     t->objective = objective_of(cfg->objective); /* (the one choice: run/objective.h) */
@@ -328,6 +355,7 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
+    TSR_CHECK(tensor_device_check(cfg, d->rank, dry_run));
     dataloader_share_indexes(cfg, d); /* (collective: before any check a rank may fail alone) */
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
     if (!rc) rc = dataloader_tokenizer(&t->cfg, d); /* data.tokenizer: the dataset's, unless named */
@@ -337,8 +365,8 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) 
 }
 
 /* the mesh, the batch of a rank and its microbatch, the threads and the peak FLOP/s */
-static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
-    mesh_open(t, dry_run);
+static int init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
+    TSR_CHECK(mesh_open(t, dry_run));
     t->per_rank = cfg->global_batch / t->mesh.D; /* the data ranks' share */
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
@@ -348,6 +376,7 @@ static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d,
     cpu_ops_set_threads(t->be.threads);
     t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
                                             : metrics_peak_flops("cpu", t->be.threads);
+    return 0;
 }
 
 /* The data loader over the run's datasets (data/dataloader.h): what the objective's samples are,
@@ -355,7 +384,7 @@ static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d,
 static int open_data(tsr_trainer *t) {
     const dataloader_opts o = {
         .cfg = &t->cfg, .dist = &t->dist, .T = t->T, .per_rank = t->per_rank,
-        .data_rank = t->mesh.data.rank, .context = t->mesh.N, .pairs = t->objective->pairs,
+        .data_rank = t->mesh.data.rank, .mesh = &t->mesh, .pairs = t->objective->pairs,
         .prompts = t->objective->prompts, .segment_starts = t->objective->segment_starts,
         .tok = t->tok};
     return dataloader_open(&t->data, &o);
@@ -393,13 +422,32 @@ static void init_lora_plan(tsr_trainer *t, const tsr_config *cfg) {
                               2.0 * (double)t->model.n_params_counted;
 }
 
+/* parallel.tensor = T > 1: the model becomes this rank's split of its tensor group's (the
+ * layout; model/model_tp.h), whose flat layout the tensor_data group's ranks share; else the
+ * flat layout is the world's */
+static void init_tensor(tsr_trainer *t, const tsr_config *cfg) {
+    const tsr_mesh_group *tg = mesh_group(&t->mesh, TSR_MESH_TENSOR);
+    const tsr_mesh_group *td = mesh_group(&t->mesh, TSR_MESH_TENSOR_DATA);
+    t->part.flat_rank = t->dist.rank, t->part.flat_world = t->dist.world;
+    if (t->mesh.T <= 1) return;
+    t->part.tp_on = 1;
+    model_set_tensor(&t->model, &t->part.tp, t->mesh.T, tg->rank, cfg->sequence);
+    tp_attach(&t->part.tp, &t->mesh);
+    t->part.flat = td->cpu; /* (NULL in a plan) */
+    t->part.flat_rank = td->rank, t->part.flat_world = td->size;
+}
+
 /* the model's layout (nothing allocated but the MoE figures): sharding, experts, context,
  * adapters, references, and the FLOPs per token they make */
 static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
-    TSR_CHECK(run_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
+    /* (tensor parallelism: a tensor_data group's ranks share the state, a node's / T of them) */
+    const int T = t->mesh.T;
+    TSR_CHECK(run_shard_group(cfg, d->world / T, d->local_world / T > 0 ? d->local_world / T
+                              : 1, &t->part.fsdp_group));
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
+    init_tensor(t, cfg);
     model_set_context(&t->model, t->mesh.N);
     if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
@@ -433,7 +481,8 @@ static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     if (t->part.lora_on) {
         const tsr_lora plan = t->part.lora;
         lora_init(&t->part.lora, &t->model, plan.R, cfg->lora.alpha, cfg->lora.dropout, plan.mask);
-        lora_set_context(&t->part.lora, t->mesh.N, t->dist.rank % t->mesh.N, t->T);
+        lora_set_context(&t->part.lora, t->mesh.N, mesh_group(&t->mesh, TSR_MESH_CONTEXT)->rank,
+                         t->T);
         lora_init_weights(&t->part.lora, (uint64_t)cfg->seed);
     }
     if (t->model.EP > 1) {
@@ -453,6 +502,7 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
         optim_init(&t->part.optim, &cfg->optim, &t->model,
                    t->part.fsdp_on ? &t->part.fsdp : NULL, t->be.ops);
     TSR_CHECK(plan_shards(t));
+    if (t->part.tp_on) tp_io_open(t);
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
         t->part.m = t->be.ops->alloc(owned * sizeof(float));
@@ -478,9 +528,10 @@ static int init_device(tsr_trainer *t, const tsr_config *cfg) {
     return 0;
 }
 
-int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
-    TSR_CHECK(init_start(t, cfg, d));
-    init_batch(t, cfg, d, dry_run);
+int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run,
+                 const trainer_uses *uses) {
+    TSR_CHECK(init_start(t, cfg, d, dry_run, uses));
+    TSR_CHECK(init_batch(t, cfg, d, dry_run));
     TSR_CHECK(init_schedule(t, cfg, dry_run));
     TSR_CHECK(init_layout(t, cfg, d));
     TSR_CHECK(check_int_counts(t, dry_run));
@@ -540,9 +591,11 @@ void trainer_free(tsr_trainer *t) {
     lora_free(&t->part.lora);
     if (t->objective && t->objective->release) t->objective->release(t->run.objective_state);
     model_free(&t->model);
+    tp_io_free(&t->part.tpio);
+    tp_free(&t->part.tp);
     dataloader_close(&t->data);
     mesh_close(t);
-    if (icl_api) icl_api->close(&t->icl);
+    if (t->uses.icl) t->uses.icl->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
     if (t->out.metrics) fclose(t->out.metrics);

@@ -161,8 +161,8 @@ static int evaluate(tsr_trainer *t) {
         watchdog_phase(WD_EVAL, t->step);
         run_eval_scope(&t->run, 1);
         trainer_ensure_acts(t);
-        trainer_icl()->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step, t->out.metrics,
-                     t->out.tb);
+        t->uses.icl->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step,
+                         t->out.metrics, t->out.tb);
         run_eval_scope(&t->run, 0);
     }
     account_add(ACC_EVAL, tsr_now() - t0);
@@ -194,10 +194,25 @@ static void ring_report(tsr_trainer *t) {
                (long long)n[0], (long long)t->out.steps_run, t->dist.world, (long long)n[1]);
 }
 
+/* parallel.tensor: the bytes the tensor groups' collectives sent in this process's steps, all
+ * ranks together (the decoder's and the partial gradients' sums, model/model_tp.h; the plan's
+ * formula, tp_step_bytes, gives one rank's per step: tests/train/test_tensor.sh compares them).
+ * Collective. */
+static void tp_report(tsr_trainer *t) {
+    if (!t->part.tp_on) return;
+    int64_t sent = (int64_t)t->part.tp.sent;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("tensor parallelism: %lld bytes sent between ranks in %lld steps (all %d ranks, "
+               "forward, backward and the gradients' sums)\n", (long long)sent,
+               (long long)t->out.steps_run, t->dist.world);
+}
+
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
  * device's weights) and logs it; under zero3 / hsdp every rank samples alongside, on its shard
- * (each forward gathers the units over the group: the same forwards on every rank), and under
- * context parallelism too (each forward goes round its context group's ring). The prompt is
+ * (each forward gathers the units over the group: the same forwards on every rank), under
+ * context parallelism too (each forward goes round its context group's ring), and under tensor
+ * parallelism (each forward runs over its tensor group's split). The prompt is
  * the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256, the synthetic
  * corpus' V-1, a trained tokenizer's last special). Collective. */
 static void end_of_run_sample(tsr_trainer *t) {
@@ -206,7 +221,7 @@ static void end_of_run_sample(tsr_trainer *t) {
     checkpointing_before_pull(t);
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
     else trainer_host_weights(t, 1);
-    if (t->dist.rank == 0 || t->part.fsdp_on || t->model.ring) {
+    if (t->dist.rank == 0 || t->part.fsdp_on || t->model.ring || t->model.tp) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
         int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
         trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
@@ -288,6 +303,7 @@ static int run_steps(tsr_trainer *t) {
     ep_report(t);
     optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
     ring_report(t);
+    tp_report(t);
     metrics_finish(&t->run);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
@@ -300,6 +316,6 @@ int trainer_run(tsr_trainer *t) {
     int rc = run_steps(t);
     acc_start s;
     account_close(&t->run, &s);
-    metrics_log_account(&t->run, rc, &s);
+    metrics_log_account(&t->run, rc, &s, t->uses.run_line);
     return rc;
 }

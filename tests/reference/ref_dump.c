@@ -242,8 +242,8 @@ int main(int argc, char **argv) {
     int rc = config_load(&cfg, argv[1], (const char *const *)argv + 3, argc - 3);
     if (rc) tsr_exit(rc);
     tsr_trainer t;
-    checkpointing_use_importer(&hf_checkpointing_importer); /* as tessera-train */
-    if ((rc = trainer_init(&t, &cfg, &d, 0))) tsr_exit(rc);
+    const trainer_uses uses = {.importer = &hf_checkpointing_importer}; /* as tessera-train */
+    if ((rc = trainer_init(&t, &cfg, &d, 0, &uses))) tsr_exit(rc);
     if (init_from && (rc = checkpointing_resume(&t, NULL, init_from))) tsr_exit(rc);
     tsr_model *m = &t.model;
     int T = t.T, GB = (int)cfg.global_batch, micro = t.micro, Vp = m->Vp;

@@ -1,5 +1,5 @@
 /* gen_chat.c — the chat template and end-of-turn ids of `tessera generate --chat` (gen_chat.h). */
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,9 @@
-/* gen_chat.h — `tessera generate --chat`: the tokenizer_config.json beside a Hugging Face
- * tokenizer, the prompt rendered as one user turn by its chat_template, and the ids that end an
- * assistant turn (docs/generate.md "Chat"). Internal to src/generate/.
+/* gen_chat.h — a chat template for generation (`tessera generate --chat`): the
+ * tokenizer_config.json beside a Hugging Face tokenizer, the prompt rendered as one user turn by
+ * its chat_template, and the ids that end an assistant turn (docs/generate.md "Chat"). In
+ * src/chat, below its users: tessera generate, prep's prompts (their stop ids) and the Hugging
+ * Face export (generation_config.json's end of turn), so src/hf does not include src/generate,
+ * which reads a Hugging Face directory through src/hf (hf_model_importer).
  *
  * The conversation is messages = [{system}?, {user}], rendered with the special-token variables
  * (bos_token, eos_token, ...) and add_generation_prompt = true, as transformers'
