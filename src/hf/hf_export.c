@@ -34,7 +34,7 @@
 #include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 
 typedef struct tok_files {
     int present;          /* tokenizer files to copy */
