@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +81,15 @@ int watchdog_saving_or_evaluating(void) {
     return ph == WD_CHECKPOINT || ph == WD_EVAL;
 }
 
+/* A rank that waits in a collective (gradient reduction, the rollout exchange) for a peer waits
+ * longer than the timeout: 2 s or a tenth of it more, so the stuck peer, whose own watchdog fires
+ * first, is the one that names its phase before the abort ends every rank (docs/tessera-train.md
+ * "Hang"); a peer whose node died is still reported, by the waiters, that much later. */
+static double hang_limit(int ph) {
+    int waits_for_peer = ph == WD_REDUCE || ph == WD_EXCHANGE;
+    return wd.timeout + (waits_for_peer ? fmax(2.0, 0.1 * wd.timeout) : 0.0);
+}
+
 static void *hang_thread(void *arg) {
     (void)arg;
     struct timespec nap = {0, 200 * 1000 * 1000};
@@ -87,7 +97,7 @@ static void *hang_thread(void *arg) {
         nanosleep(&nap, NULL);
         int ph = atomic_load(&wd.phase);
         double held = (double)(now_ns() - atomic_load(&wd.since_ns)) / 1e9;
-        if (ph == WD_IDLE || held <= wd.timeout) continue;
+        if (ph == WD_IDLE || held <= hang_limit(ph)) continue;
         char detail[sizeof wd.detail] = "";
         pthread_mutex_lock(&wd.detail_mu);
         if (ph == WD_DATA_WAIT) memcpy(detail, wd.detail, sizeof detail);
