@@ -35,11 +35,11 @@ static int ds_class(uint32_t cp) {
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return DC_SPACE;
         return cp > ' ' && cp < 0x7F ? DC_PUNCT : DC_OTHER;
     }
-    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return DC_LETTER;
-    if (tsr_uc_in_ranges(tsr_o200k_mark, tsr_o200k_mark_n, cp)) return DC_MARK;
-    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return DC_NUMBER;
-    if (tsr_uc_in_ranges(tsr_deepseek_punct_symbol, tsr_deepseek_punct_symbol_n, cp)) return DC_PUNCT;
-    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return DC_SPACE;
+    if (tsr_uc_in(&tsr_uc_letter, cp)) return DC_LETTER;
+    if (tsr_uc_in(&tsr_o200k_mark, cp)) return DC_MARK;
+    if (tsr_uc_in(&tsr_uc_number, cp)) return DC_NUMBER;
+    if (tsr_uc_in(&tsr_deepseek_punct_symbol, cp)) return DC_PUNCT;
+    if (tsr_uc_in(&tsr_uc_space, cp)) return DC_SPACE;
     return DC_OTHER;
 }
 

@@ -48,7 +48,7 @@ static int ascii_class(uint32_t cp) {
     return OC_O;
 }
 
-#define IN(table, cp) tsr_uc_in_ranges(table, table##_n, cp)
+#define IN(table, cp) tsr_uc_in(&table, cp)
 
 /* transformers.js's classes (node's tables). */
 static int js_class(uint32_t cp) {

@@ -61,9 +61,9 @@ static int cp_class(uint32_t cp) {
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CL_S;
         return CL_O;
     }
-    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_L;
-    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return CL_N;
-    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return CL_S;
+    if (tsr_uc_in(&tsr_uc_letter, cp)) return CL_L;
+    if (tsr_uc_in(&tsr_uc_number, cp)) return CL_N;
+    if (tsr_uc_in(&tsr_uc_space, cp)) return CL_S;
     return CL_O;
 }
 

@@ -120,9 +120,9 @@ static uint8_t ascii_class[128];
 static int ascii_ready;
 
 static int uc_class(uint32_t cp) {
-    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_LETTER;
-    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return CL_NUMBER;
-    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return CL_SPACE;
+    if (tsr_uc_in(&tsr_uc_letter, cp)) return CL_LETTER;
+    if (tsr_uc_in(&tsr_uc_number, cp)) return CL_NUMBER;
+    if (tsr_uc_in(&tsr_uc_space, cp)) return CL_SPACE;
     return CL_OTHER;
 }
 
