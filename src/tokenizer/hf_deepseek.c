@@ -64,20 +64,6 @@ static size_t run_of(const uint8_t *t, size_t n, size_t i, int a, int b) {
     return i;
 }
 
-/* End of (D) at i, whose code point is a \s. */
-static size_t space_end(const uint8_t *t, size_t n, size_t i) {
-    size_t len, j = i, last_nl = 0, last_start = i;
-    uint32_t cp;
-    while (j < n && class_at(t, n, j, &len, &cp) == DC_SPACE) {
-        if (is_crlf(cp)) last_nl = j + 1;
-        last_start = j;
-        j += len;
-    }
-    if (last_nl) return last_nl;
-    if (j == n || last_start == i) return j;
-    return last_start;
-}
-
 /* End of the match of (3) at i (i < n), or 0 when no alternative matches there. */
 static size_t match_at(const uint8_t *t, size_t n, size_t i) {
     size_t len, len2 = 0, e;
@@ -96,7 +82,8 @@ static size_t match_at(const uint8_t *t, size_t n, size_t i) {
         while (e < n && is_crlf(t[e])) e++;
         return e;
     }
-    return cl == DC_SPACE ? space_end(t, n, i) : 0;
+    if (cl != DC_SPACE) return 0;
+    return tok_space_end(t, n, i, run_of(t, n, i, DC_SPACE, DC_SPACE)); /* (D) */
 }
 
 /* Split (3) over the n bytes at t: its matches, and the text between two as pieces. */
