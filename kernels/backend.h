@@ -35,8 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu/cpu_deltanet.h" /* tsr_dn_shape */
-#include "cpu/cpu_mla.h"      /* tsr_mla_shape */
+#include "deltanet_shape.h"   /* tsr_dn_shape */
+#include "mla_shape.h"        /* tsr_mla_shape, tsr_mla_rows */
 #include "ops.h"              /* tsr_gelu_kind */
 
 typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;

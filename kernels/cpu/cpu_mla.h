@@ -14,14 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The heads of an MLA layer and its RoPE: NH heads of dn + dr (query, key) and dv (value);
- * interleave: RoPE pairs (2i, 2i+1) (Hugging Face's rope_interleave) instead of (i, i + dr/2),
- * frequency i either way; mscale: cos and sin's factor (YaRN's attention factor, 1 without) */
-typedef struct tsr_mla_shape {
-    int NH, dn, dr, dv;
-    int interleave;
-    float mscale;
-} tsr_mla_shape;
+#include "mla_shape.h" /* tsr_mla_shape, tsr_mla_rows */
 
 /* qkv (N, NH (2 dqk + dv)) from q, kv, kpe as above, the rope parts turned by the angle
  * p inv_freq[i], p = pos[n] or n % T + p0 (pos (N) or NULL); inv_freq (dr/2). N = B T. */
@@ -33,18 +26,6 @@ void cpu_mla_qkv_forward(float *qkv, const float *q, const float *kv, const floa
 void cpu_mla_qkv_backward(float *dq, float *dkv, float *dkpe, const float *dqkv,
                           const int32_t *pos, int p0, const float *inv_freq, int B, int T,
                           const tsr_mla_shape *s);
-
-/* The rows of one decode step or chunk over the compressed caches (cpu_mla_decode): n rows; a
- * slot's cache of cap positions, slot_stride elements from the next slot's. With slot (n, on the
- * backend) row i is the next token of slot slot[i] at position pos[i], its RoPE position rpos[i]
- * (its position in its segment), seeing positions seg[i] .. pos[i]; without (NULL) every row is in
- * slot slot0, row i at position p0 + i, RoPE position rp0 + i, seeing seg0 .. p0 + i. */
-typedef struct tsr_mla_rows {
-    int n, cap;
-    size_t slot_stride;
-    const int32_t *slot, *pos, *seg, *rpos;
-    int slot0, p0, seg0, rp0;
-} tsr_mla_rows;
 
 /* Multi-head latent attention over the compressed caches (docs/models.md "DeepSeek": decoding):
  * cache (slots, cap, kvr + dr) [the normed latent | the turned RoPE key] of one MLA layer. First
