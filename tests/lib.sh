@@ -172,6 +172,17 @@ tiny_args() {
           --set model.d_model=64 --set seq_len=32 --set model.max_seq_len=32 --set log_interval=1
           --set threads=1 --set watchdog.window=0)
 }
+# synth_tiny_args LAYERS GLOBAL MICRO [SETTINGS...]: the synthetic corpus in $TMP/data and `args`
+# for tiny_args on its train split with LAYERS layers of 4 heads, a global batch of GLOBAL in
+# microbatches of MICRO, then SETTINGS (the test's duration, saves, run_dir)
+synth_tiny_args() {
+    local layers=$1 global=$2 micro=$3
+    shift 3
+    make_synth "$TMP/data"
+    tiny_args "$TMP/data/train"
+    args+=(--set model.n_layer="$layers" --set model.n_head=4 --set global_batch="$global"
+           --set micro_batch="$micro" "$@")
+}
 # tiny_llama_args TRAIN_DIR: sets `args` to configs/tiny-llama.cfg cut down as tiny_args does
 # (2 layers, d_model 64, seq_len 32, vocabulary 512, one thread, every step logged, no validation,
 # no sample), global batch 8 in microbatches of 2, warmup 2 steps; tests append their heads,
