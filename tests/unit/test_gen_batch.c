@@ -23,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_table.h"
 #include "model/decoder.h"
 #include "generate/gen_batch.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
 
 enum { T = 48, V = 60, EOT = V - 1, NP = 8, MAXNEW = 20 };
 
@@ -41,16 +41,12 @@ static uint32_t urand_below(uint32_t n) {
 }
 
 static tsr_model_config tiny(tsr_pos_kind pos) {
-    tsr_config defaults;
-    cfgtab_defaults(&defaults);
-    tsr_model_config c = defaults.model;
-    c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.vocab_size = V, c.vocab_multiple = 16;
-    c.pos = pos;
+    tsr_model_config c = tiny_model(2, 32, 4, V, 16);
     if (pos == TSR_POS_ROPE) {
-        c.norm = TSR_NORM_RMSNORM, c.mlp = TSR_MLP_SWIGLU, c.intermediate_size = 48;
-        c.n_kv_head = 2, c.qk_norm = 1, c.qkv_bias = 1, c.tie_embeddings = 0, c.rope_theta = 100;
-        c.attn_mask = TSR_MASK_DOCUMENT;
+        c = tiny_llama(c);
+        c.qkv_bias = 1, c.rope_theta = 100, c.attn_mask = TSR_MASK_DOCUMENT;
     }
+    c.pos = pos;
     c.bias = pos == TSR_POS_LEARNED;
     c.gelu = pos == TSR_POS_LEARNED ? TSR_GELU_TANH : TSR_GELU_EXACT;
     c.init_std = 0.3; /* peaked distributions: greedy has no near-ties */
