@@ -32,6 +32,7 @@
 #include "ops.h"
 #include "tap.h"
 #include "tiny_models.h"
+#include "xorshift.h"
 
 enum { L = 3, T = 16, V = 50, C = 32, NH = 4, F = 4 * C, EOT = V - 1, BMAX = 2 };
 enum { N_VARIANTS = 6, N_MODES = 3, N_RANGES = 4, HS_ROPE = 6, KVH_ROPE = 2, F_ROPE = 40 };
@@ -40,10 +41,7 @@ enum { N_VARIANTS = 6, N_MODES = 3, N_RANGES = 4, HS_ROPE = 6, KVH_ROPE = 2, F_R
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
 static uint32_t urand_below(uint32_t n) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)(((rng * 0x2545f4914f6cdd1dull) >> 32) % n);
+    return (uint32_t)((xorshift64s(&rng) >> 32) % n);
 }
 
 /* the op table with allocators that count the bytes asked for (the memory plan's unit) */

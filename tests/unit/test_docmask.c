@@ -37,6 +37,7 @@
 #include "ops.h"
 #include "tap.h"
 #include "tiny_models.h"
+#include "xorshift.h"
 
 #define NCHECKS 23
 
@@ -45,10 +46,7 @@ static const int LEN[NEX] = {9, 15, 8}; /* the first two end with EOT; sum = T *
 
 static uint64_t rng = 0x2545f4914f6cdd1dull; /* xorshift64*: the test needs nothing external */
 static uint32_t urand_below(uint32_t n) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)(((rng * 0x2545f4914f6cdd1dull) >> 32) % n);
+    return (uint32_t)((xorshift64s(&rng) >> 32) % n);
 }
 
 static void *xcalloc(size_t n, size_t size) {

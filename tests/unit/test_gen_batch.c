@@ -29,15 +29,13 @@
 #include "ops.h"
 #include "tap.h"
 #include "tiny_models.h"
+#include "xorshift.h"
 
 enum { T = 48, V = 60, EOT = V - 1, NP = 8, MAXNEW = 20 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t urand_below(uint32_t n) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)(((rng * 0x2545f4914f6cdd1dull) >> 32) % n);
+    return (uint32_t)((xorshift64s(&rng) >> 32) % n);
 }
 
 static tsr_model_config tiny(tsr_pos_kind pos) {
