@@ -194,6 +194,18 @@ tiny_llama_args() {
           --set seq_len=32 --set global_batch=8 --set micro_batch=2 --set threads=1
           --set log_interval=1 --set optim.warmup=2ba)
 }
+# tiny_gqa_args STEPS [SETTINGS...]: a corpus of 60000 synthetic tokens in $TMP/data and `args` for
+# tiny_llama_args on it with 4 heads on 2 KV heads, STEPS steps saved at the last, no straggler
+# watchdog (the variant tests compare runs within 1e-6 and generate from the checkpoint), then
+# SETTINGS
+tiny_gqa_args() {
+    local steps=$1
+    shift
+    make_synth "$TMP/data" 512 60000
+    tiny_llama_args "$TMP/data/train"
+    args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration="${steps}ba"
+           --set save_interval="${steps}ba" --set watchdog.window=0 "$@")
+}
 # tiny_moe_args TRAIN_DIR: tiny_llama_args with 4 heads on 2 KV heads and a mixture of 4 experts
 # (top 2, width 48, aux loss 0.01, z loss 0.001), 10 steps saved every 4 (3 kept)
 tiny_moe_args() {

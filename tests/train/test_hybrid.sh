@@ -31,18 +31,13 @@
 #    --init-from that checkpoint with that order too, nothing written in the new run_dir.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-GEN=("$TOOL" generate --set threads=1)
-PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
 tap_plan 11
-make_synth "$TMP/data" 512 60000
-tiny_llama_args "$TMP/data/train"
-args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=4ba --set save_interval=4ba
-       --set watchdog.window=0 --set model.n_layer=4
-       --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention
-       --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4
-       --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16
-       --set model.attn_output_gate=true)
+tiny_gqa_args 4 --set model.n_layer=4 \
+    --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention \
+    --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4 \
+    --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16 \
+    --set model.attn_output_gate=true
 
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/D" >"$TMP/D.txt" 2>&1
 rc=$?

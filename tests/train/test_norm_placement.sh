@@ -21,13 +21,9 @@
 #    generate from it likewise: KV cache == no cache.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-GEN=("$TOOL" generate --set threads=1)
-PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
 tap_plan 9
-make_synth "$TMP/data" 512 60000
-tiny_llama_args "$TMP/data/train"
-args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba --set watchdog.window=0)
+tiny_gqa_args 6
 sw=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
     --set model.mlp=geglu_tanh)
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }

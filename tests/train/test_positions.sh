@@ -18,14 +18,9 @@
 #    an even number of dimensions: exit 1 naming the key.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-GEN=("$TOOL" generate --set threads=1)
-PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
 tap_plan 8
-make_synth "$TMP/data" 512 60000
-tiny_llama_args "$TMP/data/train"
-args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba
-       --set watchdog.window=0)
+tiny_gqa_args 6
 gemma=(--set model.layer_types=sliding_attention,full_attention --set model.sliding_window=5
        --set model.rope_theta=1000000 --set model.rope_scaling=linear --set model.rope_factor=8
        --set model.rope_local_theta=10000 --set model.attn_logit_softcapping=1.0
