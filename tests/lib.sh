@@ -236,6 +236,25 @@ print(f"loss {wl:.1e}, norm {wn:.1e} over steps {keys[0]}..{keys[-1]}")
 sys.exit(0 if wl <= float(sys.argv[4]) and wn <= float(sys.argv[5]) else 1)
 PY
 }
+# runs_close RC WHAT A B LOSS_TOL NORM_TOL: run $TMP/B, which exited RC, against run $TMP/A as
+# metrics_close judges them from step 1; "WHAT: exit RC, the differences" as a diagnostic line;
+# fails where RC is not 0
+runs_close() {
+    local rc=$1 what=$2 out ok
+    out=$(metrics_close "$TMP/$3/metrics.jsonl" "$TMP/$4/metrics.jsonl" 1 "$5" "$6")
+    ok=$?
+    tap_diag "$what: exit $rc, $out"
+    ((rc == 0 && ok == 0))
+}
+# export_refused CKPT OUT PATTERN: `tessera ckpt export --format hf` of CKPT into OUT exits 1 saying
+# PATTERN (its output in $TMP/export.txt, the start of it as a diagnostic line) and writes no
+# weights; sets rc to the export's exit status
+export_refused() {
+    "$TOOL" ckpt export --format hf "$1" "$2" >"$TMP/export.txt" 2>&1
+    rc=$?
+    tap_diag "export: $(head -c 300 "$TMP/export.txt")"
+    [[ $rc == 1 && ! -e $2/model.safetensors ]] && grep -q "$3" "$TMP/export.txt"
+}
 # runs_exact REF DIR...: each run $TMP/DIR's steps within 1e-6 (losses) and 1e-5 (gradient norms)
 # of run $TMP/REF's, as metrics_close judges them (context parallelism's bar: the ring sums each
 # row's attention in another order, which moved a norm by up to ~3e-6 within 20 steps, measured);

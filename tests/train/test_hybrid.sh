@@ -77,9 +77,7 @@ tap_check $? "--init-from with the layer kinds in another order: refused (exit $
 
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
     --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
-rc=$?
-tap_diag "zero3 vs ddp: exit $rc, $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
-((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
+runs_close $? "zero3 vs ddp" D Z 1e-6 1e-6
 tap_check $? "the hybrid under zero3 on 2 ranks equals ddp within 1e-6 at every step"
 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
@@ -155,10 +153,7 @@ tap_diag "lora: $(grep -m1 '^lora:' "$TMP/lora.txt")"
     [[ -z $(ls -A "$TMP/L") ]]
 tap_check $? "lora.rank > 0 with linear_attention layers: planned (exit $rc), all-linear adapting the DeltaNet's projections and the gate too (the runs: test_lora_hybrid.sh), nothing written"
 
-"$TOOL" ckpt export --format hf "$TMP/D/step-00000004.h5" "$TMP/hf" >"$TMP/export.txt" 2>&1
-rc=$?
-tap_diag "export: $(head -c 300 "$TMP/export.txt")"
-[[ $rc == 1 && ! -e $TMP/hf/model.safetensors ]] && grep -q "Qwen3NextForCausalLM" "$TMP/export.txt" &&
+export_refused "$TMP/D/step-00000004.h5" "$TMP/hf" "Qwen3NextForCausalLM" &&
     grep -q "model.qk_norm = true" "$TMP/export.txt"
 tap_check $? "ckpt export --format hf of the hybrid without QK-norm: refused (exit $rc) naming Qwen3NextForCausalLM's model.qk_norm, no weights written"
 tap_done

@@ -29,9 +29,7 @@ sw=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 
 run D 2 "${sw[@]}" && run Z 2 "${sw[@]}" --set parallel.sharding=zero3
-rc=$?
-tap_diag "zero3 vs ddp: $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
-((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
+runs_close $? "zero3 vs ddp" D Z 1e-6 1e-6
 tap_check $? "sandwich norms, the embedding scale, GeGLU: ddp and zero3 on 2 ranks train 6 steps and agree within 1e-6"
 
 "$PY3" - "$TMP/D/step-00000006.h5" <<'PY' && "$TOOL" ckpt verify "$TMP/D/step-00000006.h5" >"$TMP/verify.txt" 2>&1
