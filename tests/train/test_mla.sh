@@ -17,8 +17,6 @@
 #    without MLA (model.q_lora_rank with kv_lora_rank 0) name their key.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-GEN=("$TOOL" generate --set threads=1)
-PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
 tap_plan 10
 make_synth "$TMP/data" 512 60000
@@ -48,9 +46,7 @@ tap_check $? "a 2-layer MLA model trains 4 steps on 2 ranks; its checkpoint hold
 
 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
     --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
-rc=$?
-tap_diag "zero3 vs ddp: exit $rc, $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
-((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
+runs_close $? "zero3 vs ddp" D Z 1e-6 1e-6
 tap_check $? "the MLA model under zero3 on 2 ranks equals ddp within 1e-6 at every step"
 
 greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&

@@ -23,21 +23,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_table.h"
 #include "generate/gen_batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
 
 enum { P = 12, GEN = 40, NP = 3, T = 14 + GEN, V = 48, EOT = V - 1 };
 static const int PLEN[NP] = {12, 9, 14};
 
 static tsr_model_config base(void) {
-    tsr_config defaults;
-    cfgtab_defaults(&defaults);
-    tsr_model_config c = defaults.model;
-    c.d_model = 32, c.n_head = 4, c.vocab_size = V, c.vocab_multiple = 16;
+    tsr_model_config c = tiny_model(0, 32, 4, V, 16); /* (n_layer: the cases') */
     c.pos = TSR_POS_ROPE, c.norm = TSR_NORM_RMSNORM, c.bias = 0, c.tie_embeddings = 0;
     c.mlp = TSR_MLP_SWIGLU, c.intermediate_size = 48;
     c.rope_theta = 1000, c.init_std = 0.3; /* peaked distributions: no near-ties for greedy */
