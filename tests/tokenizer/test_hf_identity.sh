@@ -126,19 +126,13 @@ done
 wait "$queue"
 
 # the first lines of all.MODEL.* are its Brown files, then the adversarial, then the random ones
-part() { # part FROM COUNT FILE: COUNT lines from line FROM
-    sed -n "$1,$(($1 + $2 - 1))p" "$3"
-}
 ne=${#edge[@]} nr=${#rand[@]}
 for model in "${models[@]}"; do
     brown_of "$model"
     nb=${#mb[@]}
     [[ -s $TMP/all.$model.err ]] && sed "s/^/# $model: node: /" "$TMP/all.$model.err"
     for x in ref tsr; do
-        part 1 "$nb" "$TMP/all.$model.$x" > "$TMP/brown.$model.$x"
-        part $((nb + 1)) "$ne" "$TMP/all.$model.$x" > "$TMP/edge.$model.$x"
-        part $((nb + ne + 1)) "$nr" "$TMP/all.$model.$x" > "$TMP/rand.$model.$x"
-        part $((nb + ne + nr + 1)) "${#own[@]}" "$TMP/all.$model.$x" > "$TMP/own.$model.$x"
+        split_parts "$TMP/all.$model.$x" "$TMP/%s.$model.$x" "$nb" "$ne" "$nr" "${#own[@]}"
     done
     [[ $(wc -l < "$TMP/all.$model.ref") == ${#all[@]} ]] ||
         tap_diag "$model: node wrote $(wc -l < "$TMP/all.$model.ref") lines for ${#all[@]} files"

@@ -114,16 +114,10 @@ enc "$P" "${pair_files[@]}" >"$TMP/p.tsr"
 wait "$refs"
 for x in o k p; do [[ -s $TMP/$x.err ]] && sed "s/^/# $x: node: /" "$TMP/$x.err"; done
 
-part() { sed -n "$1,$(($1 + $2 - 1))p" "$3"; } # part FROM COUNT FILE
 nb=${#mb[@]} ne=${#edge[@]} nr=${#rand[@]}
 for x in o k; do
     [[ $x == o ]] && own=("${own_o[@]}") name="o200k_base.tiktoken" || own=("${own_k[@]}") name="Kimi (tiktoken.model)"
-    for y in ref tsr; do
-        part 1 "$nb" "$TMP/$x.$y" >"$TMP/$x.brown.$y"
-        part $((nb + 1)) "$ne" "$TMP/$x.$y" >"$TMP/$x.edge.$y"
-        part $((nb + ne + 1)) "$nr" "$TMP/$x.$y" >"$TMP/$x.rand.$y"
-        part $((nb + ne + nr + 1)) "${#own[@]}" "$TMP/$x.$y" >"$TMP/$x.own.$y"
-    done
+    for y in ref tsr; do split_parts "$TMP/$x.$y" "$TMP/$x.%s.$y" "$nb" "$ne" "$nr" "${#own[@]}"; done
     same_lines "$x brown" "$TMP/$x.brown.ref" "$TMP/$x.brown.tsr" "${mb[@]}"
     tap_check $? "$name: Brown corpus, $nb files, $(wc -w <"$TMP/$x.brown.ref") tokens identical to tiktoken"
     same_lines "$x edge" "$TMP/$x.edge.ref" "$TMP/$x.edge.tsr" "${edge[@]}"
