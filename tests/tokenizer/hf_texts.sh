@@ -1,5 +1,7 @@
 # hf_texts.sh — the adversarial and random texts of the Hugging Face tokenizer tests and what they
-# share (sourced by tests/tokenizer/test_*.sh; not a test itself).
+# share (sourced by tests/tokenizer/test_*.sh after tests/lib.sh; not a test itself).
+#   NPM_DIR, BROWN       the npm files ./INSTALL fetches (TSR_DATA_DIR, else data/npm) and the
+#                        Brown corpus among them
 #   hf_edge_texts DIR    mixed scripts, emoji/ZWJ, CJK, digit runs, whitespace and newline runs,
 #                        contractions, punctuation, combining marks, added tokens inside text,
 #                        Gemma 3's crossing "> </", added tokens not special, BOM, empty,
@@ -16,6 +18,9 @@
 #   round_trips WHAT DIR FILE...  each DIR/BASENAME(FILE) (a decode of FILE's encode) is FILE
 #   split_parts FILE OUT NB NE NR NO  FILE's lines (an encode of the Brown, adversarial, random and
 #                        own files, in that order) into OUT with %s read as brown, edge, rand, own
+
+NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
+BROWN=$NPM_DIR/brown
 
 # hf_needs HINT FILE...: skips the test (exit 77, saying what is missing) unless node, each FILE (from
 # npm: ./INSTALL --ensure fetches it; HINT, when not empty, names the packages), the Brown corpus in

