@@ -181,6 +181,22 @@ PY
     done
 }
 
+# HF_RANDOM_LARGE_JS: the end of the node script of hf_deepseek_texts and hf_tiktoken_texts; with
+# fs, dir (the texts' folder), brown (Brown files), pool (code points or strings) and rnd (a seeded
+# random number below n) defined, it writes 8 random files r0..r7 of 1..4000 pool elements and
+# "large": about 1 MB of Brown files, the folder's other files and random text in turn
+HF_RANDOM_LARGE_JS='
+    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
+    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
+    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
+    const parts = []; let n = 0, k = 0;
+    while (n < 1000000) {
+      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
+              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
+      parts.push(p); n += Buffer.byteLength(p); k++;
+    }
+    fs.writeFileSync(dir + "/large", parts.join("\n"));'
+
 # hf_deepseek_texts DIR [BROWN_FILE...]: DeepSeek-V3's pre-tokenizer (three Splits): numbers next to
 # letters and CJK, CJK ideographs / hiragana / katakana (with the punctuation, marks and prolonged
 # sound mark inside their ranges, and the ranges' edges), ASCII punctuation before ASCII letters, a
@@ -203,17 +219,7 @@ hf_deepseek_texts() {
     const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
     const pool = [..."aZq09 \t\n\r.,'"'"'-/!$`~\\_(){}[]<>|@#%^&*+=?:;\""].concat([..."éΣǅʰא中龥龦㐀あゔゟァカー・゠゛ㇰｶ가١Ⅻ½²〇𝟘«—…€©˜🎉❤＋々⺀ſ"],
       ["\u0301", "\u0903", "\u20dd", "\u3099", "\u00a0", "\u3000", "\u2003", "\u2028", "\ufeff", "\u0085", "\u200d",
-       "\u0001", "\ue000", "\u0378", "\ufffd", "\u00ad", "<｜User｜>", "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>"]);
-    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
-    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
-    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
-    const parts = []; let n = 0, k = 0;
-    while (n < 1000000) {
-      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
-              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
-      parts.push(p); n += Buffer.byteLength(p); k++;
-    }
-    fs.writeFileSync(dir + "/large", parts.join("\n"));' "$d" "$@"
+       "\u0001", "\ue000", "\u0378", "\ufffd", "\u00ad", "<｜User｜>", "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>"]);'"$HF_RANDOM_LARGE_JS" "$d" "$@"
 }
 
 # hf_tiktoken_texts DIR SPECIAL... [-- BROWN_FILE...]: the tiktoken patterns (o200k_base's, Kimi K2's)
@@ -243,15 +249,5 @@ hf_tiktoken_texts() {
       "\u00a0", "\u3000", "\ufeff", "\u0085", "\u017f", "\u00e9", "\u00c9", "\u03a3", "\u03c3", "\u0130",
       "\ufb01", "\u1f88", "\u{1f389}", "\u200d", "\u00df", "\u1e9e", "\u3007", "\u2e80", "\u2f00",
       "\u{16fe2}", "\u{16ff0}", "\u{20000}", "\u{2ebf0}", "\u3042", "\u30a2", "\u30fb", "\u088f", "\u1acf",
-      "\u{16ea0}", "\u{10d4a}", "\u0378"], sp);
-    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
-    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
-    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
-    const parts = []; let n = 0, k = 0;
-    while (n < 1000000) {
-      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
-              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
-      parts.push(p); n += Buffer.byteLength(p); k++;
-    }
-    fs.writeFileSync(dir + "/large", parts.join("\n"));' "$d" "${#sp[@]}" "${sp[@]}" "$@"
+      "\u{16ea0}", "\u{10d4a}", "\u0378"], sp);'"$HF_RANDOM_LARGE_JS" "$d" "${#sp[@]}" "${sp[@]}" "$@"
 }
