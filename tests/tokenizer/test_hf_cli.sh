@@ -52,14 +52,9 @@ tap_check $? "prep --tokenizer qwen3/tokenizer.json over 3 Brown files: exit 0"
 out=$(cd "$TSR_ROOT/tests/prep" && "$PY3" - "$TMP/ds/train" "$TMP/ids.txt" "$EOT" "$TMP/docs" <<'PY'
 import sys, os
 import numpy as np
-from prep_check import read_dataset
+from prep_check import read_documents
 d, ids_file, eot, docs_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-meta = dict(l.split()[:2] for l in open(os.path.join(d, "index.tsv")) if len(l.split()) >= 2)
-t, _ = read_dataset(d)
-docs, cur = [], []
-for x in t.tolist():
-    if x == eot: docs.append(cur); cur = []
-    else: cur.append(x)
+meta, t, docs, cur = read_documents(d, eot)
 assert not cur, "tokens after the last <|endoftext|>"
 want = [[int(v) for v in l.split()] for l in open(ids_file)]
 os.makedirs(docs_dir)

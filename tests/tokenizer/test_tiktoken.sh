@@ -169,15 +169,10 @@ cp "${mb[0]}" "${mb[1]}" "$TMP/in/"
 tap_check $? "prep --tokenizer KIMI_DIR over 2 Brown files: exit 0 $(head -c 300 "$TMP/prep.log")"
 enc "$K" "$TMP"/in/* >"$TMP/in.ids"
 out=$(cd "$TSR_ROOT/tests/prep" && "$PY3" - "$TMP/ds/train" "$TMP/in.ids" "$((NB + 1))" <<'PY'
-import sys, os
-from prep_check import read_dataset
+import sys
+from prep_check import read_documents
 d, ids_file, eos = sys.argv[1], sys.argv[2], int(sys.argv[3])
-meta = dict(l.split()[:2] for l in open(os.path.join(d, "index.tsv")) if len(l.split()) >= 2)
-t, _ = read_dataset(d)
-docs, cur = [], []
-for x in t.tolist():
-    if x == eos: docs.append(cur); cur = []
-    else: cur.append(x)
+meta, _, docs, cur = read_documents(d, eos)
 want = [[int(v) for v in l.split()] for l in open(ids_file)]
 print(meta["vocab_size"], len(docs), "same" if not cur and sorted(docs) == sorted(want) else "differ")
 PY
