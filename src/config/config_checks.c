@@ -394,6 +394,27 @@ static void validate_tensor(load_ctx *c) {
     }
 }
 
+/* parallel.pipeline = P (docs/pipeline.md): its keys against the model (the stages, the hand
+ * cut), and not with a mode it does not run with yet (both keys named) */
+static void validate_pipeline(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200], why[1200];
+    const char *key, *value;
+    if (g->pipeline <= 1) return;
+    if (config_pipeline_check(g, &key, why, sizeof why) != 0) {
+        tsr_error("%s%s", cfgload_where(c, key, at, sizeof at), why);
+        c->errors++;
+    }
+    if ((key = config_pipeline_pair(g, &value)) != NULL) {
+        tsr_error("%sparallel.pipeline = %lld with %s %s: pipeline parallelism does not run with "
+                  "it yet (docs/pipeline.md \"What composes with the pipeline\"): set "
+                  "parallel.pipeline = 1, or change %s",
+                  cfgload_where(c, "parallel.pipeline", at, sizeof at), (long long)g->pipeline, key,
+                  value, key);
+        c->errors++;
+    }
+}
+
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */
 static void validate_options(load_ctx *c) {
     const tsr_config *g = c->cfg;
@@ -442,6 +463,7 @@ static void validate_options(load_ctx *c) {
     validate_attn_variants(c);
     validate_linear_cuda(c);
     validate_tensor(c);
+    validate_pipeline(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

@@ -8,6 +8,7 @@
 #include "common.h"
 #include "gpu/gpu_train.h"
 #include "model/ckpt_model.h"
+#include "train/pipeline.h"
 
 int trainer_shard_group(const tsr_config *cfg, int world, int local_world, int *G) {
     *G = mesh_shard_size(cfg, world, local_world); /* (the mesh's rule: mesh/mesh.h) */
@@ -78,7 +79,9 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
 }
 
 int trainer_acts_B(const tsr_trainer *t) {
-    return t->be.gpu ? gpu_train_acts_B(t->be.gpu) : t->model.acts.B;
+    return t->be.gpu ? gpu_train_acts_B(t->be.gpu)
+           : t->part.pp_on ? pipeline_acts_B(t) /* (the pipeline's sets) */
+                           : t->model.acts.B;
 }
 
 /* LoRA's dropout in microbatch b of this rank's batch (model/model_lora.h): the key of the step's

@@ -25,6 +25,7 @@
 #include "model/fsdp.h"
 #include "model/model_ep.h"
 #include "model/model_lora.h"
+#include "model/model_pp.h"
 #include "model/model_ring.h"
 #include "model/model_tp.h"
 #include "train/guard.h"
@@ -139,8 +140,14 @@ typedef struct tsr_train_part {
     tp_io tpio;
     float *tp_gpart[3];
     uint64_t tp_sent_steps;      /* tp.sent before an evaluation (trainer_eval_scope) */
+    int pp_on;                   /* parallel.pipeline > 1: the model is this pipeline rank's part
+                                  * (model/model_pp.h), its flat layout's sums and parts over the
+                                  * mesh's stage group (flat), its steps the schedule's
+                                  * (train/pipeline.h) */
+    tsr_pp pp;
+    struct pp_exec *ppx;         /* the schedule's executor (train/pipeline_int.h) */
     tsr_group *flat;             /* the ranks that hold this rank's flat layout: NULL (the world)
-                                  * or the mesh's tensor_data group */
+                                  * or the mesh's tensor_data group (stage: a pipeline) */
     int flat_rank, flat_world;   /* this rank's place among them, their count */
     tsr_optim optim;             /* the optimizer slot (optim/optim.h): AdamW or Muon over the
                                   * owned parts, m and v its state (Muon: its matrices'

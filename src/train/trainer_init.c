@@ -15,6 +15,7 @@
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "train/objective.h"
+#include "train/pipeline.h"
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
@@ -425,6 +426,7 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
     init_tensor(t, cfg);
+    TSR_CHECK(pipeline_init(t)); /* (parallel.pipeline: this rank's stages, train/pipeline.h) */
     model_set_context(&t->model, t->mesh.N);
     if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
@@ -474,6 +476,7 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
     TSR_CHECK(train_data_plan(t));
     TSR_CHECK(train_data_stage_open(t));
     init_weights(t, cfg);
+    pipeline_open(t);
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_train.c) */
         optim_init(&t->part.optim, &cfg->optim, &t->model,
@@ -554,6 +557,7 @@ void trainer_free(tsr_trainer *t) {
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
     if (t->objective && t->objective->release) t->objective->release(t);
+    pipeline_free(t);
     model_free(&t->model);
     tp_io_free(&t->part.tpio);
     tp_free(&t->part.tp);

@@ -11,6 +11,7 @@
 #include "common.h"
 #include "train/checkpointing.h"
 #include "train/objective.h"
+#include "train/pipeline.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
 #include "train/train_data.h"
@@ -297,6 +298,7 @@ static int run_steps(tsr_trainer *t) {
     optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
     ring_report(t);
     tp_report(t);
+    pipeline_report(t);
     metrics_finish(t);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
