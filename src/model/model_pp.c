@@ -146,30 +146,55 @@ static void chunk_layout(tsr_pp *pp, const tsr_model *m, int c, int glo, int gn)
     v->global = &pp->global;
 }
 
-/* the part's runs: a root tensor whole (a tied wte's second copy not counted), a per-layer
- * tensor a run per chunk */
-static void part_runs(tsr_pp *pp, const tsr_model *m) {
-    const tsr_model *g = &pp->global;
-    pp->runs = tsr_malloc((size_t)TSR_P_COUNT * (size_t)pp->V * sizeof *pp->runs);
+/* part m's runs of the whole model g: a root tensor whole (a tied wte's second copy, a part
+ * without the embedding that holds wte, not counted), a per-layer tensor a run per range of the
+ * part (its layers' slices), into l */
+static void part_runs(pp_part_layout *l, const tsr_model *g, const tsr_model *m) {
+    const tsr_model_part *part = &m->cfg.part;
+    l->runs = tsr_malloc((size_t)TSR_P_COUNT * (size_t)part->n * sizeof *l->runs);
     for (int id = 0; id < TSR_P_COUNT; id++) {
         const tsr_param_info *p = &m->params_info[id];
+        l->off[id] = p->offset;
         if (!p->numel || p->ep) continue;
         if (!model_param_per_layer((tsr_param_id)id)) {
-            const int counted = id != TSR_P_WTE || !m->cfg.part.no_embed;
-            pp->runs[pp->n_runs++] = (tp_run){id, 1, p->numel, 0, p->numel, 0, p->numel,
-                                              TP_SUM_NONE, (unsigned char)counted};
+            const int counted = id != TSR_P_WTE || !part->no_embed;
+            l->runs[l->n_runs++] = (tp_run){id, 1, p->numel, 0, p->numel, 0, p->numel,
+                                            TP_SUM_NONE, (unsigned char)counted};
             continue;
         }
         const size_t slice = p->numel / (size_t)m->depth[id];
-        for (int c = 0; c < pp->V; c++) {
+        for (int c = 0, l0 = 0; c < part->n; l0 += part->len[c++]) {
             int lf = 0, gf = 0;
-            const int k = slots_in(m, (tsr_param_id)id, pp->chunk_l0[c], pp->chunk[c].L, &lf);
+            const int k = slots_in(m, (tsr_param_id)id, l0, part->len[c], &lf);
             if (!k) continue;
-            slots_in(g, (tsr_param_id)id, pp->cut[pp_chunk_stage(pp, c)], pp->chunk[c].L, &gf);
-            pp->runs[pp->n_runs++] = (tp_run){id, 1, k * slice, lf * slice, k * slice,
-                                              gf * slice, k * slice, TP_SUM_NONE, 1};
+            slots_in(g, (tsr_param_id)id, part->first[c], part->len[c], &gf);
+            l->runs[l->n_runs++] = (tp_run){id, 1, k * slice, lf * slice, k * slice, gf * slice,
+                                            k * slice, TP_SUM_NONE, 1};
         }
     }
+}
+
+/* every pipeline rank's part's runs (its layout from the whole model's, nothing allocated) */
+static void all_parts(tsr_pp *pp, int glo, int gn) {
+    pp->parts = tsr_calloc((size_t)pp->P, sizeof *pp->parts);
+    tsr_model *q = tsr_malloc(sizeof *q);
+    tsr_pp other = *pp;
+    for (other.p = 0; other.p < pp->P; other.p++) {
+        *q = pp->global;
+        const tsr_model_part part = rank_part(&other);
+        part_layout(q, &part, glo, gn);
+        part_runs(&pp->parts[other.p], &pp->global, q);
+    }
+    free(q);
+}
+
+int pp_part_runs(const tsr_pp *pp, int q, tsr_param_id id, tp_run *runs, size_t *lbase) {
+    const pp_part_layout *l = &pp->parts[q];
+    int n = 0;
+    *lbase = l->off[id];
+    for (size_t i = 0; i < l->n_runs; i++)
+        if (l->runs[i].id == (int)id) runs[n++] = l->runs[i];
+    return n;
 }
 
 void model_set_pipeline(tsr_model *m, tsr_pp *pp, int P, int V, int p, const int *cut) {
@@ -190,7 +215,8 @@ void model_set_pipeline(tsr_model *m, tsr_pp *pp, int P, int V, int p, const int
         for (int l = 0; l < part.first[c]; l++) pp->moe_before[c] += model_moe_layer(&pp->global, l);
         chunk_layout(pp, m, c, glo, gn);
     }
-    part_runs(pp, m);
+    all_parts(pp, glo, gn);
+    pp->runs = pp->parts[p].runs, pp->n_runs = pp->parts[p].n_runs;
     m->pp = pp;
     m->global = &pp->global;
 }
@@ -207,7 +233,8 @@ void pp_attach(tsr_pp *pp, const tsr_model *m) {
 
 void pp_free(tsr_pp *pp) {
     free(pp->cut);
-    free(pp->runs);
+    for (int q = 0; pp->parts && q < pp->P; q++) free(pp->parts[q].runs);
+    free(pp->parts);
     memset(pp, 0, sizeof *pp);
 }
 

@@ -35,6 +35,14 @@
 #include "model/model.h"
 #include "model/model_tp.h"
 
+/* a pipeline rank's part as runs of the whole model: the runs (above), tensors in id order, each
+ * run's local offsets from its tensor's offset in that part's layout (off) */
+typedef struct pp_part_layout {
+    tp_run *runs;
+    size_t n_runs;
+    size_t off[TSR_P_COUNT];
+} pp_part_layout;
+
 typedef struct tsr_pp {
     int P, V, S, p;                /* pipeline ranks, chunks a rank, stages, this rank's place */
     int *cut;                      /* (S + 1) stage s's first layer; cut[S] = L */
@@ -42,7 +50,9 @@ typedef struct tsr_pp {
     tsr_model chunk[TSR_PART_MAX]; /* chunk c: stage c P + p's layers over the part's buffers */
     int chunk_l0[TSR_PART_MAX];    /* chunk c's first layer in the part */
     int moe_before[TSR_PART_MAX];  /* the whole model's MoE layers before chunk c's first */
-    tp_run *runs;                  /* the part's runs (above), tensors in id order */
+    pp_part_layout *parts;         /* (P) every pipeline rank's part: the checkpoints' exchange
+                                    * (model_tp.h tp_io) finds each rank's elements there */
+    const tp_run *runs;            /* this rank's: parts[p]'s */
     size_t n_runs;
 } tsr_pp;
 
@@ -65,6 +75,9 @@ void model_set_pipeline(tsr_model *m, tsr_pp *pp, int P, int V, int p, const int
  * are allocated, and again whenever they change. */
 void pp_attach(tsr_pp *pp, const tsr_model *m);
 void pp_free(tsr_pp *pp);
+/* Pipeline rank q's runs of tensor id (at most TSR_PART_MAX), each run's local offset from
+ * *lbase in q's flat layout: its count */
+int pp_part_runs(const tsr_pp *pp, int q, tsr_param_id id, tp_run *runs, size_t *lbase);
 /* The stage of chunk c (c P + p) */
 int pp_chunk_stage(const tsr_pp *pp, int c);
 /* Tied embeddings under a pipeline: the part holds a second copy of wte (the head's, on the last

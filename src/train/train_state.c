@@ -78,6 +78,8 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
     return b < 1 ? 1 : (int)b;
 }
 
+int trainer_split(const tsr_trainer *t) { return t->part.tp_on || t->part.pp_on; }
+
 int trainer_acts_B(const tsr_trainer *t) {
     return t->be.gpu ? gpu_train_acts_B(t->be.gpu)
            : t->part.pp_on ? pipeline_acts_B(t) /* (the pipeline's sets) */

@@ -482,7 +482,7 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
         optim_init(&t->part.optim, &cfg->optim, &t->model,
                    t->part.fsdp_on ? &t->part.fsdp : NULL, t->be.ops);
     TSR_CHECK(plan_shards(t));
-    if (t->part.tp_on) tp_io_open(t);
+    if (trainer_split(t)) tp_io_open(t); /* (tensor, pipeline) */
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
         t->part.m = t->be.ops->alloc(owned * sizeof(float));
