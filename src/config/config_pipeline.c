@@ -195,6 +195,7 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
         {cfg->optim.name == TSR_OPTIM_MUON, "optim.name", "= \"muon\""},
         {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
+        {cfg->sample.tokens > 0, "sample.tokens", "> 0"},
     };
     if (cfg->pipeline <= 1) return NULL;
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)

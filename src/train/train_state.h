@@ -171,6 +171,8 @@ typedef struct tsr_train_out {
                                   * ranks, LM records of [aux, z, tokens per expert] (decoder.h
                                   * dec_moe_stats_add; the losses weighted as docs/moe.md says);
                                   * NULL in a dense model */
+    int moe_layers;              /* moe's records: the whole model's MoE layers (a pipeline stage
+                                  * adds its own layers' at their places) */
     struct {                     /* the checkpoint read at start (resume, init-from), read before */
         char what[16];           /* run_dir is opened: logged by trainer_open_run_dir; "" none */
         char path[1200];

@@ -398,7 +398,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     const int first = pass == 0;
     const trainer_strategy *s = t->be.strategy;
     const tsr_optim_config *o = &t->cfg.optim;
-    const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
+    const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
     double loss_sum = s->compute(t, denom > 0 ? 1.0f / (float)denom : 0.0f);
@@ -438,7 +438,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
 void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double t0 = tsr_now();
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
-    const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
+    const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
     memset(t->out.dpo, 0, sizeof t->out.dpo);
     st->compute_time = 0.0, st->exit_code = 0;

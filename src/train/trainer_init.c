@@ -432,8 +432,11 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
     if (t->objective->references) t->objective->references(t); /* (and their FLOPs) */
-    if (t->model.E)
-        t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
+    if (t->model.E) { /* (the whole model's layers: a pipeline rank's part has its own) */
+        t->out.moe_layers = (t->model.global ? t->model.global : &t->model)->LM;
+        t->out.moe = tsr_calloc((size_t)t->out.moe_layers * (size_t)(2 + t->model.E),
+                                sizeof(double));
+    }
     return 0;
 }
 
