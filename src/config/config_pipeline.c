@@ -186,7 +186,6 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
     const struct { int bad; const char *key, *value; } pairs[] = {
         {cfg->micro_batch == 0, "micro_batch", "= \"auto\""},
         {cfg->tensor > 1, "parallel.tensor", "> 1"},
-        {cfg->context > 1, "parallel.context", "> 1"},
         {cfg->expert > 1, "parallel.expert", "> 1"},
         {cfg->sharding == TSR_SHARD_ZERO3, "parallel.sharding", "= \"zero3\""},
         {cfg->sharding == TSR_SHARD_HSDP, "parallel.sharding", "= \"hsdp\""},

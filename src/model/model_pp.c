@@ -227,7 +227,7 @@ void pp_attach(tsr_pp *pp, const tsr_model *m) {
         v->params = m->params, v->grads = m->grads, v->src = m->src;
         v->alibi_slopes = m->alibi_slopes, v->rope_freqs = m->rope_freqs;
         v->be = m->be;
-        v->lora = m->lora, v->ring = m->ring;
+        v->lora = m->lora, v->ring = m->ring, v->cpN = m->cpN;
     }
 }
 

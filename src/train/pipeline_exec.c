@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
+#include "model/model_ring.h"
 #include "train/pipeline.h"
 #include "train/pipeline_int.h"
 #include "train/watchdog.h"
@@ -136,18 +137,22 @@ static mb_rows rows_of(const tsr_trainer *t, int mb) {
                      t->data.starts ? t->data.starts + at : NULL};
 }
 
-/* the bytes of a stage's output for B sequences */
+/* the bytes of a stage's output for B sequences (this rank's T / N positions of each under
+ * context parallelism) */
 static size_t out_bytes(const tsr_trainer *t, int B) {
-    return (size_t)B * (size_t)t->T * (size_t)t->model.C * sizeof(float);
+    return (size_t)B * (size_t)(t->T / t->model.cpN) * (size_t)t->model.C * sizeof(float);
 }
 
 /* MoE: the microbatch's routing statistics of chunk c's layers, at their place in the whole
- * model's records (as model_moe_stats_add: its counted targets x scale) */
+ * model's records (as model_moe_stats_add: its counted targets x scale; under context
+ * parallelism this rank's share of them, which the forward just staged) */
 static void moe_stats(tsr_trainer *t, int c, const tsr_decoder *d, const int32_t *tg,
                       float scale) {
     const tsr_model *m = &t->part.pp.chunk[c];
     if (!t->out.moe || !m->LM) return;
-    const double w = dec_moe_weight(tg, (size_t)t->micro * (size_t)t->T, scale);
+    const tsr_ring *g = d->ring;
+    const size_t N = (size_t)t->micro * (size_t)(t->T / m->cpN);
+    const double w = dec_moe_weight(g ? g->targets : tg, N, scale);
     dec_moe_stats_add(d, w, t->out.moe + (size_t)t->part.pp.moe_before[c] * (size_t)(2 + m->E));
 }
 
@@ -186,6 +191,10 @@ static void act_backward(tsr_trainer *t, int c, int mb, float scale, int split) 
     const double t0 = tsr_now();
     pp_set *set = pp_set_of(x, c, mb);
     tsr_decoder d;
+    if (t->model.ring) /* (context parallelism: this microbatch's share again, for the backward) */
+        ring_stage(t->model.ring, r.in, r.tg, t->micro, t->T,
+                   t->model.cfg.attn_mask == TSR_MASK_DOCUMENT ? t->model.cfg.eot_token : -1,
+                   r.starts);
     if (split) {
         zb_backend_use(&x->zb, &set->be);
         x->zb.into = &x->w[(size_t)c * (size_t)x->sched.M + (size_t)mb];

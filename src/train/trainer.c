@@ -65,7 +65,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     if (t->objective->pass || t->part.pp_on) { /* a pass of the objective's own (dpo, grpo:
                                                  * train/objective.h), the pipeline's schedule */
-        loss_sum = t->part.pp_on ? pipeline_compute(t, scale) : t->objective->pass(t, scale);
+        loss_sum = t->objective->pass ? t->objective->pass(t, scale) : pipeline_compute(t, scale);
         trainer_fault_nan(t);
         return loss_sum;
     }
