@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "model/decoder.h"
@@ -227,10 +228,22 @@ static void measure(tsr_trainer *t) {
     x->sum_busy += busy, x->sum_wall += wall * t->part.pp.P;
 }
 
+/* TSR_FAULT="stall_pipeline:STEP:RANK" (tests): RANK stops for good before step STEP's first
+ * action, its own watchdog idle (a stage stuck where nothing of its own notices, a node that
+ * froze): its neighbours' waits name it (docs/pipeline.md "Hangs") */
+static void fault_stall(const tsr_trainer *t) {
+    long long s, r;
+    const char *f = tsr_fault("stall_pipeline");
+    if (!f || sscanf(f, "%lld:%lld", &s, &r) != 2 || r != t->dist.rank || s != t->step + 1) return;
+    watchdog_phase(WD_IDLE, t->step);
+    for (;;) pause();
+}
+
 double pipeline_compute(tsr_trainer *t, float scale) {
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
     double loss = 0.0;
+    fault_stall(t);
     x->busy = x->wait = 0.0, x->phase = WD_COMPUTE;
     const double t0 = tsr_now();
     for (int i = 0; i < x->sched.per_rank; i++) {

@@ -114,27 +114,6 @@ tap_check $? "DPO (its reference's log-probabilities and the weighted backward o
 moe=(--set model.moe_experts=4 --set model.moe_intermediate_size=48 --set model.moe_shared_size=32
      --set model.moe_shared_gate=true --set model.moe_router_bias=true
      --set model.moe_expert_bias=true --set model.moe_act=gptoss)
-# moments_close A B...: the first moments m of every tensor of B's step-1 checkpoints within 1e-5
-# of the largest |m| of A's tensor (step 0's gradients: (1 - beta1) g without clipping)
-moments_close() {
-    /usr/bin/python3 - "$TMP" "$@" <<'PY'
-import sys, h5py, numpy as np
-tmp, ref, *others = sys.argv[1:]
-def moments(d):
-    m = h5py.File(f"{tmp}/{d}/step-00000001.h5", "r")["optim/m"]
-    return {n: m[n][()] for n in m}
-a = moments(ref)
-worst, bad = 0.0, []
-for d in others:
-    b = moments(d)
-    if sorted(a) != sorted(b) or not a: bad.append(d); continue
-    for n in a:
-        e = float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30)
-        worst = max(worst, e) if e == e else float("inf")
-print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
-sys.exit(0 if not bad and worst <= 1e-5 else 1)
-PY
-}
 g0=(--set max_duration=1ba --set save_final=true --set optim.grad_clip=0)
 run E1 1 1 llama "${moe[@]}" --set model.moe_top_k=4 && run E2 2 2 llama "${moe[@]}" --set model.moe_top_k=4 &&
     runs_exact E1 E2 && run e1 1 1 llama "${moe[@]}" --set model.moe_top_k=2 "${g0[@]}" &&
