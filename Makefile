@@ -206,7 +206,7 @@ GPU_SRC  := src/gpu/gpu_backend.c src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gp
             src/gpu/gpu_comm_staged.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 # the library: every src/ folder (src/base/: the shared utilities; checkpoint/: the checkpoint library,
-# in both builds, its collectives through src/dist.h, a world of one with NO_MPI=1) and the CPU
+# in both builds, its collectives through src/dist/dist.h, a world of one with NO_MPI=1) and the CPU
 # kernels, less the programs' main()s and the CUDA glue (docs/architecture.md)
 LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c checkpoint/*.c kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

@@ -1,7 +1,7 @@
 /* ckpt.c — writing a checkpoint: HDF5 file and datasets created collectively through MPI-IO, every
  * rank's slices written independently (ckpt_io.c), per-tensor CRC32C, the commit protocol and
  * retention (ckpt.h; docs/checkpoint-format.md). The NO_MPI build runs the same code as a world of
- * one (src/dist.h) on serial HDF5's default driver (ck_fapl_driver): the same file.
+ * one (src/dist/dist.h) on serial HDF5's default driver (ck_fapl_driver): the same file.
  *
  * Order of a save (all ranks, MPI_COMM_WORLD):
  *   1. check the arguments, and that the ranks' ranges tile every tensor (one allgather), before
@@ -45,7 +45,7 @@
 
 #include "ckpt_save.h"
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 /* Rank 0: makes the written .tmp the committed checkpoint and points `latest` at it. */
 static int commit(const char *run_dir, const char *tmp, const char *final, const char *base,

@@ -14,7 +14,7 @@
  *
  * All functions are collective over MPI_COMM_WORLD (every rank calls them with the same names,
  * shapes and metadata) unless marked "local". The NO_MPI build has the same functions for a world
- * of one process (src/dist.h), on serial HDF5, and writes and reads the same files. They return 0
+ * of one process (src/dist/dist.h), on serial HDF5, and writes and reads the same files. They return 0
  * or TSR_EXIT_DATA after tsr_error() named the file and the fault. Format:
  * docs/checkpoint-format.md.
  */

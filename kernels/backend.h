@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu/cpu_deltanet.h" /* tsr_dn_shape */
+#include "deltanet_shape.h"   /* tsr_dn_shape */
 #include "ops.h"              /* tsr_gelu_kind */
 
 typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "blas_env.h"
-#include "ckpt_cmd.h"
+#include "ckpt/ckpt_cmd.h"
 #include "cli_commands.h"
 #include "common.h"
 #include "progress.h"

@@ -100,7 +100,7 @@ typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_GRPO, TSR_OBJ_COUNT } tsr_ob
 typedef enum { TSR_GRPO_AGG_SEQUENCE = 0, TSR_GRPO_AGG_TOKEN, TSR_GRPO_AGG_CONSTANT,
                TSR_GRPO_AGG_COUNT } tsr_grpo_agg_kind;
 /* GRPO's KL reference: auto = base with LoRA, else initial; base = the base with the adapters
- * off; initial = a frozen copy of the starting weights (rl/grpo_ref.c) */
+ * off; initial = a frozen copy of the starting weights (posttrain/grpo_ref.c) */
 typedef enum { TSR_GRPO_REF_AUTO = 0, TSR_GRPO_REF_BASE, TSR_GRPO_REF_INITIAL,
                TSR_GRPO_REF_COUNT } tsr_grpo_ref_kind;
 /* the reward of a completion (docs/rl.md "Rewards") */
@@ -112,7 +112,7 @@ typedef enum { TSR_COMPARE_NUMBER = 0, TSR_COMPARE_EXACT, TSR_COMPARE_COUNT } ts
 typedef enum { TSR_DPO_SIGMOID = 0, TSR_DPO_IPO, TSR_DPO_LOSS_COUNT } tsr_dpo_loss_kind;
 /* DPO's reference model (docs/dpo.md): auto = base with LoRA, else precomputed; base = the base
  * with the adapters off (LoRA only); precomputed = the initial model's log-probabilities of every
- * pair, computed before step 1 and stored in run_dir (train/dpo_ref.h) */
+ * pair, computed before step 1 and stored in run_dir (posttrain/dpo_ref.h) */
 typedef enum { TSR_DPO_REF_AUTO = 0, TSR_DPO_REF_BASE, TSR_DPO_REF_PRECOMPUTED,
                TSR_DPO_REF_COUNT } tsr_dpo_ref_kind;
 typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HSDP, TSR_SHARD_COUNT } tsr_sharding_kind;
@@ -152,6 +152,7 @@ typedef struct tsr_model_config {
     int n_kv_head;        /* KVH: key/value heads (GQA; 1 = MQA); 0 = n_head */
     int head_dim;         /* hs; 0 = d_model / n_head */
     int qkv_bias;         /* a bias on the q, k, v projections even with bias = false (Qwen 2) */
+    int attn_bias;        /* biases on q, k, v and o even with bias = false (attention_bias) */
     int qk_norm;          /* RMSNorm of each q and k head before RoPE (Qwen 3) */
     tsr_qk_norm_scope qk_norm_scope; /* per head, or over the whole projection (OLMo 2) */
     int tie_embeddings;   /* the LM head is wte; false: its own (Vp, C) matrix */
@@ -327,7 +328,7 @@ typedef struct tsr_config {
         double label_smoothing; /* sigmoid: the share of pairs whose preference is flipped */
         tsr_dpo_ref_kind reference; /* the trainer resolves auto (trainer_init) */
         char reference_checksum[32]; /* precomputed: "crc32c:XXXXXXXX" of the stored file,
-                                      * written by the trainer (train/dpo_ref.h) */
+                                      * written by the trainer (posttrain/dpo_ref.h) */
     } dpo;
     struct {                  /* objective = grpo (docs/rl.md) */
         int64_t group_size;   /* G: completions per prompt */

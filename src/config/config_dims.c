@@ -210,29 +210,45 @@ static int type_is(const char *at, size_t len, const char *name) {
 
 static int layer_type_is(const tsr_model_config *m, int l, const char *name);
 
+/* A list of per-layer entries s (key's value, layer_type_at's entries): each one of the n_ok
+ * names ok ("KEY entry K is "X": expected EXPECTED"), at most one per layer. */
+static int layer_list_check(const char *key, const char *s, const char *const *ok, int n_ok,
+                            const char *expected, int n_layer, char *why, size_t cap) {
+    const char *at = NULL;
+    size_t len = 0;
+    int n = layer_type_at(s, -1, &at, &len);
+    for (int k = 0; k < n; k++) {
+        layer_type_at(s, k, &at, &len);
+        int known = 0;
+        for (int j = 0; j < n_ok; j++) known |= type_is(at, len, ok[j]);
+        if (!known) {
+            snprintf(why, cap, "%s entry %d is \"%.*s\": expected %s", key, k,
+                     (int)(len < 64 ? len : 64), at, expected);
+            return -1;
+        }
+    }
+    if (n > n_layer) {
+        snprintf(why, cap, "%s has %d entries with model.n_layer = %d: give one per layer, or a "
+                 "shorter pattern (repeated over the layers)", key, n, n_layer);
+        return -1;
+    }
+    return 0;
+}
+
 /* model.layer_types and model.sliding_window against each other and the layer count */
 static int layer_types_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    static const char *const types[] = {"sliding_attention", "full_attention", "linear_attention"};
     const char *s = m->layer_types, *at = NULL;
     size_t len = 0;
     if (!s[0]) return 0;
     *key = "model.layer_types";
-    int n = layer_type_at(s, -1, &at, &len), sliding = 0;
-    for (int k = 0; k < n; k++) {
+    if (layer_list_check(*key, s, types, 3, "\"sliding_attention\", \"full_attention\" or "
+                         "\"linear_attention\" (Hugging Face's names)", m->n_layer, why, cap))
+        return -1;
+    int sliding = 0;
+    for (int k = 0, n = layer_type_at(s, -1, &at, &len); k < n; k++) {
         layer_type_at(s, k, &at, &len);
         sliding |= type_is(at, len, "sliding_attention");
-        if (!type_is(at, len, "sliding_attention") && !type_is(at, len, "full_attention") &&
-            !type_is(at, len, "linear_attention")) {
-            snprintf(why, cap, "model.layer_types entry %d is \"%.*s\": expected "
-                     "\"sliding_attention\", \"full_attention\" or \"linear_attention\" "
-                     "(Hugging Face's names)", k,
-                     (int)(len < 64 ? len : 64), at);
-            return -1;
-        }
-    }
-    if (n > m->n_layer) {
-        snprintf(why, cap, "model.layer_types has %d entries with model.n_layer = %d: give one "
-                 "per layer, or a shorter pattern (repeated over the layers)", n, m->n_layer);
-        return -1;
     }
     if (config_linear_layers(m) > 0 && m->linear_num_value_heads % m->linear_num_key_heads) {
         *key = "model.linear_num_value_heads";
@@ -252,26 +268,11 @@ static int layer_types_check(const tsr_model_config *m, const char **key, char *
 
 /* model.no_rope_layers: each entry "0" or "1", at most one per layer */
 static int no_rope_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
-    const char *s = m->no_rope_layers, *at = NULL;
-    size_t len = 0;
-    if (!s[0]) return 0;
+    static const char *const flags[] = {"0", "1"};
+    if (!m->no_rope_layers[0]) return 0;
     *key = "model.no_rope_layers";
-    int n = layer_type_at(s, -1, &at, &len);
-    for (int k = 0; k < n; k++) {
-        layer_type_at(s, k, &at, &len);
-        if (!type_is(at, len, "0") && !type_is(at, len, "1")) {
-            snprintf(why, cap, "model.no_rope_layers entry %d is \"%.*s\": expected 1 (RoPE) or "
-                     "0 (no positions), Hugging Face SmolLM3's no_rope_layers", k,
-                     (int)(len < 64 ? len : 64), at);
-            return -1;
-        }
-    }
-    if (n > m->n_layer) {
-        snprintf(why, cap, "model.no_rope_layers has %d entries with model.n_layer = %d: give "
-                 "one per layer, or a shorter pattern (repeated over the layers)", n, m->n_layer);
-        return -1;
-    }
-    return 0;
+    return layer_list_check(*key, m->no_rope_layers, flags, 2, "1 (RoPE) or 0 (no positions), "
+                            "Hugging Face SmolLM3's no_rope_layers", m->n_layer, why, cap);
 }
 
 /* the keys of docs/models.md "Positions" against model.pos and the head size */

@@ -604,8 +604,9 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "watchdog.hang_timeout", .type = CFGK_FLOAT, FIELD(watchdog.hang_timeout), .def = "0",
      .lo = 0, NO_MAX,
      .doc = "Seconds one phase (a step's compute, its gradient reduction, an eval, a checkpoint) "
-            "may last; longer: every rank names its phase and the run aborts (exit 3) so Slurm "
-            "requeues it. 0 = off; set it to well above the slowest checkpoint save."},
+            "may last; longer: the stuck rank names its phase and the run aborts (exit 3) so Slurm "
+            "requeues it (ranks waiting for it in a collective wait 2 s or 10% longer). 0 = off; "
+            "set it to well above the slowest checkpoint save."},
 
     {.name = "metrics.prometheus_dir", .type = CFGK_STRING, FIELD(metrics.prometheus_dir),
      .def = "", .ilo = 0,

@@ -42,7 +42,7 @@ void dataset_close(tsr_dataset *ds);
  * into a malloc'd NUL-terminated text (0, or an exit status after tsr_error naming the object);
  * dataset_index_preset hands such a text to this process, so that dataset_open and
  * dataset_index_note of dir use it instead of fetching (the trainer fetches each index on rank 0
- * and broadcasts it: src/train/train_data.c). Main thread, before the datasets open. */
+ * and broadcasts it: src/data/dataloader.c). Main thread, before the datasets open. */
 int dataset_index_fetch(const char *dir, char **text, size_t *len);
 /* Another object of an object-store dataset (dir/name, e.g. prompts.jsonl), at most max bytes,
  * into a malloc'd NUL-terminated text: 0, or an exit status after tsr_error naming the object. */

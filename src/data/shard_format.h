@@ -48,4 +48,31 @@ const char *index_preset_text(const char *dir, size_t *len);
 char *data_path_join(const char *dir, const char *name);
 char *data_dir_dup(const char *dir);
 
+/* ---- index.tsv (shard_index_parse.c) ---- */
+
+typedef struct index_row {
+    char name[NAME_MAX_LEN + 1];
+    uint64_t n_tokens;
+    uint32_t crc;
+} index_row;
+
+typedef struct dataset_index {
+    uint32_t vocab, width;
+    int has_mask, n_shards;
+    uint64_t n_tokens;
+    index_row *rows; /* (n_shards) */
+    char tokenizer[TOKENIZER_MAX_LEN + 1]; /* the optional `tokenizer` line's value, "" without */
+    uint32_t id_max; /* every token id is at most this: the max_token_id note, else vocab - 1 */
+    int id_noted;    /* the index has the note */
+} dataset_index;
+
+/* Strict unsigned decimal: digits only, no sign, no overflow. 0 parsed, 1 not. */
+int index_parse_u64(const char *s, uint64_t *out);
+/* path's whole text (NUL-terminated, *len bytes; at most INDEX_MAX_BYTES): 0, or TSR_EXIT_DATA
+ * after tsr_error naming the file and the fault. */
+int index_read_file(const char *path, char **out, size_t *len);
+/* The index text (modified in place) parsed into ix, every field checked: 0, or TSR_EXIT_DATA
+ * after tsr_error naming path, the line and what was expected. */
+int index_parse(const char *path, char *text, dataset_index *ix);
+
 #endif

@@ -29,12 +29,13 @@
 #include "fsutil.h"
 #include "progress.h"
 #include "hf/hf.h"
+#include "hf/hf_family.h"
 #include "hf/hf_gptoss.h"
-#include "hf/hf_internal.h"
 #include "chat/chat_config.h"
+#include "tokenizer/hf_tok.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 
 typedef struct tok_files {
     int present;          /* tokenizer files to copy */
@@ -107,7 +108,7 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
     snprintf(t->gen, sizeof t->gen, "%.*s/generation_config.json", dir_len, slash ? t->json : ".");
     if (stat(t->gen, &st) != 0 || !S_ISREG(st.st_mode)) t->gen[0] = 0;
     t->hf = 1;
-    return 0;
+    return t->gen[0] ? fs_fits(t->gen, GEN_CONFIG_MAX) : 0; /* refused before a file is written */
 }
 
 /* A GPT-2-format tokenizer's files: those of the directory dir ("gpt2"'s, or the spec). */
@@ -197,10 +198,12 @@ static void remove_stale(const char *path) {
     if (unlink(path) == 0) printf("removed %s (left by an earlier export)\n", path);
 }
 
-static int copy_file(const char *from, const char *to) {
+/* from's bytes into to; max_bytes: the bound its reader holds the file to (the tokenizer's files
+ * were read through it already; generation_config.json is checked in resolve_hf) */
+static int copy_file(const char *from, const char *to, size_t max_bytes) {
     char *data;
     size_t n;
-    int rc = fs_read_all(from, 0, &data, &n);
+    int rc = fs_read_all(from, max_bytes, &data, &n);
     if (!rc) rc = hf_write_file(to, data, n);
     free(data);
     return rc;
@@ -209,19 +212,19 @@ static int copy_file(const char *from, const char *to) {
 static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_model *m) {
     char to[4300];
     snprintf(to, sizeof to, "%s/chat_template.jinja", out_dir);
-    if (t->hf && t->jinja[0]) TSR_CHECK(copy_file(t->jinja, to));
+    if (t->hf && t->jinja[0]) TSR_CHECK(copy_file(t->jinja, to, CHAT_TEMPLATE_MAX));
     else remove_stale(to); /* transformers would read it in place of the written config's template */
     if (t->hf) {
         snprintf(to, sizeof to, "%s/tokenizer.json", out_dir);
-        TSR_CHECK(copy_file(t->json, to));
+        TSR_CHECK(copy_file(t->json, to, HF_TOKJSON_MAX));
         if (!t->config[0]) return 0;
         snprintf(to, sizeof to, "%s/tokenizer_config.json", out_dir);
-        return copy_file(t->config, to);
+        return copy_file(t->config, to, CHAT_CONFIG_MAX);
     }
     snprintf(to, sizeof to, "%s/vocab.json", out_dir);
-    TSR_CHECK(copy_file(t->vocab_file, to));
+    TSR_CHECK(copy_file(t->vocab_file, to, GPT2_FILE_MAX));
     snprintf(to, sizeof to, "%s/merges.txt", out_dir);
-    TSR_CHECK(copy_file(t->merges_file, to));
+    TSR_CHECK(copy_file(t->merges_file, to, GPT2_FILE_MAX));
     char text[1024];
     const char *eot = "\"<|endoftext|>\"";
     int k = snprintf(text, sizeof text,
@@ -239,7 +242,7 @@ static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_mo
 static int write_generation_config(const char *out_dir, const tok_files *t) {
     char path[4300], text[256];
     snprintf(path, sizeof path, "%s/generation_config.json", out_dir);
-    if (t->present && t->gen[0]) return copy_file(t->gen, path);
+    if (t->present && t->gen[0]) return copy_file(t->gen, path, GEN_CONFIG_MAX);
     int k = snprintf(text, sizeof text, "{\n  \"_from_model_config\": true");
     if (t->present && t->bos >= 0) k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"bos_token_id\": %ld", t->bos);
     if (t->present && t->eot >= 0 && t->turn >= 0) /* every token that ends a turn */
@@ -365,29 +368,29 @@ static float *join_runs(const tsr_model *m, const hf_tensor *t) {
 }
 
 int hf_export_check_opts(const hf_export_opts *o) {
-    hf_arch want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    const hf_family *want = o->arch ? hf_family_named(o->arch) : NULL;
     uint64_t max_shard;
-    if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
-        tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
-                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next, gpt_oss, "
-                  "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe; GPT-2 "
-                  "and MPT follow from model.pos)", o->arch);
+    if (o->arch && (!want || !want->rope)) {
+        char rope[512];
+        hf_family_list(rope, sizeof rope, 1, 0, ", ");
+        tsr_error("export --format hf: --arch %s (accepted: %s; GPT-2 and MPT follow from "
+                  "model.pos)", o->arch, rope);
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);
 }
 
 int hf_exportable(const tsr_model *m, char *why, size_t cap) {
-    hf_arch a;
-    return hf_arch_of(m, HF_ARCH_COUNT, &a, why, cap);
+    const hf_family *f;
+    return hf_family_for(m, NULL, &f, why, cap);
 }
 
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o) {
-    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    const hf_family *a, *want = o->arch ? hf_family_named(o->arch) : NULL;
     char why[512], path[4300];
     TSR_CHECK(hf_export_check_opts(o));
-    if (hf_arch_of(m, want, &a, why, sizeof why)) {
+    if (hf_family_for(m, want, &a, why, sizeof why)) {
         tsr_error("export --format hf: %s; this model has no transformers equivalent", why);
         return TSR_EXIT_USAGE;
     }
@@ -397,7 +400,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     if (m->cfg.attn_mask == TSR_MASK_DOCUMENT)
         tsr_warn("export --format hf: model.attn_mask = \"document\" exports as a plain causal %s: "
                  "it computes the same as tessera only on inputs of one document (no "
-                 "model.eot_token = %d before the last position)", hf_class_name[a],
+                 "model.eot_token = %d before the last position)", a->class_name,
                  m->cfg.eot_token);
     tok_files tk;
     uint64_t max_shard, bytes;
@@ -409,7 +412,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     }
 
     int n, nshards;
-    hf_tensor *tab = hf_tensor_table(m, a, &n);
+    hf_tensor *tab = a->ops->table(m, a, &n);
     st_tensor *st = tsr_calloc((size_t)n, sizeof *st);
     float **joined = tsr_calloc((size_t)n, sizeof *joined); /* interleaved tensors, gathered */
     for (int k = 0; k < n; k++) {
@@ -430,26 +433,26 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     free(st);
     free(tab);
     if (rc) return rc;
-    if (hf_family_of(a)->norm_add != 0.0f)
+    if (a->norm_add != 0.0f)
         printf("%s's RMSNorm weights are w of (1 + w): written as tessera's norm weight - %g\n",
-               hf_class_name[a], hf_family_of(a)->norm_add);
+               a->class_name, a->norm_add);
     if (nshards == 1)
         printf("wrote %s: %d tensors, %.1f MB of %s (%s; wte: the %d real vocabulary rows of %d)\n",
-               path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), hf_class_name[a], m->V, m->Vp);
+               path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), a->class_name, m->V, m->Vp);
     else
         printf("wrote %s/model-{00001..%05d}-of-%05d.safetensors and model.safetensors.index.json: "
                "%d tensors, %.1f MB of %s in %d shards of at most %.1f MB (%s)\n", out_dir, nshards,
                nshards, n, (double)bytes / 1e6, st_dtype_name(o->dtype), nshards,
-               (double)max_shard / 1e6, hf_class_name[a]);
+               (double)max_shard / 1e6, a->class_name);
 
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     TSR_CHECK(hf_config_write(path, m, a, o->dtype == ST_BF16 ? "bfloat16" : "float32",
                               tk.present ? tk.bos : -1, tk.present ? tk.eot : -1));
     printf("wrote %s: model_type \"%s\", %d layers, d_model %d, %d heads (%d key/value, size %d), "
-           "vocab %d, %s %d\n", path, hf_model_type[a], m->L, m->C, m->NH, m->KVH, m->hs, m->V,
-           a == HF_GPT2 ? "n_positions" : a == HF_MPT ? "max_seq_len" : "max_position_embeddings",
+           "vocab %d, %s %d\n", path, a->model_type, m->L, m->C, m->NH, m->KVH, m->hs, m->V,
+           a->names->context,
            m->maxT);
     TSR_CHECK(write_tokenizer_files(out_dir, &tk, m));
-    printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", hf_class_name[a], out_dir);
+    printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", a->class_name, out_dir);
     return 0;
 }

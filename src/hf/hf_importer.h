@@ -10,7 +10,7 @@
 #define TSR_HF_IMPORTER_H
 
 #include "model/ckpt_model.h"
-#include "train/checkpointing.h"
+#include "model/model_importer.h"
 
 extern const checkpointing_importer hf_checkpointing_importer;
 extern const ckpt_model_importer hf_model_importer;

@@ -39,7 +39,7 @@
 #define TSR_MESH_H
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 typedef enum tsr_mesh_id {
     TSR_MESH_WORLD = 0,
@@ -84,7 +84,7 @@ typedef struct tsr_mesh {
 
 /* The sharding group's ranks: parallel.replica_group under hsdp (0: the ranks of one node,
  * local_world), else the world; 0 when that does not divide the world (the trainer reports it:
- * trainer_shard_group). world and local_world count the ranks of one tensor_data group (W / T,
+ * run_shard_group). world and local_world count the ranks of one tensor_data group (W / T,
  * and a node's ranks / T) under tensor parallelism. */
 int mesh_shard_size(const tsr_config *cfg, int world, int local_world);
 

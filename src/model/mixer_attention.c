@@ -28,6 +28,7 @@ static const tsr_param_row attn_params[] = {
 
 static const char *const attn_keys[] = {
     "model.n_head", "model.n_kv_head", "model.head_dim", "model.bias", "model.qkv_bias",
+    "model.attn_bias",
     "model.qk_norm", "model.qk_norm_scope", "model.pos", "model.rope_theta", "model.rope_scaling",
     "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
     "model.rope_original_max_pos", "model.rope_local_theta", "model.rope_beta_fast",
@@ -37,12 +38,13 @@ static const char *const attn_keys[] = {
     NULL};
 
 /* stacked over the LA attention layers: qkvw (LA, QKV, C) rows [q heads | k heads | v heads],
- * its bias; QK-norm's weights per head dimension (hs) or over the projections (NH hs, KVH hs);
- * the sinks (LA, NH); the output projection (LA, C, QD) and its bias; the gate (LA, QD, C) */
+ * its bias (model.bias, qkv_bias or attn_bias); QK-norm's weights per head dimension (hs) or over
+ * the projections (NH hs, KVH hs); the sinks (LA, NH); the output projection (LA, C, QD) and its
+ * bias (model.bias or attn_bias); the gate (LA, QD, C) */
 static void attn_layout(tsr_model *m) {
     const tsr_model_config *c = &m->cfg;
     const int64_t LA = m->LA, C = m->C, QKV = m->QKV, QD = m->QD, hs = m->hs;
-    const int la = LA > 0, qn = c->qk_norm, bias = c->bias;
+    const int la = LA > 0, qn = c->qk_norm, bias = c->bias || c->attn_bias;
     const int proj = c->qk_norm_scope == TSR_QKN_PROJECTION;
     model_param_shape(m, TSR_P_QKVW, la, 3, LA, QKV, C, 0);
     model_param_shape(m, TSR_P_QKVB, la && (bias || c->qkv_bias), 2, LA, QKV, 0, 0);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "model.h"
 #include "model/decoder.h"
 #include "model/model_ep.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "model/model_tp.h"
 #include "optim/adamw.h"
 #include "optim/optim.h"

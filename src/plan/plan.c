@@ -10,8 +10,9 @@
 #include <string.h>
 
 #include "common.h"
-#include "telemetry/metrics_units.h"
-#include "train/objective.h"
+#include "model/model_ring.h"
+#include "metrics_units.h"
+#include "run/objective.h"
 
 static void human_count(char *buf, size_t n, double v) {
     if (v >= 1e9) snprintf(buf, n, "%.2fB", v / 1e9);
@@ -22,7 +23,7 @@ static void human_count(char *buf, size_t n, double v) {
 
 /* optim.name = muon on the CPU: its scratch (the optimizer slot's, optim/optim.h; device = cuda:
  * the device plan's) */
-static double muon_scratch(const tsr_trainer *t) {
+static double muon_scratch(const plan_view *t) {
     if (t->cfg.device == TSR_DEVICE_CUDA) return 0.0;
     return (double)optim_scratch_bytes(&t->model, &t->cfg.optim,
                                        t->part.fsdp_on ? t->part.fsdp_group : 0);
@@ -30,7 +31,7 @@ static double muon_scratch(const tsr_trainer *t) {
 
 /* The planned fp32 memory of one rank, in bytes: weights = grads = pb, the optimizer ob (AdamW's
  * moments and Muon's scratch), activations of one microbatch ab; returns the total. */
-static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb, double *ob,
+static double plan_bytes(const plan_view *t, int lora, double *pb, double *gb, double *ob,
                          double *cb, double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
     *ab = (double)model_acts_bytes(&t->model, t->micro, t->T); /* the linear layers' slot in it */
@@ -74,7 +75,7 @@ static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb,
 /* The memory line's optional parts: Muon's buffers (mu), the checkpoint's buffers of io bytes
  * and the save_async snapshot of sb bytes (snap), context parallelism's share of a sequence and
  * the linear layers' backward scratch (share); "" where they do not apply. */
-static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96], char snap[160],
+static void memory_notes(const plan_view *t, double io, double sb, char mu[96], char snap[160],
                          char share[160]) {
     char b[32], c[32];
     mu[0] = snap[0] = share[0] = '\0';
@@ -99,7 +100,7 @@ static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96]
 
 /* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm (a split
  * model's whole sizes), then the variants (config_variants_text) */
-static void plan_model(const tsr_trainer *t) {
+static void plan_model(const plan_view *t) {
     const tsr_model *m = t->model.global ? t->model.global : &t->model;
     const tsr_config *c = &t->cfg;
     char np[32];
@@ -131,7 +132,7 @@ static void plan_model(const tsr_trainer *t) {
 
 /* the plan's parameter line (trainable, frozen, FLOPs per token) and, with experts over several
  * ranks, the expert-parallel line */
-static void plan_params(const tsr_trainer *t, int lora) {
+static void plan_params(const plan_view *t, int lora) {
     const tsr_model *m = &t->model;
     char trainable[96]; /* under LoRA the adapters train, the base is frozen */
     if (lora)
@@ -159,7 +160,7 @@ static void plan_params(const tsr_trainer *t, int lora) {
 
 /* the plan's LoRA line (docs/lora.md): the adapters, and the memory saved against a full
  * finetuning, whose plan is planned = the LoRA run's per rank, snapshots aside */
-static void plan_lora(const tsr_trainer *t, double planned) {
+static void plan_lora(const plan_view *t, double planned) {
     const tsr_model *m = &t->model;
     const tsr_config *c = &t->cfg;
     double fpb, fgb, fob, fcb, fab, full = plan_bytes(t, 0, &fpb, &fgb, &fob, &fcb, &fab);
@@ -182,13 +183,13 @@ static void plan_lora(const tsr_trainer *t, double planned) {
            m->n_params_counted, saved, fulls);
 }
 
-double plan_rank_bytes(const tsr_trainer *t, int lora) {
+double plan_rank_bytes(const plan_view *t, int lora) {
     double pb, gb, ob, cb, ab;
     return plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab);
 }
 
 /* how the state is sharded, for the memory line: " (ZeRO-3: ...)", or "" for DDP */
-static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
+static void plan_sharding(const plan_view *t, int lora, char how[160]) {
     const tsr_config *c = &t->cfg;
     how[0] = '\0';
     if (c->sharding == TSR_SHARD_ZERO1 && t->part.flat_world > 1)
@@ -203,7 +204,7 @@ static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
 }
 
 /* the plan's memory line: one rank's fp32 bytes (plan_bytes) and sb, save_async's snapshot */
-static void plan_memory(const tsr_trainer *t, int lora, double sb) {
+static void plan_memory(const plan_view *t, int lora, double sb) {
     double pb, gb, ob, cb, ab;
     const double io = (double)t->ck.io_plan; /* the checkpoint's host buffers */
     double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + io + sb;
@@ -224,7 +225,7 @@ static void plan_memory(const tsr_trainer *t, int lora, double sb) {
 }
 
 /* the plan's context-parallel line (docs/parallelism.md); the ring's activations bf16 on the GPU */
-static void plan_context(const tsr_trainer *t) {
+static void plan_context(const plan_view *t) {
     const int N = t->mesh.N;
     char fw[32], bw[32];
     const tsr_model *mm = &t->model;
@@ -244,7 +245,7 @@ static void plan_context(const tsr_trainer *t) {
 /* the plan's tensor-parallel line (docs/parallelism.md "Tensor parallelism"): the split, and
  * the bytes a rank sends per step over its tensor group (model_tp.h tp_step_bytes, bf16
  * activations on the GPU) and over its tensor_data group (ddp's gradient sum) */
-static void plan_tensor(const tsr_trainer *t) {
+static void plan_tensor(const plan_view *t) {
     const tsr_model *m = &t->model, *g = m->global;
     const tsr_tp *tp = m->tp;
     const size_t act = t->cfg.device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
@@ -274,7 +275,7 @@ static void plan_tensor(const tsr_trainer *t) {
 
 /* the plan's batch line; grpo: micro_batch counts prompts, each with its group_size completions
  * (t->micro rows) */
-static void plan_batch(const tsr_trainer *t) {
+static void plan_batch(const plan_view *t) {
     const tsr_config *c = &t->cfg;
     const int N = t->mesh.N * t->mesh.T * t->mesh.P;
     const int64_t rows = t->objective->rows_per_sample ? t->objective->rows_per_sample(c) : 1;
@@ -289,7 +290,7 @@ static void plan_batch(const tsr_trainer *t) {
 }
 
 /* the plan's last line: a dry run's, or the steps of a real one */
-static void plan_steps(const tsr_trainer *t, int dry_run) {
+static void plan_steps(const plan_view *t, int dry_run) {
     const tsr_config *c = &t->cfg;
     if (dry_run) {
         printf("dry run: plan only, no data opened, nothing allocated\n");
@@ -302,14 +303,14 @@ static void plan_steps(const tsr_trainer *t, int dry_run) {
         snprintf(peak, sizeof peak, "peak %.4g FLOP/s per rank", t->out.peak_flops);
     printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; %s\n",
            (long long)t->total_steps, (long long)t->warmup_steps,
-           (unsigned long long)t->data.sampler.n, (long long)t->eval_every, peak);
+           (unsigned long long)t->samples, (long long)t->eval_every, peak);
 }
 
 static int plan_quiet;
 
 void plan_set_quiet(int quiet) { plan_quiet = quiet; }
 
-void plan_print(const tsr_trainer *t, int dry_run) {
+void plan_print(const plan_view *t, int dry_run) {
     if (t->dist.rank != 0 || plan_quiet) return;
     const int lora = t->cfg.lora.rank > 0;
     const double sb = (double)t->ck.snap_plan; /* save_async's host copy */
@@ -330,7 +331,7 @@ void plan_print(const tsr_trainer *t, int dry_run) {
 
 /* the bytes a decoder layer keeps for its backward, with and without compression (docs/cuda.md
  * "Compressed activations") */
-static void plan_layer_acts(const tsr_trainer *t, const gpu_train_ctx *c) {
+static void plan_layer_acts(const plan_view *t, const gpu_train_ctx *c) {
     const double plain = (double)gpu_train_layer_bytes(c, t->micro, 0);
     const double fp8 = (double)gpu_train_layer_bytes(c, t->micro, 1);
     char a[32], b[32];
@@ -347,7 +348,7 @@ double plan_device_bytes(const gpu_train_ctx *c, int micro) {
 }
 
 /* the device memory line (c: a copy, changed to price the run without FP8) */
-static void device_memory(const tsr_trainer *t, gpu_train_ctx c) {
+static void device_memory(const plan_view *t, gpu_train_ctx c) {
     size_t fixed = gpu_train_plan_bytes(&c), acts = gpu_train_acts_bytes(&c, t->micro);
     char a[32], tot[32], st[32];
     metrics_human_bytes(a, sizeof a, (double)acts);
@@ -409,7 +410,7 @@ static void device_memory(const tsr_trainer *t, gpu_train_ctx c) {
            w, g, o, ex, a, t->micro, t->T, share, tot);
 }
 
-void plan_print_device(const tsr_trainer *t, const gpu_train_ctx *c) {
+void plan_print_device(const plan_view *t, const gpu_train_ctx *c) {
     if (t->dist.rank != 0 || plan_quiet) return;
     device_memory(t, *c);
     plan_layer_acts(t, c);

@@ -7,7 +7,7 @@
 
 #include "pipeline/pp_schedule.h"
 #include "plan/plan.h"
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 
 void plan_pipeline_cut(const tsr_pp *pp, char *out, size_t n) {
     size_t at = 0;
@@ -22,7 +22,7 @@ void plan_pipeline_cut(const tsr_pp *pp, char *out, size_t n) {
 
 /* the schedule's table at equal action times: its bubble, and the microbatches rank r holds in
  * flight at most (chunks of a microbatch, V of them a whole one); -1 when it does not build */
-static double table_of(const tsr_trainer *t, int M, int *first, int *last) {
+static double table_of(const plan_view *t, int M, int *first, int *last) {
     const tsr_pp *pp = &t->part.pp;
     pp_schedule s;
     pp_timing tm;
@@ -41,7 +41,7 @@ static double table_of(const tsr_trainer *t, int M, int *first, int *last) {
     return b;
 }
 
-void plan_pipeline(const tsr_trainer *t) {
+void plan_pipeline(const plan_view *t) {
     const tsr_pp *pp = &t->part.pp;
     const int M = (int)(t->per_rank / t->micro);
     int first = 0, last = 0;

@@ -541,7 +541,7 @@ static int prep_to_store(prep_args a, int argc, char **argv) {
     tsr_s3 *s3;
     int rc = s3_open(&s3, url); /* the store's settings checked before any work */
     s3_close(s3);
-    if (rc || (rc = data_temp_dir(tmp, sizeof tmp, "prep"))) return rc;
+    if (rc || (rc = fs_temp_dir(tmp, sizeof tmp, "prep"))) return rc;
     snprintf(out, sizeof out, "%s/out", tmp);
     a.out = out;
     rc = prep_local(a, argc, argv);

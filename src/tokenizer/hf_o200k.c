@@ -21,10 +21,11 @@
  * contraction when one follows.
  *
  * tiktoken runs the same pattern with the Rust regex crate: the same backtracking order, but its
- * own classes (tiktoken_tables.c: another Unicode version; \s holds U+0085, not U+FEFF) and
- * Unicode case folding in the contraction group ('s also matches 'ſ, U+017F). Kimi K2's pattern
- * (tokenization_kimi.py's pat_str; Moonlight's is the same) puts [\p{Han}]+ first, takes Han out
- * of both letter classes (&&[^\p{Han}]) and has no '/' after punctuation:
+ * own classes (tiktoken_tables.c, kept as their differences from node's: another Unicode version;
+ * \s holds U+0085, not U+FEFF) and Unicode case folding in the contraction group ('s also matches
+ * 'ſ, U+017F). Kimi K2's pattern (tokenization_kimi.py's pat_str; Moonlight's is the same) puts
+ * [\p{Han}]+ first, takes Han out of both letter classes (&&[^\p{Han}]) and has no '/' after
+ * punctuation:
  *   [\p{Han}]+|(1)|(2) with u, w minus Han|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|...
  * so a Han code point is HAN_L (a letter), HAN_N (a number: 〇) or HAN_O (a radical, a mark): a
  * run of them is one piece wherever it starts; inside \p{N}{1,3} a HAN_N counts as a number,
@@ -47,31 +48,38 @@ static int ascii_class(uint32_t cp) {
     return OC_O;
 }
 
+#define IN(table, cp) tsr_uc_in(&table, cp)
+
 /* transformers.js's classes (node's tables). */
 static int js_class(uint32_t cp) {
     if (cp < 0x80) return ascii_class(cp);
-    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) {
-        if (tsr_uc_in_ranges(tsr_o200k_upper, tsr_o200k_upper_n, cp)) return OC_UP;
-        if (tsr_uc_in_ranges(tsr_o200k_lower, tsr_o200k_lower_n, cp)) return OC_LOW;
+    if (IN(tsr_uc_letter, cp)) {
+        if (IN(tsr_o200k_upper, cp)) return OC_UP;
+        if (IN(tsr_o200k_lower, cp)) return OC_LOW;
         return OC_BOTH;
     }
-    if (tsr_uc_in_ranges(tsr_o200k_mark, tsr_o200k_mark_n, cp)) return OC_MARK;
-    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return OC_N;
-    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return OC_S;
+    if (IN(tsr_o200k_mark, cp)) return OC_MARK;
+    if (IN(tsr_uc_number, cp)) return OC_N;
+    if (IN(tsr_uc_space, cp)) return OC_S;
     return OC_O;
 }
 
-#define TT_IN(name, cp) tsr_uc_in_ranges(tsr_tt_##name, tsr_tt_##name##_n, cp)
+/* tiktoken's class name: node's table, with the code points of tsr_tt_name_diff flipped. */
+#define TT_IN(node_table, name, cp) (IN(node_table, cp) != IN(tsr_tt_##name##_diff, cp))
 
 /* tiktoken's classes (the Rust regex crate's tables); han: Kimi's pattern, Han apart. */
 static int tt_class(uint32_t cp, int han) {
     if (cp < 0x80) return ascii_class(cp);
-    int letter = TT_IN(letter, cp);
-    if (han && TT_IN(han, cp)) return letter ? OC_HAN_L : TT_IN(number, cp) ? OC_HAN_N : OC_HAN_O;
-    if (letter) return TT_IN(upper, cp) ? OC_UP : TT_IN(lower, cp) ? OC_LOW : OC_BOTH;
-    if (TT_IN(mark, cp)) return OC_MARK;
-    if (TT_IN(number, cp)) return OC_N;
-    if (TT_IN(space, cp)) return OC_S;
+    int letter = TT_IN(tsr_uc_letter, letter, cp);
+    if (han && IN(tsr_tt_han, cp))
+        return letter ? OC_HAN_L : TT_IN(tsr_uc_number, number, cp) ? OC_HAN_N : OC_HAN_O;
+    if (letter) {
+        if (TT_IN(tsr_o200k_upper, upper, cp)) return OC_UP;
+        return TT_IN(tsr_o200k_lower, lower, cp) ? OC_LOW : OC_BOTH;
+    }
+    if (TT_IN(tsr_o200k_mark, mark, cp)) return OC_MARK;
+    if (TT_IN(tsr_uc_number, number, cp)) return OC_N;
+    if (TT_IN(tsr_uc_space, space, cp)) return OC_S;
     return OC_O;
 }
 
@@ -80,6 +88,7 @@ static int is_w(int cl) { return cl == OC_LOW || cl == OC_BOTH || cl == OC_MARK;
 static int is_num(int cl) { return cl == OC_N || cl == OC_HAN_N; }
 static int is_other(int cl) { return cl == OC_O || cl == OC_MARK || cl == OC_HAN_O; }
 static int is_han(int cl) { return cl == OC_HAN_L || cl == OC_HAN_N || cl == OC_HAN_O; }
+static int is_s(int cl) { return cl == OC_S; }
 static int is_crlf(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 
 /* Class of the code point at i (i < n) under flavor f, its byte length in *len and value in *cp. */
@@ -149,20 +158,6 @@ static size_t other_alt(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i,
     return e;
 }
 
-/* End of the whitespace alternatives at i (a \s): \s*[\r\n]+ | \s+(?!\S) | \s+. */
-static size_t space_alt(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i) {
-    size_t len, j = i, last_nl = 0, last_start = i;
-    uint32_t cp;
-    while (j < n && class_at(f, t, n, j, &len, &cp) == OC_S) {
-        if (is_crlf(cp)) last_nl = j + 1;
-        last_start = j;
-        j += len;
-    }
-    if (last_nl) return last_nl;
-    if (j == n || last_start == i) return j;
-    return last_start;
-}
-
 size_t hf_o200k_piece(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i) {
     size_t len, e, skip;
     uint32_t cp;
@@ -176,5 +171,5 @@ size_t hf_o200k_piece(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i) {
         return e - i;
     }
     if ((e = other_alt(f, t, n, i, len, cp, cl))) return e - i;
-    return space_alt(f, t, n, i) - i;
+    return tok_space_end(t, n, i, run_of(f, t, n, i, is_s, &skip)) - i; /* i is a \s */
 }

@@ -1,35 +1,19 @@
 /* checkpointing.h — save, resume and stop requests for the trainer (docs/checkpoint-format.md,
  * docs/tessera-train.md "CHECKPOINTS AND RESUME", "STOP REQUESTS"). Collective: every rank calls
- * these at the same step boundary. Three files implement it, one concern each:
- * checkpointing_save.c (when to save, the asynchronous writer's life, the commit),
- * checkpointing_resume.c (resume, --init-from, the config checks, rollback) and
- * checkpointing_stop.c (the signals: checkpointing_stop.h); checkpointing_tensors.c lays out the
- * tensors the saves and the loads share. */
+ * these at the same step boundary. Two files implement it, one concern each:
+ * checkpointing_save.c (when to save, the asynchronous writer's life, the commit, the boundary
+ * where a stop request is agreed) and checkpointing_resume.c (resume, --init-from, the config
+ * checks, rollback); the signals themselves are watchdog/stop.h's; checkpointing_tensors.c lays
+ * out the tensors the saves and the loads share. */
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
 #include "ckpt.h"
-#include "train/checkpointing_stop.h"
+/* (--init-from's importer of weights-only sources: the trainer's uses.importer, train_state.h,
+ * which the program hands trainer_init) */
+#include "model/model_importer.h"
 #include "train/train_state.h"
-
-/* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
- * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over in
- * trainer_init's uses (train_state.h trainer_uses.importer; train_main.c); without one every
- * --init-from names a checkpoint.
- * is_source: path is one of its directories; open checks it against the model (h is set, also
- * on failure); read fills the flat range [lo, hi) into dst (dst[i - lo]: hf.h hf_import_read) and
- * adds the bytes read; close takes any h. */
-typedef struct checkpointing_importer {
-    int (*is_source)(const char *path);
-    int (*open)(void **h, const char *dir, const tsr_model *m);
-    int (*read)(void *h, const tsr_model *m, size_t lo, size_t hi, float *dst, uint64_t *bytes);
-    void (*close)(void *h);
-    /* LoRA (docs/lora.md): path is a PEFT adapter directory; read_adapter fills lo's weights
-     * from one and names its base (hf.h hf_read_adapter) */
-    int (*is_adapter)(const char *path);
-    int (*read_adapter)(const char *dir, const tsr_config *cfg, tsr_lora *lo, char *base,
-                        size_t cap);
-} checkpointing_importer;
+#include "watchdog/stop.h"
 
 /* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
  * background writer finished? If so the save in flight is committed here (the CRCs agreed, the

@@ -4,7 +4,7 @@
  * checkpoint's before anything is written) and the spike guard's rollback. Each rank reads its
  * slices (checkpointing_tensors.h), then the state is completed on every rank: DDP ranks
  * all-gather weights and moments, ZeRO-1 ranks weights only, ZeRO-3 / HSDP move the first group's
- * parts into their shards. (Saving: checkpointing_save.c; stop signals: checkpointing_stop.c.) */
+ * parts into their shards. (Saving: checkpointing_save.c; stop signals: watchdog/stop.c.) */
 #include "train/checkpointing.h"
 
 #include <sys/stat.h>
@@ -22,7 +22,6 @@
 #include "train/data_sources.h"
 #include "telemetry/metrics.h"
 #include "optim/schedule.h"
-#include "train/train_data.h"
 
 /* --init-from names a PEFT adapter directory (LoRA: the adapters to start from) */
 static int adapter_dir(const tsr_trainer *t, const char *init_arg) {
@@ -131,7 +130,7 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
         return TSR_EXIT_DATA;
     }
     char plan[sizeof meta->mix_plan];
-    train_data_format_plan(t, plan, sizeof plan);
+    dataloader_format_plan(&t->data, plan, sizeof plan);
     if (meta->mix_plan[0] && strcmp(plan, meta->mix_plan) != 0) {
         tsr_error("%s: the data mix plan (phase start in batches: samples per stream) was \"%s\", "
                   "this run's is \"%s\": resuming would re-read or skip data. Keep data.mix, "
@@ -155,7 +154,8 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
             printf("micro_batch auto: %d, kept from %s (it ran %lld)\n", t->micro, path,
                    (long long)meta->micro_batch);
     }
-    train_data_reset_seen(t);
+    dataloader_reset_seen(&t->data, t->step + t->data.data_offset,
+                          (const int64_t(*)[2])t->guard.skips, t->guard.n_skips);
     return 0;
 }
 
@@ -182,7 +182,7 @@ static int load_ending(tsr_trainer *t, load_kind kind, const ckpt_meta *meta, co
     if (!rc && kind == LOAD_RESUME) rc = data_sources_check(t, meta->data_sources, path);
     if (rc) return rc;
     gather_after_load(t, 1);
-    if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(t, "rollback", path, st->seconds, st->bytes);
+    if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(&t->run, "rollback", path, st->seconds, st->bytes);
     return 0;
 }
 

@@ -2,7 +2,7 @@
  * rank's slices: checkpointing_tensors.h), the asynchronous writer's life (the snapshot, the
  * thread that writes it while the steps go on, the wait before the state changes) and the commit
  * at a step boundary; the memory the plan counts for them; the room check at start.
- * (Resuming, --init-from and rollback: checkpointing_resume.c; stop signals: checkpointing_stop.c.)
+ * (Resuming, --init-from and rollback: checkpointing_resume.c; stop signals: watchdog/stop.c.)
  * The NO_MPI build does the same as one rank (checkpoint/ on serial HDF5): its files load in the
  * MPI build and back. */
 #include "train/checkpointing.h"
@@ -17,7 +17,6 @@
 #include "train/checkpointing_tensors.h"
 #include "train/data_sources.h"
 #include "telemetry/metrics.h"
-#include "train/train_data.h"
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"
@@ -71,8 +70,8 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     meta->rollbacks = t->guard.rollbacks;
     meta->updates_skipped = t->guard.updates_skipped;
     guard_format_skips(&t->guard, meta->skipped_batches, sizeof meta->skipped_batches);
-    train_data_mix_tokens(t, meta->mix_tokens, sizeof meta->mix_tokens);
-    train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
+    dataloader_mix_tokens(&t->data, meta->mix_tokens, sizeof meta->mix_tokens);
+    dataloader_format_plan(&t->data, meta->mix_plan, sizeof meta->mix_plan);
     guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
     data_sources_format(t, meta->data_sources, sizeof meta->data_sources);
     meta->micro_batch = t->auto_micro ? t->micro : 0;
@@ -109,7 +108,7 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
 static void note_saved(tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
                        int async) {
     t->ck.committed = step;
-    metrics_log_save(t, step, path, st, async);
+    metrics_log_save(&t->run, &t->ck, step, path, st, async);
 }
 
 static size_t snapshot_direct(const tsr_trainer *t);
@@ -229,10 +228,10 @@ static int commit_pending(tsr_trainer *t) {
 int checkpointing_drain(tsr_trainer *t) { return t->ck.pending ? commit_pending(t) : 0; }
 
 int checkpointing_boundary(tsr_trainer *t, int *stop) {
-    int64_t v[2] = {checkpointing_stop_signalled(), t->ck.pending && !ckpt_save_written(t->ck.pending)};
+    int64_t v[2] = {stop_signalled(), t->ck.pending && !ckpt_save_written(t->ck.pending)};
     dist_allreduce_sum_i64(v, 2); /* every rank learns of a signal and of a writer still busy */
     *stop = v[0] > 0;
-    if (*stop) checkpointing_stop_proceed(); /* the ranks all reached the boundary (no grace) */
+    if (*stop) stop_proceed(); /* the ranks all reached the boundary (no grace) */
     return t->ck.pending && v[1] == 0 ? commit_pending(t) : 0;
 }
 

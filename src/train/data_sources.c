@@ -10,7 +10,7 @@
 #include "common.h"
 #include "data/data.h"
 #include "data/mix.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "train/train_state.h"
 
 #define MAX_SOURCES (TSR_MAX_STREAMS + 1)

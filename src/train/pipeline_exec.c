@@ -15,7 +15,7 @@
 #include "model/model_ring.h"
 #include "train/pipeline.h"
 #include "train/pipeline_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 /* ---- the sets and the messages ---------------------------------------------------------------- */
 

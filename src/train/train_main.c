@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "common.h"
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "eval/train_icl.h"
 #include "fsutil.h"
 #include "hf/hf.h"
@@ -23,13 +23,15 @@
 #include "ops.h"
 #include "progress.h"
 #include "report/account_read.h"
-#include "rl/reward_keeper.h"
+#include "posttrain/reward_keeper.h"
 #include "runlock.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "plan/fit.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 #include "plan/timeplan.h"
+#include "train/train_gpu.h"
+#include "train/train_plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/metrics_prom.h"
 #include "train/trainer.h"
@@ -239,7 +241,7 @@ static void config_note(const tsr_dist *d, const tsr_trainer *t, int dry_run) {
         char prom[1300];
         printf("effective config (every key): %s/config.cfg\n", cfg->run_dir);
         printf("metrics: %s/metrics.jsonl, TensorBoard %s/tb/", cfg->run_dir, cfg->run_dir);
-        if (metrics_prom_path(t, prom, sizeof prom))
+        if (metrics_prom_path(&t->run, prom, sizeof prom))
             printf(", Prometheus %s (every %g s)", prom, cfg->metrics.prometheus_interval);
         printf("\n");
     }
@@ -265,7 +267,7 @@ static int lock_run_dir(const tsr_dist *d, const tsr_trainer *t, tsr_lock *lock,
     int64_t rc = 0;
     *made = 0;
     /* what would stop the start once run_dir is open is refused before the lock makes run_dir */
-    if (d->rank == 0 && !(rc = metrics_prom_check(t))) {
+    if (d->rank == 0 && !(rc = metrics_prom_check(&t->run))) {
         char path[sizeof cfg->run_dir + 16];
         struct stat st;
         *made = stat(cfg->run_dir, &st) != 0;
@@ -332,7 +334,7 @@ int main(int argc, char **argv) {
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
     if (c.init_from && hf_is_dir(c.init_from)) /* its tokenizer, unless a --set names one */
-        train_data_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
+        dataloader_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);
     const long long recipe_micro = rc ? 0 : cfg.micro_batch;
     if (!rc && c.plan_world > 0) plan_fit_micro(&cfg, &pd);
@@ -342,14 +344,14 @@ int main(int argc, char **argv) {
     if (rc) tsr_exit(rc);
     hf_class_note(&pd, &t);
     config_note(&pd, &t, c.dry_run);
-    if (tp) timeplan_print(tp, &t, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
+    if (tp) trainer_plan_time(&t, tp, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
-    if (c.gpu_mem > 0) plan_fit_print(&t, c.gpu_mem);
-    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem);
+    if (c.gpu_mem > 0) plan_fit_print(&t.dist, train_gpu_plan_total(&t), c.gpu_mem);
+    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem, trainer_plan_trial);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0;
-        checkpointing_install_signals();
+        stop_install_signals();
         rc = lock_run_dir(&d, &t, &lock, &made);
         /* the checkpoint is read (and a model that differs from the config's refused) before
          * anything is written in run_dir */

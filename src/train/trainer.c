@@ -12,14 +12,13 @@
 
 #include "common.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "run/objective.h"
+#include "train/train_plan.h"
 #include "train/pipeline.h"
-#include "plan/plan.h"
 #include "telemetry/metrics.h"
-#include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 /* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums and
  * measures its gradients, which part of the weights it updates, and how updated weights come back
@@ -64,14 +63,16 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     zero(t);
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     if (t->objective->pass || t->part.pp_on) { /* a pass of the objective's own (dpo, grpo:
-                                                 * train/objective.h), the pipeline's schedule */
-        loss_sum = t->objective->pass ? t->objective->pass(t, scale) : pipeline_compute(t, scale);
+                                                 * run/objective.h), the pipeline's schedule */
+        loss_sum = t->objective->pass
+                       ? t->objective->pass(&t->run, t->run.objective_state, scale)
+                       : pipeline_compute(t, scale);
         trainer_fault_nan(t);
         return loss_sum;
     }
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
-        trainer_lora_pass(t, b);
+        run_lora_pass(&t->run, b);
         m->starts = t->data.starts ? t->data.starts + b * t->T : NULL;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
@@ -238,7 +239,7 @@ static void zero1_gather(tsr_trainer *t) { trainer_flat_allgather(t, t->model.pa
 static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
 
 static double device_compute(tsr_trainer *t, float scale) {
-    return gpu_train_compute(train_gpu(t), scale);
+    return gpu_train_compute(run_gpu(&t->run), scale);
 }
 
 static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
@@ -268,7 +269,7 @@ const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
 /* The activations for t->micro on every rank: the number of ranks that could not allocate them
  * (then every rank gives its back). Collective. */
 static int64_t try_acts(tsr_trainer *t) {
-    int64_t failed = (t->be.gpu       ? gpu_train_try_acts(train_gpu(t), t->micro)
+    int64_t failed = (t->be.gpu       ? gpu_train_try_acts(run_gpu(&t->run), t->micro)
                       : t->part.pp_on ? pipeline_try_acts(t) /* (a set a chunk) */
                                       : model_try_alloc_acts(&t->model, t->micro, t->T)) != 0;
     dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
@@ -283,7 +284,7 @@ static int64_t try_acts(tsr_trainer *t) {
 static void acts_refusal(tsr_trainer *t, int64_t failed, char *msg, size_t cap) {
     double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
                                   : model_acts_bytes(&t->model, t->micro, t->T)) / (1024.0 * 1024.0);
-    plan_print(t, 0);
+    trainer_plan_print(t, 0);
     if (t->be.gpu) train_gpu_print_plan(t);
     snprintf(msg, cap, "out of memory on %lld of %d ranks allocating the activations for a "
              "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation checkpointing, "
@@ -301,10 +302,10 @@ void trainer_ensure_acts(tsr_trainer *t) {
             tsr_fail_all(TSR_EXIT_USAGE, "%s", msg);
         }
         int next = trainer_micro_at_most(t, t->micro / 2);
-        metrics_log_micro(t, t->micro, next, failed);
+        metrics_log_micro(&t->run, t->micro, next, failed);
         t->micro = next;
     }
-    if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
+    if (t->auto_micro) metrics_log_micro(&t->run, 0, t->micro, 0);
 }
 
 int trainer_acts_fit(tsr_trainer *t) {
@@ -329,7 +330,8 @@ int trainer_acts_fit(tsr_trainer *t) {
  * restarts the spike window (its loss level may differ). */
 static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
     watchdog_phase(WD_DATA, t->step);
-    sums[0] = train_data_load(t, d);
+    sums[0] = dataloader_next(&t->data, d);
+    trainer_fault_garbage(t, d);
     for (int k = 0; k < t->data.n_streams; k++) sums[1 + k] = t->data.stream_loaded[k];
     dist_view_sum_i64(&t->mesh.data, sums, 1 + (size_t)t->data.n_streams); /* (a context group
                                                                              * counts once) */
@@ -380,7 +382,7 @@ static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
     watchdog_phase(WD_DATA, t->step);
     st->phase_switch = 0; /* (no data mix) */
     memset(sums, 0, (1 + (size_t)t->data.n_streams) * sizeof *sums);
-    const int64_t counted = t->objective->rollout(t, d);
+    const int64_t counted = t->objective->rollout(&t->run, t->run.objective_state, d);
     st->exit_code = counted < 0 ? TSR_EXIT_DATA : 0;
     sums[1] = t->cfg.global_batch; /* prompts of the stream */
     return counted;
@@ -405,7 +407,8 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     trainer_fault_compute(t);
     st->compute_time += tsr_now() - tc;
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
-    if (t->objective->reduce_stats) t->objective->reduce_stats(t); /* (dpo's sums) */
+    if (t->objective->reduce_stats) /* (dpo's sums) */
+        t->objective->reduce_stats(&t->run, t->run.objective_state);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     /* the experts' part (model_ep.h); on device = cuda the library's reduce, sumsq and update
@@ -440,13 +443,12 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
     const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
-    memset(t->out.dpo, 0, sizeof t->out.dpo);
     st->compute_time = 0.0, st->exit_code = 0;
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
      * tokens itself (train/objective.h) */
-    int64_t denom = t->objective->denominator(t, counted);
+    int64_t denom = t->objective->denominator(&t->cfg, counted);
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     double lr = sched_lr_at(&t->cfg, t->sched, t->step);
     const int updates = step_updates(t);
@@ -463,9 +465,9 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
-    trainer_eval_scope(t, 1); /* ranks run different numbers of batches (train_state.h) */
+    run_eval_scope(&t->run, 1); /* ranks run different numbers of batches (run/run.h) */
     /* the validation loss; dpo: the pairs' DPO loss; grpo: pass@1 (train/objective.h) */
-    double loss = t->objective->eval(t);
-    trainer_eval_scope(t, 0);
+    double loss = t->objective->eval(&t->run, t->run.objective_state);
+    run_eval_scope(&t->run, 0);
     return loss;
 }

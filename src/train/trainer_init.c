@@ -14,12 +14,11 @@
 #include "tokenizer/tokenizer.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "run/objective.h"
+#include "train/train_plan.h"
 #include "train/pipeline.h"
-#include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
-#include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
 
@@ -80,7 +79,7 @@ int trainer_threads(const tsr_config *cfg, const tsr_dist *d) {
 
 /* A rank's block that other ranks receive (a ZeRO-1 or checkpoint part of the flat buffer, a
  * zero3 / hsdp shard) is one MPI int count; the buffer itself may pass 2^31 floats (all-reduces
- * are chunked, src/dist.h), and a world or group of one exchanges nothing. Checked before anything
+ * are chunked, src/dist/dist.h), and a world or group of one exchanges nothing. Checked before anything
  * is allocated; under --plan a warning (the memory figures still come). */
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
     const tsr_model *m = &t->model;
@@ -334,6 +333,15 @@ static int tensor_device_check(const tsr_config *cfg, int rank, int dry_run) {
     return dry_run ? 0 : TSR_EXIT_USAGE;
 }
 
+/* The view the layers below the trainer take (run/run.h): its parts and counters, lent */
+static void init_view(tsr_trainer *t) {
+    t->run = (tsr_run){
+        .cfg = &t->cfg, .dist = &t->dist, .mesh = &t->mesh, .model = &t->model, .part = &t->part,
+        .be = &t->be, .out = &t->out, .data = &t->data, .objective = t->objective,
+        .T = &t->T, .micro = &t->micro, .per_rank = &t->per_rank, .step = &t->step,
+        .total_steps = &t->total_steps, .tokens_seen = &t->tokens_seen};
+}
+
 /* trainer_init's first step: the trainer from the config and the world; the GPU's and the
  * tokenizer's checks, agreed by every rank */
 static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run,
@@ -342,15 +350,18 @@ static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, 
     if (uses) t->uses = *uses;
     t->cfg = *cfg;
     t->dist = *d;
-    t->objective = objective_of(cfg->objective); /* (the one choice: train/objective.h) */
+    t->objective = objective_of(cfg->objective); /* (the one choice: run/objective.h) */
+    init_view(t);
+    if (t->objective->create) t->run.objective_state = t->objective->create(); /* (its own) */
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
     TSR_CHECK(tensor_device_check(cfg, d->rank, dry_run));
-    train_data_share_indexes(t); /* (collective: before any check a rank may fail alone) */
+    dataloader_share_indexes(cfg, d); /* (collective: before any check a rank may fail alone) */
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
-    if (!rc) rc = train_data_tokenizer(t); /* data.tokenizer: the dataset's, unless named */
+    if (!rc) rc = dataloader_tokenizer(&t->cfg, d); /* data.tokenizer: the dataset's, unless named */
     if (!rc) rc = open_tokenizer(t);
+    t->run.tok = t->tok;
     return agree_start(t, rc, "GPU or tokenizer");
 }
 
@@ -369,11 +380,23 @@ static int init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, 
     return 0;
 }
 
+/* The data loader over the run's datasets (data/dataloader.h): what the objective's samples are,
+ * this rank's rows of the batch */
+static int open_data(tsr_trainer *t) {
+    const dataloader_opts o = {
+        .cfg = &t->cfg, .dist = &t->dist, .T = t->T, .per_rank = t->per_rank,
+        .data_rank = t->mesh.data.rank, .mesh = &t->mesh, .pairs = t->objective->pairs,
+        .prompts = t->objective->prompts, .segment_starts = t->objective->segment_starts,
+        .tok = t->tok};
+    return dataloader_open(&t->data, &o);
+}
+
 /* the data (not for a plan), and the steps it makes: the schedule, eval and save intervals */
 static int init_schedule(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
-    TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
-    if (!dry_run && t->objective->start) TSR_CHECK(t->objective->start(t)); /* (grpo: docs/rl.md) */
-    uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
+    TSR_CHECK(agree_start(t, dry_run ? 0 : open_data(t), "data"));
+    if (!dry_run && t->objective->start) /* (grpo: docs/rl.md) */
+        TSR_CHECK(t->objective->start(&t->run, t->run.objective_state));
+    uint64_t epoch_samples = dry_run ? 1 : dataloader_epoch_samples(&t->data);
     t->epoch_samples = epoch_samples;
     t->sched = sched_steps_of(cfg, epoch_samples);
     t->total_steps = t->sched.total;
@@ -420,8 +443,8 @@ static void init_tensor(tsr_trainer *t, const tsr_config *cfg) {
 static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
     /* (tensor parallelism: a tensor_data group's ranks share the state, a node's / T of them) */
     const int T = t->mesh.T;
-    TSR_CHECK(trainer_shard_group(cfg, d->world / T, d->local_world / T > 0 ? d->local_world / T
-                                  : 1, &t->part.fsdp_group));
+    TSR_CHECK(run_shard_group(cfg, d->world / T, d->local_world / T > 0 ? d->local_world / T
+                              : 1, &t->part.fsdp_group));
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
@@ -431,7 +454,8 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
     if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
-    if (t->objective->references) t->objective->references(t); /* (and their FLOPs) */
+    if (t->objective->references) /* (and their FLOPs) */
+        t->objective->references(&t->run, t->run.objective_state);
     if (t->model.E) { /* (the whole model's layers: a pipeline rank's part has its own) */
         t->out.moe_layers = (t->model.global ? t->model.global : &t->model)->LM;
         t->out.moe = tsr_calloc((size_t)t->out.moe_layers * (size_t)(2 + t->model.E),
@@ -443,7 +467,7 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
 /* the plan (a dry run's: the layout only, nothing allocated); device = cuda: the GPU's
  * switches and its plan */
 static int init_plans(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
-    plan_print(t, dry_run);
+    trainer_plan_print(t, dry_run);
     if (cfg->device != TSR_DEVICE_CUDA) return 0;
     TSR_CHECK(train_gpu_switches(t));
     train_gpu_print_plan(t);
@@ -473,11 +497,10 @@ static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     }
 }
 
-/* a run's state: the data plan and staging, the weights, the ICL tasks, the optimizer's state
- * and the batch buffers */
+/* a run's state: the data plan and staging, the weights, the ICL tasks, the optimizer's state */
 static int init_state(tsr_trainer *t, const tsr_config *cfg) {
-    TSR_CHECK(train_data_plan(t));
-    TSR_CHECK(train_data_stage_open(t));
+    TSR_CHECK(dataloader_plan(&t->data, t->total_steps));
+    TSR_CHECK(dataloader_stage_open(&t->data));
     init_weights(t, cfg);
     pipeline_open(t);
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
@@ -491,10 +514,8 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
         t->part.m = t->be.ops->alloc(owned * sizeof(float));
         t->part.v = t->be.ops->alloc(owned * sizeof(float));
     }
-    t->data.inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    t->data.targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
-     * auto can still back off */
+    /* the batch's buffers are the loader's (dataloader_open); the activations are allocated by
+     * the first step (trainer_ensure_acts), where micro_batch = auto can still back off */
     return 0;
 }
 
@@ -528,20 +549,37 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
 
+/* The objective's reference built, copied into run_dir or read back (dpo, grpo: run/objective.h);
+ * one whose opening runs forwards (dpo's reference pass) gets the activations first, and an
+ * evaluation's scope (ranks run different numbers of forwards: run/run.h) */
+static int open_reference(tsr_trainer *t) {
+    const tsr_objective *o = t->objective;
+    void *s = t->run.objective_state;
+    const int forwards = o->reference_forwards && o->reference_forwards(s);
+    if (forwards) {
+        trainer_ensure_acts(t);
+        run_eval_scope(&t->run, 1);
+    }
+    int rc = o->open_reference(&t->run, s);
+    if (forwards) run_eval_scope(&t->run, 0);
+    return rc;
+}
+
 int trainer_open_run_dir(tsr_trainer *t) {
-    /* a resume's stored reference is checked before anything is written (dpo: train/dpo_ref.h) */
-    if (t->objective->check_reference) TSR_CHECK(t->objective->check_reference(t));
+    /* a resume's stored reference is checked before anything is written (dpo:
+     * posttrain/dpo_ref.h) */
+    if (t->objective->check_reference)
+        TSR_CHECK(t->objective->check_reference(&t->run, t->run.objective_state));
     TSR_CHECK(trainer_acts_fit(t)); /* a run that does not fit writes nothing either */
-    int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
+    int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(&t->run) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
-    if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
+    if (!rc) metrics_log_start(&t->run); /* a process's first record (docs/tracking.md) */
     if (!rc) checkpointing_room_warn(t);
     if (!rc && t->out.start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
-        metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
+        metrics_log_checkpoint(&t->run, t->out.start_load.what, t->out.start_load.path,
                                t->out.start_load.seconds,
                                t->out.start_load.bytes);
-    /* the reference built, copied into run_dir or read back (dpo, grpo: train/objective.h) */
-    if (!rc && t->objective->open_reference) rc = t->objective->open_reference(t);
+    if (!rc && t->objective->open_reference) rc = open_reference(t);
     return (int)rc;
 }
 
@@ -553,18 +591,16 @@ void trainer_free(tsr_trainer *t) {
     free(t->part.part_displs);
     if (t->part.m) t->be.ops->free(t->part.m);
     if (t->part.v) t->be.ops->free(t->part.v);
-    free(t->data.inputs);
-    free(t->data.targets);
     optim_free(&t->part.optim); /* (before the fsdp plan it points to) */
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
-    if (t->objective && t->objective->release) t->objective->release(t);
+    if (t->objective && t->objective->release) t->objective->release(t->run.objective_state);
     pipeline_free(t);
     model_free(&t->model);
     tp_io_free(&t->part.tpio);
     tp_free(&t->part.tp);
-    train_data_close(t);
+    dataloader_close(&t->data);
     mesh_close(t);
     if (t->uses.icl) t->uses.icl->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);

@@ -11,7 +11,10 @@
  * of trainer_init. */
 const struct trainer_strategy *trainer_pick_strategy(const tsr_trainer *t);
 
-/* Test-only faults (TSR_FAULT; trainer_faults.c). In a step's compute: "slow:MS:RANK" makes RANK
+/* Test-only faults (TSR_FAULT; trainer_faults.c). "garbage:LO:HI": the rows of data batches
+ * LO..HI-1 just loaded (t->data) replaced by pseudo-random tokens (a corrupt data window). */
+void trainer_fault_garbage(tsr_trainer *t, int64_t d);
+/* In a step's compute: "slow:MS:RANK" makes RANK
  * sleep MS ms in every step, "hang:STEP:RANK" stop for good in step STEP. */
 void trainer_fault_compute(const tsr_trainer *t);
 /* "nan:STEP:RANK" or "nan:FROM-TO:RANK": a NaN in RANK's gradients in those steps. */

@@ -132,8 +132,8 @@ r=$?
 tap_check $r "missing dataset: exit 2, 'tessera-train: error: ...', no 'from src/' line"
 TSR_DEBUG=1 "$TRAIN" "${args[@]}" >/dev/null 2>"$TMP/debug.txt"
 rc=$?
-((rc == 2)) && grep -q "^tessera-train: debug: from src/train/train_data.c:[0-9]*: " "$TMP/debug.txt"
-tap_check $? "TSR_DEBUG=1: the same error plus 'tessera-train: debug: from src/train/train_data.c:LINE'"
+((rc == 2)) && grep -q "^tessera-train: debug: from src/data/dataloader.c:[0-9]*: " "$TMP/debug.txt"
+tap_check $? "TSR_DEBUG=1: the same error plus 'tessera-train: debug: from src/data/dataloader.c:LINE'"
 # 8: reference text tested against the code: `tessera --help` names every `tessera ckpt` command;
 # tessera-train's --help and man page say what --init-from takes (Hugging Face and PEFT
 # directories); the man page names every model family `ckpt export --arch` knows, GPT-2 and MPT

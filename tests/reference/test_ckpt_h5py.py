@@ -48,7 +48,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
 
 def skip(reason):
@@ -552,12 +551,7 @@ def check_negative(tap, src, tmp):
 def main():
     tap = Tap(PLAN)
     with tempfile.TemporaryDirectory(prefix="tsr-ckpt-h5py-") as tmp:
-        try:
-            return body(tap, tmp)
-        except Exception:  # report, then account for the checks that did not run
-            tap.diag(traceback.format_exc())
-            tap.fail_until(PLAN, "stopped early (exception above)")
-            return 1
+        return tap.run_all(body, tmp)
 
 
 def body(tap, tmp):

@@ -18,7 +18,8 @@ with a foreign entry; nested RoPE values of 0; a soft cap of 0; a string for a n
 into an empty directory: exit 2, the message names DIR/config.json and the key (and, for a scalar,
 its value as "KEY = VALUE"), and the directory is still empty (no OUT.h5, no temporary file). A few
 go through `tessera-train --init-from DIR` too (exit 2, no run directory) and `tessera ckpt export
---format hf DIR OUT` (exit 2, no OUT).
+--format hf DIR OUT` (exit 2, no OUT). A layer count of 2e9 (Llama, GPT-2, MPT) is refused as it is
+read, within a CPU limit of 20 s (laying out the model took minutes before).
 
 Keys tessera does not read (attention_dropout, initializer_range, the token ids, pretraining_tp,
 max_window_layers, experts_per_token, router_jitter_noise) are not mutated: they change nothing
@@ -29,7 +30,9 @@ Run: TESTS=hf_mutations bash tests/run.sh   (needs `make`). TAP; exit 1 on failu
 import copy
 import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -230,6 +233,32 @@ def import_one(tmp, name, d, case):
     return rc, out, left, rc == 2 and refused(out, m, key, value) and not left
 
 
+# A layer count past HF_MAX_LAYERS in the classes whose fill did not bound it (the Llama family
+# without layer lists, GPT-2, MPT): refused when config.json is read, before a model of that many
+# layers is laid out (which took minutes of CPU at 2e9 layers, exit 2 at the end). The import runs
+# under a CPU limit of 20 s, which the refusal takes milliseconds of.
+MANY_LAYERS = [("llama_gqa_tied", "num_hidden_layers"), ("gpt2", "n_layer"), ("mpt", "n_layers")]
+
+
+def many_layers(tap, tmp, dirs):
+    for name, key in MANY_LAYERS:
+        m, o = os.path.join(tmp, f"many_{name}"), os.path.join(tmp, f"many_{name}.h5")
+
+        def f(x, key=key):
+            x[key] = 2000000000
+        mutated(dirs[name], m, f)
+        r = subprocess.run([hfe.TESSERA, "ckpt", "import", m, o], capture_output=True, text=True,
+                           env=hfe.env(), preexec_fn=lambda: resource.setrlimit(
+                               resource.RLIMIT_CPU, (20, 20)))
+        out = r.stdout + r.stderr
+        want = f"{key} = 2000000000: expected 1 to 1024"
+        if not tap.ok(r.returncode == 2 and f"{m}/config.json" in out and want in out
+                      and not os.path.exists(o),
+                      f"{name}: {key} = 2000000000: exit 2 (got {r.returncode}) within 20 s of CPU, "
+                      f"\"{want}\", nothing written"):
+            tap.diag(out[-600:])
+
+
 # (fixture, mutation label) also run through tessera-train --init-from and ckpt export
 TRAINER = [("llama_gqa_tied", "num_key_value_heads = 3"), ("mixtral_gqa", "num_experts_per_tok = 5"),
            ("qwen3next_hybrid", "linear_num_value_heads = 5"), ("gemma3_text", "final_logit_softcapping = 0")]
@@ -260,7 +289,7 @@ def main():
             cases[name] = [c for c in mutations(cj) if (mt, c[0]) not in seen]
             seen |= {(mt, c[0]) for c in cases[name]}
         n = sum(len(c) for c in cases.values())
-        tap = Tap(len(dirs) + n + 3 * len(TRAINER))
+        tap = Tap(len(dirs) + n + 3 * len(TRAINER) + len(MANY_LAYERS))
         tap.diag(f"{len(dirs)} fixtures, {n} mutations")
         for name, d in dirs.items():
             os.makedirs(os.path.join(tmp, "ok", name))
@@ -300,6 +329,7 @@ def main():
                           f"{name}: {label}: tessera eval --ckpt of the directory exits 2 (got {rc}), "
                           f"nothing written"):
                 tap.diag(out[-800:])
+        many_layers(tap, tmp, dirs)
         return tap.status()
     except Exception:
         traceback.print_exc()

@@ -1,4 +1,4 @@
-/* test_cli.c — the option tables of tessera's subcommands (src/cli_commands.h) give each letter
+/* test_cli.c — the option tables of tessera's subcommands (src/base/cli_commands.h) give each letter
  * one meaning (docs/cli.md), and cli.c's parse loop and help handle long-only options, a help
  * paragraph row (CLI_TEXT), a missing value, and print no help on a muted rank.
  * `test_cli --list` prints the subcommands' names, one a line, for tests/cli/test_cli.sh, which checks

@@ -794,12 +794,7 @@ static void test_max_id(void) {
 
 int main(void) {
     tap_plan(PLAN);
-    snprintf(root, sizeof root, "/tmp/tsr_test_data.XXXXXX");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    cap_set_dir(root);
+    testfs_root(root, sizeof root, "test_data");
     test_crc();
     test_roundtrip();
     test_writer_errors();

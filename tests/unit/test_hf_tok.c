@@ -19,6 +19,8 @@
 #include "tap.h"
 #include "tokenizer/hf_nfc.h"
 #include "tokenizer/hf_tok.h"
+#include "tokenizer/tiktoken_tables.h"
+#include "unicode_tables.h"
 
 /* ---- the Split matchers: pieces joined by '|' ---- */
 
@@ -162,6 +164,10 @@ static void test_split(void) {
                         more_names[k], tap_esc(t)))
                 tap_diag("got \"%s\", want \"%s\"", tap_esc(j.s), tap_esc(split_cases_more[i][1 + k]));
         }
+    /* tiktoken's classes are differences from node's tables: from the same node, or they are wrong */
+    tap_ok(strcmp(tsr_tt_node_version, tsr_uc_version) == 0,
+           "tiktoken_tables.c (diffs taken against %s) and unicode_tables.c (%s) come from one node",
+           tsr_tt_node_version, tsr_uc_version);
 }
 
 /* ---- a tiny tokenizer.json ---- */
@@ -427,7 +433,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return run_files(argc, argv, 0);
     if (argc >= 3 && strcmp(argv[1], "--decode-check") == 0) return run_files(argc, argv, 1);
     if (argc == 3 && strcmp(argv[1], "--nfc") == 0) return nfc_file(argv[2]);
-    tap_plan(HF_SPLIT_SINGLE * N_SPLIT_CASES + 3 * N_MORE_CASES + 13 + 8);
+    tap_plan(HF_SPLIT_SINGLE * N_SPLIT_CASES + 3 * N_MORE_CASES + 1 + 13 + 8);
     test_split();
     char dir[] = "/tmp/tessera-hftok.XXXXXX";
     if (!mkdtemp(dir)) return 1;
