@@ -138,6 +138,15 @@ int config_pipeline_stages(const tsr_config *cfg) {
     return (int)(P * (cfg->pipeline_virtual > 1 ? cfg->pipeline_virtual : 1));
 }
 
+/* a valid hand cut of L layers into S stages into out (n bytes): L / S layers a stage, the rest
+ * on the last, "Et*2|t*2L"; a long one written as "(t*K|)*R" */
+static void layout_example(int L, int S, char *out, size_t n) {
+    const int k = L / S, last = L - k * (S - 1);
+    if (S == 1) snprintf(out, n, "Et*%dL", L);
+    else if (S == 2) snprintf(out, n, "Et*%d|t*%dL", k, last);
+    else snprintf(out, n, "Et*%d|(t*%d|)*%dt*%dL", k, k, S - 2, last);
+}
+
 int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, size_t n) {
     const long long P = cfg->pipeline, V = cfg->pipeline_virtual, L = cfg->model.n_layer;
     const int S = config_pipeline_stages(cfg);
@@ -171,12 +180,13 @@ int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, si
     }
     if (cfg->pipeline_layout[0] &&
         config_pipeline_layout(cfg->pipeline_layout, (int)L, S, cut, why, n) != 0) {
-        char inner[600];
+        char inner[600], example[160];
         snprintf(inner, sizeof inner, "%s", why);
+        layout_example((int)L, S, example, sizeof example);
         *key = "parallel.pipeline_layout";
-        snprintf(why, n, "parallel.pipeline_layout = \"%s\": %s; for example \"Et*%lld|...|t*%lldL\" "
-                 "(%d stages, | between them), or \"\" for a cut balanced by cost",
-                 cfg->pipeline_layout, inner, L / S, L - (L / S) * (S - 1), S);
+        snprintf(why, n, "parallel.pipeline_layout = \"%s\": %s; for example \"%s\" (%d stages, "
+                 "| between them), or \"\" for a cut balanced by cost", cfg->pipeline_layout,
+                 inner, example, S);
         return -1;
     }
     return 0;

@@ -15,10 +15,16 @@
 #  - evaluation: the validation loss and the ICL results through the stages equal one rank's;
 #  - the bytes the stages sent (activations and their gradients) equal 2 M (S - 1) B T C 4 a step
 #    and data rank; the end-of-run bubble line measured beside the table's (P - 1)/(M + P - 1);
-#    the plan's line: the cut (balanced, or the hand layout's) and the table's bubble.
+#    the plan's line: the cut (balanced, or the hand layout's) and the table's bubble;
+#  - resume: a P 2 run killed mid-run resumes bit-identical; its checkpoint is the one-rank run's,
+#    bit for bit, and resumes on one rank, a one-rank checkpoint at P 2 (zb), within 1e-6;
+#  - bad layouts exit 1 naming the key and a valid value; a mode the pipeline does not run with yet
+#    is refused naming its key;
+#  - a hang: stage 1 frozen (TSR_FAULT=stall_pipeline, its own watchdog idle), stage 0's wait for
+#    it is the hang watchdog's line naming the neighbour's stage and world rank, exit 3.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 15
 make_synth "$TMP/d" 64 60000
 colors_icl 0.1
 base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
@@ -107,4 +113,55 @@ plan=$("$TRAIN" "${llama[@]}" --set parallel.pipeline=2 "${il[@]}" --plan 4 2>&1
     grep -qF "pipeline: 2 ranks a pipeline (each stage on 2 ranks), 2 model chunks a rank, 4 stages cut Et|t|t|tL (balanced by cost); 4 microbatches a step, schedule interleaved: bubble 0.1111 by its table" <<<"$plan" &&
     grep -qF "batch: global 8 = 2 data ranks x 4 per rank" <<<"$plan"
 tap_check $? "--plan 4 at P 2 interleaved: the cut balanced by cost (Et|t|t|tL), 4 microbatches a step, the table's bubble 1/9, 2 data ranks"
+
+# ---- resume --------------------------------------------------------------------------------------
+sv=(--set save_interval=2ba --set keep_last=5 --set save_async=false --set save_final=true)
+k=3
+OMPI_MCA_odls_base_sigkill_timeout=0 TSR_FAULT=kill:$k:1 run KP 2 2 llama "${sv[@]}"
+rc=$?
+run UP 2 2 llama "${sv[@]}" && run KP 2 2 llama "${sv[@]}" && rc2=0 || rc2=1
+[[ $rc != 0 && $rc2 == 0 ]] && grep -q "checkpoint resume step $((k / 2 * 2))" "$TMP/KP.txt" &&
+    cmp -s <(final_lines "$TMP/UP/metrics.jsonl") <(final_lines "$TMP/KP/metrics.jsonl") &&
+    same_tensors "$(ck "$TMP/UP" 4)" "$(ck "$TMP/KP" 4)"
+tap_check $? "rank 1 SIGKILLed after step $k of a P 2 run (exit $rc): the rerun resumes from step $((k / 2 * 2)) and equals the uninterrupted run bit for bit (losses, checkpoint)"
+run S1 1 1 llama "${sv[@]}" && same_tensors "$(ck "$TMP/S1" 2)" "$(ck "$TMP/UP" 2)" &&
+    run R1 1 1 llama --resume "$(ck "$TMP/UP" 2)" && run Q2 2 2 llama "${zb[@]}" --resume "$(ck "$TMP/S1" 2)" &&
+    metrics_close "$TMP/S1/metrics.jsonl" "$TMP/R1/metrics.jsonl" 3 1e-6 1e-5 &&
+    metrics_close "$TMP/S1/metrics.jsonl" "$TMP/Q2/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "layout-free checkpoints: P 2's step-2 checkpoint equals one rank's bit for bit; it resumes on one rank, and one rank's at P 2 with zb, within 1e-6"
+
+# ---- refusals ----------------------------------------------------------------------------------
+# refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
+refused() {
+    local dir=$1; shift
+    "$TRAIN" "${llama[@]}" --set run_dir="$TMP/$dir" "$@" --dry-run >"$TMP/$dir.txt" 2>&1
+    local rc=$?
+    ((rc == 1)) && [[ ! -e $TMP/$dir ]] || { tap_diag "$dir: exit $rc"; return 1; }
+}
+err() { grep -m1 'error:' "$TMP/$1.txt"; }
+refused B1 --set parallel.pipeline=8 && err B1 | grep -qF "makes 8 stages, more than the model's 4 layers (model.n_layer): every stage runs at least one; the most is parallel.pipeline = 4" &&
+    refused B2 --set parallel.pipeline=2 --set "parallel.pipeline_layout=Et*2|tL" &&
+    err B2 | grep -qF 'parallel.pipeline_layout = "Et*2|tL": it places 3 layers (t), the model has model.n_layer = 4; for example "Et*2|t*2L"' &&
+    refused B3 --set parallel.pipeline=2 --set parallel.pipeline_schedule=interleaved &&
+    err B3 | grep -qF 'set parallel.pipeline_virtual = 2 (or more)' &&
+    "$TRAIN" "${llama[@]}" --set parallel.pipeline=2 --set global_batch=2 --set micro_batch=2 --plan 2 >"$TMP/B4.txt" 2>&1
+rc=$?
+((rc == 1)) && err B4 | grep -qF '1 microbatches for 2 stages: the 1f1b schedule needs at least as many microbatches as pipeline ranks (2)' &&
+    err B4 | grep -qF 'change micro_batch or global_batch'
+tap_check $? "bad layouts exit 1 naming the key and a valid value: more stages than layers, a hand cut short of a layer, interleaved with one chunk a rank, fewer microbatches than stages (exit $rc)"
+refused B5 --set parallel.pipeline=2 --set lora.rank=4 &&
+    err B5 | grep -qF 'parallel.pipeline = 2 with lora.rank > 0: pipeline parallelism does not run with it yet (docs/pipeline.md "What composes with the pipeline"): set parallel.pipeline = 1, or change lora.rank' &&
+    refused B6 --set parallel.pipeline=2 --set parallel.sharding=zero3 && err B6 | grep -qF 'with parallel.sharding = "zero3"'
+tap_check $? "a mode the pipeline does not run with yet (lora.rank, zero3) exits 1 naming its key"
+
+# ---- a stage waiting on a frozen neighbour ----------------------------------------------------------
+# (the run ends in MPI_Abort: mpirun ends the other rank at once: odls_base_sigkill_timeout)
+TSR_FAULT=stall_pipeline:2:1 OMPI_MCA_odls_base_sigkill_timeout=0 timeout 60 \
+    "${MPIRUN[@]}" -np 2 "$TRAIN" "${llama[@]}" --set parallel.pipeline=2 --set run_dir="$TMP/W" \
+    --set watchdog.hang_timeout=2 >"$TMP/W.txt" 2>&1
+rc=$?
+[[ $rc != 0 && $rc != 124 ]] &&
+    grep -qE "\[rank 0 .*\] watchdog: step 2 stuck in the pipeline's wait for a neighbouring stage for [0-9]+ s \(watchdog.hang_timeout = 2 s\): waiting for stage 1 \(world rank 1\) to send microbatch [0-9]+'s gradient" "$TMP/W.txt" &&
+    ! grep -q '\[rank 1 .*\] watchdog' "$TMP/W.txt"
+tap_check $? "stage 1 frozen in step 2 (its own watchdog idle): stage 0's hang line names it (stage 1, world rank 1, the gradient it waits for), the run aborts (exit $rc): $(grep -o 'waiting for stage.*' "$TMP/W.txt" | head -1)"
 tap_done
