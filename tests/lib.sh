@@ -258,6 +258,26 @@ tiny_moe_args() {
            --set model.moe_intermediate_size=48 --set model.moe_aux_loss_coef=0.01
            --set model.moe_z_loss_coef=0.001 --set max_duration=10ba --set save_interval=4ba --set keep_last=3)
 }
+# parallel_args LAYERS GLOBAL MICRO DURATION: the parallelism tests' (test_pipeline, test_tensor,
+# test_context) inputs: 60000 synthetic tokens of a 64-token vocabulary in $TMP/d, the colors ICL
+# tasks (colors_icl 0.1), and three arrays: `base`, the run on $TMP/d/train with LAYERS layers of
+# d_model 64 and 4 heads, seq_len 32, a global batch of GLOBAL in microbatches of MICRO, DURATION
+# (e.g. 4ba), no saves, validation, sample or straggler watchdog, one thread, every step logged,
+# warmup 2 steps; `llama`, configs/tiny-llama.cfg on base with 2 KV heads and an MLP width of 96;
+# `gpt`, configs/tiny.cfg on base with an MLP expansion of 2
+parallel_args() {
+    make_synth "$TMP/d" 64 60000
+    colors_icl 0.1
+    base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
+          --set data.train="$TMP/d/train" --set data.val= --set eval_interval=0ba --set seq_len=32
+          --set model.max_seq_len=32 --set model.n_layer="$1" --set model.d_model=64
+          --set model.n_head=4 --set global_batch="$2" --set micro_batch="$3"
+          --set max_duration="$4" --set save_interval=0ba --set save_final=false --set threads=1
+          --set log_interval=1 --set watchdog.window=0 --set optim.warmup=2ba)
+    llama=(--config "$TSR_ROOT/configs/tiny-llama.cfg" "${base[@]}" --set model.n_kv_head=2
+           --set model.intermediate_size=96)
+    gpt=(--config "$TSR_ROOT/configs/tiny.cfg" "${base[@]}" --set model.expansion_ratio=2)
+}
 # metrics_close A B FROM LOSS_TOL NORM_TOL: runs A and B (metrics.jsonl files) logged the same
 # steps from FROM on, and at each the loss of B is within LOSS_TOL and the gradient norm within
 # NORM_TOL of A's, relative; prints the largest differences
