@@ -144,10 +144,11 @@ icl_tasks = (
 CFG
     } >"$TMP/icl.cfg"
 }
-# moments_close A B...: the first moments m of every tensor of B's step-1 checkpoints
-# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (step 0's gradients:
-# (1 - beta1) g, without clipping): a MoE's routing may flip at a near tie under another
-# summation order, so a trajectory compares top-k = every expert and step 0 compares top 2
+# moments_close A B...: the first moments m of every tensor of each B's step-1 checkpoint
+# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (after one step they are
+# step 0's gradients, (1 - beta1) g without clipping: how parallel runs show the same gradients;
+# a MoE's routing may flip at a near tie under another summation order, so a trajectory compares
+# top-k = every expert and step 0 compares top 2)
 moments_close() {
     /usr/bin/python3 - "$TMP" "$@" <<'PY'
 import sys, h5py, numpy as np
@@ -180,28 +181,6 @@ a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else No
 bad = [n for n in names if n not in b or not np.array_equal(a[n][()], b[n][()])]
 print("# compared", len(names), "tensors; different:", bad)
 sys.exit(1 if bad or not names else 0)
-PY
-}
-# moments_close A B...: the first moments m of every tensor of each B's step-1 checkpoint
-# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (after one step they are
-# step 0's gradients, (1 - beta1) g without clipping: how parallel runs show the same gradients)
-moments_close() {
-    /usr/bin/python3 - "$TMP" "$@" <<'PY'
-import sys, h5py, numpy as np
-tmp, ref, *others = sys.argv[1:]
-def moments(d):
-    m = h5py.File(f"{tmp}/{d}/step-00000001.h5", "r")["optim/m"]
-    return {n: m[n][()] for n in m}
-a = moments(ref)
-worst, bad = 0.0, []
-for d in others:
-    b = moments(d)
-    if sorted(a) != sorted(b) or not a: bad.append(d); continue
-    for n in a:
-        e = float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30)
-        worst = max(worst, e) if e == e else float("inf")
-print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
-sys.exit(0 if not bad and worst <= 1e-5 else 1)
 PY
 }
 # tiny_args TRAIN_DIR: sets the array `args` to a tiny model (d_model 64, seq_len 32, vocabulary
