@@ -168,6 +168,30 @@ print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's 
 sys.exit(0 if not bad and worst <= 1e-5 else 1)
 PY
 }
+# colors_args: `args` for configs/tiny.cfg on colors_icl's tokenizer and data ($TMP/tok.tok,
+# $TMP/data): 2 layers of d_model 64 and 4 heads, seq_len 32, a global batch of 16 in microbatches
+# of 8, no sample, no evaluation samples, one thread, every 50th step logged; tests append their
+# evaluation interval, duration, saves and watchdog
+colors_args() {
+    args=(--set model.vocab_size=320 --set model.vocab_multiple=64 --set data.tokenizer="$TMP/tok.tok"
+          --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
+          --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
+          --set model.max_seq_len=32 --set global_batch=16 --set micro_batch=8 --set eval_samples=0
+          --set threads=1 --set log_interval=50)
+}
+# colors_tasks_cfg OUT: writes OUT, configs/tiny.cfg plus four of the colors ICL tasks (TASKS from
+# colors_icl): multiple choice zero- and two-shot, language modelling, schema
+colors_tasks_cfg() {
+    { cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
+icl_tasks = (
+  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
+  { label = "colors_mc_2shot"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; fewshot = 2; },
+  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; },
+  { label = "colors_schema"; type = "schema"; path = "$TASKS/colors_schema.jsonl"; }
+);
+CFG
+    } >"$1"
+}
 # ck RUN_DIR STEP: the path of that step's checkpoint
 ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
 # same_tensors A.h5 B.h5: every tensor (weights and AdamW moments) of the two checkpoints equal,
