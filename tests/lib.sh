@@ -303,6 +303,21 @@ print(f"loss {wl:.1e}, norm {wn:.1e} over steps {keys[0]}..{keys[-1]}")
 sys.exit(0 if wl <= float(sys.argv[4]) and wn <= float(sys.argv[5]) else 1)
 PY
 }
+# records_equal A B: runs $TMP/A and $TMP/B logged as many records (metrics.jsonl), and each loss,
+# val_loss and grad_norm of B is within 1e-6 of A's, relative (data parallelism's bar: the same
+# batches summed in another order); the largest difference as a diagnostic line
+records_equal() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+worst = max((abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b)
+             for k in ("loss", "val_loss", "grad_norm") if k in x), default=0.0)
+print(f"# max relative difference of loss/val_loss/grad_norm: {worst:.3g}")
+sys.exit(0 if worst <= 1e-6 else 1)
+PY
+}
 # runs_close RC WHAT A B LOSS_TOL NORM_TOL: run $TMP/B, which exited RC, against run $TMP/A as
 # metrics_close judges them from step 1; "WHAT: exit RC, the differences" as a diagnostic line;
 # fails where RC is not 0
