@@ -192,6 +192,20 @@ icl_tasks = (
 CFG
     } >"$1"
 }
+# killed_resumes DIR [SETTINGS...]: the test's `run DIR NP ARGS...` (its output in $TMP/DIR.txt) on 2
+# ranks with SETTINGS, rank 1 SIGKILLed after step 6 (TSR_FAULT=kill:6:1) and save_async = false
+# (its step-4 save is committed before the kill; a background save may still be in flight two
+# steps later: tests/ckpt/test_ckpt_async_kill.sh), then run again: the kill stopped it (sets rc),
+# the rerun finished (sets rc2) and resumed from step 4
+killed_resumes() {
+    local dir=$1
+    shift
+    TSR_FAULT=kill:6:1 run "$dir" 2 "$@" --set save_async=false
+    rc=$?
+    run "$dir" 2 "$@"
+    rc2=$?
+    [[ $rc != 0 && $rc2 == 0 ]] && grep -q "checkpoint resume step 4" "$TMP/$dir.txt"
+}
 # ck RUN_DIR STEP: the path of that step's checkpoint
 ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
 # same_tensors A.h5 B.h5: every tensor (weights and AdamW moments) of the two checkpoints equal,
