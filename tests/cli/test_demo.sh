@@ -22,9 +22,10 @@ fi
 tap_plan 8
 make -C "$TSR_ROOT" --no-print-directory demo DEMO_STEPS= DEMO_RUN_DIR="$TMP/run" >"$TMP/demo.txt" 2>&1
 tap_check $? "make demo finishes ($(grep -m1 '^steps: ' "$TMP/demo.txt" | cut -d, -f1))"
+# (the index names the tokenizer file by the absolute path prep was given it by, or resolved)
 idx=$TSR_ROOT/data/brown-bpe/train/index.tsv
 [[ -f $idx && -f $TSR_ROOT/data/brown-bpe/val/index.tsv && -f $TSR_ROOT/data/brown/train/index.tsv ]] &&
-    grep -qxF "tokenizer	data/brown-bpe.tok" "$idx" && grep -qxF "vocab_size	8192" "$idx" &&
+    grep -qE "^tokenizer	(.*/)?data/brown-bpe\.tok$" "$idx" && grep -qxF "vocab_size	8192" "$idx" &&
     grep -qxF "tokenizer	gpt2" "$TSR_ROOT/data/brown/train/index.tsv"
 tap_check $? "Brown was prepared into data/brown-bpe/{train,val} with the 8192-token BPE learned from it (data/brown-bpe.tok), and into data/brown/ with GPT-2's"
 grep -q '^eval step' "$TMP/demo.txt"
