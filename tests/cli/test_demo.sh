@@ -38,18 +38,10 @@ fold -s -w 100 "$TMP/sample.txt" | while IFS= read -r l; do tap_diag "  $l"; don
 [[ -n $(tr -d '[:space:]' <"$TMP/sample.txt") ]] && ! grep -qE '^[0-9 ]+$' "$TMP/sample.txt"
 tap_check $? "a non-empty sample decoded to text (not token ids)"
 
-# the measure: the sample's words (runs of letters, lowercased) against the word pairs of Brown's
+# the measure (tools/sample_measure.awk): the sample's words against the word pairs of Brown's
 # documents (the text make demo trained on, data/brown-text)
-read -r words pairs hits distinct top top_n < <(awk '
-    function words(s, w) { s = tolower(s); gsub(/[^a-z]+/, " ", s); return split(s, w, " ") }
-    FNR == 1 { prev = "" }
-    FILENAME != ARGV[1] { n = words($0, w); for (i = 1; i <= n; i++) { if (prev != "") brown[prev " " w[i]] = 1; prev = w[i] }; next }
-    { n = words($0, w); for (i = 1; i <= n; i++) s[++ns] = w[i] }
-    END {
-        for (i = 1; i <= ns; i++) { if (!c[s[i]]++) d++; if (c[s[i]] > top_n) { top_n = c[s[i]]; top = s[i] } }
-        for (i = 2; i <= ns; i++) if ((s[i - 1] " " s[i]) in brown) hit++
-        print ns, (ns > 1 ? ns - 1 : 0), hit + 0, d + 0, (top == "" ? "-" : top), top_n + 0
-    }' "$TMP/sample.txt" "$TSR_ROOT"/data/brown-text/*.txt)
+read -r words pairs hits distinct top top_n < <(awk -f "$TSR_ROOT/tools/sample_measure.awk" \
+    "$TMP/sample.txt" "$TSR_ROOT"/data/brown-text/*.txt)
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f %%", b ? 100 * a / b : 0 }'; }
 ((words >= 20 && hits * 2 >= pairs))
 tap_check $? "at least half of the sample's adjacent word pairs occur in Brown: $hits of $pairs ($(pct "$hits" "$pairs"); $words words)"
