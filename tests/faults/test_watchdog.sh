@@ -56,9 +56,11 @@ TSR_FAULT=hang:5:1 OMPI_MCA_odls_base_sigkill_timeout=0 timeout 60 "${MPIRUN[@]}
 rc=$?
 [[ $rc != 0 && $rc != 124 ]] && grep -q '\[rank 1 .*\] watchdog: step 5 stuck in forward/backward for [0-9]* s' "$TMP/G.txt"
 tap_check $? "rank 1 stuck in step 5: it names its phase (forward/backward) and the run aborts (exit $rc, not the 60 s timeout)"
-grep -q '\[rank 0 .*\] watchdog: step 5 stuck in gradient reduction' "$TMP/G.txt" ||
-    grep -q 'MPI_ABORT was invoked on rank 1' "$TMP/G.txt"
-tap_check $? "the waiting rank names its phase too (gradient reduction), or the abort from rank 1 ended it first"
+# the rank waiting for it in the gradient reduction waits 2 s longer (docs/tessera-train.md "Hang"):
+# the first watchdog line is the stuck rank's, whatever Open MPI prints of the abort
+first=$(grep -m1 -o '\[rank [0-9]* [^]]*\] watchdog: step 5 stuck in [a-z/ ]*' "$TMP/G.txt")
+[[ $first == "[rank 1 "* ]]
+tap_check $? "the stuck rank reports first, not the waiting one (first line: ${first:-none})"
 
 # A SIGTERM to a rank that waits in a collective for a peer that never comes (rank 1 hangs in step
 # 5, no hang_timeout): it cannot reach a step boundary, so after the stop's grace time (5 s here) it
