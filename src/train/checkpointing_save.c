@@ -15,6 +15,7 @@
 #include "common.h"
 #include "gpu/gpu_train.h"
 #include "train/checkpointing_tensors.h"
+#include "train/sdc.h"
 #include "telemetry/metrics.h"
 #include "train/train_data.h"
 
@@ -74,6 +75,7 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
     guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
     meta->micro_batch = t->auto_micro ? t->micro : 0;
+    meta->fingerprints_agreed = sdc_agreed(t); /* (sdc_before_save compared this state) */
     meta->world_size = t->dist.world;
     meta->global_batch = t->cfg.global_batch;
     meta->seed = t->cfg.seed;
@@ -244,6 +246,8 @@ int checkpointing_save(tsr_trainer *t, int background) {
                    (long long)t->step, (long long)prev, tsr_now() - t0);
         if (rc) return rc;
     }
+    int rc = sdc_before_save(t); /* every save compares the state it writes (train/sdc.h) */
+    if (rc) return rc;
     return background && t->ck.async ? save_in_background(t) : save_now(t);
 }
 

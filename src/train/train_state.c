@@ -61,7 +61,7 @@ uint64_t trainer_lora_key(const tsr_trainer *t) {
 int trainer_resumed_config(const tsr_trainer *t, tsr_config *ck) {
     ckpt_peeked *pk = tsr_malloc(sizeof *pk);
     tsr_log_mute(1); /* (the resume read this metadata already and reported its faults) */
-    int rc = ckpt_peek_meta(t->out.start_load.path, pk) == 0 &&
+    int rc = ckpt_peek_meta(t->out.start_load.path, pk, 0) == 0 &&
                      ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0
                  ? 0 : -1;
     tsr_log_mute(0);

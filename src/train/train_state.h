@@ -224,6 +224,7 @@ typedef struct tsr_trainer {
     tsr_train_out out;
     tsr_train_ckpt ck;
     tsr_train_backend be;
+    struct tsr_sdc *sdc;         /* silent data corruption checks (train/sdc.h; docs/health.md) */
 } tsr_trainer;
 
 /* Sequences the allocated activations hold (on the device with device = cuda); 0: none yet. */

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "train/checkpointing.h"
 #include "train/objective.h"
+#include "train/sdc.h"
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "train/train_data.h"
@@ -350,6 +351,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     double loss_sum = s->compute(t, denom > 0 ? 1.0f / (float)denom : 0.0f);
     trainer_fault_compute(t);
     st->compute_time += tsr_now() - tc;
+    sdc_fault(t, SDC_BEFORE_REDUCE);
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
     if (t->objective->reduce_stats) t->objective->reduce_stats(t); /* (dpo's sums) */
     watchdog_phase(WD_REDUCE, t->step);
@@ -358,6 +360,8 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
      * include it (src/gpu/gpu_ep.h) */
     const int ep_host = t->part.ep_on && !t->be.gpu;
     if (ep_host) ep_reduce(&t->part.ep);
+    sdc_fault(t, SDC_AFTER_REDUCE);
+    sdc_grads(t); /* (a fingerprint step: the reduced gradients, before the update uses them) */
     *norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
     *loss = step_global_loss(t, loss_sum, denom, st);
     if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
@@ -365,6 +369,8 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
         checkpointing_before_update(t);
     }
     watchdog_phase(WD_OPTIMIZER, t->step);
+    /* the state at rest since the last comparison, checked before it changes (train/sdc.h) */
+    if (first && (st->exit_code = sdc_before_update(t))) return 0;
     int apply;
     if (first) {
         apply = step_judge(t, *loss, *norm, st);
@@ -388,6 +394,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
     memset(t->out.dpo, 0, sizeof t->out.dpo);
     st->compute_time = 0.0, st->exit_code = 0;
+    sdc_fault(t, SDC_AT_REST);
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
@@ -398,12 +405,14 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     const int updates = step_updates(t);
     double loss = NAN, norm = NAN, l, n;
     int apply = step_update(t, st, denom, 0, lr, &loss, &norm);
+    if (st->exit_code) return; /* (a corruption found before the update: nothing applied) */
     for (int k = 1; apply && k < updates; k++) step_update(t, st, denom, k, lr, &l, &n);
     t->tokens_seen += t->cfg.global_batch * t->T;
     for (int k = 0; apply && k < t->data.n_streams; k++) t->data.stream_seen[k] += sums[1 + k];
     st->step = t->step, st->data_batch = d, st->tokens = counted;
     st->loss = loss, st->lr = lr, st->grad_norm = norm;
     st->step_time = tsr_now() - t0;
+    st->exit_code = sdc_after_step(t); /* a fingerprint step compares (train/sdc.h) */
 }
 
 double trainer_eval(tsr_trainer *t) {

@@ -15,6 +15,7 @@
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "train/objective.h"
+#include "train/sdc.h"
 #include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
@@ -454,7 +455,7 @@ static int init_device(tsr_trainer *t, const tsr_config *cfg) {
     checkpointing_snapshot_alloc(t);
     train_gpu_pin_snapshot(t);
     t->be.strategy = trainer_pick_strategy(t);
-    return 0;
+    return sdc_init(t); /* what the fingerprints cover; the injected faults checked */
 }
 
 int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
@@ -489,6 +490,7 @@ int trainer_open_run_dir(tsr_trainer *t) {
 }
 
 void trainer_free(tsr_trainer *t) {
+    sdc_free(t);
     train_gpu_free(t);
     free(t->ck.snap);
     if (t->part.gslice) t->be.ops->free(t->part.gslice);
