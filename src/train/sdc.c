@@ -184,7 +184,7 @@ int sdc_start(tsr_trainer *t) {
     if (!s || !s->on) return 0;
     const size_t W = (size_t)t->dist.world;
     s->hosts = tsr_calloc(W, sizeof *s->hosts);
-    dist_allgather(t->dist.host, s->hosts, sizeof *s->hosts);
+    trainer_node_names(t, s->hosts);
     sdc_fault(t, SDC_LOADED);
     sdc_hash_sets(t, s, 1, 0);
     TSR_CHECK(check_load(t));

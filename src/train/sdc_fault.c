@@ -1,7 +1,8 @@
 /* sdc_fault.c — the injected faults of docs/health.md "Fault injection", for tests and for sites
  * that drill: TSR_FAULT="flip:SITE:TENSOR:BIT:WHO:STEP" flips bit BIT (0..31) of one float of
  * parameter TENSOR (its name: wte, qkvw, ...; expw1, expw2 under parallel.expert) as rank WHO
- * holds it (a world rank, or node=NAME: every rank on that node), once per process:
+ * holds it (a world rank, or node=NAME: every rank on that node, named as Slurm names it when
+ * srun started the rank, else by its host name), once per process:
  *   weights, m, v   the weights or the optimizer's first or second moment, at rest after step
  *                   STEP (before step STEP + 1 uses them)
  *   grads           in step STEP, this rank's gradients before the reduction
@@ -194,7 +195,9 @@ void sdc_fault(tsr_trainer *t, sdc_when when) {
     sdc_flip *f = t->sdc ? &t->sdc->flip : NULL;
     if (!f || !f->on || f->done || !due_now(t, f, when)) return;
     f->done = 1; /* (once per process, on every rank: a later step is not hit again) */
-    if (f->rank >= 0 ? f->rank != t->dist.rank : strcmp(f->node, t->dist.host) != 0) return;
+    const tsr_sdc *s = t->sdc; /* (the node names: Slurm's, gathered at sdc_start) */
+    const char *node = s->hosts ? s->hosts[t->dist.rank] : t->dist.host;
+    if (f->rank >= 0 ? f->rank != t->dist.rank : strcmp(f->node, node) != 0) return;
     holding *h = tsr_calloc(1, sizeof *h);
     holding_of(t, f, param_id(t, f->tensor), h);
     size_t at = 0;

@@ -2,6 +2,7 @@
 #include "train/train_state.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ckpt.h"
@@ -67,4 +68,11 @@ int trainer_resumed_config(const tsr_trainer *t, tsr_config *ck) {
     tsr_log_mute(0);
     free(pk);
     return rc;
+}
+
+void trainer_node_names(const tsr_trainer *t, char (*nodes)[64]) {
+    char mine[64];
+    const char *node = getenv("SLURMD_NODENAME"); /* the Slurm name when run by srun */
+    snprintf(mine, sizeof mine, "%s", node && *node ? node : t->dist.host);
+    dist_allgather(mine, nodes, sizeof mine);
 }

@@ -251,6 +251,11 @@ void trainer_host_weights(tsr_trainer *t, int on);
  * ck: what the run was trained with (the stored references' checksums). 0, or -1 when it cannot
  * be read (quietly: the resume reported it). */
 int trainer_resumed_config(const tsr_trainer *t, tsr_config *ck);
+/* Every rank's node, as Slurm names it when srun started the rank (SLURMD_NODENAME: what
+ * ExcNodeList and scontrol take, though two test nodes may share a host), else its host name;
+ * into nodes[world]. The watchdog's and the fingerprints' messages name ranks by it.
+ * Collective. */
+void trainer_node_names(const tsr_trainer *t, char (*nodes)[64]);
 
 /* LoRA: the dropout of microbatch b of this rank's batch in the current step (model_lora.h
  * lora_set_pass): the step's data batch gives the key, the global row of the microbatch's first

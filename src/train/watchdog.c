@@ -95,10 +95,7 @@ void watchdog_start(tsr_trainer *t) {
     wd.timeout = t->cfg.watchdog.hang_timeout;
     int world = t->dist.world;
     wd.hosts = tsr_calloc((size_t)world, sizeof *wd.hosts);
-    char mine[64];
-    const char *node = getenv("SLURMD_NODENAME"); /* the Slurm name when run by srun */
-    snprintf(mine, sizeof mine, "%s", node && *node ? node : t->dist.host);
-    dist_allgather(mine, wd.hosts, sizeof mine);
+    trainer_node_names(t, wd.hosts);
     wd.strikes = tsr_calloc((size_t)world, sizeof *wd.strikes);
     watchdog_phase(WD_IDLE, t->step);
     if (wd.timeout > 0) {
