@@ -597,5 +597,12 @@ const cfgtab_key cfgtab_keys[] = {
             "bytes compare, and state without a replica is hashed again before the next update; "
             "a mismatch names tensor, step, ranks and nodes and stops the run with exit 87. "
             "Every checkpoint save compares too. 0 = off (checkpoints then say not compared)."},
+    {.name = "health.replay_interval", .type = CFGK_INT, FIELD(health.replay_interval),
+     .def = "100", .ilo = 0, INT32_ONLY,
+     .doc = "Steps between deterministic replays (docs/health.md \"Replay\"): each rank's first "
+            "microbatch is recomputed by its neighbour and the gradients' fingerprints compared "
+            "bit for bit; a third rank and a second try tell a transient fault (the step goes on "
+            "with the microbatches recomputed) from a persistent one (exit 87). ddp, zero1 and "
+            "LoRA on the CPU, one rank per context and expert group; 0 = off."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);

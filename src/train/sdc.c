@@ -34,6 +34,8 @@ int sdc_init(tsr_trainer *t) {
      * save (docs/health.md "On the GPU") */
     s->on = sdc_configured(&t->cfg);
     if (s->on) sdc_build(t, s);
+    TSR_CHECK(sdc_fault_matmul(t));
+    sdc_replay_init(t, s); /* (collective: every rank says whether its mode is covered) */
     return 0;
 }
 
@@ -42,6 +44,7 @@ void sdc_free(tsr_trainer *t) {
     if (!s) return;
     free(s->e), free(s->runs), free(s->crc), free(s->stored), free(s->hosts), free(s->table);
     free(s->v.rest_entry), free(s->v.rest_count), free(s->v.rest_crc);
+    sdc_replay_free(t, s);
     free(s);
     t->sdc = NULL;
 }
@@ -181,10 +184,11 @@ static int check_load(tsr_trainer *t) {
 
 int sdc_start(tsr_trainer *t) {
     tsr_sdc *s = t->sdc;
-    if (!s || !s->on) return 0;
+    if (!s) return 0;
     const size_t W = (size_t)t->dist.world;
     s->hosts = tsr_calloc(W, sizeof *s->hosts);
     trainer_node_names(t, s->hosts);
+    if (!s->on) return 0;
     sdc_fault(t, SDC_LOADED);
     sdc_hash_sets(t, s, 1, 0);
     TSR_CHECK(check_load(t));

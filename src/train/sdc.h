@@ -52,6 +52,12 @@ int sdc_on(const struct tsr_trainer *t);
 int sdc_start(struct tsr_trainer *t);
 /* The injected fault of TSR_FAULT=flip:SITE:... due at this point, if any (sdc_fault.c). */
 void sdc_fault(struct tsr_trainer *t, sdc_when when);
+/* Deterministic replay (sdc_replay.c): after the first microbatch's backward, on a replay step,
+ * its gradients' fingerprint (local); after the step's microbatches, before the reduction, the
+ * replay and its verdict. Collective; *redo = 1 on the rank whose own first microbatch was
+ * computed wrong once (transient): it computes its microbatches again before the reduction. */
+void sdc_replay_first(struct tsr_trainer *t);
+int sdc_replay(struct tsr_trainer *t, float scale, int *redo);
 /* After the reduction of a step that compares: the reduced gradients' fingerprints. Local. */
 void sdc_grads(struct tsr_trainer *t);
 /* Before the step's first update. Collective. */

@@ -211,3 +211,69 @@ void sdc_fault(tsr_trainer *t, sdc_when when) {
                  t->dist.rank, f->tensor, site_names[f->site]);
     free(h);
 }
+
+/* TSR_FAULT="matmul:STEP:WHO[:every]" (test-only): the CPU backend's product is wrapped; WHO's
+ * first product of step STEP (every: each of its products from STEP on, the replays' too) gets
+ * bit 22 of its last element flipped, as a unit that computes wrong would (the last row's: the
+ * first row of a layer's first product is the first position's query, which attends to itself
+ * alone and changes nothing) */
+static struct {
+    const tsr_trainer *t;
+    int64_t step;
+    int rank, every, fired;
+    char node[64];
+    void (*orig)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                 const void *w, const void *bias, int N, int IC, int OC, tsr_gelu_kind gelu);
+} wrong;
+
+/* the wrapped product is due to be wrong now */
+static int wrong_now(void) {
+    const tsr_trainer *t = wrong.t;
+    const int64_t step = t->step + 1; /* (the step being computed) */
+    if (wrong.every ? step < wrong.step : step != wrong.step || wrong.fired) return 0;
+    const char *node = t->sdc->hosts ? t->sdc->hosts[t->dist.rank] : t->dist.host;
+    return wrong.rank >= 0 ? wrong.rank == t->dist.rank : !strcmp(wrong.node, node);
+}
+
+static void wrong_matmul(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
+                         const void *w, const void *bias, int N, int IC, int OC,
+                         tsr_gelu_kind gelu) {
+    wrong.orig(be, out, pre_gelu, inp, w, bias, N, IC, OC, gelu);
+    if (!wrong_now()) return;
+    float *last = (float *)out + (size_t)N * (size_t)OC - 1;
+    uint32_t u;
+    memcpy(&u, last, sizeof u);
+    u ^= (uint32_t)1 << 22;
+    memcpy(last, &u, sizeof u);
+    if (!wrong.fired)
+        fprintf(stderr, "tessera-train: [rank %d] TSR_FAULT: a wrong matrix product in step %lld%s\n",
+                wrong.t->dist.rank, (long long)(wrong.t->step + 1),
+                wrong.every ? " (and in every later one)" : "");
+    wrong.fired = 1;
+}
+
+int sdc_fault_matmul(tsr_trainer *t) {
+    const char *a = tsr_fault("matmul");
+    if (!a) return 0;
+    char buf[160], *save = NULL, *f[4];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%.*s", (int)strcspn(a, ","), a);
+    for (char *p = strtok_r(buf, ":", &save); p && n < 4; p = strtok_r(NULL, ":", &save)) f[n++] = p;
+    int64_t v = 0;
+    memset(&wrong, 0, sizeof wrong);
+    wrong.rank = -1;
+    int bad = n < 2 || tsr_parse_i64(f[0], 1, INT64_MAX, &wrong.step) || t->be.gpu ||
+              (n == 3 && strcmp(f[2], "every") != 0);
+    if (!bad && !strncmp(f[1], "node=", 5) && f[1][5]) snprintf(wrong.node, sizeof wrong.node, "%s", f[1] + 5);
+    else if (!bad) bad = tsr_parse_i64(f[1], 0, t->dist.world - 1, &v), wrong.rank = (int)v;
+    if (bad) {
+        if (t->dist.rank == 0)
+            tsr_error("TSR_FAULT: matmul:%.100s: expected matmul:STEP:WHO[:every] (STEP >= 1, WHO a "
+                      "rank of this run or node=NAME; device = cpu; docs/health.md)", a);
+        return TSR_EXIT_USAGE;
+    }
+    wrong.t = t, wrong.every = n == 3;
+    wrong.orig = t->model.be.matmul_forward;
+    t->model.be.matmul_forward = wrong_matmul;
+    return 0;
+}

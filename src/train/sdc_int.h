@@ -55,7 +55,11 @@ typedef enum {
     SDC_FOUND_REPLICAS, /* the copies of a tensor differ */
     SDC_FOUND_AT_REST,  /* a rank's state changed since its fingerprints were stored */
     SDC_FOUND_LOAD,     /* a rank's state after a resume differs from the checkpoint's CRC32C */
+    SDC_FOUND_REPLAY,   /* a microbatch recomputed by another rank gave other gradients */
 } sdc_found;
+
+/* A replay's verdict (sdc_replay.c) */
+typedef enum { SDC_RP_TRANSIENT = 0, SDC_RP_PERSISTENT, SDC_RP_UNATTRIBUTED } sdc_rp_kind;
 #define SDC_MAX_VOTES 8
 typedef struct sdc_verdict {
     sdc_found found;
@@ -67,7 +71,29 @@ typedef struct sdc_verdict {
     int *rest_count;   /* and how many */
     uint32_t *rest_crc;/* (world x 2) that entry's stored and current fingerprints */
     int64_t suspect_from; /* checkpoints of this step and later may hold it: set aside */
+    /* replay: rank q's first microbatch, replayed by rank r, the suspect (-1: none), the kind;
+     * the third rank and the rank of the (last) second try, -1 when none; the fingerprints: q's,
+     * r's, the third's, the second try's */
+    int rp_q, rp_r, rp_suspect, rp_third, rp_retry;
+    sdc_rp_kind rp_kind;
+    uint32_t rp_crc[4];
 } sdc_verdict;
+
+/* Deterministic replay (sdc_replay.c; docs/health.md "Replay") */
+typedef struct sdc_replay {
+    int on;
+    int64_t interval;
+    tsr_group *world;          /* every rank (mesh_group_open): the microbatches' transfers */
+    size_t bytes;              /* one microbatch: its tokens, targets and segment starts */
+    uint8_t *mine, *theirs;    /* this rank's first microbatch; the one it recomputes */
+    float *scratch;            /* the recomputation's gradients */
+    size_t n;                  /* floats of the gradients */
+    int64_t step;              /* the step whose first microbatch own is the fingerprint of */
+    uint32_t own;
+    int busy;                  /* inside a recomputation: no fingerprint, no replay */
+    int64_t replays, mismatches, transients;
+    double seconds;
+} sdc_replay_state;
 
 typedef struct tsr_sdc {
     int on;
@@ -93,6 +119,7 @@ typedef struct tsr_sdc {
                                 * slowest rank, which the step's next collective would wait) */
     sdc_flip flip;
     sdc_verdict v;
+    sdc_replay_state rp;
 } tsr_sdc;
 
 /* sdc_state.c: the entries of this run (the trainer's sharding, LoRA, experts) */
@@ -100,6 +127,8 @@ void sdc_build(tsr_trainer *t, tsr_sdc *s);
 /* The fingerprints (s->crc) of the entries kept at rest (rest = 1) and of the reduced gradients
  * (grads = 1), hashed on the rank's threads; the seconds spent added to s->hash_s. */
 void sdc_hash_sets(tsr_trainer *t, tsr_sdc *s, int rest, int grads);
+/* CRC32C of n floats, in chunks on the rank's threads (sdc_hash_sets' way) */
+uint32_t sdc_crc_floats(const tsr_trainer *t, const float *p, size_t n);
 /* An entry that is kept between the steps (checked at rest): every set but the gradients */
 int sdc_at_rest(const sdc_entry *e);
 
@@ -109,5 +138,12 @@ void sdc_write_culprit(tsr_trainer *t, tsr_sdc *s);
 
 /* sdc_fault.c: TSR_FAULT's flip read and checked against the model; 0 or TSR_EXIT_USAGE */
 int sdc_fault_parse(tsr_trainer *t, sdc_flip *f);
+/* TSR_FAULT="matmul:STEP:WHO[:every]": WHO's (a rank or node=NAME) first matrix product in step
+ * STEP gets a flipped bit (every: each of its products from STEP on). 0 or TSR_EXIT_USAGE. */
+int sdc_fault_matmul(tsr_trainer *t);
+
+/* sdc_replay.c: the replay's set-up at start (on in a mode it covers), and its release */
+void sdc_replay_init(tsr_trainer *t, tsr_sdc *s);
+void sdc_replay_free(tsr_trainer *t, tsr_sdc *s);
 
 #endif

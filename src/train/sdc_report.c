@@ -11,16 +11,29 @@
 #include "telemetry/metrics.h"
 #include "train/sdc_int.h"
 
+/* A replay's: the suspect (attributed), or the original's and the replayer's ranks */
+static int replay_blamed(const sdc_verdict *v, int *ranks, int cap, int *attributed) {
+    int n = 0;
+    *attributed = v->rp_suspect >= 0;
+    if (cap < 2) return 0;
+    if (*attributed) ranks[n++] = v->rp_suspect;
+    else if (v->rp_q == v->rp_r) ranks[n++] = v->rp_q;
+    else ranks[n++] = v->rp_q < v->rp_r ? v->rp_q : v->rp_r, ranks[n++] = v->rp_q < v->rp_r ? v->rp_r : v->rp_q;
+    return n;
+}
+
 /* The ranks a verdict blames, at most cap into ranks (rank order, once each); *attributed: 1 when
  * they are culprits (outvoted by a majority, or changed at rest), 0 when no copy could be blamed
  * and they are every copy of the disagreeing tensors (suspects). Returns their count. */
 static int blamed(const tsr_trainer *t, const tsr_sdc *s, int *ranks, int cap, int *attributed) {
     const sdc_verdict *v = &s->v;
+    if (v->found == SDC_FOUND_REPLAY) return replay_blamed(v, ranks, cap, attributed);
     char *mark = tsr_calloc((size_t)t->dist.world, 1);
     const int per_rank = v->found == SDC_FOUND_AT_REST || v->found == SDC_FOUND_LOAD;
     *attributed = per_rank;
     for (int r = 0; per_rank && r < t->dist.world; r++) mark[r] = v->rest_entry[r] >= 0;
-    for (int i = 0; v->found == SDC_FOUND_REPLICAS && i < v->n_votes; i++) *attributed |= v->votes[i].majority;
+    for (int i = 0; v->found == SDC_FOUND_REPLICAS && i < v->n_votes; i++)
+        *attributed |= v->votes[i].majority;
     for (int i = 0; v->found == SDC_FOUND_REPLICAS && i < v->n_votes; i++) {
         const sdc_vote *x = &v->votes[i];
         if (x->majority != *attributed) continue; /* (suspects only when nobody is outvoted) */
@@ -88,9 +101,14 @@ static void rest_line(const tsr_sdc *s, int r) {
               v->rest_count[r] == 1 ? "" : "s");
 }
 
-/* The first tensor the verdict names */
+/* The first tensor the verdict names (a replay: the gradients of a microbatch) */
 static const char *first_tensor(const tsr_sdc *s) {
     const sdc_verdict *v = &s->v;
+    static char what[64];
+    if (v->found == SDC_FOUND_REPLAY) {
+        snprintf(what, sizeof what, "grads/microbatch-0-of-rank-%d", v->rp_q);
+        return what;
+    }
     if (v->found == SDC_FOUND_REPLICAS) return s->e[v->votes[0].entry].name;
     for (int r = 0; v->rest_entry; r++)
         if (v->rest_entry[r] >= 0) return s->e[v->rest_entry[r]].name;
@@ -98,6 +116,8 @@ static const char *first_tensor(const tsr_sdc *s) {
 }
 
 static const char *verdict_word(const tsr_sdc *s, int attributed) {
+    static const char *const rp[] = {"transient", "persistent", "unattributed"};
+    if (s->v.found == SDC_FOUND_REPLAY) return rp[s->v.rp_kind];
     if (!attributed) return "unattributed";
     if (s->v.found == SDC_FOUND_LOAD) return "read_path";
     return s->v.found == SDC_FOUND_AT_REST ? "changed_at_rest" : "outvoted";
@@ -105,7 +125,7 @@ static const char *verdict_word(const tsr_sdc *s, int attributed) {
 
 /* the check that found it: "replicas", "at_rest", "load" */
 static const char *check_word(const tsr_sdc *s) {
-    static const char *const words[] = {"none", "replicas", "at_rest", "load"};
+    static const char *const words[] = {"none", "replicas", "at_rest", "load", "replay"};
     return words[s->v.found];
 }
 
@@ -128,12 +148,45 @@ static void log_event(const tsr_trainer *t, const tsr_sdc *s, const int *ranks, 
     metrics_end_record(f);
 }
 
+/* A replay's verdict as lines: the computations, then what they say */
+static void replay_lines(const tsr_sdc *s) {
+    const sdc_verdict *v = &s->v;
+    char third[96] = "", second[96] = "";
+    if (v->rp_third >= 0)
+        snprintf(third, sizeof third, "; rank %d's 0x%08x", v->rp_third, v->rp_crc[2]);
+    if (v->rp_retry >= 0)
+        snprintf(second, sizeof second, "; rank %d's second try 0x%08x", v->rp_retry, v->rp_crc[3]);
+    char what[400];
+    snprintf(what, sizeof what, "replay of step %lld: rank %d's first microbatch gives gradients "
+             "0x%08x on rank %d (node %s), 0x%08x recomputed by rank %d (node %s)%s%s",
+             (long long)v->step, v->rp_q, v->rp_crc[0], v->rp_q, s->hosts[v->rp_q], v->rp_crc[1],
+             v->rp_r, s->hosts[v->rp_r], third, second);
+    if (v->rp_kind == SDC_RP_TRANSIENT)
+        tsr_warn("%s: a transient fault of rank %d (node %s): its second try agrees%s", what,
+                 v->rp_suspect, s->hosts[v->rp_suspect],
+                 v->rp_suspect == v->rp_q ? "; it computes its microbatches again before the "
+                                            "reduction" : "");
+    else if (v->rp_kind == SDC_RP_PERSISTENT)
+        tsr_error("silent data corruption in the %s: a persistent fault of rank %d (node %s): its "
+                  "second try disagrees again", what, v->rp_suspect, s->hosts[v->rp_suspect]);
+    else
+        tsr_error("silent data corruption in the %s: unattributed (no result is held by two of "
+                  "three computations)", what);
+}
+
 void sdc_report(tsr_trainer *t, tsr_sdc *s) {
     if (t->dist.rank != 0) return;
     const sdc_verdict *v = &s->v;
+    if (v->found == SDC_FOUND_REPLAY) replay_lines(s);
+    if (v->found == SDC_FOUND_REPLAY && v->rp_kind == SDC_RP_TRANSIENT) {
+        int ranks[2] = {v->rp_suspect, -1};
+        log_event(t, s, ranks, 1, 1, s->hosts[v->rp_suspect]);
+        return;
+    }
     for (int i = 0; v->found == SDC_FOUND_REPLICAS && i < v->n_votes; i++)
         vote_line(t, s, &v->votes[i]);
-    for (int r = 0, shown = 0; v->found != SDC_FOUND_REPLICAS && r < t->dist.world; r++)
+    const int per_rank = v->found == SDC_FOUND_AT_REST || v->found == SDC_FOUND_LOAD;
+    for (int r = 0, shown = 0; per_rank && r < t->dist.world; r++)
         if (v->rest_entry[r] >= 0 && shown++ < SDC_MAX_VOTES) rest_line(s, r);
     int ranks[64], attributed, n = blamed(t, s, ranks, 64, &attributed);
     char nodes[1024];
@@ -173,24 +226,43 @@ void sdc_write_culprit(tsr_trainer *t, tsr_sdc *s) {
         tsr_warn("%s: cannot write the culprit record: the job script cannot exclude its node", path);
 }
 
+/* "replayed every 100 steps: 3 replays, ..." or "" */
+static void replay_summary(const tsr_sdc *s, double sec, char *out, size_t cap) {
+    out[0] = '\0';
+    if (s->rp.on)
+        snprintf(out, cap, "replayed every %lld steps: %lld replays, %lld mismatches, %lld "
+                 "transient, %.3f s", (long long)s->rp.interval, (long long)s->rp.replays,
+                 (long long)s->rp.mismatches, (long long)s->rp.transients, sec);
+}
+
 void sdc_summary(tsr_trainer *t) {
     tsr_sdc *s = t->sdc;
-    if (!s || !s->on) return;
-    double sec[2] = {s->hash_s, s->comm_s};
-    dist_allreduce_max_f64(sec, 2); /* (the slowest rank's: the others wait for it) */
+    if (!s || (!s->on && !s->rp.on)) return;
+    double sec[3] = {s->hash_s, s->comm_s, s->rp.seconds};
+    dist_allreduce_max_f64(sec, 3); /* (the slowest rank's: the others wait for it) */
     const double steps = t->out.time_sum, share = steps > 0 ? sec[0] / steps : 0.0;
     const int found = s->v.found != SDC_FOUND_NONE;
     if (t->dist.rank != 0) return;
-    printf("health: fingerprints compared %lld times and checked at rest %lld times "
-           "(health.fingerprint_interval = %lld), %s; hashing %.3f s (%.2f%% of the step time), "
-           "collectives %.3f s\n", (long long)s->comparisons, (long long)s->rest_checks,
-           (long long)s->interval, found ? "then a mismatch stopped the run" : "all agreed",
-           sec[0], 100.0 * share, sec[1]);
+    char rp[256];
+    replay_summary(s, sec[2], rp, sizeof rp);
+    if (s->on)
+        printf("health: fingerprints compared %lld times and checked at rest %lld times "
+               "(health.fingerprint_interval = %lld), %s; hashing %.3f s (%.2f%% of the step "
+               "time), collectives %.3f s%s%s\n", (long long)s->comparisons,
+               (long long)s->rest_checks, (long long)s->interval,
+               found ? "then a corruption stopped the run" : "all agreed", sec[0], 100.0 * share,
+               sec[1], rp[0] ? "; " : "", rp);
+    else
+        printf("health: %s%s\n", rp, found ? "; then a corruption stopped the run" : "");
     FILE *f = t->out.metrics;
     if (!f) return;
     fprintf(f, "{\"event\": \"health\", \"interval\": %lld, \"comparisons\": %lld, "
                "\"rest_checks\": %lld, \"mismatches\": %d, \"hash_s\": %.6f, \"comm_s\": %.6f, "
-               "\"step_share\": %.6f", (long long)s->interval, (long long)s->comparisons,
-            (long long)s->rest_checks, found, sec[0], sec[1], share);
+               "\"step_share\": %.6f, \"replay_interval\": %lld, \"replays\": %lld, "
+               "\"replay_mismatches\": %lld, \"replay_transients\": %lld, \"replay_s\": %.6f",
+            (long long)s->interval, (long long)s->comparisons, (long long)s->rest_checks, found,
+            sec[0], sec[1], share, s->rp.on ? (long long)s->rp.interval : 0LL,
+            (long long)s->rp.replays, (long long)s->rp.mismatches, (long long)s->rp.transients,
+            sec[2]);
     metrics_end_record(f);
 }

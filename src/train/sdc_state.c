@@ -229,6 +229,22 @@ static void hash_picked(const tsr_trainer *t, tsr_sdc *s, const int *pick) {
     free(c);
 }
 
+uint32_t sdc_crc_floats(const tsr_trainer *t, const float *p, size_t n) {
+    const size_t k = (n + SDC_CHUNK - 1) / SDC_CHUNK;
+    uint32_t *c = tsr_malloc((k ? k : 1) * sizeof *c), crc = 0;
+#pragma omp parallel for schedule(dynamic) num_threads(t->be.threads > 0 ? t->be.threads : 1)
+    for (size_t j = 0; j < k; j++) {
+        const size_t len = n - j * SDC_CHUNK < SDC_CHUNK ? n - j * SDC_CHUNK : SDC_CHUNK;
+        c[j] = tsr_crc32c(0, p + j * SDC_CHUNK, len * sizeof(float));
+    }
+    for (size_t j = 0; j < k; j++) {
+        const size_t len = n - j * SDC_CHUNK < SDC_CHUNK ? n - j * SDC_CHUNK : SDC_CHUNK;
+        crc = j ? crc32c_combine(crc, c[j], len * sizeof(float)) : c[j];
+    }
+    free(c);
+    return crc;
+}
+
 void sdc_hash_sets(tsr_trainer *t, tsr_sdc *s, int rest, int grads) {
     const double t0 = tsr_now();
     int *pick = tsr_calloc((size_t)(s->n ? s->n : 1), sizeof *pick);

@@ -84,3 +84,9 @@ int sdc_vote_find(int W, int K, const uint32_t *crc, const int *color, sdc_vote 
     free(c);
     return found;
 }
+
+sdc_rp_who sdc_replay_suspect(uint32_t original, uint32_t replay, int have_third, uint32_t third) {
+    if (!have_third) return SDC_RP_EITHER;
+    if (third == replay) return SDC_RP_ORIGINAL;
+    return third == original ? SDC_RP_REPLAYER : SDC_RP_NOBODY;
+}

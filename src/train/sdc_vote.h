@@ -30,4 +30,12 @@ typedef struct sdc_vote {
  * of them into out; returns how many there are in all (0: every replica set agrees). */
 int sdc_vote_find(int W, int K, const uint32_t *crc, const int *color, sdc_vote *out, int cap);
 
+/* A replay (docs/health.md "Replay"): whose computation of a microbatch is the odd one, when the
+ * original's gradients' fingerprint and a replay's differ, given a third rank's (when
+ * have_third): ORIGINAL when the third agrees with the replay, REPLAYER when with the original,
+ * NOBODY when with neither; EITHER without a third (two computations cannot tell: second tries
+ * decide). */
+typedef enum { SDC_RP_NOBODY = 0, SDC_RP_ORIGINAL, SDC_RP_REPLAYER, SDC_RP_EITHER } sdc_rp_who;
+sdc_rp_who sdc_replay_suspect(uint32_t original, uint32_t replay, int have_third, uint32_t third);
+
 #endif

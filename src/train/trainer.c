@@ -74,6 +74,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
         model_backward(m, in, tg, t->micro, t->T, scale);
+        if (b == 0) sdc_replay_first(t); /* (a replay step: its gradients' fingerprint) */
     }
     m->starts = NULL;
     if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* evaluations: no dropout */
@@ -348,9 +349,14 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
-    double loss_sum = s->compute(t, denom > 0 ? 1.0f / (float)denom : 0.0f);
+    const float scale = denom > 0 ? 1.0f / (float)denom : 0.0f;
+    double loss_sum = s->compute(t, scale);
     trainer_fault_compute(t);
     st->compute_time += tsr_now() - tc;
+    int redo = 0; /* (a replay step: another rank recomputed a microbatch: train/sdc.h) */
+    if (first && (st->exit_code = sdc_replay(t, scale, &redo))) return 0;
+    if (redo && t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
+    if (redo) loss_sum = s->compute(t, scale); /* this rank erred once: its microbatches again */
     sdc_fault(t, SDC_BEFORE_REDUCE);
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
     if (t->objective->reduce_stats) t->objective->reduce_stats(t); /* (dpo's sums) */

@@ -11,10 +11,13 @@
 #    two fingerprint steps is caught at the next one; two copies (hsdp) cannot say which is right:
 #    unattributed;
 #  - after a resume, a rank's state is checked against the checkpoint's CRC32C (the read path);
+#  - deterministic replay: one rank's matrix product wrong once in a replay step is a transient
+#    fault (its second try agrees), the rank recomputes its microbatches and the run ends with the
+#    clean run's weights bit for bit; wrong in every product from then on: persistent, exit 87;
 #  - a resume takes the newest checkpoint whose fingerprints agreed; a malformed flip is refused.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 13
+tap_plan 17
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -38,7 +41,7 @@ tap_check $? "ddp on 2 ranks, fingerprints on by default: compared at start, the
 
 run 2 Aoff --set health.fingerprint_interval=0
 rc=$?
-[[ $rc == 0 ]] && ! grep -q "^health:" "$TMP/Aoff.txt" && same_tensors "$(ck "$TMP/A" 12)" "$(ck "$TMP/Aoff" 12)" &&
+[[ $rc == 0 ]] && ! grep -q "^health: fingerprints" "$TMP/Aoff.txt" && same_tensors "$(ck "$TMP/A" 12)" "$(ck "$TMP/Aoff" 12)" &&
     grep -q "^fingerprints     not compared$" <("$TOOL" ckpt inspect "$TMP/Aoff")
 tap_check $? "health.fingerprint_interval = 0: no checks, the checkpoint says not compared, and the weights equal the checked run's bit for bit (exit $rc)"
 
@@ -100,6 +103,27 @@ rc=$?
 [[ $rc == 0 ]] && grep -q "checkpoint resume step 12 " "$TMP/N.txt" &&
     grep -q "the fingerprints of step-00000015.h5 were not compared when they were saved" "$TMP/N.txt"
 tap_check $? "a resume takes the newest checkpoint whose fingerprints agreed (step 12), passing the newer step 15 saved with them off, and says so (exit $rc)"
+
+rp=(--set health.replay_interval=7)
+run 3 C3 "${rp[@]}"
+rc=$?
+[[ $rc == 0 && $(health C3 replays) == 1 && $(health C3 replay_mismatches) == 0 ]]
+tap_check $? "ddp on 3 ranks with a replay at step 7: each rank's first microbatch recomputed by its neighbour, all agree (exit $rc)"
+TSR_FAULT=matmul:7:1 run 3 M3 "${rp[@]}"
+rc=$?
+[[ $rc == 0 && $(health M3 replay_transients) == 1 ]] && same_tensors "$(ck "$TMP/C3" 12)" "$(ck "$TMP/M3" 12)" &&
+    grep -q "warning: replay of step 7: rank 1's first microbatch gives gradients 0x[0-9a-f]* on rank 1 (node .*), 0x[0-9a-f]* recomputed by rank 0 (node .*); rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees; it computes its microbatches again before the reduction" "$TMP/M3.txt" &&
+    grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/microbatch-0-of-rank-1"' "$TMP/M3/metrics.jsonl"
+tap_check $? "rank 1's matrix product wrong once in step 7: the replay finds it, rank 2 sides with the replayer, rank 1's second try agrees: transient; rank 1 recomputes and the run ends with the clean run's weights bit for bit (exit $rc)"
+TSR_FAULT=matmul:7:1:every run 3 P3 "${rp[@]}"
+rc=$?
+[[ $rc == 87 && $(culprit P3 check) == replay && $(culprit P3 verdict) == persistent && $(culprit P3 ranks) == 1 && -n $(culprit P3 nodes) ]] &&
+    grep -q "a persistent fault of rank 1 (node .*): its second try disagrees again" "$TMP/P3.txt"
+tap_check $? "rank 1's products wrong from step 7 on: its second try disagrees again: persistent, exit 87, culprit rank 1 (exit $rc)"
+TSR_FAULT=matmul:7:0 run 2 M2 "${rp[@]}" --set parallel.sharding=zero1
+rc=$?
+[[ $rc == 0 && $(health M2 replay_transients) == 1 ]] && grep -q "rank 0's second try 0x[0-9a-f]*: a transient fault of rank 0" "$TMP/M2.txt"
+tap_check $? "zero1 on 2 ranks (no third rank): rank 0's second try agrees with its replayer: transient (exit $rc)"
 
 TSR_FAULT=flip:weights:nosuch:3:1:2 run 2 X
 rc=$?

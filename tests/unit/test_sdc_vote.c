@@ -106,8 +106,18 @@ static void more_than_cap(void) {
            "5 entries differ, room for 2 votes: all 5 counted, the first 2 kept in entry order");
 }
 
+/* a replay's tie-break: who computed the odd result */
+static void replay_suspect(void) {
+    tap_ok(sdc_replay_suspect(1, 2, 1, 2) == SDC_RP_ORIGINAL,
+           "replay: the third rank agrees with the replay: the original is the odd one");
+    tap_ok(sdc_replay_suspect(1, 2, 1, 1) == SDC_RP_REPLAYER,
+           "replay: the third rank agrees with the original: the replayer is");
+    tap_ok(sdc_replay_suspect(1, 2, 1, 3) == SDC_RP_NOBODY, "replay: three results: nobody (unattributed)");
+    tap_ok(sdc_replay_suspect(1, 2, 0, 0) == SDC_RP_EITHER, "replay: two ranks: either (second tries decide)");
+}
+
 int main(void) {
-    tap_plan(10);
+    tap_plan(14);
     agreement();
     outvoted();
     two_copies();
@@ -116,5 +126,6 @@ int main(void) {
     single_copy();
     many_bad();
     more_than_cap();
+    replay_suspect();
     return tap_done();
 }
