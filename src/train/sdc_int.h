@@ -91,7 +91,6 @@ typedef struct sdc_replay {
     int64_t step;              /* the step whose first microbatch own is the fingerprint of */
     uint32_t own;
     int busy;                  /* inside a recomputation: no fingerprint, no replay */
-    int64_t replays, mismatches, transients;
     double seconds;
 } sdc_replay_state;
 
@@ -108,12 +107,13 @@ typedef struct tsr_sdc {
     int64_t grads_step;        /* crc[] holds the reduced gradients of this step (sdc_grads) */
     int window;                /* stored[] holds the state after step window_step: the next
                                 * update checks it */
-    int64_t window_step;
+    int64_t window_step;       /* (-1 until the start's comparison) */
+    int n_frozen;              /* frozen entries: their stored fingerprints are the start's */
+    int64_t start_step;        /* the step of the start's comparison */
     int64_t compared;          /* the step of the last comparison that agreed, -1 */
     char (*hosts)[64];         /* (world) every rank's node */
     uint32_t *table;           /* (world x 2n) the gathered fingerprints and colors */
-    /* figures (docs/health.md "Telemetry") */
-    int64_t comparisons, rest_checks;
+    /* figures (the counts: t->out.health; docs/health.md "Telemetry") */
     double hash_s;             /* seconds spent hashing */
     double comm_s;             /* seconds in the checks' collectives (with the wait for the
                                 * slowest rank, which the step's next collective would wait) */
@@ -145,5 +145,18 @@ int sdc_fault_matmul(tsr_trainer *t);
 /* sdc_replay.c: the replay's set-up at start (on in a mode it covers), and its release */
 void sdc_replay_init(tsr_trainer *t, tsr_sdc *s);
 void sdc_replay_free(tsr_trainer *t, tsr_sdc *s);
+
+/* sdc_check.c: the checks (0, or TSR_EXIT_SDC after sdc_report); collective. The comparison of
+ * the state after step t->step between the replicas (with_grads: the reduced gradients of this
+ * step too), which stores the at-rest fingerprints for the next update's check; */
+int sdc_compare(tsr_trainer *t, int with_grads);
+/* the at-rest check of the stored fingerprints (the window closes; now_step: the step whose
+ * update comes); */
+int sdc_check_rest(tsr_trainer *t, int64_t now_step);
+/* after a resume, the tensors a rank holds whole against the checkpoint's crc32c attributes; */
+int sdc_check_load(tsr_trainer *t);
+/* before a replay, the state it recomputes from compared between the replicas (a state that
+ * differs is the fingerprints' verdict, not a computation's). */
+int sdc_before_replay(tsr_trainer *t);
 
 #endif

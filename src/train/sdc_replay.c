@@ -162,7 +162,7 @@ static uint32_t *exchange(tsr_trainer *t, float scale) {
 /* The verdict on a mismatch of rank q, replayed by r, recorded (and reported: sdc_report) */
 static int verdict(tsr_trainer *t, int q, int r, uint32_t fq, uint32_t rr, float scale, int *redo) {
     tsr_sdc *s = t->sdc;
-    s->rp.mismatches++;
+    t->out.health.replay_mismatches++;
     s->v.rp_q = q, s->v.rp_r = r, s->v.rp_crc[0] = fq, s->v.rp_crc[1] = rr;
     s->v.rp_crc[2] = s->v.rp_crc[3] = 0;
     s->v.rp_third = s->v.rp_retry = -1;
@@ -173,7 +173,7 @@ static int verdict(tsr_trainer *t, int q, int r, uint32_t fq, uint32_t rr, float
     s->v.suspect_from = -1;
     sdc_report(t, s);
     if (s->v.rp_kind != SDC_RP_TRANSIENT) return TSR_EXIT_SDC;
-    s->rp.transients++;
+    t->out.health.transients++;
     s->v.found = SDC_FOUND_NONE; /* (the run goes on) */
     if (original && t->dist.rank == q) *redo = 1; /* (the step used q's wrong gradients) */
     return 0;
@@ -184,9 +184,10 @@ int sdc_replay(tsr_trainer *t, float scale, int *redo) {
     *redo = 0;
     if (!s || !replay_due(t) || s->rp.step != t->step + 1) return 0;
     const double t0 = tsr_now();
+    TSR_CHECK(sdc_before_replay(t)); /* (the state it recomputes from agrees first) */
     const int W = t->dist.world;
     uint32_t *pairs = exchange(t, scale);
-    s->rp.replays++;
+    t->out.health.replays++;
     int rc = 0;
     for (int q = 0; q < W && !rc; q++) {
         const int r = (q - 1 + W) % W; /* (rank r recomputed q's microbatch) */
@@ -195,5 +196,6 @@ int sdc_replay(tsr_trainer *t, float scale, int *redo) {
     }
     free(pairs);
     s->rp.seconds += tsr_now() - t0;
+    t->out.health.step_s += tsr_now() - t0;
     return rc;
 }

@@ -92,6 +92,13 @@ static void rest_line(const tsr_sdc *s, int r) {
                   v->rest_count[r], v->rest_count[r] == 1 ? "" : "s", v->rest_count[r] == 1 ? "s" : "");
         return;
     }
+    if (s->e[v->rest_entry[r]].frozen) {
+        tsr_error("silent data corruption: %s of rank %d (node %s) changed, though frozen: 0x%08x "
+                  "after step %lld, 0x%08x after step %lld", s->e[v->rest_entry[r]].name, r,
+                  s->hosts[r], v->rest_crc[2 * r], (long long)v->since, v->rest_crc[2 * r + 1],
+                  (long long)v->step);
+        return;
+    }
     tsr_error("silent data corruption: %s of rank %d (node %s) changed at rest between the "
               "fingerprints taken after step %lld and %s: 0x%08x then, 0x%08x now (%d tensor%s "
               "of this rank changed)", s->e[v->rest_entry[r]].name, r, s->hosts[r],
@@ -143,8 +150,8 @@ static void log_event(const tsr_trainer *t, const tsr_sdc *s, const int *ranks, 
     for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ranks[i]);
     fprintf(f, "], \"nodes\": ");
     json_fput_string(f, nodes);
-    fprintf(f, ", \"comparisons\": %lld, \"rest_checks\": %lld", (long long)s->comparisons,
-            (long long)s->rest_checks);
+    fprintf(f, ", \"comparisons\": %lld, \"rest_checks\": %lld", (long long)t->out.health.comparisons,
+            (long long)t->out.health.rest_checks);
     metrics_end_record(f);
 }
 
@@ -227,12 +234,13 @@ void sdc_write_culprit(tsr_trainer *t, tsr_sdc *s) {
 }
 
 /* "replayed every 100 steps: 3 replays, ..." or "" */
-static void replay_summary(const tsr_sdc *s, double sec, char *out, size_t cap) {
+static void replay_summary(const tsr_trainer *t, double sec, char *out, size_t cap) {
     out[0] = '\0';
-    if (s->rp.on)
+    if (t->sdc->rp.on)
         snprintf(out, cap, "replayed every %lld steps: %lld replays, %lld mismatches, %lld "
-                 "transient, %.3f s", (long long)s->rp.interval, (long long)s->rp.replays,
-                 (long long)s->rp.mismatches, (long long)s->rp.transients, sec);
+                 "transient, %.3f s", (long long)t->sdc->rp.interval,
+                 (long long)t->out.health.replays, (long long)t->out.health.replay_mismatches,
+                 (long long)t->out.health.transients, sec);
 }
 
 void sdc_summary(tsr_trainer *t) {
@@ -244,12 +252,12 @@ void sdc_summary(tsr_trainer *t) {
     const int found = s->v.found != SDC_FOUND_NONE;
     if (t->dist.rank != 0) return;
     char rp[256];
-    replay_summary(s, sec[2], rp, sizeof rp);
+    replay_summary(t, sec[2], rp, sizeof rp);
     if (s->on)
         printf("health: fingerprints compared %lld times and checked at rest %lld times "
                "(health.fingerprint_interval = %lld), %s; hashing %.3f s (%.2f%% of the step "
-               "time), collectives %.3f s%s%s\n", (long long)s->comparisons,
-               (long long)s->rest_checks, (long long)s->interval,
+               "time), collectives %.3f s%s%s\n", (long long)t->out.health.comparisons,
+               (long long)t->out.health.rest_checks, (long long)s->interval,
                found ? "then a corruption stopped the run" : "all agreed", sec[0], 100.0 * share,
                sec[1], rp[0] ? "; " : "", rp);
     else
@@ -260,9 +268,9 @@ void sdc_summary(tsr_trainer *t) {
                "\"rest_checks\": %lld, \"mismatches\": %d, \"hash_s\": %.6f, \"comm_s\": %.6f, "
                "\"step_share\": %.6f, \"replay_interval\": %lld, \"replays\": %lld, "
                "\"replay_mismatches\": %lld, \"replay_transients\": %lld, \"replay_s\": %.6f",
-            (long long)s->interval, (long long)s->comparisons, (long long)s->rest_checks, found,
+            (long long)s->interval, (long long)t->out.health.comparisons, (long long)t->out.health.rest_checks, found,
             sec[0], sec[1], share, s->rp.on ? (long long)s->rp.interval : 0LL,
-            (long long)s->rp.replays, (long long)s->rp.mismatches, (long long)s->rp.transients,
+            (long long)t->out.health.replays, (long long)t->out.health.replay_mismatches, (long long)t->out.health.transients,
             sec[2]);
     metrics_end_record(f);
 }
