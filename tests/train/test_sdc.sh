@@ -17,7 +17,7 @@
 #  - a resume takes the newest checkpoint whose fingerprints agreed; a malformed flip is refused.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 17
+tap_plan 18
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -134,4 +134,9 @@ TSR_FAULT=flip:grads:qkvw:3:1:2 run 2 X2 --set parallel.sharding=zero3
 rc=$?
 [[ $rc == 1 && ! -e $TMP/X2 ]] && grep -q "under zero3 and hsdp a layer's gradients are reduce-scattered inside the backward" "$TMP/X2.txt"
 tap_check $? "a flip of a layer's gradients before their reduction under zero3 is refused, saying why (exit $rc)"
+
+TSR_FAULT=matmul:0:1 run 2 X3
+rc=$?
+[[ $rc == 1 && ! -e $TMP/X3 ]] && grep -q "TSR_FAULT: matmul:0:1: expected matmul:STEP:WHO\[:every\] (STEP >= 1" "$TMP/X3.txt"
+tap_check $? "a wrong product at step 0 (there is none) is refused before anything is written (exit $rc)"
 tap_done
