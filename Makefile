@@ -201,12 +201,12 @@ GPU_TRAIN_PARTS := src/gpu/gpu_train_mem.c src/gpu/gpu_train_eval.c src/gpu/gpu_
 # src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
-GPU_SRC  := src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
+GPU_SRC  := src/gpu/gpu_backend.c src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
             $(GPU_TRAIN_PARTS) src/gpu/gpu_profile.c src/gpu/gpu_muon.c src/gpu/gpu_ring.c src/gpu/gpu_comm.c \
             src/gpu/gpu_comm_staged.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
 # the library: every src/ folder (src/base/: the shared utilities; checkpoint/: the checkpoint library,
-# in both builds, its collectives through src/dist.h, a world of one with NO_MPI=1) and the CPU
+# in both builds, its collectives through src/dist/dist.h, a world of one with NO_MPI=1) and the CPU
 # kernels, less the programs' main()s and the CUDA glue (docs/architecture.md)
 LIB_SRC  := $(filter-out $(MAINS) $(GPU_SRC) src/gpu/gpu_comm_%.c,$(wildcard src/*.c src/*/*.c checkpoint/*.c kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -272,6 +272,8 @@ CUDA_TARGETS  += $(if $(CUDA_OK),$(BUILD)/bench/deltanet_gpu) # the Gated DeltaN
 # machine; tests/gpu/test_cuda_train.sh checks it against the CPU backend
 CUEMU_TRAIN   := $(BUILD)/tests/tessera-train-cuemu $(BUILD)/tests/test_gpu_ops_emu $(BUILD)/tests/ring_bench_emu
 CUEMU_TRAIN   += $(BUILD)/tests/deltanet_gpu_emu
+# its parts: one kernels/cuda_emu/emu_X.c per kernels/cuda/cuda_X.cu (kernels/cuda_emu/emu.h)
+EMU_OBJ       := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda_emu/emu_*.c))
 # the CPU SIMT emulator (kernels/cuda_simt/): the real kernels of kernels/cuda/cuda_{attention,ring,
 # xent,layernorm,llama,moe,lora}.cu (with cuda_fail.cu's tcu_fail), rewritten by tools/simt_cu.py and compiled by the host's C++
 # compiler, run thread by thread against the CPU oracle by the op test's cases for them
@@ -279,6 +281,8 @@ CUEMU_TRAIN   += $(BUILD)/tests/deltanet_gpu_emu
 SIMT_KERNELS  := cuda_attention cuda_ring cuda_xent cuda_layernorm cuda_llama cuda_moe cuda_lora \
                  cuda_decode cuda_fail
 SIMT_KERNELS  += cuda_deltanet cuda_dnparts # the Gated DeltaNet core and its layer's parts (issue 68)
+# the emulator's parts for the rest: those of the files the SIMT emulator does not run
+EMU_SIMT_OBJ  := $(filter-out $(SIMT_KERNELS:cuda_%=$(BUILD)/obj/kernels/cuda_emu/emu_%.o),$(EMU_OBJ))
 SIMT_OK        = $(if $(CROSS),,$(wildcard $(CUDA_HOME)/include/cuda_bf16.h))
 SIMT_TEST     := $(if $(SIMT_OK),$(BUILD)/tests/test_gpu_ops_simt $(BUILD)/tests/test_simt_selftest)
 # a CUDA-free stand-in for the GPU library, canned facts (healthcheck/mock/): tests the GPU mode's
@@ -363,13 +367,13 @@ $(CUDA_TRAIN_SO): $(GPU_OBJ) $(BUILD)/obj/src/gpu/gpu_comm_nccl.o $(CUDA_LIB)
 
 # the emulator itself checked against the CPU oracle by the GPU op test (it is the instrument of
 # tests/gpu/test_cuda_train.sh): the same test program, linked to it instead of the CUDA library
-$(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+$(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(EMU_OBJ) \
                                  $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
 
 # the SIMT emulator's build: each kernel file rewritten (same lines; #line names the .cu), compiled
-# with simt.h forced in first; cuda_emu.c without the ops those files define; the op test's SIMT mode
+# with simt.h forced in first; the emulator's other parts (EMU_SIMT_OBJ); the op test's SIMT mode
 SIMT_CXXFLAGS := -O2 -g -std=c++17 $(ARCH_FLAG) -fno-strict-aliasing -Wall -Wextra -Wno-unknown-pragmas \
                  -Wno-class-memaccess $(if $(filter 1,$(WERROR)),-Werror) -DTCU_SIMT -Ikernels \
                  -Ikernels/cuda -Ikernels/cuda_simt -Isrc -Isrc/base -isystem $(CUDA_HOME)/include -MMD -MP
@@ -384,9 +388,6 @@ $(BUILD)/obj/simt/%.o: $(BUILD)/simt/%.cpp kernels/cuda_simt/simt.h
 $(BUILD)/obj/kernels/cuda_simt/%.o: kernels/cuda_simt/%.cpp | deps
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) -c $< -o $@
-$(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o: kernels/cuda_emu/cuda_emu.c | deps
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Ikernels/cuda -DTCU_EMU_SIMT_KERNELS -c $< -o $@
 # the op test's own code (its cases, the comparisons: not what it times or emulates) at -O1: its
 # two objects took 10 + 8 CPU-s at -O3, 2.6 + 2 at -O1 (2026-11-29)
 $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o: CFLAGS += -O1
@@ -402,25 +403,26 @@ $(BUILD)/tests/test_simt_selftest: $(BUILD)/obj/simt/simt_selftest.o $(BUILD)/ob
 	$(CXX) -o $@ $^ -lpthread
 $(BUILD)/obj/simt/simt_selftest.o: SIMT_CXXFLAGS += -Itests
 $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
-                                  $(BUILD)/obj/kernels/cuda_emu/cuda_emu_simt.o $(SIMT_OBJ) $(TUNE_OBJ) $(FP8_LINEAR_OBJ) \
+                                  $(EMU_SIMT_OBJ) $(SIMT_OBJ) $(TUNE_OBJ) $(FP8_LINEAR_OBJ) \
                                   $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CXX) $(filter-out -std=c11,$(CFLAGS)) -o $@ $^ $(ALL_LIBS) -ldl
 
-$(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_model.o \
+$(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_backend.o \
+                $(BUILD)/obj/src/gpu/gpu_model.o \
                 $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_ep.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
                 $(BUILD)/obj/src/gpu/gpu_profile.o $(BUILD)/obj/src/gpu/gpu_muon.o \
                 $(BUILD)/obj/src/gpu/gpu_ring.o \
                 $(BUILD)/obj/src/gpu/gpu_comm.o $(BUILD)/obj/src/gpu/gpu_comm_staged.o \
                 $(GPU_TRAIN_PARTS:%.c=$(BUILD)/obj/%.o) \
-                $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) \
+                $(EMU_OBJ) $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) \
                 $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
 
 # ring_bench on the emulator (tests/gpu/test_ring_bench.sh: that it runs and what it prints, not
 # its times)
-$(BUILD)/tests/ring_bench_emu: $(BUILD)/obj/bench/gpu/ring_bench.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+$(BUILD)/tests/ring_bench_emu: $(BUILD)/obj/bench/gpu/ring_bench.o $(EMU_OBJ) \
                 $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
@@ -484,7 +486,7 @@ $(BUILD)/obj/bench/gpu/deltanet_gpu.o: bench/gpu/deltanet_gpu.c | deps
 $(BUILD)/bench/deltanet_gpu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
-$(BUILD)/tests/deltanet_gpu_emu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(BUILD)/obj/kernels/cuda_emu/cuda_emu.o \
+$(BUILD)/tests/deltanet_gpu_emu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(EMU_OBJ) \
                 $(TUNE_OBJ) $(FP8_GEMM_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)

@@ -1,7 +1,7 @@
 /* ckpt.c — writing a checkpoint: HDF5 file and datasets created collectively through MPI-IO, every
  * rank's slices written independently (ckpt_io.c), per-tensor CRC32C, the commit protocol and
  * retention (ckpt.h; docs/checkpoint-format.md). The NO_MPI build runs the same code as a world of
- * one (src/dist.h) on serial HDF5's default driver (ck_fapl_driver): the same file.
+ * one (src/dist/dist.h) on serial HDF5's default driver (ck_fapl_driver): the same file.
  *
  * Order of a save (all ranks, MPI_COMM_WORLD):
  *   1. check the arguments, and that the ranks' ranges tile every tensor (one allgather), before
@@ -45,7 +45,7 @@
 
 #include "ckpt_save.h"
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 int ck_write_latest(const char *run_dir, const char *base, char *why, size_t cap) {
     char latest[4200], latest_tmp[4200];
@@ -126,7 +126,8 @@ static void fs_describe(const char *path, char *out, size_t cap) {
  * (the 256 KiB metadata block is mostly a hole: only what HDF5 writes of it takes room). */
 uint64_t ckpt_file_bytes(const ckpt_meta *m, const ckpt_tensor *t, int n) {
     uint64_t b = (64u << 10) + strlen(m->config) + strlen(m->guard_state) +
-                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) + 4096;
+                 strlen(m->skipped_batches) + strlen(m->mix_tokens) + strlen(m->mix_plan) +
+                 strlen(m->data_sources) + 4096;
     for (int i = 0; i < n; i++) b += ckpt_numel(t[i].ndim, t[i].shape) * sizeof(float) + 4096;
     return b;
 }

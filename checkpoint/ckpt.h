@@ -14,7 +14,7 @@
  *
  * All functions are collective over MPI_COMM_WORLD (every rank calls them with the same names,
  * shapes and metadata) unless marked "local". The NO_MPI build has the same functions for a world
- * of one process (src/dist.h), on serial HDF5, and writes and reads the same files. They return 0
+ * of one process (src/dist/dist.h), on serial HDF5, and writes and reads the same files. They return 0
  * or TSR_EXIT_DATA after tsr_error() named the file and the fault. Format:
  * docs/checkpoint-format.md.
  */
@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #define TSR_CKPT_FORMAT "tessera-checkpoint"
-#define TSR_CKPT_VERSION 2 /* 2: fixed-length strings + meta_crc32c; 1 still read */
+#define TSR_CKPT_VERSION 3 /* 3: + data_sources; 2: fixed-length strings + meta_crc32c; 1, 2 still read */
 
 typedef struct ckpt_tensor {
     const char *name;   /* dataset path inside the file, e.g. "model/wte" or "optim/m/wte" */
@@ -56,6 +56,9 @@ typedef struct ckpt_meta {
     int64_t fingerprints_agreed; /* 1: the ranks' fingerprints of the saved state were compared
                               * and agreed (docs/health.md); 0: not compared; -1: absent (a file
                               * written before the attribute) */
+    /* Since version 3 (older files: ""): each data source's identity, a line each, "KEY crc32c:X
+     * shards:N tokens:N PATH" (src/train/data_sources.c; docs/checkpoint-format.md) */
+    char data_sources[24576];
 } ckpt_meta;
 
 typedef struct ckpt_stats {

@@ -115,7 +115,7 @@ void ck_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
 
 #endif
 
-/* ---- collective helpers (the world of src/dist.h: MPI_COMM_WORLD, or one process) ---- */
+/* ---- collective helpers (the world of src/dist/dist.h: MPI_COMM_WORLD, or one process) ---- */
 
 /* All ranks learn whether every rank is ok; when not, `why` on every rank becomes the reason of
  * the lowest failing rank (prefixed "rank R: " when that is not rank 0). Returns the global ok. */

@@ -7,11 +7,12 @@
  * flipped bit there made H5HG_read crash (SIGSEGV) or loop, taking the trainer (and, under MPI,
  * every rank) with it. Version 2 stores fixed-length strings (bytes in the object header, read
  * by size) and a CRC32C over every root attribute, so a damaged or edited value is a clear
- * "invalid" instead. Version 1 files are still read, in a child process: a crash or a hang there
+ * "invalid" instead. Version 3 adds the data_sources attribute (the datasets' identities); a
+ * version 2 file is read as before, without it. Version 1 files are still read, in a child process: a crash or a hang there
  * rejects the file and the caller goes on (falls back to an older checkpoint). Only rank 0 forks
  * (ckpt_read.c), and the child calls no MPI and leaves with _exit; memory the interconnect has
  * pinned stays the parent's (Open MPI asks for verbs fork support; kernels >= 5.13 copy pinned
- * pages at fork). A file saved once by this version is version 2 and needs no child.
+ * pages at fork). A file saved once by this version is version 3 and needs no child.
  */
 #include <errno.h>
 #include <signal.h>
@@ -67,17 +68,19 @@ typedef struct str_field {
     const char *name;
     size_t off, cap; /* in ckpt_meta */
     int v1_opt;      /* absent in old version 1 files: "" */
+    int since;       /* the format version that added it (older files: ""; 0 = every version) */
 } str_field;
 
-#define STR_FIELD(attr, member, opt) \
-    {attr, offsetof(ckpt_meta, member), sizeof((ckpt_meta *)0)->member, opt}
+#define STR_FIELD(attr, member, opt, since) \
+    {attr, offsetof(ckpt_meta, member), sizeof((ckpt_meta *)0)->member, opt, since}
 static const str_field str_fields[] = {
-    STR_FIELD("config", config, 0),
-    STR_FIELD("program_version", program_version, 0),
-    STR_FIELD("skipped_batches", skipped_batches, 1),
-    STR_FIELD("mix_tokens", mix_tokens, 1),
-    STR_FIELD("mix_plan", mix_plan, 1),
-    STR_FIELD("guard_state", guard_state, 1),
+    STR_FIELD("config", config, 0, 0),
+    STR_FIELD("program_version", program_version, 0, 0),
+    STR_FIELD("skipped_batches", skipped_batches, 1, 0),
+    STR_FIELD("mix_tokens", mix_tokens, 1, 0),
+    STR_FIELD("mix_plan", mix_plan, 1, 0),
+    STR_FIELD("guard_state", guard_state, 1, 0),
+    STR_FIELD("data_sources", data_sources, 1, 3),
 };
 #define N_STR ((int)(sizeof str_fields / sizeof str_fields[0]))
 
@@ -117,7 +120,8 @@ static uint32_t meta_crc(const ckpt_meta *m, const ck_meta_info *info) {
         snprintf(num[k], sizeof num[k], "%lld", (long long)*int_of(m, k));
         v[n++] = (kv){int_fields[k].name, num[k]};
     }
-    for (int k = 0; k < N_STR; k++) v[n++] = (kv){str_fields[k].name, str_of(m, k)};
+    for (int k = 0; k < N_STR; k++) /* (the attributes of its version) */
+        if (str_fields[k].since <= info->version) v[n++] = (kv){str_fields[k].name, str_of(m, k)};
     qsort(v, (size_t)n, sizeof v[0], by_name);
     uint32_t c = 0;
     for (int k = 0; k < n; k++) {
@@ -173,7 +177,8 @@ static hid_t meta_open(const char *path) {
     return f;
 }
 
-/* ---- version 2: every attribute required, strings fixed-length, the CRC must match ---- */
+/* ---- versions 2 and 3: every attribute of the version required (3 added data_sources),
+ * strings fixed-length, the CRC must match ---- */
 
 static int read_v2(hid_t f, ckpt_meta *m, ck_meta_info *info, char *why, size_t cap) {
     if (ck_attr_read_str(f, "format", info->format, sizeof info->format) != 0) {
@@ -200,6 +205,7 @@ static int read_v2(hid_t f, ckpt_meta *m, ck_meta_info *info, char *why, size_t 
         }
     }
     for (int k = 0; k < N_STR; k++) {
+        if (str_fields[k].since > info->version) continue; /* (absent: "") */
         if (ck_attr_read_str(f, str_fields[k].name, str_at(m, k), str_fields[k].cap) != 0) {
             snprintf(why, cap, "root attribute \"%s\" missing, not a fixed-length string or over "
                      "%zu bytes", str_fields[k].name, str_fields[k].cap - 1);
@@ -367,7 +373,7 @@ int ck_meta_read_file(const char *path, ckpt_meta *m, ck_meta_info *info, char *
         snprintf(why, why_cap, "no integer \"format_version\" root attribute (not a tessera "
                  "checkpoint)");
         info->version = -1;
-    } else if (info->version == TSR_CKPT_VERSION) {
+    } else if (info->version == 2 || info->version == TSR_CKPT_VERSION) {
         rc = read_v2(f, m, info, why, why_cap);
     } else if (info->version == 1) {
         H5Fclose(f); /* the child opens it afresh */
@@ -376,7 +382,7 @@ int ck_meta_read_file(const char *path, ckpt_meta *m, ck_meta_info *info, char *
         rc = read_v1_isolated(path, m, info, why, why_cap);
         info->version = v;
     } else {
-        snprintf(why, why_cap, "format_version = %lld, this program reads versions 1 and %d",
+        snprintf(why, why_cap, "format_version = %lld, this program reads versions 1 to %d",
                  (long long)info->version, TSR_CKPT_VERSION);
     }
     if (f >= 0) H5Fclose(f);

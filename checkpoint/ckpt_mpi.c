@@ -1,13 +1,13 @@
 /* ckpt_mpi.c — the two collectives under checkpoint saves and loads: agreeing on failure, and
  * assembling the tensors' CRCs from the ranks' slice CRCs (crc32c_combine), all tensors in one
- * allgather. Through src/dist.h: MPI_COMM_WORLD in the MPI build, a world of one with NO_MPI=1. */
+ * allgather. Through src/dist/dist.h: MPI_COMM_WORLD in the MPI build, a world of one with NO_MPI=1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt_h5.h"
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 int ck_agree(int ok, char *why, size_t why_cap) {
     int rank = dist_world_rank(), world = dist_world_size();

@@ -19,7 +19,7 @@
 
 #include "ckpt_h5.h"
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 static int wanted(const ckpt_tensor *t, const char *prefix) {
     return !prefix || strncmp(t->name, prefix, strlen(prefix)) == 0;

@@ -10,7 +10,7 @@
 #include "ckpt.h"
 #include "ckpt_internal.h"
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_out, size_t cap,
                              int64_t *step_out) {

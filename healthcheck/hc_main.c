@@ -14,7 +14,7 @@
 #include "blas_env.h"       /* blas_fix_coretype: OpenBLAS kernels on unrecognised CPUs */
 #include "cli.h"            /* the option table, --help */
 #include "common.h"         /* tsr_error, tsr_now, number parsing */
-#include "dist.h"           /* MPI init/finalize, rank, ranks per node, collectives */
+#include "dist/dist.h"           /* MPI init/finalize, rank, ranks per node, collectives */
 #include "hc.h"             /* checks, facts, judge, verdict lines */
 #include "hc_config.h"      /* healthcheck.cfg */
 #include "hc_drain.h"       /* --drain, --resume-own */

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "hc_fault.h"
 #include "hc_measure.h"
 

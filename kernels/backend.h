@@ -3,11 +3,12 @@
  * One table of function pointers per backend, in the manner of ggml's backend interface: the
  * decoder's sequence (embedding, blocks, final norm, head, loss, their backward, activation
  * recomputation, the KV-cache decode step) is written once over it, and each backend fills it
- * with its own kernels. Buffers carry their element type through the table: activations and
+ * with its own kernels, as one static table that names every entry once (TSR_BACKEND_DEFINE,
+ * below: an entry added here and left out of a backend's table fails to compile). Buffers carry their element type through the table: activations and
  * their gradients are `act` elements, the weights the ops read `weight` elements; parameter
  * gradients, LayerNorm statistics, the attention state, losses are fp32, token ids int32.
  *   fp32 backend (kernels/cpu/cpu_backend.c): act = weight = fp32, over the op table of ops.h;
- *   CUDA backend (src/gpu/gpu_model.c): act = weight = bf16 (fp32 master weights outside the
+ *   CUDA backend (src/gpu/gpu_backend.c): act = weight = bf16 (fp32 master weights outside the
  *     table), over kernels/cuda/cuda_ops.h, ctx = the stream.
  * Dimensions and conventions as in ops.h: B T C NH hs F V Vp N = B*T; backward ops accumulate
  * (+=) into gradients except softmax_xent's gradient, which is written over the logits, and the
@@ -34,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu/cpu_deltanet.h" /* tsr_dn_shape */
+#include "deltanet_shape.h"   /* tsr_dn_shape */
 #include "ops.h"              /* tsr_gelu_kind */
 
 typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;
@@ -59,7 +60,10 @@ struct tsr_backend {
     float logit_softcap; /* > 0: softmax_xent runs over cap tanh(logits / cap) (the model's
                           * final_logit_softcapping; only a backend with softcap ops is given it) */
     tsr_capped_logits *capped; /* with logit_softcap: the last softmax_xent's capped logits */
+    int fp8_first, fp8_last;   /* the decoder layers matmul_forward_fp8 serves (below) */
 
+    /* The entries: only function pointers from here to the end (TSR_BACKEND_ENTRIES counts them
+     * so; a data field goes above). */
     /* memory: try_alloc returns NULL when there is no room (callers back off); copies */
     void *(*try_alloc)(const tsr_backend *be, size_t bytes);
     void (*free)(const tsr_backend *be, void *p);
@@ -213,7 +217,6 @@ struct tsr_backend {
     void (*matmul_forward_fp8)(const tsr_backend *be, void *out, void *pre_gelu, const void *inp,
                                const void *w, const void *bias, int N, int IC, int OC,
                                tsr_gelu_kind gelu);
-    int fp8_first, fp8_last;
     /* model.activation_compression = "fp8" (docs/cuda.md "Compressed activations"), or NULL:
      * act_compress stores n act elements x as E4M3 bytes q with a per-tensor scale from their
      * amax, sc (4 floats, 16-byte aligned) = {amax, scale_inv}; act_decompress writes them back
@@ -364,6 +367,29 @@ struct tsr_backend {
      * logits (the lowest index on ties) */
     void (*argmax)(const tsr_backend *be, int32_t *idx, const void *logits, int N, int V, int Vp);
 };
+
+/* The number of entries: the function pointers from try_alloc to the end of the struct */
+#define TSR_BACKEND_ENTRIES                                                                     \
+    ((sizeof(struct tsr_backend) - offsetof(struct tsr_backend, try_alloc)) / sizeof(void (*)(void)))
+_Static_assert((sizeof(struct tsr_backend) - offsetof(struct tsr_backend, try_alloc)) %
+                       sizeof(void (*)(void)) == 0,
+               "backend.h: only function pointers after try_alloc (a data field goes above it)");
+
+/* A backend's table is an X-macro of (entry, function or NULL) pairs, TABLE(E) with one
+ * E(entry, fn) per entry, which
+ *     TSR_BACKEND_DEFINE(name, TABLE, .act = ..., the other data fields);
+ * makes the static const tsr_backend `name` of (a designated initialiser), after checking at
+ * compile time that TABLE names every entry exactly once: an entry named twice is a duplicate
+ * enumerator, a name that is no entry an unknown designator, an entry left out (an entry added
+ * above and not to every backend) a count short of TSR_BACKEND_ENTRIES. An entry the backend
+ * lacks is named with NULL, so that it is a choice written down. */
+#define TSR_BACKEND_ENTRY_(entry, fn) .entry = (fn),
+#define TSR_BACKEND_NAMED_(entry, fn) tsr_backend_named_##entry,
+#define TSR_BACKEND_DEFINE(name, table, ...)                                                    \
+    enum { table(TSR_BACKEND_NAMED_) name##_entries_ };                                         \
+    _Static_assert(name##_entries_ == TSR_BACKEND_ENTRIES,                                      \
+                   #table " does not name every entry of struct tsr_backend (backend.h)");      \
+    static const tsr_backend name = {__VA_ARGS__, table(TSR_BACKEND_ENTRY_)}
 
 /* The fp32 backend over an op table (kernels/cpu/cpu_backend.c): host memory, act = weight =
  * fp32, no alignment beyond the allocator's. */

@@ -1,7 +1,7 @@
 /* ops.h — the fp32 op table: the CPU backend's kernels (kernels/cpu/), the oracle every other
  * backend is tested against. The decoder (src/model/decoder.c) does not call it directly: it runs
  * on the typed backend interface of kernels/backend.h, whose fp32 implementation (cpu_backend.c)
- * is built on this table, and whose bf16 one (src/gpu/gpu_model.c) on kernels/cuda/cuda_ops.h.
+ * is built on this table, and whose bf16 one (src/gpu/gpu_backend.c) on kernels/cuda/cuda_ops.h.
  *
  * Dimension vocabulary (fixed for the whole code base):
  *   B  sequences in a microbatch      T  sequence length          C  channels (d_model)

@@ -4,8 +4,7 @@
 #include <string.h>
 
 #include "blas_env.h"
-#include "ckpt_cmd.h"
-#include "model/ckpt_model.h"
+#include "ckpt/ckpt_cmd.h"
 #include "cli_commands.h"
 #include "common.h"
 #include "progress.h"
@@ -13,7 +12,6 @@
 #include "data/data_cmd.h"
 #include "eval/eval_cmd.h"
 #include "generate/generate.h"
-#include "hf/hf.h"
 #include "prep/prep.h"
 #include "report/report.h"
 #include "tokenizer/tokenizer_cmd.h"
@@ -61,16 +59,9 @@ static void usage(FILE *f) {
             CLI_EXITS);
 }
 
-/* A Hugging Face directory where a checkpoint is taken (eval, generate, ckpt; a LoRA
- * checkpoint's base) is read through src/hf (ckpt_model.h's hand-over: the checkpoint layer sits
- * below src/hf) */
-static const ckpt_model_importer hf_source = {hf_is_dir, hf_model_read, hf_config_alone,
-                                              hf_is_peft_dir, hf_peft_model_load};
-
 int main(int argc, char **argv) {
     tsr_line_buffered(); /* a batch log shows each line as it is written */
     blas_fix_coretype(argv);
-    ckpt_model_use_importer(&hf_source);
     if (argc < 2) {
         usage(stderr);
         return TSR_EXIT_USAGE;

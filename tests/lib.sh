@@ -138,6 +138,28 @@ print("# compared", len(names), "tensors; different:", bad)
 sys.exit(1 if bad or not names else 0)
 PY
 }
+# moments_close A B...: the first moments m of every tensor of each B's step-1 checkpoint
+# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (after one step they are
+# step 0's gradients, (1 - beta1) g without clipping: how parallel runs show the same gradients)
+moments_close() {
+    /usr/bin/python3 - "$TMP" "$@" <<'PY'
+import sys, h5py, numpy as np
+tmp, ref, *others = sys.argv[1:]
+def moments(d):
+    m = h5py.File(f"{tmp}/{d}/step-00000001.h5", "r")["optim/m"]
+    return {n: m[n][()] for n in m}
+a = moments(ref)
+worst, bad = 0.0, []
+for d in others:
+    b = moments(d)
+    if sorted(a) != sorted(b) or not a: bad.append(d); continue
+    for n in a:
+        e = float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30)
+        worst = max(worst, e) if e == e else float("inf")
+print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
+sys.exit(0 if not bad and worst <= 1e-5 else 1)
+PY
+}
 # tiny_args TRAIN_DIR: sets the array `args` to a tiny model (d_model 64, seq_len 32, vocabulary
 # 512) on the synthetic corpus at TRAIN_DIR, one thread, every step logged, no validation, no
 # sample; tests append their own layers, heads, batch and duration
@@ -160,6 +182,14 @@ tiny_llama_args() {
           --set model.n_layer=2 --set model.d_model=64 --set model.intermediate_size=96
           --set seq_len=32 --set global_batch=8 --set micro_batch=2 --set threads=1
           --set log_interval=1 --set optim.warmup=2ba)
+}
+# tiny_moe_args TRAIN_DIR: tiny_llama_args with 4 heads on 2 KV heads and a mixture of 4 experts
+# (top 2, width 48, aux loss 0.01, z loss 0.001), 10 steps saved every 4 (3 kept)
+tiny_moe_args() {
+    tiny_llama_args "$1"
+    args+=(--set model.n_head=4 --set model.n_kv_head=2 --set model.moe_experts=4 --set model.moe_top_k=2
+           --set model.moe_intermediate_size=48 --set model.moe_aux_loss_coef=0.01
+           --set model.moe_z_loss_coef=0.001 --set max_duration=10ba --set save_interval=4ba --set keep_last=3)
 }
 # metrics_close A B FROM LOSS_TOL NORM_TOL: runs A and B (metrics.jsonl files) logged the same
 # steps from FROM on, and at each the loss of B is within LOSS_TOL and the gradient norm within

@@ -30,8 +30,9 @@ while IFS= read -r f; do tests+=("$f"); done < <(find tests -name 'test_*.sh' -o
 #   - its own Slurm cluster or daemons (tests/slurm/, test_prometheus's node exporter), the health
 #     checker's measurements against thresholds (tests/healthcheck/), timing windows: a signal or
 #     a kill caught during a save or a stall, a file deleted mid-run, a background save that must
-#     outlast steps (tests/faults/, test_ckpt_signal, test_ckpt_async, test_ckpt_async_kill,
-#     test_ckpt_damage, test_staging, test_resume, test_job_hook), step times and ETAs judged by the clock
+#     outlast steps, a signal or the hang watchdog during a wait for a slow store (tests/faults/,
+#     test_ckpt_signal, test_ckpt_async, test_ckpt_async_kill, test_ckpt_damage, test_staging,
+#     test_resume, test_job_hook, test_s3_wait), step times and ETAs judged by the clock
 #     (test_resume_timing), a time-capped fuzzer (tests/fuzz/), the CPU health checks of
 #     test_hc_gpu; the free memory read once before a large allocation (test_alltoallv);
 #   - a make in this checkout that builds (test_demo, test_fuzz_regress; the builds of
@@ -58,7 +59,8 @@ SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/cli/test_d
       tests/ckpt/test_ckpt_async_kill.sh tests/ckpt/test_ckpt_diskfull0.sh tests/train/test_staging.sh
       tests/resume/test_resume.sh tests/resume/test_resume_timing.sh tests/jobs/test_job_hook.sh
       tests/gpu/test_hc_gpu.sh tests/mpi/test_alltoallv.sh tests/tools/test_matmul_floor.sh
-      tests/tools/test_prometheus.sh tests/gpu/test_cuda_train.sh tests/train/test_moe_ep.sh)
+      tests/tools/test_prometheus.sh tests/gpu/test_cuda_train.sh tests/train/test_moe_ep.sh
+      tests/s3/test_s3_wait.sh)
 # A test in BESIDE runs during the shared phase, in a lane of its own beside the LANES (one such
 # test at a time, in this order): tests of the SOLO kind (their own private Slurm cluster) whose
 # time is mostly a wait on Slurm's clocks (the 30 s time-limit check, requeue delays, the
@@ -161,7 +163,8 @@ selected=$((${#shared[@]} + ${#besides[@]} + ${#alone[@]} + ${#idles[@]})) # (ch
 # NICED ones come last (above)
 FIRST=(tests/train/test_train_converges.sh tests/eval/test_generate_chat.sh
        tests/train/test_train_cli.sh tests/eval/test_generate.sh tests/train/test_spike_guard.sh
-       tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh)
+       tests/train/test_lora_dpo_example.sh tests/resume/test_sharding.sh tests/s3/test_s3.sh
+       tests/train/test_tensor.sh)
 # (in FIRST's order, longest first: the run of 2026-11-27 started them in the tests' own order,
 # the longest after three others)
 in_list() { # in_list NAME LIST...: NAME is one of LIST

@@ -73,6 +73,16 @@ static inline void cap_begin(void) {
     close(fd);
 }
 
+/* root (size bytes) = a new directory /tmp/tsr_NAME.XXXXXX, the test's own, where the capture
+ * writes (cap_set_dir); exits 1 when it cannot be made */
+static inline void testfs_root(char *root, size_t size, const char *name) {
+    if (snprintf(root, size, "/tmp/tsr_%s.XXXXXX", name) >= (int)size || !mkdtemp(root)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    cap_set_dir(root);
+}
+
 static inline const char *cap_end(void) {
     testfs_capture *c = testfs_cap();
     fflush(stderr);

@@ -8,6 +8,10 @@ system or external header and is skipped), and fails on
 
   - a cycle: module A includes module B and B (directly or through others) includes A, where a
     module is a source and its header (src/base/common.c + src/base/common.h = src/base/common);
+  - a cycle of folders: a file of folder A includes a file of folder B and a file of B (directly,
+    or through other folders) includes one of A, whatever the files (two folders that include
+    each other are the shortest; the layer table may rank them alike, the folders still form no
+    circle);
   - an upward include: a file of a lower layer including a file of a higher one;
   - a file that no row of the layer table places.
 
@@ -240,6 +244,26 @@ def one_cycle(comp, edges):
     return comp + [first]
 
 
+def folder_cycles(includes):
+    """Cycles of the folder graph: folder A -> folder B when a file of A includes a file of B
+    (the first such include kept as evidence). Returns [(path, evidence, members)] per strongly
+    connected component: its shortest cycle from its first folder, 'A/x.c:L includes B/y.h' per
+    step, and all its folders."""
+    edges, evidence = {}, {}
+    for src in sorted(includes):
+        for target, lineno in includes[src]:
+            a, b = os.path.dirname(src), os.path.dirname(target)
+            if a == b:
+                continue
+            edges.setdefault(a, set()).add(b)
+            evidence.setdefault((a, b), f"{src}:{lineno} includes {target}")
+    out = []
+    for comp in find_cycles(edges):
+        path = one_cycle(comp, edges)
+        out.append((path, [evidence[(path[i], path[i + 1])] for i in range(len(path) - 1)], comp))
+    return out
+
+
 def main(argv):
     root = os.path.abspath(argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
     rows = read_layers(root)
@@ -274,6 +298,12 @@ def main(argv):
     cycles = find_cycles(header_edges)
     for comp in cycles:
         problems.append(f"include cycle: {' -> '.join(one_cycle(comp, header_edges))}")
+    folders = folder_cycles(includes)
+    for path, steps, comp in folders:
+        members = ""
+        if len(comp) > len(path) - 1:
+            members = f" (one of {len(comp)} folders in a cycle: {', '.join(comp)})"
+        problems.append(f"folder cycle: {' -> '.join(path)}  [{'; '.join(steps)}]{members}")
     edges, evidence = uses_graph(files, code, includes)
     for u in sorted(edges):  # a call into a higher layer through a header of a lower one
         lu = layer_of(u, rows)
@@ -290,7 +320,7 @@ def main(argv):
     for p in problems:
         print(f"check_includes: {p}")
     n_up = sum(p.startswith("upward") for p in problems)
-    n_cycles = len(cycles) + len(use_cycles)
+    n_cycles = len(cycles) + len(folders) + len(use_cycles)
     print(f"check_includes: {len(files)} files, {n_includes} includes, {n_cycles} cycles, "
           f"{n_up} upward includes, {len(problems) - n_cycles - n_up} other problems")
     return 1 if problems else 0

@@ -517,98 +517,131 @@ static void f_argmax(const tsr_backend *be, int32_t *idx, const void *logits, in
     }
 }
 
-/* the model variants' entries: model.attn_output_gate's, model.moe_shared_gate's (where ops has
- * them), the Gated DeltaNet layer's (dn_*) */
-static void variant_entries(tsr_backend *be, const tsr_ops *ops) {
-    be->gate_forward = f_gate_forward;
-    be->gate_backward = f_gate_backward;
-    be->moe_shgate_forward = ops->moe_shgate_forward ? f_moe_shgate_forward : NULL;
-    be->moe_shgate_grad = ops->moe_shgate_grad ? f_moe_shgate_grad : NULL;
-    be->moe_shgate_dx = ops->moe_shgate_dx ? f_moe_shgate_dx : NULL;
-    be->dn_conv_forward = f_dn_conv_forward;
-    be->dn_conv_backward = f_dn_conv_backward;
-    be->dn_gates_forward = f_dn_gates_forward;
-    be->dn_gates_backward = f_dn_gates_backward;
-    be->dn_silu_gate_forward = f_dn_silu_gate_forward;
-    be->dn_silu_gate_backward = f_dn_silu_gate_backward;
-    be->dn_ckpt_floats = cpu_deltanet_ckpt_floats;
-    be->dn_scratch_bytes = f_dn_scratch_bytes;
-    be->dn_core_forward = f_dn_core_forward;
-    be->dn_core_backward = f_dn_core_backward;
+/* The table, in backend.h's order. The entries over ops.h's optional ops are dropped from a
+ * backend whose op table lacks them (drop_missing). */
+#define FP32_TABLE(E)                                                                           \
+    E(try_alloc, f_try_alloc)                                                                   \
+    E(free, f_free)                                                                             \
+    E(zero, f_zero)                                                                             \
+    E(to_device, f_copy)                                                                        \
+    E(to_host, f_copy)                                                                          \
+    E(copy, f_copy)                                                                             \
+    E(encoder_forward, f_encoder_forward)                                                       \
+    E(encoder_backward, f_encoder_backward)                                                     \
+    E(layernorm_forward, f_layernorm_forward)                                                   \
+    E(residual_layernorm_forward, f_residual_layernorm_forward)                                 \
+    E(layernorm_backward, f_layernorm_backward)                                                 \
+    E(rmsnorm_forward, f_rmsnorm_forward)                                                       \
+    E(residual_rmsnorm_forward, f_residual_rmsnorm_forward)                                     \
+    E(rmsnorm_backward, f_rmsnorm_backward)                                                     \
+    E(qknorm_forward, f_qknorm_forward)                                                         \
+    E(qknorm_backward, f_qknorm_backward)                                                       \
+    E(qknorm_proj_forward, f_qknorm_proj_forward)                                               \
+    E(qknorm_proj_backward, f_qknorm_proj_backward)                                             \
+    E(rope_forward, f_rope_forward)                                                             \
+    E(rope_backward, f_rope_backward)                                                           \
+    E(rope_part_forward, f_rope_part_forward)                                                   \
+    E(rope_part_backward, f_rope_part_backward)                                                 \
+    E(swiglu_forward, f_swiglu_forward)                                                         \
+    E(swiglu_backward, f_swiglu_backward)                                                       \
+    E(geglu_forward, f_geglu_forward)                                                           \
+    E(geglu_backward, f_geglu_backward)                                                         \
+    E(moe_route, f_moe_route)                                                                   \
+    E(moe_gather, f_moe_gather)                                                                 \
+    E(moe_gather_backward, f_moe_gather_backward)                                               \
+    E(moe_matmul_forward, f_moe_matmul_forward)                                                 \
+    E(moe_matmul_backward, f_moe_matmul_backward)                                               \
+    E(moe_combine, f_moe_combine)                                                               \
+    E(moe_combine_backward, f_moe_combine_backward)                                             \
+    E(moe_router_backward, f_moe_router_backward)                                               \
+    E(moe_bias_forward, f_moe_bias_forward)                                                     \
+    E(moe_bias_backward, f_moe_bias_backward)                                                   \
+    E(moe_gptoss_forward, f_moe_gptoss_forward)                                                 \
+    E(moe_gptoss_backward, f_moe_gptoss_backward)                                               \
+    E(lora_scratch, f_lora_scratch)                                                             \
+    E(lora_forward, f_lora_forward)                                                             \
+    E(lora_backward, f_lora_backward)                                                           \
+    E(matmul_forward, f_matmul_forward)                                                         \
+    E(matvec_forward, f_matvec_forward)                                                         \
+    E(matmul_forward_fp8, NULL) /* no FP8 */                                                    \
+    E(act_compress, NULL)                                                                       \
+    E(act_decompress, NULL) /* no compressed activations */                                     \
+    E(matrows_forward, f_matrows_forward)                                                       \
+    E(matmul_backward, f_matmul_backward)                                                       \
+    E(matmul_backward_gelu, NULL) /* the decoder runs the two ops: their bits */                \
+    E(gelu_backward, f_gelu_backward)                                                           \
+    E(attention_saved, f_attention_saved)                                                       \
+    E(attention_scratch, f_attention_scratch)                                                   \
+    E(attention_forward, f_attention_forward)                                                   \
+    E(attention_backward, f_attention_backward)                                                 \
+    E(ring_forward, f_ring_forward)                                                             \
+    E(ring_backward, f_ring_backward)                                                           \
+    E(ring_scratch, f_ring_scratch)                                                             \
+    E(f32_to_act, f_f32_to_act)                                                                 \
+    E(add_f32, f_add_f32)                                                                       \
+    E(scale_act, f_scale_act)                                                                   \
+    E(add_act, f_add_act)                                                                       \
+    E(gate_forward, f_gate_forward)                                                             \
+    E(gate_backward, f_gate_backward)                                                           \
+    E(moe_shgate_forward, f_moe_shgate_forward)                                                 \
+    E(moe_shgate_grad, f_moe_shgate_grad)                                                       \
+    E(moe_shgate_dx, f_moe_shgate_dx)                                                           \
+    E(dn_conv_forward, f_dn_conv_forward)                                                       \
+    E(dn_conv_backward, f_dn_conv_backward)                                                     \
+    E(dn_gates_forward, f_dn_gates_forward)                                                     \
+    E(dn_gates_backward, f_dn_gates_backward)                                                   \
+    E(dn_silu_gate_forward, f_dn_silu_gate_forward)                                             \
+    E(dn_silu_gate_backward, f_dn_silu_gate_backward)                                           \
+    E(dn_ckpt_floats, cpu_deltanet_ckpt_floats)                                                 \
+    E(dn_scratch_bytes, f_dn_scratch_bytes)                                                     \
+    E(dn_core_forward, f_dn_core_forward)                                                       \
+    E(dn_core_backward, f_dn_core_backward)                                                     \
+    E(copy_rows, f_copy_rows)                                                                   \
+    E(attention_decode_rows, f_attention_decode_rows)                                           \
+    E(attention_decode, f_attention_decode)                                                     \
+    E(softmax_xent, f_softmax_xent)                                                             \
+    E(softmax_xent_grad, f_softmax_xent_grad)                                                   \
+    E(argmax, f_argmax)
+
+TSR_BACKEND_DEFINE(fp32_table, FP32_TABLE, .act = TSR_DT_F32, .weight = TSR_DT_F32, .align = 1,
+                   .host = 1);
+
+/* NULL for the entries whose optional op (ops.h) the op table lacks */
+static void drop_missing(tsr_backend *be, const tsr_ops *ops) {
+    if (!ops->qknorm_proj_forward) be->qknorm_proj_forward = NULL;
+    if (!ops->qknorm_proj_backward) be->qknorm_proj_backward = NULL;
+    if (!ops->geglu_forward) be->geglu_forward = NULL;
+    if (!ops->geglu_backward) be->geglu_backward = NULL;
+    if (!ops->moe_route) be->moe_route = NULL;
+    if (!ops->moe_gather) be->moe_gather = NULL;
+    if (!ops->moe_gather_backward) be->moe_gather_backward = NULL;
+    if (!ops->moe_matmul_forward) be->moe_matmul_forward = NULL;
+    if (!ops->moe_matmul_backward) be->moe_matmul_backward = NULL;
+    if (!ops->moe_combine) be->moe_combine = NULL;
+    if (!ops->moe_combine_backward) be->moe_combine_backward = NULL;
+    if (!ops->moe_router_backward) be->moe_router_backward = NULL;
+    if (!ops->moe_bias_forward) be->moe_bias_forward = NULL;
+    if (!ops->moe_bias_backward) be->moe_bias_backward = NULL;
+    if (!ops->moe_gptoss_forward) be->moe_gptoss_forward = NULL;
+    if (!ops->moe_gptoss_backward) be->moe_gptoss_backward = NULL;
+    if (!ops->moe_shgate_forward) be->moe_shgate_forward = NULL;
+    if (!ops->moe_shgate_grad) be->moe_shgate_grad = NULL;
+    if (!ops->moe_shgate_dx) be->moe_shgate_dx = NULL;
+    if (!ops->lora_forward) be->lora_scratch = NULL;
+    if (!ops->lora_forward) be->lora_forward = NULL;
+    if (!ops->lora_backward) be->lora_backward = NULL;
+    if (!ops->matvec_forward) be->matvec_forward = NULL;
+    if (!ops->matmul_rows) be->matrows_forward = NULL;
+    if (!ops->attention_decode) be->attention_decode = NULL;
+    if (!ops->attention_decode_rows) be->attention_decode_rows = NULL;
+    if (!ops->ring_forward) be->ring_forward = NULL;
+    if (!ops->ring_backward) be->ring_backward = NULL;
 }
 
 tsr_backend tsr_fp32_backend(const tsr_ops *ops) {
-    tsr_backend be = {
-        .name = ops->name,
-        .act = TSR_DT_F32,
-        .weight = TSR_DT_F32,
-        .align = 1,
-        .host = 1,
-        .ctx = (void *)ops,
-        .try_alloc = f_try_alloc,
-        .free = f_free,
-        .zero = f_zero,
-        .to_device = f_copy,
-        .to_host = f_copy,
-        .copy = f_copy,
-        .encoder_forward = f_encoder_forward,
-        .encoder_backward = f_encoder_backward,
-        .layernorm_forward = f_layernorm_forward,
-        .residual_layernorm_forward = f_residual_layernorm_forward,
-        .layernorm_backward = f_layernorm_backward,
-        .rmsnorm_forward = f_rmsnorm_forward,
-        .residual_rmsnorm_forward = f_residual_rmsnorm_forward,
-        .rmsnorm_backward = f_rmsnorm_backward,
-        .qknorm_forward = f_qknorm_forward,
-        .qknorm_backward = f_qknorm_backward,
-        .qknorm_proj_forward = ops->qknorm_proj_forward ? f_qknorm_proj_forward : NULL,
-        .qknorm_proj_backward = ops->qknorm_proj_backward ? f_qknorm_proj_backward : NULL,
-        .rope_forward = f_rope_forward,
-        .rope_backward = f_rope_backward,
-        .rope_part_forward = f_rope_part_forward,
-        .rope_part_backward = f_rope_part_backward,
-        .swiglu_forward = f_swiglu_forward,
-        .swiglu_backward = f_swiglu_backward,
-        .geglu_forward = ops->geglu_forward ? f_geglu_forward : NULL,
-        .geglu_backward = ops->geglu_backward ? f_geglu_backward : NULL,
-        .moe_route = ops->moe_route ? f_moe_route : NULL,
-        .moe_gather = ops->moe_gather ? f_moe_gather : NULL,
-        .moe_gather_backward = ops->moe_gather_backward ? f_moe_gather_backward : NULL,
-        .moe_matmul_forward = ops->moe_matmul_forward ? f_moe_matmul_forward : NULL,
-        .moe_matmul_backward = ops->moe_matmul_backward ? f_moe_matmul_backward : NULL,
-        .moe_combine = ops->moe_combine ? f_moe_combine : NULL,
-        .moe_combine_backward = ops->moe_combine_backward ? f_moe_combine_backward : NULL,
-        .moe_router_backward = ops->moe_router_backward ? f_moe_router_backward : NULL,
-        .moe_bias_forward = ops->moe_bias_forward ? f_moe_bias_forward : NULL,
-        .moe_bias_backward = ops->moe_bias_backward ? f_moe_bias_backward : NULL,
-        .moe_gptoss_forward = ops->moe_gptoss_forward ? f_moe_gptoss_forward : NULL,
-        .moe_gptoss_backward = ops->moe_gptoss_backward ? f_moe_gptoss_backward : NULL,
-        .lora_scratch = ops->lora_forward ? f_lora_scratch : NULL,
-        .lora_forward = ops->lora_forward ? f_lora_forward : NULL,
-        .lora_backward = ops->lora_backward ? f_lora_backward : NULL,
-        .matmul_forward = f_matmul_forward,
-        .matvec_forward = ops->matvec_forward ? f_matvec_forward : NULL,
-        .matrows_forward = ops->matmul_rows ? f_matrows_forward : NULL,
-        .matmul_backward = f_matmul_backward,
-        .gelu_backward = f_gelu_backward,
-        .attention_saved = f_attention_saved,
-        .attention_scratch = f_attention_scratch,
-        .attention_forward = f_attention_forward,
-        .attention_backward = f_attention_backward,
-        .attention_decode = ops->attention_decode ? f_attention_decode : NULL,
-        .ring_forward = ops->ring_forward ? f_ring_forward : NULL,
-        .ring_backward = ops->ring_backward ? f_ring_backward : NULL,
-        .ring_scratch = f_ring_scratch,
-        .f32_to_act = f_f32_to_act,
-        .add_f32 = f_add_f32,
-        .scale_act = f_scale_act,
-        .add_act = f_add_act,
-        .copy_rows = f_copy_rows,
-        .attention_decode_rows = ops->attention_decode_rows ? f_attention_decode_rows : NULL,
-        .softmax_xent = f_softmax_xent,
-        .softmax_xent_grad = f_softmax_xent_grad,
-        .argmax = f_argmax,
-    };
-    variant_entries(&be, ops);
+    tsr_backend be = fp32_table;
+    be.name = ops->name;
+    be.ctx = (void *)ops;
+    drop_missing(&be, ops);
     return be;
 }

@@ -21,12 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct tsr_dn_shape {
-    int B, T;
-    int HK, HV;  /* query/key heads, value heads (HV a multiple of HK) */
-    int dk, dv;  /* head sizes */
-    int chunk;   /* the chunked form's chunk length (64 in training) */
-} tsr_dn_shape;
+#include "deltanet_shape.h" /* tsr_dn_shape */
 
 /* floats of the forward's saved states (ckpt): one (dk, dv) state per value head and per block of
  * `chunk` positions, (B, HV, ceil(T / chunk), dk, dv) */

@@ -1248,19 +1248,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dq_querytile_k
 
 /* ---- host -------------------------------------------------------------------------------- */
 
-/* shapes and head size: B, NH in 1..65535, T >= 1, 1 <= KVH dividing NH, hs with a kernel */
-static void att_check(const char *what, int B, int T, int NH, int KVH, int hs) {
-    TCU_REQUIRE(B >= 1 && B <= 65535 && T >= 1 && NH >= 1 && NH <= 65535 && KVH >= 1 &&
-                    NH % KVH == 0,
-                what,
-                tcu_msg("bad shape B=%d T=%d NH=%d KVH=%d (B, NH in 1..65535, T >= 1, KVH >= 1 "
-                        "dividing NH)",
-                        B, T, NH, KVH));
-    TCU_REQUIRE(tcu_attention_head_size_ok(hs), what,
-                tcu_msg("head size hs = %d (NH=%d) has no kernel: " TCU_ATTENTION_HEAD_SIZES, hs,
-                        NH));
-}
-
 /* the kernels' att_var of a layer's tsr_attn_var (NULL: none) for head size hs: its scale
  * (1/sqrt(hs) unless given), window (>= 0), soft cap (>= 0) and sinks */
 static att_var att_var_of(const tsr_attn_var *var, int hs, const char *what) {
@@ -1471,7 +1458,7 @@ extern "C" void tcu_attention_forward_keys(tsr_bf16 *out, float *lse, const tsr_
                                            const tsr_attn_var *var, int B, int T, int kend,
                                            int NH, int KVH, int hs, tcu_stream s) {
     const char *what = "tcu_attention_forward";
-    att_check(what, B, T, NH, KVH, hs);
+    TCU_REQUIRE_RULE(what, tcu_rule_attention, B, T, NH, KVH, hs);
     TCU_REQUIRE(kend >= 1 && kend <= T, what, tcu_msg("kend = %d: expected 1..T = %d", kend, T));
     TCU_REQUIRE(out && lse && qkv, what, "out, lse and qkv must not be NULL");
     TCU_REQUIRE(tcu_aligned16(qkv) && tcu_aligned16(out), what,
@@ -1646,7 +1633,7 @@ extern "C" void tcu_attention_backward_keys(tsr_bf16 *dqkv, const tsr_bf16 *dout
                                             void *scratch, int B, int T, int kend, int NH, int KVH,
                                             int hs, tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_attention_backward";
-    att_check(what, B, T, NH, KVH, hs);
+    TCU_REQUIRE_RULE(what, tcu_rule_attention, B, T, NH, KVH, hs);
     TCU_REQUIRE(kend >= 1 && kend <= T, what, tcu_msg("kend = %d: expected 1..T = %d", kend, T));
     TCU_REQUIRE(dqkv && dout && qkv && out && lse, what,
                 "dqkv, dout, qkv, out and lse must not be NULL");

@@ -36,9 +36,7 @@ struct dec_rows {
 };
 
 __device__ __forceinline__ void row_at(const dec_rows &R, int i, int *sl, int *p, int *sg) {
-    *sl = R.slot ? R.slot[i] : 0;
-    *p = R.pos ? R.pos[i] : R.p0 + i;
-    *sg = R.seg ? R.seg[i] : R.seg0;
+    tcu_decode_row(R.slot, R.pos, R.seg, R.p0, R.seg0, i, sl, p, sg);
 }
 
 /* Row i's key and value (its qkv's k and v heads) into its slot's cache at its position.
@@ -52,11 +50,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     const bf16 *k = qkv + (size_t)i * QKV + (size_t)NH * hs, *vi = k + (size_t)KVH * hs;
     bf16 *kts = kt + (size_t)sl * slot_stride, *vs = v + (size_t)sl * slot_stride;
-    const int at = p % cap; /* the ring's index */
     for (int e = threadIdx.x; e < KVH * hs; e += DEC_THREADS) {
         const int g = e / hs, d = e % hs;
-        kts[((size_t)g * hs + d) * cap + at] = k[e];
-        vs[((size_t)g * cap + at) * hs + d] = vi[e];
+        kts[tcu_kv_key_at(g, d, p, hs, cap)] = k[e];
+        vs[tcu_kv_value_at(g, d, p, hs, cap)] = vi[e];
     }
 }
 
@@ -130,14 +127,6 @@ __global__ void __launch_bounds__(DEC_THREADS)
     }
 }
 
-void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
-                          const float *alibi_slopes, const int32_t *slot, const int32_t *pos,
-                          const int32_t *seg, int p0, int seg0, int n, size_t slot_stride, int cap,
-                          int NH, int KVH, int hs, tcu_stream s) {
-    tcu_attention_decode_var(out, kt, v, qkv, alibi_slopes, NULL, slot, pos, seg, p0, seg0, n,
-                             slot_stride, cap, NH, KVH, hs, s);
-}
-
 /* The variants of tsr_attn_var (or NULL) as the kernel takes them */
 static dec_var dec_var_of(const tsr_attn_var *var, int hs, const char *what) {
     dec_var V = {0, 1.0f / sqrtf((float)hs), 0.0f, NULL};
@@ -160,9 +149,7 @@ void tcu_attention_decode_var(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const ts
                               int seg0, int n, size_t slot_stride, int cap, int NH, int KVH,
                               int hs, tcu_stream s) {
     const char *what = "tcu_attention_decode";
-    TCU_REQUIRE(n >= 0 && cap >= 1 && hs >= 1 && KVH >= 1 && NH % KVH == 0, what,
-                tcu_msg("need n >= 0, cap, hs >= 1 and NH a multiple of KVH: n=%d cap=%d NH=%d "
-                        "KVH=%d hs=%d", n, cap, NH, KVH, hs));
+    TCU_REQUIRE_RULE(what, tcu_rule_decode, n, cap, NH, KVH, hs);
     if (n == 0) return;
     const dec_var V = dec_var_of(var, hs, what);
     if (n > 1 && !slot && !pos && p0 + n > cap) {

@@ -28,7 +28,7 @@
 #include "cuda_ptx.h"
 
 #define DN_THREADS 256 /* 8 warps */
-#define DN_C 64        /* the chunk */
+#define DN_C TCU_DN_CHUNK /* the chunk (tcu_index.h: the emulator runs the CPU core at it) */
 #define DN_EPS 1e-6f   /* the L2 norm's, as HF's l2norm and the CPU core */
 
 struct dn_args {
@@ -670,8 +670,7 @@ extern "C" void tcu_deltanet_forward(tsr_bf16 *out, float *state_out, float *ckp
 }
 
 extern "C" size_t tcu_deltanet_backward_scratch_bytes(int B, int T, int HV, int dk, int dv) {
-    const size_t w = (size_t)(dk > dv ? dk : dv), bh = (size_t)B * HV;
-    return sizeof(float) * (2 * bh * T * dk + bh * dk * dv + bh * DN_C * w);
+    return tcu_dn_backward_scratch_bytes(B, T, HV, dk, dv);
 }
 
 extern "C" void tcu_deltanet_backward(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, float *dg,

@@ -42,14 +42,6 @@ static unsigned ew_grid(size_t items) {
     return b < EW_MAX_BLOCKS ? b : EW_MAX_BLOCKS;
 }
 
-/* B, T, C > 0 and B*T < 2^30 rows (int row indices with room to spare) */
-static void check_btc(const char *what, int B, int T, int C) {
-    TCU_REQUIRE(B > 0 && T > 0 && C > 0, what,
-                tcu_msg("B = %d, T = %d, C = %d must be > 0", B, T, C));
-    TCU_REQUIRE((size_t)B * T < ((size_t)1 << 30), what,
-                tcu_msg("B*T = %zu rows is too many (at most 2^30 - 1)", (size_t)B * T));
-}
-
 namespace {
 
 /* ---- device helpers ------------------------------------------------------------------------ */
@@ -124,7 +116,7 @@ __global__ void encoder_forward_gather(bf16 *out, const int32_t *tokens, const b
                 *o = *e;
             continue;
         }
-        size_t p = pos ? (size_t)pos[n] : n % (size_t)T;
+        size_t p = tcu_encoder_pos(pos, n, T);
         float a[W], b[W];
         tcu_load_bf16<W>(a, e);
         tcu_load_bf16<W>(b, wpe + p * C + c);
@@ -142,8 +134,7 @@ void tcu_encoder_forward(tsr_bf16 *out, const int32_t *tokens, const tsr_bf16 *w
                          const tsr_bf16 *wpe, const int32_t *pos, int B, int T, int C,
                          tcu_stream s) {
     const char *what = "tcu_encoder_forward";
-    check_btc(what, B, T, C);
-    TCU_REQUIRE(out && tokens && wte, what, "out, tokens and wte must not be NULL");
+    TCU_REQUIRE_RULE(what, tcu_rule_encoder_forward, B, T, C, out, tokens, wte);
     bf16 *o = (bf16 *)out;
     const bf16 *e = (const bf16 *)wte, *p = (const bf16 *)wpe;
     bool v8 = C % 8 == 0 && tcu_aligned16(o) && tcu_aligned16(e) && (!p || tcu_aligned16(p));
@@ -355,9 +346,7 @@ void tcu_encoder_backward(float *dwte, float *dwpe, const tsr_bf16 *dout_, const
                           const int32_t *tokens_host, const int32_t *pos, int B, int T, int C,
                           tcu_stream s) {
     const char *what = "tcu_encoder_backward";
-    check_btc(what, B, T, C);
-    TCU_REQUIRE(dout_ && (!dwte || tokens || tokens_host), what,
-                "dout, and with dwte tokens (or tokens_host), must not be NULL");
+    TCU_REQUIRE_RULE(what, tcu_rule_encoder_backward, B, T, C, dout_, dwte, tokens, tokens_host);
     if (!dwte && !dwpe) return; /* everything frozen */
     const bf16 *dout = (const bf16 *)dout_;
     const int N = B * T;

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "cuda_ops.h"
+#include "tcu_args.h"  /* the argument rules the emulator shares */
+#include "tcu_index.h" /* the index arithmetic the emulator shares */
 
 typedef __nv_bfloat16 bf16;
 
@@ -35,6 +37,13 @@ typedef __nv_bfloat16 bf16;
 #define TCU_REQUIRE(cond, what, fmt_value)                                                      \
     do {                                                                                        \
         if (!(cond)) tcu_fail((what), (fmt_value), __FILE__, __LINE__);                         \
+    } while (0)
+/* one of tcu_args.h's rules, shared with the emulator: rule(buffer, its size, args...) */
+#define TCU_REQUIRE_RULE(what, rule, ...)                                                       \
+    do {                                                                                        \
+        char tcu_rule_m_[256];                                                                  \
+        const char *tcu_rule_why_ = rule(tcu_rule_m_, sizeof tcu_rule_m_, __VA_ARGS__);         \
+        if (tcu_rule_why_) tcu_fail((what), tcu_rule_why_, __FILE__, __LINE__);                 \
     } while (0)
 
 /* The process-wide context tcu_init makes (cuda_context.cu; the data lives in cuda_common.cu). */

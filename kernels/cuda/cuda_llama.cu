@@ -296,15 +296,6 @@ static void value_columns(const char *what, bf16 *out, const bf16 *x, int N, int
     TCU_CHECK_LAUNCH(what);
 }
 
-static void check_heads(const char *what, int N, int NH, int KVH, int hs) {
-    TCU_REQUIRE(N >= 0 && NH >= 1 && KVH >= 1 && NH % KVH == 0 && hs >= 1, what,
-                tcu_msg("bad shape N=%d NH=%d KVH=%d hs=%d (NH a multiple of KVH >= 1, hs >= 1)",
-                        N, NH, KVH, hs));
-    TCU_REQUIRE((long long)N * (NH + KVH) < (1ll << 31), what,
-                tcu_msg("N*(NH+KVH) = %lld head rows is too many (at most 2^31 - 1)",
-                        (long long)N * (NH + KVH)));
-}
-
 /* How QK-norm splits a row of (N,QKV): per head (every query head, every key head one RMSNorm
  * row of hs; rstd (N, NH+KVH)) or per projection (OLMo 2: the NH hs query columns one row, the
  * KVH hs key columns one; rstd (N, 2)). */
@@ -326,7 +317,7 @@ static qk_split qk_split_of(int N, int NH, int KVH, int hs, bool per_head) {
 static void qknorm_forward(const char *what, bool per_head, tsr_bf16 *out, float *rstd,
                            const tsr_bf16 *inp, const tsr_bf16 *qw, const tsr_bf16 *kw, int N,
                            int NH, int KVH, int hs, float eps, tcu_stream s) {
-    check_heads(what, N, NH, KVH, hs);
+    TCU_REQUIRE_RULE(what, tcu_rule_heads, N, NH, KVH, hs);
     check_nc(what, N, hs, eps);
     TCU_REQUIRE(out && inp && qw && kw, what, "out, inp, qw and kw must not be NULL");
     if (N == 0) return;
@@ -348,7 +339,7 @@ static void qknorm_backward(const char *what, bool per_head, tsr_bf16 *dinp, flo
                             float *dkw, const tsr_bf16 *dout, const tsr_bf16 *inp,
                             const tsr_bf16 *qw, const tsr_bf16 *kw, const float *rstd, int N,
                             int NH, int KVH, int hs, tcu_stream s) {
-    check_heads(what, N, NH, KVH, hs);
+    TCU_REQUIRE_RULE(what, tcu_rule_heads, N, NH, KVH, hs);
     TCU_REQUIRE(dinp && dout && inp && qw && kw && rstd, what, "a required pointer is NULL");
     if (N == 0) return;
     const cudaStream_t st = (cudaStream_t)s;
@@ -418,7 +409,7 @@ static void rope_launch(const char *what, tsr_bf16 *qkv, const int32_t *pos, int
                         tcu_stream s) {
     TCU_REQUIRE(B >= 0 && T >= 1 && hs >= 2 && hs % 2 == 0, what,
                 tcu_msg("bad shape B=%d T=%d hs=%d (hs even)", B, T, hs));
-    check_heads(what, B * T, NH, KVH, hs);
+    TCU_REQUIRE_RULE(what, tcu_rule_heads, B * T, NH, KVH, hs);
     TCU_REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
     TCU_REQUIRE(pos || p0 >= 0, what, tcu_msg("p0 = %d must be >= 0", p0));
     const size_t N = (size_t)B * T;
@@ -635,7 +626,7 @@ static void rope_part_launch(const char *what, tsr_bf16 *qkv, const int32_t *pos
     TCU_REQUIRE(B >= 0 && T >= 1 && hs >= 2 && rot >= 2 && rot % 2 == 0 && rot <= hs, what,
                 tcu_msg("bad shape B=%d T=%d hs=%d rot=%d (rot even, 2 <= rot <= hs)", B, T, hs,
                         rot));
-    check_heads(what, B * T, NH, KVH, hs);
+    TCU_REQUIRE_RULE(what, tcu_rule_heads, B * T, NH, KVH, hs);
     TCU_REQUIRE(qkv && inv_freq, what, "qkv and inv_freq must not be NULL");
     TCU_REQUIRE(pos || p0 >= 0, what, tcu_msg("p0 = %d must be >= 0", p0));
     const size_t N = (size_t)B * T;

@@ -117,33 +117,18 @@ static unsigned grid_for(size_t n) {
 
 /* ---- the ops -------------------------------------------------------------------------------- */
 
+/* t (N,R), xd (N,IC), dz (N,OC), each 256-byte aligned (tcu_index.h) */
 size_t tcu_lora_scratch_bytes(int N, int IC, int OC, int R) {
-    /* t (N,R), xd (N,IC), dz (N,OC), each 256-byte aligned */
-    const size_t n = (size_t)N;
-    const size_t parts[3] = {n * (size_t)R, n * (size_t)IC, n * (size_t)OC};
-    size_t bytes = 0;
-    for (int i = 0; i < 3; i++) bytes += (parts[i] * sizeof(float) + 255) / 256 * 256;
-    return bytes;
+    return tcu_lora_scratch_at(N, IC, OC, R, 3);
 }
 
 /* the scratch's three parts (tcu_lora_scratch_bytes's layout) */
-static void scratch_parts(void *scratch, int N, int IC, int R, float **t, float **xd, float **dz) {
-    const size_t n = (size_t)N;
+static void scratch_parts(void *scratch, int N, int IC, int OC, int R, float **t, float **xd,
+                          float **dz) {
     char *p = (char *)scratch;
-    *t = (float *)p;
-    p += (n * (size_t)R * sizeof(float) + 255) / 256 * 256;
-    *xd = (float *)p;
-    p += (n * (size_t)IC * sizeof(float) + 255) / 256 * 256;
-    *dz = (float *)p;
-}
-
-static void check_lora(const char *what, int N, int IC, int OC, int R, int ld, float p,
-                       const void *scratch) {
-    TCU_REQUIRE(N >= 1 && IC >= 1 && OC >= 1 && R >= 1, what,
-                tcu_msg("N=%d IC=%d OC=%d R=%d: every dimension must be >= 1", N, IC, OC, R));
-    TCU_REQUIRE(ld >= OC, what, tcu_msg("ld=%d: the output's rows must hold OC=%d", ld, OC));
-    TCU_REQUIRE(p >= 0.0f && p < 1.0f, what, tcu_msg("p=%g: dropout must be in [0, 1)", p));
-    TCU_REQUIRE(scratch != NULL, what, "scratch is NULL (tcu_lora_scratch_bytes)");
+    *t = (float *)(p + tcu_lora_scratch_at(N, IC, OC, R, 0));
+    *xd = (float *)(p + tcu_lora_scratch_at(N, IC, OC, R, 1));
+    *dz = (float *)(p + tcu_lora_scratch_at(N, IC, OC, R, 2));
 }
 
 /* t (N,R) = xd (N,IC) A^T: column-major t^T (R,N) = A (as (IC,R) stored, op T) xd^T (IC,N) */
@@ -164,9 +149,9 @@ void tcu_lora_forward(tsr_bf16 *out, int ld, const tsr_bf16 *inp, const float *A
                       float scale, float p, uint64_t key, int64_t row0, void *scratch, int N,
                       int IC, int OC, int R, tcu_stream s) {
     const char *what = "tcu_lora_forward";
-    check_lora(what, N, IC, OC, R, ld, p, scratch);
+    TCU_REQUIRE_RULE(what, tcu_rule_lora, N, IC, OC, R, ld, p, scratch);
     float *t, *xd, *dz;
-    scratch_parts(scratch, N, IC, R, &t, &xd, &dz);
+    scratch_parts(scratch, N, IC, OC, R, &t, &xd, &dz);
     const size_t no = (size_t)N * OC;
     dropped_input(what, xd, inp, p, key, row0, N, IC, s);
     xd_times_at(what, t, xd, A, N, IC, R, s);
@@ -181,11 +166,11 @@ void tcu_lora_backward(tsr_bf16 *dinp, float *dA, float *dB, const tsr_bf16 *dou
                        uint64_t key, int64_t row0, void *scratch, int N, int IC, int OC, int R,
                        tcu_stream s) {
     const char *what = "tcu_lora_backward";
-    check_lora(what, N, IC, OC, R, ld, p, scratch);
+    TCU_REQUIRE_RULE(what, tcu_rule_lora, N, IC, OC, R, ld, p, scratch);
     TCU_REQUIRE(dout != NULL && inp != NULL, what, "dout and inp must not be NULL");
     if (!dinp && !dA && !dB) return;
     float *t, *xd, *dz;
-    scratch_parts(scratch, N, IC, R, &t, &xd, &dz);
+    scratch_parts(scratch, N, IC, OC, R, &t, &xd, &dz);
     const size_t ni = (size_t)N * IC, no = (size_t)N * OC;
     dropped_input(what, xd, inp, p, key, row0, N, IC, s);
     block_widen_kernel<<<grid_for(no), LORA_THREADS, 0, (cudaStream_t)s>>>(

@@ -898,13 +898,6 @@ void tcu_lt_gemm_f32(const char *what, cublasOperation_t ta, cublasOperation_t t
 
 /* ---- the ops ------------------------------------------------------------------------------- */
 
-static void require_shape(const char *what, int N, int IC, int OC) {
-    if (N >= 1 && IC >= 1 && OC >= 1) return;
-    char msg[128];
-    snprintf(msg, sizeof msg, "N=%d IC=%d OC=%d: every dimension must be >= 1", N, IC, OC);
-    tcu_fail(what, msg, __FILE__, __LINE__);
-}
-
 /* out = inp @ w^T + bias  [then out = gelu(.), pre_gelu = the argument].
  * out (N,OC) bf16; pre_gelu (N,OC) bf16 or NULL (distinct from out); inp (N,IC) bf16;
  * w (OC,IC) bf16; bias (OC) bf16 or NULL; gelu: the kind applied when pre_gelu is given.
@@ -919,7 +912,7 @@ void tcu_matmul_forward(tsr_bf16 *out, tsr_bf16 *pre_gelu, const tsr_bf16 *inp,
                         const tsr_bf16 *w, const tsr_bf16 *bias, int N, int IC, int OC,
                         tsr_gelu_kind gelu, tcu_stream s) {
     const char *what = lt_op_name[LT_FWD];
-    require_shape(what, N, IC, OC);
+    TCU_REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
     TCU_REQUIRE(out && inp && w, what, "out, inp and w must not be NULL");
     if (pre_gelu) {
         TCU_REQUIRE((unsigned)gelu < (unsigned)TSR_GELU_COUNT, what, "unknown GELU kind");
@@ -973,10 +966,7 @@ void tcu_matmul_backward(tsr_bf16 *dinp, float *dw, float *dbias, const tsr_bf16
                          const tsr_bf16 *inp, const tsr_bf16 *w, int N, int IC, int OC,
                          tsr_grad_mode mode, tcu_stream s) {
     const char *what = "tcu_matmul_backward";
-    require_shape(what, N, IC, OC);
-    TCU_REQUIRE(dout != NULL, what, "dout must not be NULL");
-    TCU_REQUIRE(!dinp || w, what, "dinp needs w (w is NULL)");
-    TCU_REQUIRE(!dw || inp, what, "dw needs inp (inp is NULL)");
+    TCU_REQUIRE_RULE(what, tcu_rule_matmul_backward, N, IC, OC, dinp, dw, dout, inp, w);
 
     if (dinp) {
         lt_gemm g = lt_gemm_dense(LT_DINP, N, IC, OC, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout,
@@ -1003,9 +993,7 @@ void tcu_matmul_backward_dgelu(tsr_bf16 *dinp, float *dw, float *dbias, const ts
                                const tsr_bf16 *inp, const tsr_bf16 *w, const tsr_bf16 *pre_gelu,
                                int N, int IC, int OC, tcu_stream s) {
     const char *what = "tcu_matmul_backward_dgelu";
-    require_shape(what, N, IC, OC);
-    TCU_REQUIRE(dinp && dout && w && pre_gelu, what, "dinp, dout, w and pre_gelu must not be NULL");
-    TCU_REQUIRE(pre_gelu != dinp, what, "pre_gelu must not alias dinp");
+    TCU_REQUIRE_RULE(what, tcu_rule_matmul_dgelu, N, IC, OC, dinp, dout, w, pre_gelu);
     lt_gemm g = lt_gemm_dense(LT_DINP, N, IC, OC, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout,
                               dinp, CUDA_R_16BF, 0.0f);
     g.what = what;
@@ -1034,7 +1022,7 @@ void tcu_matmul_fp8(tsr_bf16 *out, const tsr_fp8 *qx, const float *sx_inv, const
                     const float *sw_inv, const tsr_bf16 *bias, int N, int IC, int OC,
                     tcu_stream s) {
     const char *what = lt_op_name[LT_FP8];
-    require_shape(what, N, IC, OC);
+    TCU_REQUIRE_RULE(what, tcu_rule_matmul, N, IC, OC);
     TCU_REQUIRE(out && qx && qw && sx_inv && sw_inv, what,
                 "out, qx, qw, sx_inv and sw_inv must not be NULL");
     const tcu_context *ctx = tcu_context_get(what);

@@ -4,7 +4,7 @@
  *
  * File-wide conventions: grid-stride loops over a flat size_t index, 256 threads, at most 65536
  * blocks; n == 0 launches nothing; fp32 arithmetic with round-to-nearest intrinsics (no fused
- * multiply-adds), so each element gets the CPU emulator's bits (kernels/cuda_emu/cuda_emu.c).
+ * multiply-adds), so each element gets the CPU emulator's bits (kernels/cuda_emu/emu_muon.c).
  */
 #include <math.h>
 #include <stdint.h>
@@ -37,11 +37,8 @@ __global__ void muon_normalize_kernel(bf16 *x, const float *u, const float *sums
                                       int cols, int transpose, float eps) {
     const size_t n = (size_t)rows * (size_t)cols, stride = (size_t)gridDim.x * blockDim.x;
     const float inv = (float)(1.0 / (sqrt((double)*sumsq) + (double)eps));
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) {
-        size_t i = k / (size_t)cols, j = k % (size_t)cols; /* u's element (i, j) */
-        size_t at = transpose ? j * (size_t)rows + i : k;
-        x[at] = __float2bfloat16_rn(__fmul_rn(u[k], inv));
-    }
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
+        x[tcu_muon_at(k, rows, cols, transpose)] = __float2bfloat16_rn(__fmul_rn(u[k], inv));
 }
 
 __global__ void axpby_bf16_kernel(bf16 *out, float alpha, const bf16 *x, float beta, const bf16 *y,
@@ -58,8 +55,7 @@ __global__ void muon_apply_kernel(float *p, bf16 *pb, const bf16 *o, int rows, i
                                   int transposed, float decay, float step) {
     const size_t n = (size_t)rows * (size_t)cols, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) {
-        size_t i = k / (size_t)cols, j = k % (size_t)cols;
-        float ok = __bfloat162float(o[transposed ? j * (size_t)rows + i : k]);
+        float ok = __bfloat162float(o[tcu_muon_at(k, rows, cols, transposed)]);
         float v = __fsub_rn(__fmul_rn(p[k], decay), __fmul_rn(step, ok));
         p[k] = v;
         if (pb) pb[k] = __float2bfloat16_rn(v);

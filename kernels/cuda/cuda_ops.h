@@ -369,11 +369,17 @@ void tcu_memcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size
  * position p at index p % cap, a ring: tcu_attention_decode_var below),
  * then out (n, NH*hs) bf16 = attention of each row over positions seg..pos, fp32 scores and
  * softmax. Each (row, head) is one block with a fixed reduction order: a row's output does not
- * depend on the other rows. Needs (cap + hs + 32) floats of shared memory per block. */
-void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v, const tsr_bf16 *qkv,
-                          const float *alibi_slopes, const int32_t *slot, const int32_t *pos,
-                          const int32_t *seg, int p0, int seg0, int n, size_t slot_stride, int cap,
-                          int NH, int KVH, int hs, tcu_stream s);
+ * depend on the other rows. Needs (cap + hs + 32) floats of shared memory per block. The
+ * variants' call without them, here once for the backend and its emulator. */
+static inline void tcu_attention_decode(tsr_bf16 *out, tsr_bf16 *kt, tsr_bf16 *v,
+                                        const tsr_bf16 *qkv, const float *alibi_slopes,
+                                        const int32_t *slot, const int32_t *pos,
+                                        const int32_t *seg, int p0, int seg0, int n,
+                                        size_t slot_stride, int cap, int NH, int KVH, int hs,
+                                        tcu_stream s) {
+    tcu_attention_decode_var(out, kt, v, qkv, alibi_slopes, NULL, slot, pos, seg, p0, seg0, n,
+                             slot_stride, cap, NH, KVH, hs, s);
+}
 /* out (N,OC) bf16 = inp (N,IC) @ w^T + bias (or NULL), each element one warp's fp32 dot product
  * in a fixed order (ops.h matmul_rows: a row's bits do not depend on N or the other rows, unlike
  * cuBLASLt's, whose algorithm depends on the shape). For decode steps: w is read once per row. */

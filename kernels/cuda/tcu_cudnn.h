@@ -100,13 +100,15 @@ const char *tcu_cudnn_misaligned(tcu_cudnn_shape sh, int bwd, void *const buf[TC
                                  const void *ws);
 
 /* ---- the model (before sizing) ---- */
-/* What the model's attention uses: a document mask, ALiBi, any variant (window, sinks, soft cap,
- * scale). Phase 1 refuses each, so after a 1 here the sizing builds no plan and adds no scratch
- * (tcu_cudnn_scratch_bytes 0: the own kernels' size) and every call runs on the own kernels.
- * Unset: none (the op test, the bench). The trainer calls it before sizing the activations. */
-void tcu_cudnn_set_model(int doc, int alibi, int var);
-/* NULL, or the reason the model set by tcu_cudnn_set_model is refused (a static string) */
-const char *tcu_cudnn_model_refusal(void);
+/* The attention backend for a model when TSR_ATTENTION asks for `asked`, from what the model's
+ * attention uses: a document mask (doc), ALiBi (alibi), any variant (var: window, sinks, soft cap,
+ * scale). The graphs take none of them, so a model that uses one gets TCU_ATT_OWN, *why its
+ * reason (a static string); else `asked`, *why NULL. A pure function: the caller sets the result
+ * with tcu_cudnn_set_backend before sizing (the trainer: src/gpu/gpu_train_env.c), so that a
+ * refused model's sizing builds no plan, adds no scratch and opens no library, and every call runs
+ * on the own kernels. */
+tcu_att_backend tcu_cudnn_model_backend(tcu_att_backend asked, int doc, int alibi, int var,
+                                        const char **why);
 
 /* ---- graphs without a GPU (the CPU test) ---- */
 /* Builds the forward or backward operation graph of sh and finalizes it (no handle, no GPU):

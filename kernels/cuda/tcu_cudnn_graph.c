@@ -94,21 +94,14 @@ const char *tcu_cudnn_misaligned(tcu_cudnn_shape sh, int bwd, void *const buf[TC
     return NULL;
 }
 
-/* what the model's attention uses (tcu_cudnn_set_model); unset: none */
-static struct {
-    int doc, alibi, var;
-} model;
-
-void tcu_cudnn_set_model(int doc, int alibi, int var) {
-    model.doc = doc, model.alibi = alibi, model.var = var;
-}
-
-const char *tcu_cudnn_model_refusal(void) {
-    if (model.doc) return "the model's document mask: not in tessera's cuDNN graphs";
-    if (model.alibi) return "the model's ALiBi: not in tessera's cuDNN graphs";
-    if (model.var) return "the model's attention variants (window, sinks, soft cap, scale): not "
-                          "in tessera's cuDNN graphs";
-    return NULL;
+tcu_att_backend tcu_cudnn_model_backend(tcu_att_backend asked, int doc, int alibi, int var,
+                                        const char **why) {
+    *why = doc     ? "the model's document mask: not in tessera's cuDNN graphs"
+           : alibi ? "the model's ALiBi: not in tessera's cuDNN graphs"
+           : var   ? "the model's attention variants (window, sinks, soft cap, scale): not in "
+                     "tessera's cuDNN graphs"
+                   : NULL;
+    return *why ? TCU_ATT_OWN : asked;
 }
 
 #ifndef TCU_HAVE_CUDNN

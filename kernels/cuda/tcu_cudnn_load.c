@@ -46,8 +46,8 @@ int tcu_cudnn_version_ok(size_t version, size_t cudart, char *why, size_t n) {
     if (version / 10000 != 9)
         snprintf(why, n, "cuDNN %zu: expected major version 9", version);
     else if (version < 91501)
-        snprintf(why, n, "cuDNN %zu: older than 9.15.1 (91501), whose fixes the graphs need "
-                         "(research/cudnn-sdpa.md §4.5)", version);
+        snprintf(why, n, "cuDNN %zu: older than 9.15.1 (91501), whose fixes of the fused "
+                         "attention graphs tessera builds it needs (docs/cuda.md)", version);
     else if (cudart / 1000 != 13)
         snprintf(why, n, "cuDNN built for cudart %zu: expected CUDA 13 (13xxx)", cudart);
     else

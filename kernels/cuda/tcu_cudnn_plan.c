@@ -309,8 +309,7 @@ static void refuse(const char *why, tcu_cudnn_shape sh, int bwd) {
 static cd_plan *select_plan(tcu_cudnn_shape sh, int bwd, const char *refusal) {
     const tcu_att_backend b = tcu_cudnn_backend();
     if (b == TCU_ATT_OWN) return NULL;
-    const char *why = refusal ? refusal : tcu_cudnn_model_refusal();
-    if (!why) why = tcu_cudnn_load();
+    const char *why = refusal ? refusal : tcu_cudnn_load();
     cd_plan *c = NULL;
     if (!why && b == TCU_ATT_AUTO && !sm90()) why = "auto: not an sm_90 device";
     if (!why) handle_of(&why);
@@ -407,7 +406,7 @@ static void *fwd_workspace(size_t n) {
 
 size_t tcu_cudnn_scratch_bytes(tcu_cudnn_shape sh) {
     const tcu_att_backend b = tcu_cudnn_backend();
-    if (b == TCU_ATT_OWN || tcu_cudnn_model_refusal()) return 0;
+    if (b == TCU_ATT_OWN) return 0;
     if (tcu_cudnn_refusal(sh, NULL, NULL, NULL, 1, TSR_GRAD_SET) || tcu_cudnn_load()) return 0;
     if (b == TCU_ATT_AUTO && !sm90()) return 0;
     cd_plan *f = plan_at(sh, 0, 1), *c = plan_at(sh, 1, 1); /* the forward's too: none mid-run */
@@ -445,7 +444,6 @@ int tcu_cudnn_backward(tsr_bf16 *dqkv, const tsr_bf16 *dout, const tsr_bf16 *qkv
 int tcu_cudnn_plan_info_of(tcu_cudnn_shape sh, int bwd, tcu_cudnn_plan_info *info, char *why,
                            size_t n) {
     const char *w = tcu_cudnn_refusal(sh, NULL, NULL, NULL, bwd, TSR_GRAD_SET);
-    if (!w) w = tcu_cudnn_model_refusal();
     if (!w) w = tcu_cudnn_load();
     cd_plan *c = w ? NULL : plan_at(sh, bwd, 1);
     if (!w && !c) w = "the plan cache is full";

@@ -21,11 +21,13 @@ static const char *own_name(const cli_cmd *c) {
 
 static int has_short(int short_name) { return short_name > 0 && short_name < 0x100; }
 static int is_moved(int short_name) { return (short_name & ~0xff) == CLI_MOVED(0); }
+/* a row that is no option: a letter that moved, a paragraph of the help */
+static int no_option(int short_name) { return is_moved(short_name) || short_name == CLI_TEXT; }
 
 /* The option called name (not a CLI_MOVED row), or NULL. */
 static const cli_opt *opt_named(const cli_cmd *c, const char *name) {
     for (int k = 0; k < c->n_opts; k++)
-        if (!is_moved(c->opts[k].short_name) && !strcmp(c->opts[k].name, name)) return &c->opts[k];
+        if (!no_option(c->opts[k].short_name) && !strcmp(c->opts[k].name, name)) return &c->opts[k];
     return NULL;
 }
 
@@ -39,7 +41,8 @@ static const char *moved_hint(const cli_cmd *c, int letter, char *buf, size_t n)
     return buf;
 }
 
-void cli_help_line(FILE *f, int short_name, const char *name, const char *arg, const char *help) {
+/* One option line of a --help: "  -s, --set KEY=VALUE   help", "      --plan RANKS   help". */
+static void help_line(FILE *f, int short_name, const char *name, const char *arg, const char *help) {
     char left[64];
     snprintf(left, sizeof left, "%c%c%c --%s%s%s", has_short(short_name) ? '-' : ' ',
              has_short(short_name) ? short_name : ' ', has_short(short_name) ? ',' : ' ', name,
@@ -47,17 +50,16 @@ void cli_help_line(FILE *f, int short_name, const char *name, const char *arg, c
     fprintf(f, "  %-26s %s\n", left, help);
 }
 
-void cli_help_opts(FILE *f, const cli_opt *opts, int n_opts) {
-    for (int k = 0; k < n_opts; k++)
-        if (!is_moved(opts[k].short_name))
-            cli_help_line(f, opts[k].short_name, opts[k].name, opts[k].arg, opts[k].help);
-}
 
 void cli_help(FILE *f, const cli_cmd *c) {
     char t[96];
-    fprintf(f, "usage: %s [options]%s%s\n%s\n\noptions:\n", typed(c, t, sizeof t),
-            c->operands[0] ? " " : "", c->operands, c->summary);
-    cli_help_opts(f, c->opts, c->n_opts);
+    fprintf(f, "usage: %s [options]%s%s\n%s%s\noptions:\n", typed(c, t, sizeof t),
+            c->operands[0] ? " " : "", c->operands, c->summary, c->summary[0] ? "\n" : "");
+    for (int k = 0; k < c->n_opts; k++) {
+        const cli_opt *o = &c->opts[k];
+        if (o->short_name == CLI_TEXT) fprintf(f, "\n%s", o->help);
+        else if (!is_moved(o->short_name)) help_line(f, o->short_name, o->name, o->arg, o->help);
+    }
     fprintf(f, "\nexit codes: %s\n", c->exits ? c->exits : CLI_EXITS);
 }
 
@@ -85,74 +87,80 @@ int cli_number(const cli_cmd *c, int ch, const char *val, int64_t lo, int64_t hi
     return TSR_EXIT_USAGE;
 }
 
-void cli_getopt_init(cli_getopt *g) {
-    memset(g, 0, sizeof *g);
-    g->shorts[0] = ':'; /* report a missing argument as ':' */
-}
+/* getopt_long's tables of c's rows: the long options (val = short_name; no CLI_MOVED or CLI_TEXT
+ * row; an optional value as cli_opt.arg says) and the short-option string (':' first, so that a
+ * missing value reads ':'; a letter for each row that has one, ':' after it when it takes a
+ * value, '::' when optionally). */
+typedef struct getopt_tables {
+    struct option lo[CLI_MAX_OPTS + 1]; /* terminated by a zero row */
+    char shorts[3 * CLI_MAX_OPTS + 2];
+} getopt_tables;
 
-int cli_getopt_add(cli_getopt *g, const cli_opt *opts, int n_opts) {
-    if (g->n + n_opts > CLI_MAX_OPTS) return -1;
-    size_t s = strlen(g->shorts);
-    for (int k = 0; k < n_opts; k++) {
-        const cli_opt *o = &opts[k];
-        if (is_moved(o->short_name)) continue;
+/* 0, or -1 when c has more than CLI_MAX_OPTS rows */
+static int tables_of(const cli_cmd *c, getopt_tables *g) {
+    memset(g, 0, sizeof *g);
+    if (c->n_opts > CLI_MAX_OPTS) return -1;
+    size_t s = 0;
+    int n = 0;
+    g->shorts[s++] = ':';
+    for (int k = 0; k < c->n_opts; k++) {
+        const cli_opt *o = &c->opts[k];
+        if (no_option(o->short_name)) continue;
         const int has_arg = !o->arg ? no_argument : o->arg[0] == '[' ? optional_argument
                                                                      : required_argument;
-        g->lo[g->n++] = (struct option){o->name, has_arg, NULL, o->short_name};
+        g->lo[n++] = (struct option){o->name, has_arg, NULL, o->short_name};
         if (!has_short(o->short_name)) continue;
         g->shorts[s++] = (char)o->short_name;
         if (has_arg != no_argument) g->shorts[s++] = ':';
         if (has_arg == optional_argument) g->shorts[s++] = ':';
     }
-    g->lo[g->n] = (struct option){0, 0, 0, 0};
-    g->shorts[s] = '\0';
     return 0;
 }
 
-const char *cli_lost_letter(const cli_opt *opts, int n_opts, int letter) {
+/* "-p (it has no short form here: use --plan)" into buf for a letter that an option of c lost
+ * (its row is CLI_NO_SHORT(letter): docs/cli.md), else NULL: what getopt_long's "unknown option
+ * -p" meant. */
+static const char *no_short_hint(const cli_cmd *c, int letter, char *buf, size_t cap) {
     if (!has_short(letter)) return NULL;
-    for (int k = 0; k < n_opts; k++)
-        if (opts[k].short_name == CLI_NO_SHORT(letter)) return opts[k].name;
+    for (int k = 0; k < c->n_opts; k++)
+        if (c->opts[k].short_name == CLI_NO_SHORT(letter)) {
+            snprintf(buf, cap, "-%c (it has no short form here: use --%s)", letter, c->opts[k].name);
+            return buf;
+        }
     return NULL;
 }
 
-const char *cli_no_short_hint(char *buf, size_t cap, const cli_opt *opts, int n_opts, int letter) {
-    const char *was = cli_lost_letter(opts, n_opts, letter);
-    if (!was) return NULL;
-    snprintf(buf, cap, "-%c (it has no short form here: use --%s)", letter, was);
-    return buf;
+/* The usage error of getopt_long's answer ch (':' a value missing, '?' an unknown option). */
+static int bad_option(const cli_cmd *c, int ch, char **argv) {
+    char bad[192], msg[256];
+    if (ch == ':') { /* optopt: the option's key, for a long option too */
+        snprintf(msg, sizeof msg, "option --%s needs a value", cli_opt_name(c, optopt));
+        return cli_usage_error(c, msg, NULL);
+    }
+    if (!(has_short(optopt) && moved_hint(c, optopt, bad, sizeof bad)) && /* another letter now */
+        !no_short_hint(c, optopt, bad, sizeof bad)) { /* a letter it lost */
+        if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
+        else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
+    }
+    return cli_usage_error(c, "unknown option: ", bad);
 }
 
 int cli_parse(const cli_cmd *c, int argc, char **argv, cli_opt_fn on_opt, void *ctx) {
-    cli_getopt g;
-    cli_getopt_init(&g);
-    if (cli_getopt_add(&g, c->opts, c->n_opts) != 0)
-        return cli_usage_error(c, "internal: too many options", NULL);
+    getopt_tables g;
+    if (tables_of(c, &g) != 0) return cli_usage_error(c, "internal: too many options", NULL);
     for (int k = 0; k < c->n_opts; k++)
         for (int j = 0; j < k; j++)
-            if (c->opts[j].short_name == c->opts[k].short_name)
+            if (c->opts[j].short_name == c->opts[k].short_name && c->opts[k].short_name != CLI_TEXT)
                 return cli_usage_error(c, "internal: two options with one key: --", c->opts[k].name);
     optind = 0; /* full re-initialisation: commands may run more than once per process */
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, g.shorts, g.lo, NULL)) != -1) {
         if (ch == 'h') {
-            cli_help(stdout, c);
+            if (!tsr_log_muted()) cli_help(stdout, c);
             return -1;
         }
-        if (ch == ':' || ch == '?') {
-            char bad[192];
-            if (ch == '?' && has_short(optopt) && moved_hint(c, optopt, bad, sizeof bad))
-                return cli_usage_error(c, "unknown option: ", bad); /* its option has another letter now */
-            if (ch == ':') {
-                snprintf(bad, sizeof bad, "--%s", cli_opt_name(c, optopt));
-            } else if (!cli_no_short_hint(bad, sizeof bad, c->opts, c->n_opts, optopt)) {
-                /* (else a letter this command's option lost: its hint, docs/cli.md) */
-                if (optopt) snprintf(bad, sizeof bad, "-%c", optopt);
-                else snprintf(bad, sizeof bad, "%.120s", argv[optind - 1]);
-            }
-            return cli_usage_error(c, ch == ':' ? "option needs a value: " : "unknown option: ", bad);
-        }
+        if (ch == ':' || ch == '?') return bad_option(c, ch, argv);
         int rc = on_opt(c, ch, optarg, ctx);
         if (rc) return rc;
     }

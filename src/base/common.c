@@ -21,6 +21,8 @@ static int log_muted;
 
 void tsr_log_mute(int mute) { log_muted = mute; }
 
+int tsr_log_muted(void) { return log_muted; }
+
 int tsr_log_rank(void) { return log_rank; }
 
 void tsr_log_set_rank(int rank, int world) {

@@ -32,6 +32,8 @@ int tsr_log_rank(void);
  * mute themselves around collective phases (config, opening data) where every rank meets the
  * same error, so it is printed once. */
 void tsr_log_mute(int mute);
+/* 1 while muted (tsr_log_mute) */
+int tsr_log_muted(void);
 /* stderr: "PROGRAM: [rank R host] error: <msg>" (PROGRAM: the executable's name, e.g. tessera-train;
  * no rank in single-process runs). */
 void tsr_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -44,8 +46,8 @@ void tsr_warn_release(void);
 /* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.
  * "garbage:33:36,usr1:35:0"); returns the args of the first item of that kind, or NULL. The
  * kinds and who reads them: docs/spike-guard.md, docs/tessera-train.md (WATCHDOGS),
- * src/train/trainer_faults.c, trainer_init.c, train_data.c, watchdog.c, sdc_fault.c (flip:
- * docs/health.md), src/dist.c. */
+ * src/train/trainer_faults.c, trainer_init.c, sdc_fault.c (flip, matmul: docs/health.md),
+ * src/watchdog/watchdog.c, src/dist/dist.c, src/data/stage.c. */
 const char *tsr_fault(const char *kind);
 /* Unilateral fatal error: message, then MPI_Abort(code) when MPI runs with >1 rank, else exit(code).
  * Use when other ranks may be waiting in a collective. */
@@ -56,16 +58,16 @@ _Noreturn void tsr_fail_all(int code, const char *fmt, ...) __attribute__((forma
 /* Exit with a status already reported by tsr_error(); finalizes MPI. */
 _Noreturn void tsr_exit(int code);
 /* What tsr_die and tsr_exit (and tsr_fail_all) do before exit(code): abort_all(code) stops every
- * rank (MPI_Abort), finalize() shuts MPI down. The MPI wrapper (src/dist.c) registers them when it
+ * rank (MPI_Abort), finalize() shuts MPI down. The MPI wrapper (src/dist/dist.c) registers them when it
  * initializes and clears them when it finalizes, so this base layer calls no layer above it. NULL
  * (the default): nothing but exit. */
 void tsr_set_exit_hooks(void (*abort_all)(int code), void (*finalize)(void));
 /* The process groups of children that must end with this process when the run aborts (the
- * reward program's keeper, src/rl/reward_keeper.h, the leader of a group of its own: it ends what
+ * reward program's keeper, src/posttrain/reward_keeper.h, the leader of a group of its own: it ends what
  * it keeps on SIGTERM, then exits): registered (on = 1) while they run, unregistered (on = 0) once
  * stopped; tsr_kill_child_groups sends the registered groups SIGTERM, waits up to 2 s for their
  * leaders to exit, then SIGKILLs the groups (async-signal-safe: the hang watchdog's thread aborts
- * through it, src/dist.c). */
+ * through it, src/dist/dist.c). */
 void tsr_child_group(int pgid, int on);
 void tsr_kill_child_groups(void);
 

@@ -308,3 +308,14 @@ int fs_commit_beside(FILE *f, const char *tmp, const char *path) {
     }
     return fs_sync_parent(path);
 }
+
+int fs_temp_dir(char *out, size_t n, const char *what) {
+    const char *base = getenv("TMPDIR");
+    base = base && base[0] ? base : "/tmp";
+    if (tsr_snprintf(out, n, "%s/tessera-%s.XXXXXX", base, what) || !mkdtemp(out)) {
+        tsr_error("%s: cannot create a temporary directory in %s: %s", what, base,
+                  strerror(errno));
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}

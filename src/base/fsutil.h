@@ -10,6 +10,9 @@
 /* mkdir -p of the directory that will hold `path` (its last component is not created).
  * Returns 0 or -1 with errno set. */
 int fs_make_parents(const char *path);
+/* Creates a private directory TMPDIR/tessera-WHAT.XXXXXX (TMPDIR unset: /tmp) into out; 0, or
+ * TSR_EXIT_DATA after tsr_error. */
+int fs_temp_dir(char *out, size_t n, const char *what);
 /* fsync of the directory holding `path`, so a rename into it is durable. Returns 0 or
  * TSR_EXIT_DATA after tsr_error(). */
 int fs_sync_parent(const char *path);

@@ -1,7 +1,8 @@
-// unicode_ranges.js — the one loop both table generators share (gen_unicode_tables.js,
-// src/tokenizer/gen_hf_o200k_tables.js): for each [name, regex] of CLASSES, the code points node's
-// regex engine (V8 + ICU) matches, as C arrays of [lo, hi] ranges PREFIX_name[][2] and their
-// counts PREFIX_name_n, pushed onto the lines OUT.
+// unicode_ranges.js — the one loop the table generators share (gen_unicode_tables.js, and
+// src/tokenizer/gen_*_tables.js): for each [name, regex] of CLASSES, the code points its test
+// (for a regex, node's engine: V8 + ICU) matches, as C arrays of [lo, hi] ranges PREFIX_name[][2]
+// and their counts PREFIX_name_n, pushed onto the lines OUT (an empty class: one {0, 0}, count 0);
+// and nodeVersion, the node that writes them, as the tables name it (tsr_uc_version).
 'use strict';
 function rangesOf(re) {
   const ranges = [];
@@ -24,8 +25,10 @@ function pushTables(out, prefix, classes) {
       line += item;
     }
     if (line.trim()) out.push(line);
+    if (!ranges.length) out.push('    {0, 0}, /* none: an array needs an element */');
     out.push('};');
     out.push(`const uint32_t ${prefix}_${name}_n = ${ranges.length};`, '');
   }
 }
-module.exports = { pushTables };
+const nodeVersion = `Unicode ${process.versions.unicode} (node ${process.version}, ICU ${process.versions.icu})`;
+module.exports = { pushTables, nodeVersion };

@@ -66,6 +66,40 @@ const char *chat_config_token(const chat_config *cc, const char *name) {
     return v && v->type == JSON_STRING ? v->str : NULL;
 }
 
+/* Compiles n bytes of template source read from `from` into cc->tpl, an error naming the file
+ * (and, for the config's, the key). */
+static int compile(chat_config *cc, const char *src, size_t n, const char *from, const char *key,
+                   jinja_error *err) {
+    int rc = jinja_compile(src, n, &cc->tpl, err);
+    if (rc != JINJA_OK) {
+        char m[sizeof err->msg], at[48] = "";
+        snprintf(m, sizeof m, "%s", err->msg);
+        if (err->line) snprintf(at, sizeof at, ", line %d:%d", err->line, err->col);
+        snprintf(err->msg, sizeof err->msg, "%.100s%s%s: %.120s", from, key, at, m);
+        return rc;
+    }
+    snprintf(cc->source, sizeof cc->source, "%s", from);
+    return JINJA_OK;
+}
+
+/* The template: chat_template.jinja beside path when there is one (transformers' precedence:
+ * the file over the config's key), else the config's chat_template src (may be NULL). */
+static int load_template(chat_config *cc, const char *path, const json_value *src,
+                         jinja_error *err) {
+    char file[sizeof cc->source];
+    size_t n = 0;
+    int has = chat_config_template_file(path, file, sizeof file);
+    if (has < 0) return fail(err, JINJA_ECONTEXT, "%.200s: its directory's path is too long", path);
+    if (has) {
+        if (fs_read_all(file, CHAT_TEMPLATE_MAX, &cc->jinja, &n))
+            return fail(err, JINJA_ECONTEXT, "%.200s: cannot read it (above; at most %d bytes)",
+                        file, CHAT_TEMPLATE_MAX);
+        return compile(cc, cc->jinja, n, file, "", err);
+    }
+    if (src && src->type == JSON_STRING) return compile(cc, src->str, src->len, path, ": chat_template", err);
+    return JINJA_OK;
+}
+
 int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
     memset(cc, 0, sizeof *cc);
     size_t n = 0;
@@ -84,15 +118,7 @@ int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
     else if ((src = template_of(cfg)) && src->type != JSON_STRING && src->type != JSON_NULL)
         rc = fail(err, JINJA_ECONTEXT, "%s: chat_template is %s, expected a string or a list of "
                   "{\"name\", \"template\"} with a \"default\"", path, json_type_name(src->type));
-    if (rc == JINJA_OK && src && src->type == JSON_STRING) {
-        rc = jinja_compile(src->str, src->len, &cc->tpl, err);
-        if (rc != JINJA_OK) {
-            char m[sizeof err->msg], at[48] = "";
-            snprintf(m, sizeof m, "%s", err->msg);
-            if (err->line) snprintf(at, sizeof at, ", line %d:%d", err->line, err->col);
-            snprintf(err->msg, sizeof err->msg, "%.100s: chat_template%s: %.120s", path, at, m);
-        }
-    }
+    if (rc == JINJA_OK) rc = load_template(cc, path, src, err);
     if (rc != JINJA_OK) {
         chat_config_free(cc);
         return rc;
@@ -105,7 +131,17 @@ void chat_config_free(chat_config *cc) {
     jinja_free(cc->tpl);
     json_doc_free(&cc->doc);
     free(cc->text);
+    free(cc->jinja);
     memset(cc, 0, sizeof *cc);
+}
+
+int chat_config_template_file(const char *config_path, char *buf, size_t cap) {
+    struct stat st;
+    const char *slash = strrchr(config_path, '/');
+    int dir = slash ? (int)(slash - config_path) : 1;
+    int n = snprintf(buf, cap, "%.*s/chat_template.jinja", dir, slash ? config_path : ".");
+    if (n < 0 || (size_t)n >= cap) return -1;
+    return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int chat_config_find(const char *tokenizer_spec, char *buf, size_t cap) {

@@ -7,8 +7,9 @@
  *   jinja_render(cc.tpl, ctx, 2, &out, &n, &e);
  *   chat_config_free(&cc);
  *
- * chat_template is a string, or a list of {"name", "template"} whose "default" is taken. The
- * special tokens (bos, eos, unk, pad, sep, cls, mask) become string variables bos_token, ...:
+ * chat_template is a string, or a list of {"name", "template"} whose "default" is taken; a
+ * chat_template.jinja beside the file takes its place, as transformers reads a tokenizer directory
+ * (save_pretrained writes the template there; gpt-oss's repository ships it so). The special tokens (bos, eos, unk, pad, sep, cls, mask) become string variables bos_token, ...:
  * each a string or an added-token object {"content": ...} in the file; null or absent ones are
  * left out, as transformers leaves them out of the template's variables.
  */
@@ -21,22 +22,30 @@
 enum { CHAT_SPECIAL_TOKENS = 7 };
 
 typedef struct chat_config {
-    jinja_template *tpl;   /* NULL when the file has no chat_template */
+    jinja_template *tpl;   /* NULL when the file has no chat_template (and no chat_template.jinja
+                            * is beside it) */
     const json_value *vars; /* object {"bos_token": "<s>", ...}: the first render context */
+    char source[4096];     /* the file tpl came from: chat_template.jinja or the config; "" */
     /* owned storage */
     json_doc doc;
-    char *text;
+    char *text, *jinja;
     json_value nodes[1 + CHAT_SPECIAL_TOKENS];
 } chat_config;
 
-/* JINJA_OK, or JINJA_ECONTEXT (file unreadable, not JSON, chat_template of a wrong type; the
- * message names the file) or the template's JINJA_ESYNTAX. On failure nothing needs freeing. */
+/* JINJA_OK, or JINJA_ECONTEXT (file unreadable, not JSON, chat_template of a wrong type, a
+ * chat_template.jinja over CHAT_TEMPLATE_MAX bytes; the message names the file) or the
+ * template's JINJA_ESYNTAX. On failure nothing needs freeing. */
 int chat_config_load(const char *path, chat_config *cc, jinja_error *err);
 void chat_config_free(chat_config *cc);
 
 /* The special token `name` ("bos_token", "eos_token", ...) of the file as a string, NULL when the
  * file leaves it out or sets it to null. Valid while cc is. */
 const char *chat_config_token(const chat_config *cc, const char *name);
+
+/* The chat_template.jinja beside the tokenizer_config.json at config_path (its directory's):
+ * 1 and the path in buf when that file exists, 0 when not, -1 when the path does not fit. */
+int chat_config_template_file(const char *config_path, char *buf, size_t cap);
+enum { CHAT_TEMPLATE_MAX = 16 << 20 }; /* bytes of a chat_template.jinja (gpt-oss's: 16 KB) */
 
 /* The tokenizer_config.json that goes with a Hugging Face tokenizer spec: DIR/tokenizer_config.json
  * for a directory, the one beside FILE for a tokenizer.json file. Returns 1 and the path in buf when

@@ -100,7 +100,7 @@ typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_GRPO, TSR_OBJ_COUNT } tsr_ob
 typedef enum { TSR_GRPO_AGG_SEQUENCE = 0, TSR_GRPO_AGG_TOKEN, TSR_GRPO_AGG_CONSTANT,
                TSR_GRPO_AGG_COUNT } tsr_grpo_agg_kind;
 /* GRPO's KL reference: auto = base with LoRA, else initial; base = the base with the adapters
- * off; initial = a frozen copy of the starting weights (rl/grpo_ref.c) */
+ * off; initial = a frozen copy of the starting weights (posttrain/grpo_ref.c) */
 typedef enum { TSR_GRPO_REF_AUTO = 0, TSR_GRPO_REF_BASE, TSR_GRPO_REF_INITIAL,
                TSR_GRPO_REF_COUNT } tsr_grpo_ref_kind;
 /* the reward of a completion (docs/rl.md "Rewards") */
@@ -112,7 +112,7 @@ typedef enum { TSR_COMPARE_NUMBER = 0, TSR_COMPARE_EXACT, TSR_COMPARE_COUNT } ts
 typedef enum { TSR_DPO_SIGMOID = 0, TSR_DPO_IPO, TSR_DPO_LOSS_COUNT } tsr_dpo_loss_kind;
 /* DPO's reference model (docs/dpo.md): auto = base with LoRA, else precomputed; base = the base
  * with the adapters off (LoRA only); precomputed = the initial model's log-probabilities of every
- * pair, computed before step 1 and stored in run_dir (train/dpo_ref.h) */
+ * pair, computed before step 1 and stored in run_dir (posttrain/dpo_ref.h) */
 typedef enum { TSR_DPO_REF_AUTO = 0, TSR_DPO_REF_BASE, TSR_DPO_REF_PRECOMPUTED,
                TSR_DPO_REF_COUNT } tsr_dpo_ref_kind;
 typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HSDP, TSR_SHARD_COUNT } tsr_sharding_kind;
@@ -139,6 +139,7 @@ typedef struct tsr_model_config {
     int n_kv_head;        /* KVH: key/value heads (GQA; 1 = MQA); 0 = n_head */
     int head_dim;         /* hs; 0 = d_model / n_head */
     int qkv_bias;         /* a bias on the q, k, v projections even with bias = false (Qwen 2) */
+    int attn_bias;        /* biases on q, k, v and o even with bias = false (attention_bias) */
     int qk_norm;          /* RMSNorm of each q and k head before RoPE (Qwen 3) */
     tsr_qk_norm_scope qk_norm_scope; /* per head, or over the whole projection (OLMo 2) */
     int tie_embeddings;   /* the LM head is wte; false: its own (Vp, C) matrix */
@@ -235,6 +236,8 @@ typedef struct tsr_data_config {
     char tokenizer[1024];        /* for decoding samples: "gpt2", a directory or a file; "" = none */
     int tokenizer_mismatch;      /* tsr_tok_mismatch: a data.tokenizer other than the dataset's */
     int shuffle, verify;
+    int allow_changed;           /* a resume may go on with data sources the checkpoint did not
+                                    record (data_sources.c); else such a resume is exit 2 */
     char stage_to[1024];         /* node-local staging directory; "" = read in place */
     char cache_limit[32];        /* size text ("20G"); parsed into cache_limit_bytes */
     uint64_t cache_limit_bytes;  /* 0 = unlimited */
@@ -289,6 +292,10 @@ typedef struct tsr_config {
                              * (docs/moe.md); 1 = every rank holds every expert */
     int64_t context;        /* context parallelism: ranks that share one sequence, N, each
                              * holding 2 of its 2N chunks (docs/parallelism.md); 1 = none */
+    int64_t tensor;         /* tensor parallelism: ranks that split each layer's matrices, T
+                             * (docs/parallelism.md "Tensor parallelism"); 1 = none */
+    int sequence;           /* T > 1: sequence parallelism between the split matrices */
+    int tensor_across_nodes;/* a tensor group may span nodes */
     tsr_gpu_comm_kind gpu_comm; /* device = cuda: what carries the collectives */
     struct {                  /* precision.* (device = cuda; docs/cuda.md "FP8") */
         tsr_fp8_mode fp8;
@@ -302,7 +309,7 @@ typedef struct tsr_config {
         double label_smoothing; /* sigmoid: the share of pairs whose preference is flipped */
         tsr_dpo_ref_kind reference; /* the trainer resolves auto (trainer_init) */
         char reference_checksum[32]; /* precomputed: "crc32c:XXXXXXXX" of the stored file,
-                                      * written by the trainer (train/dpo_ref.h) */
+                                      * written by the trainer (posttrain/dpo_ref.h) */
     } dpo;
     struct {                  /* objective = grpo (docs/rl.md) */
         int64_t group_size;   /* G: completions per prompt */
@@ -412,6 +419,18 @@ int config_load_over(tsr_config *cfg, const char *path, const char *const *sets,
  * global_batch divisible by the data ranks (world / parallel.context), the per-rank batch by
  * micro_batch. Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_check_world(const tsr_config *cfg, int world);
+/* parallel.tensor = T (docs/parallelism.md "Tensor parallelism"): 0 when T splits cfg's model
+ * (T divides the query heads, the MLP width, the padded vocabulary, the linear layers' heads, and
+ * with parallel.sequence seq_len; the key/value heads are a multiple of T or divide it); else -1
+ * with the reason in why and the key it names in *key. T <= 1 always splits. */
+int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *why, size_t n);
+/* The values of parallel.tensor in 1 .. 256 that split cfg's model, listed into list ("1, 2, 4");
+ * returns their count. */
+int config_tensor_valid(const tsr_config *cfg, char *list, size_t n);
+/* With parallel.tensor > 1: the first key whose setting tensor parallelism does not run with yet
+ * (its value's words in *value), or NULL. (device = "cuda" is the trainer's to refuse, at start:
+ * a plan, --plan and --time, prices it.) */
+const char *config_tensor_pair(const tsr_config *cfg, const char **value);
 /* --plan W where the recipe's micro_batch does not divide the per-rank batch of W's data ranks:
  * the largest micro_batch that does (an even one for dpo: whole pairs), else 0 (it divides, it is
  * auto, or none fits: config_check_world then says why) */
@@ -526,6 +545,12 @@ const char *config_key_at(int i, tsr_key_role *role);
  * agree; a key that does not apply on one side reads "(unused)" there). What a resume compares
  * with its checkpoint's config. */
 void config_model_diff(const tsr_config *a, const tsr_config *b, char *out, size_t cap);
+/* The variants m turns on (config_variant_key's list, and Llama 3.1's RoPE scaling) in words, for
+ * the plan's model line (docs/planning.md "The model line"): "; "-separated fragments such as
+ * "layers: 36 linear + 12 full (repeating 3 linear, 1 full)", "sandwich norms", "attention
+ * sinks", "RoPE yarn x32 (original 4096 positions, beta 32/1, not truncated)", "no RoPE in 9 of
+ * 36 layers (repeating 3 rope, 1 none)"; "" for a model with none. Cut to cap bytes. */
+void config_variants_text(const tsr_model_config *m, char *buf, size_t cap);
 /* Writes the effective config in libconfig syntax (loadable by config_load). */
 void config_print(FILE *f, const tsr_config *cfg);
 /* Writes the effective config to path (temp file + fsync + rename). Returns 0 or TSR_EXIT_DATA.

@@ -369,6 +369,31 @@ static void validate_linear_cuda(load_ctx *c) {
         }
 }
 
+/* parallel.tensor = T (docs/parallelism.md "Tensor parallelism"): a split of this model, and
+ * not with a mode it does not run with yet (both keys named) */
+static void validate_tensor(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200], why[400], valid[400];
+    const char *key, *value;
+    if (g->tensor <= 1) return;
+    if (config_tensor_split(g, (int)g->tensor, &key, why, sizeof why) != 0) {
+        config_tensor_valid(g, valid, sizeof valid);
+        tsr_error("%sparallel.tensor = %lld: %s (each rank holds whole heads, rows or tokens "
+                  "of %s); the values of parallel.tensor that split this model: %s",
+                  cfgload_where(c, "parallel.tensor", at, sizeof at), (long long)g->tensor, why,
+                  key, valid);
+        c->errors++;
+    }
+    if ((key = config_tensor_pair(g, &value)) != NULL) {
+        tsr_error("%sparallel.tensor = %lld with %s %s: tensor parallelism does not run with "
+                  "it yet (docs/parallelism.md \"What composes with tensor parallelism\"): set "
+                  "parallel.tensor = 1, or change %s",
+                  cfgload_where(c, "parallel.tensor", at, sizeof at), (long long)g->tensor, key,
+                  value, key);
+        c->errors++;
+    }
+}
+
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */
 static void validate_options(load_ctx *c) {
     const tsr_config *g = c->cfg;
@@ -416,6 +441,7 @@ static void validate_options(load_ctx *c) {
     validate_fp8(c);
     validate_attn_variants(c);
     validate_linear_cuda(c);
+    validate_tensor(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

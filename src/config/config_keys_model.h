@@ -160,6 +160,11 @@
     {.name = "model.qkv_bias", .type = CFGK_BOOL, FIELD(model.qkv_bias), .def = "false",
      .doc = "A bias on the q, k and v projections even with model.bias = false (Qwen 2/2.5).",
      SHAPES},
+    {.name = "model.attn_bias", .type = CFGK_BOOL, FIELD(model.attn_bias), .def = "false",
+     .doc = "Biases on the attention's q, k, v and o projections even with model.bias = false, "
+            "none on the MLP (Hugging Face's attention_bias without mlp_bias: Qwen 3, OLMo 2/3, "
+            "Gemma 2/3, Llama and SmolLM3 with mlp_bias false).",
+     SHAPES},
     {.name = "model.qk_norm", .type = CFGK_BOOL, FIELD(model.qk_norm), .def = "false",
      .doc = "RMSNorm (eps model.norm_eps, weights per head dimension) of every q and k head "
             "before RoPE (Qwen 3), or of the whole projections (model.qk_norm_scope).",

@@ -358,6 +358,26 @@ static void add_disagreement(const load_ctx *c, const cfgtab_key *k, const char 
                  cfgload_where(c, k->name, at, sizeof at), k->name, val, from, k->name, value);
 }
 
+/* The model config.json describes (mine: the recipe with every fill value) against the rules
+ * across its sizes (config_model_dims): key/value heads that do not divide the heads, an odd head
+ * size under RoPE, a top-k above the experts, value heads of the linear layers that are no
+ * multiple of their key heads... When the rule it breaks names a key the fill gave, no model has
+ * that: the source's fault (exit 2, as a value out of range), said naming its key and value.
+ * Returns 1 when refused. */
+static int fill_dims_refused(const tsr_config_fill *f, const tsr_config *mine) {
+    tsr_model_dims d;
+    const char *key = NULL;
+    char why[400];
+    if (config_model_dims(&mine->model, &d, &key, why, sizeof why) == 0) return 0;
+    for (int j = 0; j < f->n; j++)
+        if (!strcmp(f->kv[j].key, key)) {
+            tsr_error("%s: %s (%s = %s): no model has that: %s", f->source, f->kv[j].from,
+                      f->kv[j].key, f->kv[j].value, why);
+            return 1;
+        }
+    return 0; /* a key the recipe gave: the recipe's fault, which the checks report */
+}
+
 /* The fill's values for the keys the recipe left out; every hard one it sets otherwise is listed
  * in one error (compared once all are filled, so that sizes resolve against the final model).
  * Returns the number of values no model has (the source's fault: exit 2, docs/hf.md). */
@@ -383,6 +403,7 @@ static int apply_fill(load_ctx *c) {
             c->file[i] = f->source;
         }
     }
+    if (!c->errors && fill_dims_refused(f, mine)) c->errors++, bad++;
     for (int j = 0; j < f->n && !c->errors; j++) {
         const cfgtab_key *k = cfgtab_find(f->kv[j].key);
         if (f->kv[j].soft || c->line[key_index(k)] == -2 || !c->given[key_index(k)]) continue;

@@ -252,11 +252,17 @@ const cfgtab_key cfgtab_keys[] = {
             "of the rank count); false = dataset order."},
     {.name = "data.verify", .type = CFGK_BOOL, FIELD(data.verify), .def = "true",
      .doc = "Verify every shard's checksum when a dataset is opened (reads it once)."},
+    {.name = "data.allow_changed", .type = CFGK_BOOL, FIELD(data.allow_changed), .def = "false",
+     .doc = "A resume whose data.train, data.mix stream or data.val is not the dataset the "
+            "checkpoint recorded (its index.tsv's CRC32C, shard and token counts) goes on with "
+            "it, warning with where the sampler continues; false = such a resume stops with exit "
+            "2 naming the source and both identities (docs/training.md \"Resuming on the same "
+            "data\")."},
     {.name = "data.tokenizer", .type = CFGK_STRING, FIELD(data.tokenizer), .def = "auto", .ilo = 0,
      .doc = "Tokenizer used to decode samples and encode ICL tasks: `gpt2`, a directory holding "
-            "one (GPT-2's encoder.json + vocab.bpe or vocab.json + merges.txt, or a tokenizer.json: "
-            "docs/tokenizer.md), a Hugging Face tokenizer.json or a "
-            "`tessera tokenizer train` file; `auto` = the one data.train was prepared with (its "
+            "one (GPT-2's encoder.json + vocab.bpe or vocab.json + merges.txt, a tokenizer.json, or "
+            "tiktoken.model: docs/tokenizer.md), a Hugging Face tokenizer.json, a tiktoken file "
+            "(o200k_base.tiktoken) or a `tessera tokenizer train` file; `auto` = the one data.train was prepared with (its "
             "index's `tokenizer`; when it records none, the tokenizer of an --init-from Hugging "
             "Face directory, else none); empty = none (print token ids). With --init-from a "
             "Hugging Face directory that holds a tokenizer, a value from the recipe file counts "
@@ -315,6 +321,26 @@ const cfgtab_key cfgtab_keys[] = {
             "count, and 2N must divide `seq_len`. The ranks form a data x context mesh: the "
             "global batch is split over the rank count / N data ranks. 1 = a sequence lives "
             "whole on one rank (docs/parallelism.md)."},
+    {.name = "parallel.tensor", .type = CFGK_INT, FIELD(tensor), .def = "1", .ilo = 1,
+     INT32_ONLY,
+     .doc = "Tensor parallelism: each layer's matrices are split over a group of this many "
+            "consecutive ranks (attention by heads, the MLP by its intermediate width, the "
+            "embedding and the LM head by vocabulary rows), the partial results summed inside "
+            "the group; it must divide the rank count, the heads, the key/value heads (or be a "
+            "multiple of them), the MLP and experts' widths and the padded vocabulary. The ranks "
+            "form a tensor "
+            "x context x data mesh, tensor innermost. 1 = every rank holds whole matrices "
+            "(docs/parallelism.md \"Tensor parallelism\")."},
+    {.name = "parallel.sequence", .type = CFGK_BOOL, FIELD(sequence), .def = "true",
+     .doc = "With `parallel.tensor` > 1: sequence parallelism, the norms and residual adds "
+            "between the split matrices run on 1/T of the tokens (a reduce-scatter and an "
+            "all-gather in place of each all-reduce; `seq_len` a multiple of T). false: every "
+            "rank of the group runs them on all tokens. Ignored when `parallel.tensor` = 1."},
+    {.name = "parallel.tensor_across_nodes", .type = CFGK_BOOL, FIELD(tensor_across_nodes),
+     .def = "false",
+     .doc = "Allow a `parallel.tensor` group to span nodes (its collectives, several per "
+            "layer, then cross the network: slow); by default a group must lie within a node "
+            "(checked at start)."},
     {.name = "parallel.gpu_comm", .type = CFGK_ENUM, FIELD(gpu_comm), .def = "nccl",
      ENUM(gpu_comm_names),
      .doc = "device = cuda: what carries the gradient sums, shards and the expert exchange. "
@@ -549,8 +575,9 @@ const cfgtab_key cfgtab_keys[] = {
     {.name = "watchdog.hang_timeout", .type = CFGK_FLOAT, FIELD(watchdog.hang_timeout), .def = "0",
      .lo = 0, NO_MAX,
      .doc = "Seconds one phase (a step's compute, its gradient reduction, an eval, a checkpoint) "
-            "may last; longer: every rank names its phase and the run aborts (exit 3) so Slurm "
-            "requeues it. 0 = off; set it to well above the slowest checkpoint save."},
+            "may last; longer: the stuck rank names its phase and the run aborts (exit 3) so Slurm "
+            "requeues it (ranks waiting for it in a collective wait 2 s or 10% longer). 0 = off; "
+            "set it to well above the slowest checkpoint save."},
 
     {.name = "metrics.prometheus_dir", .type = CFGK_STRING, FIELD(metrics.prometheus_dir),
      .def = "", .ilo = 0,
@@ -603,6 +630,6 @@ const cfgtab_key cfgtab_keys[] = {
             "microbatch is recomputed by its neighbour and the gradients' fingerprints compared "
             "bit for bit; a third rank and a second try tell a transient fault (the step goes on "
             "with the microbatches recomputed) from a persistent one (exit 87). ddp, zero1 and "
-            "LoRA on the CPU, one rank per context and expert group; 0 = off."},
+            "LoRA on the CPU, one rank per context, tensor and expert group; 0 = off."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);

@@ -1,6 +1,6 @@
 /* config_world.c — a config against the world size, once it is known (config.h
- * config_check_world): parallel.context's groups and chunks, the batch over the data ranks, DPO's
- * whole pairs, parallel.expert's groups.
+ * config_check_world): parallel.tensor's and parallel.context's groups and chunks, the batch over
+ * the data ranks, DPO's whole pairs, parallel.expert's groups.
  */
 #include <stdio.h>
 
@@ -31,18 +31,39 @@ static int check_context(const tsr_config *cfg, int world) {
     return 0;
 }
 
+/* parallel.tensor = T: T divides the world (the tensor groups are T consecutive ranks) */
+static int check_tensor(const tsr_config *cfg, int world) {
+    const long long T = cfg->tensor;
+    if (T <= 1 || world % T == 0) return 0;
+    tsr_error("parallel.tensor = %lld does not divide the %d ranks: the ranks form a tensor x "
+              "context x data mesh of tensor groups of %lld consecutive ranks; choose a divisor "
+              "of %d", T, world, T, world);
+    return TSR_EXIT_USAGE;
+}
+
+/* the ranks that share their sequences: a tensor group times a context group (at least 1) */
+static int shared_ranks(const tsr_config *cfg) {
+    return (cfg->context > 1 ? (int)cfg->context : 1) * (cfg->tensor > 1 ? (int)cfg->tensor : 1);
+}
+
 int config_check_world(const tsr_config *cfg, int world) {
     if (world < 1) {
         tsr_error("world size %d: expected at least 1 rank", world);
         return TSR_EXIT_USAGE;
     }
-    if (check_context(cfg, world)) return TSR_EXIT_USAGE;
-    /* the batch is split over the data ranks: the world, or world / N under context parallelism
-     * (a context group shares its sequences) */
-    const int N = cfg->context > 1 ? (int)cfg->context : 1, D = world / N;
-    char ranks[96];
-    if (N > 1) snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.context = %d)", D,
-                        world, N);
+    if (check_tensor(cfg, world)) return TSR_EXIT_USAGE;
+    if (check_context(cfg, world / (cfg->tensor > 1 ? (int)cfg->tensor : 1)))
+        return TSR_EXIT_USAGE;
+    /* the batch is split over the data ranks: the world, or world / (T N) under tensor and
+     * context parallelism (a tensor group and a context group share their sequences) */
+    const int N = shared_ranks(cfg), D = world / N;
+    char ranks[128];
+    if (N > 1 && cfg->tensor > 1)
+        snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.tensor x "
+                 "parallel.context = %d)", D, world, N);
+    else if (N > 1)
+        snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.context = %d)", D,
+                 world, N);
     else snprintf(ranks, sizeof ranks, "%d ranks", world);
     long long gb = cfg->global_batch, mb = cfg->micro_batch;
     if (gb % D != 0) {
@@ -71,7 +92,7 @@ int config_check_world(const tsr_config *cfg, int world) {
 }
 
 long long config_micro_fitting(const tsr_config *cfg, int world) {
-    const long long N = cfg->context > 1 ? cfg->context : 1, D = world / N;
+    const long long N = shared_ranks(cfg), D = world / N;
     const long long gb = cfg->global_batch, mb = cfg->micro_batch;
     const long long step = cfg->objective == TSR_OBJ_DPO ? 2 : 1; /* (dpo: whole pairs) */
     if (mb <= 0 || world % N != 0 || gb % D != 0 || (gb / D) % mb == 0) return 0;

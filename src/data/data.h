@@ -42,7 +42,7 @@ void dataset_close(tsr_dataset *ds);
  * into a malloc'd NUL-terminated text (0, or an exit status after tsr_error naming the object);
  * dataset_index_preset hands such a text to this process, so that dataset_open and
  * dataset_index_note of dir use it instead of fetching (the trainer fetches each index on rank 0
- * and broadcasts it: src/train/train_data.c). Main thread, before the datasets open. */
+ * and broadcasts it: src/data/dataloader.c). Main thread, before the datasets open. */
 int dataset_index_fetch(const char *dir, char **text, size_t *len);
 /* Another object of an object-store dataset (dir/name, e.g. prompts.jsonl), at most max bytes,
  * into a malloc'd NUL-terminated text: 0, or an exit status after tsr_error naming the object. */
@@ -71,6 +71,11 @@ int dataset_has_segments(const tsr_dataset *ds);
 /* The tokenizer that made the dataset, as its index records it (tessera prep's --tokenizer), or ""
  * when the index has no `tokenizer` line (unknown: older datasets, tessera synth). */
 const char *dataset_tokenizer(const tsr_dataset *ds);
+/* The largest token id the dataset holds, and in *how how that is known: "the max_token_id of
+ * its index.tsv" (the writer's note), "every token read (data.verify)" (opened with verify), or
+ * NULL when neither tells (an older index opened without verify, or an object-store one): then
+ * vocab_size - 1, the bound the format gives. Reads refuse an id above it (dataset_read_sample). */
+uint32_t dataset_max_token_id(const tsr_dataset *ds, const char **how);
 /* Samples of length T in the whole dataset (see above). */
 uint64_t dataset_n_samples(const tsr_dataset *ds, int T);
 /* Global sample i (< dataset_n_samples): inputs (T) and targets (T); a target whose loss-mask byte

@@ -21,6 +21,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "data/data.h"
+#include "data/dataloader.h"
 #include "data/s3.h"
 #include "data/shard_format.h"
 
@@ -475,56 +476,11 @@ static int has_file(const char *dir, const char *name) {
            S_ISREG(sb.st_mode);
 }
 
-int data_temp_dir(char *out, size_t n, const char *what) {
-    const char *base = getenv("TMPDIR");
-    base = base && base[0] ? base : "/tmp";
-    if (tsr_snprintf(out, n, "%s/tessera-%s.XXXXXX", base, what) || !mkdtemp(out)) {
-        tsr_error("%s: cannot create a temporary directory in %s: %s", what, base,
-                  strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    return 0;
-}
-
-/* Fetches shards [k0, k0 + n) into dir and checks each as a local shard (dataset_shard_redirect:
- * header, size, payload CRC32C, token ids, mask bytes); keep: the redirects stay (the files are
- * unlinked at once: their mappings hold them until dataset_close), else they are dropped. */
-static int fetch_batch(tsr_dataset *ds, const char *dir, int k0, int n, int keep) {
-    s3_fetch *f = tsr_calloc((size_t)n, sizeof *f);
-    char **path = tsr_calloc((size_t)n, sizeof *path);
-    for (int i = 0; i < n; i++) {
-        path[i] = data_path_join(dir, dataset_shard_name(ds, k0 + i));
-        f[i] = (s3_fetch){.name = dataset_shard_name(ds, k0 + i), .path = path[i],
-                          .size = dataset_shard_bytes(ds, k0 + i)};
-    }
-    int rc = s3_get_files(dataset_s3(ds), f, n, n, NULL) ? TSR_EXIT_DATA : 0;
-    for (int i = 0; i < n; i++) {
-        if (f[i].rc) tsr_error("%s", f[i].err);
-        else if (!rc && dataset_shard_redirect(ds, k0 + i, path[i])) rc = TSR_EXIT_DATA;
-        if (!keep) dataset_shard_redirect(ds, k0 + i, NULL);
-        unlink(path[i]);
-        free(path[i]);
-    }
-    free(path);
-    free(f);
-    return rc;
-}
-
-int data_fetch_all(tsr_dataset *ds, int keep) {
-    char dir[4096];
-    int rc = data_temp_dir(dir, sizeof dir, "fetch"), S = dataset_n_shards(ds);
-    int batch = s3_connections();
-    for (int k0 = 0; !rc && k0 < S; k0 += batch)
-        rc = fetch_batch(ds, dir, k0, S - k0 < batch ? S - k0 : batch, keep);
-    rmdir(dir);
-    return rc;
-}
-
 static int verify_one(const char *dir, int64_t T) {
     tsr_dataset *ds;
     int rc = dataset_open(&ds, dir, 1);
     if (rc) return rc;
-    if (dataset_s3(ds) && (rc = data_fetch_all(ds, 0))) {
+    if (dataset_s3(ds) && (rc = dataloader_fetch_all(ds, 0))) {
         dataset_close(ds);
         return rc;
     }

@@ -23,15 +23,5 @@ int cmd_data(int argc, char **argv);
 /* The work of `tessera data push DIR URL` (also `tessera prep --out s3://...`): DIR a dataset, or
  * a directory holding train (and val); 0, TSR_EXIT_USAGE or TSR_EXIT_DATA after tsr_error. */
 int data_push(const char *dir, const char *url);
-/* Creates a private directory TMPDIR/tessera-WHAT.XXXXXX (TMPDIR unset: /tmp) into out; 0, or
- * TSR_EXIT_DATA after tsr_error. */
-int data_temp_dir(char *out, size_t n, const char *what);
-/* An object-store dataset (dataset_s3): every shard fetched through s3.c, s3_connections() at a
- * time, into a private temporary directory, and checked as a local one (header, size, CRC32C,
- * token ids, mask bytes); keep: reads then come from these copies until dataset_close (their
- * files are unlinked at once), else nothing is kept (tessera verify-data). The directory is
- * removed. 0, or TSR_EXIT_DATA after tsr_error naming the object. */
-struct tsr_dataset;
-int data_fetch_all(struct tsr_dataset *ds, int keep);
 
 #endif

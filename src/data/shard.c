@@ -1,5 +1,5 @@
-/* shard.c — the dataset format (docs/data-format.md): shard headers, the index and the mmap
- * reader (the writer is shard_writer.c).
+/* shard.c — the dataset format (docs/data-format.md): shard headers and the mmap reader over a
+ * dataset's index (parsed by shard_index_parse.c; the writer is shard_writer.c).
  *
  * A dataset directory holds shard-NNNNN.bin files and index.tsv. Each shard is a 64-byte
  * little-endian header, the token payload (n x uint16 or uint32, little-endian) and, when the
@@ -71,8 +71,6 @@ static void header_decode(const uint8_t in[SHARD_HEADER_SIZE], shard_header *h) 
     h->header_crc = get_u32(in + 60);
 }
 
-uint32_t shard_width_for_vocab(uint64_t vocab) { return vocab <= 65536 ? 2 : 4; }
-
 uint32_t shard_flags(int has_mask) {
     return has_mask ? SHARD_FLAG_MASK | (has_mask == DATASET_MASK_SEGMENTS ? SHARD_FLAG_SEGMENTS : 0)
                     : 0;
@@ -85,308 +83,6 @@ unsigned shard_mask_max(int has_mask) {
 /* Bytes a shard of n tokens occupies. */
 static uint64_t shard_file_size(uint64_t n, uint32_t width, int mask) {
     return SHARD_HEADER_SIZE + n * width + (mask ? n : 0);
-}
-
-/* ================================ index ================================ */
-
-typedef struct index_row {
-    char name[NAME_MAX_LEN + 1];
-    uint64_t n_tokens;
-    uint32_t crc;
-} index_row;
-
-typedef struct dataset_index {
-    uint32_t vocab, width;
-    int has_mask, n_shards;
-    uint64_t n_tokens;
-    index_row *rows; /* (n_shards) */
-    char tokenizer[TOKENIZER_MAX_LEN + 1]; /* the optional `tokenizer` line's value, "" without */
-} dataset_index;
-
-/* Strict unsigned decimal: digits only, no sign, no overflow. */
-static int parse_u64(const char *s, uint64_t *out) {
-    uint64_t v = 0;
-    if (!*s) return 1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9') return 1;
-        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return 1;
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_crc_hex(const char *s, uint32_t *out) {
-    uint32_t v = 0;
-    if (strlen(s) != 8) return 1;
-    for (; *s; s++) {
-        int d = (*s >= '0' && *s <= '9') ? *s - '0'
-                : (*s >= 'a' && *s <= 'f') ? *s - 'a' + 10
-                : (*s >= 'A' && *s <= 'F') ? *s - 'A' + 10 : -1;
-        if (d < 0) return 1;
-        v = v << 4 | (uint32_t)d;
-    }
-    *out = v;
-    return 0;
-}
-
-/* A shard name must be a plain file name inside the dataset: [A-Za-z0-9._-], not starting '.'. */
-static int plain_name(const char *s) {
-    if (!*s || *s == '.' || strlen(s) > NAME_MAX_LEN) return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '.' || *s == '_' || *s == '-'))
-            return 0;
-    return 1;
-}
-
-/* Splits a line in place on spaces/tabs; returns the field count (at most max). */
-static int split_fields(char *line, char **f, int max) {
-    int n = 0;
-    char *p = line;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == '\r') *p++ = '\0';
-        if (!*p) break;
-        if (n == max) return max + 1;
-        f[n++] = p;
-        while (*p && *p != ' ' && *p != '\t' && *p != '\r') p++;
-    }
-    return n;
-}
-
-static int read_whole_file(const char *path, char **out, size_t *len) {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        tsr_error("%s: cannot open: %s (is the directory a tessera dataset? write one with "
-                  "'tessera shard' or 'tessera synth')", path, strerror(errno));
-        return TSR_EXIT_DATA;
-    }
-    int fd = fs_open_data(path, "dataset index");
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
-    if (!f) {
-        if (fd >= 0) close(fd);
-        return TSR_EXIT_DATA;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = tsr_malloc(cap);
-    for (;;) {
-        if (n + 1 >= cap) {
-            if (cap >= INDEX_MAX_BYTES) {
-                tsr_error("%s: index is larger than %u bytes; not a tessera index", path,
-                          INDEX_MAX_BYTES);
-                free(buf);
-                fclose(f);
-                return TSR_EXIT_DATA;
-            }
-            char *nb = tsr_malloc(cap * 2);
-            memcpy(nb, buf, n);
-            free(buf);
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        tsr_error("%s: read failed", path);
-        free(buf);
-        return TSR_EXIT_DATA;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
-/* The header keys in their required order; each takes one unsigned decimal value. */
-static const char *const index_keys[] = {"vocab_size", "token_width", "has_mask", "n_shards",
-                                         "n_tokens"};
-enum { INDEX_N_KEYS = sizeof index_keys / sizeof index_keys[0] };
-
-/* Checks the header values read from the index against each other. */
-static int index_check_header(const char *path, const uint64_t *v, dataset_index *ix) {
-    if (v[0] < 1 || v[0] > MAX_VOCAB) {
-        tsr_error("%s: vocab_size %llu out of range [1, %llu]", path, (unsigned long long)v[0],
-                  (unsigned long long)MAX_VOCAB);
-        return TSR_EXIT_DATA;
-    }
-    if (v[1] != shard_width_for_vocab(v[0])) {
-        tsr_error("%s: token_width %llu, expected %u for vocab_size %llu", path,
-                  (unsigned long long)v[1], shard_width_for_vocab(v[0]), (unsigned long long)v[0]);
-        return TSR_EXIT_DATA;
-    }
-    if (v[2] > DATASET_MASK_SEGMENTS) {
-        tsr_error("%s: has_mask %llu, expected 0, 1 or 2 (2: a loss mask that marks segment "
-                  "starts, docs/data-format.md)", path, (unsigned long long)v[2]);
-        return TSR_EXIT_DATA;
-    }
-    if (v[3] > MAX_SHARDS) {
-        tsr_error("%s: n_shards %llu exceeds the limit %d", path, (unsigned long long)v[3],
-                  MAX_SHARDS);
-        return TSR_EXIT_DATA;
-    }
-    ix->vocab = (uint32_t)v[0];
-    ix->width = (uint32_t)v[1];
-    ix->has_mask = (int)v[2];
-    ix->n_shards = (int)v[3];
-    ix->n_tokens = v[4];
-    return 0;
-}
-
-/* Parses one "shard NAME N_TOKENS CRC" row. */
-static int index_parse_row(const char *path, int lineno, char **f, int nf, index_row *row) {
-    if (nf != 4 || strcmp(f[0], "shard") != 0) {
-        tsr_error("%s:%d: expected 'shard <file> <n_tokens> <crc32c>', found '%s' with %d fields",
-                  path, lineno, nf ? f[0] : "", nf);
-        return TSR_EXIT_DATA;
-    }
-    if (!plain_name(f[1])) {
-        tsr_error("%s:%d: shard name '%s' is not a plain file name ([A-Za-z0-9._-], not "
-                  "starting with '.')", path, lineno, f[1]);
-        return TSR_EXIT_DATA;
-    }
-    if (parse_u64(f[2], &row->n_tokens) || row->n_tokens > MAX_SHARD_TOKENS) {
-        tsr_error("%s:%d: n_tokens '%s' is not a number in [0, 2^60]", path, lineno, f[2]);
-        return TSR_EXIT_DATA;
-    }
-    if (parse_crc_hex(f[3], &row->crc)) {
-        tsr_error("%s:%d: crc32c '%s' is not 8 hex digits", path, lineno, f[3]);
-        return TSR_EXIT_DATA;
-    }
-    strcpy(row->name, f[1]);
-    return 0;
-}
-
-/* The index parser's state: which line it expects next. */
-typedef struct index_parser {
-    const char *path;
-    dataset_index *ix;
-    int stage; /* 0 magic, 1..5 header keys, 6 rows, 7 end seen */
-    int lineno, rows;
-    uint64_t hv[INDEX_N_KEYS];
-} index_parser;
-
-/* Line 1: "tessera-dataset <version>". */
-static int index_magic(const index_parser *p, char **f, int nf) {
-    uint64_t ver;
-    if (nf != 2 || strcmp(f[0], INDEX_MAGIC) != 0 || parse_u64(f[1], &ver)) {
-        tsr_error("%s:%d: bad magic: expected '%s <version>' as the first line, found "
-                  "'%s'", p->path, p->lineno, INDEX_MAGIC, f[0]);
-        return TSR_EXIT_DATA;
-    }
-    if (ver != TSR_DATA_VERSION) {
-        tsr_error("%s:%d: dataset format version %llu, this tessera reads version %d",
-                  p->path, p->lineno, (unsigned long long)ver, TSR_DATA_VERSION);
-        return TSR_EXIT_DATA;
-    }
-    return 0;
-}
-
-/* After the last header key: the header checked, and the row table sized by n_shards. Each shard
- * needs a row: a count beyond the lines left (rest: the text after this line) is refused before
- * the row table is sized by it (a 90-byte index must not ask for gigabytes). */
-static int index_header_done(index_parser *p, const char *rest) {
-    dataset_index *ix = p->ix;
-    if (index_check_header(p->path, p->hv, ix)) return TSR_EXIT_DATA;
-    size_t left = 0;
-    for (const char *q = rest; q; left++) {
-        q = strchr(q, '\n');
-        if (q) q++;
-    }
-    if ((size_t)ix->n_shards > left) {
-        tsr_error("%s:%d: n_shards %d, but only %zu lines follow (one 'shard' row per "
-                  "shard, then 'end')", p->path, p->lineno, ix->n_shards, left);
-        return TSR_EXIT_DATA;
-    }
-    ix->rows = tsr_calloc((size_t)ix->n_shards + 1, sizeof *ix->rows);
-    if (ix->n_shards == 0) p->stage = 6;
-    return 0;
-}
-
-/* One header line "<key> <number>", the keys in index_keys order. */
-static int index_header_key(index_parser *p, char **f, int nf, const char *rest) {
-    const char *key = index_keys[p->stage - 1];
-    if (nf != 2 || strcmp(f[0], key) != 0 || parse_u64(f[1], &p->hv[p->stage - 1])) {
-        tsr_error("%s:%d: expected '%s <number>', found '%s'%s%s", p->path, p->lineno, key, f[0],
-                  nf > 1 ? " " : "", nf > 1 ? f[1] : "");
-        return TSR_EXIT_DATA;
-    }
-    if (++p->stage == INDEX_N_KEYS + 1) return index_header_done(p, rest);
-    return 0;
-}
-
-/* "tokenizer NAME": the tokenizer that made the tokens (tessera prep); absent in older datasets. */
-static int index_tokenizer(const index_parser *p, char **f, int nf) {
-    if (nf != 2 || p->ix->tokenizer[0] || strlen(f[1]) > TOKENIZER_MAX_LEN) {
-        tsr_error("%s:%d: expected one 'tokenizer <name>' line (a name without spaces, at "
-                  "most %d bytes) before the shard rows", p->path, p->lineno, TOKENIZER_MAX_LEN);
-        return TSR_EXIT_DATA;
-    }
-    snprintf(p->ix->tokenizer, sizeof p->ix->tokenizer, "%s", f[1]);
-    return 0;
-}
-
-/* One line that is not blank nor a comment, by what the parser expects next. */
-static int index_line(index_parser *p, char **f, int nf, const char *rest) {
-    if (p->stage == 7) {
-        tsr_error("%s:%d: text after the 'end' line", p->path, p->lineno);
-        return TSR_EXIT_DATA;
-    }
-    if (p->stage == 0) {
-        TSR_CHECK(index_magic(p, f, nf));
-        p->stage = 1;
-    } else if (p->stage <= INDEX_N_KEYS) {
-        return index_header_key(p, f, nf, rest);
-    } else if (p->stage == 6 && p->rows == 0 && strcmp(f[0], "tokenizer") == 0) {
-        return index_tokenizer(p, f, nf);
-    } else if (p->stage == 6 && p->rows == p->ix->n_shards) {
-        if (nf != 1 || strcmp(f[0], "end") != 0) {
-            tsr_error("%s:%d: expected 'end' after %d shard rows, found '%s'", p->path, p->lineno,
-                      p->rows, f[0]);
-            return TSR_EXIT_DATA;
-        }
-        p->stage = 7;
-    } else {
-        p->stage = 6;
-        if (index_parse_row(p->path, p->lineno, f, nf, &p->ix->rows[p->rows])) return TSR_EXIT_DATA;
-        p->rows++;
-    }
-    return 0;
-}
-
-/* Parses the index text (modified in place). Lines: magic+version, the five header keys in
- * order, optionally "tokenizer NAME", n_shards shard rows, "end". Blank lines and lines starting
- * with '#' are skipped. */
-static int index_parse(const char *path, char *text, dataset_index *ix) {
-    index_parser p = {.path = path, .ix = ix};
-    char *save = NULL;
-    memset(ix, 0, sizeof *ix);
-    for (char *line = text; line; line = save) {
-        char *nl = strchr(line, '\n');
-        save = nl ? nl + 1 : NULL;
-        if (nl) *nl = '\0';
-        p.lineno++;
-        char *f[5];
-        int nf = split_fields(line, f, 4);
-        if (nf == 0 || f[0][0] == '#') continue;
-        TSR_CHECK(index_line(&p, f, nf, save));
-    }
-    if (p.stage != 7) {
-        tsr_error("%s: incomplete index (ends at line %d before the 'end' line; %d of %d shard "
-                  "rows)", path, p.lineno, p.rows, ix->n_shards);
-        return TSR_EXIT_DATA;
-    }
-    uint64_t sum = 0;
-    for (int k = 0; k < ix->n_shards; k++) sum += ix->rows[k].n_tokens;
-    if (sum != ix->n_tokens) {
-        tsr_error("%s: n_tokens is %llu, but the shard rows add up to %llu", path,
-                  (unsigned long long)ix->n_tokens, (unsigned long long)sum);
-        return TSR_EXIT_DATA;
-    }
-    return 0;
 }
 
 /* ================================ reader ================================ */
@@ -418,26 +114,11 @@ struct tsr_dataset {
     _Atomic(sample_table *) tables; /* lock-free list, one entry per T seen */
     dataset_index ix;               /* kept to validate staged copies against it */
     uint32_t index_crc;             /* CRC32C of the index.tsv text: the dataset's identity */
+    uint32_t max_id;                /* the largest token id (dataset_max_token_id) */
+    const char *max_how;            /* how it is known, NULL: unknown (vocab - 1) */
     _Atomic uint64_t reads_staged, reads_in_place; /* samples read, relaxed counters */
     tsr_s3 *s3; /* an object-store dataset (s3://): no shard is mapped until staged */
 };
-
-char *data_path_join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = tsr_malloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-/* Copy of a directory path without trailing slashes (keeps a lone "/"). */
-char *data_dir_dup(const char *dir) {
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    char *d = tsr_malloc(n + 1);
-    memcpy(d, dir, n);
-    d[n] = '\0';
-    return d;
-}
 
 static uint32_t token_at(const uint8_t *tokens, uint32_t width, uint64_t i) {
     const uint8_t *p = tokens + i * width;
@@ -479,9 +160,28 @@ static int shard_check_header(const char *path, const shard_header *h, const dat
     return 0;
 }
 
-/* The O(size) checks: payload CRC, token ids < vocab, mask bytes 0/1. */
+/* Every token id of s below vocab_size and at most the index's max_token_id; *seen: the largest. */
+static int shard_verify_ids(const char *path, const shard_map *s, const dataset_index *ix,
+                            uint32_t *seen) {
+    for (uint64_t i = 0; i < s->n_tokens; i++) {
+        uint32_t t = token_at(s->tokens, ix->width, i);
+        if (t > ix->id_max) {
+            if (t >= ix->vocab)
+                tsr_error("%s: token %u at position %llu is >= vocab size %u", path, t,
+                          (unsigned long long)i, ix->vocab);
+            else
+                tsr_error("%s: token %u at position %llu is above max_token_id %u (index.tsv "
+                          "says no id is larger)", path, t, (unsigned long long)i, ix->id_max);
+            return TSR_EXIT_DATA;
+        }
+        if (t > *seen) *seen = t;
+    }
+    return 0;
+}
+
+/* The O(size) checks: payload CRC, token ids (shard_verify_ids), mask bytes 0/1. */
 static int shard_verify_payload(const char *path, const shard_map *s, const shard_header *h,
-                                const dataset_index *ix) {
+                                const dataset_index *ix, uint32_t *seen) {
     size_t len = s->map_len - SHARD_HEADER_SIZE;
     uint32_t crc = tsr_crc32c(0, s->tokens, len);
     if (crc != h->payload_crc) {
@@ -490,16 +190,7 @@ static int shard_verify_payload(const char *path, const shard_map *s, const shar
                   path, crc, len, h->payload_crc);
         return TSR_EXIT_DATA;
     }
-    if (ix->vocab < (1ull << (8 * ix->width))) {
-        for (uint64_t i = 0; i < s->n_tokens; i++) {
-            uint32_t t = token_at(s->tokens, ix->width, i);
-            if (t >= ix->vocab) {
-                tsr_error("%s: token %u at position %llu is >= vocab size %u", path, t,
-                          (unsigned long long)i, ix->vocab);
-                return TSR_EXIT_DATA;
-            }
-        }
-    }
+    if (shard_verify_ids(path, s, ix, seen)) return TSR_EXIT_DATA;
     for (uint64_t i = 0; s->mask && i < s->n_tokens; i++) {
         if (s->mask[i] > shard_mask_max(ix->has_mask)) {
             tsr_error("%s: mask byte %u at position %llu, expected 0 to %u", path, s->mask[i],
@@ -510,8 +201,9 @@ static int shard_verify_payload(const char *path, const shard_map *s, const shar
     return 0;
 }
 
-/* Checks the mapped file of shard k against its header and the index. */
-static int shard_validate(shard_map *s, const dataset_index *ix, int k, int verify) {
+/* Checks the mapped file of shard k against its header and the index (verify: its payload too,
+ * *seen the largest token id there; else *seen is not touched). */
+static int shard_validate(shard_map *s, const dataset_index *ix, int k, int verify, uint32_t *seen) {
     const char *path = s->path;
     shard_header h;
     if (memcmp(s->map, SHARD_MAGIC, 8) != 0) {
@@ -548,7 +240,7 @@ static int shard_validate(shard_map *s, const dataset_index *ix, int k, int veri
     s->n_tokens = h.n_tokens;
     s->tokens = s->map + SHARD_HEADER_SIZE;
     s->mask = ix->has_mask ? s->map + h.mask_offset : NULL;
-    return verify ? shard_verify_payload(path, s, &h, ix) : 0;
+    return verify ? shard_verify_payload(path, s, &h, ix, seen) : 0;
 }
 
 /* Maps shard file `path` read-only. */
@@ -586,60 +278,17 @@ static int shard_map_file(shard_map *s) {
     return 0;
 }
 
-/* Index texts handed over by dataset_index_preset (main thread, before the datasets open). */
-typedef struct index_preset {
-    char *dir, *text;
-    size_t len;
-    struct index_preset *next;
-} index_preset;
-static index_preset *presets;
-
-static const index_preset *preset_find(const char *dir) {
-    char *d = data_dir_dup(dir);
-    const index_preset *p = presets;
-    while (p && strcmp(p->dir, d) != 0) p = p->next;
-    free(d);
-    return p;
-}
-
-void dataset_index_preset(const char *dir, const char *text, size_t len) {
-    index_preset *p = tsr_calloc(1, sizeof *p);
-    p->dir = data_dir_dup(dir);
-    p->text = tsr_malloc(len + 1);
-    memcpy(p->text, text, len);
-    p->text[len] = '\0';
-    p->len = len;
-    p->next = presets;
-    presets = p;
-}
-
-int dataset_object_fetch(const char *dir, const char *name, size_t max, char **text,
-                         size_t *len) {
-    tsr_s3 *c;
-    char err[S3_ERR_LEN];
-    *text = NULL;
-    int rc = s3_open(&c, dir);
-    if (!rc && (rc = s3_get(c, name, max, text, len, err)))
-        tsr_error("%s (the dataset's %s; docs/object-storage.md)", err,
-                  strcmp(name, INDEX_NAME) ? name : "index");
-    s3_close(c);
-    return rc;
-}
-
-int dataset_index_fetch(const char *dir, char **text, size_t *len) {
-    return dataset_object_fetch(dir, INDEX_NAME, INDEX_MAX_BYTES, text, len);
-}
-
 /* The index text: read from the directory, or fetched from the object store (s3://) unless it
  * was preset (dataset_index_preset). */
 static int index_text(tsr_dataset *ds, const char *ipath, char **text, size_t *len) {
-    if (!s3_is_url(ds->dir)) return read_whole_file(ipath, text, len);
-    const index_preset *pre = preset_find(ds->dir);
+    if (!s3_is_url(ds->dir)) return index_read_file(ipath, text, len);
+    size_t n = 0;
+    const char *pre = index_preset_text(ds->dir, &n);
     int rc = s3_open(&ds->s3, ds->dir);
     if (rc || !pre) return rc ? rc : dataset_index_fetch(ds->dir, text, len);
-    *text = tsr_malloc(pre->len + 1);
-    memcpy(*text, pre->text, pre->len + 1);
-    *len = pre->len;
+    *text = tsr_malloc(n + 1);
+    memcpy(*text, pre, n + 1);
+    *len = n;
     return 0;
 }
 
@@ -647,6 +296,48 @@ static int index_text(tsr_dataset *ds, const char *ipath, char **text, size_t *l
 static void remote_shard(shard_map *s, const dataset_index *ix, int k) {
     s->n_tokens = ix->rows[k].n_tokens;
     s->map_len = shard_file_size(s->n_tokens, ix->width, ix->has_mask);
+}
+
+/* max_token_id (docs/data-format.md: every token id is at most it; the writer records the
+ * largest), its value field note or NULL when the index has none: into ix->id_max (else vocab - 1). */
+static int index_id_max(const char *path, const char *note, dataset_index *ix) {
+    uint64_t v = 0;
+    ix->id_max = ix->vocab - 1;
+    if (!note) return 0;
+    if (index_parse_u64(note, &v) || v >= ix->vocab) {
+        tsr_error("%s: max_token_id '%.40s': expected a token id below vocab_size %u", path, note,
+                  ix->vocab);
+        return TSR_EXIT_DATA;
+    }
+    ix->id_max = (uint32_t)v, ix->id_noted = 1;
+    return 0;
+}
+
+/* The shards of ds (mapped and checked; with verify every token read, so the largest id is
+ * known even without the index's note) and what the dataset knows of its largest id. */
+static int open_shards(tsr_dataset *ds, const dataset_index *ix, int verify) {
+    int rc = 0;
+    uint32_t seen = 0;
+    ds->vocab = ix->vocab;
+    ds->width = ix->width;
+    ds->has_mask = ix->has_mask;
+    ds->n_tokens = ix->n_tokens;
+    ds->shards = tsr_calloc((size_t)ix->n_shards + 1, sizeof *ds->shards);
+    for (int k = 0; k < ix->n_shards && !rc; k++) {
+        shard_map *s = &ds->shards[k];
+        ds->n_shards = k + 1;
+        s->path = data_path_join(ds->dir, ix->rows[k].name);
+        if (ds->s3) {
+            remote_shard(s, ix, k);
+            continue;
+        }
+        rc = shard_map_file(s);
+        if (!rc) rc = shard_validate(s, ix, k, verify, &seen);
+    }
+    ds->max_id = ix->id_max;
+    ds->max_how = ix->id_noted ? "the max_token_id of its index.tsv" : NULL;
+    if (verify && !ds->s3) ds->max_id = seen, ds->max_how = "every token read (data.verify)";
+    return rc;
 }
 
 int dataset_open(tsr_dataset **out, const char *dir, int verify) {
@@ -663,28 +354,14 @@ int dataset_open(tsr_dataset **out, const char *dir, int verify) {
         rc = TSR_EXIT_DATA;
     }
     if (!rc) {
+        char note[64];
         ds->index_crc = tsr_crc32c(0, text, len); /* before index_parse edits the text */
+        int noted = index_note_in_text(text, "max_token_id", note, sizeof note);
         rc = index_parse(ipath, text, &ix);
+        if (!rc) rc = index_id_max(ipath, noted ? note : NULL, &ix);
         ds->ix = ix; /* freed by dataset_close */
     }
-    if (!rc) {
-        ds->vocab = ix.vocab;
-        ds->width = ix.width;
-        ds->has_mask = ix.has_mask;
-        ds->n_tokens = ix.n_tokens;
-        ds->shards = tsr_calloc((size_t)ix.n_shards + 1, sizeof *ds->shards);
-        for (int k = 0; k < ix.n_shards && !rc; k++) {
-            shard_map *s = &ds->shards[k];
-            ds->n_shards = k + 1;
-            s->path = data_path_join(ds->dir, ix.rows[k].name);
-            if (ds->s3) {
-                remote_shard(s, &ix, k);
-                continue;
-            }
-            rc = shard_map_file(s);
-            if (!rc) rc = shard_validate(s, &ix, k, verify);
-        }
-    }
+    if (!rc) rc = open_shards(ds, &ix, verify);
     free(text);
     free(ipath);
     if (rc) {
@@ -722,6 +399,11 @@ int dataset_n_shards(const tsr_dataset *ds) { return ds->n_shards; }
 int dataset_has_mask(const tsr_dataset *ds) { return ds->has_mask != 0; }
 int dataset_has_segments(const tsr_dataset *ds) { return ds->has_mask == DATASET_MASK_SEGMENTS; }
 const char *dataset_tokenizer(const tsr_dataset *ds) { return ds->ix.tokenizer; }
+
+uint32_t dataset_max_token_id(const tsr_dataset *ds, const char **how) {
+    *how = ds->max_how;
+    return ds->max_id;
+}
 
 static uint64_t shard_samples(uint64_t n_tokens, int T) {
     return n_tokens ? (n_tokens - 1) / (uint64_t)T : 0;
@@ -829,10 +511,11 @@ int dataset_read_sample(const tsr_dataset *ds, int T, uint64_t i, int32_t *input
     int kept = 0;
     for (int j = 0; j <= T; j++) {
         uint32_t t = token_at(s->tokens, ds->width, start + (uint64_t)j);
-        if (t >= ds->vocab) {
-            tsr_error("%s: token %u at position %llu is >= vocab size %u (open with verify to "
-                      "check every token)", s->path, t, (unsigned long long)(start + (uint64_t)j),
-                      ds->vocab);
+        if (t > ds->ix.id_max) { /* (id_max < vocab) */
+            tsr_error("%s: token %u at position %llu is %s %u (open with verify to check every "
+                      "token)", s->path, t, (unsigned long long)(start + (uint64_t)j),
+                      t >= ds->vocab ? ">= vocab size" : "above the index's max_token_id",
+                      t >= ds->vocab ? ds->vocab : ds->ix.id_max);
             return -1;
         }
         if (j < T) inputs[j] = (int32_t)t;
@@ -886,7 +569,8 @@ int dataset_shard_redirect(tsr_dataset *ds, int k, const char *path) {
     shard_map *m = tsr_calloc(1, sizeof *m);
     m->path = data_dir_dup(path);
     int rc = shard_map_file(m);
-    if (!rc) rc = shard_validate(m, &ds->ix, k, 1);
+    uint32_t seen = 0;
+    if (!rc) rc = shard_validate(m, &ds->ix, k, 1, &seen);
     if (rc) {
         tsr_error("  %s is not a valid copy of %s: not used", path, s->path);
         shard_map_free(m);
@@ -916,63 +600,3 @@ int dataset_file_is_part(const char *path) {
            (n > im && !memcmp(head, INDEX_MAGIC, im) && (head[im] == '\t' || head[im] == ' '));
 }
 
-/* 1 with out set to the value field when line is the note "# KEY<TAB>VALUE..." of key. */
-static int note_of_line(const char *line, const char *key, char *out, size_t cap) {
-    size_t k = strlen(key);
-    if (strncmp(line, "# ", 2) != 0 || strncmp(line + 2, key, k) != 0 || line[2 + k] != '\t')
-        return 0;
-    snprintf(out, cap, "%.*s", (int)strcspn(line + 3 + k, "\t\r\n"), line + 3 + k);
-    return 1;
-}
-
-/* The note in an index text: its magic line, then the comments. */
-static int note_in_text(const char *text, const char *key, char *out, size_t cap) {
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (p != text && *p != '#') break;
-        if (note_of_line(p, key, out, cap)) return 1;
-    }
-    return 0;
-}
-
-int dataset_index_note_text(const char *dir, const char *key, char *out, size_t cap) {
-    char path[4200], line[1024], *text;
-    size_t len;
-    const index_preset *pre = preset_find(dir);
-    out[0] = '\0';
-    if (pre) return note_in_text(pre->text, key, out, cap);
-    if (s3_is_url(dir)) { /* not preset: fetched */
-        int rc = dataset_index_fetch(dir, &text, &len);
-        int found = rc ? -1 : note_in_text(text, key, out, cap);
-        free(text);
-        return found;
-    }
-    if (snprintf(path, sizeof path, "%s/index.tsv", dir) >= (int)sizeof path) return -1;
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    int found = 0, first = 1;
-    while (!found && fgets(line, sizeof line, f)) {
-        if (!first && line[0] != '#') break; /* the magic line, then the comments */
-        first = 0;
-        found = note_of_line(line, key, out, cap);
-    }
-    fclose(f);
-    return found;
-}
-
-int dataset_index_note(const char *dir, const char *key, uint64_t *value) {
-    char text[64], *end;
-    int found = dataset_index_note_text(dir, key, text, sizeof text);
-    if (found != 1) return found;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (end == text || *end || text[0] == '-') return 0;
-    *value = v;
-    return 1;
-}
-
-int dataset_pairs_for(const char *dir, int T, uint64_t *pairs, uint64_t *packed_T) {
-    *packed_T = 0;
-    if (dataset_index_note(dir, "preference_pairs", pairs) != 1) return 0;
-    if (dataset_index_note(dir, "packed_seq_len", packed_T) != 1 || *packed_T != (uint64_t)T)
-        return -1;
-    return 1;
-}

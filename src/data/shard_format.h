@@ -3,6 +3,7 @@
 #ifndef TSR_SHARD_FORMAT_H
 #define TSR_SHARD_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define SHARD_MAGIC "TSRSHARD"
@@ -37,8 +38,41 @@ void shard_header_encode(shard_header *h, uint8_t out[SHARD_HEADER_SIZE]);
 void shard_put_u32(uint8_t *p, uint32_t v);
 /* Token width in bytes: 2 when every id fits uint16, else 4. */
 uint32_t shard_width_for_vocab(uint64_t vocab);
+/* The note KEY of an index text (its magic line, then the header comments "# KEY<TAB>VALUE..."):
+ * 1 with the value field in out (cap bytes), else 0 (shard_index.c). */
+int index_note_in_text(const char *text, const char *key, char *out, size_t cap);
+/* The index text dataset_index_preset handed over for dir (NUL-terminated, *len bytes), or NULL
+ * (shard_index.c). */
+const char *index_preset_text(const char *dir, size_t *len);
 /* "dir/name" and a copy of dir without trailing slashes; both malloc'd. */
 char *data_path_join(const char *dir, const char *name);
 char *data_dir_dup(const char *dir);
+
+/* ---- index.tsv (shard_index_parse.c) ---- */
+
+typedef struct index_row {
+    char name[NAME_MAX_LEN + 1];
+    uint64_t n_tokens;
+    uint32_t crc;
+} index_row;
+
+typedef struct dataset_index {
+    uint32_t vocab, width;
+    int has_mask, n_shards;
+    uint64_t n_tokens;
+    index_row *rows; /* (n_shards) */
+    char tokenizer[TOKENIZER_MAX_LEN + 1]; /* the optional `tokenizer` line's value, "" without */
+    uint32_t id_max; /* every token id is at most this: the max_token_id note, else vocab - 1 */
+    int id_noted;    /* the index has the note */
+} dataset_index;
+
+/* Strict unsigned decimal: digits only, no sign, no overflow. 0 parsed, 1 not. */
+int index_parse_u64(const char *s, uint64_t *out);
+/* path's whole text (NUL-terminated, *len bytes; at most INDEX_MAX_BYTES): 0, or TSR_EXIT_DATA
+ * after tsr_error naming the file and the fault. */
+int index_read_file(const char *path, char **out, size_t *len);
+/* The index text (modified in place) parsed into ix, every field checked: 0, or TSR_EXIT_DATA
+ * after tsr_error naming path, the line and what was expected. */
+int index_parse(const char *path, char *text, dataset_index *ix);
 
 #endif

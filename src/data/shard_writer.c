@@ -31,6 +31,7 @@ struct tsr_dataset_writer {
     uint32_t crc;         /* running payload CRC of the open shard's tokens */
     shard_rec *recs;      /* finished shards */
     char tokenizer[TOKENIZER_MAX_LEN + 1]; /* recorded in the index when set */
+    uint32_t max_id;      /* the largest token id appended (the index's max_token_id) */
     int n_recs, cap_recs;
 };
 
@@ -254,6 +255,7 @@ int dataset_writer_append(tsr_dataset_writer *w, const uint32_t *tokens, const u
                       i, w->vocab);
             return TSR_EXIT_DATA;
         }
+        if (tokens[i] > w->max_id) w->max_id = tokens[i];
         if (w->with_mask && mask[i] > shard_mask_max(w->with_mask)) {
             tsr_error("%s: mask byte %u (input position %zu), expected 0 to %u", w->dir, mask[i],
                       i, shard_mask_max(w->with_mask));
@@ -298,6 +300,8 @@ static int writer_write_index(tsr_dataset_writer *w) {
     for (int k = 0; k < w->n_recs; k++) total += w->recs[k].n_tokens;
     fprintf(f, "%s\t%d\n", INDEX_MAGIC, TSR_DATA_VERSION);
     fprintf(f, "# tessera token dataset; format: docs/data-format.md\n");
+    if (total) /* the ids a model must cover: below its vocab_size (docs/data-format.md) */
+        fprintf(f, "# max_token_id\t%u\t(the largest token id in the shards)\n", w->max_id);
     fprintf(f, "vocab_size\t%u\ntoken_width\t%u\nhas_mask\t%d\nn_shards\t%d\nn_tokens\t%llu\n",
             w->vocab, w->width, w->with_mask, w->n_recs, (unsigned long long)total);
     if (w->tokenizer[0]) fprintf(f, "tokenizer\t%s\n", w->tokenizer);

@@ -56,6 +56,7 @@ struct tsr_stager {
     uint64_t limit; /* 0: unlimited */
     int is_stager, link_ok, S;
     int parallel;   /* shards staged at once: object store, TSR_S3_CONNECTIONS (8); else 1 */
+    long slow_ms;   /* test-only: TSR_FAULT="stage_slow:MS" (stage_slow) */
     slot *slot;     /* (S) */
     int *ints;      /* one block: win[0], win[1], redir, queue, victims, (S) each */
     /* main thread */
@@ -113,6 +114,12 @@ static char *stage_path(const tsr_stager *s, int k) {
     return data_path_join(s->dir, dataset_shard_name(s->ds, k));
 }
 
+/* Test-only (TSR_FAULT="stage_slow:MS", tests/s3/test_s3_wait.sh): each read of a copy waits MS
+ * ms first, as on a slow parallel filesystem; stager_close's abandon cuts the wait short. */
+static void stage_slow(tsr_stager *s) {
+    for (long ms = s->slow_ms; ms > 0 && !atomic_load(&s->abandon); ms -= 50) usleep(50 * 1000);
+}
+
 static int write_all(int fd, const uint8_t *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, p, n);
@@ -144,6 +151,7 @@ static int copy_one(tsr_stager *s, int k, const char *src, const char *tmp) {
     }
     uint64_t off = 0;
     while (off < total) {
+        if (s->slow_ms) stage_slow(s);
         if (atomic_load_explicit(&s->abandon, memory_order_relaxed)) {
             rc = 1;
             goto done;
@@ -619,6 +627,8 @@ int stager_open(tsr_stager **out, tsr_dataset *ds, const char *stage_root, uint6
     s->link_ok = !(no_link && strcmp(no_link, "1") == 0) && stat(dataset_dir(ds), &a) == 0 &&
                  stat(dir, &b) == 0 && a.st_dev == b.st_dev;
     s->buf = tsr_malloc(COPY_BUF);
+    const char *slow = tsr_fault("stage_slow");
+    s->slow_ms = slow ? strtol(slow, NULL, 10) : 0;
     s->parallel = !dataset_s3(ds) ? 1 : s3_connections();
     if (dataset_s3(ds)) s->etag = tsr_calloc((size_t)S, sizeof *s->etag);
     remove_stale(s);

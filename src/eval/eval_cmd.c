@@ -23,11 +23,11 @@
 #include "cli_commands.h"
 #include "common.h"
 #include "data/data.h"
-#include "data/data_cmd.h"
-#include "data/data_loss.h"
-#include "dist.h"
+#include "data/dataloader.h"
+#include "dist/dist.h"
 #include "eval/icl_score.h"
 #include "fsutil.h"
+#include "hf/hf_importer.h"
 #include "tokenizer/tokenizer.h"
 
 static const cli_opt eval_opts[] = {
@@ -92,16 +92,6 @@ static double forward(void *m, const int32_t *inputs, const int32_t *targets,
     return model_forward_starts(m, inputs, targets, starts, B, T);
 }
 
-/* The dataset at dir, checked whole; an s3:// one fetched whole first (data_fetch_all). */
-static int open_val(tsr_dataset **ds, const char *dir) {
-    TSR_CHECK(dataset_open(ds, dir, 1));
-    if (dataset_s3(*ds) && data_fetch_all(*ds, 1)) {
-        dataset_close(*ds);
-        return TSR_EXIT_DATA;
-    }
-    return 0;
-}
-
 /* A preference dataset (tessera prep --format preference; docs/dpo.md): how often the model
  * gives the chosen answer a higher log-probability (summed over the answer's target tokens)
  * than the rejected one, and the mean difference, over its first limit / 2 pairs (limit 0: all).
@@ -119,7 +109,7 @@ static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
         return 0;
     }
     tsr_dataset *ds;
-    TSR_CHECK(open_val(&ds, dir));
+    TSR_CHECK(dataloader_open_split(&ds, dir, m->V));
     uint64_t n = dataset_n_samples(ds, b->T) / 2;
     if (limit > 0 && (uint64_t)limit / 2 < n) n = (uint64_t)limit / 2;
     double s[3] = {0, 0, 0}; /* chosen ahead, margin, pairs */
@@ -142,7 +132,7 @@ static int pair_scores(tsr_model *m, batch *b, const char *dir, int64_t limit,
     return 0;
 }
 
-/* Mean loss of the dataset at dir (data_mean_loss: the trainer's own evaluation). */
+/* Mean loss of the dataset at dir (dataloader_mean_loss: the trainer's own evaluation). */
 static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, const tsr_dist *d,
                     double *loss, double *samples) {
     tsr_dataset *ds;
@@ -153,10 +143,10 @@ static int val_loss(tsr_model *m, batch *b, const char *dir, int64_t limit, cons
                   "seq_len=%llu", dir, (unsigned long long)packed, b->T, (unsigned long long)packed);
         return TSR_EXIT_USAGE;
     }
-    TSR_CHECK(open_val(&ds, dir));
+    TSR_CHECK(dataloader_open_split(&ds, dir, m->V));
     uint64_t n = 0;
-    *loss = data_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg,
-                           m->cfg.attn_mask == TSR_MASK_DOCUMENT, &n);
+    *loss = dataloader_mean_loss(ds, dir, b->T, b->B, limit, d, forward, m, b->in, b->tg,
+                                 m->cfg.attn_mask == TSR_MASK_DOCUMENT, &n);
     *samples = (double)n;
     dataset_close(ds);
     return 0;
@@ -255,7 +245,7 @@ static int evaluate(const eval_args *a, const tsr_dist *d) {
     tsr_config mc, ec; /* the model's config (stored), the evaluation's */
     tsr_model m;
     char file[1200];
-    TSR_CHECK(ckpt_model_load(a->ckpt, a->sets, a->n_sets, 0, &mc, &m, file, sizeof file));
+    TSR_CHECK(ckpt_model_load(&hf_model_importer, a->ckpt, a->sets, a->n_sets, 0, &mc, &m, file, sizeof file));
     /* --config says what to evaluate; the model (and its seq_len) is the checkpoint's */
     static const char *const pinned[] = {"model.", "lora.", "seq_len"};
     int rc = a->config ? config_load_over(&ec, a->config, a->sets, a->n_sets, &mc, file, pinned, 3)

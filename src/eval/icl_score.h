@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "eval/icl.h"
 #include "model/model.h"
 

@@ -66,7 +66,7 @@ static void log_jsonl(FILE *f, const icl_suite *s, int64_t step, const icl_score
     fprintf(f, "}, \"gauntlet\": ");
     json_num(f, sc->gauntlet);
     fprintf(f, ", \"seconds\": %.6g", seconds);
-    metrics_end_record(f);
+    jsonl_end_record(f);
 }
 
 void train_icl_run(icl_suite *s, tsr_model *m, const tsr_dist *d, int acts_B, int64_t step,

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

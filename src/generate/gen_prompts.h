@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 #include "generate/gen_sample.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"

@@ -21,12 +21,12 @@
 #include "cli.h"
 #include "cli_commands.h"
 #include "common.h"
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 #include "generate/gen_prompts.h"
 #include "generate/gen_sample.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
-#include "telemetry/metrics.h"
+#include "metrics_units.h"
 
 #define GEN_MAX_SETS 64
 #define GEN_PREFILL_CHUNK 512 /* prompt positions per forward call of the cached path */

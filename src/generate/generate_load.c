@@ -8,6 +8,7 @@
 
 #include "model/ckpt_model.h"
 #include "common.h"
+#include "hf/hf_importer.h"
 
 int gen_load_model(const char *path, const char *const *sets, int n_sets, tsr_config *cfg,
                    tsr_model *m, char *resolved, size_t cap) {
@@ -17,5 +18,5 @@ int gen_load_model(const char *path, const char *const *sets, int n_sets, tsr_co
                   "`latest`)", path, strerror(errno));
         return TSR_EXIT_DATA;
     }
-    return ckpt_model_load(path, sets, n_sets, 0, cfg, m, resolved, cap);
+    return ckpt_model_load(&hf_model_importer, path, sets, n_sets, 0, cfg, m, resolved, cap);
 }

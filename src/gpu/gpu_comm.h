@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #include "cuda_ops.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "mesh/mesh.h"
 
 typedef struct gpu_comm gpu_comm;

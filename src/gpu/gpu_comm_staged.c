@@ -195,7 +195,7 @@ static stage_task *new_task(staged_comm *c, stage_op op, size_t in_bytes, size_t
 }
 
 /* the engine, made by the first staged communicator: its stream and thread (signals blocked in
- * it: SIGTERM and SIGUSR1 are the main thread's, checkpointing_stop.c) */
+ * it: SIGTERM and SIGUSR1 are the main thread's, watchdog/stop.c) */
 static engine *engine_get(void) {
     if (the_engine) {
         the_engine->users++;

@@ -21,7 +21,7 @@
 #include <stddef.h>
 
 #include "cuda_ops.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "gpu/gpu_comm.h"
 #include "model/model.h"
 #include "model/model_ep.h"

@@ -1,7 +1,7 @@
 /* gpu_model.h — the decoder of model.h on the CUDA backend (kernels/cuda/cuda_ops.h).
  *
  * The sequence is src/model/decoder.c's, on the CUDA implementation of kernels/backend.h that
- * gpu_model.c fills in (docs/decoder.md). Same layout, same maths, GPU precisions (docs/cuda.md): fp32 master weights, their bf16 copy
+ * gpu_backend.c fills in (docs/decoder.md). Same layout, same maths, GPU precisions (docs/cuda.md): fp32 master weights, their bf16 copy
  * that the ops read, fp32 gradients, bf16 activations, fp32 statistics and losses. The flat
  * buffers use the host model's offsets (tsr_model.params_info), so one copy moves weights or
  * gradients between host and device whole. Activations are stacked per layer like the CPU's; the
@@ -91,11 +91,6 @@ void gpu_model_init(tsr_gpu_model *g, const tsr_model *m, tcu_stream s, gpu_stat
  * the decoder layers fp8_skip leaves (a linear layer whose IC or OC is not a multiple of 16 stays
  * bf16: cuBLASLt's FP8 rule); "none" takes it out. Call after gpu_model_init. */
 void gpu_model_use_fp8(tsr_gpu_model *g, tsr_fp8_mode mode, tsr_fp8_skip skip);
-/* TSR_DECODE_GEMM (issue 66 item 3, a measurement switch: docs/cuda.md "Batched decoding"): 1 sends
- * batched decoding's linear layers, at 8 rows or more and a multiple of 8, through cuBLASLt's GEMM
- * (matmul_forward) instead of the batch-invariant per-row product; 0 (the default) keeps that.
- * Process-wide; set before any decoding. */
-void gpu_model_set_decode_gemm(int on);
 /* 1 when decoder layer l's tensor id forwards through the FP8 GEMM (after gpu_model_use_fp8):
  * a linear layer's weight in the FP8 layers whose IC and OC are multiples of 16 */
 int gpu_model_fp8_weight(const tsr_gpu_model *g, int l, int id);

@@ -1,7 +1,7 @@
 /* gpu_profile.h — TSR_PROFILE=1: device time per backend op from CUDA events, no hardware
  * counters needed (for when ncu is refused them; docs/cuda.md, "Per-op profile").
  *
- * Each op of the CUDA backend table (src/gpu/gpu_model.c) is bracketed by two timed events on
+ * Each op of the CUDA backend table (src/gpu/gpu_backend.c) is bracketed by two timed events on
  * its stream; so are the trainer's phases of a step ("step: forward+backward", "step: gradient
  * norm", "step: AdamW"). Every few thousand events the pairs are read (one wait for the stream)
  * and summed per (name, shape). The first step is warm-up (cuBLASLt's heuristic, first

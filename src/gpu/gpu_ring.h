@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "cuda_ops.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "gpu/gpu_comm.h"
 #include "mesh/mesh.h"
 #include "model/model_ring.h"

@@ -12,8 +12,8 @@
  * (whole, or a frozen shard under zero3 / hsdp), the adapters' fp32 store and AdamW on the device,
  * their gradients all-reduced once per step; the host mirror is the trainer's adapter store.
  *
- * The GPU code lives in libtessera-cuda-train.so (gpu_train*.c, gpu_model.c, gpu_comm_nccl.c and
- * the CUDA backend), which gpu_load.c opens with dlopen the first time a run asks for
+ * The GPU code lives in libtessera-cuda-train.so (gpu_train*.c, gpu_model.c, gpu_backend.c,
+ * gpu_comm_nccl.c and the CUDA backend), which gpu_load.c opens with dlopen the first time a run asks for
  * device = cuda: tessera-train itself links no CUDA, starts as fast on a CPU node (loading
  * cuBLASLt costs ~0.9 s per process) and runs where no CUDA is installed. A program that links
  * gpu_train.o directly (the emulator test build) uses that copy instead. The functions below

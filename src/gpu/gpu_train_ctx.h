@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "model/fsdp.h"
@@ -50,8 +50,8 @@ typedef struct gpu_train_ctx {
     /* zero3 / hsdp: the host model about to sample from the pulled shards (on = 1: its gathers
      * forgotten, every expert gathered; train/train_state.h trainer_host_weights) or done (0) */
     void (*host_weights)(void *owner, int on);
-    /* An objective with a pass of its own, else NULL (lm): objective = "dpo" (train/dpo.h
-     * dpo_compute, over this rank's preference pairs) or "grpo" (rl/grpo.h grpo_compute, over
+    /* An objective with a pass of its own, else NULL (lm): objective = "dpo" (posttrain/dpo.h
+     * dpo_compute, over this rank's preference pairs) or "grpo" (posttrain/grpo.h grpo_compute, over
      * this rank's rollout rows), its forwards and weighted backwards sent to the device through
      * the host model's hooks (model.h fwd_ctx: scores, bwd_weighted; the host model's LoRA state
      * is the pass's); returns the rank's share of the loss (DPO: its sum of pair losses). The
@@ -62,7 +62,7 @@ typedef struct gpu_train_ctx {
     struct tsr_lora *lora;     /* LoRA (model/model_lora.h): the host adapters' store, the mirror
                                 * of the device's (w, m, v; checkpoints read and write it), or
                                 * NULL. The base is then frozen: bf16 on the device only */
-    uint64_t lora_key;         /* LoRA: the step's dropout key (train_state.h trainer_lora_key) */
+    uint64_t lora_key;         /* LoRA: the step's dropout key (run/run.h run_lora_key) */
     float lora_decay;          /* LoRA: the adapters' weight decay (weight matrices') */
     double *moe;               /* MoE: the step's statistics the library adds each microbatch's
                                 * to (train_state.h tsr_train_out.moe), else NULL */

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "gpu/gpu_backend.h"
 #include "gpu/gpu_train_int.h"
 #include "model/decoder.h"
 #include "tcu_cudnn.h"
@@ -237,15 +238,15 @@ void gtrain_gemm_tune_close(const tsr_dist *d) {
     fflush(stdout);
 }
 
-/* TSR_ATTENTION's choice, and what of the model cuDNN's graphs refuse, so the sizing counts no
- * cuDNN workspace for a model whose every attention call runs on the own kernels; said at start
- * (docs/cuda.md "cuDNN attention") */
+/* TSR_ATTENTION's choice for this model: the own kernels for a model cuDNN's graphs refuse, so
+ * the sizing counts no cuDNN workspace for a model whose every attention call runs on the own
+ * kernels; said at start (docs/cuda.md "cuDNN attention") */
 static void cudnn_model(const gpu_train_ctx *c, tcu_att_backend attention) {
     const tsr_model *m = c->model;
-    tcu_cudnn_set_backend(attention);
-    tcu_cudnn_set_model(m->cfg.attn_mask == TSR_MASK_DOCUMENT, m->cfg.pos == TSR_POS_ALIBI,
-                        dec_attn_has_variants(m));
-    const char *why = tcu_cudnn_model_refusal();
+    const char *why;
+    tcu_cudnn_set_backend(tcu_cudnn_model_backend(attention, m->cfg.attn_mask == TSR_MASK_DOCUMENT,
+                                                  m->cfg.pos == TSR_POS_ALIBI,
+                                                  dec_attn_has_variants(m), &why));
     if (attention != TCU_ATT_OWN && why && c->dist->rank == 0)
         tsr_warn("environment TSR_ATTENTION = \"%s\": this model's attention runs on the own "
                  "kernels: %s (docs/cuda.md \"cuDNN attention\")",
@@ -304,7 +305,7 @@ int gtrain_switches(const gpu_train_ctx *c) {
     tcu_attention_set_dq_fused(dq_fused);
     tcu_norm_set_hold(hold);
     tcu_softmax_xent_set_resident(resident);
-    gpu_model_set_decode_gemm(decode_gemm);
+    gpu_backend_set_decode_gemm(decode_gemm);
     cudnn_model(c, attention);
     return 0;
 }

@@ -8,7 +8,7 @@
 
 /* LoRA: a pass through the host model's hooks runs as the host model would. Its adapters off
  * (m->lora NULL: DPO's reference, the base) leave the device's off for the pass; else the host
- * adapters' pass (dropout on or off, its key and first row: train/dpo.c sets it per microbatch)
+ * adapters' pass (dropout on or off, its key and first row: posttrain/dpo.c sets it per microbatch)
  * becomes the device adapters'. Returns the device adapters, to put back after the pass. */
 static struct tsr_lora *follow_host_lora(tsr_gpu_model *g) {
     struct tsr_lora *dev = g->lora;

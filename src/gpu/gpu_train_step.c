@@ -105,7 +105,7 @@ static double lora_compute(gpu_train_ctx *c, float scale) {
 
 static double dense_compute(gpu_train_ctx *c, float scale);
 
-/* DPO and GRPO (c->objective_pass: train/dpo.h, rl/grpo.h): the trainer's pass over the rank's
+/* DPO and GRPO (c->objective_pass: posttrain/dpo.h, posttrain/grpo.h): the trainer's pass over the rank's
  * pairs or rollout rows runs its forwards and weighted backwards here through the host model's
  * hooks; the gradients are zeroed before it and summed over the ranks after its last backward
  * (no overlap with it: the pass is the trainer's, which does not say which backward is the

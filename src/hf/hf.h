@@ -37,6 +37,11 @@ typedef struct hf_export_opts {
  * TSR_EXIT_DATA (I/O, tokenizer files) after tsr_error. Local. */
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o);
+/* Whether `tessera ckpt export --format hf` finds a transformers class for m (the one
+ * model.hf_model_type names, else the one its features name: the export's own choice, hf_map.c):
+ * 0, or TSR_EXIT_USAGE with the export's reason in why. tessera-train says it at start
+ * (docs/hf.md "Export"), so that a run learns it before it trains, not at its export. */
+int hf_exportable(const tsr_model *m, char *why, size_t cap);
 /* The options alone (arch, the shard limit): 0, or TSR_EXIT_USAGE after tsr_error. hf_export checks
  * them too; a caller checks them first to refuse a typo before reading a large checkpoint. */
 int hf_export_check_opts(const hf_export_opts *o);

@@ -29,12 +29,12 @@
 #include "fsutil.h"
 #include "progress.h"
 #include "hf/hf.h"
+#include "hf/hf_family.h"
 #include "hf/hf_gptoss.h"
-#include "hf/hf_internal.h"
 #include "chat/chat_config.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 
 typedef struct tok_files {
     int present;          /* tokenizer files to copy */
@@ -42,6 +42,8 @@ typedef struct tok_files {
     char vocab_file[4200], merges_file[4200]; /* GPT-2 format: encoder.json or vocab.json; vocab.bpe
                                                * or merges.txt (tokenizer_find_files) */
     char json[4096], config[4096];
+    char jinja[4200];     /* the chat_template.jinja beside config (transformers reads it in its
+                           * place: chat_config.h), or "" */
     char gen[4096];       /* generation_config.json beside the tokenizer.json, or "" */
     long eot;             /* end of sequence: the id of <|endoftext|> or of the config's eos_token; -1 */
     long bos;             /* beginning of sequence: eot for GPT-2, the config's bos_token; -1 */
@@ -49,6 +51,7 @@ typedef struct tok_files {
                            * (Llama 3's <|eot_id|> beside <|end_of_text|>); -1 */
     uint32_t vocab;
     char note[600];       /* why none are written */
+    char extra[400];      /* the special ids beyond the model's rows, said when written, or "" */
 } tok_files;
 
 static int has_suffix(const char *s, const char *suf) {
@@ -84,7 +87,9 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
     chat_config cc;
     jinja_error e;
     if (!have_cfg) t->config[0] = 0;
-    else if (chat_config_load(t->config, &cc, &e)) {
+    if (!have_cfg || chat_config_template_file(t->config, t->jinja, sizeof t->jinja) != 1)
+        t->jinja[0] = 0;
+    if (have_cfg && chat_config_load(t->config, &cc, &e)) {
         tsr_error("export: %s", e.msg);
         return TSR_EXIT_DATA;
     }
@@ -111,6 +116,32 @@ static void resolve_gpt2(const char *dir, tok_files *t) {
     tokenizer_find_files(dir, &f); /* (the tokenizer was just loaded from them) */
     snprintf(t->vocab_file, sizeof t->vocab_file, "%s", f.vocab);
     snprintf(t->merges_file, sizeof t->merges_file, "%s", f.merges);
+}
+
+/* A tokenizer with more ids than the model has rows (N > V): each id of [V, N) must be a special
+ * token, which text never encodes to, so the model never saw it and cannot produce it (Gemma 3's
+ * <image_soft_token>: the published 262,145 ids over 262,144 rows; tessera-train refuses data
+ * holding an id >= V); said in t->extra. An ordinary token there means another model's tokenizer
+ * (exit 1). */
+static int tokenizer_fits(const char *spec, const tsr_tokenizer *tok, const tsr_model *m,
+                          tok_files *t) {
+    const uint32_t V = (uint32_t)m->V, N = t->vocab;
+    char a[96], b[96];
+    for (uint32_t id = V; id < N; id++)
+        if (!tokenizer_special_of(tok, id)) {
+            tsr_error("export: the tokenizer \"%s\" has %u tokens, the model's vocabulary only %d "
+                      "(model.vocab_size), and its id %u%s is an ordinary token (text encodes to "
+                      "it): it is not this model's tokenizer; give the right one with --tokenizer, "
+                      "or --tokenizer none", spec, N, m->V, id, tokenizer_id_label(tok, id, a, sizeof a));
+            return TSR_EXIT_USAGE;
+        }
+    if (N > V)
+        snprintf(t->extra, sizeof t->extra, "; %u id%s beyond the model's %u rows, %u%s%s%s, "
+                 "special tokens the model cannot produce (its data never held them), kept as "
+                 "the tokenizer has them", N - V, N - V > 1 ? "s" : "", V, V,
+                 tokenizer_id_label(tok, V, a, sizeof a), N - V > 1 ? " .. " : "",
+                 N - V > 1 ? tokenizer_id_label(tok, N - 1, b, sizeof b) : "");
+    return 0;
 }
 
 /* spec: "gpt2", a directory holding a tokenizer (tokenizer_find_files: GPT-2's encoder.json +
@@ -153,16 +184,17 @@ static int resolve_tokenizer(const char *spec, const tsr_model *m, tok_files *t)
     t->eot = t->bos = eot == UINT32_MAX ? -1 : (long)eot;
     if (tokenizer_is_hf(tok)) rc = resolve_hf(spec, tok, t);
     else resolve_gpt2(dir, t);
+    if (!rc) rc = tokenizer_fits(spec, tok, m, t);
     tokenizer_free(tok);
     if (rc) return rc;
-    if (t->vocab > (uint32_t)m->V) {
-        tsr_error("export: the tokenizer \"%s\" has %u tokens, the model's vocabulary only %d "
-                  "(model.vocab_size): it is not this model's tokenizer; give the right one with "
-                  "--tokenizer, or --tokenizer none", spec, t->vocab, m->V);
-        return TSR_EXIT_USAGE;
-    }
     t->present = 1;
     return 0;
+}
+
+/* Removes path if it exists (a stale file of an earlier export: another layout, a chat template
+ * this export's tokenizer does not have), saying so. */
+static void remove_stale(const char *path) {
+    if (unlink(path) == 0) printf("removed %s (left by an earlier export)\n", path);
 }
 
 static int copy_file(const char *from, const char *to) {
@@ -176,6 +208,9 @@ static int copy_file(const char *from, const char *to) {
 
 static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_model *m) {
     char to[4300];
+    snprintf(to, sizeof to, "%s/chat_template.jinja", out_dir);
+    if (t->hf && t->jinja[0]) TSR_CHECK(copy_file(t->jinja, to));
+    else remove_stale(to); /* transformers would read it in place of the written config's template */
     if (t->hf) {
         snprintf(to, sizeof to, "%s/tokenizer.json", out_dir);
         TSR_CHECK(copy_file(t->json, to));
@@ -258,11 +293,6 @@ static int write_index(const char *path, const st_tensor *st, const int *shard, 
     return rc;
 }
 
-/* Removes path if it exists (a stale file of another layout), saying so. */
-static void remove_stale(const char *path) {
-    if (unlink(path) == 0) printf("removed %s (left by an earlier export of another layout)\n", path);
-}
-
 /* The weights: one file, or shards of at most max bytes each (a tensor larger than max alone). */
 static int write_weights(const char *out_dir, const st_tensor *st, int n, const char *source,
                          uint64_t max, uint64_t *total, int *nshards) {
@@ -314,13 +344,14 @@ static int write_tokenizer_files(const char *out_dir, const tok_files *tk, const
     }
     TSR_CHECK(write_tokenizer(out_dir, tk, m));
     if (tk->hf)
-        printf("wrote %s/tokenizer.json%s: byte copies of %s%s%s (%u tokens, eos_token_id %ld)\n",
-               out_dir, tk->config[0] ? ", tokenizer_config.json" : "", tk->json,
-               tk->config[0] ? " and " : "", tk->config, tk->vocab, tk->eot);
+        printf("wrote %s/tokenizer.json%s%s: byte copies of %s%s%s%s%s (%u tokens, eos_token_id "
+               "%ld%s)\n", out_dir, tk->config[0] ? ", tokenizer_config.json" : "",
+               tk->jinja[0] ? ", chat_template.jinja" : "", tk->json, tk->config[0] ? ", " : "",
+               tk->config, tk->jinja[0] ? ", " : "", tk->jinja, tk->vocab, tk->eot, tk->extra);
     else
         printf("wrote %s/vocab.json, merges.txt, tokenizer_config.json: GPT-2 BPE from %s and %s "
-               "(%u tokens%s)\n", out_dir, tk->vocab_file, tk->merges_file, tk->vocab,
-               tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "");
+               "(%u tokens%s%s)\n", out_dir, tk->vocab_file, tk->merges_file, tk->vocab,
+               tk->eot >= 0 ? ", <|endoftext|> = bos/eos" : "", tk->extra);
     return 0;
 }
 
@@ -334,24 +365,29 @@ static float *join_runs(const tsr_model *m, const hf_tensor *t) {
 }
 
 int hf_export_check_opts(const hf_export_opts *o) {
-    hf_arch want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    const hf_family *want = o->arch ? hf_family_named(o->arch) : NULL;
     uint64_t max_shard;
-    if (o->arch && (want == HF_ARCH_COUNT || want < HF_LLAMA)) {
-        tsr_error("export --format hf: --arch %s (accepted: llama, mistral, qwen2, qwen3, mixtral, "
-                  "qwen3_moe, olmo2, olmo3, gemma3_text, gemma2, smollm3, qwen3_next, gpt_oss, "
-                  "qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe; GPT-2 "
-                  "and MPT follow from model.pos)", o->arch);
+    if (o->arch && (!want || !want->rope)) {
+        char rope[512];
+        hf_family_list(rope, sizeof rope, 1, 0, ", ");
+        tsr_error("export --format hf: --arch %s (accepted: %s; GPT-2 and MPT follow from "
+                  "model.pos)", o->arch, rope);
         return TSR_EXIT_USAGE;
     }
     return shard_limit(o, &max_shard);
 }
 
+int hf_exportable(const tsr_model *m, char *why, size_t cap) {
+    const hf_family *f;
+    return hf_family_for(m, NULL, &f, why, cap);
+}
+
 int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
               const hf_export_opts *o) {
-    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    const hf_family *a, *want = o->arch ? hf_family_named(o->arch) : NULL;
     char why[512], path[4300];
     TSR_CHECK(hf_export_check_opts(o));
-    if (hf_arch_of(m, want, &a, why, sizeof why)) {
+    if (hf_family_for(m, want, &a, why, sizeof why)) {
         tsr_error("export --format hf: %s; this model has no transformers equivalent", why);
         return TSR_EXIT_USAGE;
     }
@@ -361,7 +397,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     if (m->cfg.attn_mask == TSR_MASK_DOCUMENT)
         tsr_warn("export --format hf: model.attn_mask = \"document\" exports as a plain causal %s: "
                  "it computes the same as tessera only on inputs of one document (no "
-                 "model.eot_token = %d before the last position)", hf_class_name[a],
+                 "model.eot_token = %d before the last position)", a->class_name,
                  m->cfg.eot_token);
     tok_files tk;
     uint64_t max_shard, bytes;
@@ -373,7 +409,7 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     }
 
     int n, nshards;
-    hf_tensor *tab = hf_tensor_table(m, a, &n);
+    hf_tensor *tab = a->ops->table(m, a, &n);
     st_tensor *st = tsr_calloc((size_t)n, sizeof *st);
     float **joined = tsr_calloc((size_t)n, sizeof *joined); /* interleaved tensors, gathered */
     for (int k = 0; k < n; k++) {
@@ -394,26 +430,26 @@ int hf_export(const tsr_model *m, const tsr_config *cfg, const char *out_dir,
     free(st);
     free(tab);
     if (rc) return rc;
-    if (hf_family_of(a)->norm_add != 0.0f)
+    if (a->norm_add != 0.0f)
         printf("%s's RMSNorm weights are w of (1 + w): written as tessera's norm weight - %g\n",
-               hf_class_name[a], hf_family_of(a)->norm_add);
+               a->class_name, a->norm_add);
     if (nshards == 1)
         printf("wrote %s: %d tensors, %.1f MB of %s (%s; wte: the %d real vocabulary rows of %d)\n",
-               path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), hf_class_name[a], m->V, m->Vp);
+               path, n, (double)bytes / 1e6, st_dtype_name(o->dtype), a->class_name, m->V, m->Vp);
     else
         printf("wrote %s/model-{00001..%05d}-of-%05d.safetensors and model.safetensors.index.json: "
                "%d tensors, %.1f MB of %s in %d shards of at most %.1f MB (%s)\n", out_dir, nshards,
                nshards, n, (double)bytes / 1e6, st_dtype_name(o->dtype), nshards,
-               (double)max_shard / 1e6, hf_class_name[a]);
+               (double)max_shard / 1e6, a->class_name);
 
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     TSR_CHECK(hf_config_write(path, m, a, o->dtype == ST_BF16 ? "bfloat16" : "float32",
                               tk.present ? tk.bos : -1, tk.present ? tk.eot : -1));
     printf("wrote %s: model_type \"%s\", %d layers, d_model %d, %d heads (%d key/value, size %d), "
-           "vocab %d, %s %d\n", path, hf_model_type[a], m->L, m->C, m->NH, m->KVH, m->hs, m->V,
-           a == HF_GPT2 ? "n_positions" : a == HF_MPT ? "max_seq_len" : "max_position_embeddings",
+           "vocab %d, %s %d\n", path, a->model_type, m->L, m->C, m->NH, m->KVH, m->hs, m->V,
+           a->names->context,
            m->maxT);
     TSR_CHECK(write_tokenizer_files(out_dir, &tk, m));
-    printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", hf_class_name[a], out_dir);
+    printf("load it with: transformers.%s.from_pretrained(\"%s\")\n", a->class_name, out_dir);
     return 0;
 }

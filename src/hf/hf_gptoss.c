@@ -1,12 +1,73 @@
-/* hf_gptoss.c — gpt-oss's router and experts in Hugging Face's layout, bf16/fp32 or MXFP4
- * (hf_gptoss.h, docs/hf.md "gpt-oss"). */
+/* hf_gptoss.c — GptOssForCausalLM (model_type gpt_oss, docs/hf.md "gpt-oss"): its row, its
+ * config.json keys beyond LlamaConfig's (the attention's biases, sinks, every other layer
+ * sliding, YaRN, the clamped unit, the router's and experts' biases), and its router and experts
+ * in Hugging Face's layout, bf16/fp32 or MXFP4 (hf_gptoss.h).
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "hf/hf_gptoss.h"
+#include "hf/hf_llama.h"
 #include "hf/mxfp4.h"
+
+/* ---- the row ---- */
+
+/* A mixture with one of gpt-oss's own keys, or sinks (*by: which). */
+static int gptoss_claims(const tsr_model *m, const char **by) {
+    const tsr_model_config *c = &m->cfg;
+    *by = config_moe_variant_key(c) ? config_moe_variant_key(c) : "model.attn_sinks";
+    return m->E && (config_moe_variant_key(c) || c->attn_sinks);
+}
+
+/* GptOssConfig's keys beyond LlamaConfig's (attention_bias before them: hf_llama.c): the
+ * windows, the unit's clamp (swiglu_alpha stays transformers' fixed 1.702); the experts' keys
+ * follow (hf_moe.c). */
+static void gptoss_keys(hf_text *b, const tsr_model *m, const hf_family *f) {
+    char v[32];
+    hfr_add(b, "  \"sliding_window\": %ld,\n",
+            m->cfg.sliding_window > 0 ? (long)m->cfg.sliding_window : f->def.window);
+    hf_layer_types_write(b, m);
+    hfr_add(b, "  \"swiglu_limit\": %s,\n", hfr_double(v, sizeof v, m->cfg.swiglu_limit));
+}
+
+/* gpt-oss's clamped unit: swiglu_limit = model.swiglu_limit; swiglu_alpha (transformers 5) must
+ * be the 1.702 tessera's unit has. */
+static void check_unit(hf_reader *c, const tsr_model *m) {
+    hfr_same_num(c, "swiglu_limit", hfr_num(c, c->root, "swiglu_limit", 7.0), "model.swiglu_limit",
+                 m->cfg.swiglu_limit);
+    double alpha = hfr_num(c, c->root, "swiglu_alpha", 1.702);
+    if (alpha != 1.702)
+        hfr_fault(c, TSR_EXIT_DATA, "swiglu_alpha = %g: tessera's gpt-oss unit has the fixed 1.702 "
+                  "of transformers' GptOssExperts", alpha);
+}
+
+/* GptOssForCausalLM's router and experts (docs/moe.md "gpt-oss's experts"). */
+static void fill_unit(hf_reader *c, const hf_family *f) {
+    const char *mt = f->model_type;
+    hfr_put_word(c, "model.moe_router_bias", "true", mt, "a router bias");
+    hfr_put_word(c, "model.moe_expert_bias", "true", mt, "expert biases");
+    hfr_put_word(c, "model.moe_act", "gptoss", mt, "the clamped unit");
+    hfr_put_num(c, "model.swiglu_limit", c->root, "swiglu_limit", 7.0);
+    hfr_put_word(c, "model.attn_sinks", "true", mt, "a sink logit per head");
+}
+
+/* MixtralConfig's form of the experts' keys, gpt-oss's defaults, its own keys and needs */
+static const hf_moe_keys gptoss_moe = {"num_local_experts", "intermediate_size", 128, 4, 2880,
+                                       .check = check_unit, .fill = fill_unit,
+                                       .need = hf_gptoss_need};
+
+/* defaults: vocab, hidden, MLP width, layers, heads, key/value heads, head_dim, sliding_window,
+ * rope_theta, rms_norm_eps (GptOssConfig) */
+const hf_family hf_gptoss = {
+    "gpt_oss", "GptOssForCausalLM", HF_LLAMA_ROW, .claims = gptoss_claims, .moe = 1,
+    .mlp = TSR_MLP_SWIGLU, .head_dim_key = 1, .windows = 1, .period = 2, .gptoss = 1,
+    .variant_keys = 1, .bias = HF_BIAS_GPTOSS, .window = HF_SW_SWITCH, .mxfp4 = 1,
+    .experts = &gptoss_moe, .def = {201088, 2880, 2880, 36, 64, 8, 64, 128, 150000, 1e-5},
+    .keys = gptoss_keys};
+
+/* ---- the layout ---- */
 
 /* A MoE layer's tensors in GptOssMLP's state-dict order (router, then GptOssExperts' own
  * parameters). experts: the block is E per-expert blocks (rows, cols) permuted as below. */
@@ -91,9 +152,9 @@ const char *hf_gptoss_need(const tsr_model *m) {
         return "model.moe_router_bias = true, model.moe_expert_bias = true and model.moe_act = "
                "\"gptoss\" (its router and experts)";
     if (!c->attn_sinks) return "model.attn_sinks = true (a sink logit per head)";
-    if (c->qk_norm || (c->qkv_bias && !c->bias))
-        return "model.qk_norm = false and no model.qkv_bias without model.bias (attention_bias "
-               "puts biases on q, k, v and o together)";
+    if (c->qk_norm || (c->qkv_bias && !c->bias && !c->attn_bias))
+        return "model.qk_norm = false and no model.qkv_bias without model.bias or model.attn_bias "
+               "(attention_bias puts biases on q, k, v and o together)";
     if (c->rope_scaling != TSR_ROPE_SCALING_NONE && c->rope_scaling != TSR_ROPE_SCALING_YARN)
         return "model.rope_scaling = \"yarn\" or \"none\"";
     return NULL;

@@ -20,8 +20,8 @@
 #include "fsutil.h"
 #include "json.h"
 #include "hf/hf.h"
+#include "hf/hf_family.h"
 #include "hf/hf_gptoss.h"
-#include "hf/hf_internal.h"
 
 struct hf_import {
     char dir[1024];          /* the Hugging Face directory */
@@ -76,7 +76,7 @@ static const st_entry *find_any(const hf_import *h, const char *name, int *fi) {
 
 /* The files' entry for a full HF name ("transformer.x"), honouring a prefix-less file. */
 static const st_entry *lookup(const hf_import *h, const char *full, int *fi) {
-    const char *pre = hf_prefix(h->hc.arch);
+    const char *pre = h->hc.fam->prefix;
     if (h->bare && !strncmp(full, pre, strlen(pre))) full += strlen(pre);
     return find_any(h, full, fi);
 }
@@ -91,21 +91,9 @@ static void shape_str(char *s, size_t cap, int ndim, const int64_t *shape) {
 /* What the hybrid classes hold beside the text model tessera is: 1 for mtp.* (the
  * multi-token-prediction head, which transformers also skips on load), 2 for model.visual.* (Qwen
  * 3.5's vision tower: tessera is text only); 0 for the rest. */
-static int hf_skipped(hf_arch a, const char *name) {
-    if (!hf_family_of(a)->hybrid) return 0;
+static int hf_skipped(const hf_family *f, const char *name) {
+    if (!f->hybrid) return 0;
     return !strncmp(name, "mtp.", 4) ? 1 : !strncmp(name, "model.visual.", 13) ? 2 : 0;
-}
-
-/* Non-parameter buffers: GPT-2's h.N.attn.bias (the causal mask) and h.N.attn.masked_bias, the
- * Llama family's layers.N.self_attn.rotary_emb.inv_freq (computed from config.json anyway). */
-static int is_buffer(hf_arch a, const char *name) {
-    const char *pre = hf_prefix(a), *suf = ".rotary_emb.inv_freq";
-    size_t n = strlen(name), k = strlen(suf);
-    if (a >= HF_LLAMA) return n > k && !strcmp(name + n - k, suf);
-    if (!strncmp(name, pre, strlen(pre))) name += strlen(pre);
-    int l, pos = 0;
-    if (a != HF_GPT2 || sscanf(name, "h.%d.attn.%n", &l, &pos) != 1 || pos == 0) return 0;
-    return !strcmp(name + pos, "bias") || !strcmp(name + pos, "masked_bias");
 }
 
 /* An MXFP4 row (hf_gptoss.h): NAME_blocks and NAME_scales, each found, U8, of the row's shape. */
@@ -119,7 +107,7 @@ static int match_mxfp4(hf_import *h, int k, unsigned char **used) {
     if (!s) {
         tsr_error("%s: no tensor \"%s\" (config.json's quantization_config is MXFP4: the %s model "
                   "holds %s as _blocks and _scales)", h->st_path, b ? sn : bn,
-                  hf_model_type[h->hc.arch], t->name);
+                  h->hc.fam->model_type, t->name);
         return TSR_EXIT_DATA;
     }
     used[fb][b - h->f[fb].t] = used[fs][s - h->f[fs].t] = 1;
@@ -147,7 +135,7 @@ static int match_tensors(hf_import *h, const tsr_model *m) {
         shape_str(want, sizeof want, t->ndim, t->shape);
         if (!e) {
             tsr_error("%s: no tensor \"%s\" %s (the %s model of config.json and of this run has one)",
-                      h->st_path, t->name, want, hf_model_type[h->hc.arch]);
+                      h->st_path, t->name, want, h->hc.fam->model_type);
             rc = TSR_EXIT_DATA;
             break;
         }
@@ -166,16 +154,16 @@ static int match_tensors(hf_import *h, const tsr_model *m) {
     for (int j = 0; j < h->nf && !rc; j++)
         for (int i = 0; i < h->f[j].n && !rc; i++) {
             const st_entry *e = &h->f[j].t[i];
-            const int skip = hf_skipped(h->hc.arch, e->name);
+            const int skip = hf_skipped(h->hc.fam, e->name);
             if (skip) h->not_read[skip - 1]++;
-            if (used[j][i] || skip || is_buffer(h->hc.arch, e->name)) continue;
+            if (used[j][i] || skip || h->hc.fam->names->buffer(h->hc.fam, e->name)) continue;
             if (!strcmp(e->name, "lm_head.weight") && e->ndim == 2 && e->shape[0] == m->V &&
                 e->shape[1] == m->C)
                 continue; /* the run ties its head: checked against wte below */
             shape_str(got, sizeof got, e->ndim, e->shape);
             tsr_error("%s: unexpected tensor \"%s\" %s: it is no part of the %s model of "
                       "config.json as tessera builds it (docs/hf.md lists the names)", h->f[j].path,
-                      e->name, got, hf_model_type[h->hc.arch]);
+                      e->name, got, h->hc.fam->model_type);
             rc = TSR_EXIT_DATA;
         }
     for (int i = 0; i < h->nf; i++) free(used[i]);
@@ -201,7 +189,7 @@ static int check_untaken(hf_import *h, const tsr_model *m) {
     }
     int fh = 0;
     const st_entry *head = find_any(h, "lm_head.weight", &fh);
-    if (!head && !h->hc.tied && h->hc.arch < HF_LLAMA) {
+    if (!head && !h->hc.tied && !h->hc.fam->names->head_row) {
         tsr_error("%s: config.json says tie_word_embeddings = false but there is no lm_head.weight",
                   h->st_path);
         return TSR_EXIT_DATA;
@@ -214,7 +202,7 @@ static int check_untaken(hf_import *h, const tsr_model *m) {
     if (!rc && memcmp(a, b, (size_t)wte->numel * sizeof *a) != 0) {
         tsr_error("%s: lm_head.weight differs from %s: this run ties the output head to the token "
                   "embedding (model.tie_embeddings = true), so an untied head cannot be imported%s",
-                  h->st_path, wte->name, h->hc.arch >= HF_LLAMA ? "" : " (GPT-2 and MPT are tied)");
+                  h->st_path, wte->name, h->hc.fam->names->head_row ? "" : " (GPT-2 and MPT are tied)");
         rc = TSR_EXIT_DATA;
     }
     free(a);
@@ -314,11 +302,9 @@ static int open_shards(hf_import *h, const char *dir) {
 }
 
 /* The largest layer index + 1 among the files' tensor names ("[prefix]layers.N." for the Llama
- * family, "h.N." GPT-2, "blocks.N." MPT); 0 when none. */
+ * family, "h.N." GPT-2, "blocks.N." MPT: the class's names); 0 when none. */
 static long weights_layers(const hf_import *h) {
-    const char *pre = hf_prefix(h->hc.arch);
-    const char *fmt = h->hc.arch >= HF_LLAMA ? "layers.%ld.%n"
-                      : h->hc.arch == HF_MPT ? "blocks.%ld.%n" : "h.%ld.%n";
+    const char *pre = h->hc.fam->prefix, *fmt = h->hc.fam->names->layer;
     long most = 0;
     for (int j = 0; j < h->nf; j++)
         for (int i = 0; i < h->f[j].n; i++) {
@@ -342,11 +328,8 @@ static int size_agrees(const hf_import *h, const char *key, long have, long got,
 /* config.json's layer count, width, vocabulary and MLP width against the safetensors headers,
  * named by their config.json keys, before the tensor-by-tensor match names a tensor. */
 static int sizes_agree(const hf_import *h, const tsr_model *m) {
-    static const char *const keys[3][4] = { /* layers, width, vocabulary, MLP width */
-        {"n_layer", "n_embd", "vocab_size", "n_inner"},
-        {"n_layers", "d_model", "vocab_size", NULL},
-        {"num_hidden_layers", "hidden_size", "vocab_size", "intermediate_size"}};
-    const char *const *k = keys[h->hc.arch >= HF_LLAMA ? 2 : h->hc.arch == HF_MPT ? 1 : 0];
+    const hf_names *nm = h->hc.fam->names;
+    const char *const *k = nm->keys; /* layers, width, vocabulary, MLP width */
     int fi = 0;
     TSR_CHECK(size_agrees(h, k[0], m->L, weights_layers(h), "the layers their tensor names number"));
     const st_entry *e = lookup(h, h->tab[0].name, &fi); /* row 0: the token embedding */
@@ -354,10 +337,10 @@ static int sizes_agree(const hf_import *h, const tsr_model *m) {
     TSR_CHECK(size_agrees(h, k[1], m->C, (long)e->shape[1], e->name));
     TSR_CHECK(size_agrees(h, k[2], m->V, (long)e->shape[0], e->name));
     char up[96];
-    snprintf(up, sizeof up, "%s%s", hf_prefix(h->hc.arch),
-             h->hc.arch >= HF_LLAMA ? "layers.0.mlp.up_proj.weight" : "h.0.mlp.c_fc.weight");
-    if (!k[3] || hf_arch_moe(h->hc.arch) || !(e = lookup(h, up, &fi)) || e->ndim != 2) return 0;
-    return size_agrees(h, k[3], m->F, (long)e->shape[h->hc.arch >= HF_LLAMA ? 0 : 1], e->name);
+    if (!k[3] || !nm->up || h->hc.fam->moe) return 0;
+    snprintf(up, sizeof up, "%s%s", h->hc.fam->prefix, nm->up);
+    if (!(e = lookup(h, up, &fi)) || e->ndim != 2) return 0;
+    return size_agrees(h, k[3], m->F, (long)e->shape[nm->up_dim], e->name);
 }
 
 /* config.json and the safetensors headers against m (hf_import_open but the data read). */
@@ -374,7 +357,7 @@ static int open_headers(hf_import *h, const char *dir, const tsr_model *m) {
                   "Hugging Face directory", dir);
         return TSR_EXIT_DATA;
     }
-    TSR_CHECK(hf_config_check(cfg_path, m, &h->hc));
+    TSR_CHECK(hf_config_check(cfg_path, m, 0, &h->hc)); /* (hf_config_load said the notes) */
     if (single) {
         h->f = tsr_calloc(1, sizeof *h->f);
         TSR_CHECK(st_open(&h->f[0], h->st_path));
@@ -384,10 +367,10 @@ static int open_headers(hf_import *h, const char *dir, const tsr_model *m) {
     }
     char full[64];
     int fi;
-    snprintf(full, sizeof full, "%s%s", hf_prefix(h->hc.arch),
-             h->hc.arch >= HF_LLAMA ? "embed_tokens.weight" : "wte.weight");
-    h->bare = !find_any(h, full, &fi) && find_any(h, full + strlen(hf_prefix(h->hc.arch)), &fi);
-    h->tab = hf_tensor_table(m, h->hc.arch, &h->n);
+    const hf_family *f = h->hc.fam;
+    snprintf(full, sizeof full, "%s%s", f->prefix, f->names->embed);
+    h->bare = !find_any(h, full, &fi) && find_any(h, full + strlen(f->prefix), &fi);
+    h->tab = f->ops->table(m, f, &h->n);
     if (h->hc.mxfp4) hf_gptoss_mxfp4_form(h->tab, h->n);
     TSR_CHECK(sizes_agree(h, m));
     return match_tensors(h, m);
@@ -398,10 +381,10 @@ int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
     *out = h;
     TSR_CHECK(open_headers(h, dir, m));
     TSR_CHECK(check_untaken(h, m));
-    float add = hf_family_of(h->hc.arch)->norm_add;
+    float add = h->hc.fam->norm_add;
     if (add != 0.0f && tsr_log_rank() == 0) /* said once, not a warning */
         fprintf(stderr, "%s: %s's RMSNorm weights are w of (1 + w): imported as w + %g, tessera's "
-                "norm weight (an export subtracts it again)\n", dir, hf_class_name[h->hc.arch], add);
+                "norm weight (an export subtracts it again)\n", dir, h->hc.fam->class_name, add);
     if ((h->not_read[0] || h->not_read[1]) && tsr_log_rank() == 0) /* one line, not a warning */
         fprintf(stderr, "%s: not read (tessera trains the text model): %ld tensors of "
                 "model.visual.* (the vision tower), %ld of mtp.* (the multi-token prediction)\n",

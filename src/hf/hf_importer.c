@@ -1,4 +1,5 @@
-/* hf_importer.c — the checkpointing_importer over hf_import_* and the PEFT reader (hf_importer.h) */
+/* hf_importer.c — the checkpointing_importer over hf_import_* and the PEFT reader, and the
+ * ckpt_model_importer over hf_model_read and its kin (hf_importer.h) */
 #include "hf/hf_importer.h"
 
 #include "hf/hf.h"
@@ -17,3 +18,6 @@ static void hf_close(void *h) { hf_import_close(h); }
 
 const checkpointing_importer hf_checkpointing_importer = {hf_is_dir, hf_open, hf_read, hf_close,
                                                           hf_is_peft_dir, hf_read_adapter};
+
+const ckpt_model_importer hf_model_importer = {hf_is_dir, hf_model_read, hf_config_alone,
+                                               hf_is_peft_dir, hf_peft_model_load};

@@ -58,7 +58,7 @@ int hf_config_load(const char *dir, const char *path, const char *const *sets, i
         tsr_model lay;
         hf_config hc;
         model_init(&lay, &cfg->model, (int)cfg->seq_len, &tsr_cpu_ops);
-        rc = hf_config_check(f->source, &lay, &hc);
+        rc = hf_config_check(f->source, &lay, !standalone, &hc); /* (a recipe: a training run) */
         if (!rc) rc = hf_weights_check(dir, &lay); /* and against the weights' headers */
         model_free(&lay); /* (what model_init allocates: the final soft cap's buffer) */
     }

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "hf/hf.h"
+#include "hf/hf_importer.h"
 #include "hf/hf_internal.h"
 #include "hf/hf_qwen3next.h"
 #include "json.h"
@@ -26,11 +27,11 @@ static const char *const parent_of[TSR_LORA_COUNT] = {
     "linear_attn", "linear_attn", "linear_attn", "self_attn"};
 
 /* The class whose module names the PEFT files use: the model's (model.hf_model_type, else the
- * one its features choose; hf_arch_of), so Qwen 3.5's imports and recipes get its names. */
-static hf_arch peft_arch(const tsr_lora *lo) {
-    hf_arch a;
+ * one its features choose; hf_family_for), so Qwen 3.5's imports and recipes get its names. */
+static const hf_family *peft_arch(const tsr_lora *lo) {
+    const hf_family *a;
     char why[512];
-    return hf_arch_of(lo->model, HF_ARCH_COUNT, &a, why, sizeof why) ? HF_LLAMA : a;
+    return hf_family_for(lo->model, NULL, &a, why, sizeof why) ? &hf_llama : a;
 }
 
 /* Qwen 3.5's unfused DeltaNet projections: tessera's in_proj_qkvz (in_proj_ba) adapter is two
@@ -46,7 +47,7 @@ static const char *const half_module[2][2] = {{"in_proj_qkv", "in_proj_z"},
 /* PEFT's name of layer l's target t adapter matrix (A, or B when is_b); half >= 0: that half */
 static void peft_name(char *buf, size_t cap, const tsr_lora *lo, int l, int t, int half, int is_b) {
     snprintf(buf, cap, "base_model.model.%slayers.%d.%s.%s.lora_%c.weight",
-             hf_prefix(peft_arch(lo)), l, parent_of[t],
+             peft_arch(lo)->prefix, l, parent_of[t],
              half >= 0 ? half_module[t == TSR_LORA_BA][half] : module_of[t], is_b ? 'B' : 'A');
 }
 
@@ -247,20 +248,20 @@ static int write_config(const char *path, const tsr_config *cfg, const tsr_lora 
 
 int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct tsr_lora *lo,
                       const char *out_dir, const hf_export_opts *o) {
-    hf_arch a, want = o->arch ? hf_arch_named(o->arch) : HF_ARCH_COUNT;
+    const hf_family *a = NULL, *want = o->arch ? hf_family_named(o->arch) : NULL;
     char why[512] = "", path[4300];
     TSR_CHECK(hf_export_check_opts(o));
-    if (hf_arch_of(m, want, &a, why, sizeof why) || a < HF_LLAMA) {
-        tsr_error("export --adapter: %s", a < HF_LLAMA && !why[0] ? "PEFT adapters are written "
+    if (hf_family_for(m, want, &a, why, sizeof why) || !a->rope) {
+        tsr_error("export --adapter: %s", a && !a->rope && !why[0] ? "PEFT adapters are written "
                   "for the Llama family (RoPE models) only so far" : why);
         return TSR_EXIT_USAGE;
     }
-    const hf_arch pa = peft_arch(lo); /* the names follow the model's class */
-    if (strcmp(hf_prefix(a), hf_prefix(pa)) || (hf_hybrid_of(a) && hf_hybrid_of(a)->unfused) !=
+    const hf_family *pa = peft_arch(lo); /* the names follow the model's class */
+    if (strcmp(a->prefix, pa->prefix) || (hf_hybrid_of(a) && hf_hybrid_of(a)->unfused) !=
                                                    (hf_hybrid_of(pa) && hf_hybrid_of(pa)->unfused)) {
         tsr_error("export --adapter: --arch %s names modules other than this model's class %s "
                   "(model.hf_model_type): set --set model.hf_model_type=%s on the run instead",
-                  hf_model_type[a], hf_model_type[pa], hf_model_type[a]);
+                  a->model_type, pa->model_type, a->model_type);
         return TSR_EXIT_USAGE;
     }
     if (tsr_snprintf(path, sizeof path, "%s/adapter_model.safetensors", out_dir) ||
@@ -283,7 +284,7 @@ int hf_export_adapter(const tsr_model *m, const tsr_config *cfg, const struct ts
     snprintf(path, sizeof path, "%s/adapter_config.json", out_dir);
     TSR_CHECK(write_config(path, cfg, lo));
     printf("wrote %s: r %d, lora_alpha %g, base %s (model_type %s)\n", path, lo->R, cfg->lora.alpha,
-           cfg->lora.base[0] ? cfg->lora.base : "(none: the seed's weights)", hf_model_type[a]);
+           cfg->lora.base[0] ? cfg->lora.base : "(none: the seed's weights)", a->model_type);
     printf("load it with: peft.PeftModel.from_pretrained(base_model, \"%s\")\n", out_dir);
     return 0;
 }
@@ -608,7 +609,7 @@ int hf_peft_model_load(const char *dir, const char *const *sets, int n_sets, int
     int nk = 0;
     for (int i = 0; i < n_sets && nk < 64; i++)
         if (strncmp(sets[i], "lora.", 5) != 0) keep[nk++] = sets[i];
-    if (!rc) rc = ckpt_model_load(base, keep, nk, T, cfg, m, NULL, 0);
+    if (!rc) rc = ckpt_model_load(&hf_model_importer, base, keep, nk, T, cfg, m, NULL, 0);
     tsr_lora lo;
     unsigned mask = 0;
     char why[400];

@@ -22,32 +22,27 @@
 #include "hf/hf_qwen3next.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "hf/hf_llama.h"
 
 /* ---- the classes ---------------------------------------------------------------------------- */
 
-/* text class, prefix, nest, unfused, moe, stacked experts; defaults: vocab, hidden, MLP, layers,
- * value heads, experts, top k (Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig) */
+/* text class, unfused, moe, stacked experts; defaults: vocab, hidden, MLP, layers, value heads,
+ * experts, top k (Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig) */
 static const hf_hybrid hybrids[] = {
-    {HF_QWEN3NEXT, "model.", NULL, 0, -1, 0, {151936, 2048, 5632, 48, 32, 512, 10}},
-    {HF_QWEN35, "model.", NULL, 1, 0, 0, {248320, 4096, 12288, 32, 32, 0, 0}},
-    {HF_QWEN35_MOE, "model.", NULL, 1, 1, 1, {248320, 2048, 512, 40, 32, 256, 8}},
-    {HF_QWEN35, "model.language_model.", "text_config", 1, 0, 0, {248320, 4096, 12288, 32, 32, 0, 0}},
-    {HF_QWEN35_MOE, "model.language_model.", "text_config", 1, 1, 1,
-     {248320, 2048, 512, 40, 32, 256, 8}},
+    {&hf_qwen3next, 0, -1, 0, {151936, 2048, 5632, 48, 32, 512, 10}},
+    {&hf_qwen35_text, 1, 0, 0, {248320, 4096, 12288, 32, 32, 0, 0}},
+    {&hf_qwen35_moe_text, 1, 1, 1, {248320, 2048, 512, 40, 32, 256, 8}},
 };
 
-const hf_hybrid *hf_hybrid_of(hf_arch a) {
-    static const hf_arch order[] = {HF_QWEN3NEXT, HF_QWEN35, HF_QWEN35_MOE, HF_QWEN35_VL,
-                                    HF_QWEN35_MOE_VL};
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-        if (order[i] == a) return &hybrids[i];
-    return NULL;
+static const hf_family_ops hybrid_ops;
+
+const hf_hybrid *hf_hybrid_of(const hf_family *f) {
+    return f->ops == &hybrid_ops ? f->own : NULL;
 }
 
 /* ---- the tensor table ---------------------------------------------------------------------- */
@@ -196,11 +191,14 @@ static void mlp(table *tb) {
     plain(tb, "mlp.shared_expert_gate.weight", -1, TSR_P_SHGATEW, 0, 1, C, 0);
 }
 
-hf_tensor *hf_qwen3next_table(const tsr_model *m, hf_arch a, int *n) {
+/* The HF tensors of m as class f, in the state dict's module order; row 0 is wte. in_proj_qkvz
+ * (per key head [q k v z]), in_proj_ba (per key head [b a]) and the full layers' q_proj (per head
+ * [query gate]) are interleaved tensors (hf_tensor.groups). */
+static hf_tensor *hybrid_table(const tsr_model *m, const hf_family *f, int *n) {
     const int per = 9 + 5 + 3 * m->E + 2; /* a linear layer, the MoE, the norms: the most a layer has */
-    const hf_hybrid *hy = hf_hybrid_of(a);
+    const hf_hybrid *hy = hf_hybrid_of(f);
     table tb = {m, hy, tsr_calloc((size_t)per * (size_t)m->L + 3, sizeof(hf_tensor)), 0, -1,
-                hy->prefix};
+                f->prefix};
     plain(&tb, "embed_tokens.weight", -1, TSR_P_WTE, 0, m->V, m->C, 0);
     for (tb.l = 0; tb.l < m->L; tb.l++) {
         if (config_layer_linear(&m->cfg, tb.l)) linear_layer(&tb);
@@ -219,8 +217,11 @@ hf_tensor *hf_qwen3next_table(const tsr_model *m, hf_arch a, int *n) {
 
 /* ---- what the class holds ------------------------------------------------------------------ */
 
-const char *hf_qwen3next_need(const tsr_model *m) {
+/* What m lacks for the class beyond its row's variants (NULL: nothing): QK-norm and no biases,
+ * the output gate on the full layers, linear or full layers only, no RoPE scaling. */
+static const char *hybrid_need(const tsr_model *m, const hf_family *f) {
     const tsr_model_config *c = &m->cfg;
+    (void)f;
     if (!c->qk_norm || c->bias || c->qkv_bias)
         return "model.qk_norm = true, model.bias and model.qkv_bias false";
     if (m->LA > 0 && !c->attn_output_gate)
@@ -232,8 +233,10 @@ const char *hf_qwen3next_need(const tsr_model *m) {
     return NULL;
 }
 
-const char *hf_qwen3next_moe_need(const tsr_model *m, hf_arch a) {
-    const int moe = hf_hybrid_of(a)->moe;
+/* The MoE's for class f: none (a dense model), or a shared expert with its gate; Qwen 3.5's dense
+ * classes none, its MoE ones experts in every layer. */
+static const char *hybrid_moe_need(const tsr_model *m, const hf_family *f) {
+    const int moe = hf_hybrid_of(f)->moe;
     if (moe == 0 && m->E)
         return "model.moe_experts = 0 (a dense model; the MoE releases are qwen3_5_moe_text and "
                "qwen3_5_moe)";
@@ -247,205 +250,164 @@ const char *hf_qwen3next_moe_need(const tsr_model *m, hf_arch a) {
     return NULL;
 }
 
-/* ---- config.json --------------------------------------------------------------------------- */
-
-static const char *jnum(char *buf, size_t cap, double v) {
-    snprintf(buf, cap, "%.17g", v);
-    if (!strpbrk(buf, ".eEn")) snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
-    return buf;
-}
+/* ---- config.json: writing --------------------------------------------------------------------- */
 
 /* RoPE: Qwen3-Next's keys at the top; Qwen 3.5's rope_parameters with an mrope_section over the
  * rotary frequencies (transformers' [11, 11, 10] for 32: text's equal streams, ordinary RoPE) */
-static size_t rope_text(const tsr_model *m, const hf_hybrid *hy, char *buf, size_t cap) {
+static void rope_write(hf_text *b, const tsr_model *m, const hf_hybrid *hy) {
     const tsr_model_config *c = &m->cfg;
     char theta[32], prf[32];
-    jnum(theta, sizeof theta, c->rope_theta), jnum(prf, sizeof prf, c->partial_rotary_factor);
-    if (!hy->unfused)
-        return (size_t)snprintf(buf, cap, "  \"rope_theta\": %s,\n  \"partial_rotary_factor\": %s,\n"
-                                "  \"rope_scaling\": null,\n", theta, prf);
+    hfr_double(theta, sizeof theta, c->rope_theta);
+    hfr_double(prf, sizeof prf, c->partial_rotary_factor);
+    if (!hy->unfused) {
+        hfr_add(b, "  \"rope_theta\": %s,\n  \"partial_rotary_factor\": %s,\n"
+                "  \"rope_scaling\": null,\n", theta, prf);
+        return;
+    }
     const int n = (int)(m->hs * c->partial_rotary_factor) / 2; /* the rotary frequencies */
-    return (size_t)snprintf(buf, cap, "  \"rope_parameters\": {\"rope_type\": \"default\", "
-                            "\"rope_theta\": %s, \"partial_rotary_factor\": %s, \"mrope_section\": "
-                            "[%d, %d, %d], \"mrope_interleaved\": true},\n", theta, prf,
-                            n / 3 + (n % 3 > 0), n / 3 + (n % 3 > 1), n / 3);
+    hfr_add(b, "  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": %s, "
+            "\"partial_rotary_factor\": %s, \"mrope_section\": [%d, %d, %d], "
+            "\"mrope_interleaved\": true},\n", theta, prf, n / 3 + (n % 3 > 0),
+            n / 3 + (n % 3 > 1), n / 3);
 }
 
 /* The mixture's keys: Qwen3-Next's all (num_experts 0 when dense), Qwen 3.5's MoE without the
  * sparse step, mlp_only_layers and norm_topk_prob it does not have, its dense sizes none. */
-static size_t moe_text(const tsr_model *m, const hf_hybrid *hy, double aux_coef, char *buf,
-                       size_t cap) {
+static void moe_write(hf_text *b, const tsr_model *m, const hf_hybrid *hy) {
     char aux[32];
-    size_t k = 0;
-#define ADD(...) (k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, __VA_ARGS__))
-    if (hy->moe < 0 || m->E) ADD("  \"num_experts\": %d,\n", m->E);
-    if (!m->E) return k;
-    ADD("  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
-        "  \"shared_expert_intermediate_size\": %d,\n", m->K, m->FE, m->S);
+    if (hy->moe < 0 || m->E) hfr_add(b, "  \"num_experts\": %d,\n", m->E);
+    if (!m->E) return;
+    hfr_add(b, "  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
+            "  \"shared_expert_intermediate_size\": %d,\n", m->K, m->FE, m->S);
     if (hy->moe < 0)
-        ADD("  \"norm_topk_prob\": %s,\n  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n",
-            m->cfg.moe_norm_topk ? "true" : "false", m->cfg.moe_every);
-    ADD("  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n",
-        jnum(aux, sizeof aux, aux_coef));
-#undef ADD
-    return k;
+        hfr_add(b, "  \"norm_topk_prob\": %s,\n  \"decoder_sparse_step\": %d,\n"
+                "  \"mlp_only_layers\": [],\n", m->cfg.moe_norm_topk ? "true" : "false",
+                m->cfg.moe_every);
+    hfr_add(b, "  \"router_aux_loss_coef\": %s,\n  \"output_router_logits\": false,\n",
+            hfr_double(aux, sizeof aux, hf_aux_coef(m, m->cfg.moe_aux_loss_coef)));
 }
 
-int hf_qwen3next_config_text(const tsr_model *m, hf_arch a, double aux_coef, char *buf, size_t cap) {
+/* The text config's keys of m as class f (Qwen3NextConfig's, Qwen3_5TextConfig's...). */
+static void text_write(hf_text *b, const tsr_model *m, const hf_family *f) {
     const tsr_model_config *c = &m->cfg;
-    const hf_hybrid *hy = hf_hybrid_of(a);
+    const hf_hybrid *hy = hf_hybrid_of(f);
     char eps[32];
-    size_t k = 0;
-#define ADD(...) (k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, __VA_ARGS__))
-    ADD("  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n", m->V, m->C);
-    if (!m->E || hy->moe < 0) ADD("  \"intermediate_size\": %d,\n", m->F);
-    ADD("  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-        "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n",
-        m->L, m->NH, m->KVH, m->hs);
-    ADD("  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n",
-        c->max_seq_len > 0 ? c->max_seq_len : m->maxT, jnum(eps, sizeof eps, c->norm_eps));
-    k += rope_text(m, hy, buf + (k < cap ? k : cap), k < cap ? cap - k : 0);
-    ADD("  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n  \"layer_types\": [");
+    hfr_add(b, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n", m->V, m->C);
+    if (!m->E || hy->moe < 0) hfr_add(b, "  \"intermediate_size\": %d,\n", m->F);
+    hfr_add(b, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+            "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n",
+            m->L, m->NH, m->KVH, m->hs);
+    hfr_add(b, "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n",
+            c->max_seq_len > 0 ? c->max_seq_len : m->maxT, hfr_double(eps, sizeof eps, c->norm_eps));
+    rope_write(b, m, hy);
+    hfr_add(b, "  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n  \"layer_types\": [");
     for (int l = 0; l < m->L; l++)
-        ADD("%s\"%s\"", l ? ", " : "", config_layer_linear(c, l) ? "linear_attention" : "full_attention");
-    ADD("],\n  \"linear_conv_kernel_dim\": %d,\n  \"linear_key_head_dim\": %d,\n"
-        "  \"linear_value_head_dim\": %d,\n  \"linear_num_key_heads\": %d,\n"
-        "  \"linear_num_value_heads\": %d,\n", c->linear_conv_kernel_dim, c->linear_key_head_dim,
-        c->linear_value_head_dim, c->linear_num_key_heads, c->linear_num_value_heads);
-    k += moe_text(m, hy, aux_coef, buf + (k < cap ? k : cap), k < cap ? cap - k : 0);
-#undef ADD
-    return k < cap ? (int)k : -1;
+        hfr_add(b, "%s\"%s\"", l ? ", " : "", config_layer_linear(c, l) ? "linear_attention"
+                                                                       : "full_attention");
+    hfr_add(b, "],\n  \"linear_conv_kernel_dim\": %d,\n  \"linear_key_head_dim\": %d,\n"
+            "  \"linear_value_head_dim\": %d,\n  \"linear_num_key_heads\": %d,\n"
+            "  \"linear_num_value_heads\": %d,\n", c->linear_conv_kernel_dim,
+            c->linear_key_head_dim, c->linear_value_head_dim, c->linear_num_key_heads,
+            c->linear_num_value_heads);
+    moe_write(b, m, hy);
 }
 
-/* ---- reading config.json ------------------------------------------------------------------- */
+/* The text keys, nested in the VL's text_config with its model_type and tying. */
+static void hybrid_write(hf_text *b, const tsr_model *m, const hf_family *f) {
+    if (!f->nest) {
+        text_write(b, m, f);
+        return;
+    }
+    hfr_add(b, "  \"%s\": {\n  \"model_type\": \"%s\",\n", f->nest,
+            hf_hybrid_of(f)->text->model_type);
+    text_write(b, m, f);
+    hfr_add(b, "  \"tie_word_embeddings\": %s\n  },\n", m->cfg.tie_embeddings ? "true" : "false");
+}
 
-typedef struct reader {
-    const json_value *r; /* the text model's keys: the top, or Qwen 3.5's VL text_config */
-    const json_value *top;
+/* ---- config.json: reading ------------------------------------------------------------------- */
+
+typedef struct hyread {
+    hf_reader c;           /* over the text model's keys (c.root): the top, or the VL's text_config */
+    const json_value *top; /* config.json's object */
+    const hf_family *f;
     const hf_hybrid *hy;
-    const char *mt; /* the top's model_type */
-    const char *path;
-    int rc;
-    tsr_config_fill *f;
-    int types[1024]; /* 1: linear_attention, per layer */
+    int types[HF_MAX_LAYERS]; /* 1: linear_attention, per layer */
     long L;
-} reader;
+} hyread;
 
-/* A setting tessera cannot hold (or a malformed one): said once, the read fails with exit 2. */
-static void bad(reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bad(reader *rd, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!rd->rc) tsr_error("%s: %s", rd->path, msg);
-    rd->rc = TSR_EXIT_DATA;
+static const json_value *member(const hyread *rd, const char *key) {
+    return hfr_member(rd->c.root, key);
 }
 
-static const json_value *member(const reader *rd, const char *key) {
-    return rd->r ? json_get(rd->r, key) : NULL;
+/* A count of config.json (absent: def): a whole number >= least, else refused naming it. */
+static long count(hyread *rd, const char *key, long def, long least) {
+    long x = hfr_int(&rd->c, rd->c.root, key, def);
+    if (x < least || x > 1000000000)
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "%s = %ld: expected an integer >= %ld", key, x, least);
+    return x >= least && x <= 1000000000 ? x : least;
 }
 
-static double num(reader *rd, const char *key, double def) {
-    const json_value *v = member(rd, key);
-    if (!v || v->type == JSON_NULL) return def;
-    if (v->type == JSON_NUMBER) return v->num;
-    bad(rd, "%s is a JSON %s, expected a number", key, json_type_name(v->type));
-    return def;
-}
-
-static int boolean(reader *rd, const char *key, int def) {
-    const json_value *v = member(rd, key);
-    if (!v || v->type == JSON_NULL) return def;
-    if (v->type == JSON_TRUE || v->type == JSON_FALSE) return v->type == JSON_TRUE;
-    bad(rd, "%s is a JSON %s, expected true or false", key, json_type_name(v->type));
-    return def;
-}
-
-/* One entry: the run's key gets value; hf_key names where config.json says so (or its default) */
-static void put(reader *rd, int soft, const char *run_key, const char *value, const char *hf_key) {
-    tsr_config_fill *f = rd->f;
-    if (f->n == TSR_FILL_MAX) tsr_die(TSR_EXIT_INTERNAL, "hf_qwen3next_fill: raise TSR_FILL_MAX");
-    snprintf(f->kv[f->n].key, sizeof f->kv[0].key, "%s", run_key);
-    snprintf(f->kv[f->n].value, sizeof f->kv[0].value, "%s", value);
-    if (!hf_key)
-        snprintf(f->kv[f->n].from, sizeof f->kv[0].from, "config.json has model_type "
-                 "\"%.20s\" (%s)", rd->mt, value);
-    else if (member(rd, hf_key))
-        snprintf(f->kv[f->n].from, sizeof f->kv[0].from, "config.json has %.40s = %.30s", hf_key,
-                 value);
-    else
-        snprintf(f->kv[f->n].from, sizeof f->kv[0].from, "config.json has no %.40s (default %.20s)",
-                 hf_key, value);
-    f->kv[f->n++].soft = soft;
-}
-
-static void put_num(reader *rd, const char *run_key, const char *hf_key, double def, int integer) {
-    char v[32];
-    double x = num(rd, hf_key, def);
-    if (integer && (x != floor(x) || fabs(x) > 1e9))
-        bad(rd, "%s = %g: expected an integer", hf_key, x);
-    if (integer) snprintf(v, sizeof v, "%.0f", x);
-    else jnum(v, sizeof v, x);
-    put(rd, 0, run_key, v, hf_key);
+/* A value the class fixes: "model_type \"qwen3_next\" (VALUE)". */
+static void put_word(hyread *rd, const char *run_key, const char *value) {
+    hfr_put_word(&rd->c, run_key, value, rd->f->model_type, value);
 }
 
 /* layer_types, else every full_attention_interval-th layer full (Qwen3NextConfig's default 4) */
-static void read_types(reader *rd) {
+static void read_types(hyread *rd) {
     const json_value *lt = member(rd, "layer_types");
-    if (rd->L < 1 || rd->L > 1024) {
-        bad(rd, "num_hidden_layers = %ld: expected 1 to 1024", rd->L);
+    if (rd->L < 1 || rd->L > HF_MAX_LAYERS) {
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "num_hidden_layers = %ld: expected 1 to %d", rd->L,
+                  HF_MAX_LAYERS);
         return;
     }
     if (lt && lt->type != JSON_NULL) {
         const json_value *e = lt->type == JSON_ARRAY && (long)lt->len == rd->L ? lt->child : NULL;
-        if (!e) bad(rd, "layer_types is not a list of num_hidden_layers = %ld entries", rd->L);
+        if (!e)
+            hfr_fault(&rd->c, TSR_EXIT_DATA, "layer_types is not a list of num_hidden_layers = %ld "
+                      "entries", rd->L);
         for (long l = 0; e && l < rd->L; l++, e = e->next) {
             int lin = e->type == JSON_STRING && !strcmp(e->str, "linear_attention");
             if (!lin && (e->type != JSON_STRING || strcmp(e->str, "full_attention") != 0))
-                bad(rd, "layer_types[%ld] is not \"linear_attention\" or \"full_attention\" (the "
-                    "layer types tessera's Qwen3-Next holds)", l);
+                hfr_fault(&rd->c, TSR_EXIT_DATA, "layer_types[%ld] is not \"linear_attention\" or "
+                          "\"full_attention\" (the layer types tessera's Qwen3-Next holds)", l);
             rd->types[l] = lin;
         }
         return;
     }
-    long every = (long)num(rd, "full_attention_interval", 4);
-    if (every < 1) bad(rd, "full_attention_interval = %ld: expected >= 1", every);
-    for (long l = 0; l < rd->L && every >= 1; l++) rd->types[l] = (l + 1) % every != 0;
+    long every = count(rd, "full_attention_interval", 4, 1);
+    for (long l = 0; l < rd->L; l++) rd->types[l] = (l + 1) % every != 0;
 }
 
 /* model.layer_types: the shortest pattern that repeats into every layer's type */
-static void put_types(reader *rd) {
-    long p = 1;
-    while (p < rd->L) {
-        long l = p;
-        while (l < rd->L && rd->types[l] == rd->types[l % p]) l++;
-        if (l == rd->L) break;
-        p++;
-    }
+static void put_types(hyread *rd) {
+    const long p = hf_period_of(rd->types, rd->L);
     char v[2048];
     size_t n = 0;
     for (long l = 0; l < p && n < sizeof v; l++)
         n += (size_t)snprintf(v + n, sizeof v - n, "%s%s", l ? "," : "",
                               rd->types[l] ? "linear_attention" : "full_attention");
-    if (n >= sizeof v) bad(rd, "layer_types: no pattern of %zu bytes repeats into it", sizeof v);
-    put(rd, 0, "model.layer_types", v, member(rd, "layer_types") ? "layer_types" :
-        "full_attention_interval");
+    if (n >= sizeof v)
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "layer_types: no pattern of %zu bytes repeats into it",
+                  sizeof v);
+    hfr_put_key(&rd->c, 0, "model.layer_types", rd->c.root,
+                member(rd, "layer_types") ? "layer_types" : "full_attention_interval", v);
 }
 
 /* Qwen 3.5's mrope_section (rp: rope_parameters, or NULL): three integers >= 0 that share the
  * rotary dimensions' frequencies out (sum = head_dim x partial_rotary_factor / 2). A text's three
  * position streams are equal, so that is ordinary RoPE over those dimensions; anything else is
  * not a rotation tessera has (docs/hf.md "Qwen 3.5"). Absent: transformers' default, fine too. */
-static void check_mrope(reader *rd, const json_value *rp) {
+static void check_mrope(hyread *rd, const json_value *rp) {
     const json_value *ms = rp ? json_get(rp, "mrope_section") : NULL, *e;
     char got[96];
     if (!ms || ms->type == JSON_NULL) return;
     const json_value *pf = json_get(rp, "partial_rotary_factor");
-    const double prf = pf && pf->type == JSON_NUMBER ? pf->num : num(rd, "partial_rotary_factor", 0.25);
-    const long half = (long)(num(rd, "head_dim", 256) * prf) / 2;
+    const double prf = pf && pf->type == JSON_NUMBER ? pf->num
+                                                     : hfr_num(&rd->c, rd->c.root, "partial_rotary_factor", 0.25);
+    const double rot = hfr_num(&rd->c, rd->c.root, "head_dim", 256) * prf;
+    const long half = (long)rot / 2;
     long sum = 0;
+    if (rot != floor(rot) || rot < 2 || (long)rot % 2) return; /* (the rule of the rotary size's) */
     int ok = ms->type == JSON_ARRAY && ms->len == 3;
     for (e = ok ? ms->child : NULL; e; e = e->next) {
         ok = ok && e->type == JSON_NUMBER && e->num >= 0 && e->num == floor(e->num);
@@ -454,152 +416,161 @@ static void check_mrope(reader *rd, const json_value *rp) {
     char adds[48] = "";
     if (ok) snprintf(adds, sizeof adds, " adding up to %ld", sum);
     if (!ok || sum != half)
-        bad(rd, "rope_parameters.mrope_section = %s%s: expected three integers >= 0 that add up "
-            "to the %ld rotary frequencies (head_dim x partial_rotary_factor / 2), which with a "
-            "text's equal position streams is ordinary RoPE; tessera reads no other",
-            json_describe(ms, got, sizeof got), adds, half);
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "rope_parameters.mrope_section = %s%s: expected three "
+                  "integers >= 0 that add up to the %ld rotary frequencies (head_dim x "
+                  "partial_rotary_factor / 2), which with a text's equal position streams is "
+                  "ordinary RoPE; tessera reads no other", json_describe(ms, got, sizeof got),
+                  adds, half);
+}
+
+/* A RoPE object's type other than "default" (rope_scaling's or rope_parameters'), or NULL. */
+static const json_value *rope_type(const json_value *v) {
+    const json_value *t = v && v->type == JSON_OBJECT ? json_get(v, "rope_type") : NULL;
+    return t && !(t->type == JSON_STRING && !strcmp(t->str, "default")) ? t : NULL;
 }
 
 /* What tessera cannot hold: refused by name and value (exit 2). */
-static void refusals(reader *rd) {
+static void refusals(hyread *rd) {
     char got[96];
     const json_value *v = member(rd, "mlp_only_layers");
     if (v && v->type != JSON_NULL && (v->type != JSON_ARRAY || v->len))
-        bad(rd, "mlp_only_layers = %s: tessera's MoE layers are every decoder_sparse_step-th "
-            "(model.moe_every) and cannot be made dense one by one; only [] or null is accepted",
-            json_describe(v, got, sizeof got));
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "mlp_only_layers = %s: tessera's MoE layers are every "
+                  "decoder_sparse_step-th (model.moe_every) and cannot be made dense one by one; "
+                  "only [] or null is accepted", json_describe(v, got, sizeof got));
     v = member(rd, "rope_scaling");
     const json_value *t = v && v->type == JSON_OBJECT ? json_get(v, "rope_type") : NULL;
     if (!t && v && v->type == JSON_OBJECT) t = json_get(v, "type");
     if (v && v->type != JSON_NULL && !(t && t->type == JSON_STRING && !strcmp(t->str, "default")))
-        bad(rd, "rope_scaling = %s: tessera reads Qwen3-Next's plain RoPE only (null)",
-            json_describe(v, got, sizeof got));
-    v = member(rd, "rope_parameters");
-    t = v && v->type == JSON_OBJECT ? json_get(v, "rope_type") : NULL;
-    if (t && !(t->type == JSON_STRING && !strcmp(t->str, "default")))
-        bad(rd, "rope_parameters.rope_type = %s: tessera reads plain RoPE only (\"default\")",
-            json_describe(t, got, sizeof got));
-    if (rd->hy->unfused) check_mrope(rd, v && v->type == JSON_OBJECT ? v : NULL);
-    if (boolean(rd, "attention_bias", 0))
-        bad(rd, "attention_bias = true: tessera's Qwen3-Next has no attention biases");
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "rope_scaling = %s: tessera reads Qwen3-Next's plain RoPE "
+                  "only (null)", json_describe(v, got, sizeof got));
+    if ((t = rope_type(member(rd, "rope_parameters"))))
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "rope_parameters.rope_type = %s: tessera reads plain RoPE "
+                  "only (\"default\")", json_describe(t, got, sizeof got));
+    if (hfr_bool(&rd->c, rd->c.root, "attention_bias", 0))
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "attention_bias = true: tessera's Qwen3-Next has no "
+                  "attention biases");
     v = member(rd, "hidden_act");
     if (v && !(v->type == JSON_STRING && !strcmp(v->str, "silu")))
-        bad(rd, "hidden_act = %s: tessera's SwiGLU needs \"silu\"", json_describe(v, got, sizeof got));
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "hidden_act = %s: tessera's SwiGLU needs \"silu\"",
+                  json_describe(v, got, sizeof got));
 }
 
 /* rope_theta and partial_rotary_factor, at the top or in transformers 5's rope_parameters */
-static void put_rope(reader *rd) {
+static void put_rope(hyread *rd) {
     const json_value *rp = member(rd, "rope_parameters");
-    const json_value *save = rd->r;
     const int in = rp && rp->type == JSON_OBJECT;
-    if (in && json_get(rp, "rope_theta")) rd->r = rp;
-    put_num(rd, "model.rope_theta", "rope_theta", 10000, 0);
-    rd->r = in && json_get(rp, "partial_rotary_factor") ? rp : save;
-    put_num(rd, "model.partial_rotary_factor", "partial_rotary_factor", 0.25, 0);
-    rd->r = save;
+    hfr_put_num(&rd->c, "model.rope_theta", in && json_get(rp, "rope_theta") ? rp : rd->c.root,
+                "rope_theta", 10000);
+    hfr_put_num(&rd->c, "model.partial_rotary_factor",
+                in && json_get(rp, "partial_rotary_factor") ? rp : rd->c.root,
+                "partial_rotary_factor", 0.25);
 }
 
-static void put_moe(reader *rd) {
+static void put_moe(hyread *rd) {
+    hf_reader *c = &rd->c;
     char e[32];
     const int moe = rd->hy->moe;
-    const long E = moe == 0 ? 0 : (long)num(rd, "num_experts", (double)rd->hy->def[5]);
+    const long E = moe == 0 ? 0 : count(rd, "num_experts", rd->hy->def[5], moe > 0);
     snprintf(e, sizeof e, "%ld", E);
-    put(rd, 0, "model.moe_experts", e, moe == 0 ? NULL : "num_experts"); /* dense: the type's */
+    if (moe == 0) put_word(rd, "model.moe_experts", e); /* dense: the type's */
+    else hfr_put_key(c, 0, "model.moe_experts", c->root, "num_experts", e);
     if (E <= 0) return;
-    put_num(rd, "model.moe_top_k", "num_experts_per_tok", (double)rd->hy->def[6], 1);
-    put_num(rd, "model.moe_intermediate_size", "moe_intermediate_size", 512, 1);
-    put_num(rd, "model.moe_shared_size", "shared_expert_intermediate_size", 512, 1);
-    put(rd, 0, "model.moe_shared_gate", "true", NULL);
+    hfr_put_int(c, 0, "model.moe_top_k", "num_experts_per_tok", rd->hy->def[6]);
+    hfr_put_int(c, 0, "model.moe_intermediate_size", "moe_intermediate_size", 512);
+    hfr_put_int(c, 0, "model.moe_shared_size", "shared_expert_intermediate_size", 512);
+    put_word(rd, "model.moe_shared_gate", "true");
     if (moe > 0) { /* Qwen 3.5: every layer, the top k renormalised (Qwen3VLMoeTextTopKRouter) */
-        put(rd, 0, "model.moe_norm_topk", "true", NULL);
-        put(rd, 0, "model.moe_every", "1", NULL);
+        put_word(rd, "model.moe_norm_topk", "true");
+        put_word(rd, "model.moe_every", "1");
         return;
     }
-    put(rd, 0, "model.moe_norm_topk", boolean(rd, "norm_topk_prob", 1) ? "true" : "false",
-        "norm_topk_prob");
-    put_num(rd, "model.moe_every", "decoder_sparse_step", 1, 1);
+    hfr_put_key(c, 0, "model.moe_norm_topk", c->root, "norm_topk_prob",
+                hfr_bool(c, c->root, "norm_topk_prob", 1) ? "true" : "false");
+    hfr_put_int(c, 0, "model.moe_every", "decoder_sparse_step", 1);
 }
 
-static void put_sizes(reader *rd) {
+static void put_sizes(hyread *rd) {
+    hf_reader *c = &rd->c;
     const long *d = rd->hy->def;
-    put_num(rd, "model.n_layer", "num_hidden_layers", (double)d[3], 1);
-    put_num(rd, "model.d_model", "hidden_size", (double)d[1], 1);
-    put_num(rd, "model.n_head", "num_attention_heads", 16, 1);
-    put_num(rd, "model.n_kv_head", "num_key_value_heads", 2, 1);
-    put_num(rd, "model.head_dim", "head_dim", 256, 1);
-    put_num(rd, "model.intermediate_size", "intermediate_size", (double)d[2], 1);
-    put_num(rd, "model.vocab_size", "vocab_size", (double)d[0], 1);
-    put_num(rd, "model.norm_eps", "rms_norm_eps", 1e-6, 0);
-    put_num(rd, "model.linear_conv_kernel_dim", "linear_conv_kernel_dim", 4, 1);
-    put_num(rd, "model.linear_key_head_dim", "linear_key_head_dim", 128, 1);
-    put_num(rd, "model.linear_value_head_dim", "linear_value_head_dim", 128, 1);
-    put_num(rd, "model.linear_num_key_heads", "linear_num_key_heads", 16, 1);
-    put_num(rd, "model.linear_num_value_heads", "linear_num_value_heads", (double)d[4], 1);
+    hfr_put_int(c, 0, "model.n_layer", "num_hidden_layers", d[3]);
+    hfr_put_int(c, 0, "model.d_model", "hidden_size", d[1]);
+    hfr_put_int(c, 0, "model.n_head", "num_attention_heads", 16);
+    hfr_put_int(c, 0, "model.n_kv_head", "num_key_value_heads", 2);
+    hfr_put_int(c, 0, "model.head_dim", "head_dim", 256);
+    hfr_put_int(c, 0, "model.intermediate_size", "intermediate_size", d[2]);
+    hfr_put_int(c, 0, "model.vocab_size", "vocab_size", d[0]);
+    hfr_put_num(c, "model.norm_eps", c->root, "rms_norm_eps", 1e-6);
+    hfr_put_int(c, 0, "model.linear_conv_kernel_dim", "linear_conv_kernel_dim", 4);
+    hfr_put_int(c, 0, "model.linear_key_head_dim", "linear_key_head_dim", 128);
+    hfr_put_int(c, 0, "model.linear_value_head_dim", "linear_value_head_dim", 128);
+    hfr_put_int(c, 0, "model.linear_num_key_heads", "linear_num_key_heads", 16);
+    hfr_put_int(c, 0, "model.linear_num_value_heads", "linear_num_value_heads", d[4]);
 }
 
-static void fill(reader *rd) {
+/* The head's tying: the text's tie_word_embeddings, else the VL's own. */
+static void put_tied(hyread *rd) {
+    const json_value *obj = member(rd, "tie_word_embeddings") ? rd->c.root : rd->top;
+    hfr_put_key(&rd->c, 0, "model.tie_embeddings", obj, "tie_word_embeddings",
+                hfr_bool(&rd->c, obj, "tie_word_embeddings", 0) ? "true" : "false");
+}
+
+static void fill(hyread *rd) {
     static const char *const words[][2] = {
         {"model.pos", "rope"}, {"model.norm", "rmsnorm"}, {"model.mlp", "swiglu"},
         {"model.bias", "false"}, {"model.qkv_bias", "false"}, {"model.qk_norm", "true"},
         {"model.qk_norm_scope", "head"}, {"model.norm_placement", "pre"},
         {"model.embed_scale", "none"}, {"model.rope_scaling", "none"},
         {"model.attn_output_gate", "true"}};
+    char from[96];
     refusals(rd);
-    rd->L = (long)num(rd, "num_hidden_layers", (double)rd->hy->def[3]);
+    rd->L = count(rd, "num_hidden_layers", rd->hy->def[3], 1);
     read_types(rd);
-    if (rd->rc) return;
+    if (rd->c.rc) return;
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        put(rd, 0, words[i][0], words[i][1], NULL);
+        put_word(rd, words[i][0], words[i][1]);
     put_sizes(rd);
     put_rope(rd);
-    const json_value *save = rd->r; /* the VL's own tie_word_embeddings when text_config has none */
-    if (!member(rd, "tie_word_embeddings")) rd->r = rd->top;
-    put(rd, 0, "model.tie_embeddings", boolean(rd, "tie_word_embeddings", 0) ? "true" : "false",
-        "tie_word_embeddings");
-    rd->r = save;
-    if (member(rd, "max_position_embeddings")) { /* the model's context (soft, as the others') */
-        put_num(rd, "model.max_seq_len", "max_position_embeddings", 0, 1);
-        rd->f->kv[rd->f->n - 1].soft = 1;
-    }
+    const json_value *rp = member(rd, "rope_parameters"); /* (over the sizes checked above) */
+    if (rd->hy->unfused && !rd->c.rc) check_mrope(rd, rp && rp->type == JSON_OBJECT ? rp : NULL);
+    put_tied(rd);
+    if (member(rd, "max_position_embeddings")) /* the model's context (soft, as the others') */
+        hfr_put_int(&rd->c, 1, "model.max_seq_len", "max_position_embeddings", 0);
     put_types(rd);
     put_moe(rd);
-    put(rd, 1, "model.hf_model_type", rd->mt, NULL); /* the class an export writes again */
+    snprintf(from, sizeof from, "model_type \"%s\" (%s)", rd->f->model_type, rd->f->model_type);
+    hfr_put(&rd->c, 1, "model.hf_model_type", rd->f->model_type, from); /* what an export writes */
 }
 
-/* rd over config.json's root for class a: the text keys, where Qwen 3.5's VL nests them */
-static void start(reader *rd, const json_value *root, const char *path, hf_arch a) {
-    rd->r = rd->top = root, rd->path = path, rd->hy = hf_hybrid_of(a), rd->mt = hf_model_type[a];
-    if (!rd->hy->nest) return;
-    const json_value *tc = json_get(root, rd->hy->nest), *t;
+/* rd over config.json (c's) for class f: the text keys, where Qwen 3.5's VL nests them */
+static void start(hyread *rd, const hf_reader *c, const hf_family *f) {
+    rd->c = *c, rd->top = c->root, rd->f = f, rd->hy = hf_hybrid_of(f);
+    if (!f->nest) return;
+    const json_value *tc = json_get(rd->top, f->nest), *t;
     if (!tc || tc->type != JSON_OBJECT) {
-        bad(rd, "no %s object: model_type \"%s\" nests the text model's keys there", rd->hy->nest,
-            rd->mt);
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "no %s object: model_type \"%s\" nests the text model's "
+                  "keys there", f->nest, f->model_type);
         return;
     }
-    rd->r = tc;
+    rd->c.root = tc;
     t = json_get(tc, "model_type");
-    if (t && !(t->type == JSON_STRING && !strcmp(t->str, hf_model_type[rd->hy->text])))
-        bad(rd, "%s.model_type is not \"%s\" (the text model of model_type \"%s\")",
-            rd->hy->nest, hf_model_type[rd->hy->text], rd->mt);
+    if (t && !(t->type == JSON_STRING && !strcmp(t->str, rd->hy->text->model_type)))
+        hfr_fault(&rd->c, TSR_EXIT_DATA, "%s.model_type is not \"%s\" (the text model of "
+                  "model_type \"%s\")", f->nest, rd->hy->text->model_type, f->model_type);
 }
 
-int hf_qwen3next_fill(const json_value *root, const char *path, hf_arch a, tsr_config_fill *f) {
-    reader *rd = tsr_calloc(1, sizeof *rd);
-    rd->f = f;
-    start(rd, root, path, a);
-    if (!rd->rc) fill(rd);
-    int rc = rd->rc;
+static void hybrid_fill(hf_reader *c, const hf_family *f) {
+    hyread *rd = tsr_calloc(1, sizeof *rd);
+    start(rd, c, f);
+    if (!rd->c.rc) fill(rd);
+    if (!c->rc) c->rc = rd->c.rc;
     free(rd);
-    return rc;
 }
 
-/* ---- checking against a run's model -------------------------------------------------------- */
+/* ---- config.json: checking against a run's model ------------------------------------------- */
 
 /* The run's value of key, in the fill's format ("" when the table has no such key). */
 static void run_value(const tsr_model *m, const char *key, char *v, size_t cap) {
     const tsr_model_config *c = &m->cfg;
-    static const char *const place[] = {"pre", "sandwich", "post"}, *mlpw[] = {"gelu", "swiglu",
-                                                                                "geglu_tanh"};
     const struct { const char *key; double x; } nums[] = {
         {"model.n_layer", m->L}, {"model.d_model", m->C}, {"model.n_head", m->NH},
         {"model.n_kv_head", m->KVH}, {"model.head_dim", m->hs},
@@ -615,17 +586,17 @@ static void run_value(const tsr_model *m, const char *key, char *v, size_t cap) 
         {"model.moe_every", c->moe_every}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
         if (!strcmp(key, nums[i].key)) {
-            jnum(v, cap, nums[i].x);
+            hfr_double(v, cap, nums[i].x);
             return;
         }
     const struct { const char *key; const char *word; } words[] = {
         {"model.pos", c->pos == TSR_POS_ROPE ? "rope" : c->pos == TSR_POS_ALIBI ? "alibi" : "learned"},
         {"model.norm", c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm"},
-        {"model.mlp", mlpw[c->mlp]}, {"model.bias", c->bias ? "true" : "false"},
+        {"model.mlp", hf_mlp_word[c->mlp]}, {"model.bias", c->bias ? "true" : "false"},
         {"model.qkv_bias", c->qkv_bias ? "true" : "false"},
         {"model.qk_norm", c->qk_norm ? "true" : "false"},
         {"model.qk_norm_scope", c->qk_norm_scope == TSR_QKN_PROJECTION ? "projection" : "head"},
-        {"model.norm_placement", place[c->norm_placement]},
+        {"model.norm_placement", hf_place_word[c->norm_placement]},
         {"model.embed_scale", c->embed_scale ? "sqrt_d_model" : "none"},
         {"model.rope_scaling", c->rope_scaling == TSR_ROPE_SCALING_NONE ? "none" : "another"},
         {"model.attn_output_gate", c->attn_output_gate ? "true" : "false"},
@@ -645,36 +616,67 @@ static int same_value(const char *a, const char *b) {
 }
 
 /* Each layer's kind against the run's (model.layer_types). */
-static int check_types(const reader *rd, const tsr_model *m) {
-    for (long l = 0; l < rd->L && l < m->L; l++)
-        if (rd->types[l] != config_layer_linear(&m->cfg, (int)l)) {
-            tsr_error("%s: layer_types: layer %ld is %s, but this run's model.layer_types makes it "
-                      "%s", rd->path, l, rd->types[l] ? "linear_attention" : "full_attention",
+static void check_types(hf_reader *c, const hyread *rd, const tsr_model *m) {
+    for (long l = 0; l < rd->L && l < m->L && !c->rc; l++)
+        if (rd->types[l] != config_layer_linear(&m->cfg, (int)l))
+            hfr_fault(c, TSR_EXIT_USAGE, "layer_types: layer %ld is %s, but this run's "
+                      "model.layer_types makes it %s", l,
+                      rd->types[l] ? "linear_attention" : "full_attention",
                       rd->types[l] ? "an attention layer" : "linear_attention");
-            return TSR_EXIT_USAGE;
-        }
-    return 0;
 }
 
-int hf_qwen3next_check(const json_value *root, const char *path, hf_arch a, const tsr_model *m) {
-    tsr_config_fill *f = tsr_calloc(1, sizeof *f);
-    reader *rd = tsr_calloc(1, sizeof *rd);
-    rd->f = f;
-    start(rd, root, path, a);
-    if (!rd->rc) fill(rd);
-    int rc = rd->rc;
+/* config.json against the run's model m: every key the fill gives must be m's. */
+static void hybrid_check(hf_reader *c, const tsr_model *m, const hf_family *f) {
+    tsr_config_fill *fl = tsr_calloc(1, sizeof *fl);
+    hyread *rd = tsr_calloc(1, sizeof *rd);
+    hf_reader text = *c;
     char run[64];
-    for (int i = 0; i < f->n && !rc; i++) {
-        if (f->kv[i].soft || !strcmp(f->kv[i].key, "model.layer_types")) continue;
-        if (!strcmp(f->kv[i].key, "model.intermediate_size") && m->E && !m->LD) continue;
-        run_value(m, f->kv[i].key, run, sizeof run);
-        if (same_value(f->kv[i].value, run)) continue;
-        tsr_error("%s: %s, but this run has %s = %s: set --set %s=%s", path, f->kv[i].from + 16,
-                  f->kv[i].key, run, f->kv[i].key, f->kv[i].value);
-        rc = TSR_EXIT_USAGE;
+    text.fill = fl;
+    start(rd, &text, f);
+    if (!rd->c.rc) fill(rd);
+    if (!c->rc) c->rc = rd->c.rc;
+    for (int i = 0; i < fl->n && !c->rc; i++) {
+        if (fl->kv[i].soft || !strcmp(fl->kv[i].key, "model.layer_types")) continue;
+        if (!strcmp(fl->kv[i].key, "model.intermediate_size") && m->E && !m->LD) continue;
+        run_value(m, fl->kv[i].key, run, sizeof run);
+        if (same_value(fl->kv[i].value, run)) continue;
+        hfr_fault(c, TSR_EXIT_USAGE, "%s, but this run has %s = %s: set --set %s=%s",
+                  fl->kv[i].from + 16, fl->kv[i].key, run, fl->kv[i].key, fl->kv[i].value);
     }
-    if (!rc) rc = check_types(rd, m);
+    check_types(c, rd, m);
     free(rd);
-    free(f);
-    return rc;
+    free(fl);
 }
+
+/* ---- the rows ------------------------------------------------------------------------------- */
+
+/* Linear attention layers, the attention output gate or the shared expert's gate (*by: which). */
+static int qwen3next_claims(const tsr_model *m, const char **by) {
+    const tsr_model_config *c = &m->cfg;
+    *by = config_linear_layers(c) > 0 ? "model.layer_types with linear_attention"
+          : c->attn_output_gate ? "model.attn_output_gate" : "model.moe_shared_gate";
+    return config_linear_layers(c) > 0 || c->attn_output_gate || c->moe_shared_gate;
+}
+
+static const hf_family_ops hybrid_ops = {hybrid_write, hybrid_check, hybrid_fill, hybrid_table,
+                                         hybrid_moe_need};
+
+#define HYBRID_ROW .ops = &hybrid_ops, .names = &hf_llama_names, .rope = 1, .need = hybrid_need, \
+                   .mlp = TSR_MLP_SWIGLU, .qk_norm = 1, .head_dim_key = 1, .norm_add = 1.0f, \
+                   .hybrid = 1
+const hf_family hf_qwen3next = {"qwen3_next", "Qwen3NextForCausalLM", HYBRID_ROW,
+                                .prefix = "model.", .moe = 1, .claims = qwen3next_claims,
+                                .own = &hybrids[0]};
+const hf_family hf_qwen35_text = {"qwen3_5_text", "Qwen3_5ForCausalLM", HYBRID_ROW,
+                                  .prefix = "model.", .own = &hybrids[1]};
+const hf_family hf_qwen35_moe_text = {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", HYBRID_ROW,
+                                      .prefix = "model.", .moe = 1, .own = &hybrids[2]};
+/* the vision-language wrappers: the text's layout under model.language_model., its keys in
+ * text_config */
+const hf_family hf_qwen35 = {"qwen3_5", "Qwen3_5ForConditionalGeneration", HYBRID_ROW,
+                             .prefix = "model.language_model.", .nest = "text_config",
+                             .own = &hybrids[1]};
+const hf_family hf_qwen35_moe = {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", HYBRID_ROW,
+                                 .prefix = "model.language_model.", .nest = "text_config",
+                                 .moe = 1, .own = &hybrids[2]};
+#undef HYBRID_ROW

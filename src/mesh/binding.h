@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "dist.h"
+#include "dist/dist.h"
 
 /* Cores (distinct core_id per package) in this process's CPU affinity set; 0 when unreadable. */
 int binding_cores(void);

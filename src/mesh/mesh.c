@@ -2,7 +2,10 @@
  * world, and the only dist_group_split calls of the trainer. */
 #include "mesh/mesh.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "common.h"
 
 int mesh_shard_size(const tsr_config *cfg, int world, int local_world) {
     if (cfg->sharding != TSR_SHARD_HSDP) return world;
@@ -10,35 +13,63 @@ int mesh_shard_size(const tsr_config *cfg, int world, int local_world) {
     return G >= 1 && world % G == 0 ? G : 0;
 }
 
-/* The groups of n: blocks of n consecutive world ranks (lo: color r / n) and the ranks of the same
- * index in every block (hi: color r % n), the world's order kept in both. */
-static void set_pair(tsr_mesh *me, tsr_mesh_id lo, tsr_mesh_id hi, int r, int W, int n) {
-    me->group[lo] = (tsr_mesh_group){.name = me->group[lo].name, .on = 1, .color = r / n,
-                                     .key = r % n, .rank = r % n, .size = n};
-    me->group[hi] = (tsr_mesh_group){.name = me->group[hi].name, .on = 1, .color = r % n,
-                                     .key = r / n, .rank = r / n, .size = W / n};
+/* The groups of n over the Wt ranks of this rank's tensor_data group (its index q there, t its
+ * tensor rank of T): blocks of n consecutive ranks (lo: q / n) and the ranks of the same index in
+ * every block (hi: q % n), in order; each color made distinct for every tensor rank t. */
+static void set_pair(tsr_mesh *me, tsr_mesh_id lo, tsr_mesh_id hi, int q, int Wt, int n) {
+    const int T = me->T, t = me->group[TSR_MESH_WORLD].rank % T;
+    me->group[lo] = (tsr_mesh_group){.name = me->group[lo].name, .on = 1, .color = q / n * T + t,
+                                     .key = q % n, .rank = q % n, .size = n};
+    me->group[hi] = (tsr_mesh_group){.name = me->group[hi].name, .on = 1, .color = q % n * T + t,
+                                     .key = q / n, .rank = q / n, .size = Wt / n};
+}
+
+/* parallel.tensor = T > 1: the tensor group (T consecutive ranks), the tensor_data group (the
+ * ranks of the same tensor rank), and, with fewer key/value heads KVH than T, the tensor_kv
+ * groups of T / KVH consecutive ranks inside a tensor group */
+static void tensor_groups(tsr_mesh *me, const tsr_config *cfg, int r, int W) {
+    const int T = me->T, t = r % T, q = r / T;
+    me->group[TSR_MESH_TENSOR] = (tsr_mesh_group){.name = "tensor", .on = 1, .color = q,
+                                                  .key = t, .rank = t, .size = T};
+    me->group[TSR_MESH_TENSOR_DATA] = (tsr_mesh_group){.name = "tensor_data", .on = 1,
+                                                       .color = t, .key = q, .rank = q,
+                                                       .size = W / T};
+    tsr_model_dims d;
+    const char *key;
+    char why[400];
+    if (config_model_dims(&cfg->model, &d, &key, why, sizeof why) != 0 || d.KVH >= T ||
+        T % d.KVH != 0)
+        return;
+    const int R = T / d.KVH; /* the ranks holding one key/value head */
+    me->group[TSR_MESH_TENSOR_KV] = (tsr_mesh_group){.name = "tensor_kv", .on = 1,
+                                                     .color = q * d.KVH + t / R, .key = t % R,
+                                                     .rank = t % R, .size = R};
 }
 
 /* the groups that are on and their numbers (no communication) */
 static void plan_groups(tsr_mesh *me, const tsr_config *cfg, const tsr_dist *world) {
     static const char *const names[TSR_MESH_N_GROUPS] = {
-        "world", "context", "data", "expert", "expert_data", "shard", "replica"};
+        "world", "context", "data", "expert", "expert_data", "shard", "replica",
+        "tensor", "tensor_data", "tensor_kv"};
     const int r = world->rank, W = world->world;
     for (int i = 0; i < TSR_MESH_N_GROUPS; i++)
         me->group[i] = (tsr_mesh_group){.name = names[i], .size = 1};
     me->group[TSR_MESH_WORLD] = (tsr_mesh_group){.name = names[TSR_MESH_WORLD], .on = 1,
                                                  .color = 0, .key = r, .rank = r, .size = W};
+    me->T = cfg->tensor > 1 ? (int)cfg->tensor : 1;
+    const int Wt = W / me->T, q = r / me->T;
+    if (me->T > 1) tensor_groups(me, cfg, r, W);
     me->N = cfg->context > 1 ? (int)cfg->context : 1;
-    me->D = W / me->N;
-    if (me->N > 1) set_pair(me, TSR_MESH_CONTEXT, TSR_MESH_DATA, r, W, me->N);
+    me->D = Wt / me->N;
+    if (me->N > 1) set_pair(me, TSR_MESH_CONTEXT, TSR_MESH_DATA, q, Wt, me->N);
     me->EP = cfg->expert > 1 && cfg->model.moe_experts > 0 ? (int)cfg->expert : 1;
-    if (me->EP > 1) set_pair(me, TSR_MESH_EXPERT, TSR_MESH_EXPERT_DATA, r, W, me->EP);
+    if (me->EP > 1) set_pair(me, TSR_MESH_EXPERT, TSR_MESH_EXPERT_DATA, q, Wt, me->EP);
     const int sharded = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP ||
                         (cfg->sharding == TSR_SHARD_ZERO1 && cfg->device == TSR_DEVICE_CUDA);
-    const int G = sharded ? mesh_shard_size(cfg, W, world->local_world) : 0;
+    const int G = sharded ? mesh_shard_size(cfg, Wt, world->local_world / me->T) : 0;
     if (G > 0) {
-        me->G = G, me->R = W / G;
-        set_pair(me, TSR_MESH_SHARD, TSR_MESH_REPLICA, r, W, G);
+        me->G = G, me->R = Wt / G;
+        set_pair(me, TSR_MESH_SHARD, TSR_MESH_REPLICA, q, Wt, G);
     }
 }
 
@@ -47,9 +78,54 @@ void mesh_build(tsr_mesh *me, const tsr_config *cfg, const tsr_dist *world, int 
     plan_groups(me, cfg, world);
     for (int i = TSR_MESH_WORLD + 1; !plan && i < TSR_MESH_N_GROUPS; i++)
         if (me->group[i].on) me->group[i].cpu = mesh_group_open(&me->group[i]);
+    if (!plan && me->T > 1) /* (tensor parallelism's checkpoint exchange runs over the world) */
+        me->group[TSR_MESH_WORLD].cpu = mesh_group_open(&me->group[TSR_MESH_WORLD]);
     me->data = *world;
-    me->data.rank /= me->N, me->data.world = me->D;
-    me->data.view = me->group[TSR_MESH_DATA].cpu; /* (NULL when N = 1: the world's sums) */
+    me->data.rank /= me->T * me->N, me->data.world = me->D;
+    /* (NULL when T N = 1: the world's sums) */
+    me->data.view = me->N > 1 ? me->group[TSR_MESH_DATA].cpu
+                              : me->group[TSR_MESH_TENSOR_DATA].cpu;
+}
+
+int mesh_data_rank(const tsr_mesh *me, int r) { return r / (me->T * me->N); }
+
+/* whether this rank's tensor group has ranks on another host than this one's (collective over
+ * the group; 0 in a group of one) */
+static int tensor_hosts_differ(const tsr_mesh *me, const tsr_dist *world) {
+    const tsr_mesh_group *g = &me->group[TSR_MESH_TENSOR];
+    if (!g->cpu) return 0;
+    char *hosts = tsr_malloc((size_t)g->size * sizeof world->host);
+    dist_group_allgather(g->cpu, world->host, hosts, sizeof world->host);
+    int differ = 0;
+    for (int k = 0; k < g->size; k++)
+        differ |= strncmp(hosts + (size_t)k * sizeof world->host, world->host,
+                          sizeof world->host) != 0;
+    free(hosts);
+    return differ;
+}
+
+int mesh_check_tensor(const tsr_mesh *me, const tsr_config *cfg, const tsr_dist *world,
+                      int plan) {
+    if (me->T <= 1 || cfg->tensor_across_nodes) return 0;
+    const int per_node = world->local_world > 0 ? world->local_world : 1;
+    int bad = per_node % me->T != 0;
+    if (!plan) {
+        bad |= tensor_hosts_differ(me, world);
+        dist_allreduce_max_int(&bad, 1);
+    }
+    if (!bad) return 0;
+    int fits = me->T - 1; /* the largest group size below T that divides a node's ranks */
+    while (fits > 1 && per_node % fits != 0) fits--;
+    if (world->rank == 0)
+        tsr_error("parallel.tensor = %d: a tensor group of %d consecutive ranks would span nodes "
+                  "(%d rank%s on this node%s); its collectives, several per layer, would cross the "
+                  "network: choose a parallel.tensor that divides the ranks per node (such as "
+                  "%d), start the ranks in blocks per node (srun's default), or set "
+                  "parallel.tensor_across_nodes = true", me->T, me->T, per_node,
+                  per_node == 1 ? "" : "s",
+                  plan ? ", from --plan RANKS/PER_NODE" : " or its ranks on several hosts",
+                  fits);
+    return TSR_EXIT_USAGE;
 }
 
 void mesh_free(tsr_mesh *me) {

@@ -32,10 +32,6 @@ int ckpt_config_from_text(const char *path, const char *text, const char *const 
     return rc;
 }
 
-static const ckpt_model_importer *importer;
-
-void ckpt_model_use_importer(const ckpt_model_importer *imp) { importer = imp; }
-
 /* dataset `name` (numel floats) into dst, its size and crc32c checked */
 static int read_tensor(hid_t f, const char *path, const char *name, size_t numel, float *dst) {
     hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
@@ -108,7 +104,8 @@ int ckpt_lora_read(const char *file, const tsr_config *cfg, tsr_model *m, tsr_lo
 
 /* A LoRA checkpoint's model (ckpt_model_load): its base into m, checked, then the adapters of
  * file merged in. */
-static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
+static int lora_model(const ckpt_model_importer *imp, const char *file, const tsr_config *cfg,
+                      tsr_model *m) {
     char run_dir[1200], base[1200];
     const char *slash = strrchr(file, '/');
     snprintf(run_dir, sizeof run_dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
@@ -119,8 +116,8 @@ static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
     int rc = 0;
     if (!base[0]) {
         model_init_weights(m, (uint64_t)cfg->seed);
-    } else if (importer && importer->is_source(base)) {
-        rc = importer->load(base, m);
+    } else if (imp && imp->is_source(base)) {
+        rc = imp->load(base, m);
     } else {
         char bf[1200];
         if (ckpt_resolve_path(base, bf, sizeof bf)) return TSR_EXIT_DATA;
@@ -144,29 +141,31 @@ static int lora_model(const char *file, const tsr_config *cfg, tsr_model *m) {
     return 0;
 }
 
-/* model_load of a directory the importer reads (a Hugging Face one). */
-static int imported_model(const char *path, const char *const *sets, int n_sets, int T,
-                          tsr_config *cfg, tsr_model *m, char *resolved, size_t cap, int weights) {
+/* model_load of a directory the importer imp reads (a Hugging Face one). */
+static int imported_model(const ckpt_model_importer *imp, const char *path,
+                          const char *const *sets, int n_sets, int T, tsr_config *cfg,
+                          tsr_model *m, char *resolved, size_t cap, int weights) {
     if (resolved && cap) snprintf(resolved, cap, "%s", path);
-    TSR_CHECK(importer->config(path, sets, n_sets, cfg));
+    TSR_CHECK(imp->config(path, sets, n_sets, cfg));
     model_init(m, &cfg->model, T > 0 ? T : (int)cfg->seq_len, &tsr_cpu_ops);
     model_alloc_params(m);
-    int rc = weights ? importer->load(path, m) : 0;
+    int rc = weights ? imp->load(path, m) : 0;
     if (rc) model_free(m), memset(m, 0, sizeof *m);
     return rc;
 }
 
 /* ckpt_model_load and ckpt_model_layout: weights = 0 stops after the layout. */
-static int model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
-                      tsr_model *m, char *resolved, size_t cap, int weights) {
+static int model_load(const ckpt_model_importer *imp, const char *path, const char *const *sets,
+                      int n_sets, int T, tsr_config *cfg, tsr_model *m, char *resolved,
+                      size_t cap, int weights) {
     char file[1200];
     memset(m, 0, sizeof *m);
-    if (importer && importer->is_adapter && importer->is_adapter(path)) {
+    if (imp && imp->is_adapter && imp->is_adapter(path)) {
         if (resolved && cap) snprintf(resolved, cap, "%s", path);
-        return importer->adapter(path, sets, n_sets, T, cfg, m);
+        return imp->adapter(path, sets, n_sets, T, cfg, m);
     }
-    if (importer && importer->is_source(path))
-        return imported_model(path, sets, n_sets, T, cfg, m, resolved, cap, weights);
+    if (imp && imp->is_source(path))
+        return imported_model(imp, path, sets, n_sets, T, cfg, m, resolved, cap, weights);
     if (ckpt_resolve_path(path, file, sizeof file)) return TSR_EXIT_DATA;
     if (resolved && cap) snprintf(resolved, cap, "%s", file);
     ckpt_meta *meta = tsr_malloc(sizeof *meta);
@@ -185,7 +184,7 @@ static int model_load(const char *path, const char *const *sets, int n_sets, int
     if (!rc) {
         model_init(m, &cfg->model, T > 0 ? T : (int)cfg->seq_len, &tsr_cpu_ops);
         model_alloc_params(m);
-        if (weights) rc = cfg->lora.rank > 0 ? lora_model(file, cfg, m) : read_model(f, file, m);
+        if (weights) rc = cfg->lora.rank > 0 ? lora_model(imp, file, cfg, m) : read_model(f, file, m);
         if (rc) model_free(m), memset(m, 0, sizeof *m);
     }
     free(meta);
@@ -193,12 +192,13 @@ static int model_load(const char *path, const char *const *sets, int n_sets, int
     return rc;
 }
 
-int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
-                    tsr_model *m, char *resolved, size_t cap) {
-    return model_load(path, sets, n_sets, T, cfg, m, resolved, cap, 1);
+int ckpt_model_load(const ckpt_model_importer *imp, const char *path, const char *const *sets,
+                    int n_sets, int T, tsr_config *cfg, tsr_model *m, char *resolved, size_t cap) {
+    return model_load(imp, path, sets, n_sets, T, cfg, m, resolved, cap, 1);
 }
 
-int ckpt_model_layout(const char *path, const char *const *sets, int n_sets, int T,
-                      tsr_config *cfg, tsr_model *m, char *resolved, size_t cap) {
-    return model_load(path, sets, n_sets, T, cfg, m, resolved, cap, 0);
+int ckpt_model_layout(const ckpt_model_importer *imp, const char *path, const char *const *sets,
+                      int n_sets, int T, tsr_config *cfg, tsr_model *m, char *resolved,
+                      size_t cap) {
+    return model_load(imp, path, sets, n_sets, T, cfg, m, resolved, cap, 0);
 }

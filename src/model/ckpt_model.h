@@ -9,10 +9,11 @@
 #include "model/model.h"
 #include "model/model_lora.h"
 
-/* A model read from elsewhere than a checkpoint (a Hugging Face directory, src/hf), handed over
- * by the program (tessera_main.c) as the trainer's importer is: is_source(path) says whether path
- * is one; config builds the config of its model alone (no recipe; the "key=value" overrides in
- * sets applied); load fills m->params whole (0, or an exit code after reporting). */
+/* A model read from elsewhere than a checkpoint (a Hugging Face directory: src/hf's
+ * hf_model_importer, hf/hf_importer.h), given to ckpt_model_load by its caller, a layer above
+ * (docs/architecture.md "Hand-overs"): is_source(path) says whether path is one; config builds
+ * the config of its model alone (no recipe; the "key=value" overrides in sets applied); load
+ * fills m->params whole (0, or an exit code after reporting). */
 typedef struct ckpt_model_importer {
     int (*is_source)(const char *path);
     int (*load)(const char *path, tsr_model *m);
@@ -22,10 +23,10 @@ typedef struct ckpt_model_importer {
     int (*adapter)(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
                    tsr_model *m);
 } ckpt_model_importer;
-void ckpt_model_use_importer(const ckpt_model_importer *imp);
 
 /* Opens `path` (a checkpoint file, a run directory or its `latest`: ckpt_resolve_path; or a
- * directory the importer reads, a Hugging Face one: its config.json makes the config), reads
+ * directory the importer imp reads, a Hugging Face one: its config.json makes the config; imp
+ * NULL: checkpoints only), reads
  * its effective config into cfg (with the "key=value" overrides in sets applied after it, e.g.
  * threads), builds the model for sequence length T (0 = the config's seq_len) on the CPU ops and
  * reads every model/ tensor, each checked against its shape and its crc32c attribute. A LoRA
@@ -35,12 +36,13 @@ void ckpt_model_use_importer(const ckpt_model_importer *imp);
  * resolved file is written to resolved (may be NULL). Returns 0, or TSR_EXIT_USAGE (the stored
  * config does not load with the overrides) / TSR_EXIT_DATA (file, tensor or checksum), after
  * tsr_error named the file and the fault. On success free the model with model_free. */
-int ckpt_model_load(const char *path, const char *const *sets, int n_sets, int T, tsr_config *cfg,
-                    tsr_model *m, char *resolved, size_t cap);
+int ckpt_model_load(const ckpt_model_importer *imp, const char *path, const char *const *sets,
+                    int n_sets, int T, tsr_config *cfg, tsr_model *m, char *resolved, size_t cap);
 /* The same without the weights: cfg and m's layout, its parameters allocated but not read (so a
  * LoRA checkpoint's base is not opened: `ckpt export --adapter`). */
-int ckpt_model_layout(const char *path, const char *const *sets, int n_sets, int T,
-                      tsr_config *cfg, tsr_model *m, char *resolved, size_t cap);
+int ckpt_model_layout(const ckpt_model_importer *imp, const char *path, const char *const *sets,
+                      int n_sets, int T, tsr_config *cfg, tsr_model *m, char *resolved,
+                      size_t cap);
 
 /* A LoRA checkpoint's adapters (lora/<t>_A, lora/<t>_B, each checked against its shape and
  * crc32c) into lo: planned for m and cfg's lora keys, its store allocated (lora_free it).

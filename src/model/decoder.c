@@ -29,6 +29,7 @@
 #include "model/layer_kind.h"
 #include "model/model_lora.h"
 #include "model/model_ring.h"
+#include "model/model_tp.h"
 
 /* ---- the parameter units ------------------------------------------------------------------- */
 
@@ -41,6 +42,10 @@ void dec_unit_offsets(const tsr_model *m, int u, size_t off[TSR_P_COUNT]) {
 void dec_unit_get(const tsr_decoder *d, int u, int backward, dec_unit *v) {
     memset(v, 0, sizeof *v);
     d->params.get(d->params.ctx, u, backward, v->w, v->g);
+    if (!d->tp || d->tp->t == 0) return;
+    for (int i = 0; i < TSR_P_COUNT; i++) /* a bias one rank adds to the group's sum: the first */
+        if (v->w[i] && tp_rule_of(d->m, (tsr_param_id)i).split == TSR_SPLIT_AFTER_SUM)
+            v->w[i] = NULL, v->g[i] = NULL;
 }
 
 void dec_unit_put(const tsr_decoder *d, int u, int backward) {
@@ -147,25 +152,32 @@ void dec_lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, const 
 void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
                     int post) {
     const tsr_model *m = r->d->m;
-    (mlp ? model_mlp(&m->cfg, l) : model_mixer(&m->cfg, l))->out(r, l, v, w);
+    dec_layer gv = *v; /* sequence parallelism: the half's normed input as its pass read it,
+                        * gathered (its forward's, or the backward's gather before this) */
+    if (r->d->tp && r->d->tp->sp) *(mlp ? &gv.ln2 : &gv.ln1) = r->d->a->tp_x;
+    (mlp ? model_mlp(&m->cfg, l) : model_mixer(&m->cfg, l))->out(r, l, &gv, w);
+    dec_tp_out(r, r->scratch); /* (tensor parallelism: the group's partial sums) */
     if (post && m->cfg.norm_placement != TSR_NPLACE_PRE) /* in place; lnf's rstd is free */
         norm_forward(r, r->scratch, r->lnfm, r->lnfr, r->scratch,
-                     w[mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW], NULL, r->N);
+                     w[mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW], NULL, r->Nf);
 }
 
-/* Runs steps [first, last] of layer l with its weights w: the frame's norms and residual adds,
- * the mixer's and the MLP's forwards through their rows. */
+/* Runs steps [first, last] of layer l with its weights w: the frame's norms and residual adds
+ * (over its Nf rows), the mixer's and the MLP's forwards through their rows (over every row:
+ * under tensor parallelism their normed input gathered, dec_tp_in). */
 void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *const *w,
                      layer_step first, layer_step last) {
     const tsr_model *m = r->d->m;
-    const int N = r->N;
+    const int N = r->Nf;
+    dec_layer g = *v;
     for (int s = first; s <= (int)last; s++) switch ((layer_step)s) {
         case ST_LN1:
             block_norm_forward(r, v->ln1, v->ln1m, v->ln1r, v->x, w[TSR_P_LN1W], w[TSR_P_LN1B],
                                N);
             break;
         case ST_MIX:
-            model_mixer(&m->cfg, l)->forward(r, l, v, w);
+            g.ln1 = (void *)dec_tp_in(r, v->ln1);
+            model_mixer(&m->cfg, l)->forward(r, l, &g, w);
             break;
         case ST_RES2:
             dec_branch_out(r, l, v, w, 0, 1);
@@ -173,7 +185,8 @@ void dec_layer_steps(const dec_run *r, int l, const dec_layer *v, const void *co
                                   w[TSR_P_LN2W], w[TSR_P_LN2B], N, 1);
             break;
         case ST_MLP:
-            model_mlp(&m->cfg, l)->forward(r, l, v, w);
+            g.ln2 = (void *)dec_tp_in(r, v->ln2);
+            model_mlp(&m->cfg, l)->forward(r, l, &g, w);
             break;
         case ST_COUNT:
             break;
@@ -191,7 +204,7 @@ void dec_embed_scale(const tsr_decoder *d, void *x, int N) {
  * A checkpointed layer writes its dropped groups to slot 0, which the next one overwrites. */
 void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     const tsr_decoder *d = r->d;
-    const int L = d->m->L, N = r->N;
+    const int L = d->m->L, N = r->Nf;
     dec_unit cur, nxt;
     dec_unit_get(d, 1, 0, &cur);
     dec_layer v0 = dec_run_layer(r, 0);
@@ -202,7 +215,7 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
         dec_layer_steps(r, l, &v, cur.w, ST_MIX, ST_MLP);
         dec_branch_out(r, l, &v, cur.w, 1, 1);
         /* before the next layer's ln1 takes the working copy (a decode step keeps none) */
-        if (!r->kv) dec_comp_move(d, l, N, 1);
+        if (!r->kv) dec_comp_move(d, l, r->N, 1);
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
          * (the next unit is asked for only now: this layer's weights are all used or queued) */
         const int last = l + 1 == L;
@@ -234,8 +247,12 @@ dec_run dec_train_run(const tsr_decoder *d, int B, int T, const char *what) {
     if (B > a->B || Tl != a->T || (d->ring && T % (2 * d->ring->N)))
         tsr_die(TSR_EXIT_INTERNAL, "%s: batch %dx%d exceeds the allocated %dx%d", what, B, Tl,
                 a->B, a->T);
-    return (dec_run){.d = d, .B = B, .T = Tl, .N = B * Tl, .scratch = a->scratch, .lnf = a->lnf,
-                 .lnfm = a->lnf_mean, .lnfr = a->lnf_rstd};
+    if (d->tp && (!d->be->host || (d->tp->sp && Tl % d->tp->T)))
+        tsr_die(TSR_EXIT_INTERNAL, "%s: tensor parallelism runs on host memory, over sequences of "
+                "a multiple of %d positions (the %s backend, %d)", what, d->tp->T, d->be->name, Tl);
+    const int Nf = d->tp && d->tp->sp ? B * Tl / d->tp->T : B * Tl;
+    return (dec_run){.d = d, .B = B, .T = Tl, .N = B * Tl, .Nf = Nf, .scratch = a->scratch,
+                     .lnf = a->lnf, .lnfm = a->lnf_mean, .lnfr = a->lnf_rstd};
 }
 
 double dec_moe_weight(const int32_t *targets, size_t N, float loss_scale) {
@@ -307,15 +324,17 @@ void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *tar
     const dec_inputs in = stage_inputs(d, tokens, targets, (size_t)r.N, B, T);
     dec_unit root;
     dec_unit_get(d, 0, 0, &root);
-    be->encoder_forward(be, a->encoded, in.tok, root.w[TSR_P_WTE], root.w[TSR_P_WPE], a->pos, B,
-                        r.T, m->C);
+    if (d->tp) dec_tp_embed_forward(&r, &root, in.tokens); /* (vocabulary-parallel) */
+    else be->encoder_forward(be, a->encoded, in.tok, root.w[TSR_P_WTE], root.w[TSR_P_WPE],
+                             a->pos, B, r.T, m->C);
     dec_layers_forward(&r, &root);
-    be->matmul_forward(be, a->probs, NULL, a->lnf, root.w[dec_head_id(m)], NULL, r.N, m->C, m->Vp,
-                       TSR_GELU_TANH);
+    be->matmul_forward(be, a->probs, NULL, dec_tp_in(&r, a->lnf), root.w[dec_head_id(m)], NULL,
+                       r.N, m->C, m->Vp, TSR_GELU_TANH);
     dec_unit_put(d, 0, 0);
     if (loss_scale >= 0) dec_set_dlosses(d, in.targets, (size_t)r.N, loss_scale);
-    be->softmax_xent(be, a->losses, a->probs, in.tg, loss_scale >= 0 ? a->dlosses : NULL, r.N,
-                     m->V, m->Vp);
+    if (d->tp) dec_tp_xent(d, in.targets, loss_scale >= 0 ? a->dlosses : NULL, r.N);
+    else be->softmax_xent(be, a->losses, a->probs, in.tg, loss_scale >= 0 ? a->dlosses : NULL,
+                          r.N, m->V, m->Vp);
     a->dlogits = loss_scale >= 0;
 }
 
@@ -345,7 +364,9 @@ void dec_token_scores(const tsr_decoder *d, const int32_t *targets, int B, int T
     const tsr_acts *a = d->a;
     const dec_run r = dec_train_run(d, B, T, "decoder token scores");
     const size_t N = (size_t)r.N;
-    if (greedy) be->argmax(be, be->host ? greedy : a->greedy, a->probs, r.N, d->m->V, d->m->Vp);
+    if (greedy && d->tp) dec_tp_argmax(d, greedy, r.N);
+    else if (greedy)
+        be->argmax(be, be->host ? greedy : a->greedy, a->probs, r.N, d->m->V, d->m->Vp);
     be->to_host(be, losses, a->losses, N * sizeof(float));
     if (greedy) be->to_host(be, greedy, be->host ? greedy : a->greedy, N * sizeof(int32_t));
     if (d->ring) { /* the whole sequences' from every rank's share (in place: the share first) */

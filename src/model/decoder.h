@@ -1,8 +1,8 @@
 /* decoder.h — the decoder written once over the backend interface (kernels/backend.h;
  * docs/decoder.md): its activation plan, its forward (training and evaluation), its backward with
  * the activation-checkpoint recomputation, and its KV-cache decode step. model.c runs it on the
- * fp32 backend, src/gpu/gpu_model.c on the CUDA backend; each only says where the weights and
- * activations are.
+ * fp32 backend, src/gpu/gpu_model.c on the CUDA backend (src/gpu/gpu_backend.c); each only says
+ * where the weights and activations are.
  *
  * Shapes and layout: model.h (tsr_model, tsr_acts, tsr_kv_cache). A unit is as in model.h's
  * tsr_param_source: unit 0 the root (wte, wpe, lnfw, lnfb), unit l+1 layer l.
@@ -45,6 +45,9 @@ typedef struct tsr_decoder {
                               * ring. */
     const uint8_t *starts;   /* attn_mask = document: the rows' segment starts (tsr_model.starts)
                               * or NULL */
+    struct tsr_tp *tp;       /* tensor parallelism (m->tp; model_tp.h): m is this rank's share of
+                              * a split over a tensor group, and the decoder sums the split
+                              * halves over it (host memory: the CPU backend), else NULL */
 } tsr_decoder;
 
 /* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors

@@ -13,6 +13,7 @@
 #include "model/decoder_int.h"
 #include "model/layer_kind.h"
 #include "model/model_ring.h"
+#include "model/model_tp.h"
 
 /* ---- the activation plan ------------------------------------------------------------------- */
 
@@ -41,7 +42,8 @@ static int comp_on(const tsr_model *m, const tsr_backend *be) {
 }
 
 dec_plan dec_plan_of(const tsr_model *m, const tsr_backend *be, int B, int T) {
-    return (dec_plan){.m = m, .be = be, .B = B, .T = T, .N = (size_t)B * T,
+    const size_t N = (size_t)B * T, sp = m->tp && m->tp->sp ? (size_t)m->tp->T : 1;
+    return (dec_plan){.m = m, .be = be, .B = B, .T = T, .N = N, .Nf = N / sp,
                       .e = tsr_dtype_size(be->act), .comp = comp_on(m, be)};
 }
 
@@ -116,7 +118,7 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
                NAMED_AT(greedy, TSR_A_GREEDY) && NAMED_AT(moe_logits, TSR_A_MOE_LOGITS) &&
                NAMED_AT(moe_offs, TSR_A_MOE_OFFS) && NAMED_AT(moe_dshg, TSR_A_MOE_DSHG) &&
                NAMED_AT(dn, TSR_A_DN) && NAMED_AT(dagate, TSR_A_DAGATE) &&
-               NAMED_AT(dn_bwd, TSR_A_DNBWD),
+               NAMED_AT(dn_bwd, TSR_A_DNBWD) && NAMED_AT(tp_dy, TSR_A_TP_DY),
                "tsr_acts: the named buffers vs tsr_act_id");
 #undef NAMED_AT
 
@@ -124,13 +126,16 @@ _Static_assert(NAMED_AT(encoded, TSR_A_ENCODED) && NAMED_AT(att, TSR_A_ATT) &&
  * ln2 stacked with their groups, residual3 over every layer: where a recomputation starts), the
  * final norm, the logits and losses, the projections' scratch, the residual's and a norm's
  * gradients; the document mask's segments and positions; a device backend's copies of the host
- * token arrays */
+ * token arrays; tensor parallelism's gathered rows. The norms', residuals' and the residual
+ * gradient's rows are the frame's (Nf: 1/T of them under sequence parallelism), the others
+ * every row. */
 static void frame_acts(dec_plan *p, size_t b[TSR_A_COUNT]) {
     const tsr_model *m = p->m;
     const size_t L = m->L, C = m->C, N = p->N, e = p->e, f = sizeof(float), i4 = sizeof(int32_t);
-    const size_t Ln1 = model_act_group_layers(m, TSR_AG_LN1);
+    const size_t Ln1 = model_act_group_layers(m, TSR_AG_LN1), Nf = p->Nf;
     const size_t Lr2 = model_act_group_layers(m, TSR_AG_RES2);
-    const size_t nc = dec_stride(p, N * C, e), n = dec_stride(p, N, f);
+    const size_t nc = dec_stride(p, Nf * C, e), n = dec_stride(p, Nf, f);
+    const int sp = m->tp && m->tp->sp;
     const int ln = m->cfg.norm == TSR_NORM_LAYERNORM, cp = m->cpN > 1;
     const int doc = m->cfg.attn_mask == TSR_MASK_DOCUMENT;
     const int learned = m->params_info[TSR_P_WPE].numel > 0, rope = m->cfg.pos == TSR_POS_ROPE;
@@ -143,10 +148,11 @@ static void frame_acts(dec_plan *p, size_t b[TSR_A_COUNT]) {
     dec_plan_stack(p, b, TSR_A_LN2_RSTD, 1, Lr2, n, f);
     dec_plan_stack(p, b, TSR_A_RES3, 1, L, nc, e);
     const struct { tsr_act_id id; int on; size_t bytes; } one[] = {
-        {TSR_A_ENCODED, 1, e * N * C},    {TSR_A_LNF, 1, e * N * C},
-        {TSR_A_LNF_MEAN, ln, f * N},      {TSR_A_LNF_RSTD, 1, f * N},
+        {TSR_A_ENCODED, 1, e * Nf * C},   {TSR_A_LNF, 1, e * Nf * C},
+        {TSR_A_LNF_MEAN, ln, f * Nf},     {TSR_A_LNF_RSTD, 1, f * Nf},
         {TSR_A_LOGITS, 1, e * N * (size_t)m->Vp}, {TSR_A_LOSSES, 1, f * N},
-        {TSR_A_SCRATCH, 1, e * N * C},    {TSR_A_DRES, 1, e * N * C},
+        {TSR_A_SCRATCH, 1, e * N * C},    {TSR_A_DRES, 1, e * Nf * C},
+        {TSR_A_TP_X, sp, e * N * C},      {TSR_A_TP_DY, sp, e * N * C},
         {TSR_A_DLN, 1, e * N * C},        {TSR_A_DLOSSES, 1, f * N},
         {TSR_A_SEQ, doc && !cp, i4 * N},
         /* a ring's positions are never 0.. T-1 (its two chunks lie apart) */
@@ -200,7 +206,7 @@ size_t dec_layer_acts_bytes(const tsr_model *m, const tsr_backend *be, int B, in
 dec_layer dec_layer_at(const tsr_model *m, const tsr_backend *be, const tsr_acts *a, int l) {
     const dec_plan p = dec_plan_of(m, be, a->B, a->T); /* the allocated B x T */
     const size_t e = p.e, f = sizeof(float);
-    const size_t nc = dec_stride(&p, p.N * m->C, e), n = dec_stride(&p, p.N, f);
+    const size_t nc = dec_stride(&p, p.Nf * m->C, e), n = dec_stride(&p, p.Nf, f);
     const size_t s1 = model_act_group_slot(m, TSR_AG_LN1, l);
     const size_t s2 = model_act_group_slot(m, TSR_AG_RES2, l);
     const size_t c1 = p.comp ? 0 : s1, c2 = p.comp ? 0 : s2; /* compressed: the working copy */

@@ -12,6 +12,7 @@
 #include "model/decoder_int.h"
 #include "model/layer_kind.h"
 #include "model/model_ring.h"
+#include "model/model_tp.h"
 
 
 /* What a checkpointed layer reruns before its backward, by mode: from the first step that writes
@@ -31,10 +32,10 @@ static void norm_backward(const dec_run *r, void *dinp, float *dw, float *db, co
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     if (block && m->cfg.norm_placement == TSR_NPLACE_POST)
-        be->add_act(be, dinp, dout, (size_t)r->N * m->C);
+        be->add_act(be, dinp, dout, (size_t)r->Nf * m->C);
     else if (m->cfg.norm == TSR_NORM_RMSNORM)
-        be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, r->N, m->C);
-    else be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, r->N, m->C);
+        be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, r->Nf, m->C);
+    else be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, r->Nf, m->C);
 }
 
 /* The norms after a branch (model.norm_placement sandwich or post): d(f) of the attention's
@@ -47,7 +48,7 @@ static const void *post_norm_backward(const dec_run *r, int l, const dec_layer *
     const tsr_model *m = r->d->m;
     tsr_acts *a = r->d->a;
     if (m->cfg.norm_placement == TSR_NPLACE_PRE) return a->dresidual;
-    const int id = mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW, N = r->N, C = m->C;
+    const int id = mlp ? TSR_P_POSTMLPW : TSR_P_POSTATTNW, N = r->Nf, C = m->C;
     dec_branch_out(r, l, v, u->w, mlp, 0);
     /* the forward again for rstd (its output into dln, free until the branch's backward) */
     be->rmsnorm_forward(be, a->dln, a->lnf_rstd, r->scratch, u->w[id], N, C,
@@ -59,7 +60,9 @@ static const void *post_norm_backward(const dec_run *r, int l, const dec_layer *
 }
 
 /* Layer l's backward; dres holds d(residual3) and leaves with d(x): the MLP's and the mixer's
- * through their rows, each after its post-norm's and before its norm's. */
+ * through their rows, each after its post-norm's and before its norm's. Under tensor
+ * parallelism a half's output gradient and its normed input are gathered (sequence
+ * parallelism) and its input gradient summed over the group (dec_tp_*). */
 static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     const tsr_decoder *d = r->d;
     const tsr_model *m = d->m;
@@ -74,13 +77,19 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
     }
     /* MLP branch: dres is d(residual3) = d(the MLP's (normed) output), and flows on to
      * residual2 */
-    const void *dout = post_norm_backward(r, l, &v, u, 1);
-    model_mlp(&m->cfg, l)->backward(r, l, &v, u, dout);
+    dec_layer gv = v; /* (its normed input gathered, before a post-norm recomputes its output) */
+    gv.ln2 = (void *)dec_tp_in(r, v.ln2);
+    const void *dout = dec_tp_in_grad(r, post_norm_backward(r, l, &v, u, 1));
+    model_mlp(&m->cfg, l)->backward(r, l, &gv, u, dout);
+    dec_tp_out(r, a->dln);
     norm_backward(r, a->dresidual, g[TSR_P_LN2W], g[TSR_P_LN2B], a->dln, v.res2, w[TSR_P_LN2W],
                   v.ln2m, v.ln2r, 1);
     /* mixer branch: dres is now d(residual2) = d(the mixer's (normed) output) */
-    dout = post_norm_backward(r, l, &v, u, 0);
-    model_mixer(&m->cfg, l)->backward(r, l, &v, u, dout);
+    gv = v;
+    gv.ln1 = (void *)dec_tp_in(r, v.ln1);
+    dout = dec_tp_in_grad(r, post_norm_backward(r, l, &v, u, 0));
+    model_mixer(&m->cfg, l)->backward(r, l, &gv, u, dout);
+    dec_tp_out(r, a->dln);
     norm_backward(r, a->dresidual, g[TSR_P_LN1W], g[TSR_P_LN1B], a->dln, v.x, w[TSR_P_LN1W],
                   v.ln1m, v.ln1r, 1);
 }
@@ -89,6 +98,10 @@ static void layer_backward(const dec_run *r, int l, const dec_unit *u) {
 static void xent_grad(const tsr_decoder *d, const int32_t *targets, int N) {
     const tsr_backend *be = d->be;
     tsr_acts *a = d->a;
+    if (d->tp) { /* (vocabulary-parallel: the probabilities the forward left) */
+        dec_tp_xent_grad(d, targets, a->dlosses, N);
+        return;
+    }
     if (!be->softmax_xent_grad)
         tsr_die(TSR_EXIT_INTERNAL, "decoder backward: the %s backend forms the loss gradient "
                 "in the forward pass only (give it a loss scale)", be->name);
@@ -143,9 +156,12 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
     const size_t e = tsr_dtype_size(be->act);
     dec_unit root, u;
     dec_unit_get(d, 0, 1, &root);
-    be->matmul_backward(be, a->dln, root.g[dec_head_id(m)], NULL, a->probs, a->lnf,
+    /* (sequence parallelism: the final norm's output as the forward gathered it, in tp_x) */
+    const void *lnf = d->tp && d->tp->sp ? a->tp_x : a->lnf;
+    be->matmul_backward(be, a->dln, root.g[dec_head_id(m)], NULL, a->probs, lnf,
                         root.w[dec_head_id(m)], N, C, m->Vp, TSR_GRAD_SET);
-    be->zero(be, a->dresidual, (size_t)N * C * e);
+    dec_tp_out(&r, a->dln);
+    be->zero(be, a->dresidual, (size_t)r.Nf * C * e);
     norm_backward(&r, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
                   dec_layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd,
                   0);
@@ -155,9 +171,10 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
         dec_unit_put(d, l + 1, 1);
         if (ready) ready(ctx, l + 1);
     }
-    dec_embed_scale(d, a->dresidual, N); /* d(wte[token]) = sqrt(d_model) d(x) */
-    be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
-                         be->host ? tokens : a->tokens, tokens, a->pos, B, r.T, C);
+    dec_embed_scale(d, a->dresidual, r.Nf); /* d(wte[token]) = sqrt(d_model) d(x) */
+    if (d->tp) dec_tp_embed_backward(&r, &root, tokens); /* (vocabulary-parallel) */
+    else be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
+                              be->host ? tokens : a->tokens, tokens, a->pos, B, r.T, C);
     dec_unit_put(d, 0, 1);
     if (ready) ready(ctx, 0);
 }

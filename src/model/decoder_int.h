@@ -51,6 +51,7 @@ typedef struct dec_plan {
     const tsr_backend *be;
     int B, T;
     size_t N, e;           /* B T; an act element's bytes */
+    size_t Nf;             /* the frame's rows: N, or N / T under sequence parallelism */
     int comp;              /* model.activation_compression runs here: the compressed tensors'
                             * working copies are one layer's (slot 0) */
     unsigned char stacked[TSR_A_COUNT];
@@ -100,6 +101,8 @@ typedef enum {
 typedef struct dec_run {
     const tsr_decoder *d;
     int B, T, N;
+    int Nf;                        /* the frame's rows (norms, residual adds): this rank's N / T of
+                                    * them under sequence parallelism (model_tp.h), else N */
     void *scratch;                 /* (N,C) the projections' outputs */
     void *lnf;                     /* (N,C) the final LayerNorm's output, and its statistics */
     float *lnfm, *lnfr;
@@ -115,9 +118,11 @@ dec_layer dec_run_layer(const dec_run *r, int l);
 /* RoPE's positions and *p0 of a pass */
 const int32_t *dec_rope_pos(const dec_run *r, int *p0);
 /* Layer l's mixer (mlp 0) or MLP (mlp 1) output f into r->scratch (its row's out slot: the
- * output projection with its adapter, a MoE layer's combination of its experts); with post and
- * model.norm_placement = sandwich, normed in place (postattnw / postmlpw; its statistics in
- * r->lnfr, which the final norm writes only after the layers). */
+ * output projection with its adapter, a MoE layer's combination of its experts), summed over
+ * the tensor group (tensor parallelism); with post and model.norm_placement = sandwich, normed
+ * in place (postattnw / postmlpw; its statistics in r->lnfr, which the final norm writes only
+ * after the layers). Under sequence parallelism the row's out reads the half's normed input
+ * gathered in tp_x: call it after the half's forward, or after gathering that input again. */
 void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,
                     int post);
 /* out = inp @ w^T + bias for layer l's linear layer (l < 0: the router) */
@@ -145,5 +150,29 @@ int dec_head_id(const tsr_model *m);
 dec_run dec_train_run(const tsr_decoder *d, int B, int T, const char *what);
 /* dlosses = loss_scale where targets count, and the microbatch's MoE weight, on the backend */
 void dec_set_dlosses(const tsr_decoder *d, const int32_t *targets, size_t N, float loss_scale);
+
+/* ---- tensor parallelism (decoder_tp.c; model_tp.h): identities without d->tp ---- */
+
+/* a column-parallel half's input x (the frame's Nf rows): every rank's rows gathered into tp_x
+ * under sequence parallelism, else x itself */
+const void *dec_tp_in(const dec_run *r, const void *x);
+/* the same for the backward's output gradient dy (into tp_dy) */
+const void *dec_tp_in_grad(const dec_run *r, const void *dy);
+/* buf (r->N rows of a row-parallel half's partial sums, or of a column-parallel half's input
+ * gradient): summed over the group into its first r->Nf rows (reduce-scatter under sequence
+ * parallelism, else an all-reduce of every row) */
+void dec_tp_out(const dec_run *r, void *buf);
+/* the vocabulary-parallel embedding: encoded (the frame's rows) = wte's row of each token, from
+ * the rank holding it, plus wpe's; its backward into root's wte (this rank's rows) and wpe
+ * gradients from dresidual; tokens the host's (r->N) */
+void dec_tp_embed_forward(const dec_run *r, const dec_unit *root, const int32_t *tokens);
+void dec_tp_embed_backward(const dec_run *r, const dec_unit *root, const int32_t *tokens);
+/* softmax_xent over the vocabulary-parallel logits a->probs (N rows of this rank's Vp / T):
+ * losses, the probabilities in place, then with dlosses the logits' gradient; the max and the
+ * sums of exponentials reduced over the group, never the logits */
+void dec_tp_xent(const tsr_decoder *d, const int32_t *targets, const float *dlosses, int N);
+void dec_tp_xent_grad(const tsr_decoder *d, const int32_t *targets, const float *dlosses, int N);
+/* each row's greedy token over the group's probabilities (the lower id on ties) */
+void dec_tp_argmax(const tsr_decoder *d, int32_t *greedy, int N);
 
 #endif

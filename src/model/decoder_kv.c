@@ -18,10 +18,11 @@ void dec_kv_chunk(const tsr_decoder *d, tsr_kv_cache *kv, const int32_t *tokens,
     const tsr_backend *be = d->be;
     const int C = m->C, p0 = kv->len;
     const size_t w = tsr_dtype_size(be->weight);
-    if (!be->attention_decode || !be->host)
-        tsr_die(TSR_EXIT_INTERNAL, "decoder: the %s backend has no KV-cache decoding", be->name);
-    const dec_run r = {.d = d, .B = 1, .T = c, .N = c, .scratch = kv->proj, .lnf = kv->ln,
-                   .lnfm = kv->mean, .lnfr = kv->rstd, .kv = kv, .p0 = p0};
+    if (!be->attention_decode || !be->host || d->m->tp)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder: the %s backend has no KV-cache decoding%s", be->name,
+                d->m->tp ? " of a model split by tensor parallelism" : "");
+    const dec_run r = {.d = d, .B = 1, .T = c, .N = c, .Nf = c, .scratch = kv->proj,
+                   .lnf = kv->ln, .lnfm = kv->mean, .lnfr = kv->rstd, .kv = kv, .p0 = p0};
     dec_unit root;
     dec_unit_get(d, 0, 0, &root);
     const char *wpe = root.w[TSR_P_WPE]; /* learned positions count from the segment's start */
@@ -77,15 +78,16 @@ void dec_kv_slots(const tsr_decoder *d, tsr_kv_slots *ks, int slot, const int32_
     const tsr_backend *be = d->be;
     const int C = m->C, R = ks->rows;
     const size_t w = tsr_dtype_size(be->weight), e = tsr_dtype_size(be->act);
-    if (!be->attention_decode || !be->attention_decode_rows)
-        tsr_die(TSR_EXIT_INTERNAL, "decoder: the %s backend has no batched decoding", be->name);
+    if (!be->attention_decode || !be->attention_decode_rows || m->tp)
+        tsr_die(TSR_EXIT_INTERNAL, "decoder: the %s backend has no batched decoding%s", be->name,
+                m->tp ? " of a model split by tensor parallelism" : "");
     if (c < 1 || c > R)
         tsr_die(TSR_EXIT_INTERNAL, "dec_kv_slots: %d rows, buffers for %d", c, R);
     if (slot >= 0) memcpy(ks->host_ids, tokens, (size_t)c * sizeof *tokens);
     if (!be->host) be->to_device(be, ks->dev_ids, ks->host_ids, (size_t)5 * R * sizeof(int32_t));
     tsr_kv_cache *kv = &ks->buf;
     const int p0 = slot >= 0 ? ks->len[slot] : 0;
-    const dec_run r = {.d = d, .B = slot >= 0 ? 1 : c, .T = slot >= 0 ? c : 1, .N = c,
+    const dec_run r = {.d = d, .B = slot >= 0 ? 1 : c, .T = slot >= 0 ? c : 1, .N = c, .Nf = c,
                    .scratch = kv->proj, .lnf = kv->ln, .lnfm = kv->mean, .lnfr = kv->rstd,
                    .kv = kv, .ks = ks, .slot = slot, .p0 = p0};
     dec_unit root;

@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "cpu/cpu_deltanet.h" /* cpu_deltanet_ckpt_floats: the saved states' floats */
 
 static size_t dn_cd(const dn_dims *d) { return 2 * (size_t)d->HK * d->dk + (size_t)d->HV * d->dv; }
 

@@ -8,7 +8,7 @@
 
 #include "backend.h"
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "model/model_ring.h"
 
 /* the chunk (of 2N) that local chunk k (0, 1) of rank r is (model_ring.c's zig-zag split), and

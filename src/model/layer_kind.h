@@ -24,12 +24,18 @@ struct dec_layer;
 struct dec_unit;
 struct dec_plan;
 
-/* How a tensor-parallel group of ranks splits a tensor (recorded for the tensor parallelism to
- * come; nothing splits yet). The dimension is row->dim of a layer's slice (the stack's layer
- * index not counted; a root tensor's whole shape). */
+/* How a tensor-parallel group of T ranks splits a tensor (parallel.tensor; model/model_tp.h,
+ * docs/parallelism.md "Tensor parallelism"). The dimension is row->dim of a layer's slice (the
+ * stack's layer index not counted; a root tensor's whole shape). Rank t of the group holds the
+ * t-th of T equal parts of that dimension (of each of its parts, or its heads), the other
+ * dimensions whole. */
 typedef enum {
-    TSR_SPLIT_REPLICATED = 0, /* every rank holds all of it (norms, a bias added after the sum,
-                               * the router, the shared gate) */
+    TSR_SPLIT_REPLICATED = 0, /* every rank holds all of it and uses it on its share (the frame's
+                               * norms; a weight every head shares: the gradient is summed over
+                               * the group) */
+    TSR_SPLIT_AFTER_SUM,       /* every rank holds all of it, one adds it: a bias added to a
+                               * row-parallel projection's output, whose partial sums the group
+                               * adds (the group's first rank adds it and computes its gradient) */
     TSR_SPLIT_OUT,     /* by output dimension: a weight's rows (column-parallel; its output stays
                         * split); parts > 1: the dimension is that many blocks ([gate | up]), each
                         * split alike */
@@ -39,9 +45,18 @@ typedef enum {
                         * | v heads], each block split by its heads); key/value heads replicated
                         * when there are fewer of them than ranks in the split */
     TSR_SPLIT_VOCAB,   /* by vocabulary rows (the embedding, the LM head) */
-    TSR_SPLIT_EXPERTS, /* by experts (the routed experts' tensors) */
+    TSR_SPLIT_EXPERTS, /* by experts (the routed experts' tensors; parallel.expert's split):
+                        * tensor parallelism cuts inside each expert as the kind's `within`
+                        * slot says instead */
     TSR_SPLIT_COUNT
 } tsr_split_rule;
+
+/* A block of a TSR_SPLIT_HEADS dimension: n heads of size elements each; kv: key/value heads,
+ * which, when fewer than the ranks of the split (and dividing them), are replicated, each rank
+ * holding the one head its query heads read */
+typedef struct tsr_head_block {
+    int n, size, kv;
+} tsr_head_block;
 
 /* A tensor's initial values (model_init_weights). */
 typedef enum {
@@ -83,6 +98,14 @@ typedef struct tsr_layer_kind {
     int (*serves)(const tsr_model_config *c, int l);
     /* its tensors' shapes for m (model_param_shape), stacked over the layers it serves */
     void (*layout)(tsr_model *m);
+    /* a TSR_SPLIT_HEADS tensor's dimension as blocks of heads, in order (at most 3), of a model
+     * at its global sizes: returns their count, 0 when every head shares the tensor (a weight
+     * over one head's dimension: then replicated, its gradient summed over the group) */
+    int (*heads)(const tsr_model *m, tsr_param_id id, tsr_head_block b[3]);
+    /* a TSR_SPLIT_EXPERTS tensor's cut inside each expert under tensor parallelism (a rule, the
+     * dimension of the layer's slice and its parts, as a row's split, dim, parts): every expert
+     * is on every rank of the group, each holding its slice of each */
+    void (*within)(tsr_param_id id, tsr_split_rule *split, int *dim, int *parts);
     /* a TSR_INIT_OWN tensor's element k (a pure function of seed and k, as model_init_weight) */
     float (*init)(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k);
     /* the pass (decoder_int.h; NULL for the frame): its forward from the layer's normed input

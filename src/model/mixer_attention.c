@@ -22,12 +22,13 @@ static const tsr_param_row attn_params[] = {
     {TSR_P_KNORMW, "knormw", TSR_PK_NORM, TSR_INIT_ONE, 17, TSR_SPLIT_HEADS, 0, 1, 0},
     {TSR_P_SINKS, "sinks", TSR_PK_BIAS, TSR_INIT_NORMAL, 24, TSR_SPLIT_HEADS, 0, 1, 0},
     {TSR_P_ATTPROJW, "attprojw", TSR_PK_WEIGHT, TSR_INIT_RESIDUAL, 6, TSR_SPLIT_HEADS, 1, 1, 1},
-    {TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, TSR_INIT_ZERO, 7, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_ATTPROJB, "attprojb", TSR_PK_BIAS, TSR_INIT_ZERO, 7, TSR_SPLIT_AFTER_SUM, -1, 1, 0},
     {TSR_P_ATTNGATEW, "attngatew", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 36, TSR_SPLIT_HEADS, 0, 1, 0},
 };
 
 static const char *const attn_keys[] = {
     "model.n_head", "model.n_kv_head", "model.head_dim", "model.bias", "model.qkv_bias",
+    "model.attn_bias",
     "model.qk_norm", "model.qk_norm_scope", "model.pos", "model.rope_theta", "model.rope_scaling",
     "model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
     "model.rope_original_max_pos", "model.rope_local_theta", "model.rope_beta_fast",
@@ -37,12 +38,13 @@ static const char *const attn_keys[] = {
     NULL};
 
 /* stacked over the LA attention layers: qkvw (LA, QKV, C) rows [q heads | k heads | v heads],
- * its bias; QK-norm's weights per head dimension (hs) or over the projections (NH hs, KVH hs);
- * the sinks (LA, NH); the output projection (LA, C, QD) and its bias; the gate (LA, QD, C) */
+ * its bias (model.bias, qkv_bias or attn_bias); QK-norm's weights per head dimension (hs) or over
+ * the projections (NH hs, KVH hs); the sinks (LA, NH); the output projection (LA, C, QD) and its
+ * bias (model.bias or attn_bias); the gate (LA, QD, C) */
 static void attn_layout(tsr_model *m) {
     const tsr_model_config *c = &m->cfg;
     const int64_t LA = m->LA, C = m->C, QKV = m->QKV, QD = m->QD, hs = m->hs;
-    const int la = LA > 0, qn = c->qk_norm, bias = c->bias;
+    const int la = LA > 0, qn = c->qk_norm, bias = c->bias || c->attn_bias;
     const int proj = c->qk_norm_scope == TSR_QKN_PROJECTION;
     model_param_shape(m, TSR_P_QKVW, la, 3, LA, QKV, C, 0);
     model_param_shape(m, TSR_P_QKVB, la && (bias || c->qkv_bias), 2, LA, QKV, 0, 0);
@@ -52,6 +54,33 @@ static void attn_layout(tsr_model *m) {
     model_param_shape(m, TSR_P_ATTPROJW, la, 3, LA, C, QD, 0);
     model_param_shape(m, TSR_P_ATTNGATEW, la && c->attn_output_gate, 3, LA, QD, C, 0);
     model_param_shape(m, TSR_P_ATTPROJB, la && bias, 2, LA, C, 0, 0);
+}
+
+/* the head blocks of its TSR_SPLIT_HEADS tensors: [q | k | v] heads of the projection, the
+ * query heads of the output projection's input, the gate and the sinks; QK-norm's weights per
+ * query or key/value head over the projection scope, shared by every head over a head's
+ * dimension */
+static int attn_heads(const tsr_model *m, tsr_param_id id, tsr_head_block b[3]) {
+    const tsr_head_block q = {m->NH, m->hs, 0}, kv = {m->KVH, m->hs, 1};
+    const int proj = m->cfg.qk_norm_scope == TSR_QKN_PROJECTION;
+    switch (id) {
+    case TSR_P_QKVW:
+    case TSR_P_QKVB:
+        b[0] = q, b[1] = kv, b[2] = kv;
+        return 3;
+    case TSR_P_QNORMW:
+        b[0] = q;
+        return proj;
+    case TSR_P_KNORMW:
+        b[0] = kv;
+        return proj;
+    case TSR_P_SINKS:
+        b[0] = (tsr_head_block){m->NH, 1, 0};
+        return 1;
+    default: /* attprojw's input, attngatew's output */
+        b[0] = q;
+        return 1;
+    }
 }
 
 /* ---- the pass ---------------------------------------------------------------------------- */
@@ -360,6 +389,7 @@ const tsr_layer_kind kind_attention = {
     .n_params = sizeof attn_params / sizeof *attn_params,
     .keys = attn_keys,
     .layout = attn_layout,
+    .heads = attn_heads,
     .forward = attn_forward,
     .out = attn_out,
     .backward = attn_backward,

@@ -65,6 +65,26 @@ static void dn_layout(tsr_model *m) {
     model_param_shape(m, TSR_P_DNOW, on, 3, LL, C, VD, 0);
 }
 
+/* the head blocks of its TSR_SPLIT_HEADS tensors: the [q | k | v] channels of the projection
+ * and the convolution (key heads twice, then value heads), the value heads' output gate and
+ * out_proj's input, one per value head of beta, the decay, dt_bias and A_log */
+static int dn_heads(const tsr_model *m, tsr_param_id id, tsr_head_block b[3]) {
+    const tsr_head_block k = {m->HKl, m->dkl, 0}, v = {m->HVl, m->dvl, 0};
+    switch (id) {
+    case TSR_P_DNQKVW:
+    case TSR_P_DNCONV:
+        b[0] = k, b[1] = k, b[2] = v;
+        return 3;
+    case TSR_P_DNZW:
+    case TSR_P_DNOW:
+        b[0] = v;
+        return 1;
+    default: /* dnbw, dnaw, dndtbias, dnalog */
+        b[0] = (tsr_head_block){m->HVl, 1, 0};
+        return 1;
+    }
+}
+
 /* dnconv: torch Conv1d's U(+-1/sqrt(K)) as N(0, 1/sqrt(3K)); dnalog: log(A) of value head h
  * with A spread evenly over [1, 16] across the heads (HF draws A uniform in (0, 16); a fixed
  * spread gives every seed the same decays) */
@@ -320,6 +340,7 @@ const tsr_layer_kind kind_deltanet = {
     .keys = dn_keys,
     .serves = dn_serves,
     .layout = dn_layout,
+    .heads = dn_heads,
     .init = dn_init,
     .forward = dn_forward,
     .out = dn_out,

@@ -18,7 +18,7 @@
     {TSR_P_FCW, "fcw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 10, TSR_SPLIT_OUT, 0, parts, 1},        \
     {TSR_P_FCB, "fcb", TSR_PK_BIAS, TSR_INIT_ZERO, 11, TSR_SPLIT_OUT, 0, parts, 0},            \
     {TSR_P_FCPROJW, "fcprojw", TSR_PK_WEIGHT, TSR_INIT_RESIDUAL, 12, TSR_SPLIT_IN, 1, 1, 1},   \
-    {TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, TSR_INIT_ZERO, 13, TSR_SPLIT_REPLICATED, -1, 1, 0}
+    {TSR_P_FCPROJB, "fcprojb", TSR_PK_BIAS, TSR_INIT_ZERO, 13, TSR_SPLIT_AFTER_SUM, -1, 1, 0}
 static const tsr_param_row dense_params[] = {DENSE_PARAMS(1)};
 static const tsr_param_row gated_params[] = {DENSE_PARAMS(2)};
 #undef DENSE_PARAMS

@@ -12,6 +12,7 @@
 #include "model/decoder_int.h"
 #include "model/layer_kind.h"
 #include "model/model_ep.h"
+#include "model/model_tp.h"
 
 /* ---- its tensors ------------------------------------------------------------------------ */
 
@@ -32,6 +33,16 @@ static const char *const moe_keys[] = {
     "model.moe_norm_topk", "model.moe_shared_size", "model.moe_shared_gate",
     "model.moe_router_bias", "model.moe_expert_bias", "model.moe_act", "model.swiglu_limit",
     NULL};
+
+/* tensor parallelism inside each expert, as the dense MLP is split: [gate | up] (and its bias)
+ * by rows of each part, the down projection by columns, its bias added once (the group's first
+ * rank) */
+static void moe_within(tsr_param_id id, tsr_split_rule *split, int *dim, int *parts) {
+    const int up = id == TSR_P_EXPW1 || id == TSR_P_EXPB1;
+    *split = up ? TSR_SPLIT_OUT : id == TSR_P_EXPW2 ? TSR_SPLIT_IN : TSR_SPLIT_AFTER_SUM;
+    *dim = up ? 1 : id == TSR_P_EXPW2 ? 2 : -1;
+    *parts = up ? 2 : 1;
+}
 
 static int moe_serves(const tsr_model_config *c, int l) {
     return c->moe_experts > 0 && (l + 1) % c->moe_every == 0;
@@ -140,10 +151,13 @@ static void moe_backward(const dec_run *r, int l, const dec_layer *v, const dec_
                          a->moe_dhg);
     }
     be->moe_gather_backward(be, a->dln, a->moe_dxy, v->slot, N, K, C);
+    /* (tensor parallelism: the router's gradient is summed over the group, each rank's from its
+     * experts' slices; the auxiliary losses, the same on every rank, once: the first's) */
+    const double aw = d->tp && d->tp->t != 0 ? 0.0 : a->moe_w;
     be->moe_router_backward(be, a->moe_dlogits, a->moe_dwts, v->probs, v->lse, v->idx, v->wts,
                             v->offs, N, E, K, m->cfg.moe_norm_topk,
-                            (float)(m->cfg.moe_aux_loss_coef * a->moe_w),
-                            (float)(m->cfg.moe_z_loss_coef * a->moe_w));
+                            (float)(m->cfg.moe_aux_loss_coef * aw),
+                            (float)(m->cfg.moe_z_loss_coef * aw));
     be->matmul_backward(be, a->dln, g[TSR_P_ROUTERW], g[TSR_P_ROUTERB], a->moe_dlogits, v->ln2,
                         w[TSR_P_ROUTERW], N, C, E, TSR_GRAD_ADD);
 }
@@ -317,6 +331,7 @@ const tsr_layer_kind kind_moe = {
     .keys = moe_keys,
     .serves = moe_serves,
     .layout = moe_layout,
+    .within = moe_within,
     .forward = moe_forward,
     .out = moe_out,
     .backward = moe_backward,

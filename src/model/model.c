@@ -3,10 +3,12 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "model/layer_kind.h"
+#include "model/model_tp.h"
 
 void model_param_shape(tsr_model *m, tsr_param_id id, int present, int ndim, int64_t d0,
                        int64_t d1, int64_t d2, int64_t d3) {
@@ -267,6 +269,11 @@ void model_set_expert_parallel(tsr_model *m, int EP) {
 
 void model_set_context(tsr_model *m, int N) { m->cpN = N > 1 ? N : 1; }
 
+void model_relayout(tsr_model *m) {
+    model_layout(m);
+    model_layout_flat(m);
+}
+
 void model_alloc_params(tsr_model *m) {
     model_alloc_frozen(m);
     m->grads = m->ops->alloc(m->n_params * sizeof(float));
@@ -325,7 +332,14 @@ int model_layer_slot(const tsr_model *m, tsr_param_id id, int l) {
 void model_alloc_slopes(tsr_model *m) {
     if (m->cfg.pos == TSR_POS_ALIBI && !m->alibi_slopes) {
         m->alibi_slopes = m->ops->alloc((size_t)m->NH * sizeof(float));
-        model_alibi_slopes(m->alibi_slopes, m->NH);
+        if (m->tp) { /* a split model: its NH heads' of the whole model's */
+            float *all = tsr_malloc((size_t)m->global->NH * sizeof *all);
+            model_alibi_slopes(all, m->global->NH);
+            memcpy(m->alibi_slopes, all + (size_t)m->tp->t * m->NH, (size_t)m->NH * sizeof *all);
+            free(all);
+        } else {
+            model_alibi_slopes(m->alibi_slopes, m->NH);
+        }
     }
     if (m->cfg.pos == TSR_POS_ROPE && !m->rope_freqs) {
         m->rope_freqs = m->ops->alloc((size_t)m->hs * sizeof(float));
@@ -372,8 +386,43 @@ void model_init_weights(tsr_model *m, uint64_t seed) {
     model_init_weights_range(m, seed, 0, m->n_params, m->params);
 }
 
+/* global element k of tensor id of the whole model g: model_init_weights' value (zeros and ones
+ * by rule, the padded vocabulary rows zero) */
+static float split_init_value(const tsr_model *g, tsr_param_id id, uint64_t seed, size_t k) {
+    const tsr_param_row *row = model_param_row(g, id);
+    if (row->init == TSR_INIT_ZERO) return 0.0f;
+    if (row->init == TSR_INIT_ONE) return 1.0f;
+    if (row->split == TSR_SPLIT_VOCAB && k >= (size_t)g->V * (size_t)g->C) return 0.0f;
+    return model_init_weight(g, id, seed, k);
+}
+
+/* model_init_weights_range of a split model (tensor parallelism, model_tp.h): each element of
+ * each run the value of the whole model's element it holds */
+static void split_init_range(const tsr_model *m, uint64_t seed, size_t lo, size_t hi,
+                             float *dst) {
+    const tsr_tp *tp = m->tp;
+    memset(dst, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < tp->n_runs; i++) {
+        const tp_run *r = &tp->runs[i];
+        const size_t base = m->params_info[r->id].offset;
+        for (size_t k = 0; k < r->count; k++) {
+            const size_t a = base + r->local + k * r->lstride, b = a + r->len;
+            const size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+            const size_t g0 = r->global + k * r->gstride + (x - a);
+            if (x >= y) continue;
+#pragma omp parallel for schedule(static) if (y - x >= (1u << 16))
+            for (size_t j = x; j < y; j++)
+                dst[j - lo] = split_init_value(m->global, (tsr_param_id)r->id, seed, g0 + (j - x));
+        }
+    }
+}
+
 void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size_t hi,
                               float *dst) {
+    if (m->tp) { /* a split model: each element its global element's value */
+        split_init_range(m, seed, lo, hi, dst);
+        return;
+    }
     memset(dst, 0, (hi - lo) * sizeof(float));
     for (int i = 0; i < TSR_P_COUNT; i++) {
         const tsr_param_info *p = &m->params_info[i];
@@ -437,6 +486,7 @@ size_t model_act_group_slot(const tsr_model *m, tsr_act_group g, int l) {
 }
 
 double model_active_params(const tsr_model *m) {
+    if (m->global) m = m->global; /* (a split model: the whole one's) */
     /* MoE: a token passes through K of the E experts; the others' weights do no work for it
      * (each layer's MLP row says how many: its idle slot) */
     double idle = 0.0;
@@ -448,6 +498,7 @@ double model_active_params(const tsr_model *m) {
 }
 
 double model_flops_per_token(const tsr_model *m, int T) {
+    if (m->global) m = m->global; /* (a split model: the whole one's) */
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
     double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C, own = 0.0;
     /* beyond the parameters': each layer's mixer's products (attention's 12 (NH hs) keys, a

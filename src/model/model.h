@@ -116,7 +116,8 @@ typedef enum {
     TSR_A_MOE_DSH, TSR_A_MOE_DSHG,
     TSR_A_Q_LN1, TSR_A_Q_ATTY, TSR_A_Q_LN2, TSR_A_Q_FCH, TSR_A_Q_FCHG, TSR_A_Q_SCALES,
     TSR_A_RING_KV, TSR_A_RING_ACC, TSR_A_RING_DKV, TSR_A_RING_LO, TSR_A_RING_HI,
-    TSR_A_RING_SCRATCH, TSR_A_DN, TSR_A_AGATE, TSR_A_DAGATE, TSR_A_DNBWD,
+    TSR_A_RING_SCRATCH, TSR_A_DN, TSR_A_AGATE, TSR_A_DAGATE, TSR_A_DNBWD, TSR_A_TP_X,
+    TSR_A_TP_DY,
     TSR_A_COUNT
 } tsr_act_id;
 
@@ -204,6 +205,11 @@ typedef struct tsr_acts {
             /* linear_attention layers' backward slot (dec_dn_backward_bytes; NULL without):
              * one layer's activation gradients and the core's scratch, reused layer by layer */
             void *dn_bwd;
+            /* tensor parallelism (model_tp.h; NULL without): a (B,T,C) buffer of all the
+             * tokens for a column-parallel half's gathered input (and the final norm's, which
+             * the head reads in both passes; the embedding's partial rows), and one for a
+             * half's gathered output gradient (the embedding's) */
+            void *tp_x, *tp_dy;
         };
     };
     float moe_w;         /* this microbatch's weight of its auxiliary losses (docs/moe.md):
@@ -261,6 +267,11 @@ typedef struct tsr_model {
                               * sequence of T positions is split over cpN ranks, the activations
                               * hold T / cpN positions of it; 1 = none (model_set_context) */
     struct tsr_ring *ring;   /* cpN > 1: the CPU model's ring (its owner sets it; NULL in a plan) */
+    struct tsr_tp *tp;       /* tensor parallelism (parallel.tensor; model_tp.h): this rank's share
+                              * of a split over a tensor group, its sizes and layout the split
+                              * ones; NULL: the whole model (model_set_tensor) */
+    const struct tsr_model *global; /* tp: the whole model's layout and sizes (no buffers): the
+                              * checkpoints' shapes, the FLOPs per token; else NULL */
     tsr_acts acts;
     /* Set when the maths runs on another backend (device = cuda, src/gpu/gpu_model.h):
      * model_forward hands the call to fwd (evaluation loss; training steps and the rest of the
@@ -316,6 +327,9 @@ void model_set_expert_parallel(tsr_model *m, int EP);
  * split over N ranks (cpN = N; the activations plan for seq_len / N positions); the ring that
  * runs the forward and backward is set by the owner in m->ring. N = 1 changes nothing. */
 void model_set_context(tsr_model *m, int N);
+/* The layout again from m's sizes (every kind's shapes, the flat offsets): after a change of
+ * the sizes (model_set_tensor's split) */
+void model_relayout(tsr_model *m);
 /* Allocates parameters and gradients (zeroed) and the ALiBi slopes or RoPE frequencies. */
 void model_alloc_params(tsr_model *m);
 /* The same without the gradients (a frozen base: LoRA, docs/lora.md): grads stays NULL. */

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist.h"
+#include "dist/dist.h"
 #include "mesh/mesh.h"
 #include "backend.h"
 #include "model/model.h"

@@ -5,11 +5,12 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "model.h"
 #include "model/decoder.h"
 #include "model/model_ep.h"
 #include "model/model_ring.h"
+#include "model/model_tp.h"
 
 int model_try_alloc_acts(tsr_model *m, int B, int T) {
     return dec_try_alloc_acts(m, &m->be, &m->acts, B, T);
@@ -73,10 +74,11 @@ static tsr_decoder decoder_of(tsr_model *m) {
     return (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts,
                          .params = {m, unit_get, unit_put}, .slopes = m->alibi_slopes,
                          .rope = m->rope_freqs, .lora = m->lora, .ring = m->ring,
-                         .starts = m->starts};
+                         .starts = m->starts, .tp = m->tp};
 }
 
 void model_moe_stats_add_w(tsr_model *m, double w, double *acc) {
+    if (m->tp && m->tp->t != 0) return; /* (a tensor group's ranks route alike: counted once) */
     if (m->moe_stats) {
         m->moe_stats(m->fwd_ctx, w, acc);
         return;

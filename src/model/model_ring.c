@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "model/model.h"
 
 /* ---- the zig-zag split ---------------------------------------------------------------------- */

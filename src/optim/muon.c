@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
+#include "model/model_tp.h"
 #include "optim/adamw.h"
 #include "optim/optim.h"
 
@@ -18,8 +19,35 @@ static float *grab(const tsr_ops *ops, size_t n) {
     return p;
 }
 
+/* tensor parallelism: global flat element g of the whole model's matrix holding the split
+ * matrix q's first element, by the pieces of its range (the first found) */
+typedef struct first_piece {
+    size_t g;
+    int found;
+} first_piece;
+
+static void note_first(void *ctx, size_t l, size_t g, size_t n, int counted) {
+    first_piece *fp = ctx;
+    (void)l, (void)n, (void)counted;
+    if (!fp->found) fp->g = g, fp->found = 1;
+}
+
+/* tensor parallelism: the whole matrix (of the global plan) a split matrix q is a slice of */
+static const muon_matrix *whole_of(const tsr_muon *mu, const muon_matrix *q) {
+    first_piece fp = {0, 0};
+    const size_t lo = q->flat;
+    tp_pieces(mu->m->tp, mu->m, lo, lo + (size_t)q->rows * (size_t)q->cols, note_first, &fp);
+    const int k = fp.found ? muon_plan_matrix_at(&mu->pg, fp.g) : -1;
+    if (k < 0)
+        tsr_die(TSR_EXIT_INTERNAL, "muon: the split matrix at %zu (%d x %d) is in no whole "
+                "matrix", q->flat, q->rows, q->cols);
+    return &mu->pg.mx[k];
+}
+
 /* The plan of model m's Muon matrices for optimizer o and, with f (zero3 / hsdp), their owners
- * over f's group; the iteration's scratch and the exchange's buffers from ops. */
+ * over f's group; the iteration's scratch and the exchange's buffers from ops. A split model
+ * (tensor parallelism): the whole model's plan beside, each split matrix taking its whole
+ * matrix's scale, the iteration's scratch the whole matrices' size. */
 static void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *o, tsr_fsdp *f,
                       const tsr_ops *ops) {
     memset(mu, 0, sizeof *mu);
@@ -28,8 +56,16 @@ static void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *
     if (!mu->on) return;
     muon_plan_init(&mu->p, m, o);
     mu->ops = ops;
+    mu->m = m;
+    size_t big = mu->p.big, sq = mu->p.sq;
+    if (m->tp) {
+        muon_plan_init(&mu->pg, m->global, o);
+        for (int k = 0; k < mu->p.n; k++) mu->p.mx[k].scale = whole_of(mu, &mu->p.mx[k])->scale;
+        big = mu->pg.big, sq = mu->pg.sq;
+        mu->whole = grab(ops, big);
+    }
     float **it[] = {&mu->u, &mu->x, &mu->y, &mu->a, &mu->aa};
-    for (int i = 0; i < 5; i++) *it[i] = grab(ops, i < 3 ? mu->p.big : mu->p.sq);
+    for (int i = 0; i < 5; i++) *it[i] = grab(ops, i < 3 ? big : sq);
     if (!f) return;
     mu->f = f;
     muon_plan_shards(&mu->p, f);
@@ -44,14 +80,15 @@ static void muon_init(tsr_muon *mu, const tsr_model *m, const tsr_optim_config *
 static size_t muon_host_bytes(const tsr_model *m, const tsr_optim_config *o, int G) {
     muon_mem mm;
     muon_plan_mem(m, o, G, &mm);
-    return (3 * mm.big + 2 * mm.sq + mm.owned + mm.send + mm.recv) * sizeof(float);
+    return (3 * mm.big + 2 * mm.sq + mm.owned + mm.send + mm.recv + mm.whole) * sizeof(float);
 }
 
 static void muon_free(tsr_muon *mu) {
-    float *bufs[] = {mu->u, mu->x, mu->y, mu->a, mu->aa, mu->owned, mu->sbuf, mu->rbuf};
+    float *bufs[] = {mu->u, mu->x, mu->y, mu->a, mu->aa, mu->owned, mu->sbuf, mu->rbuf, mu->whole};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) mu->ops->free(bufs[i]);
     muon_plan_free(&mu->p);
+    if (mu->m && mu->m->tp) muon_plan_free(&mu->pg);
     memset(mu, 0, sizeof *mu);
 }
 
@@ -109,6 +146,42 @@ static void muon_orthogonalize(tsr_muon *mu, const tsr_ops *ops, float *u, int r
     else memcpy(u, x, n * sizeof(float));
 }
 
+/* a split matrix's pieces into its whole matrix (fill: the ones this rank counts) or back */
+typedef struct whole_move {
+    float *whole, *u;
+    size_t q0, w0; /* the flat elements u[0] and whole[0] are (split, global) */
+    int fill;
+} whole_move;
+
+static void move_whole(void *ctx, size_t l, size_t g, size_t n, int counted) {
+    whole_move *w = ctx;
+    if (w->fill && counted) memcpy(w->whole + (g - w->w0), w->u + (l - w->q0), n * sizeof(float));
+    else if (!w->fill) memcpy(w->u + (l - w->q0), w->whole + (g - w->w0), n * sizeof(float));
+}
+
+/* O = NS(u) of the matrix q (u: its elements): under tensor parallelism the whole matrix's, its
+ * slices all-reduced over the tensor group (each element from the one rank counting it: the sum
+ * is the matrix), orthogonalised on every rank of the group (the same bits), u its slice after.
+ * Collective over the tensor group: its ranks orthogonalise the same matrices in the same order
+ * (the same split layout and parts). */
+static void orthogonalize_at(tsr_muon *mu, const tsr_ops *ops, const muon_matrix *q, float *u) {
+    const tsr_model *m = mu->m;
+    if (!m->tp) {
+        muon_orthogonalize(mu, ops, u, q->rows, q->cols);
+        return;
+    }
+    const muon_matrix *w = whole_of(mu, q);
+    const size_t n = (size_t)w->rows * (size_t)w->cols, lo = q->flat;
+    const size_t hi = lo + (size_t)q->rows * (size_t)q->cols;
+    memset(mu->whole, 0, n * sizeof(float));
+    whole_move mv = {mu->whole, u, lo, w->flat, 1};
+    tp_pieces(m->tp, m, lo, hi, move_whole, &mv);
+    dist_group_allreduce_sum_f32(m->tp->group, mu->whole, n);
+    muon_orthogonalize(mu, ops, mu->whole, w->rows, w->cols);
+    mv.fill = 0;
+    tp_pieces(m->tp, m, lo, hi, move_whole, &mv);
+}
+
 /* buf = momentum buf + g gscale; u = nesterov ? g gscale + momentum buf : buf (n elements) */
 static void momentum_step(const tsr_optim_config *o, float *buf, const float *g, float *u,
                           size_t n, float gscale) {
@@ -142,7 +215,7 @@ static void update_matrices(tsr_muon *mu, const tsr_ops *ops, const muon_matrix 
                     "owned part's end %zu (the zero1 partition must cut between matrices)",
                     q->flat, q->rows, q->cols, hi);
         momentum_step(&mu->o, mom + (q->flat - lo), g + (q->flat - lo), mu->u, len, gscale);
-        muon_orthogonalize(mu, ops, mu->u, q->rows, q->cols);
+        orthogonalize_at(mu, ops, q, mu->u);
         apply_step(&mu->o, params + q->flat, mu->u, len, lr, q->scale);
     }
 }
@@ -188,7 +261,7 @@ static void muon_fsdp_update(tsr_muon *mu, const tsr_ops *ops, float *mom, doubl
         muon_plan_owned_runs(p, x, mu->owned, mu->rbuf + p->rd[x], 1, host_copy, NULL);
     for (int k = 0; k < p->n; k++)
         if (p->owned_at[k] != SIZE_MAX)
-            muon_orthogonalize(mu, ops, mu->owned + p->owned_at[k], p->mx[k].rows, p->mx[k].cols);
+            orthogonalize_at(mu, ops, &p->mx[k], mu->owned + p->owned_at[k]);
     for (int x = 0; x < G; x++)
         muon_plan_owned_runs(p, x, mu->owned, mu->rbuf + p->rd[x], 0, host_copy, NULL);
     dist_group_alltoallv(f->group, mu->rbuf, p->rc, p->rd, mu->sbuf, p->sc, p->sd, sizeof(float));

@@ -45,6 +45,8 @@
 #include "model/model.h"
 #include "optim/muon_plan.h"
 
+struct tsr_tp;
+
 typedef struct tsr_muon {
     int on;             /* optim.name = muon, device = cpu */
     tsr_optim_config o;
@@ -55,6 +57,13 @@ typedef struct tsr_muon {
     float *sbuf, *rbuf; /* zero3 / hsdp: the exchange's (p.send_n, p.recv_n) */
     tsr_fsdp *f;
     uint64_t sent_bytes; /* floats x 4 this rank sent to the others in the exchange */
+    /* tensor parallelism (model/model_tp.h; m->tp): every matrix is a slice of the whole
+     * model's; the whole one (the global plan's, pg) is all-reduced over the tensor group from
+     * each element's counting rank into `whole`, orthogonalised on every rank of the group, and
+     * each keeps its slice (muon_plan.h's scales are the whole matrices') */
+    const tsr_model *m;
+    muon_plan pg;
+    float *whole;
 } tsr_muon;
 
 #endif

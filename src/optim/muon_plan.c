@@ -260,6 +260,12 @@ void muon_plan_mem(const tsr_model *m, const tsr_optim_config *o, int G, muon_me
     muon_plan p;
     muon_plan_init(&p, m, o);
     mm->big = p.big, mm->sq = p.sq;
+    if (m->global) { /* a split model orthogonalises the whole matrices */
+        muon_plan pg;
+        muon_plan_init(&pg, m->global, o);
+        mm->big = mm->whole = pg.big, mm->sq = pg.sq;
+        muon_plan_free(&pg);
+    }
     if (G > 0) {
         tsr_fsdp f;
         fsdp_layout(&f, m, G, 0);

@@ -73,6 +73,8 @@ typedef struct muon_plan {
  * the rank's owned matrices, what it sends and what it receives (of the rank needing the most). */
 typedef struct muon_mem {
     size_t big, sq, owned, send, recv;
+    size_t whole; /* tensor parallelism: the largest whole matrix (the iteration's big and sq are
+                   * the whole model's then) */
 } muon_mem;
 
 /* Whether tensor id holds Muon matrices (when present in the model). */

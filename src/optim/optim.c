@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dist.h"
+#include "dist/dist.h"
 
 static const optim_api *const apis[TSR_OPTIM_COUNT] = {
     [TSR_OPTIM_ADAMW] = &optim_adamw,

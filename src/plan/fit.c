@@ -6,10 +6,6 @@
 #include <string.h>
 
 #include "common.h"
-#include "plan/plan.h"
-#include "train/objective.h"
-#include "train/train_gpu.h"
-#include "train/trainer.h"
 
 #define GIB 1073741824.0
 #define SEQ_STEP 128         /* --fit seq_len: its values are multiples of this (and of 2N) */
@@ -50,9 +46,9 @@ int plan_fit_check(const tsr_config *cfg, int world, plan_fit_key key) {
     return 0;
 }
 
-void plan_fit_print(const tsr_trainer *t, double gpu_bytes) {
-    if (t->dist.rank != 0) return;
-    const double b = train_gpu_plan_total(t);
+void plan_fit_print(const tsr_dist *d, double device_bytes, double gpu_bytes) {
+    if (d->rank != 0) return;
+    const double b = device_bytes;
     if (b <= gpu_bytes)
         printf("fits: %.1f of %.1f GiB a GPU (the device memory per rank above; --gpu-mem), "
                "%.1f GiB to spare\n", b / GIB, gpu_bytes / GIB, (gpu_bytes - b) / GIB);
@@ -64,21 +60,22 @@ void plan_fit_print(const tsr_trainer *t, double gpu_bytes) {
 
 /* cfg with key = v planned quietly on d (as --plan plans it): the device memory per rank, or -1
  * when the config refuses v */
-static double planned(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, long long v,
-                      int64_t *per_rank, int *pairs) {
-    tsr_config c = *cfg;
-    if (key == PLAN_FIT_SEQ_LEN) c.seq_len = v;
-    else c.micro_batch = v;
-    tsr_trainer t;
-    plan_set_quiet(1);
-    tsr_log_mute(1);
-    int rc = trainer_init(&t, &c, d, 1);
-    double b = rc ? -1 : train_gpu_plan_total(&t);
-    if (per_rank) *per_rank = t.per_rank;
-    if (pairs) *pairs = !rc && t.objective->pairs; /* (the objective's table: whole pairs) */
-    if (!rc) trainer_free(&t);
-    tsr_log_mute(0);
-    plan_set_quiet(0);
+/* The search's one question: does cfg with key = v fit (its plan's device memory per rank, -1
+ * refused), tried by the trainer's dry start (plan_fit_trial) */
+typedef struct fit_ask {
+    const tsr_config *cfg;
+    const tsr_dist *d;
+    plan_fit_trial trial;
+} fit_ask;
+
+static double planned(const fit_ask *a, plan_fit_key key, long long v, int64_t *per_rank,
+                      int *pairs) {
+    tsr_config *c = tsr_malloc(sizeof *c);
+    *c = *a->cfg;
+    if (key == PLAN_FIT_SEQ_LEN) c->seq_len = v;
+    else c->micro_batch = v;
+    double b = a->trial(c, a->d, per_rank, pairs);
+    free(c);
     return b;
 }
 
@@ -91,31 +88,30 @@ typedef struct fit_found {
 static int fits(double b, double gpu_bytes) { return b >= 0 && b <= gpu_bytes; }
 
 /* the longest seq_len, a multiple of q up to cap: doubling, then halving the interval */
-static void search_seq(const tsr_config *cfg, const tsr_dist *d, double gpu, long long q,
-                       long long cap, fit_found *f) {
+static void search_seq(const fit_ask *a, double gpu, long long q, long long cap, fit_found *f) {
     long long lo = 0, hi = 1; /* in units of q: lo fits (0: none yet), hi is the next to try */
     double b;
-    while (hi * q <= cap && fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, hi * q, NULL, NULL), gpu))
+    while (hi * q <= cap && fits(b = planned(a, PLAN_FIT_SEQ_LEN, hi * q, NULL, NULL), gpu))
         lo = hi, f->b = b, hi *= 2;
     if (hi * q > cap) hi = cap / q + 1;
     while (hi - lo > 1) {
         long long mid = lo + (hi - lo) / 2;
-        if (fits(b = planned(cfg, d, PLAN_FIT_SEQ_LEN, mid * q, NULL, NULL), gpu)) lo = mid, f->b = b;
+        if (fits(b = planned(a, PLAN_FIT_SEQ_LEN, mid * q, NULL, NULL), gpu)) lo = mid, f->b = b;
         else hi = mid;
     }
     f->v = lo * q;
     f->next = hi * q <= cap ? hi * q : 0;
-    if (f->next) f->next_b = planned(cfg, d, PLAN_FIT_SEQ_LEN, f->next, NULL, NULL);
+    if (f->next) f->next_b = planned(a, PLAN_FIT_SEQ_LEN, f->next, NULL, NULL);
 }
 
 /* the largest micro_batch dividing the per-rank batch (an even one for pairs: dpo's) */
-static void search_micro(const tsr_config *cfg, const tsr_dist *d, double gpu, fit_found *f) {
+static void search_micro(const fit_ask *a, double gpu, fit_found *f) {
     int64_t per_rank = 0;
-    planned(cfg, d, PLAN_FIT_MICRO_BATCH, 1, &per_rank, &f->pairs);
+    planned(a, PLAN_FIT_MICRO_BATCH, 1, &per_rank, &f->pairs);
     const long long step = f->pairs ? 2 : 1;
     for (long long m = per_rank - per_rank % step; m >= step; m -= step) {
         if (per_rank % m) continue;
-        double b = planned(cfg, d, PLAN_FIT_MICRO_BATCH, m, NULL, NULL);
+        double b = planned(a, PLAN_FIT_MICRO_BATCH, m, NULL, NULL);
         if (fits(b, gpu)) {
             f->v = m, f->b = b;
             return;
@@ -149,15 +145,17 @@ static void print_found(const tsr_dist *d, plan_fit_key key, double gpu,
     fflush(stdout);
 }
 
-int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes) {
+int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes,
+                    plan_fit_trial trial) {
     fit_found f = {0};
+    const fit_ask a = {cfg, d, trial};
     const long long N = cfg->context > 1 ? cfg->context : 1;
     long long q = SEQ_STEP;
     while (q % (2 * N)) q += SEQ_STEP; /* a multiple of 2N too (the zig-zag chunks) */
     long long cap = SEQ_MAX; /* learned positions: the table's rows, when given */
     if (cfg->model.pos == TSR_POS_LEARNED && cfg->model.max_seq_len > 0) cap = cfg->model.max_seq_len;
-    if (key == PLAN_FIT_SEQ_LEN) search_seq(cfg, d, gpu_bytes, q, cap, &f);
-    else search_micro(cfg, d, gpu_bytes, &f);
+    if (key == PLAN_FIT_SEQ_LEN) search_seq(&a, gpu_bytes, q, cap, &f);
+    else search_micro(&a, gpu_bytes, &f);
     if (d->rank == 0) print_found(d, key, gpu_bytes, q, &f);
     return 0;
 }

@@ -6,7 +6,8 @@
 #ifndef TSR_PLAN_FIT_H
 #define TSR_PLAN_FIT_H
 
-#include "train/train_state.h"
+#include "config/config.h"
+#include "dist/dist.h"
 
 typedef enum plan_fit_key { PLAN_FIT_NONE = 0, PLAN_FIT_SEQ_LEN, PLAN_FIT_MICRO_BATCH } plan_fit_key;
 
@@ -17,12 +18,21 @@ int plan_fit_parse_key(const char *s, plan_fit_key *key, char *why, size_t n);
 /* --gpu-mem needs device = cuda (its plan is the device's), --fit one process: 0, or
  * TSR_EXIT_USAGE after saying why. Before the plan. */
 int plan_fit_check(const tsr_config *cfg, int world, plan_fit_key key);
-/* Rank 0: "fits: X of Y GiB ..." or "does not fit: ... needs X" for t's plan against gpu_bytes. */
-void plan_fit_print(const tsr_trainer *t, double gpu_bytes);
-/* The largest key that fits gpu_bytes per rank for cfg on the world d (a plan's): multiples of
- * 128 (and of 2 x parallel.context) for seq_len, the divisors of the per-rank batch for
- * micro_batch; rank 0 says what it found and the memory there. 0, or an exit code (a value the
- * config refuses, said). One process: --fit plans, it runs nothing. */
-int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes);
+/* Rank 0 of d: "fits: X of Y GiB ..." or "does not fit: ... needs X" for a plan's device memory
+ * per rank (device_bytes: plan_device_bytes's total) against gpu_bytes. */
+void plan_fit_print(const tsr_dist *d, double device_bytes, double gpu_bytes);
+/* One value the search tries: the device memory plan per rank of a run of cfg on the world d,
+ * planned as --plan plans it (nothing allocated, nothing printed), or -1 when the config refuses
+ * it; *per_rank (may be NULL): its per-rank batch, *pairs (may be NULL): its samples are whole
+ * preference pairs. The trainer's (train/train_plan.c trainer_plan_trial): a plan of a config is
+ * the trainer's dry start, which the plan, below the trainer, is handed. */
+typedef double (*plan_fit_trial)(const tsr_config *cfg, const tsr_dist *d, int64_t *per_rank,
+                                 int *pairs);
+/* The largest key that fits gpu_bytes per rank for cfg on the world d (a plan's), each value
+ * planned by trial: multiples of 128 (and of 2 x parallel.context) for seq_len, the divisors of
+ * the per-rank batch for micro_batch; rank 0 says what it found and the memory there. 0, or an
+ * exit code (a value the config refuses, said). One process: --fit plans, it runs nothing. */
+int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes,
+                    plan_fit_trial trial);
 
 #endif

@@ -10,8 +10,9 @@
 #include <string.h>
 
 #include "common.h"
-#include "telemetry/metrics_units.h"
-#include "train/objective.h"
+#include "model/model_ring.h"
+#include "metrics_units.h"
+#include "run/objective.h"
 
 static void human_count(char *buf, size_t n, double v) {
     if (v >= 1e9) snprintf(buf, n, "%.2fB", v / 1e9);
@@ -22,7 +23,7 @@ static void human_count(char *buf, size_t n, double v) {
 
 /* optim.name = muon on the CPU: its scratch (the optimizer slot's, optim/optim.h; device = cuda:
  * the device plan's) */
-static double muon_scratch(const tsr_trainer *t) {
+static double muon_scratch(const plan_view *t) {
     if (t->cfg.device == TSR_DEVICE_CUDA) return 0.0;
     return (double)optim_scratch_bytes(&t->model, &t->cfg.optim,
                                        t->part.fsdp_on ? t->part.fsdp_group : 0);
@@ -30,15 +31,17 @@ static double muon_scratch(const tsr_trainer *t) {
 
 /* The planned fp32 memory of one rank, in bytes: weights = grads = pb, the optimizer ob (AdamW's
  * moments and Muon's scratch), activations of one microbatch ab; returns the total. */
-static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb, double *ob,
+static double plan_bytes(const plan_view *t, int lora, double *pb, double *gb, double *ob,
                          double *cb, double *ab) {
     *pb = *gb = (double)t->model.n_params * sizeof(float);
     *ab = (double)model_acts_bytes(&t->model, t->micro, t->T); /* the linear layers' slot in it */
-    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank, and receives its slice
-     * of the summed gradients into a buffer of that size; DDP all-reduces in place */
-    int zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && t->dist.world > 1;
-    *ob = 2 * *pb / (zero1 ? t->dist.world : 1);
-    *cb = zero1 ? *pb / t->dist.world : 0;
+    /* ZeRO-1 keeps AdamW state for 1/W of the parameters on each rank (W: the ranks holding
+     * the same layout, the world or under tensor parallelism the tensor_data group), and
+     * receives its slice of the summed gradients into a buffer of that size; DDP all-reduces in
+     * place */
+    const int W = t->part.flat_world, zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1;
+    *ob = 2 * *pb / (zero1 ? W : 1);
+    *cb = zero1 ? *pb / W : 0;
     /* ZeRO-3 / HSDP: shards, plus the gather buffers (model/fsdp.h) */
     const int frozen = lora; /* LoRA: the base has weights only */
     if (frozen) *gb = *ob = *cb = 0;
@@ -66,13 +69,13 @@ static double plan_bytes(const tsr_trainer *t, int lora, double *pb, double *gb,
         *cb += (double)slots * t->micro * t->T * m->K * (m->C + 3.0 * m->FE) * sizeof(float);
     }
     *ob += muon_scratch(t);
-    return *pb + *gb + *ob + *cb + *ab;
+    return *pb + *gb + *ob + *cb + *ab + t->sdc_bytes; /* (the replay's: plan_memory names it) */
 }
 
 /* The memory line's optional parts: Muon's buffers (mu), the checkpoint's buffers of io bytes
  * and the save_async snapshot of sb bytes (snap), context parallelism's share of a sequence and
  * the linear layers' backward scratch (share); "" where they do not apply. */
-static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96], char snap[160],
+static void memory_notes(const plan_view *t, double io, double sb, char mu[96], char snap[160],
                          char share[160]) {
     char b[32], c[32];
     mu[0] = snap[0] = share[0] = '\0';
@@ -95,9 +98,10 @@ static void memory_notes(const tsr_trainer *t, double io, double sb, char mu[96]
     }
 }
 
-/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm */
-static void plan_model(const tsr_trainer *t) {
-    const tsr_model *m = &t->model;
+/* the plan's model line: size, shape, MLP (and MoE), vocabulary, positions, norm (a split
+ * model's whole sizes), then the variants (config_variants_text) */
+static void plan_model(const plan_view *t) {
+    const tsr_model *m = t->model.global ? t->model.global : &t->model;
     const tsr_config *c = &t->cfg;
     char np[32];
     human_count(np, sizeof np, (double)m->n_params_counted);
@@ -116,17 +120,19 @@ static void plan_model(const tsr_trainer *t) {
                  m->E, m->K, m->FE, m->LM, m->L, shared,
                  c->model.moe_norm_topk ? "" : " unnormalised");
     }
+    char variants[640]; /* docs/planning.md "The model line" */
+    config_variants_text(&c->model, variants, sizeof variants);
     printf("model: %s, L=%d d_model=%d heads=%d kv_heads=%d head_dim=%d %s vocab=%d (padded %d) "
-           "pos=%s norm=%s bias=%s%s%s%s\n",
+           "pos=%s norm=%s bias=%s%s%s%s%s%s\n",
            np, m->L, m->C, m->NH, m->KVH, m->hs, arch, m->V, m->Vp, pos[c->model.pos],
            c->model.norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm", c->model.bias ? "yes" : "no",
            c->model.qkv_bias && !c->model.bias ? " qkv_bias" : "", c->model.qk_norm ? " qk_norm" : "",
-           c->model.tie_embeddings ? "" : " untied");
+           c->model.tie_embeddings ? "" : " untied", variants[0] ? "; " : "", variants);
 }
 
 /* the plan's parameter line (trainable, frozen, FLOPs per token) and, with experts over several
  * ranks, the expert-parallel line */
-static void plan_params(const tsr_trainer *t, int lora) {
+static void plan_params(const plan_view *t, int lora) {
     const tsr_model *m = &t->model;
     char trainable[96]; /* under LoRA the adapters train, the base is frozen */
     if (lora)
@@ -154,7 +160,7 @@ static void plan_params(const tsr_trainer *t, int lora) {
 
 /* the plan's LoRA line (docs/lora.md): the adapters, and the memory saved against a full
  * finetuning, whose plan is planned = the LoRA run's per rank, snapshots aside */
-static void plan_lora(const tsr_trainer *t, double planned) {
+static void plan_lora(const plan_view *t, double planned) {
     const tsr_model *m = &t->model;
     const tsr_config *c = &t->cfg;
     double fpb, fgb, fob, fcb, fab, full = plan_bytes(t, 0, &fpb, &fgb, &fob, &fcb, &fab);
@@ -177,17 +183,17 @@ static void plan_lora(const tsr_trainer *t, double planned) {
            m->n_params_counted, saved, fulls);
 }
 
-double plan_rank_bytes(const tsr_trainer *t, int lora) {
+double plan_rank_bytes(const plan_view *t, int lora) {
     double pb, gb, ob, cb, ab;
     return plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab);
 }
 
 /* how the state is sharded, for the memory line: " (ZeRO-3: ...)", or "" for DDP */
-static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
+static void plan_sharding(const plan_view *t, int lora, char how[160]) {
     const tsr_config *c = &t->cfg;
     how[0] = '\0';
-    if (c->sharding == TSR_SHARD_ZERO1 && t->dist.world > 1)
-        snprintf(how, 160, " (ZeRO-1: sharded over %d ranks)", t->dist.world);
+    if (c->sharding == TSR_SHARD_ZERO1 && t->part.flat_world > 1)
+        snprintf(how, 160, " (ZeRO-1: sharded over %d ranks)", t->part.flat_world);
     if (c->sharding == TSR_SHARD_ZERO3)
         snprintf(how, 160, " (ZeRO-3: %s sharded over %d ranks)",
                  lora ? "the frozen base" : "all state", t->part.fsdp_group);
@@ -198,7 +204,7 @@ static void plan_sharding(const tsr_trainer *t, int lora, char how[160]) {
 }
 
 /* the plan's memory line: one rank's fp32 bytes (plan_bytes) and sb, save_async's snapshot */
-static void plan_memory(const tsr_trainer *t, int lora, double sb) {
+static void plan_memory(const plan_view *t, int lora, double sb) {
     double pb, gb, ob, cb, ab;
     const double io = (double)t->ck.io_plan; /* the checkpoint's host buffers */
     double total = plan_bytes(t, lora, &pb, &gb, &ob, &cb, &ab) + io + sb;
@@ -209,17 +215,22 @@ static void plan_memory(const tsr_trainer *t, int lora, double sb) {
     metrics_human_bytes(opt, sizeof opt, ob);
     metrics_human_bytes(acts, sizeof acts, ab);
     metrics_human_bytes(tot, sizeof tot, total);
-    char how[160], mu[96], snap[160], share[160];
+    char how[160], mu[96], snap[160], share[160], replay[96] = "";
     plan_sharding(t, lora, how);
     memory_notes(t, io, sb, mu, snap, share);
-    printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
+    if (t->sdc_bytes > 0) { /* docs/health.md "Deterministic replay" */
+        char rb[32];
+        metrics_human_bytes(rb, sizeof rb, t->sdc_bytes);
+        snprintf(replay, sizeof replay, ", replay buffers %s (health.replay_interval)", rb);
+    }
+    printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s%s, "
            "activations %s per microbatch of %d x %d%s%s; total %s\n",
-           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, share,
-           snap, tot);
+           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, replay, acts, t->micro, t->T,
+           share, snap, tot);
 }
 
 /* the plan's context-parallel line (docs/parallelism.md); the ring's activations bf16 on the GPU */
-static void plan_context(const tsr_trainer *t) {
+static void plan_context(const plan_view *t) {
     const int N = t->mesh.N;
     char fw[32], bw[32];
     const tsr_model *mm = &t->model;
@@ -236,11 +247,42 @@ static void plan_context(const tsr_trainer *t) {
            bw);
 }
 
+/* the plan's tensor-parallel line (docs/parallelism.md "Tensor parallelism"): the split, and
+ * the bytes a rank sends per step over its tensor group (model_tp.h tp_step_bytes, bf16
+ * activations on the GPU) and over its tensor_data group (ddp's gradient sum) */
+static void plan_tensor(const plan_view *t) {
+    const tsr_model *m = &t->model, *g = m->global;
+    const tsr_tp *tp = m->tp;
+    const size_t act = t->cfg.device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
+    const int M = (int)(t->per_rank / t->micro), Wd = t->part.flat_world;
+    char step[32], data[32], kv[96] = "";
+    const uint64_t sb = tp_step_bytes(m, M, t->micro, t->T, act);
+    metrics_human_bytes(step, sizeof step, (double)sb);
+    /* ddp: an all-reduce of the fp32 gradients; zero1: their reduce-scatter and the weights'
+     * all-gather (in the activations' precision on the GPU) */
+    const double per = sizeof(float) + (t->cfg.sharding == TSR_SHARD_ZERO1 ? act : sizeof(float));
+    metrics_human_bytes(data, sizeof data,
+                        Wd > 1 ? per * (Wd - 1) / Wd * (double)m->n_params : 0);
+    if (tp->R > 1)
+        snprintf(kv, sizeof kv, " (of the %d, each held by %d ranks)", g->KVH, tp->R);
+    printf("tensor parallelism: %d group%s of %d consecutive ranks%s; a rank holds %d of %d query "
+           "heads, %d key/value head%s%s, %d of the MLP's %d, %d of %d vocabulary rows; sequence "
+           "parallelism %s; per rank and step it sends %s (%llu B) over its tensor group and %s "
+           "over its %d-rank tensor_data group (the gradients' %s)\n",
+           t->dist.world / tp->T, t->dist.world / tp->T == 1 ? "" : "s", tp->T,
+           t->cfg.tensor_across_nodes ? "" : " within a node", m->NH, g->NH, m->KVH,
+           m->KVH == 1 ? "" : "s", kv, m->F, g->F, m->Vp, g->Vp,
+           tp->sp ? "on: the norms and residuals hold 1/T of the tokens" : "off", step,
+           (unsigned long long)sb, data, Wd,
+           t->cfg.sharding == TSR_SHARD_ZERO1 ? "reduce-scatter, the weights' all-gather"
+                                              : "all-reduce");
+}
+
 /* the plan's batch line; grpo: micro_batch counts prompts, each with its group_size completions
  * (t->micro rows) */
-static void plan_batch(const tsr_trainer *t) {
+static void plan_batch(const plan_view *t) {
     const tsr_config *c = &t->cfg;
-    const int N = t->mesh.N;
+    const int N = t->mesh.N * t->mesh.T;
     const int64_t rows = t->objective->rows_per_sample ? t->objective->rows_per_sample(c) : 1;
     printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
@@ -253,7 +295,7 @@ static void plan_batch(const tsr_trainer *t) {
 }
 
 /* the plan's last line: a dry run's, or the steps of a real one */
-static void plan_steps(const tsr_trainer *t, int dry_run) {
+static void plan_steps(const plan_view *t, int dry_run) {
     const tsr_config *c = &t->cfg;
     if (dry_run) {
         printf("dry run: plan only, no data opened, nothing allocated\n");
@@ -266,14 +308,14 @@ static void plan_steps(const tsr_trainer *t, int dry_run) {
         snprintf(peak, sizeof peak, "peak %.4g FLOP/s per rank", t->out.peak_flops);
     printf("steps: %lld (warmup %lld), train samples/epoch %llu, eval every %lld steps; %s\n",
            (long long)t->total_steps, (long long)t->warmup_steps,
-           (unsigned long long)t->data.sampler.n, (long long)t->eval_every, peak);
+           (unsigned long long)t->samples, (long long)t->eval_every, peak);
 }
 
 static int plan_quiet;
 
 void plan_set_quiet(int quiet) { plan_quiet = quiet; }
 
-void plan_print(const tsr_trainer *t, int dry_run) {
+void plan_print(const plan_view *t, int dry_run) {
     if (t->dist.rank != 0 || plan_quiet) return;
     const int lora = t->cfg.lora.rank > 0;
     const double sb = (double)t->ck.snap_plan; /* save_async's host copy */
@@ -285,6 +327,7 @@ void plan_print(const tsr_trainer *t, int dry_run) {
     }
     plan_memory(t, lora, sb);
     if (t->mesh.N > 1) plan_context(t);
+    if (t->model.tp) plan_tensor(t);
     plan_batch(t);
     plan_steps(t, dry_run);
     fflush(stdout);
@@ -292,7 +335,7 @@ void plan_print(const tsr_trainer *t, int dry_run) {
 
 /* the bytes a decoder layer keeps for its backward, with and without compression (docs/cuda.md
  * "Compressed activations") */
-static void plan_layer_acts(const tsr_trainer *t, const gpu_train_ctx *c) {
+static void plan_layer_acts(const plan_view *t, const gpu_train_ctx *c) {
     const double plain = (double)gpu_train_layer_bytes(c, t->micro, 0);
     const double fp8 = (double)gpu_train_layer_bytes(c, t->micro, 1);
     char a[32], b[32];
@@ -309,7 +352,7 @@ double plan_device_bytes(const gpu_train_ctx *c, int micro) {
 }
 
 /* the device memory line (c: a copy, changed to price the run without FP8) */
-static void device_memory(const tsr_trainer *t, gpu_train_ctx c) {
+static void device_memory(const plan_view *t, gpu_train_ctx c) {
     size_t fixed = gpu_train_plan_bytes(&c), acts = gpu_train_acts_bytes(&c, t->micro);
     char a[32], tot[32], st[32];
     metrics_human_bytes(a, sizeof a, (double)acts);
@@ -371,7 +414,7 @@ static void device_memory(const tsr_trainer *t, gpu_train_ctx c) {
            w, g, o, ex, a, t->micro, t->T, share, tot);
 }
 
-void plan_print_device(const tsr_trainer *t, const gpu_train_ctx *c) {
+void plan_print_device(const plan_view *t, const gpu_train_ctx *c) {
     if (t->dist.rank != 0 || plan_quiet) return;
     device_memory(t, *c);
     plan_layer_acts(t, c);

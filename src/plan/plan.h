@@ -9,17 +9,37 @@
 #define TSR_PLAN_H
 
 #include "gpu/gpu_train.h"
-#include "train/train_state.h"
+#include "run/run.h"
+
+/* What a plan reads of a run (the plan, the time plan, the fit): a snapshot of its layout, the
+ * trainer's parts copied as they are (the trainer fills one: train/train_plan.c), read only; a
+ * dry run's has nothing allocated. */
+typedef struct plan_view {
+    tsr_config cfg;              /* the run's config, its auto keys resolved */
+    tsr_dist dist;               /* the world planned (--plan's, larger than the one running) */
+    tsr_mesh mesh;               /* the rank mesh's numbers */
+    tsr_model model;             /* the model's layout */
+    tsr_train_part part;         /* the sharding's and LoRA's layout */
+    tsr_train_out out;           /* the FLOPs per token, the peak FLOP/s */
+    tsr_train_ckpt ck;           /* the checkpoint's host buffers: snap_plan, io_plan */
+    tsr_train_backend be;        /* be.gpu: the device's context once it runs, else NULL */
+    const struct tsr_objective *objective; /* the rows of a sample (run/objective.h) */
+    int T, micro, auto_micro;    /* seq_len, micro_batch (rows), micro_batch = auto */
+    int64_t per_rank, total_steps, warmup_steps, eval_every;
+    uint64_t samples;            /* data.train's samples (0 in a dry run: no data opened) */
+    double sdc_bytes;            /* the deterministic replay's host buffers (docs/health.md
+                                  * "Deterministic replay"; train/sdc.h sdc_plan_bytes), 0: none */
+} plan_view;
 
 /* Parameter count, FLOPs/token, memory plan, batch split, steps (rank 0 prints). */
-void plan_print(const tsr_trainer *t, int dry_run);
+void plan_print(const plan_view *t, int dry_run);
 /* One rank's planned fp32 memory in bytes (the memory line's total less the checkpoint's host
  * buffers); lora: the run's adapters train on a frozen base. The TensorBoard step's
  * memory/planned_bytes. */
-double plan_rank_bytes(const tsr_trainer *t, int lora);
+double plan_rank_bytes(const plan_view *t, int lora);
 /* device = cuda (rank 0 prints): the device memory line and the activations kept per decoder
  * layer, for the CUDA path's context c (src/train/train_gpu.c fills it from the trainer). */
-void plan_print_device(const tsr_trainer *t, const gpu_train_ctx *c);
+void plan_print_device(const plan_view *t, const gpu_train_ctx *c);
 /* The device memory plan per rank of c at microbatches of micro: the total of plan_print_device's
  * line (everything but the activations, and the activations); --gpu-mem compares it (fit.h). */
 double plan_device_bytes(const gpu_train_ctx *c, int micro);

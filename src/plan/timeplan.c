@@ -11,9 +11,10 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "model/model_ring.h"
 #include "fsutil.h"
 #include "mesh/mesh.h"
-#include "telemetry/metrics_units.h"
+#include "metrics_units.h"
 
 #define TP_ROWS 512             /* rows of a table (TSR_PROFILE's own limit is 256 ops) */
 #define TP_FILE_MAX (1 << 20)   /* bytes of a table file */
@@ -235,7 +236,7 @@ static int rates_of(const tp_table *tb, tp_rates *q, char *why, size_t n) {
 /* ---- the recipe ---- */
 
 /* what the recipe needs that a table of dense AdamW training cannot say; NULL: nothing */
-static const char *unmeasured(const tsr_trainer *t, const tp_table *tb) {
+static const char *unmeasured(const plan_view *t, const tp_table *tb) {
     int lora = 0;
     for (int i = 0; i < tb->n; i++) lora |= starts(tb->r[i].name, "lora_");
     if (t->cfg.lora.rank > 0 && !lora) return "LoRA's adapter ops (lora_forward, lora_backward)";
@@ -248,6 +249,7 @@ static const char *unmeasured(const tsr_trainer *t, const tp_table *tb) {
 typedef struct tp_step {
     int W, G, nodes;
     int N, D;                /* the mesh's context group and data ranks (mesh_build's) */
+    int Tt;                  /* and its tensor group (parallel.tensor) */
     int64_t per_rank, micro; /* sequences a data rank; a microbatch's (at most per_rank) */
     double fb, compute, overlap, bytes, comm, exposed;
     double att;              /* attention's part of fb, its recomputation aside (the ring's cover) */
@@ -273,21 +275,26 @@ static double extra_units(const tsr_model *m) {
     return (double)m->LM * m->K * m->C + (double)m->LL * (cd + (double)m->HVl * m->dvl);
 }
 
-static void compute_of(const tsr_trainer *t, const tp_rates *q, tp_step *s) {
-    const tsr_model *m = &t->model;
+static void compute_of(const plan_view *t, const tp_rates *q, tp_step *s) {
+    const tsr_model *m = t->model.global ? t->model.global : &t->model; /* (the whole model's) */
     /* a context group's N ranks share its sequences, each computing T / N positions of each (the
-     * zig-zag split gives each the same attention work: docs/parallelism.md) */
-    double tok = (double)s->per_rank * t->T / s->N;
+     * zig-zag split gives each the same attention work: docs/parallelism.md); a tensor group's
+     * Tt ranks share them too, each computing 1/Tt of every matmul, head and logit, and of the
+     * norms and element-wise work with sequence parallelism (all of that without) */
+    double tok = (double)s->per_rank * t->T / s->N, split = s->Tt;
+    double rest = t->cfg.sequence ? split : 1;
     double att = 12.0 * m->QD * model_attn_keys(m, t->T); /* per token, as in flops_per_token */
-    double gemm = (t->out.flops_per_token - att) * tok;
+    double gemm = (t->out.flops_per_token - att) * tok / split;
     /* activation checkpointing runs a checkpointed layer's forward again: a third more of it */
     double re = 1 + recompute_share(&t->cfg) / 3;
-    double ms = gemm * re / (q->gemm_flops / q->gemm_ms) + att * tok * re / (q->att_flops / q->att_ms) +
-                tok * m->Vp / (q->xent_logits / q->xent_ms) +
-                tok * (m->L * m->C + extra_units(m)) * re / (q->rest_units / q->rest_ms);
+    double ms = gemm * re / (q->gemm_flops / q->gemm_ms) +
+                att * tok / split * re / (q->att_flops / q->att_ms) +
+                tok * m->Vp / split / (q->xent_logits / q->xent_ms) +
+                tok * (m->L * m->C + extra_units(m)) / rest * re / (q->rest_units / q->rest_ms);
+    m = &t->model; /* (a rank's parameters: its split's) */
     double owned = (double)m->n_params / (t->cfg.sharding == TSR_SHARD_DDP ? 1 : s->G);
     s->fb = ms, s->compute = ms + q->opt_ms * owned / q->params;
-    s->att = att * tok / (q->att_flops / q->att_ms);
+    s->att = att * tok / split / (q->att_flops / q->att_ms);
     /* the last microbatch's backward, less its last layer (two thirds of a pass) */
     s->overlap = ms * s->micro / (double)s->per_rank * 2 / 3 * (m->L - 1) / m->L;
 }
@@ -309,7 +316,7 @@ static double layer_params(const tsr_model *m, int (*which)(tsr_param_id)) {
  * layer gathers save, the FP8 linear weights of the FP8 layers up to L-3 moving as E4M3 (one byte,
  * not two; the last two layers gather bf16 for the backward to reuse); *first, *last: the
  * layers. Assumes their shapes are multiples of 16 (cuBLASLt's FP8 rule), as every config's are. */
-static double fp8_gather_saved(const tsr_trainer *t, int *first, int *last) {
+static double fp8_gather_saved(const plan_view *t, int *first, int *last) {
     const tsr_model *m = &t->model;
     model_fp8_layers(m->L, t->cfg.precision.fp8_skip, first, last);
     if (*last > m->L - 3) *last = m->L - 3;
@@ -323,15 +330,16 @@ static double fp8_gather_saved(const tsr_trainer *t, int *first, int *last) {
 /* bytes one rank sends per step (docs/sharding.md's formulas; the GPU path gathers bf16 weights,
  * the FP8 all-gather's in part E4M3, sums fp32 gradients) and the part of their time the
  * schedule does not hide */
-static void comm_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, tp_step *s) {
+static void comm_of(const plan_view *t, const timeplan_opts *o, int per_node, tp_step *s) {
     const tsr_model *m = &t->model;
-    double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer), W = s->W;
+    /* (a split model's: its own parameters, summed over the W / Tt ranks that hold the same) */
+    double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer), W = s->W / s->Tt;
     double G = s->G, R = W / G;
     int f8a, f8b;
     double root = N - m->L * Pl, M = ceil((double)s->per_rank / s->micro), f = (W - 1) / W;
     double bw = bw_of(s->W, per_node, o);
     s->bytes = s->comm = s->exposed = 0;
-    if (s->W == 1) return;
+    if (W == 1) return;
     switch (t->cfg.sharding) {
     case TSR_SHARD_DDP:
     case TSR_SHARD_ZERO1: {
@@ -372,7 +380,7 @@ static double dn_state_bytes(const tsr_model *m, int N, double B) {
  * a checkpointed layer's recomputation a forward's more, over its context group's link; each hop
  * runs beside the attention of a block, so what the attention's time does not cover waits. A
  * hybrid's linear layers pass their state instead (dn_state_bytes), blocking: all of it waits. */
-static void ring_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, tp_step *s) {
+static void ring_of(const plan_view *t, const timeplan_opts *o, int per_node, tp_step *s) {
     const tsr_model *m = &t->model;
     if (s->N < 2) return;
     double M = ceil((double)s->per_rank / s->micro), re = recompute_share(&t->cfg);
@@ -387,18 +395,35 @@ static void ring_of(const tsr_trainer *t, const timeplan_opts *o, int per_node, 
     s->exposed += (tf > af ? tf - af : 0) + (tb > ab ? tb - ab : 0) + ts;
 }
 
+/* parallel.tensor = Tt (docs/parallelism.md "Tensor parallelism"): a rank's collectives over its
+ * tensor group a step (tp_step_bytes, bf16 activations), over the group's link (within a node
+ * unless the group is larger); none overlaps compute (each half waits for its sum) */
+static void tensor_of(const plan_view *t, const timeplan_opts *o, int per_node, tp_step *s) {
+    if (s->Tt < 2 || !t->model.tp) return;
+    const int M = (int)ceil((double)s->per_rank / s->micro);
+    const double b = (double)tp_step_bytes(&t->model, M, (int)s->micro, t->T, 2);
+    const double ms = b / bw_of(s->Tt, per_node, o);
+    s->bytes += b, s->comm += ms, s->exposed += ms;
+}
+
 /* W's data ranks by the trainer's mesh (mesh_build, as a plan); 0, or why they do not split */
-static int data_ranks(const tsr_trainer *t, int per_node, tp_step *s) {
+static int data_ranks(const plan_view *t, int per_node, tp_step *s) {
     tsr_mesh me;
     tsr_dist w = t->dist;
     w.rank = 0, w.world = s->W, w.local_world = s->W < per_node ? s->W : per_node, w.view = NULL;
     mesh_build(&me, &t->cfg, &w, 1);
-    s->N = me.N, s->D = me.D;
+    s->N = me.N, s->D = me.D, s->Tt = me.T;
     mesh_free(&me);
     const long long gb = t->cfg.global_batch;
-    if (s->W % s->N)
+    if (s->W % s->Tt)
+        snprintf(s->na, sizeof s->na, "parallel.tensor = %d does not divide %d rank%s", s->Tt,
+                 s->W, s->W > 1 ? "s" : "");
+    else if ((s->W / s->Tt) % s->N)
         snprintf(s->na, sizeof s->na, "parallel.context = %d does not divide %d rank%s", s->N,
                  s->W, s->W > 1 ? "s" : "");
+    else if (gb % s->D && s->Tt > 1)
+        snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d data ranks (%d "
+                 "ranks / parallel.tensor x parallel.context %d)", gb, s->D, s->W, s->N * s->Tt);
     else if (gb % s->D && s->N > 1)
         snprintf(s->na, sizeof s->na, "global_batch %lld does not split over %d data ranks (%d "
                  "ranks / parallel.context %d)", gb, s->D, s->W, s->N);
@@ -409,13 +434,14 @@ static int data_ranks(const tsr_trainer *t, int per_node, tp_step *s) {
 
 /* one row of the table: W's split of the batch over its data ranks (micro: the recipe's
  * micro_batch), its compute and its collectives */
-static void plan_row(const tsr_trainer *t, const tp_rates *q, const timeplan_opts *o, int per_node,
+static void plan_row(const plan_view *t, const tp_rates *q, const timeplan_opts *o, int per_node,
                      int64_t micro, const char *missing, tp_step *s) {
     if (data_ranks(t, per_node, s)) return;
     s->per_rank = t->cfg.global_batch / s->D;
     s->micro = micro < s->per_rank ? micro : s->per_rank;
     tsr_log_mute(1); /* hsdp's group: its reason is said below */
-    int bad = trainer_shard_group(&t->cfg, s->W, s->W < per_node ? s->W : per_node, &s->G);
+    const int Wt = s->W / s->Tt, pn = per_node / s->Tt > 0 ? per_node / s->Tt : 1;
+    int bad = run_shard_group(&t->cfg, Wt, Wt < pn ? Wt : pn, &s->G);
     tsr_log_mute(0);
     if (bad) {
         snprintf(s->na, sizeof s->na, "parallel.replica_group = %lld does not divide %d ranks",
@@ -425,6 +451,7 @@ static void plan_row(const tsr_trainer *t, const tp_rates *q, const timeplan_opt
     if (!missing) compute_of(t, q, s);
     comm_of(t, o, per_node, s);
     ring_of(t, o, per_node, s);
+    tensor_of(t, o, per_node, s);
 }
 
 /* ---- printing ---- */
@@ -448,7 +475,7 @@ static void print_rates(const tp_table *tb, const tp_rates *q) {
            q->rest_ms, 1e9 * q->opt_ms / q->params, q->opt_ms);
 }
 
-static void print_step(const tsr_trainer *t, const tp_step *s, double peak, int computed) {
+static void print_step(const plan_view *t, const tp_step *s, double peak, int computed) {
     char nodes[16], left[48] = "-", gh[32] = "-";
     snprintf(nodes, sizeof nodes, "%d", s->nodes);
     if (s->na[0]) {
@@ -474,7 +501,7 @@ static void print_step(const tsr_trainer *t, const tp_step *s, double peak, int 
            left, gh);
 }
 
-static void print_assumptions(const tsr_trainer *t, const timeplan_opts *o, int per_node,
+static void print_assumptions(const plan_view *t, const timeplan_opts *o, int per_node,
                               long long micro, const char *link_src) {
     char dur[32];
     char steps[96];
@@ -540,7 +567,7 @@ void timeplan_close(timeplan *p) { free(p); }
 
 /* parallel.context = N: what a row's ranks and its "per rank" are, and the ring's bytes (ring_of)
  * at the recipe's microbatch of micro sequences */
-static void print_context(const tsr_trainer *t, long long micro) {
+static void print_context(const plan_view *t, long long micro) {
     const tsr_model *m = &t->model;
     const int N = t->mesh.N;
     double fw = (double)ring_layer_bytes(2, N, (int)micro, t->T, m->KVH, m->hs, 0);
@@ -566,7 +593,7 @@ static void print_context(const tsr_trainer *t, long long micro) {
 }
 
 /* the lines above the table: the rates, or what is missing */
-static void print_head(const timeplan *p, const tsr_trainer *t, const char *missing,
+static void print_head(const timeplan *p, const plan_view *t, const char *missing,
                        long long micro) {
     const tp_table *tb = &p->tb;
     if (p->found) print_rates(tb, &p->q);
@@ -588,6 +615,15 @@ static void print_head(const timeplan *p, const tsr_trainer *t, const char *miss
                "comm columns count it\n", (2 * t->model.L * Pl - saved) / 1e6,
                2 * t->model.L * Pl / 1e6, f8a, f8b);
     if (t->mesh.N > 1) print_context(t, micro);
+    if (t->mesh.T > 1)
+        printf("  parallel.tensor = %d: W ranks are W/%d tensor groups sharing their sequences "
+               "(W/%d data ranks x parallel.context), each rank computing 1/%d of every matmul, "
+               "head and logit%s; the tensor group's collectives (the decoder's gathers and sums, "
+               "bf16, and the partial gradients' sums) are in the comm columns, all exposed (a "
+               "half waits for its sum); the data-parallel sums over W/%d ranks of a rank's "
+               "split\n", t->mesh.T, t->mesh.T, t->mesh.T * t->mesh.N, t->mesh.T,
+               t->cfg.sequence ? " and of the norms' and element-wise work (sequence "
+                                 "parallelism)" : "", t->mesh.T);
     if (t->cfg.lora.rank > 0)
         printf("  the communication below is full training's: LoRA sums its adapters' gradients "
                "only (a frozen base is gathered once under zero3/hsdp)\n");
@@ -600,7 +636,7 @@ static void print_head(const timeplan *p, const tsr_trainer *t, const char *miss
            "to max_dur.", "GPU-hours");
 }
 
-void timeplan_print(const timeplan *p, const tsr_trainer *t, long long recipe_micro) {
+void timeplan_print(const timeplan *p, const plan_view *t, long long recipe_micro) {
     if (t->dist.rank != 0) return;
     long long micro = recipe_micro > 0 ? recipe_micro : t->cfg.micro_batch;
     const char *missing = p->found ? unmeasured(t, &p->tb) : "every op: no table";

@@ -15,7 +15,7 @@
 #ifndef TSR_TIMEPLAN_H
 #define TSR_TIMEPLAN_H
 
-#include "train/train_state.h"
+#include "plan/plan.h"
 
 typedef struct timeplan_opts {
     const char *gpu;           /* "H200", "H100", ... or a file holding a TSR_PROFILE table */
@@ -35,7 +35,7 @@ timeplan *timeplan_open(const timeplan_opts *o, int *rc);
 /* Prints the time plan of t (initialised for a dry run) on rank 0, every W with the recipe's
  * micro_batch recipe_micro (at most W's per-rank batch; 0: t's): --plan W may have given t a
  * smaller one that divides W's per-rank batch (docs/planning.md). */
-void timeplan_print(const timeplan *p, const tsr_trainer *t, long long recipe_micro);
+void timeplan_print(const timeplan *p, const plan_view *t, long long recipe_micro);
 void timeplan_close(timeplan *p);
 
 #endif

@@ -53,8 +53,14 @@ static const cli_opt prep_opts[] = {
                            "--pack)"},
     {"val-fraction", CLI_NO_SHORT('v'), "F", "fraction of documents for DIR/val, 0..1; 0 = no val (default 0.01)"},
     {"seed", 'S', "SEED", "seed of the train/val split (default 1)"},
-    {"bos", CLI_NO_SHORT('b'), NULL, "put <|endoftext|> before each document too"},
-    {"no-eos", 'E', NULL, "do not put <|endoftext|> after each document"},
+    {"bos", CLI_NO_SHORT('b'), NULL, "put the tokenizer's start of a document (its config's "
+                                     "bos_token, <bos>, <|begin_of_text|>, <s>; GPT-2 and Qwen: "
+                                     "<|endoftext|>) before each document too"},
+    {"eos", CLI_NO_SHORT('e'), "TOKEN", "end each document with this special token instead of "
+                                       "the family's end of a document (<|endoftext|>, "
+                                       "<|end_of_text|>, <eos>, </s>, else the config's "
+                                       "eos_token)"},
+    {"no-eos", 'E', NULL, "do not put the end of a document after each document"},
     {"target-prompts", CLI_NO_SHORT('P'), NULL, "sft/chat/preference: every token is a target "
                                                "(mask 1), prompts too"},
     {"chat-template", CLI_NO_SHORT('T'), "SPEC", "chat/preference: auto (default: the "
@@ -132,6 +138,7 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
         return usage_error("--val-fraction: expected a number in [0, 1], found ", val);
     case 'S': return opt_int(ch, val, 0, INT64_MAX, &a->seed);
     case CLI_NO_SHORT('b'): a->bos = 1; return 0;
+    case CLI_NO_SHORT('e'): a->eos_token = val; return 0;
     case 'E': a->no_eos = 1; return 0;
     case CLI_NO_SHORT('P'): a->target_prompts = 1; return 0;
     case CLI_NO_SHORT('T'): a->chat_template = strcmp(val, "auto") ? val : NULL; return 0;
@@ -219,6 +226,19 @@ static int make_staging(const char *out, tsr_lock *lock, char *tmp, size_t cap) 
 }
 
 /* ================================ the command ================================ */
+/* The document end in the index of the dataset at dir (docs/prep.md): "# document_end<TAB>ID<TAB>
+ * (...)", which the trainer compares with model.eot_token under the document mask. None with
+ * --no-eos or --format prompts (no document ends). Returns 0 or TSR_EXIT_DATA. */
+static int note_document_end(const prep_ctx *c, const char *dir) {
+    char line[512], name[96];
+    if (c->a->no_eos || c->a->format == FMT_PROMPTS) return 0;
+    tokenizer_id_label(c->tok, c->eos, name, sizeof name);
+    snprintf(line, sizeof line, "# document_end\t%u\t(tessera prep ends each document with this "
+             "id%s: model.eot_token under model.attn_mask = \"document\"; docs/prep.md)\n",
+             c->eos, name);
+    return pack_note_lines(dir, line);
+}
+
 /* Closes the writers and renames OUT.tmp to OUT; val is dropped when it got no document. */
 static int commit(prep_ctx *c, const char *tmp) {
     if (c->docs[0] == 0) {
@@ -244,10 +264,12 @@ static int commit(prep_ctx *c, const char *tmp) {
         c->w[1] = NULL;
     }
     if (rc) return TSR_EXIT_DATA;
-    for (int k = 0; k < 2 && c->a->pack; k++) {
+    for (int k = 0; k < 2; k++) {
         char sub[4096 + 8];
         snprintf(sub, sizeof sub, "%s/%s", tmp, k ? "val" : "train");
-        if ((!k || c->docs[1]) && pack_note_index(c->pk[k], sub)) return TSR_EXIT_DATA;
+        if (k && !c->docs[1]) continue;
+        if (note_document_end(c, sub) || (c->a->pack && pack_note_index(c->pk[k], sub)))
+            return TSR_EXIT_DATA;
     }
     const int written[2] = {1, c->docs[1] > 0};
     if (c->a->format == FMT_PROMPTS && prompts_side_commit(&c->side, tmp, written))
@@ -369,7 +391,7 @@ static int open_chat_config(prep_ctx *c) {
         return TSR_EXIT_DATA;
     }
     c->have_chat = 1;
-    snprintf(c->chat_path, sizeof c->chat_path, "%s", path);
+    snprintf(c->chat_path, sizeof c->chat_path, "%s", c->chat.tpl ? c->chat.source : path);
     if (c->chat.tpl) jinja_set_budget(c->chat.tpl, &c->a->budget);
     if (spec && !c->chat.tpl) {
         tsr_error("prep: --chat-template %s: the file has no chat_template (give a "
@@ -380,12 +402,41 @@ static int open_chat_config(prep_ctx *c) {
         jinja_free(c->chat.tpl);
         c->chat.tpl = NULL;
     }
-    if (c->chat.tpl && !c->a->quiet) printf("prep: chat lines: the chat template of %s\n", path);
+    if (c->chat.tpl && !c->a->quiet) printf("prep: chat lines: the chat template of %s\n", c->chat.source);
     return 0;
 }
 
-/* Loads the tokenizer and its end of document: <|endoftext|>, else the chat config's eos_token
- * (tokenizer_eos.h). */
+/* The end of a document (--eos TOKEN, else the family's: tokenizer_eos.h) and, with --bos, its
+ * start, into c->eos and c->rules.bos_id: 0, or exit 1 naming what is missing. */
+static int document_ids(prep_ctx *c) {
+    const prep_args *a = c->a;
+    const char *eos = c->have_chat ? chat_config_token(&c->chat, "eos_token") : NULL;
+    c->eos = a->eos_token ? tokenizer_special_id(c->tok, a->eos_token)
+                          : tokenizer_eos_id(c->tok, eos, TOKENIZER_EOS_DOCUMENT);
+    const char *bos = c->have_chat ? chat_config_token(&c->chat, "bos_token") : NULL;
+    c->rules.bos_id = tokenizer_bos_id(c->tok, bos);
+    if (a->eos_token && c->eos == UINT32_MAX) {
+        tsr_error("prep: --eos '%s': the tokenizer '%s' has no such special token (name one it "
+                  "has, e.g. its tokenizer_config.json's eos_token)", a->eos_token, a->tokenizer);
+        return TSR_EXIT_USAGE;
+    }
+    if (c->eos == UINT32_MAX && (!a->no_eos || a->pack)) {
+        tsr_error("prep: tokenizer '%s' has no end of a document (<|endoftext|>, <|end_of_text|>, "
+                  "<eos>, </s>, nor an eos_token in a tokenizer_config.json beside it) to end "
+                  "documents with (name one with --eos TOKEN, or pass --no-eos)", a->tokenizer);
+        return TSR_EXIT_USAGE;
+    }
+    if (a->bos && c->rules.bos_id == UINT32_MAX) {
+        tsr_error("prep: --bos: tokenizer '%s' has no start of a document (a bos_token in a "
+                  "tokenizer_config.json beside it, <bos>, <|begin_of_text|>, <s>, "
+                  "<|startoftext|>, <|endoftext|>): drop --bos", a->tokenizer);
+        return TSR_EXIT_USAGE;
+    }
+    c->rules.eos = c->eos;
+    return 0;
+}
+
+/* Loads the tokenizer, its chat config and the ends of a document (document_ids). */
 static int open_tokenizer(prep_ctx *c) {
     int rc = tokenizer_open(&c->tok, c->a->tokenizer);
     if (rc) return rc;
@@ -394,19 +445,11 @@ static int open_tokenizer(prep_ctx *c) {
     c->vocab = tokenizer_vocab_size(c->tok);
     rc = open_chat_config(c);
     if (rc) return rc;
-    c->eos = tokenizer_eos_id(c->tok, c->have_chat ? chat_config_token(&c->chat, "eos_token") : NULL,
-                              TOKENIZER_EOS_DOCUMENT);
-    c->rules = (prep_doc_rules){c->tok, c->eos, c->a->bos, c->a->no_eos, c->a->target_prompts,
+    c->rules = (prep_doc_rules){c->tok, 0, 0, c->a->bos, c->a->no_eos, c->a->target_prompts,
                                 c->have_chat && c->chat.tpl ? &c->chat : NULL,
                                 c->a->format == FMT_PROMPTS
                                     ? tokenizer_bytes_bound(c->tok, (size_t)c->a->pack - 1) : 0};
-    if (c->eos == UINT32_MAX && (!c->a->no_eos || c->a->bos)) {
-        tsr_error("prep: tokenizer '%s' has no <|endoftext|> token (nor an eos_token in a "
-                  "tokenizer_config.json beside it) to end documents with (add one, or pass "
-                  "--no-eos without --bos)", c->a->tokenizer);
-        return TSR_EXIT_USAGE;
-    }
-    return 0;
+    return document_ids(c);
 }
 
 /* The prep into the directory a.out (inputs argv[optind..argc)). */
@@ -498,7 +541,7 @@ static int prep_to_store(prep_args a, int argc, char **argv) {
     tsr_s3 *s3;
     int rc = s3_open(&s3, url); /* the store's settings checked before any work */
     s3_close(s3);
-    if (rc || (rc = data_temp_dir(tmp, sizeof tmp, "prep"))) return rc;
+    if (rc || (rc = fs_temp_dir(tmp, sizeof tmp, "prep"))) return rc;
     snprintf(out, sizeof out, "%s/out", tmp);
     a.out = out;
     rc = prep_local(a, argc, argv);

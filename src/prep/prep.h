@@ -8,8 +8,8 @@
 #define TSR_PREP_H
 
 /* tessera prep --out DIR [--tokenizer gpt2|PATH] [--format auto|text|jsonl|sft|chat]
- *              [--val-fraction F] [--seed S] [--bos] [--no-eos] [--target-prompts] [--strict]
- *              [--doc-sep SEP] [--shard-tokens N] [--pack T] [--threads N] [--quiet] INPUT... */
+ *              [--val-fraction F] [--seed S] [--bos] [--eos TOKEN] [--no-eos] [--target-prompts]
+ *              [--strict] [--doc-sep SEP] [--shard-tokens N] [--pack T] [--threads N] [--quiet] INPUT... */
 int cmd_prep(int argc, char **argv);
 
 #endif

@@ -156,7 +156,7 @@ static void put_plain(const prep_doc_rules *r, prep_item *it, const char *s, siz
         it->status = ITEM_EMPTY;
         return;
     }
-    if (r->bos && (part & PART_FIRST)) put_id(it, r->eos, 1);
+    if (r->bos && (part & PART_FIRST)) put_id(it, r->bos_id, 1);
     put_text(r, it, s, n, 1, part & PART_FIRST ? 0 : TEXT_CONTINUED);
     if (!r->no_eos && (part & PART_LAST)) put_id(it, r->eos, 1);
 }
@@ -166,7 +166,7 @@ static void put_plain(const prep_doc_rules *r, prep_item *it, const char *s, siz
 static void put_example(const prep_doc_rules *r, prep_item *it, const json_value *prompt,
                         const json_value *resp) {
     uint8_t tp = (uint8_t)r->target_prompts;
-    if (r->bos) put_id(it, r->eos, tp);
+    if (r->bos) put_id(it, r->bos_id, tp);
     put_text(r, it, prompt->str, prompt->len, tp, 0);
     put_text(r, it, resp->str, resp->len, 1, 0);
     if (!r->no_eos) put_id(it, r->eos, 1);
@@ -196,7 +196,7 @@ static int put_turn(const prep_doc_rules *r, prep_item *it, const json_value *m,
         return bad(it, "messages[%d]: %s", k, why);
     }
     *assistant = strcmp(role->str, "assistant") == 0;
-    if (k == 0 && r->bos) put_id(it, r->eos, tp);
+    if (k == 0 && r->bos) put_id(it, r->bos_id, tp);
     char small[128], *head = role->len + 3 <= sizeof small ? small : tsr_malloc(role->len + 3);
     memcpy(head, role->str, role->len);
     memcpy(head + role->len, ": ", 3);

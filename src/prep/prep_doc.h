@@ -41,11 +41,13 @@ enum { PART_FIRST = 1, PART_LAST = 2, PART_WHOLE = 3 };
 /* ITEM_FATAL: the chat template went over its render budget; prep stops (exit 2) */
 enum { ITEM_OK, ITEM_BAD, ITEM_EMPTY, ITEM_FATAL };
 
-/* How documents are framed: BOS/EOS are both `eos` (<|endoftext|>: GPT-2 has no BOS). chat: the
- * model's chat template for chat lines (chat/chat_render.h), or NULL for the "ROLE: content" format. */
+/* How documents are framed: `bos_id` before each (with `bos`), `eos` after each (unless no_eos):
+ * the tokenizer's start and end of a document (tokenizer_eos.h; both <|endoftext|> for GPT-2,
+ * which has no start token). chat: the model's chat template for chat lines (chat/chat_render.h),
+ * or NULL for the "ROLE: content" format. */
 typedef struct prep_doc_rules {
     const tsr_tokenizer *tok;
-    uint32_t eos;
+    uint32_t eos, bos_id;
     int bos, no_eos, target_prompts;
     const chat_config *chat;
     size_t max_prompt_bytes; /* --format prompts: a longer prompt cannot fit --pack (tokenizer_bytes_bound)

@@ -34,6 +34,7 @@
 
 typedef struct prep_args {
     const char *out, *tokenizer, *chat_template; /* chat_template: NULL = auto */
+    const char *eos_token; /* --eos TOKEN: the document end by name; NULL = the family's */
     prep_format format;
     double val_fraction;
     int64_t seed, shard_tokens, threads, pack; /* pack: T of --pack, 0 = not packed */

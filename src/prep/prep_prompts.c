@@ -9,7 +9,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "data/data.h"
-#include "generate/gen_chat.h"
+#include "chat/gen_chat.h"
 #include "prep/prep_pack.h"
 
 static const char *const split_name[2] = {"train", "val"};

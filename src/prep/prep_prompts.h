@@ -25,7 +25,7 @@ typedef struct prompts_side {
 /* Creates the record files in the staging directory tmp (val: the val split's too). Returns 0
  * or TSR_EXIT_DATA after tsr_error(). */
 int prompts_side_open(prompts_side *s, const char *tmp, int val);
-/* With a chat template: its eos_token and end-of-turn ids (generate/gen_chat.h) into s->stop. */
+/* With a chat template: its eos_token and end-of-turn ids (chat/gen_chat.h) into s->stop. */
 struct chat_config;
 struct tsr_tokenizer;
 void prompts_side_stops(prompts_side *s, const struct chat_config *cc,

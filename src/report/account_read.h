@@ -3,8 +3,8 @@
  * the parts of a start's wall time are defined), summed over the run; a start killed before its
  * record (SIGKILL, a node failure) is estimated from its own lines: wall up to its last record,
  * its step and checkpoint lines. `tessera report`'s cost section (report_cost.c), and the
- * trainer's last log lines, which train_main.c hands this reader over for
- * (metrics_use_run_line: the trainer is a layer below the tools). */
+ * trainer's last log lines, which train_main.c hands this reader over for (trainer_uses.run_line:
+ * the trainer is a layer below the tools). */
 #ifndef TSR_ACCOUNT_READ_H
 #define TSR_ACCOUNT_READ_H
 
@@ -34,7 +34,7 @@ void account_print(FILE *f, const acc_run *r);
 
 /* The one line of account_line for the run directory's metrics.jsonl at path after `steps` steps
  * into buf: 1 written, 0 not (no start records it can sum, or an error it reported). The
- * trainer's "cost: run so far" line (telemetry/metrics.h metrics_run_line_fn). */
+ * trainer's "cost: run so far" line (train/train_state.h trainer_uses.run_line). */
 int account_run_line(const char *path, int64_t steps, char *buf, size_t n);
 
 #endif

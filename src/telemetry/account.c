@@ -24,7 +24,7 @@ static struct {
     double begin, load_at_begin; /* UNIX time trainer_run began; load seconds by then */
     double poll;                 /* tsr_now() of the last energy poll */
     int64_t n_steps;
-    double health_seen;          /* t->out.health.step_s at the last step */
+    double health_seen;          /* run->out->health.step_s at the last step */
     struct { int64_t step; double secs; } recent[4096]; /* by step % 4096: a rollback's steps */
     tsr_energy energy;
 } acc;
@@ -72,21 +72,22 @@ void account_rolled_back(int64_t from, int64_t to) {
     acc.s[ACC_STEPS] -= lost, acc.s[ACC_LOST] += lost;
 }
 
-static int gpus_per_rank(const tsr_trainer *t) { return t->cfg.device == TSR_DEVICE_CUDA; }
+static int gpus_per_rank(const tsr_run *run) { return run->cfg->device == TSR_DEVICE_CUDA; }
 
-void account_run_begin(const tsr_trainer *t) {
+void account_run_begin(const tsr_run *run) {
     process_started();
     acc.begin = unix_now(), acc.load_at_begin = acc.s[ACC_LOAD], acc.poll = tsr_now();
-    energy_start(&acc.energy, gpus_per_rank(t) ? t->dist.local_rank : -1,
-                 t->dist.local_rank == 0);
+    energy_start(&acc.energy, gpus_per_rank(run) ? run->dist->local_rank : -1,
+                 run->dist->local_rank == 0);
 }
 
-void account_step(const tsr_trainer *t, double step_time) {
-    double health = t->out.health.step_s - acc.health_seen;
-    acc.health_seen = t->out.health.step_s;
+void account_step(const tsr_run *run, double step_time) {
+    double health = run->out->health.step_s - acc.health_seen;
+    acc.health_seen = run->out->health.step_s;
     if (health > step_time) health = step_time;
     account_add(ACC_STEPS, step_time - health), account_add(ACC_HEALTH, health), acc.n_steps++;
-    acc.recent[t->step % 4096].step = t->step, acc.recent[t->step % 4096].secs = step_time - health;
+    acc.recent[*run->step % 4096].step = *run->step;
+    acc.recent[*run->step % 4096].secs = step_time - health;
     if (tsr_now() - acc.poll >= 10) { /* the package counters wrap: read them often enough */
         double g, c;
         energy_read(&acc.energy, &g, &c);
@@ -102,10 +103,11 @@ static const char *slurm_job(char *buf, size_t n) {
     return buf;
 }
 
-void account_start_fields(const tsr_trainer *t, FILE *f) {
+void account_start_fields(const tsr_run *run, FILE *f) {
     char job[64];
     fprintf(f, ", \"started\": %.3f, \"ranks\": %d, \"gpus\": %d, \"threads\": %d, \"job\": ",
-            process_started(), t->dist.world, t->dist.world * gpus_per_rank(t), t->be.threads);
+            process_started(), run->dist->world, run->dist->world * gpus_per_rank(run),
+            run->be->threads);
     json_fput_string(f, slurm_job(job, sizeof job));
 }
 
@@ -126,7 +128,7 @@ const char *account_energy_why(int gpu) {
     return gpu ? acc.energy.gpu_why : acc.energy.cpu_why;
 }
 
-void account_close(const tsr_trainer *t, acc_start *s) {
+void account_close(const tsr_run *run, acc_start *s) {
     double e[2];
     energy_read(&acc.energy, &e[0], &e[1]);
     double have[2] = {isfinite(e[0]), isfinite(e[1])};
@@ -134,9 +136,9 @@ void account_close(const tsr_trainer *t, acc_start *s) {
     dist_allreduce_sum_f64(e, 2); /* the ranks' GPUs, the nodes' packages */
     dist_allreduce_sum_f64(have, 2);
     memset(s, 0, sizeof *s);
-    s->step = t->step, s->last_step = t->step, s->recorded = 1;
-    s->ranks = t->dist.world, s->gpus = t->dist.world * gpus_per_rank(t);
-    s->threads = t->be.threads, s->started = process_started();
+    s->step = *run->step, s->last_step = *run->step, s->recorded = 1;
+    s->ranks = run->dist->world, s->gpus = run->dist->world * gpus_per_rank(run);
+    s->threads = run->be->threads, s->started = process_started();
     s->gpu_j = have[0] > 0 ? e[0] : NAN, s->cpu_j = have[1] > 0 ? e[1] : NAN;
     s->wall = unix_now() - s->started;
     acc.s[ACC_STARTUP] = acc.begin - s->started - acc.load_at_begin;

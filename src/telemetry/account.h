@@ -4,7 +4,7 @@
  * or 86, the spike guard's stop). This is the trainer's side, what it feeds while running and
  * writes; the totals over every start of a run directory are read back from metrics.jsonl by
  * src/report/account_read.h (`tessera report`, and the trainer's last log lines through
- * metrics_use_run_line).
+ * the trainer's trainer_uses.run_line).
  *
  * The parts of a start's wall time (from the process's start, /proc/self/stat, to its record):
  *   startup   until the first step, less the checkpoint read at start
@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train/train_state.h"
+#include "run/run.h"
 
 typedef enum acc_part {
     ACC_STARTUP, ACC_STEPS, ACC_SAVE, ACC_LOAD, ACC_EVAL, ACC_LOST, ACC_DATA, ACC_HEALTH, ACC_IDLE,
@@ -57,16 +57,16 @@ void account_add(acc_part p, double seconds);
  * 4096 steps; older ones at the mean step time) move from steps to lost. */
 void account_rolled_back(int64_t from, int64_t to);
 /* trainer_run's start (collective-free): the first step begins; the energy counters start. */
-void account_run_begin(const tsr_trainer *t);
-/* After each step (every rank): its time (less the health checks' in it, t->out.health.step_s's
+void account_run_begin(const tsr_run *run);
+/* After each step (every rank): its time (less the health checks' in it, run->out->health.step_s's
  * growth: their part), and the energy counters polled (RAPL wraps). */
-void account_step(const tsr_trainer *t, double step_time);
+void account_step(const tsr_run *run, double step_time);
 /* The fields of this process's start event: "started", "ranks", "gpus", "threads", "job". */
-void account_start_fields(const tsr_trainer *t, FILE *f);
+void account_start_fields(const tsr_run *run, FILE *f);
 
 /* At trainer_run's end, every rank (collective: the energy is summed): this start's figures
  * into *s (metrics_log_account writes them). */
-void account_close(const tsr_trainer *t, acc_start *s);
+void account_close(const tsr_run *run, acc_start *s);
 /* Why an energy counter was not read (gpu = 1: the GPU's, 0: the CPU packages'). */
 const char *account_energy_why(int gpu);
 /* The run's one-line summary into the file TSR_COMMENT_FILE names, which the requeue hook sets

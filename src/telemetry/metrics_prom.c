@@ -27,12 +27,14 @@ static double unix_time(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int on(const tsr_trainer *t) { return t->dist.rank == 0 && t->cfg.metrics.prometheus_dir[0]; }
+static int on(const tsr_run *run) {
+    return run->dist->rank == 0 && run->cfg->metrics.prometheus_dir[0];
+}
 
-int metrics_prom_check(const tsr_trainer *t) {
-    const char *d = t->cfg.metrics.prometheus_dir;
+int metrics_prom_check(const tsr_run *run) {
+    const char *d = run->cfg->metrics.prometheus_dir;
     struct stat sb;
-    if (t->dist.rank != 0 || !*d) return 0;
+    if (run->dist->rank != 0 || !*d) return 0;
     if (stat(d, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(d, W_OK | X_OK) != 0) {
         tsr_error("metrics.prometheus_dir = \"%s\": %s: expected a writable directory (node_exporter's "
                   "--collector.textfile.directory)", d, stat(d, &sb) != 0 ? strerror(errno)
@@ -45,29 +47,30 @@ int metrics_prom_check(const tsr_trainer *t) {
 /* the labels and the file name, once: run (run_dir's last part), slurm_job, host. Not "job":
  * Prometheus gives every scraped sample its scrape job's own job label, and a file's job label
  * then becomes exported_job (docs/site.md) */
-static void names(const tsr_trainer *t) {
+static void names(const tsr_run *run) {
     if (pm.file[0]) return;
-    const char *run = strrchr(t->cfg.run_dir, '/');
-    run = run && run[1] ? run + 1 : t->cfg.run_dir;
+    const char *name = strrchr(run->cfg->run_dir, '/');
+    name = name && name[1] ? name + 1 : run->cfg->run_dir;
     const char *arr = getenv("SLURM_ARRAY_JOB_ID"), *task = getenv("SLURM_ARRAY_TASK_ID");
     const char *id = getenv("SLURM_JOB_ID");
     char job[64] = "";
     if (arr && *arr && task && *task) snprintf(job, sizeof job, "%s_%s", arr, task);
     else if (id) snprintf(job, sizeof job, "%s", id);
-    prom_labels(pm.labels, sizeof pm.labels, "run", run, "slurm_job", job, "host", t->dist.host, NULL);
+    prom_labels(pm.labels, sizeof pm.labels, "run", name, "slurm_job", job, "host", run->dist->host,
+                NULL);
     snprintf(pm.mem_labels, sizeof pm.mem_labels, "%s,device=\"%s\"", pm.labels,
-             t->cfg.device == TSR_DEVICE_CUDA ? "cuda" : "cpu");
+             run->cfg->device == TSR_DEVICE_CUDA ? "cuda" : "cpu");
     /* the file: one per job (a requeue rewrites it), else per run; [A-Za-z0-9_.-] only */
-    snprintf(pm.file, sizeof pm.file, "tessera_train_%.120s", *job ? job : run);
+    snprintf(pm.file, sizeof pm.file, "tessera_train_%.120s", *job ? job : name);
     for (char *p = pm.file; *p; p++)
         if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.')) *p = '_';
     strcat(pm.file, ".prom");
 }
 
-int metrics_prom_path(const tsr_trainer *t, char *buf, size_t n) {
-    if (!t->cfg.metrics.prometheus_dir[0]) return 0;
-    names(t);
-    snprintf(buf, n, "%s/%s", t->cfg.metrics.prometheus_dir, pm.file);
+int metrics_prom_path(const tsr_run *run, char *buf, size_t n) {
+    if (!run->cfg->metrics.prometheus_dir[0]) return 0;
+    names(run);
+    snprintf(buf, n, "%s/%s", run->cfg->metrics.prometheus_dir, pm.file);
     return 1;
 }
 
@@ -113,34 +116,34 @@ static void fill(FILE *f, const void *ctx) {
           "seconds): a stale file is a stopped writer", l, now);
 }
 
-static void write_now(const tsr_trainer *t) {
-    names(t);
+static void write_now(const tsr_run *run) {
+    names(run);
     pm.written = tsr_now();
-    if (prom_write(t->cfg.metrics.prometheus_dir, pm.file, fill, NULL))
+    if (prom_write(run->cfg->metrics.prometheus_dir, pm.file, fill, NULL))
         tsr_warn("metrics.prometheus_dir: %s not written (the run goes on)", pm.file);
 }
 
-void metrics_prom_step(const tsr_trainer *t, const tsr_step_stats *st, double tok_s, double mfu,
+void metrics_prom_step(const tsr_run *run, const tsr_step_stats *st, double tok_s, double mfu,
                        double eta_s) {
-    if (!on(t)) return;
-    pm.running = 1, pm.step = st->step, pm.total = t->total_steps, pm.loss = st->loss;
-    pm.health = t->out.health;
+    if (!on(run)) return;
+    pm.running = 1, pm.step = st->step, pm.total = *run->total_steps, pm.loss = st->loss;
+    pm.health = run->out->health;
     pm.tok_s = tok_s, pm.mfu = mfu, pm.eta = eta_s, pm.mem = st->peak_mem;
-    if (pm.written == 0 || tsr_now() - pm.written >= t->cfg.metrics.prometheus_interval ||
-        st->step == t->total_steps)
-        write_now(t);
+    if (pm.written == 0 || tsr_now() - pm.written >= run->cfg->metrics.prometheus_interval ||
+        st->step == *run->total_steps)
+        write_now(run);
 }
 
-void metrics_prom_saved(const tsr_trainer *t) {
-    if (!on(t)) return;
-    pm.running = 1, pm.ckpt_step = t->step, pm.ckpt_time = unix_time(), pm.step = t->step;
-    pm.total = t->total_steps;
-    write_now(t);
+void metrics_prom_saved(const tsr_run *run) {
+    if (!on(run)) return;
+    pm.running = 1, pm.ckpt_step = *run->step, pm.ckpt_time = unix_time(), pm.step = *run->step;
+    pm.total = *run->total_steps;
+    write_now(run);
 }
 
-void metrics_prom_end(const tsr_trainer *t, int rc) {
-    if (!on(t)) return;
-    pm.running = 0, pm.exit_code = rc, pm.step = t->step, pm.total = t->total_steps;
-    pm.health = t->out.health;
-    write_now(t);
+void metrics_prom_end(const tsr_run *run, int rc) {
+    if (!on(run)) return;
+    pm.health = run->out->health;
+    pm.running = 0, pm.exit_code = rc, pm.step = *run->step, pm.total = *run->total_steps;
+    write_now(run);
 }

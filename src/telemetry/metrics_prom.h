@@ -13,20 +13,20 @@
 #ifndef TSR_METRICS_PROM_H
 #define TSR_METRICS_PROM_H
 
-#include "train/train_state.h"
+#include "run/run.h"
 
 /* metrics.prometheus_dir, when set, is a writable directory: 0, else TSR_EXIT_USAGE after an error
  * naming the key and the directory (before anything is written into run_dir). */
-int metrics_prom_check(const tsr_trainer *t);
+int metrics_prom_check(const tsr_run *run);
 /* The file this start keeps, DIR/tessera_train_JOB.prom, into buf: 1, or 0 when
  * metrics.prometheus_dir is "" (none). */
-int metrics_prom_path(const tsr_trainer *t, char *buf, size_t n);
+int metrics_prom_path(const tsr_run *run, char *buf, size_t n);
 /* After a step (rank 0): the step's figures; the file rewritten when the interval has passed. */
-void metrics_prom_step(const tsr_trainer *t, const tsr_step_stats *st, double tok_s, double mfu,
+void metrics_prom_step(const tsr_run *run, const tsr_step_stats *st, double tok_s, double mfu,
                        double eta_s);
 /* A checkpoint committed at the trainer's step (rank 0): rewritten now. */
-void metrics_prom_saved(const tsr_trainer *t);
+void metrics_prom_saved(const tsr_run *run);
 /* The end of this start (rank 0): rewritten with running 0 and the exit code. */
-void metrics_prom_end(const tsr_trainer *t, int rc);
+void metrics_prom_end(const tsr_run *run, int rc);
 
 #endif

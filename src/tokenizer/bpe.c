@@ -231,6 +231,27 @@ uint32_t tokenizer_special_id(const tsr_tokenizer *t, const char *name) {
     return UINT32_MAX;
 }
 
+const char *tokenizer_special_of(const tsr_tokenizer *t, uint32_t id) {
+    if (t->hf) return hf_tok_special_of(t->hf, id);
+    for (uint32_t k = 0; k < t->n_specials; k++)
+        if (t->special_ids[k] == id) return t->specials[k];
+    return NULL;
+}
+
+const char *tokenizer_id_label(const tsr_tokenizer *t, uint32_t id, char *buf, size_t cap) {
+    uint32_t len = 0;
+    const char *name = t ? tokenizer_special_of(t, id) : NULL;
+    const uint8_t *b = t && !name ? tokenizer_token_bytes(t, id, &len) : NULL;
+    buf[0] = '\0';
+    if (name) snprintf(buf, cap, " (%.*s)", (int)(cap - 4), name);
+    if (!b) return buf;
+    size_t n = len < cap - 6 ? len : cap - 6, o = 0;
+    o += (size_t)snprintf(buf, cap, " ('");
+    for (size_t i = 0; i < n; i++) buf[o++] = b[i] < 0x20 || b[i] == 0x7f ? '?' : (char)b[i];
+    snprintf(buf + o, cap - o, "')");
+    return buf;
+}
+
 const uint8_t *tokenizer_token_bytes(const tsr_tokenizer *t, uint32_t id, uint32_t *len) {
     if (t->hf) return hf_tok_token_bytes(t->hf, id, len);
     if (id >= t->n_tokens) return NULL;

@@ -1,5 +1,5 @@
-/* hf_pretok.c — the Split pre-tokenizers of Llama 3 and Qwen 2/3 without a regex engine (gpt-oss's
- * o200k pattern: hf_o200k.c).
+/* hf_pretok.c — the Split pre-tokenizers of Llama 3 and Qwen 2/3 without a regex engine, and the
+ * dispatch to the others (the o200k family: hf_o200k.c; DeepSeek-V3's: hf_deepseek.c).
  *
  * The reference is transformers.js, which runs the pattern as a JavaScript regex with flag u (it
  * walks code points, \s is JavaScript's, (?i:'s|...) becomes '([sS]|[tT]|[rR][eE]|...)):
@@ -29,7 +29,7 @@
 
 enum { CL_O, CL_L, CL_N, CL_S };
 
-static const char *const split_patterns[HF_SPLIT_COUNT] = {
+static const char *const split_patterns[HF_SPLIT_SINGLE] = {
     [HF_SPLIT_LLAMA3] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                         "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     [HF_SPLIT_QWEN2] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
@@ -40,10 +40,16 @@ static const char *const split_patterns[HF_SPLIT_COUNT] = {
                        "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| "
                        "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 };
-_Static_assert(sizeof split_patterns / sizeof split_patterns[0] == HF_SPLIT_COUNT, "one per kind");
+
+const char *const hf_deepseek_patterns[3] = {
+    "\\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    ("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+     "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"),
+};
 
 hf_split_kind hf_split_kind_of(const char *pattern) {
-    for (int k = 0; k < HF_SPLIT_COUNT; k++)
+    for (int k = 0; k < HF_SPLIT_SINGLE; k++)
         if (strcmp(pattern, split_patterns[k]) == 0) return (hf_split_kind)k;
     return HF_SPLIT_COUNT;
 }
@@ -116,8 +122,14 @@ static size_t piece_at(hf_split_kind kind, const uint8_t *t, size_t n, size_t i)
 
 void hf_pretok_split(hf_split_kind kind, const uint8_t *t, size_t n,
                      void (*piece)(void *ctx, const uint8_t *p, size_t len), void *ctx) {
+    if (kind == HF_SPLIT_DEEPSEEK_V3) {
+        hf_deepseek_split(t, n, piece, ctx);
+        return;
+    }
+    hf_o200k_flavor f = kind == HF_SPLIT_O200K ? HF_O200K_JS : kind == HF_SPLIT_TT_O200K ? HF_O200K_TIKTOKEN
+                                                                                           : HF_O200K_KIMI;
     for (size_t i = 0; i < n;) {
-        size_t len = kind == HF_SPLIT_O200K ? hf_o200k_piece(t, n, i) : piece_at(kind, t, n, i);
+        size_t len = kind < HF_SPLIT_O200K ? piece_at(kind, t, n, i) : hf_o200k_piece(f, t, n, i);
         piece(ctx, t + i, len);
         i += len;
     }

@@ -10,6 +10,7 @@
 #include "tokenizer/hf_tok.h"
 
 #define HF_NONE UINT32_MAX
+#define HF_RANK_TOKEN_MAX 1024u /* bytes in one token of a ranks file (o200k's longest has 128) */
 
 /* Metaspace's prepend_scheme: which sections get a U+2581 in front (transformers.js: "first" is
  * the section at the start of the text, not one after an added token). */
@@ -31,6 +32,11 @@ struct hf_tok {
     uint64_t *mkey;
     uint32_t *mrank, *mres;
     uint64_t mmask;
+    /* the tiktoken format (tiktoken_load.c) has ranks, not merges: (l, r) merges when the bytes of
+     * l then r are a token, at that token's rank (its id); no table, tokens up to max_tok_len
+     * (at most HF_RANK_TOKEN_MAX) */
+    int rank_merges;
+    uint32_t max_tok_len;
     /* SentencePiece-style BPE (model.byte_fallback: Llama 2, Gemma 3; hf_spm.c): vocab keys are raw
      * UTF-8 with U+2581 for a space; merging starts from code points; a code point outside the
      * vocab becomes the <0xXX> tokens of its bytes */
@@ -116,13 +122,27 @@ size_t hf_spm_stream_cut(const hf_tok *t, const uint8_t *text, size_t n);
  * (with dec_bytes), one leading ' ' dropped when strip; written to out (at most cap), returns the full length. */
 size_t hf_spm_decode_id(const hf_tok *t, uint32_t id, int strip, uint8_t *out, size_t cap);
 
-/* Length of the piece of gpt-oss's (o200k) Split pattern starting at byte i (i < n) of the valid
- * UTF-8 text t (hf_o200k.c). */
-size_t hf_o200k_piece(const uint8_t *t, size_t n, size_t i);
+/* The o200k family of Split patterns (hf_o200k.c): gpt-oss's o200k as transformers.js runs it
+ * (JavaScript's classes), the same pattern as tiktoken runs it (o200k_base: the Rust regex crate's
+ * classes), Kimi K2's / Moonlight's (tiktoken: Han runs apart). */
+typedef enum hf_o200k_flavor { HF_O200K_JS, HF_O200K_TIKTOKEN, HF_O200K_KIMI } hf_o200k_flavor;
+/* Length of the piece of flavor f's pattern starting at byte i (i < n) of the valid UTF-8 text t. */
+size_t hf_o200k_piece(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i);
+
+/* DeepSeek-V3's pre-tokenizer (hf_deepseek.c): calls piece(ctx, start, len) for each piece of the
+ * valid UTF-8 text t. */
+void hf_deepseek_split(const uint8_t *t, size_t n, void (*piece)(void *ctx, const uint8_t *p, size_t len),
+                       void *ctx);
 
 /* Id of the model-vocab entry holding bytes p[0..n), or HF_NONE. */
 uint32_t hf_vocab_find(const hf_tok *t, const uint8_t *p, size_t n);
 /* Rank of merging (l, r) (result in *res), or HF_NONE. */
 uint32_t hf_merge_find(const hf_tok *t, uint32_t l, uint32_t r, uint32_t *res);
+/* The vocab lookup of hf_vocab_find over the ids whose assigned is 1 and skip (NULL: none) is 0;
+ * t->n_ids, blob, off, assigned filled. */
+void hf_vocab_index(hf_tok *t, const uint8_t *skip);
+/* Room for n added tokens, then added token k: len bytes of text (len >= 1), its id, special or not. */
+void hf_added_alloc(hf_tok *t, uint32_t n);
+void hf_added_set(hf_tok *t, uint32_t k, const char *text, size_t len, uint32_t id, int special);
 
 #endif

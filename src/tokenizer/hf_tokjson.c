@@ -38,7 +38,19 @@ uint32_t hf_vocab_find(const hf_tok *t, const uint8_t *p, size_t n) {
     }
 }
 
+/* hf_merge_find of a tokenizer with ranks, not merges (the tiktoken format): (l, r) merges when the
+ * bytes of l then r are a token, at that token's rank, which is its id. */
+static uint32_t rank_merge_find(const hf_tok *t, uint32_t l, uint32_t r, uint32_t *res) {
+    uint8_t buf[2 * HF_RANK_TOKEN_MAX];
+    size_t nl = t->off[l + 1] - t->off[l], nr = t->off[r + 1] - t->off[r];
+    if (nl + nr > t->max_tok_len) return HF_NONE;
+    memcpy(buf, t->blob + t->off[l], nl);
+    memcpy(buf + nl, t->blob + t->off[r], nr);
+    return *res = hf_vocab_find(t, buf, nl + nr);
+}
+
 uint32_t hf_merge_find(const hf_tok *t, uint32_t l, uint32_t r, uint32_t *res) {
+    if (t->rank_merges) return rank_merge_find(t, l, r, res);
     uint64_t key = (uint64_t)l << 32 | r;
     for (uint64_t s = tsr_hash64(key) & t->mmask;; s = (s + 1) & t->mmask) {
         if (t->mkey[s] == key) {
@@ -231,35 +243,65 @@ static int check_spm_pipeline(hf_tok *t, const json_value *root, const char *pat
     return check_spm_decoder(t, root, path);
 }
 
+/* pre_tokenizer.pretokenizers[k], sp: a Split with pattern.Regex, behavior Isolated, invert false;
+ * its Regex in *re. Returns 0 or fail(). */
+static int split_regex(const json_value *sp, int k, const char *path, const char **re) {
+    char msg[200];
+    const json_value *pat = json_get(sp, "pattern"), *r = pat ? json_get(pat, "Regex") : NULL;
+    const json_value *beh = json_get(sp, "behavior");
+    *re = r && r->type == JSON_STRING ? r->str : NULL;
+    if (is_type(sp, "Split") && *re && beh && beh->type == JSON_STRING && !strcmp(beh->str, "Isolated") &&
+        bool_is(sp, "invert", 0))
+        return 0;
+    tsr_snprintf(msg, sizeof msg, "pre_tokenizer.pretokenizers[%d]: expected Split with pattern.Regex, "
+                 "behavior Isolated, invert false", k);
+    return fail(path, msg);
+}
+
+/* The Splits before ByteLevel in pre_tokenizer.pretokenizers (n of them: 1, or DeepSeek-V3's 3,
+ * whose patterns must be its own, in order); fills t->split. */
+static int check_splits(hf_tok *t, const json_value *sp, int n, const char *path) {
+    char msg[400];
+    const char *re;
+    for (int k = 0; k < n; k++, sp = sp->next) {
+        TSR_CHECK(split_regex(sp, k, path, &re));
+        t->split = n == 1 ? hf_split_kind_of(re) : strcmp(re, hf_deepseek_patterns[k]) ? HF_SPLIT_COUNT
+                                                                                       : HF_SPLIT_DEEPSEEK_V3;
+        if (t->split != HF_SPLIT_COUNT) continue;
+        tsr_snprintf(msg, sizeof msg, "pre_tokenizer.pretokenizers[%d].pattern.Regex: unknown pattern "
+                     "'%.250s' (known: %s)", k, re, n == 1 ? "Llama 3's, Qwen 2/3's, gpt-oss's"
+                                                           : "DeepSeek-V3's three, in its order");
+        return fail(path, msg);
+    }
+    return 0;
+}
+
 /* The accepted pipeline around the model; fills split and nfc. */
 static int check_pipeline(hf_tok *t, const json_value *root, const char *path) {
-    char msg[400];
     const json_value *nz = json_get(root, "normalizer");
-    if (nz && nz->type != JSON_NULL) {
+    const json_value *nzs = nz ? json_get(nz, "normalizers") : NULL;
+    int empty_seq = is_type(nz, "Sequence") && nzs && nzs->type == JSON_ARRAY && !nzs->len;
+    if (nz && nz->type != JSON_NULL && !empty_seq) {
         if (!is_type(nz, "NFC"))
-            return fail(path, "normalizer: expected null or {\"type\": \"NFC\"} (byte-level BPE family)");
+            return fail(path, "normalizer: expected null, an empty Sequence or {\"type\": \"NFC\"} "
+                              "(byte-level BPE family)");
         t->nfc = 1;
     }
     const json_value *pt = json_get(root, "pre_tokenizer");
     const json_value *seq = pt ? json_get(pt, "pretokenizers") : NULL;
-    if (!pt || !is_type(pt, "Sequence") || !seq || seq->type != JSON_ARRAY || seq->len != 2)
-        return fail(path, "pre_tokenizer: expected Sequence[Split(Regex), ByteLevel(use_regex false)]");
-    const json_value *sp = seq->child, *bl = sp->next;
-    const json_value *pat = json_get(sp, "pattern"), *re = pat ? json_get(pat, "Regex") : NULL;
-    const json_value *beh = json_get(sp, "behavior");
-    if (!is_type(sp, "Split") || !re || re->type != JSON_STRING || !beh || beh->type != JSON_STRING ||
-        strcmp(beh->str, "Isolated") != 0 || !bool_is(sp, "invert", 0))
-        return fail(path, "pre_tokenizer.pretokenizers[0]: expected Split with pattern.Regex, "
-                          "behavior Isolated, invert false");
-    t->split = hf_split_kind_of(re->str);
-    if (t->split == HF_SPLIT_COUNT) {
-        tsr_snprintf(msg, sizeof msg, "pre_tokenizer.pretokenizers[0].pattern.Regex: unknown pattern "
-                     "'%.250s' (known: Llama 3's, Qwen 2/3's, gpt-oss's)", re->str);
+    if (!pt || !is_type(pt, "Sequence") || !seq || seq->type != JSON_ARRAY || (seq->len != 2 && seq->len != 4))
+        return fail(path, "pre_tokenizer: expected Sequence[Split(Regex), ByteLevel(use_regex false)], or "
+                          "DeepSeek-V3's Sequence of three Splits and ByteLevel");
+    int n_split = (int)seq->len - 1;
+    TSR_CHECK(check_splits(t, seq->child, n_split, path));
+    const json_value *bl = seq->child;
+    for (int k = 0; k < n_split; k++) bl = bl->next;
+    if (!is_type(bl, "ByteLevel") || !bool_is(bl, "use_regex", 0) || !bool_is(bl, "add_prefix_space", 0)) {
+        char msg[200];
+        tsr_snprintf(msg, sizeof msg, "pre_tokenizer.pretokenizers[%d]: expected ByteLevel with use_regex "
+                     "false, add_prefix_space false", n_split);
         return fail(path, msg);
     }
-    if (!is_type(bl, "ByteLevel") || !bool_is(bl, "use_regex", 0) || !bool_is(bl, "add_prefix_space", 0))
-        return fail(path, "pre_tokenizer.pretokenizers[1]: expected ByteLevel with use_regex false, "
-                          "add_prefix_space false");
     const json_value *dec = json_get(root, "decoder");
     if (!dec || !is_type(dec, "ByteLevel")) return fail(path, "decoder: expected ByteLevel");
     return 0;
@@ -332,7 +374,9 @@ static int vocab_sources(const hf_tok *t, const json_value *vocab, const json_va
                 size_t kl = src[id]->key_len;
                 uint8_t *tmp = tsr_malloc(kl + 1);
                 long bl = key_bytes(t, src[id]->key, kl, tmp);
-                int same = bl == (long)c->len && memcmp(tmp, c->str, c->len) == 0;
+                /* (a key that is not byte-level text, DeepSeek-V3's <｜begin▁of▁sentence｜>, as written) */
+                int same = bl < 0 ? kl == c->len && memcmp(src[id]->key, c->str, kl) == 0
+                                  : bl == (long)c->len && memcmp(tmp, c->str, c->len) == 0;
                 free(tmp);
                 if (!same) {
                     tsr_snprintf(msg, sizeof msg, "added_tokens: '%.60s' has id %u, which the vocab "
@@ -375,12 +419,16 @@ static void vocab_fill(hf_tok *t, const json_value *const *src, const uint8_t *i
         } else o += (uint64_t)bl;
     }
     t->off[t->n_ids] = o;
+    hf_vocab_index(t, is_added);
+}
+
+void hf_vocab_index(hf_tok *t, const uint8_t *skip) {
     uint64_t cap = pow2_at_least(2 * (uint64_t)t->n_ids);
     t->vslot = tsr_malloc(cap * sizeof *t->vslot);
     memset(t->vslot, 0xff, cap * sizeof *t->vslot);
     t->vmask = cap - 1;
     for (uint32_t id = 0; id < t->n_ids; id++)
-        if (t->assigned[id] == 1 && !is_added[id]) vocab_insert(t, id);
+        if (t->assigned[id] == 1 && !(skip && skip[id])) vocab_insert(t, id);
 }
 
 /* t->byte_tok: the token of each single byte; byte-level BPE needs all 256. SentencePiece-style:
@@ -424,12 +472,28 @@ static int load_vocab(hf_tok *t, const json_value *vocab, const json_value *adde
     return rc;
 }
 
+void hf_added_alloc(hf_tok *t, uint32_t n) {
+    t->n_added = n;
+    t->added = tsr_calloc(n + 1, sizeof *t->added);
+    t->added_len = tsr_calloc(n + 1, sizeof *t->added_len);
+    t->added_id = tsr_calloc(n + 1, sizeof *t->added_id);
+    t->added_special = tsr_calloc(n + 1, 1);
+}
+
+void hf_added_set(hf_tok *t, uint32_t k, const char *text, size_t len, uint32_t id, int special) {
+    t->added[k] = tsr_malloc(len + 1);
+    memcpy(t->added[k], text, len);
+    t->added[k][len] = 0;
+    t->added_len[k] = (uint32_t)len;
+    t->added_id[k] = id;
+    t->added_special[k] = (uint8_t)special;
+    t->n_added_plain += !special;
+    if (!special && len > t->added_plain_max) t->added_plain_max = (uint32_t)len;
+    t->added_first[(uint8_t)text[0]] = 1;
+}
+
 static int load_added(hf_tok *t, const json_value *added, const char *path) {
-    t->n_added = (uint32_t)added->len;
-    t->added = tsr_calloc(t->n_added + 1, sizeof *t->added);
-    t->added_len = tsr_calloc(t->n_added + 1, sizeof *t->added_len);
-    t->added_id = tsr_calloc(t->n_added + 1, sizeof *t->added_id);
-    t->added_special = tsr_calloc(t->n_added + 1, 1);
+    hf_added_alloc(t, (uint32_t)added->len);
     uint32_t k = 0;
     for (const json_value *v = added->child; v; v = v->next, k++) {
         const json_value *c = json_get(v, "content");
@@ -439,14 +503,7 @@ static int load_added(hf_tok *t, const json_value *added, const char *path) {
                          "be false (not supported)", c->str);
             return fail(path, msg);
         }
-        t->added[k] = tsr_malloc(c->len + 1);
-        memcpy(t->added[k], c->str, c->len + 1);
-        t->added_len[k] = (uint32_t)c->len;
-        t->added_id[k] = (uint32_t)json_get(v, "id")->num;
-        t->added_special[k] = (uint8_t)bool_is(v, "special", 1);
-        t->n_added_plain += !t->added_special[k];
-        if (!t->added_special[k] && t->added_len[k] > t->added_plain_max) t->added_plain_max = t->added_len[k];
-        t->added_first[(uint8_t)c->str[0]] = 1;
+        hf_added_set(t, k, c->str, c->len, (uint32_t)json_get(v, "id")->num, bool_is(v, "special", 1));
     }
     return 0;
 }
@@ -595,4 +652,10 @@ uint32_t hf_tok_added_id(const hf_tok *t, const char *content) {
     for (uint32_t k = 0; k < t->n_added; k++)
         if (strcmp(t->added[k], content) == 0) return t->added_id[k];
     return HF_NONE;
+}
+
+const char *hf_tok_special_of(const hf_tok *t, uint32_t id) {
+    for (uint32_t k = 0; k < t->n_added; k++)
+        if (t->added_id[k] == id && t->added_special[k]) return t->added[k];
+    return NULL;
 }

@@ -40,23 +40,26 @@ int tokenizer_gpt2_dir(char *dir, size_t cap);
  *   1. encoder.json + vocab.bpe     GPT-2's own names (data/npm/gpt2, "gpt2")
  *   2. tokenizer.json               a Hugging Face tokenizer (its tokenizer_config.json beside it,
  *                                   when there is one, gives the chat template and eos_token)
- *   3. vocab.json + merges.txt      GPT-2's format under transformers' names (what `tessera ckpt
+ *   3. tiktoken.model               tiktoken's format (Kimi K2, Moonlight: its tokenizer_config.json
+ *                                   beside it names the special tokens; docs/tokenizers-hf.md)
+ *   4. vocab.json + merges.txt      GPT-2's format under transformers' names (what `tessera ckpt
  *                                   export --format hf` writes for a GPT-2 tokenizer)
  * A pair counts only when both its files are there. */
-enum { TOKENIZER_FILES_NONE, TOKENIZER_FILES_GPT2, TOKENIZER_FILES_HF };
+enum { TOKENIZER_FILES_NONE, TOKENIZER_FILES_GPT2, TOKENIZER_FILES_HF, TOKENIZER_FILES_TIKTOKEN };
 typedef struct tokenizer_files {
     int kind;                       /* TOKENIZER_FILES_* */
     char vocab[4200], merges[4200]; /* GPT2: encoder.json or vocab.json; vocab.bpe or merges.txt */
-    char json[4200];                /* HF: tokenizer.json */
+    char json[4200];                /* HF: tokenizer.json; TIKTOKEN: tiktoken.model */
 } tokenizer_files;
 /* Finds dir's tokenizer files (reports nothing): f->kind, and the paths of that kind; NONE when
  * dir holds none of the three (or its path does not fit). Returns f->kind. */
 int tokenizer_find_files(const char *dir, tokenizer_files *f);
 /* The files looked for by tokenizer_find_files, for messages: "encoder.json + vocab.bpe, ..." */
-#define TOKENIZER_FILES_NAMES "encoder.json + vocab.bpe, tokenizer.json or vocab.json + merges.txt"
-/* Loads by name: "gpt2" (tokenizer_gpt2_dir), a directory (tokenizer_find_files: GPT-2's files or
- * a Hugging Face tokenizer.json), a Hugging Face tokenizer.json file (a name ending in .json;
- * hf_tok.h, docs/tokenizers-hf.md), or a file in tessera's format. An HF tokenizer answers every call below through hf_tok_*: its special tokens are its
+#define TOKENIZER_FILES_NAMES "encoder.json + vocab.bpe, tokenizer.json, tiktoken.model or vocab.json + merges.txt"
+/* Loads by name: "gpt2" (tokenizer_gpt2_dir), a directory (tokenizer_find_files: GPT-2's files, a
+ * Hugging Face tokenizer.json or a tiktoken.model), a Hugging Face tokenizer.json file (a name ending
+ * in .json; hf_tok.h, docs/tokenizers-hf.md), a file in tiktoken's format (NAME.tiktoken, or a
+ * tiktoken.model: its directory's), or a file in tessera's format. An HF tokenizer answers every call below through hf_tok_*: its special tokens are its
  * added tokens (tokenizer_special_id); it has no merges or specials to list (n_merges and
  * n_specials are 0) and tokenizer_save refuses it. */
 int tokenizer_open(tsr_tokenizer **out, const char *spec);
@@ -67,6 +70,13 @@ void tokenizer_free(tsr_tokenizer *tok);
 uint32_t tokenizer_vocab_size(const tsr_tokenizer *tok);
 /* Id of a special token such as "<|endoftext|>", or UINT32_MAX when it has none. */
 uint32_t tokenizer_special_id(const tsr_tokenizer *tok, const char *name);
+/* The name of the special token with this id ("<image_soft_token>": a Hugging Face added token
+ * marked special, or a special of a GPT-2-format or tessera tokenizer), or NULL when id is none:
+ * encoding text never gives such an id (tokenizer_encode without allow_special). */
+const char *tokenizer_special_of(const tsr_tokenizer *tok, uint32_t id);
+/* " (<eos>)" or " ('the')": id's special name or its bytes (control bytes as '?', cut to fit) for
+ * messages, into buf (cap bytes, at least 16); "" when tok is NULL or lacks id. Returns buf. */
+const char *tokenizer_id_label(const tsr_tokenizer *tok, uint32_t id, char *buf, size_t cap);
 
 /* Ill-formed UTF-8 subparts in n bytes: each becomes one U+FFFD when encoded (the maximal-subpart
  * rule of tokenizer_encode); a literal U+FFFD in the text is not counted. */

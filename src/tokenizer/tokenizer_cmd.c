@@ -19,7 +19,7 @@
 #include "tokenizer/tokenizer.h"
 
 static const cli_opt encode_opts[] = {
-    {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or its directory), or a tessera tokenizer file"},
+    {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or its directory), a tiktoken directory (tiktoken.model + tokenizer_config.json: Kimi K2, Moonlight) or o200k_base.tiktoken, or a tessera tokenizer file"},
     {"special", CLI_NO_SHORT('s'), NULL, "recognise special tokens such as <|endoftext|> (a tokenizer.json's added tokens) in the text"},
     {"help", 'h', NULL, "show this help"},
 };
@@ -29,7 +29,7 @@ const cli_cmd tokenizer_encode_cli = {
     encode_opts, (int)(sizeof encode_opts / sizeof encode_opts[0]), NULL,
 };
 static const cli_opt decode_opts[] = {
-    {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or its directory), or a tessera tokenizer file"},
+    {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or its directory), a tiktoken directory (tiktoken.model + tokenizer_config.json: Kimi K2, Moonlight) or o200k_base.tiktoken, or a tessera tokenizer file"},
     {"help", 'h', NULL, "show this help"},
 };
 const cli_cmd tokenizer_decode_cli = {

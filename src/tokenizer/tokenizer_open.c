@@ -1,7 +1,7 @@
 /* tokenizer_open.c — a tokenizer from its spec: "gpt2" (looked for in the data directories), a
- * directory (its files found by tokenizer_find_files: GPT-2's, or a tokenizer.json), a Hugging Face
- * tokenizer.json, or a tessera tokenizer file. Above the loaders (gpt2_load.c, hf_tokjson.c, tokfile.c), which build on
- * bpe.c's object. */
+ * directory (its files found by tokenizer_find_files: GPT-2's, a tokenizer.json or a tiktoken.model),
+ * a Hugging Face tokenizer.json, a tiktoken file, or a tessera tokenizer file. Above the loaders
+ * (gpt2_load.c, hf_tokjson.c, tiktoken_load.c, tokfile.c), which build on bpe.c's object. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +49,13 @@ static int open_hf(tsr_tokenizer **out, const char *path) {
     return tokenizer_wrap_hf(out, h);
 }
 
+/* The same for tiktoken's format (a directory, its tiktoken.model or a NAME.tiktoken). */
+static int open_tiktoken(tsr_tokenizer **out, const char *path) {
+    hf_tok *h = NULL;
+    TSR_CHECK(tiktoken_load(&h, path));
+    return tokenizer_wrap_hf(out, h);
+}
+
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
@@ -70,9 +77,11 @@ int tokenizer_find_files(const char *dir, tokenizer_files *f) {
         f->kind = TOKENIZER_FILES_GPT2;
     else if (have_files(dir, "tokenizer.json", NULL, f->json, NULL, cap))
         f->kind = TOKENIZER_FILES_HF;
+    else if (have_files(dir, "tiktoken.model", NULL, f->json, NULL, cap))
+        f->kind = TOKENIZER_FILES_TIKTOKEN;
     else if (have_files(dir, "vocab.json", "merges.txt", f->vocab, f->merges, cap))
         f->kind = TOKENIZER_FILES_GPT2;
-    if (f->kind != TOKENIZER_FILES_HF) f->json[0] = 0;
+    if (f->kind != TOKENIZER_FILES_HF && f->kind != TOKENIZER_FILES_TIKTOKEN) f->json[0] = 0;
     if (f->kind != TOKENIZER_FILES_GPT2) f->vocab[0] = f->merges[0] = 0;
     return f->kind;
 }
@@ -83,6 +92,7 @@ static int open_dir(tsr_tokenizer **out, const char *dir) {
     switch (tokenizer_find_files(dir, &f)) {
     case TOKENIZER_FILES_GPT2: return tokenizer_load_gpt2(out, f.vocab, f.merges);
     case TOKENIZER_FILES_HF: return open_hf(out, f.json);
+    case TOKENIZER_FILES_TIKTOKEN: return open_tiktoken(out, dir);
     default:
         tsr_error("tokenizer '%s': the directory holds no tokenizer (expected %s)", dir,
                   TOKENIZER_FILES_NAMES);
@@ -100,10 +110,11 @@ int tokenizer_open(tsr_tokenizer **out, const char *spec) {
     }
     if (stat(spec, &st) != 0) {
         tsr_error("tokenizer '%s': %s (expected gpt2, a directory holding %s, a Hugging Face "
-                  "tokenizer.json, or a tessera tokenizer file)", spec, strerror(errno),
+                  "tokenizer.json, a tiktoken file, or a tessera tokenizer file)", spec, strerror(errno),
                   TOKENIZER_FILES_NAMES);
         return TSR_EXIT_DATA;
     }
     if (S_ISDIR(st.st_mode)) return open_dir(out, spec);
+    if (tiktoken_is_file(spec)) return open_tiktoken(out, spec);
     return ends_with(spec, ".json") ? open_hf(out, spec) : tokenizer_load(out, spec);
 }

@@ -1,35 +1,19 @@
 /* checkpointing.h — save, resume and stop requests for the trainer (docs/checkpoint-format.md,
  * docs/tessera-train.md "CHECKPOINTS AND RESUME", "STOP REQUESTS"). Collective: every rank calls
- * these at the same step boundary. Three files implement it, one concern each:
- * checkpointing_save.c (when to save, the asynchronous writer's life, the commit),
- * checkpointing_resume.c (resume, --init-from, the config checks, rollback) and
- * checkpointing_stop.c (the signals: checkpointing_stop.h); checkpointing_tensors.c lays out the
- * tensors the saves and the loads share. */
+ * these at the same step boundary. Two files implement it, one concern each:
+ * checkpointing_save.c (when to save, the asynchronous writer's life, the commit, the boundary
+ * where a stop request is agreed) and checkpointing_resume.c (resume, --init-from, the config
+ * checks, rollback); the signals themselves are watchdog/stop.h's; checkpointing_tensors.c lays
+ * out the tensors the saves and the loads share. */
 #ifndef TSR_CHECKPOINTING_H
 #define TSR_CHECKPOINTING_H
 
 #include "ckpt.h"
-#include "train/checkpointing_stop.h"
+/* (--init-from's importer of weights-only sources: the trainer's uses.importer, train_state.h,
+ * which the program hands trainer_init) */
+#include "model/model_importer.h"
 #include "train/train_state.h"
-
-/* A weights-only source for --init-from other than a checkpoint: a Hugging Face directory
- * (docs/hf.md). Its reader sits above the trainer (src/hf), so the program hands it over with
- * checkpointing_use_importer (train_main.c); without one every --init-from names a checkpoint.
- * is_source: path is one of its directories; open checks it against the model (h is set, also
- * on failure); read fills the flat range [lo, hi) into dst (dst[i - lo]: hf.h hf_import_read) and
- * adds the bytes read; close takes any h. */
-typedef struct checkpointing_importer {
-    int (*is_source)(const char *path);
-    int (*open)(void **h, const char *dir, const tsr_model *m);
-    int (*read)(void *h, const tsr_model *m, size_t lo, size_t hi, float *dst, uint64_t *bytes);
-    void (*close)(void *h);
-    /* LoRA (docs/lora.md): path is a PEFT adapter directory; read_adapter fills lo's weights
-     * from one and names its base (hf.h hf_read_adapter) */
-    int (*is_adapter)(const char *path);
-    int (*read_adapter)(const char *dir, const tsr_config *cfg, tsr_lora *lo, char *base,
-                        size_t cap);
-} checkpointing_importer;
-void checkpointing_use_importer(const checkpointing_importer *imp);
+#include "watchdog/stop.h"
 
 /* At a step boundary, one all-reduce: did any rank get a stop signal (*stop), and has every rank's
  * background writer finished? If so the save in flight is committed here (the CRCs agreed, the
@@ -62,7 +46,8 @@ int checkpointing_drain(tsr_trainer *t);
 uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t);
 /* The host memory a rank's save takes while it runs, beside the snapshot: the O_DIRECT buffers
  * (ckpt_io_buffer_bytes), and under zero3 / hsdp the layout exchange's (fsdp_exchange_floats) and,
- * without save_async, the parts of the three sets (with it they lie in the snapshot). */
+ * without save_async, the parts of the three sets (with it they lie in the snapshot); under tensor
+ * parallelism the global layout's part of each set and its exchange's buffers (model_tp.h). */
 uint64_t checkpointing_io_bytes(const tsr_trainer *t);
 /* save_async in effect (t->ck.async): allocates this rank's snapshot buffer and writes it once, so
  * that its memory is taken at start, not at the first save. Local. */
@@ -81,7 +66,7 @@ void checkpointing_room_warn(tsr_trainer *t);
  * call it on rank 0 and broadcast the status (as checkpointing_resume does first), so that one
  * process, not every rank, opens the checkpoint. peeked (may be NULL): the metadata it read and
  * the file it read it from (path "" when none), for the load that follows (ckpt_peeked). */
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_path,
+int checkpointing_check_start(const tsr_trainer *t, const char *resume_path,
                               const char *init_from, ckpt_peeked *peeked);
 /* At start: resume from resume_path if given, else from run_dir's latest valid checkpoint if any;
  * on a fresh run with init_from, load the weights only. Returns 0 (resumed or fresh) or an exit

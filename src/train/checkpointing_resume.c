@@ -4,7 +4,7 @@
  * checkpoint's before anything is written) and the spike guard's rollback. Each rank reads its
  * slices (checkpointing_tensors.h), then the state is completed on every rank: DDP ranks
  * all-gather weights and moments, ZeRO-1 ranks weights only, ZeRO-3 / HSDP move the first group's
- * parts into their shards. (Saving: checkpointing_save.c; stop signals: checkpointing_stop.c.) */
+ * parts into their shards. (Saving: checkpointing_save.c; stop signals: watchdog/stop.c.) */
 #include "train/checkpointing.h"
 
 #include <sys/stat.h>
@@ -19,24 +19,22 @@
 #include "gpu/gpu_train.h"
 #include "config/config_table.h"
 #include "train/checkpointing_tensors.h"
+#include "train/data_sources.h"
 #include "train/sdc.h"
 #include "telemetry/metrics.h"
 #include "optim/schedule.h"
-#include "train/train_data.h"
-
-static const checkpointing_importer *importer;
-
-void checkpointing_use_importer(const checkpointing_importer *imp) { importer = imp; }
 
 /* --init-from names a PEFT adapter directory (LoRA: the adapters to start from) */
-static int adapter_dir(const char *init_arg) {
-    return init_arg && importer && importer->is_adapter && importer->is_adapter(init_arg);
+static int adapter_dir(const tsr_trainer *t, const char *init_arg) {
+    const checkpointing_importer *imp = t->uses.importer;
+    return init_arg && imp && imp->is_adapter && imp->is_adapter(init_arg);
 }
 
 /* --init-from names a directory of the importer's (a Hugging Face one or a PEFT adapter), not a
  * checkpoint */
-static int imported(const char *init_arg) {
-    return init_arg && importer && (importer->is_source(init_arg) || adapter_dir(init_arg));
+static int imported(const tsr_trainer *t, const char *init_arg) {
+    const checkpointing_importer *imp = t->uses.importer;
+    return init_arg && imp && (imp->is_source(init_arg) || adapter_dir(t, init_arg));
 }
 
 /* The checkpoint read at start: checkpointing_resume runs before run_dir is opened (a refused start
@@ -72,6 +70,8 @@ static void gather_after_load(tsr_trainer *t, int with_optim) {
  * (ddp, zero1), or moved into the shards and broadcast to the other groups (zero3, hsdp); then
  * the device's copy (device = cuda: the experts' store too). */
 static void dense_gather(tsr_trainer *t, int with_optim) {
+    for (int set = 0; t->part.tp_on && set < (with_optim ? CKIO_SETS : 1); set++)
+        tp_from_global(&t->part.tpio, &t->model, t->part.tp_gpart[set], ckio_tp_held(t, set));
     if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
         float *shard[CKIO_SETS] = {f->params, t->part.m, t->part.v};
@@ -83,10 +83,10 @@ static void dense_gather(tsr_trainer *t, int with_optim) {
         if (t->be.gpu) gpu_train_push(t->be.gpu, with_optim);
         return;
     }
-    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
+    trainer_flat_allgather(t, t->model.params);
     if (with_optim && !t->part.zero1) {
-        dist_allgatherv_f32(t->part.m, t->part.part_counts, t->part.part_displs);
-        dist_allgatherv_f32(t->part.v, t->part.part_counts, t->part.part_displs);
+        trainer_flat_allgather(t, t->part.m);
+        trainer_flat_allgather(t, t->part.v);
     }
     if (t->be.gpu) gpu_train_push(t->be.gpu, with_optim);
 }
@@ -131,7 +131,7 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
         return TSR_EXIT_DATA;
     }
     char plan[sizeof meta->mix_plan];
-    train_data_format_plan(t, plan, sizeof plan);
+    dataloader_format_plan(&t->data, plan, sizeof plan);
     if (meta->mix_plan[0] && strcmp(plan, meta->mix_plan) != 0) {
         tsr_error("%s: the data mix plan (phase start in batches: samples per stream) was \"%s\", "
                   "this run's is \"%s\": resuming would re-read or skip data. Keep data.mix, "
@@ -155,7 +155,8 @@ static int apply_meta(tsr_trainer *t, const ckpt_meta *meta, const char *path, i
             printf("micro_batch auto: %d, kept from %s (it ran %lld)\n", t->micro, path,
                    (long long)meta->micro_batch);
     }
-    train_data_reset_seen(t);
+    dataloader_reset_seen(&t->data, t->step + t->data.data_offset,
+                          (const int64_t(*)[2])t->guard.skips, t->guard.n_skips);
     return 0;
 }
 
@@ -165,7 +166,8 @@ typedef enum { LOAD_RESUME, LOAD_ROLLBACK, LOAD_WEIGHTS } load_kind;
 
 /* The ending of every load, once ckpt_load has read this rank's slices: a resume or a rollback
  * checks the global batch and takes the step and the data position from meta (a resume also the
- * guard's record; a rollback keeps the in-memory one, newer than the checkpoint's); then what was
+ * guard's record, and compares the data sources with the checkpoint's: data_sources.h; a rollback
+ * keeps the in-memory record, newer than the checkpoint's, and the run's own data); then what was
  * read is completed on every rank (the weights alone for LOAD_WEIGHTS) and the load recorded: a
  * rollback in metrics.jsonl, --init-from for trainer_open_run_dir (a resume by note_resume, after
  * LoRA's base has loaded). */
@@ -178,9 +180,10 @@ static int load_ending(tsr_trainer *t, load_kind kind, const ckpt_meta *meta, co
     }
     int rc = check_batch(t, meta, path);
     if (!rc) rc = apply_meta(t, meta, path, kind == LOAD_RESUME);
+    if (!rc && kind == LOAD_RESUME) rc = data_sources_check(t, meta->data_sources, path);
     if (rc) return rc;
     gather_after_load(t, 1);
-    if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(t, "rollback", path, st->seconds, st->bytes);
+    if (kind == LOAD_ROLLBACK) metrics_log_checkpoint(&t->run, "rollback", path, st->seconds, st->bytes);
     return 0;
 }
 
@@ -257,8 +260,9 @@ static int check_init_moe_layers(const tsr_config *cfg, const char *path) {
     return rc;
 }
 
-int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, const char *init_arg,
+int checkpointing_check_start(const tsr_trainer *t, const char *resume_arg, const char *init_arg,
                               ckpt_peeked *peeked) {
+    const tsr_config *cfg = &t->cfg;
     char why[1024];
     if (peeked) peeked->path[0] = '\0';
     if (!init_arg && cfg->lora.rank > 0 && cfg->lora.base[0]) init_arg = cfg->lora.base;
@@ -268,7 +272,7 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
         return rc;
     }
     char from[1200], path[1200];
-    if (init_arg && !imported(init_arg)) { /* its file is opened through MPI-IO */
+    if (init_arg && !imported(t, init_arg)) { /* its file is opened through MPI-IO */
         if (ckpt_resolve_path(init_arg, path, sizeof path)) return TSR_EXIT_DATA;
         if ((rc = ckpt_check_load_path(path, why, sizeof why))) {
             tsr_error("--init-from %s: %s", init_arg, why);
@@ -327,14 +331,17 @@ int checkpointing_check_start(const tsr_config *cfg, const char *resume_arg, con
  * experts straight into the store. */
 static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
-    tsr_model *m = &t->model, *plain = m;
+    const checkpointing_importer *imp = t->uses.importer;
+    /* (a split model reads the whole model's layout: its part of it, as a checkpoint's) */
+    const tsr_model *m = t->part.tp_on ? t->model.global : &t->model, *plain = m;
+    tsr_model *own = NULL;
     if (t->part.ep_on) { /* the plain layout, for its offsets (no weights) */
-        plain = tsr_calloc(1, sizeof *plain);
-        model_init(plain, &t->cfg.model, t->T, t->be.ops);
+        plain = own = tsr_calloc(1, sizeof *own);
+        model_init(own, &t->cfg.model, t->T, t->be.ops);
     }
     void *h = NULL;
     tsr_log_mute(t->dist.rank != 0);
-    int rc = importer->open(&h, dir, plain);
+    int rc = imp->open(&h, dir, plain);
     tsr_log_mute(0);
     size_t lo, hi, origin[CKIO_SETS];
     float *base[CKIO_SETS];
@@ -347,22 +354,22 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
                      b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (!p->numel || p->ep || a >= b) continue;
         const size_t at = plain->params_info[i].offset + (a - p->offset); /* (plain == m: a) */
-        rc = importer->read(h, plain, at, at + (b - a), base[CKIO_MODEL] + (a - origin[CKIO_MODEL]),
-                            &bytes);
+        rc = imp->read(h, plain, at, at + (b - a), base[CKIO_MODEL] + (a - origin[CKIO_MODEL]),
+                       &bytes);
     }
     for (int which = 0; which < 2 && !rc && t->part.ep_on; which++) {
         const size_t off = plain->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1].offset;
         for (int s = 0; s < t->part.ep.LM && !rc; s++) {
             size_t in_tensor, in_store;
             const size_t n = ep_slot_span(&t->part.ep, which, s, &in_tensor, &in_store);
-            rc = importer->read(h, plain, off + in_tensor, off + in_tensor + n,
-                                t->part.ep.w + in_store, &bytes);
+            rc = imp->read(h, plain, off + in_tensor, off + in_tensor + n,
+                           t->part.ep.w + in_store, &bytes);
         }
     }
-    importer->close(h);
-    if (plain != m) {
-        model_free(plain);
-        free(plain);
+    imp->close(h);
+    if (own) {
+        model_free(own);
+        free(own);
     }
     double worst = rc;
     dist_allreduce_max_f64(&worst, 1); /* a read error on one rank stops all of them */
@@ -378,14 +385,14 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
 /* The base model's weights only (--init-from, LoRA's base): from a Hugging Face directory or a
  * checkpoint (a file or a run directory's latest). */
 static int load_weights(tsr_trainer *t, const char *arg) {
-    if (adapter_dir(arg)) {
+    if (adapter_dir(t, arg)) {
         if (t->dist.rank == 0)
             tsr_error("--init-from %s is a PEFT adapter directory: it starts a LoRA run (set "
                       "lora.rank, lora.alpha and lora.targets to the adapter's, and lora.base to "
                       "its base; docs/lora.md), not a model", arg);
         return TSR_EXIT_USAGE;
     }
-    if (imported(arg)) return init_from_hf(t, arg);
+    if (imported(t, arg)) return init_from_hf(t, arg);
     char from[1200];
     if (ckpt_resolve_path(arg, from, sizeof from)) return TSR_EXIT_DATA;
     ckpt_tensor ts[CKIO_MAX_TENSORS];
@@ -456,7 +463,7 @@ static int lora_base(tsr_trainer *t, const char *init_arg, const ckpt_meta *meta
         tsr_log_mute(0);
         base = found;
     }
-    if (base && !rc && !imported(base)) { /* a run directory or `latest`: the file it names now is the
+    if (base && !rc && !imported(t, base)) { /* a run directory or `latest`: the file it names now is the
                                     * base, and is what the run records */
         if (ckpt_resolve_path(base, resolved, sizeof resolved)) rc = TSR_EXIT_DATA;
         else base = resolved;
@@ -498,7 +505,7 @@ static int lora_from_peft(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
     char named[1024] = "";
     tsr_log_mute(t->dist.rank != 0);
-    int64_t rc = importer->read_adapter(dir, &t->cfg, &t->part.lora, named, sizeof named);
+    int64_t rc = t->uses.importer->read_adapter(dir, &t->cfg, &t->part.lora, named, sizeof named);
     tsr_log_mute(0);
     int64_t worst = rc;
     dist_allreduce_sum_i64(&worst, 1); /* any rank's failure stops all */
@@ -602,7 +609,7 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
         if (ckpt_resolve_path(resume_arg, resume_buf, sizeof resume_buf)) return TSR_EXIT_DATA;
         resume_path = resume_buf;
     }
-    if (init_arg && !imported(init_arg)) { /* a path that does not resolve stops the start */
+    if (init_arg && !imported(t, init_arg)) { /* a path that does not resolve stops the start */
         char init_buf[1200];
         if (ckpt_resolve_path(init_arg, init_buf, sizeof init_buf)) return TSR_EXIT_DATA;
     }
@@ -620,7 +627,7 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
         rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st, peeked,
                          sdc_configured(&t->cfg));
     }
-    if (t->part.lora_on && rc == 1 && adapter_dir(init_arg)) { /* from a PEFT adapter */
+    if (t->part.lora_on && rc == 1 && adapter_dir(t, init_arg)) { /* from a PEFT adapter */
         rc = lora_from_peft(t, init_arg);
     } else if (t->part.lora_on && rc == 1) { /* fresh LoRA run: the base, the adapters from the
                                                 * seed */
@@ -629,7 +636,7 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
                                      * directory --init-from named started the run: its base is
                                      * the one the checkpoint records) */
         if (!rc && !(rc = load_ending(t, LOAD_RESUME, meta, path, &st)) &&
-            !(rc = lora_base(t, adapter_dir(init_arg) ? NULL : init_arg, meta, path)))
+            !(rc = lora_base(t, adapter_dir(t, init_arg) ? NULL : init_arg, meta, path)))
             note_resume(t, meta, path, &st, init_arg);
     } else if (rc == 1 && init_arg) { /* fresh run: weights only, step 0 */
         rc = load_weights(t, init_arg);
@@ -648,7 +655,7 @@ int checkpointing_resume(tsr_trainer *t, const char *resume_arg, const char *ini
      * what its check read is handed on to the load (ckpt_peeked), which reads the root
      * attributes again only for another file (a fallback past a damaged one) or this one changed */
     ckpt_peeked *peeked = tsr_calloc(1, sizeof *peeked);
-    int rc = t->dist.rank == 0 ? checkpointing_check_start(&t->cfg, resume_arg, init_arg, peeked)
+    int rc = t->dist.rank == 0 ? checkpointing_check_start(t, resume_arg, init_arg, peeked)
                                : 0;
     dist_bcast(&rc, sizeof rc, 0);
     if (!rc) rc = resume_or_init(t, resume_arg, init_arg, peeked);

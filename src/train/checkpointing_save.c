@@ -2,7 +2,7 @@
  * rank's slices: checkpointing_tensors.h), the asynchronous writer's life (the snapshot, the
  * thread that writes it while the steps go on, the wait before the state changes) and the commit
  * at a step boundary; the memory the plan counts for them; the room check at start.
- * (Resuming, --init-from and rollback: checkpointing_resume.c; stop signals: checkpointing_stop.c.)
+ * (Resuming, --init-from and rollback: checkpointing_resume.c; stop signals: watchdog/stop.c.)
  * The NO_MPI build does the same as one rank (checkpoint/ on serial HDF5): its files load in the
  * MPI build and back. */
 #include "train/checkpointing.h"
@@ -15,9 +15,9 @@
 #include "common.h"
 #include "gpu/gpu_train.h"
 #include "train/checkpointing_tensors.h"
+#include "train/data_sources.h"
 #include "train/sdc.h"
 #include "telemetry/metrics.h"
-#include "train/train_data.h"
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"
@@ -71,9 +71,10 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     meta->rollbacks = t->guard.rollbacks;
     meta->updates_skipped = t->guard.updates_skipped;
     guard_format_skips(&t->guard, meta->skipped_batches, sizeof meta->skipped_batches);
-    train_data_mix_tokens(t, meta->mix_tokens, sizeof meta->mix_tokens);
-    train_data_format_plan(t, meta->mix_plan, sizeof meta->mix_plan);
+    dataloader_mix_tokens(&t->data, meta->mix_tokens, sizeof meta->mix_tokens);
+    dataloader_format_plan(&t->data, meta->mix_plan, sizeof meta->mix_plan);
     guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
+    data_sources_format(t, meta->data_sources, sizeof meta->data_sources);
     meta->micro_batch = t->auto_micro ? t->micro : 0;
     meta->fingerprints_agreed = sdc_agreed(t); /* (sdc_before_save compared this state) */
     meta->world_size = t->dist.world;
@@ -100,6 +101,8 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
     }
     for (int set = 0; ckio_ep_writer(t) && set < CKIO_SETS; set++)
         ep_to_part(&t->part.ep, ckio_ep_store(t, set), t->part.ep_io[set]);
+    for (int set = 0; t->part.tp_on && set < CKIO_SETS; set++) /* (into the global layout) */
+        tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, set), t->part.tp_gpart[set]);
     return n;
 }
 
@@ -107,7 +110,7 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
 static void note_saved(tsr_trainer *t, int64_t step, const char *path, const ckpt_stats *st,
                        int async) {
     t->ck.committed = step;
-    metrics_log_save(t, step, path, st, async);
+    metrics_log_save(&t->run, &t->ck, step, path, st, async);
 }
 
 static size_t snapshot_direct(const tsr_trainer *t);
@@ -152,7 +155,8 @@ static void snap_reserve(tsr_trainer *t, size_t n) {
  * no second copy); 0 otherwise. */
 static size_t snapshot_direct(const tsr_trainer *t) {
     const tsr_fsdp *f = &t->part.fsdp;
-    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0) return 0;
+    /* (tensor parallelism: the snapshot holds the global layout's part, tp_layout's) */
+    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0 || t->part.tp_on) return 0;
     return f->part_counts[f->grank];
 }
 
@@ -226,10 +230,10 @@ static int commit_pending(tsr_trainer *t) {
 int checkpointing_drain(tsr_trainer *t) { return t->ck.pending ? commit_pending(t) : 0; }
 
 int checkpointing_boundary(tsr_trainer *t, int *stop) {
-    int64_t v[2] = {checkpointing_stop_signalled(), t->ck.pending && !ckpt_save_written(t->ck.pending)};
+    int64_t v[2] = {stop_signalled(), t->ck.pending && !ckpt_save_written(t->ck.pending)};
     dist_allreduce_sum_i64(v, 2); /* every rank learns of a signal and of a writer still busy */
     *stop = v[0] > 0;
-    if (*stop) checkpointing_stop_proceed(); /* the ranks all reached the boundary (no grace) */
+    if (*stop) stop_proceed(); /* the ranks all reached the boundary (no grace) */
     return t->ck.pending && v[1] == 0 ? commit_pending(t) : 0;
 }
 
@@ -258,7 +262,9 @@ int checkpointing_save(tsr_trainer *t, int background) {
 /* The floats of this rank's snapshot: its slices of every tensor (as ckio_tensors lays them out,
  * without building them), and SNAP_PAD_FLOATS */
 static size_t snapshot_floats(const tsr_trainer *t) {
-    size_t part = t->part.fsdp_on ? snapshot_direct(t) : t->part.part_counts[t->dist.rank];
+    size_t part = t->part.tp_on     ? tp_io_part(&t->part.tpio)
+                  : t->part.fsdp_on ? snapshot_direct(t)
+                                    : t->part.part_counts[t->dist.rank];
     size_t n = CKIO_SETS * (part + (ckio_ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
     if (t->part.lora_on) n = t->dist.rank == 0 ? CKIO_SETS * t->part.lora.n : 0;
     return n ? n + SNAP_PAD_FLOATS : 0; /* (nothing to write: none) */
@@ -283,6 +289,8 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     uint64_t dense = 0, experts = 0;
     for (int i = 0; i < TSR_P_COUNT; i++)
         *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
+    if (t->part.tp_on) /* (each rank's part of the whole model's layout) */
+        dense = t->model.global->n_params, experts = 0;
     uint64_t mine = part_bound(dense, t->part.fsdp_on ? t->part.fsdp_group : t->dist.world);
     if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
     return CKIO_SETS * mine * sizeof(float) + pad;
@@ -290,6 +298,12 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
 
 uint64_t checkpointing_io_bytes(const tsr_trainer *t) {
     uint64_t b = ckpt_io_buffer_bytes();
+    if (t->part.tp_on) { /* the global layout's part of each set, the exchange's two buffers
+                          * (what a rank sends: its held part; receives: its global part) */
+        const uint64_t gp = part_bound(t->model.global->n_params, t->dist.world);
+        b += ((CKIO_SETS + 1) * gp + part_bound(t->model.n_params, t->part.flat_world)) *
+             sizeof(float);
+    }
     if (!t->part.fsdp_on) return b;
     const int G = t->part.fsdp_group; /* (the plan's: --plan builds no groups) */
     b += 2 * (uint64_t)fsdp_exchange_floats(t->model.n_params, G) * sizeof(float);

@@ -17,8 +17,38 @@ void ckio_set_prefix(char *out, size_t n, const tsr_optim_config *o, int set, in
     else snprintf(out, n, "optim/%s/%s", state[set - 1], lora ? "lora/" : "");
 }
 
+/* tensor parallelism: this rank's part of the global flat layout (tp_io), per set in
+ * t->part.tp_gpart (allocated zeroed at the first use, freed by ckio_release) */
+static void tp_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
+                      size_t *origin) {
+    const tp_io *io = &t->part.tpio;
+    const size_t n = tp_io_part(io), held = io->hold_hi[io->rank] - io->hold_lo[io->rank];
+    *lo = io->io_lo[io->rank], *hi = *lo + n;
+    for (int set = 0; set < CKIO_SETS; set++) {
+        const int on = set == CKIO_MODEL || with_optim;
+        if (!t->part.tp_gpart[set] && on && n > 0)
+            t->part.tp_gpart[set] = tsr_calloc(n, sizeof(float));
+        /* zero3 / hsdp: the first group's parts of the split layout, moved from the shards */
+        if (t->part.fsdp_on && !t->part.ckio[set] && on && held > 0)
+            t->part.ckio[set] = tsr_calloc(held, sizeof(float));
+        base[set] = t->part.tp_gpart[set];
+        origin[set] = *lo;
+    }
+}
+
+float *ckio_tp_held(tsr_trainer *t, int set) {
+    if (t->part.fsdp_on) return t->part.ckio[set]; /* (the first group's part, else none) */
+    const size_t lo = t->part.part_displs[t->part.flat_rank];
+    if (set == CKIO_MODEL) return t->model.params + lo;
+    return (set == CKIO_M ? t->part.m : t->part.v) + (lo - t->part.shard_lo);
+}
+
 void ckio_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
                  size_t *origin) {
+    if (t->part.tp_on) {
+        tp_layout(t, with_optim, lo, hi, base, origin);
+        return;
+    }
     if (!t->part.fsdp_on) {
         *lo = t->part.part_displs[t->dist.rank];
         *hi = *lo + t->part.part_counts[t->dist.rank];
@@ -42,10 +72,13 @@ void ckio_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float *
 
 void ckio_release(tsr_trainer *t) {
     for (int set = 0; set < CKIO_SETS; set++) {
-        if (t->part.ckio[set]) t->be.ops->free(t->part.ckio[set]);
+        if (t->part.ckio[set] && t->part.tp_on) free(t->part.ckio[set]); /* (tp_layout's) */
+        else if (t->part.ckio[set]) t->be.ops->free(t->part.ckio[set]);
         t->part.ckio[set] = NULL;
         free(t->part.ep_io[set]);
         t->part.ep_io[set] = NULL;
+        free(t->part.tp_gpart[set]);
+        t->part.tp_gpart[set] = NULL;
     }
 }
 
@@ -123,7 +156,8 @@ int ckio_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[
 }
 
 int ckio_base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
-    const tsr_model *m = &t->model;
+    /* (a split model's checkpoint: the whole model's layout and shapes) */
+    const tsr_model *m = t->part.tp_on ? t->model.global : &t->model;
     size_t lo, hi, origin[CKIO_SETS];
     float *base[CKIO_SETS];
     ckio_layout(t, with_optim, &lo, &hi, base, origin);

@@ -26,7 +26,11 @@ enum { CKIO_MODEL = 0, CKIO_M, CKIO_V, CKIO_SETS };
  * before a save, moved into them after a load); the other groups none. */
 void ckio_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
                  size_t *origin);
-/* Frees the I/O parts ckio_layout and the expert tensors allocated (t->part.ckio, ep_io). */
+/* Tensor parallelism: where set's held range of the split layout (this rank's part over its
+ * tensor_data group, part_displs) lies: in the weights, or in the owned moments */
+float *ckio_tp_held(tsr_trainer *t, int set);
+/* Frees the I/O parts ckio_layout and the expert tensors allocated (t->part.ckio, ep_io,
+ * tp_gpart). */
 void ckio_release(tsr_trainer *t);
 /* parallel.expert: this rank writes and reads the expert tensors (the first EP group, world ranks
  * 0 .. EP - 1, rank j its part: model_ep.h); the other ranks name them with empty ranges. */

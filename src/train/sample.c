@@ -12,7 +12,21 @@
 #include "common.h"
 #include "generate/gen_sample.h"
 #include "model/model_ring.h"
+#include "model/model_tp.h"
 #include "train/trainer.h"
+
+/* tensor parallelism: the next token from position p's probabilities, every rank's share of the
+ * vocabulary gathered over its tensor group (each rank picks the same: the same row, seed) */
+static int32_t pick_split(const tsr_model *m, int p, const gen_sampling *how, int s, gen_cand *c,
+                          double *wts) {
+    const tsr_tp *tp = m->tp;
+    float *row = tsr_malloc((size_t)m->Vp * tp->T * sizeof *row);
+    dist_group_allgather(tp->group, m->acts.probs + (size_t)p * m->Vp, row,
+                         (size_t)m->Vp * sizeof *row);
+    const int32_t next = gen_pick(row, m->V, how, (uint64_t)s, c, wts);
+    free(row);
+    return next;
+}
 
 /* The next token from the probabilities of window position p: this rank's rows, or under context
  * parallelism those of the rank whose share holds p, which picks and tells the group (each rank
@@ -20,6 +34,7 @@
 static int32_t pick_at(const tsr_model *m, int T, int p, const gen_sampling *how, int s,
                        gen_cand *c, double *wts) {
     const tsr_ring *g = m->ring;
+    if (m->tp) return pick_split(m, p, how, s, c, wts);
     int t = p;
     const int owner = g ? ring_owner(g->N, T, p, &t) : 0;
     int32_t mine = -1;

@@ -61,7 +61,7 @@ int sdc_start(tsr_trainer *t) {
     if (!s) return 0;
     const size_t W = (size_t)t->dist.world;
     s->hosts = tsr_calloc(W, sizeof *s->hosts);
-    trainer_node_names(t, s->hosts);
+    dist_node_names(&t->dist, s->hosts);
     if (!s->on) return 0;
     sdc_fault(t, SDC_LOADED);
     sdc_hash_sets(t, s, 1, 0);

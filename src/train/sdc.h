@@ -5,8 +5,9 @@
  * aside); the test-only faults that exercise it (TSR_FAULT=flip:...). Its state is the trainer's
  * t->sdc (sdc_int.h). The trainer calls it at these points of a step and of its loop:
  *
- *   sdc_init          end of trainer_init: what each rank hashes, which ranks hold the same
- *                     bytes; the faults checked
+ *   sdc_init          trainer_init, the state allocated and the device set: what each rank
+ *                     hashes, which ranks hold the same bytes, the replay's buffers; the faults
+ *                     checked
  *   sdc_start         the state loaded (resume, --init-from) or initialised: compared once
  *   sdc_fault         the injected faults, at their sites
  *   sdc_grads         after the reduction, on a fingerprint step: the reduced gradients hashed
@@ -22,6 +23,7 @@
 #ifndef TSR_SDC_H
 #define TSR_SDC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct tsr_trainer;
@@ -31,6 +33,12 @@ struct tsr_config;
  * the host (device = cpu; docs/health.md "On the GPU"). Its resume takes the newest checkpoint
  * whose fingerprints agreed (ckpt_resume's agreed). */
 int sdc_configured(const struct tsr_config *cfg);
+
+/* The host memory a rank's deterministic replay holds beside the training state (sdc_replay.c):
+ * the gradients it recomputes into (the flat buffer's size, or LoRA's adapters') and two
+ * microbatches; 0 when health.replay_interval = 0 or the mode has no replay. The plan counts it
+ * (plan/plan.h plan_view.sdc_bytes, filled by train_plan.c). Local; t's layout only. */
+size_t sdc_plan_bytes(const struct tsr_trainer *t);
 
 /* The fault sites of a step (sdc_fault) */
 typedef enum {

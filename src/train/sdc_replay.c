@@ -11,14 +11,14 @@
  *   unattributed no result is held by two of three computations: exit 87, both suspects.
  * It covers the modes whose gradients of a microbatch lie whole in one buffer of the rank before
  * the reduction and whose forward and backward call no other rank: ddp, zero1 and LoRA's
- * adapters on the CPU, the lm objective, one rank per context and expert group, and the same
- * threads on every rank (a GEMM's summation order may follow the thread count). */
+ * adapters on the CPU, the lm objective, one rank per context, tensor and expert group, and the
+ * same threads on every rank (a GEMM's summation order may follow the thread count). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
-#include "train/objective.h"
+#include "run/objective.h"
 #include "train/sdc_int.h"
 
 /* The rank's gradients of its microbatches (its flat buffer, or LoRA's adapters) */
@@ -26,12 +26,32 @@ static float **grads_slot(tsr_trainer *t) {
     return t->part.lora_on ? &t->part.lora.g : &t->model.grads;
 }
 
-/* Replay runs in this mode (see the top) */
+/* Replay runs in this mode (see the top), the thread counts aside. Local. */
+static int mode_covered(const tsr_trainer *t) {
+    return !t->be.gpu && t->cfg.device != TSR_DEVICE_CUDA && !t->part.fsdp_on &&
+           !t->part.ep_on && t->mesh.N == 1 && t->mesh.T == 1 && !t->objective->pass;
+}
+
+/* Replay runs in this mode, the same threads on every rank (collective: every rank asks) */
 static int covered(const tsr_trainer *t) {
     int threads[2] = {t->be.threads, -t->be.threads};
-    dist_allreduce_max_int(threads, 2); /* (collective: every rank asks) */
-    return !t->be.gpu && !t->part.fsdp_on && !t->part.ep_on && t->mesh.N == 1 &&
-           !t->objective->pass && threads[0] == -threads[1];
+    dist_allreduce_max_int(threads, 2);
+    return mode_covered(t) && threads[0] == -threads[1];
+}
+
+/* One microbatch as a replay sends it: its tokens, targets and segment starts */
+static size_t microbatch_bytes(const tsr_trainer *t) {
+    return (size_t)t->micro * (size_t)t->T * (2 * sizeof(int32_t) + 1);
+}
+
+/* The gradients a replay recomputes into: the rank's flat buffer's, or LoRA's adapters' */
+static size_t grads_numel(const tsr_trainer *t) {
+    return t->part.lora_on ? t->part.lora.n : t->model.n_params;
+}
+
+size_t sdc_plan_bytes(const tsr_trainer *t) {
+    if (t->cfg.health.replay_interval <= 0 || !mode_covered(t)) return 0;
+    return grads_numel(t) * sizeof(float) + 2 * microbatch_bytes(t);
 }
 
 void sdc_replay_init(tsr_trainer *t, tsr_sdc *s) {
@@ -42,10 +62,10 @@ void sdc_replay_init(tsr_trainer *t, tsr_sdc *s) {
     if (rp->interval <= 0 || !covered(t)) return;
     rp->on = 1;
     rp->world = mesh_group_open(mesh_group(&t->mesh, TSR_MESH_WORLD));
-    rp->bytes = (size_t)t->micro * (size_t)t->T * (2 * sizeof(int32_t) + 1);
+    rp->bytes = microbatch_bytes(t);
     rp->mine = tsr_malloc(rp->bytes);
     rp->theirs = tsr_malloc(rp->bytes);
-    rp->n = t->part.lora_on ? t->part.lora.n : t->model.n_params;
+    rp->n = grads_numel(t);
     rp->scratch = t->be.ops->alloc(rp->n * sizeof(float));
 }
 
@@ -92,7 +112,7 @@ static uint32_t recompute(tsr_trainer *t, const uint8_t *mb, int q, float scale)
     *g = rp->scratch;
     t->be.ops->zero(rp->scratch, rp->n * sizeof(float));
     if (t->part.lora_on) /* the dropout of rank q's rows (model_lora.h) */
-        lora_set_pass(&t->part.lora, 1, trainer_lora_key(t), lora_pass_row0(q, t->per_rank, 0, t->T));
+        lora_set_pass(&t->part.lora, 1, run_lora_key(&t->run), lora_pass_row0(q, t->per_rank, 0, t->T));
     m->starts = t->data.starts ? (uint8_t *)(mb + 2 * n * sizeof(int32_t)) : NULL;
     rp->busy = 1;
     model_forward(m, in, tg, t->micro, t->T);

@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "json.h"
-#include "telemetry/metrics.h"
+#include "jsonl.h"
 #include "train/sdc_int.h"
 
 /* A replay's: the suspect (attributed), or the original's and the replayer's ranks */
@@ -152,7 +152,7 @@ static void log_event(const tsr_trainer *t, const tsr_sdc *s, const int *ranks, 
     json_fput_string(f, nodes);
     fprintf(f, ", \"comparisons\": %lld, \"rest_checks\": %lld", (long long)t->out.health.comparisons,
             (long long)t->out.health.rest_checks);
-    metrics_end_record(f);
+    jsonl_end_record(f);
 }
 
 /* A replay's verdict as lines: the computations, then what they say */
@@ -272,5 +272,5 @@ void sdc_summary(tsr_trainer *t) {
             sec[0], sec[1], share, s->rp.on ? (long long)s->rp.interval : 0LL,
             (long long)t->out.health.replays, (long long)t->out.health.replay_mismatches, (long long)t->out.health.transients,
             sec[2]);
-    metrics_end_record(f);
+    jsonl_end_record(f);
 }

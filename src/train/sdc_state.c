@@ -14,7 +14,9 @@
  *               mode holds it (every rank under ddp and zero1, a shard under zero3 / hsdp)
  *   experts     parallel.expert's store: the ranks that hold the same experts (expert_data)
  * Context parallelism changes none of these (every rank of a context group holds the state as
- * its mode says). */
+ * its mode says). Tensor parallelism (model/model_tp.h) narrows each: the ranks of one
+ * tensor_data group hold the same split, so only ranks at the same place of their tensor groups
+ * compare; a tensor the split cuts is not held whole (its total is the global tensor's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,15 @@ static void grow(void **p, int *cap, int need, size_t elem) {
 typedef struct builder {
     tsr_sdc *s;
     int cap_e, cap_r;
+    int T, tpos;       /* tensor parallelism: the group's ranks (1: off), this rank's place */
+    const tsr_model *global; /* and the whole model's layout, else NULL */
 } builder;
+
+/* A replica set's color under tensor parallelism: the ranks of one color at this place of their
+ * tensor groups (the others hold another split) */
+static int split_color(const builder *b, int color) {
+    return color < 0 || b->T <= 1 ? color : color * b->T + b->tpos;
+}
 
 static void add_entry(builder *b, const char *name, sdc_set set, int color, int frozen,
                       uint64_t total) {
@@ -47,7 +57,7 @@ static void add_entry(builder *b, const char *name, sdc_set set, int color, int 
     sdc_entry *e = &s->e[s->n++];
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
-    e->set = set, e->color = color, e->frozen = frozen, e->total = total;
+    e->set = set, e->color = split_color(b, color), e->frozen = frozen, e->total = total;
     e->run0 = s->n_runs;
 }
 
@@ -68,6 +78,11 @@ static void param_name(const tsr_trainer *t, int set, const tsr_param_info *p, c
     else ckio_param_tensor(&c, name, &t->cfg.optim, set, p);
 }
 
+/* Parameter i's elements in the whole model (a split model's: the global tensor's) */
+static uint64_t whole_numel(const builder *b, const tsr_trainer *t, int i) {
+    return b->global ? b->global->params_info[i].numel : t->model.params_info[i].numel;
+}
+
 /* The flat layout's tensors of set `set` in buf, whose first float is flat element origin, as
  * far as [lo, hi) covers them */
 static void flat_set(builder *b, const tsr_trainer *t, int set, const float *buf, size_t origin,
@@ -77,7 +92,7 @@ static void flat_set(builder *b, const tsr_trainer *t, int set, const float *buf
         if (!p->numel || p->ep) continue;
         char name[64];
         param_name(t, set, p, name);
-        add_entry(b, name, (sdc_set)set, color, frozen, p->numel);
+        add_entry(b, name, (sdc_set)set, color, frozen, whole_numel(b, t, i));
         size_t a = p->offset > lo ? p->offset : lo;
         size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a < z) add_run(b, buf + (a - origin), a - p->offset, z - a);
@@ -93,7 +108,7 @@ static void shard_set(builder *b, const tsr_trainer *t, int set, const float *bu
         if (!p->numel || p->ep) continue;
         char name[64];
         param_name(t, set, p, name);
-        add_entry(b, name, (sdc_set)set, color, frozen, p->numel);
+        add_entry(b, name, (sdc_set)set, color, frozen, whole_numel(b, t, i));
         for (int k = 0; k < f->n_pieces[f->grank]; k++) {
             const fsdp_piece *q = &f->pieces[f->grank][k];
             if (q->id == i) add_run(b, buf + q->shard, q->flat - p->offset, q->len);
@@ -165,7 +180,8 @@ static void base_sets(builder *b, const tsr_trainer *t) {
 }
 
 void sdc_build(tsr_trainer *t, tsr_sdc *s) {
-    builder b = {s, 0, 0};
+    builder b = {s, 0, 0, 1, 0, NULL};
+    if (t->part.tp_on) b.T = t->part.tp.T, b.tpos = t->part.tp.t, b.global = t->model.global;
     grad_sets(&b, t);
     base_sets(&b, t);
     if (t->part.lora_on) {

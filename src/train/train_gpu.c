@@ -8,9 +8,9 @@
 
 #include "common.h"
 #include "optim/adamw.h"
-#include "train/objective.h"
-#include "plan/plan.h"
-#include "telemetry/metrics_units.h"
+#include "run/objective.h"
+#include "train/train_plan.h"
+#include "metrics_units.h"
 #include "train/train_state.h"
 
 /* the host model's weights for the end-of-run sample (trainer_host_weights: every expert
@@ -21,7 +21,7 @@ static void host_weights(void *owner, int on) { trainer_host_weights(owner, on);
  * device */
 static double objective_pass(void *owner, float scale) {
     tsr_trainer *t = owner;
-    return t->objective->pass(t, scale);
+    return t->objective->pass(&t->run, t->run.objective_state, scale);
 }
 
 /* The context the CUDA path sees (gpu_train_ctx.h), from the trainer. */
@@ -39,7 +39,7 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->G = t->dist.world;
     int G = t->dist.world;
     if (c->mode == GPU_SHARD_FSDP &&
-        trainer_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
+        run_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
         c->G = G;
     c->comm_staged = cfg->gpu_comm == TSR_GPU_COMM_MPI;
     c->fp8 = cfg->precision.fp8, c->fp8_skip = cfg->precision.fp8_skip;
@@ -74,7 +74,9 @@ void train_gpu_print_plan(const tsr_trainer *t) {
     if (t->dist.rank != 0) return;
     gpu_train_ctx c;
     fill(&c, t);
-    plan_print_device(t, &c); /* (src/plan/plan.c) */
+    plan_view *v = trainer_plan_view(t);
+    plan_print_device(v, &c); /* (src/plan/plan.c) */
+    free(v);
 }
 
 double train_gpu_plan_total(const tsr_trainer *t) {
@@ -123,12 +125,6 @@ void train_gpu_pin_snapshot(tsr_trainer *t) {
         printf("save_async: %s of host memory pinned per rank for the device-to-host copy of a "
                "checkpoint's snapshot\n", hb);
     fflush(stdout);
-}
-
-gpu_train_ctx *train_gpu(tsr_trainer *t) {
-    t->be.gpu->micro = t->micro;
-    if (t->part.lora_on) t->be.gpu->lora_key = trainer_lora_key(t);
-    return t->be.gpu;
 }
 
 void train_gpu_free(tsr_trainer *t) {

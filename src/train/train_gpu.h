@@ -23,8 +23,6 @@ int train_gpu_init(struct tsr_trainer *t);
  * a save (gpu_train_pin_host), so the snapshot's device-to-host copy runs at the bus's speed;
  * rank 0 says how much, and a rank where CUDA refused warns (its copies stay pageable). */
 void train_gpu_pin_snapshot(struct tsr_trainer *t);
-/* t->gpu with the trainer's current microbatch (micro_batch = auto lowers it). */
-gpu_train_ctx *train_gpu(struct tsr_trainer *t);
 void train_gpu_free(struct tsr_trainer *t);
 
 #endif

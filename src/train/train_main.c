@@ -5,7 +5,6 @@
  * Exit codes: docs/tessera-train.md (0 ok, 1 usage/config, 2 data/checkpoint or run_dir locked by
  * another trainer, 3 internal). */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +15,7 @@
 #include "cli.h"
 #include "common.h"
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "eval/train_icl.h"
 #include "fsutil.h"
 #include "hf/hf.h"
@@ -24,13 +23,15 @@
 #include "ops.h"
 #include "progress.h"
 #include "report/account_read.h"
-#include "rl/reward_keeper.h"
+#include "posttrain/reward_keeper.h"
 #include "runlock.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
 #include "plan/fit.h"
-#include "train/train_data.h"
+#include "data/dataloader.h"
 #include "plan/timeplan.h"
+#include "train/train_gpu.h"
+#include "train/train_plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/metrics_prom.h"
 #include "train/trainer.h"
@@ -41,9 +42,10 @@
 
 #define MAX_SETS 256
 
-/* The option table (cli.h): the parser and the help text are both generated from it. One meaning
- * per letter across tessera's programs (docs/cli.md): --plan has none (-p is generate's --prompt).
- * --time's value is optional ("[=...]": --time or --time=H100). */
+/* The option table (cli.h): the parser (cli_parse) and the help text are both generated from it;
+ * its last row is the help's paragraph on the recipe. One meaning per letter across tessera's
+ * programs (docs/cli.md): --plan has none (-p is generate's --prompt). --time's value is optional
+ * ("[=...]": --time or --time=H100). */
 static const cli_opt options[] = {
     {"config", 'c', "FILE", "training recipe (libconfig), required"},
     {"set", 's', "KEY=VALUE", "override a config key (repeatable), e.g. --set optim.lr=1e-3"},
@@ -57,34 +59,34 @@ static const cli_opt options[] = {
     {"fit", CLI_NO_SHORT('f'), "seq_len|micro_batch", "with --gpu-mem: the longest seq_len (multiples of 128) or the largest micro_batch (divisors of the per-rank batch) whose plan fits, at --plan's world"},
     {"version", 'V', NULL, "print the version and exit"},
     {"help", 'h', NULL, "this help"},
+    {"", CLI_TEXT, NULL,
+     "what a recipe turns on (its keys; every key: docs/config.md, or `tessera config-doc`):\n"
+     "  objective = \"dpo\" | \"grpo\"    DPO on preference pairs (docs/dpo.md); GRPO, RL on\n"
+     "                                reward programs' scores (docs/rl.md, tessera-job rl)\n"
+     "  lora.rank = R                 LoRA adapters on a frozen base (docs/lora.md)\n"
+     "  optim.name = \"muon\"           Muon for the hidden matrices, AdamW the rest (docs/training.md)\n"
+     "  parallel.sharding             ddp, zero1, zero3, hsdp (docs/sharding.md)\n"
+     "  parallel.context, parallel.expert   context parallelism (docs/parallelism.md);\n"
+     "                                mixture-of-experts ranks (docs/moe.md)\n"
+     "  precision.fp8, model.activation_compression = \"fp8\"   FP8 GEMMs and all-gathers,\n"
+     "                                FP8 activations (device = \"cuda\"; docs/cuda.md)\n"
+     "  save_async                    checkpoints written in the background (the default)\n"
+     "  metrics.prometheus_dir        Prometheus metrics for node_exporter (docs/site.md);\n"
+     "                                metrics.jsonl, TensorBoard and the run's cost: tessera report\n"
+     "  watchdog.*                    a slow rank or MFU stops the run with a checkpoint (exit 86),\n"
+     "                                a hung phase aborts it (exit 3)\n"},
 };
 #define N_OPTIONS (int)(sizeof options / sizeof options[0])
-_Static_assert(sizeof options / sizeof options[0] <= CLI_MAX_OPTS, "cli_getopt holds them");
+_Static_assert(sizeof options / sizeof options[0] <= CLI_MAX_OPTS, "cli_parse takes them");
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: tessera-train --config FILE [--set KEY=VALUE ...] [--dry-run | --plan RANKS]\n"
-               "       mpirun -np N tessera-train --config FILE ...\n\noptions:\n");
-    cli_help_opts(f, options, N_OPTIONS);
-    fprintf(f, "\nwhat a recipe turns on (its keys; every key: docs/config.md, or `tessera config-doc`):\n"
-               "  objective = \"dpo\" | \"grpo\"    DPO on preference pairs (docs/dpo.md); GRPO, RL on\n"
-               "                                reward programs' scores (docs/rl.md, tessera-job rl)\n"
-               "  lora.rank = R                 LoRA adapters on a frozen base (docs/lora.md)\n"
-               "  optim.name = \"muon\"           Muon for the hidden matrices, AdamW the rest (docs/training.md)\n"
-               "  parallel.sharding             ddp, zero1, zero3, hsdp (docs/sharding.md)\n"
-               "  parallel.context, parallel.expert   context parallelism (docs/parallelism.md);\n"
-               "                                mixture-of-experts ranks (docs/moe.md)\n"
-               "  precision.fp8, model.activation_compression = \"fp8\"   FP8 GEMMs and all-gathers,\n"
-               "                                FP8 activations (device = \"cuda\"; docs/cuda.md)\n"
-               "  save_async                    checkpoints written in the background (the default)\n"
-               "  metrics.prometheus_dir        Prometheus metrics for node_exporter (docs/site.md);\n"
-               "                                metrics.jsonl, TensorBoard and the run's cost: tessera report\n"
-               "  watchdog.*                    a slow rank or MFU stops the run with a checkpoint (exit 86),\n"
-               "                                a hung phase aborts it (exit 3)\n");
-    fprintf(f, "\nexit codes: 0 finished, 1 usage/config error, 2 data or checkpoint error, 3 internal\n"
-               "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me), 86 checkpoint\n"
-               "committed because the run got slow (sweep the node, then requeue)\n"
-               "config keys: docs/config.md (`tessera config-doc` writes it); option letters: docs/cli.md\n");
-}
+static const cli_cmd train_cli = {
+    "tessera-train", "--config FILE [--set KEY=VALUE ...] [--dry-run | --plan RANKS]\n"
+    "       mpirun -np N tessera-train --config FILE ...", "", options, N_OPTIONS,
+    "0 finished, 1 usage/config error, 2 data or checkpoint error, 3 internal\n"
+    "error, 85 checkpoint committed after SIGUSR1/SIGTERM (requeue me), 86 checkpoint\n"
+    "committed because the run got slow (sweep the node, then requeue)\n"
+    "config keys: docs/config.md (`tessera config-doc` writes it); option letters: docs/cli.md",
+};
 
 typedef struct cli {
     const char *config;
@@ -96,74 +98,64 @@ typedef struct cli {
     timeplan_opts tp;              /* --time's GPU, --link */
     double gpu_mem;                /* --gpu-mem in bytes (0: none) */
     plan_fit_key fit;              /* --fit */
+    int rank;                      /* this process's: rank 0 prints --version */
 } cli;
 
-static void parse_cli(cli *c, int argc, char **argv, int rank) {
-    cli_getopt g;
-    cli_getopt_init(&g);
-    cli_getopt_add(&g, options, N_OPTIONS); /* (fits: the assertion below the table) */
-    memset(c, 0, sizeof *c);
-    int ch;
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, g.shorts, g.lo, NULL)) != -1) {
-        switch (ch) {
-        case 'c': c->config = optarg; break;
-        case 's':
-            if (c->n_sets == MAX_SETS) tsr_fail_all(TSR_EXIT_USAGE, "more than %d --set options", MAX_SETS);
-            c->sets[c->n_sets++] = optarg;
-            break;
-        case 'n': c->dry_run = 1; break;
-        case CLI_NO_SHORT('p'): {
-            char end = 0;
-            int k = sscanf(optarg, "%d/%d%c", &c->plan_world, &c->plan_per_node, &end);
-            if (k == 1) c->plan_per_node = c->plan_world;
-            c->per_node_given = k == 2;
-            if (!(k == 1 || k == 2) || c->plan_world < 1 || c->plan_world > 1000000 ||
-                c->plan_per_node < 1 || c->plan_world % c->plan_per_node != 0)
-                tsr_fail_all(TSR_EXIT_USAGE, "--plan %s: expected RANKS or RANKS/PER_NODE (1 .. "
-                             "1000000 ranks, PER_NODE dividing RANKS), e.g. --plan 64/8", optarg);
-            c->dry_run = 1;
-            break;
-        }
-        case CLI_NO_SHORT('t'):
-            c->time = c->dry_run = 1;
-            c->tp.gpu = optarg;
-            break;
-        case CLI_NO_SHORT('l'): {
-            char why[200];
-            if (timeplan_parse_link(optarg, &c->tp, why, sizeof why) != 0) tsr_fail_all(TSR_EXIT_USAGE, "%s", why);
-            break;
-        }
-        case CLI_NO_SHORT('g'):
-        case CLI_NO_SHORT('f'): {
-            char why[200];
-            if (ch == CLI_NO_SHORT('g') ? plan_fit_parse_mem(optarg, &c->gpu_mem, why, sizeof why)
-                                        : plan_fit_parse_key(optarg, &c->fit, why, sizeof why))
-                tsr_fail_all(TSR_EXIT_USAGE, "%s", why);
-            c->dry_run = 1;
-            break;
-        }
-        case 'r': c->resume = optarg; break;
-        case 'i': c->init_from = optarg; break;
-        case 'V':
-            if (rank == 0) printf("tessera-train %s\n", TSR_VERSION);
-            tsr_exit(TSR_EXIT_OK);
-        case 'h':
-            if (rank == 0) usage(stdout);
-            tsr_exit(TSR_EXIT_OK);
-        case ':':
-            tsr_fail_all(TSR_EXIT_USAGE, "option %s needs a value (see --help)", argv[optind - 1]);
-        default: {
-            const char *lost = cli_lost_letter(options, N_OPTIONS, optopt); /* -p: --plan's (docs/cli.md) */
-            if (lost)
-                tsr_fail_all(TSR_EXIT_USAGE, "unknown option '-%c' (it has no short form: use --%s)",
-                             optopt, lost);
-            tsr_fail_all(TSR_EXIT_USAGE, "unknown option '%s' (see --help)", argv[optind - 1]);
-        }
-        }
+/* --plan RANKS[/PER_NODE] */
+static void on_plan(cli *c, const char *val) {
+    char end = 0;
+    int k = sscanf(val, "%d/%d%c", &c->plan_world, &c->plan_per_node, &end);
+    if (k == 1) c->plan_per_node = c->plan_world;
+    c->per_node_given = k == 2;
+    if (!(k == 1 || k == 2) || c->plan_world < 1 || c->plan_world > 1000000 ||
+        c->plan_per_node < 1 || c->plan_world % c->plan_per_node != 0)
+        tsr_fail_all(TSR_EXIT_USAGE, "--plan %s: expected RANKS or RANKS/PER_NODE (1 .. "
+                     "1000000 ranks, PER_NODE dividing RANKS), e.g. --plan 64/8", val);
+    c->dry_run = 1;
+}
+
+/* --time, --link, --gpu-mem, --fit: the planning options (each implies --dry-run but --link) */
+static void on_planning(cli *c, int ch, const char *val) {
+    char why[200];
+    int bad = 0;
+    if (ch == CLI_NO_SHORT('t')) c->time = 1, c->tp.gpu = val;
+    else if (ch == CLI_NO_SHORT('l')) bad = timeplan_parse_link(val, &c->tp, why, sizeof why);
+    else if (ch == CLI_NO_SHORT('g')) bad = plan_fit_parse_mem(val, &c->gpu_mem, why, sizeof why);
+    else bad = plan_fit_parse_key(val, &c->fit, why, sizeof why);
+    if (bad) tsr_fail_all(TSR_EXIT_USAGE, "%s", why);
+    if (ch != CLI_NO_SHORT('l')) c->dry_run = 1;
+}
+
+static int on_opt(const cli_cmd *cmd, int ch, const char *val, void *ctx) {
+    cli *c = ctx;
+    (void)cmd;
+    switch (ch) {
+    case 'c': c->config = val; break;
+    case 's':
+        if (c->n_sets == MAX_SETS) tsr_fail_all(TSR_EXIT_USAGE, "more than %d --set options", MAX_SETS);
+        c->sets[c->n_sets++] = val;
+        break;
+    case 'n': c->dry_run = 1; break;
+    case CLI_NO_SHORT('p'): on_plan(c, val); break;
+    case 'r': c->resume = val; break;
+    case 'i': c->init_from = val; break;
+    case 'V':
+        if (c->rank == 0) printf("tessera-train %s\n", TSR_VERSION);
+        tsr_exit(TSR_EXIT_OK);
+    default: on_planning(c, ch, val);
     }
-    if (optind < argc)
-        tsr_fail_all(TSR_EXIT_USAGE, "unexpected argument '%s' (see --help)", argv[optind]);
+    return 0;
+}
+
+/* Every rank parses the same argv; rank 0 reports. Exits on --help, --version and usage errors. */
+static void parse_cli(cli *c, int argc, char **argv, int rank) {
+    memset(c, 0, sizeof *c);
+    c->rank = rank;
+    tsr_log_mute(rank != 0);
+    int rc = cli_parse(&train_cli, argc, argv, on_opt, c);
+    if (rc == 0 && optind < argc) rc = cli_usage_error(&train_cli, "unexpected operand: ", argv[optind]);
+    tsr_log_mute(0);
+    if (rc) tsr_exit(rc < 0 ? TSR_EXIT_OK : rc);
     if (c->tp.link_node && !c->time)
         tsr_fail_all(TSR_EXIT_USAGE, "--link is --time's: give --time too (docs/planning.md)");
     if (c->fit && !c->gpu_mem)
@@ -171,7 +163,7 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
     if (c->time && c->per_node_given) c->tp.per_node = c->plan_per_node;
     c->tp.plan_world = c->plan_world;
     if (!c->config) {
-        if (rank == 0) usage(stderr);
+        if (rank == 0) cli_help(stderr, &train_cli);
         tsr_fail_all(TSR_EXIT_USAGE, "--config FILE is required");
     }
 }
@@ -249,11 +241,21 @@ static void config_note(const tsr_dist *d, const tsr_trainer *t, int dry_run) {
         char prom[1300];
         printf("effective config (every key): %s/config.cfg\n", cfg->run_dir);
         printf("metrics: %s/metrics.jsonl, TensorBoard %s/tb/", cfg->run_dir, cfg->run_dir);
-        if (metrics_prom_path(t, prom, sizeof prom))
+        if (metrics_prom_path(&t->run, prom, sizeof prom))
             printf(", Prometheus %s (every %g s)", prom, cfg->metrics.prometheus_interval);
         printf("\n");
     }
     fflush(stdout);
+}
+
+/* A model `tessera ckpt export --format hf` would refuse (no transformers class holds its shape:
+ * OLMo 3 or SmolLM3 shrunk by --set model.d_model without model.head_dim, ...): said once, at
+ * start, in the export's own words (hf_exportable), so that the run learns it before it trains. */
+static void hf_class_note(const tsr_dist *d, const tsr_trainer *t) {
+    char why[512];
+    if (d->rank == 0 && hf_exportable(&t->model, why, sizeof why))
+        tsr_warn("no Hugging Face class holds this model: `tessera ckpt export --format hf` will "
+                 "refuse its checkpoints: %s (docs/hf.md \"Export\")", why);
 }
 
 /* The run directory's lock (runlock.h, docs/tessera-train.md "THE RUN DIRECTORY LOCK"): rank 0
@@ -265,7 +267,7 @@ static int lock_run_dir(const tsr_dist *d, const tsr_trainer *t, tsr_lock *lock,
     int64_t rc = 0;
     *made = 0;
     /* what would stop the start once run_dir is open is refused before the lock makes run_dir */
-    if (d->rank == 0 && !(rc = metrics_prom_check(t))) {
+    if (d->rank == 0 && !(rc = metrics_prom_check(&t->run))) {
         char path[sizeof cfg->run_dir + 16];
         struct stat st;
         *made = stat(cfg->run_dir, &st) != 0;
@@ -302,10 +304,13 @@ static int load_config(const cli *c, const char *recipe, tsr_config *cfg) {
     return config_load(cfg, recipe, c->sets, c->n_sets);
 }
 
-/* What the trainer takes from the layers above it: --init-from a Hugging Face directory
- * (src/hf/hf_importer.h), the ICL evaluation (src/eval) and the reader of a run's accounting for
- * its last "cost:" lines (src/report/account_read.h). */
+/* What the trainer takes from the layers above it, given to trainer_init (docs/architecture.md
+ * "Hand-overs"): --init-from a Hugging Face directory (src/hf/hf_importer.h), the ICL evaluation
+ * (src/eval) and the reader of a run's accounting for its last "cost:" lines
+ * (src/report/account_read.h). */
 static const trainer_icl_api icl_evaluation = {train_icl_open, train_icl_run, train_icl_close};
+static const trainer_uses handed_over = {&hf_checkpointing_importer, &icl_evaluation,
+                                         account_run_line};
 
 int main(int argc, char **argv) {
     /* a reward program's keeper (this executable again, started by a rank): nothing else runs */
@@ -328,27 +333,25 @@ int main(int argc, char **argv) {
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
     if (c.plan_world > 0) pd.world = c.plan_world, pd.local_world = c.plan_per_node;
-    checkpointing_use_importer(&hf_checkpointing_importer);
     if (c.init_from && hf_is_dir(c.init_from)) /* its tokenizer, unless a --set names one */
-        train_data_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
-    trainer_use_icl(&icl_evaluation);
-    metrics_use_run_line(account_run_line);
+        dataloader_init_dir(c.init_from, rc ? NULL : &cfg, cli_sets_key(&c, "data.tokenizer"));
     if (!rc) banner(&d, &pd, &cfg, c.plan_world);
     const long long recipe_micro = rc ? 0 : cfg.micro_batch;
     if (!rc && c.plan_world > 0) plan_fit_micro(&cfg, &pd);
     if (!rc && c.gpu_mem > 0) rc = plan_fit_check(&cfg, d.world, c.fit);
-    if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run);
+    if (!rc) rc = trainer_init(&t, &cfg, &pd, c.dry_run, &handed_over);
     tsr_log_mute(0);
     if (rc) tsr_exit(rc);
+    hf_class_note(&pd, &t);
     config_note(&pd, &t, c.dry_run);
-    if (tp) timeplan_print(tp, &t, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
+    if (tp) trainer_plan_time(&t, tp, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
-    if (c.gpu_mem > 0) plan_fit_print(&t, c.gpu_mem);
-    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem);
+    if (c.gpu_mem > 0) plan_fit_print(&t.dist, train_gpu_plan_total(&t), c.gpu_mem);
+    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem, trainer_plan_trial);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0;
-        checkpointing_install_signals();
+        stop_install_signals();
         rc = lock_run_dir(&d, &t, &lock, &made);
         /* the checkpoint is read (and a model that differs from the config's refused) before
          * anything is written in run_dir */

@@ -7,18 +7,18 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "run/objective.h"
+#include "train/train_plan.h"
 #include "train/sdc.h"
-#include "plan/plan.h"
 #include "telemetry/metrics.h"
-#include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 /* The step's strategies (chosen once, by trainer_pick_strategy): how this run computes, sums and
  * measures its gradients, which part of the weights it updates, and how updated weights come back
@@ -63,13 +63,13 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     zero(t);
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     if (t->objective->pass) { /* a pass of the objective's own (dpo, grpo: train/objective.h) */
-        loss_sum = t->objective->pass(t, scale);
+        loss_sum = t->objective->pass(&t->run, t->run.objective_state, scale);
         trainer_fault_nan(t);
         return loss_sum;
     }
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
-        trainer_lora_pass(t, b);
+        run_lora_pass(&t->run, b);
         m->starts = t->data.starts ? t->data.starts + b * t->T : NULL;
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
@@ -110,35 +110,84 @@ static double lora_sumsq(tsr_trainer *t) {
     return t->be.ops->sumsq(t->part.lora.g, t->part.lora.n);
 }
 
+/* tensor parallelism: the rank's gradients that the tensor group sums (the replicated tensors'
+ * shares; model/model_tp.h), before the data-parallel sums (a sum either way: every rank then
+ * sends the same, model_tp.h tp_step_bytes) */
+static void tp_finish(tsr_trainer *t) {
+    if (t->part.tp_on)
+        tp_finish_grads(&t->part.tp, &t->model, t->model.grads, 0, t->model.n_params);
+}
+
 static void ddp_reduce(tsr_trainer *t) {
-    if (t->dist.world > 1) dist_allreduce_sum_f32(t->model.grads, t->model.n_params);
+    tp_finish(t);
+    trainer_flat_allreduce(t, t->model.grads, t->model.n_params);
 }
 
 static void zero1_reduce(tsr_trainer *t) {
-    dist_reduce_scatter_sum_f32(t->model.grads, t->part.gslice, t->part.part_counts);
+    tp_finish(t);
+    trainer_flat_reduce_scatter(t, t->model.grads, t->part.gslice);
 }
 
-/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum */
-static void fsdp_reduce(tsr_trainer *t) { fsdp_finish_grads(&t->part.fsdp); }
+/* tensor parallelism under zero3 / hsdp: the shard's pieces as spans of the split flat layout
+ * (n of them; freed by the caller) */
+static tp_span *shard_spans(tsr_trainer *t, size_t *n) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    *n = (size_t)f->n_pieces[f->grank];
+    tp_span *sp = tsr_malloc((*n ? *n : 1) * sizeof *sp);
+    for (size_t i = 0; i < *n; i++) {
+        const fsdp_piece *p = &f->pieces[f->grank][i];
+        sp[i] = (tp_span){p->flat, p->len, f->grads + p->shard};
+    }
+    return sp;
+}
+
+/* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum; then
+ * (tensor parallelism) the shard's partial gradients summed over the tensor group */
+static void fsdp_reduce(tsr_trainer *t) {
+    fsdp_finish_grads(&t->part.fsdp);
+    if (!t->part.tp_on) return;
+    size_t n;
+    tp_span *sp = shard_spans(t, &n);
+    tp_finish_spans(&t->part.tp, &t->model, sp, n);
+    free(sp);
+}
 
 /* the summed gradients of the owned part [shard_lo, shard_hi) of the flat layout */
 static float *owned_grads(tsr_trainer *t) {
     return t->part.zero1 ? t->part.gslice : t->model.grads;
 }
 
+/* the squared norm of the owned part's gradients g (flat [lo, hi)): under tensor parallelism
+ * the elements this rank counts (each of the whole model's once over the group) */
+static double owned_sumsq(tsr_trainer *t, const float *g, size_t lo, size_t hi) {
+    if (t->part.tp_on) return tp_sumsq(&t->part.tp, &t->model, g, lo, hi);
+    return t->be.ops->sumsq(g, hi - lo);
+}
+
 static double ddp_sumsq(tsr_trainer *t) {
-    return t->be.ops->sumsq(t->model.grads, t->part.shard_hi - t->part.shard_lo);
+    double sq = owned_sumsq(t, t->model.grads, t->part.shard_lo, t->part.shard_hi);
+    if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
+    return sq;
 }
 
 static double zero1_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.gslice, t->part.shard_hi - t->part.shard_lo);
-    dist_allreduce_sum_f64(&sq, 1);
+    double sq = owned_sumsq(t, t->part.gslice, t->part.shard_lo, t->part.shard_hi);
+    dist_allreduce_sum_f64(&sq, 1); /* (every part of every split once) */
     return sq;
 }
 
 static double fsdp_sumsq(tsr_trainer *t) {
-    double sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    double sq;
+    if (t->part.tp_on) { /* (the elements this rank counts) */
+        size_t n;
+        tp_span *sp = shard_spans(t, &n);
+        sq = tp_sumsq_spans(&t->part.tp, &t->model, sp, n);
+        free(sp);
+    } else {
+        sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
+    }
     dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
+    if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
     return sq;
 }
 
@@ -181,14 +230,12 @@ static void update(tsr_trainer *t, double lr, float gscale) {
     }
 }
 
-static void zero1_gather(tsr_trainer *t) {
-    dist_allgatherv_f32(t->model.params, t->part.part_counts, t->part.part_displs);
-}
+static void zero1_gather(tsr_trainer *t) { trainer_flat_allgather(t, t->model.params); }
 
 static void fsdp_gather(tsr_trainer *t) { fsdp_params_changed(&t->part.fsdp); }
 
 static double device_compute(tsr_trainer *t, float scale) {
-    return gpu_train_compute(train_gpu(t), scale);
+    return gpu_train_compute(run_gpu(&t->run), scale);
 }
 
 static double device_sumsq(tsr_trainer *t) { return gpu_train_grad_sumsq(t->be.gpu); }
@@ -218,7 +265,7 @@ const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
 /* The activations for t->micro on every rank: the number of ranks that could not allocate them
  * (then every rank gives its back). Collective. */
 static int64_t try_acts(tsr_trainer *t) {
-    int64_t failed = (t->be.gpu ? gpu_train_try_acts(train_gpu(t), t->micro)
+    int64_t failed = (t->be.gpu ? gpu_train_try_acts(run_gpu(&t->run), t->micro)
                              : model_try_alloc_acts(&t->model, t->micro, t->T)) != 0;
     dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
     if (failed && t->be.gpu) gpu_train_free_acts(t->be.gpu);
@@ -231,7 +278,7 @@ static int64_t try_acts(tsr_trainer *t) {
 static void acts_refusal(tsr_trainer *t, int64_t failed, char *msg, size_t cap) {
     double need = (double)(t->be.gpu ? gpu_train_acts_bytes(t->be.gpu, t->micro)
                                   : model_acts_bytes(&t->model, t->micro, t->T)) / (1024.0 * 1024.0);
-    plan_print(t, 0);
+    trainer_plan_print(t, 0);
     if (t->be.gpu) train_gpu_print_plan(t);
     snprintf(msg, cap, "out of memory on %lld of %d ranks allocating the activations for a "
              "microbatch of %d x %d (%.1f MiB, plan above)%s: use activation checkpointing, "
@@ -249,10 +296,10 @@ void trainer_ensure_acts(tsr_trainer *t) {
             tsr_fail_all(TSR_EXIT_USAGE, "%s", msg);
         }
         int next = trainer_micro_at_most(t, t->micro / 2);
-        metrics_log_micro(t, t->micro, next, failed);
+        metrics_log_micro(&t->run, t->micro, next, failed);
         t->micro = next;
     }
-    if (t->auto_micro) metrics_log_micro(t, 0, t->micro, 0);
+    if (t->auto_micro) metrics_log_micro(&t->run, 0, t->micro, 0);
 }
 
 int trainer_acts_fit(tsr_trainer *t) {
@@ -277,7 +324,8 @@ int trainer_acts_fit(tsr_trainer *t) {
  * restarts the spike window (its loss level may differ). */
 static int64_t step_load(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
     watchdog_phase(WD_DATA, t->step);
-    sums[0] = train_data_load(t, d);
+    sums[0] = dataloader_next(&t->data, d);
+    trainer_fault_garbage(t, d);
     for (int k = 0; k < t->data.n_streams; k++) sums[1 + k] = t->data.stream_loaded[k];
     dist_view_sum_i64(&t->mesh.data, sums, 1 + (size_t)t->data.n_streams); /* (a context group
                                                                              * counts once) */
@@ -328,7 +376,7 @@ static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
     watchdog_phase(WD_DATA, t->step);
     st->phase_switch = 0; /* (no data mix) */
     memset(sums, 0, (1 + (size_t)t->data.n_streams) * sizeof *sums);
-    const int64_t counted = t->objective->rollout(t, d);
+    const int64_t counted = t->objective->rollout(&t->run, t->run.objective_state, d);
     st->exit_code = counted < 0 ? TSR_EXIT_DATA : 0;
     sums[1] = t->cfg.global_batch; /* prompts of the stream */
     return counted;
@@ -359,7 +407,8 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     if (redo) loss_sum = s->compute(t, scale); /* this rank erred once: its microbatches again */
     sdc_fault(t, SDC_BEFORE_REDUCE);
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
-    if (t->objective->reduce_stats) t->objective->reduce_stats(t); /* (dpo's sums) */
+    if (t->objective->reduce_stats) /* (dpo's sums) */
+        t->objective->reduce_stats(&t->run, t->run.objective_state);
     watchdog_phase(WD_REDUCE, t->step);
     s->reduce(t);
     /* the experts' part (model_ep.h); on device = cuda the library's reduce, sumsq and update
@@ -398,14 +447,13 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
     const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
-    memset(t->out.dpo, 0, sizeof t->out.dpo);
     st->compute_time = 0.0, st->exit_code = 0;
     sdc_fault(t, SDC_AT_REST);
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
      * tokens itself (train/objective.h) */
-    int64_t denom = t->objective->denominator(t, counted);
+    int64_t denom = t->objective->denominator(&t->cfg, counted);
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     double lr = sched_lr_at(&t->cfg, t->sched, t->step);
     const int updates = step_updates(t);
@@ -424,9 +472,9 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
 double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
-    trainer_eval_scope(t, 1); /* ranks run different numbers of batches (train_state.h) */
+    run_eval_scope(&t->run, 1); /* ranks run different numbers of batches (run/run.h) */
     /* the validation loss; dpo: the pairs' DPO loss; grpo: pass@1 (train/objective.h) */
-    double loss = t->objective->eval(t);
-    trainer_eval_scope(t, 0);
+    double loss = t->objective->eval(&t->run, t->run.objective_state);
+    run_eval_scope(&t->run, 0);
     return loss;
 }

@@ -20,8 +20,8 @@ struct tsr_tokenizer;
 struct tsr_tboard;
 
 /* In-context-learning evaluation at the trainer's evaluations. The scorer sits above the trainer
- * (src/eval/train_icl.h, which documents the three calls), so the program hands it over with
- * trainer_use_icl before trainer_init; without it a recipe with icl_tasks is refused. */
+ * (src/eval/train_icl.h, which documents the three calls), so the program hands it over in
+ * trainer_init's uses (trainer_uses.icl); without it a recipe with icl_tasks is refused. */
 typedef struct trainer_icl_api {
     int (*open)(struct icl_suite **out, const tsr_config *cfg, const struct tsr_tokenizer *tok,
                 int V, int micro, int T); /* tok: the trainer's data.tokenizer, or NULL */
@@ -29,16 +29,17 @@ typedef struct trainer_icl_api {
                 FILE *metrics, struct tsr_tboard *tb);
     void (*close)(struct icl_suite **s);
 } trainer_icl_api;
-void trainer_use_icl(const trainer_icl_api *api);
 
 /* Threads per rank for this config and rank layout (the config's, else from the CPU set, Slurm
  * or the node's cores): what trainer_init sets, for the start's banner before it. */
 int trainer_threads(const tsr_config *cfg, const tsr_dist *d);
 
 /* Checks the tokenizer, opens data, builds the model, prints the plan (rank 0). dry_run: stop
- * after the plan (no data opened, nothing allocated). Writes nothing in run_dir. Returns 0 or an
- * exit code after reporting. */
-int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run);
+ * after the plan (no data opened, nothing allocated). uses: what the program hands over from the
+ * layers above (train_state.h trainer_uses; copied into t->uses; NULL: none). Writes nothing in
+ * run_dir. Returns 0 or an exit code after reporting. */
+int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run,
+                 const trainer_uses *uses);
 /* Rank 0 creates run_dir, writes config.cfg, opens metrics.jsonl and a TensorBoard file: called
  * once config, data, tokenizer and checkpoint were all accepted, so a refused start leaves run_dir
  * as it was; then logs the {"event": "start"} record and the checkpoint read at start (resume,

@@ -1,13 +1,39 @@
 /* trainer_faults.c — the trainer's test-only faults (TSR_FAULT, src/base/common.h tsr_fault):
- * a straggler or a hang in a step's compute, a NaN in a rank's gradients, a device on which the
- * activations do not fit, a kill or a stop signal after a step (train/trainer_int.h). */
+ * a corrupt data window, a straggler or a hang in a step's compute, a NaN in a rank's gradients,
+ * a device on which the activations do not fit, a kill or a stop signal after a step
+ * (train/trainer_int.h). */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 
 #include "common.h"
 #include "train/trainer_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
+
+static uint64_t hash64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Test hook (docs/spike-guard.md): TSR_FAULT="garbage:LO:HI": the rows data batches LO..HI-1
+ * loaded are replaced by pseudo-random tokens (a corrupt data window), each a function of the
+ * batch, its global row and position, so every rank count sees the same batch. */
+void trainer_fault_garbage(tsr_trainer *t, int64_t d) {
+    const char *f = tsr_fault("garbage");
+    long long lo, hi;
+    if (!f || sscanf(f, "%lld:%lld", &lo, &hi) != 2 || d < lo || d >= hi) return;
+    const int64_t row0 = t->mesh.data.rank * t->per_rank; /* (the data rank's rows) */
+    for (int64_t i = 0; i < t->per_rank; i++) {
+        int32_t *in = t->data.inputs + i * t->T, *tg = t->data.targets + i * t->T;
+        const uint64_t row = (uint64_t)d * (uint64_t)t->cfg.global_batch + (uint64_t)(row0 + i);
+        for (int j = 0; j < t->T; j++) {
+            uint64_t h = hash64(row * (uint64_t)(t->T + 1) + (uint64_t)j);
+            in[j] = (int32_t)(h % (uint64_t)t->model.V);
+            if (tg[j] >= 0) tg[j] = (int32_t)((h >> 32) % (uint64_t)t->model.V);
+        }
+    }
+}
 
 /* Test-only faults inside a step's compute (TSR_FAULT, see trainer_fault_signal): "slow:MS:RANK"
  * makes RANK sleep MS ms in every step (a straggler); "hang:STEP:RANK" makes it stop for good in

@@ -14,12 +14,11 @@
 #include "tokenizer/tokenizer.h"
 #include "mesh/binding.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "run/objective.h"
+#include "train/train_plan.h"
 #include "train/sdc.h"
-#include "plan/plan.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
-#include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
 
@@ -80,7 +79,7 @@ int trainer_threads(const tsr_config *cfg, const tsr_dist *d) {
 
 /* A rank's block that other ranks receive (a ZeRO-1 or checkpoint part of the flat buffer, a
  * zero3 / hsdp shard) is one MPI int count; the buffer itself may pass 2^31 floats (all-reduces
- * are chunked, src/dist.h), and a world or group of one exchanges nothing. Checked before anything
+ * are chunked, src/dist/dist.h), and a world or group of one exchanges nothing. Checked before anything
  * is allocated; under --plan a warning (the memory figures still come). */
 static int check_int_counts(const tsr_trainer *t, int dry_run) {
     const tsr_model *m = &t->model;
@@ -97,7 +96,7 @@ static int check_int_counts(const tsr_trainer *t, int dry_run) {
             if (!dry_run) return TSR_EXIT_USAGE;
         }
     }
-    size_t n = t->model.n_params, W = (size_t)t->dist.world;
+    size_t n = t->model.n_params, W = (size_t)t->part.flat_world;
     if (W == 1) return 0;
     /* (the group was validated already) */
     int G = t->part.fsdp_on && t->part.fsdp_group > 1 ? t->part.fsdp_group : (int)W;
@@ -115,7 +114,8 @@ static int check_int_counts(const tsr_trainer *t, int dry_run) {
  * 16-float aligned, in rank order. ZeRO-1 ranks own their part (optimizer state, update); DDP
  * ranks own everything but still use the partition to split checkpoint I/O. */
 static int plan_shards(tsr_trainer *t) {
-    size_t n = t->model.n_params, W = (size_t)t->dist.world;
+    size_t n = t->model.n_params, W = (size_t)t->part.flat_world; /* (the world, or tensor_data) */
+    const int me = t->part.flat_rank;
     t->part.part_counts = tsr_malloc(W * sizeof(size_t));
     t->part.part_displs = tsr_malloc(W * sizeof(size_t));
     for (size_t r = 0; r < W; r++) {
@@ -126,8 +126,8 @@ static int plan_shards(tsr_trainer *t) {
     t->part.zero1 = t->cfg.sharding == TSR_SHARD_ZERO1 && W > 1; /* (zero3 and hsdp: model/fsdp.h) */
     if (t->part.zero1) /* the optimizer's cuts (Muon: each matrix whole in one part) */
         optim_partition(&t->part.optim, n, (int)W, t->part.part_displs, t->part.part_counts);
-    t->part.shard_lo = t->part.zero1 ? t->part.part_displs[t->dist.rank] : 0;
-    t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[t->dist.rank] : n;
+    t->part.shard_lo = t->part.zero1 ? t->part.part_displs[me] : 0;
+    t->part.shard_hi = t->part.zero1 ? t->part.shard_lo + t->part.part_counts[me] : n;
     /* (the GPU reduce-scatters on the device; LoRA's base has no gradients) */
     if (t->part.zero1 && t->cfg.device != TSR_DEVICE_CUDA && !t->part.lora_on)
         t->part.gslice = t->be.ops->alloc((t->part.shard_hi - t->part.shard_lo) * sizeof(float));
@@ -142,6 +142,21 @@ static void init_sharded(tsr_trainer *t, uint64_t seed) {
     fsdp_init(&t->part.fsdp, m, &t->mesh, t->part.lora_on);
     fsdp_init_weights(&t->part.fsdp, seed);
     model_alloc_slopes(m);
+}
+
+/* tensor parallelism: the checkpoints' exchange (model/model_tp.h tp_io) from what this rank
+ * holds of its split layout: its part over its tensor_data group (ddp, zero1), or under zero3 /
+ * hsdp its part of its sharding group's partition in the first group (the others none).
+ * Collective. */
+static void tp_io_open(tsr_trainer *t) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    size_t lo = t->part.part_displs[t->part.flat_rank];
+    size_t hi = lo + t->part.part_counts[t->part.flat_rank];
+    if (t->part.fsdp_on) {
+        lo = f->gindex == 0 ? f->part_displs[f->grank] : 0;
+        hi = f->gindex == 0 ? lo + f->part_counts[f->grank] : 0;
+    }
+    tp_io_plan(&t->part.tpio, &t->model, &t->mesh, lo, hi);
 }
 
 /* This node's available host memory in KiB (/proc/meminfo's MemAvailable), -1 when unknown.
@@ -244,22 +259,16 @@ static int open_tokenizer(tsr_trainer *t) {
     return rc;
 }
 
-static const trainer_icl_api *icl_api;
-
-void trainer_use_icl(const trainer_icl_api *api) { icl_api = api; }
-
-const struct trainer_icl_api *trainer_icl(void) { return icl_api; }
-
-/* icl_tasks: the suite, opened with the program's ICL evaluation (trainer_use_icl). */
+/* icl_tasks: the suite, opened with the program's ICL evaluation (t->uses.icl). */
 static int open_icl(tsr_trainer *t) {
     if (t->cfg.n_icl == 0) return 0;
-    if (!icl_api) {
+    if (!t->uses.icl) {
         if (t->dist.rank == 0)
             tsr_error("icl_tasks: this program has no ICL evaluation (tessera-train has): remove "
                       "icl_tasks from the recipe");
         return TSR_EXIT_USAGE;
     }
-    return icl_api->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
+    return t->uses.icl->open(&t->icl, &t->cfg, t->tok, t->model.V, t->micro, t->T);
 }
 
 /* What each rank reads for itself at start (its GPU, the tokenizer's and the data's files) can
@@ -295,13 +304,14 @@ static int agree_start(const tsr_trainer *t, int rc, const char *what) {
     return worst;
 }
 
-/* The rank mesh (mesh/mesh.h: every group, built once) and, with parallel.context = N > 1, the
- * CPU model's ring over its context group. A plan (dry_run) has no MPI world of its size: its
- * mesh is the numbers alone. */
-static void mesh_open(tsr_trainer *t, int dry_run) {
+/* The rank mesh (mesh/mesh.h: every group, built once; parallel.tensor's groups within a node)
+ * and, with parallel.context = N > 1, the CPU model's ring over its context group. A plan
+ * (dry_run) has no MPI world of its size: its mesh is the numbers alone. */
+static int mesh_open(tsr_trainer *t, int dry_run) {
     mesh_build(&t->mesh, &t->cfg, &t->dist, dry_run);
     const tsr_mesh_group *context = mesh_group(&t->mesh, TSR_MESH_CONTEXT);
     if (context->cpu) ring_init_mpi(&t->ring, context->cpu);
+    return mesh_check_tensor(&t->mesh, &t->cfg, &t->dist, dry_run);
 }
 
 static void mesh_close(tsr_trainer *t) {
@@ -309,26 +319,55 @@ static void mesh_close(tsr_trainer *t) {
     mesh_free(&t->mesh);
 }
 
+/* parallel.tensor on device = cuda: the CUDA path has no split model yet; a plan (--dry-run,
+ * --plan, --time) prices it, a run is refused (docs/parallelism.md "Tensor parallelism") */
+static int tensor_device_check(const tsr_config *cfg, int rank, int dry_run) {
+    if (cfg->tensor <= 1 || cfg->device != TSR_DEVICE_CUDA) return 0;
+    if (rank == 0)
+        (dry_run ? tsr_warn : tsr_error)(
+            "parallel.tensor = %lld with device = \"cuda\": tensor parallelism runs on the CPU "
+            "only so far%s", (long long)cfg->tensor,
+            dry_run ? "; the plan below prices it as the GPU would run it"
+                    : ": set parallel.tensor = 1 or device = \"cpu\" (docs/parallelism.md "
+                      "\"What composes with tensor parallelism\")");
+    return dry_run ? 0 : TSR_EXIT_USAGE;
+}
+
+/* The view the layers below the trainer take (run/run.h): its parts and counters, lent */
+static void init_view(tsr_trainer *t) {
+    t->run = (tsr_run){
+        .cfg = &t->cfg, .dist = &t->dist, .mesh = &t->mesh, .model = &t->model, .part = &t->part,
+        .be = &t->be, .out = &t->out, .data = &t->data, .objective = t->objective,
+        .T = &t->T, .micro = &t->micro, .per_rank = &t->per_rank, .step = &t->step,
+        .total_steps = &t->total_steps, .tokens_seen = &t->tokens_seen};
+}
+
 /* trainer_init's first step: the trainer from the config and the world; the GPU's and the
  * tokenizer's checks, agreed by every rank */
-static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
+static int init_start(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run,
+                      const trainer_uses *uses) {
     memset(t, 0, sizeof *t);
+    if (uses) t->uses = *uses;
     t->cfg = *cfg;
     t->dist = *d;
-    t->objective = objective_of(cfg->objective); /* (the one choice: train/objective.h) */
+    t->objective = objective_of(cfg->objective); /* (the one choice: run/objective.h) */
+    init_view(t);
+    if (t->objective->create) t->run.objective_state = t->objective->create(); /* (its own) */
     t->be.ops = &tsr_cpu_ops;
     t->T = (int)cfg->seq_len;
     TSR_CHECK(config_check_world(cfg, d->world));
-    train_data_share_indexes(t); /* (collective: before any check a rank may fail alone) */
+    TSR_CHECK(tensor_device_check(cfg, d->rank, dry_run));
+    dataloader_share_indexes(cfg, d); /* (collective: before any check a rank may fail alone) */
     int rc = cfg->device == TSR_DEVICE_CUDA ? cuda_config_check(d->rank) : 0;
-    if (!rc) rc = train_data_tokenizer(t); /* data.tokenizer: the dataset's, unless named */
+    if (!rc) rc = dataloader_tokenizer(&t->cfg, d); /* data.tokenizer: the dataset's, unless named */
     if (!rc) rc = open_tokenizer(t);
+    t->run.tok = t->tok;
     return agree_start(t, rc, "GPU or tokenizer");
 }
 
 /* the mesh, the batch of a rank and its microbatch, the threads and the peak FLOP/s */
-static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
-    mesh_open(t, dry_run);
+static int init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
+    TSR_CHECK(mesh_open(t, dry_run));
     t->per_rank = cfg->global_batch / t->mesh.D; /* the data ranks' share */
     t->auto_micro = cfg->micro_batch == 0; /* "auto": start with the whole per-rank batch */
     t->micro = t->auto_micro ? trainer_micro_at_most(t, t->per_rank) : (int)cfg->micro_batch;
@@ -338,13 +377,26 @@ static void init_batch(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d,
     cpu_ops_set_threads(t->be.threads);
     t->out.peak_flops = cfg->peak_flops > 0 ? cfg->peak_flops
                                             : metrics_peak_flops("cpu", t->be.threads);
+    return 0;
+}
+
+/* The data loader over the run's datasets (data/dataloader.h): what the objective's samples are,
+ * this rank's rows of the batch */
+static int open_data(tsr_trainer *t) {
+    const dataloader_opts o = {
+        .cfg = &t->cfg, .dist = &t->dist, .T = t->T, .per_rank = t->per_rank,
+        .data_rank = t->mesh.data.rank, .mesh = &t->mesh, .pairs = t->objective->pairs,
+        .prompts = t->objective->prompts, .segment_starts = t->objective->segment_starts,
+        .tok = t->tok};
+    return dataloader_open(&t->data, &o);
 }
 
 /* the data (not for a plan), and the steps it makes: the schedule, eval and save intervals */
 static int init_schedule(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
-    TSR_CHECK(agree_start(t, dry_run ? 0 : train_data_open(t), "data"));
-    if (!dry_run && t->objective->start) TSR_CHECK(t->objective->start(t)); /* (grpo: docs/rl.md) */
-    uint64_t epoch_samples = dry_run ? 1 : train_data_epoch_samples(t);
+    TSR_CHECK(agree_start(t, dry_run ? 0 : open_data(t), "data"));
+    if (!dry_run && t->objective->start) /* (grpo: docs/rl.md) */
+        TSR_CHECK(t->objective->start(&t->run, t->run.objective_state));
+    uint64_t epoch_samples = dry_run ? 1 : dataloader_epoch_samples(&t->data);
     t->epoch_samples = epoch_samples;
     t->sched = sched_steps_of(cfg, epoch_samples);
     t->total_steps = t->sched.total;
@@ -371,18 +423,38 @@ static void init_lora_plan(tsr_trainer *t, const tsr_config *cfg) {
                               2.0 * (double)t->model.n_params_counted;
 }
 
+/* parallel.tensor = T > 1: the model becomes this rank's split of its tensor group's (the
+ * layout; model/model_tp.h), whose flat layout the tensor_data group's ranks share; else the
+ * flat layout is the world's */
+static void init_tensor(tsr_trainer *t, const tsr_config *cfg) {
+    const tsr_mesh_group *tg = mesh_group(&t->mesh, TSR_MESH_TENSOR);
+    const tsr_mesh_group *td = mesh_group(&t->mesh, TSR_MESH_TENSOR_DATA);
+    t->part.flat_rank = t->dist.rank, t->part.flat_world = t->dist.world;
+    if (t->mesh.T <= 1) return;
+    t->part.tp_on = 1;
+    model_set_tensor(&t->model, &t->part.tp, t->mesh.T, tg->rank, cfg->sequence);
+    tp_attach(&t->part.tp, &t->mesh);
+    t->part.flat = td->cpu; /* (NULL in a plan) */
+    t->part.flat_rank = td->rank, t->part.flat_world = td->size;
+}
+
 /* the model's layout (nothing allocated but the MoE figures): sharding, experts, context,
  * adapters, references, and the FLOPs per token they make */
 static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d) {
-    TSR_CHECK(trainer_shard_group(cfg, d->world, d->local_world, &t->part.fsdp_group));
+    /* (tensor parallelism: a tensor_data group's ranks share the state, a node's / T of them) */
+    const int T = t->mesh.T;
+    TSR_CHECK(run_shard_group(cfg, d->world / T, d->local_world / T > 0 ? d->local_world / T
+                              : 1, &t->part.fsdp_group));
     t->part.fsdp_on = cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP;
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
+    init_tensor(t, cfg);
     model_set_context(&t->model, t->mesh.N);
     if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
-    if (t->objective->references) t->objective->references(t); /* (and their FLOPs) */
+    if (t->objective->references) /* (and their FLOPs) */
+        t->objective->references(&t->run, t->run.objective_state);
     if (t->model.E)
         t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
     return 0;
@@ -391,7 +463,7 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
 /* the plan (a dry run's: the layout only, nothing allocated); device = cuda: the GPU's
  * switches and its plan */
 static int init_plans(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
-    plan_print(t, dry_run);
+    trainer_plan_print(t, dry_run);
     if (cfg->device != TSR_DEVICE_CUDA) return 0;
     TSR_CHECK(train_gpu_switches(t));
     train_gpu_print_plan(t);
@@ -410,7 +482,8 @@ static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     if (t->part.lora_on) {
         const tsr_lora plan = t->part.lora;
         lora_init(&t->part.lora, &t->model, plan.R, cfg->lora.alpha, cfg->lora.dropout, plan.mask);
-        lora_set_context(&t->part.lora, t->mesh.N, t->dist.rank % t->mesh.N, t->T);
+        lora_set_context(&t->part.lora, t->mesh.N, mesh_group(&t->mesh, TSR_MESH_CONTEXT)->rank,
+                         t->T);
         lora_init_weights(&t->part.lora, (uint64_t)cfg->seed);
     }
     if (t->model.EP > 1) {
@@ -420,47 +493,49 @@ static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     }
 }
 
-/* a run's state: the data plan and staging, the weights, the ICL tasks, the optimizer's state
- * and the batch buffers */
+/* a run's state: the data plan and staging, the weights, the ICL tasks, the optimizer's state */
 static int init_state(tsr_trainer *t, const tsr_config *cfg) {
-    TSR_CHECK(train_data_plan(t));
-    TSR_CHECK(train_data_stage_open(t));
+    TSR_CHECK(dataloader_plan(&t->data, t->total_steps));
+    TSR_CHECK(dataloader_stage_open(&t->data));
     init_weights(t, cfg);
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_train.c) */
         optim_init(&t->part.optim, &cfg->optim, &t->model,
                    t->part.fsdp_on ? &t->part.fsdp : NULL, t->be.ops);
     TSR_CHECK(plan_shards(t));
+    if (t->part.tp_on) tp_io_open(t);
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
         t->part.m = t->be.ops->alloc(owned * sizeof(float));
         t->part.v = t->be.ops->alloc(owned * sizeof(float));
     }
-    t->data.inputs = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    t->data.targets = tsr_malloc((size_t)t->per_rank * t->T * sizeof(int32_t));
-    /* the activations are allocated by the first step (trainer_ensure_acts), where micro_batch =
-     * auto can still back off */
+    /* the batch's buffers are the loader's (dataloader_open); the activations are allocated by
+     * the first step (trainer_ensure_acts), where micro_batch = auto can still back off */
     return 0;
 }
 
-/* the plans, the device (the GPU's, or the CPU's memory fault of a test), the host memory's
- * check and what it decides: the save mode, the snapshot; the step strategy */
+/* the plans, the device (the GPU's), the silent-data-corruption checks (what the fingerprints
+ * cover, the replay's buffers, the injected faults checked: train/sdc.h), the CPU's memory fault
+ * of a test (its limit above what is live, those buffers included), the host memory's check and
+ * what it decides: the save mode, the snapshot; the step strategy */
 static int init_device(tsr_trainer *t, const tsr_config *cfg) {
     TSR_CHECK(init_plans(t, cfg, 0));
     if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(train_gpu_init(t));
-    else trainer_fault_oom(t);
+    TSR_CHECK(sdc_init(t));
+    if (cfg->device != TSR_DEVICE_CUDA) trainer_fault_oom(t);
     const long long kib = mem_available_kib();
     host_memory_warn(t, kib);
     choose_save_mode(t, kib);
     checkpointing_snapshot_alloc(t);
     train_gpu_pin_snapshot(t);
     t->be.strategy = trainer_pick_strategy(t);
-    return sdc_init(t); /* what the fingerprints cover; the injected faults checked */
+    return 0;
 }
 
-int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run) {
-    TSR_CHECK(init_start(t, cfg, d));
-    init_batch(t, cfg, d, dry_run);
+int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int dry_run,
+                 const trainer_uses *uses) {
+    TSR_CHECK(init_start(t, cfg, d, dry_run, uses));
+    TSR_CHECK(init_batch(t, cfg, d, dry_run));
     TSR_CHECK(init_schedule(t, cfg, dry_run));
     TSR_CHECK(init_layout(t, cfg, d));
     TSR_CHECK(check_int_counts(t, dry_run));
@@ -472,20 +547,37 @@ int trainer_init(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d, int d
     return 0; /* run_dir is not touched yet: trainer_open_run_dir, once the checkpoint is read */
 }
 
+/* The objective's reference built, copied into run_dir or read back (dpo, grpo: run/objective.h);
+ * one whose opening runs forwards (dpo's reference pass) gets the activations first, and an
+ * evaluation's scope (ranks run different numbers of forwards: run/run.h) */
+static int open_reference(tsr_trainer *t) {
+    const tsr_objective *o = t->objective;
+    void *s = t->run.objective_state;
+    const int forwards = o->reference_forwards && o->reference_forwards(s);
+    if (forwards) {
+        trainer_ensure_acts(t);
+        run_eval_scope(&t->run, 1);
+    }
+    int rc = o->open_reference(&t->run, s);
+    if (forwards) run_eval_scope(&t->run, 0);
+    return rc;
+}
+
 int trainer_open_run_dir(tsr_trainer *t) {
-    /* a resume's stored reference is checked before anything is written (dpo: train/dpo_ref.h) */
-    if (t->objective->check_reference) TSR_CHECK(t->objective->check_reference(t));
+    /* a resume's stored reference is checked before anything is written (dpo:
+     * posttrain/dpo_ref.h) */
+    if (t->objective->check_reference)
+        TSR_CHECK(t->objective->check_reference(&t->run, t->run.objective_state));
     TSR_CHECK(trainer_acts_fit(t)); /* a run that does not fit writes nothing either */
-    int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(t) : 0;
+    int64_t rc = t->dist.rank == 0 ? metrics_open_run_dir(&t->run) : 0;
     dist_allreduce_sum_i64(&rc, 1); /* rank 0's outcome, on every rank */
-    if (!rc) metrics_log_start(t); /* a process's first record (docs/tracking.md) */
+    if (!rc) metrics_log_start(&t->run); /* a process's first record (docs/tracking.md) */
     if (!rc) checkpointing_room_warn(t);
     if (!rc && t->out.start_load.what[0]) /* then the checkpoint it read, before run_dir was opened */
-        metrics_log_checkpoint(t, t->out.start_load.what, t->out.start_load.path,
+        metrics_log_checkpoint(&t->run, t->out.start_load.what, t->out.start_load.path,
                                t->out.start_load.seconds,
                                t->out.start_load.bytes);
-    /* the reference built, copied into run_dir or read back (dpo, grpo: train/objective.h) */
-    if (!rc && t->objective->open_reference) rc = t->objective->open_reference(t);
+    if (!rc && t->objective->open_reference) rc = open_reference(t);
     return (int)rc;
 }
 
@@ -498,17 +590,17 @@ void trainer_free(tsr_trainer *t) {
     free(t->part.part_displs);
     if (t->part.m) t->be.ops->free(t->part.m);
     if (t->part.v) t->be.ops->free(t->part.v);
-    free(t->data.inputs);
-    free(t->data.targets);
     optim_free(&t->part.optim); /* (before the fsdp plan it points to) */
     fsdp_free(&t->part.fsdp);
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
-    if (t->objective && t->objective->release) t->objective->release(t);
+    if (t->objective && t->objective->release) t->objective->release(t->run.objective_state);
     model_free(&t->model);
-    train_data_close(t);
+    tp_io_free(&t->part.tpio);
+    tp_free(&t->part.tp);
+    dataloader_close(&t->data);
     mesh_close(t);
-    if (icl_api) icl_api->close(&t->icl);
+    if (t->uses.icl) t->uses.icl->close(&t->icl);
     if (t->tok) tokenizer_free(t->tok);
     guard_free(&t->guard);
     if (t->out.metrics) fclose(t->out.metrics);

@@ -7,16 +7,14 @@
 
 #include "train/train_state.h"
 
-struct trainer_icl_api;
-
 /* The run's step strategy (ddp, zero1, fsdp, lora or device: trainer.c), chosen once at the end
  * of trainer_init. */
 const struct trainer_strategy *trainer_pick_strategy(const tsr_trainer *t);
 
-/* The ICL evaluation the program handed over (trainer_use_icl), else NULL. */
-const struct trainer_icl_api *trainer_icl(void);
-
-/* Test-only faults (TSR_FAULT; trainer_faults.c). In a step's compute: "slow:MS:RANK" makes RANK
+/* Test-only faults (TSR_FAULT; trainer_faults.c). "garbage:LO:HI": the rows of data batches
+ * LO..HI-1 just loaded (t->data) replaced by pseudo-random tokens (a corrupt data window). */
+void trainer_fault_garbage(tsr_trainer *t, int64_t d);
+/* In a step's compute: "slow:MS:RANK" makes RANK
  * sleep MS ms in every step, "hang:STEP:RANK" stop for good in step STEP. */
 void trainer_fault_compute(const tsr_trainer *t);
 /* "nan:STEP:RANK" or "nan:FROM-TO:RANK": a NaN in RANK's gradients in those steps. */

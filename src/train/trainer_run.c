@@ -10,14 +10,14 @@
 
 #include "common.h"
 #include "train/checkpointing.h"
-#include "train/objective.h"
+#include "train/train_plan.h"
+#include "run/objective.h"
 #include "train/sdc.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
-#include "train/train_data.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
-#include "train/watchdog.h"
+#include "watchdog/watchdog.h"
 
 /* Muon's exchange over the run so far: the slot's, or device = cuda the library's (optim.h) */
 static optim_traffic exchange_traffic(const tsr_trainer *t) {
@@ -54,15 +54,15 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
     tsr_guard *g = &t->guard;
     char reason[1100];
     if (st->verdict == GUARD_WARN || st->verdict == GUARD_SKIP) {
-        metrics_log_guard(t, st->verdict == GUARD_WARN ? "warn" : "skip", st);
+        metrics_log_guard(&t->run, st->verdict == GUARD_WARN ? "warn" : "skip", st);
         if (st->rebaselined)
-            metrics_log_guard_note(t, "rebaseline", st, "guard.patience consecutive outliers: taken "
+            metrics_log_guard_note(&t->run, "rebaseline", st, "guard.patience consecutive outliers: taken "
                                    "as a lasting change of level, the window starts over");
         return 0;
     }
     snprintf(reason, sizeof reason, "%s", st->why);
     if (st->verdict == GUARD_ROLLBACK) {
-        metrics_log_guard(t, "rollback", st);
+        metrics_log_guard(&t->run, "rollback", st);
         char path[1200];
         int64_t from = t->step, d_next = t->step + t->data.data_offset, d_c = 0;
         int nonfinite = g->nonfinite_streak > 0;
@@ -71,9 +71,9 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
         if (rc == 0) {
             guard_record_rollback(g, d_c, d_next);
             t->data.data_offset = d_next - t->step;
-            train_data_reset_seen(t);
+            dataloader_reset_seen(&t->data, d_next, (const int64_t(*)[2])g->skips, g->n_skips);
             t->data.stage_started = 0; /* the data position jumped: announce new windows */
-            metrics_log_rollback(t, from, path, d_c, d_next);
+            metrics_log_rollback(&t->run, &t->guard, from, path, d_c, d_next);
             /* commit the restored step with the skip recorded (this also points `latest` at
              * it), then set the abandoned trajectory's checkpoints aside */
             if ((rc = checkpointing_save(t, 0))) return rc;
@@ -89,7 +89,7 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
             /* no checkpoint from before the spike: keep going on the new level rather than stop
              * a run for a finite spike (loudly: the data window stays in the run) */
             guard_restart_window(g);
-            metrics_log_guard_note(t, "rebaseline", st, "no checkpoint before the spike to roll "
+            metrics_log_guard_note(&t->run, "rebaseline", st, "no checkpoint before the spike to roll "
                                    "back to (save more often: save_interval, keep_last); the "
                                    "window starts over");
             return 0;
@@ -105,7 +105,7 @@ static int guard_respond(tsr_trainer *t, const tsr_step_stats *st) {
         if (t->out.metrics) {
             fprintf(t->out.metrics, "{\"event\": \"guard\", \"action\": \"stop\", \"step\": %lld, "
                                 "\"why\": \"%s\"", (long long)st->step, reason);
-            metrics_end_record(t->out.metrics);
+            jsonl_end_record(t->out.metrics);
         }
     }
     guard_report(t, st, reason);
@@ -133,6 +133,21 @@ static int stop_on_request(tsr_trainer *t) {
     return TSR_EXIT_REQUEUE;
 }
 
+/* A stop request seen while the ranks waited for a window's data (dataloader_stage_step): as at a
+ * step boundary, but before this start's first step nothing is saved: the state is still the one
+ * it started from (the checkpoint it resumed, or the seed's or --init-from's weights at step 0),
+ * and a rerun starts there again. Returns TSR_EXIT_REQUEUE or an exit code. */
+static int stop_in_wait(tsr_trainer *t) {
+    if (t->out.steps_run > 0) return stop_on_request(t);
+    char from[64] = "from the beginning";
+    if (t->step > 0) snprintf(from, sizeof from, "from the checkpoint of step %lld", (long long)t->step);
+    if (t->dist.rank == 0)
+        printf("stop requested (SIGUSR1/SIGTERM) while waiting for the data of step %lld, the first "
+               "of this start: no step ran, no checkpoint written (a rerun starts %s, as this one "
+               "did); exit %d = requeue me\n", (long long)t->step + 1, from, TSR_EXIT_REQUEUE);
+    return TSR_EXIT_REQUEUE;
+}
+
 /* The evaluations due after this step: validation loss (grpo: pass@1), the ICL tasks. Returns
  * 0, or TSR_EXIT_DATA when grpo's reward failed (reported). */
 static int evaluate(tsr_trainer *t) {
@@ -140,16 +155,17 @@ static int evaluate(tsr_trainer *t) {
     if (t->data.val) {
         watchdog_phase(WD_EVAL, t->step);
         double loss = trainer_eval(t);
-        metrics_log_eval(t, loss, tsr_now() - t0);
-        if (t->objective->eval_failed && t->objective->eval_failed(t)) return TSR_EXIT_DATA;
+        metrics_log_eval(&t->run, loss, tsr_now() - t0);
+        if (t->objective->eval_failed && t->objective->eval_failed(t->run.objective_state))
+            return TSR_EXIT_DATA;
     }
     if (t->icl) {
         watchdog_phase(WD_EVAL, t->step);
-        trainer_eval_scope(t, 1);
+        run_eval_scope(&t->run, 1);
         trainer_ensure_acts(t);
-        trainer_icl()->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step, t->out.metrics,
-                     t->out.tb);
-        trainer_eval_scope(t, 0);
+        t->uses.icl->run(t->icl, &t->model, &t->mesh.data, trainer_acts_B(t), t->step,
+                         t->out.metrics, t->out.tb);
+        run_eval_scope(&t->run, 0);
     }
     account_add(ACC_EVAL, tsr_now() - t0);
     return 0;
@@ -180,10 +196,25 @@ static void ring_report(tsr_trainer *t) {
                (long long)n[0], (long long)t->out.steps_run, t->dist.world, (long long)n[1]);
 }
 
+/* parallel.tensor: the bytes the tensor groups' collectives sent in this process's steps, all
+ * ranks together (the decoder's and the partial gradients' sums, model/model_tp.h; the plan's
+ * formula, tp_step_bytes, gives one rank's per step: tests/train/test_tensor.sh compares them).
+ * Collective. */
+static void tp_report(tsr_trainer *t) {
+    if (!t->part.tp_on) return;
+    int64_t sent = (int64_t)t->part.tp.sent;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("tensor parallelism: %lld bytes sent between ranks in %lld steps (all %d ranks, "
+               "forward, backward and the gradients' sums)\n", (long long)sent,
+               (long long)t->out.steps_run, t->dist.world);
+}
+
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
  * device's weights) and logs it; under zero3 / hsdp every rank samples alongside, on its shard
- * (each forward gathers the units over the group: the same forwards on every rank), and under
- * context parallelism too (each forward goes round its context group's ring). The prompt is
+ * (each forward gathers the units over the group: the same forwards on every rank), under
+ * context parallelism too (each forward goes round its context group's ring), and under tensor
+ * parallelism (each forward runs over its tensor group's split). The prompt is
  * the end-of-text token, by convention the vocabulary's last id (GPT-2's 50256, the synthetic
  * corpus' V-1, a trained tokenizer's last special). Collective. */
 static void end_of_run_sample(tsr_trainer *t) {
@@ -192,11 +223,11 @@ static void end_of_run_sample(tsr_trainer *t) {
     checkpointing_before_pull(t);
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 1);
     else trainer_host_weights(t, 1);
-    if (t->dist.rank == 0 || t->part.fsdp_on || t->model.ring) {
+    if (t->dist.rank == 0 || t->part.fsdp_on || t->model.ring || t->model.tp) {
         int32_t eot = t->model.V - 1, n = (int32_t)t->cfg.sample.tokens;
         int32_t *ids = tsr_malloc((size_t)n * sizeof *ids);
         trainer_sample(t, &eot, 1, n, (uint64_t)t->cfg.seed, ids);
-        if (t->dist.rank == 0) metrics_log_sample(t, ids, n);
+        if (t->dist.rank == 0) metrics_log_sample(&t->run, ids, n);
         free(ids);
     }
     if (t->be.gpu) gpu_train_host_model(t->be.gpu, 0);
@@ -208,11 +239,13 @@ static void end_of_run_sample(tsr_trainer *t) {
  * after a rollback, else an exit code (TSR_EXIT_SLOW after a checkpoint). */
 static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
     int rc;
-    account_step(t, st->step_time);
-    checkpointing_step_done(st->step_time);
-    metrics_log_step(t, st);
+    account_step(&t->run, st->step_time);
+    stop_step_done(st->step_time);
+    if (t->dist.rank == 0 && t->out.tb) /* the TensorBoard step's memory/planned_bytes */
+        t->out.planned_bytes = trainer_plan_rank_bytes(t, t->part.lora_on);
+    metrics_log_step(&t->run, st);
     if (st->phase_switch)
-        metrics_log_guard_note(t, "restart-window", st, "a data-mix curriculum phase starts "
+        metrics_log_guard_note(&t->run, "restart-window", st, "a data-mix curriculum phase starts "
                                "with this batch: the spike window starts over");
     if (st->verdict != GUARD_OK) {
         if (st->verdict == GUARD_ROLLBACK) watchdog_phase(WD_CHECKPOINT, t->step);
@@ -228,7 +261,9 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
         watchdog_phase(WD_CHECKPOINT, t->step);
         if ((rc = checkpointing_save(t, !last))) return rc;
     }
-    if (watchdog_after_step(t, st) && !last) /* a straggler or low MFU: exit 86 */
+    const watchdog_step ws = {st->step, st->compute_time, st->step_time, st->tokens,
+                              t->out.flops_per_token, t->out.peak_flops};
+    if (watchdog_after_step(&ws, t->out.metrics) && !last) /* a straggler or low MFU: exit 86 */
         return (rc = final_checkpoint(t)) ? rc : TSR_EXIT_SLOW;
     return 0;
 }
@@ -245,7 +280,7 @@ static int stop_run(tsr_trainer *t, int rc) {
 
 static int run_steps(tsr_trainer *t) {
     tsr_step_stats st = {0};
-    watchdog_start(t);
+    watchdog_start(&t->dist, &t->cfg, t->step);
     int rc0 = sdc_start(t); /* the state loaded or initialised, compared once (train/sdc.h) */
     if (rc0) return stop_run(t, rc0);
     while (t->step < t->total_steps) {
@@ -255,7 +290,10 @@ static int run_steps(tsr_trainer *t) {
         if ((rc = checkpointing_boundary(t, &stop))) return stop_run(t, rc);
         if (stop) /* the hang watchdog watches its save */
             return stop_run(t, stop_on_request(t));
-        if ((rc = train_data_stage_step(t))) return stop_run(t, rc); /* s3: an object failed */
+        rc = dataloader_stage_step(&t->data, t->step, t->out.metrics);
+        account_add(ACC_DATA, t->data.step_wait); /* the accounting's data part */
+        if (rc) /* s3: an object failed; a stop in the data's wait */
+            return stop_run(t, rc == TSR_EXIT_REQUEUE ? stop_in_wait(t) : rc);
         trainer_step(t, &st);
         if (st.exit_code) return stop_run(t, st.exit_code); /* (the previous checkpoint stands) */
         rc = after_step(t, &st);
@@ -267,11 +305,12 @@ static int run_steps(tsr_trainer *t) {
     if (!rc) rc = sdc_final(t); /* the last save, checked once more at rest */
     if (rc) return stop_run(t, rc);
     watchdog_stop();
-    train_data_stage_end(t);
+    dataloader_stage_end(&t->data, t->step, t->out.metrics);
     ep_report(t);
     optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
     ring_report(t);
-    metrics_finish(t);
+    tp_report(t);
+    metrics_finish(&t->run);
     end_of_run_sample(t);
     return TSR_EXIT_OK;
 }
@@ -279,11 +318,11 @@ static int run_steps(tsr_trainer *t) {
 /* The steps, between the accounting of this start (telemetry/account.h): its record is written
  * whichever way the steps end (finished, 85, 86, the guard's stop) */
 int trainer_run(tsr_trainer *t) {
-    account_run_begin(t);
+    account_run_begin(&t->run);
     int rc = run_steps(t);
     sdc_summary(t);
     acc_start s;
-    account_close(t, &s);
-    metrics_log_account(t, rc, &s);
+    account_close(&t->run, &s);
+    metrics_log_account(&t->run, rc, &s, t->uses.run_line);
     return rc;
 }

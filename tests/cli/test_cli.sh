@@ -8,7 +8,7 @@
 # help names being one the parser knows, and the man page and the doc carry the same date.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 12
 HC=$BUILD/tessera-healthcheck
 JOB=$TSR_ROOT/jobs/tessera-job
 
@@ -75,10 +75,50 @@ tap_check $r "--bogus-option: exit 1 and 'PROGRAM: error: ...' from every progra
 rc=$?
 ((rc == 1)) && grep -q "^tessera: error: prep: unknown option: -s (it has no short form here: use --shard-tokens)" "$TMP/err.txt"
 tap_check $? "prep -s: exit 1, the hint '--shard-tokens'"
-"$TOOL" ckpt export -d bf16 x >/dev/null 2>"$TMP/err.txt" # ckpt's own parser, the same hint
+"$TOOL" ckpt export -d bf16 x >/dev/null 2>"$TMP/err.txt" # a ckpt subcommand: the same hint
 rc=$?
 ((rc == 1)) && grep -q "^tessera: error: ckpt export: unknown option: -d (it has no short form here: use --dtype)" "$TMP/err.txt"
 tap_check $? "ckpt export -d: exit 1, the hint '--dtype' ($(head -c 120 "$TMP/err.txt"))"
+
+# 5b: one wording for each usage fault, from every program and subcommand with options (one parse
+# loop: src/base/cli.c): "PREFIX unknown option: --bogus-option (see 'NAME --help')" and, for its
+# first option that takes a value, "PREFIX option --OPT needs a value (see 'NAME --help')"
+bad="" n_cmd=0 names=""
+for ((k = 0; k < n_help; k++)); do
+    name=${progs[k]%%	*}
+    opt=$(sed -nE 's/^  (-[A-Za-z0-9],|   ) --([a-z0-9-]+) [^[ ].*/\2/p' "$TMP/help-$k.txt" | head -1)
+    [[ $name == tessera-job || -z $opt ]] && continue
+    read -ra cmd <<<"${progs[k]#*	}"
+    exe=${name%% *}
+    prefix="$exe: error:"
+    [[ $name != "$exe" ]] && prefix+=" ${name#tessera }:"
+    "${cmd[@]}" --bogus-option >/dev/null 2>"$TMP/err.txt"
+    rc=$?
+    want="$prefix unknown option: --bogus-option (see '$name --help')"
+    ((rc == 1)) && [[ $(<"$TMP/err.txt") == "$want" ]] || bad+=" [$name --bogus-option: exit $rc: $(head -c 200 "$TMP/err.txt")]"
+    "${cmd[@]}" "--$opt" >/dev/null 2>"$TMP/err.txt"
+    rc=$?
+    want="$prefix option --$opt needs a value (see '$name --help')"
+    ((rc == 1)) && [[ $(<"$TMP/err.txt") == "$want" ]] || bad+=" [$name --$opt: exit $rc: $(head -c 200 "$TMP/err.txt")]"
+    n_cmd=$((n_cmd + 1)) names+=" $name"
+done
+[[ -z $bad ]] && ((n_cmd >= 13))
+r=$?
+((r)) && tap_diag "other wordings:$bad"
+tap_diag "commands:$names"
+tap_check $r "one wording from $n_cmd commands: 'unknown option: --bogus-option', 'option --OPT needs a value', each with its program, subcommand and '(see ... --help)'"
+
+# 5c: under mpirun every rank parses the same argv and rank 0 alone reports: one help, one error
+ranks 2 "$TRAIN" --help >"$TMP/mh.txt" 2>&1
+rc=$?
+ranks 2 "$TRAIN" --config >"$TMP/me.txt" 2>&1
+rc2=$?
+ranks 2 "$HC" --help >"$TMP/mhc.txt" 2>&1
+rc3=$?
+((rc == 0 && rc2 == 1 && rc3 == 0)) && [[ $(grep -c '^usage: tessera-train' "$TMP/mh.txt") == 1 &&
+    $(grep -c 'option --config needs a value' "$TMP/me.txt") == 1 &&
+    $(grep -c '^usage: tessera-healthcheck' "$TMP/mhc.txt") == 1 ]]
+tap_check $? "2 ranks: tessera-train --help and tessera-healthcheck --help print one help (exit $rc, $rc3), --config without a value one error (exit $rc2)"
 
 # 6, 7: a data error relayed through TSR_CHECK: the internal locations only with TSR_DEBUG=1
 args=(--config "$TSR_ROOT/configs/tiny.cfg" --set data.train="$TMP/nodata" --set run_dir="$TMP/run"
@@ -92,8 +132,8 @@ r=$?
 tap_check $r "missing dataset: exit 2, 'tessera-train: error: ...', no 'from src/' line"
 TSR_DEBUG=1 "$TRAIN" "${args[@]}" >/dev/null 2>"$TMP/debug.txt"
 rc=$?
-((rc == 2)) && grep -q "^tessera-train: debug: from src/train/train_data.c:[0-9]*: " "$TMP/debug.txt"
-tap_check $? "TSR_DEBUG=1: the same error plus 'tessera-train: debug: from src/train/train_data.c:LINE'"
+((rc == 2)) && grep -q "^tessera-train: debug: from src/data/dataloader.c:[0-9]*: " "$TMP/debug.txt"
+tap_check $? "TSR_DEBUG=1: the same error plus 'tessera-train: debug: from src/data/dataloader.c:LINE'"
 # 8: reference text tested against the code: `tessera --help` names every `tessera ckpt` command;
 # tessera-train's --help and man page say what --init-from takes (Hugging Face and PEFT
 # directories); the man page names every model family `ckpt export --arch` knows, GPT-2 and MPT

@@ -181,12 +181,12 @@ export_refused alibi "an ALiBi model with biases" "exports as MptForCausalLM, wh
 cks=("$TMP"/softcap/run/step-*.h5)
 ck=${cks[0]}
 if [[ -f $ck ]] && "$PY3" -c "import h5py" 2>/dev/null; then
-    cp "$ck" "$TMP/v3.h5"
-    "$PY3" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); f.attrs['format_version'] = 3; f.close()" "$TMP/v3.h5"
-    refused "a checkpoint of format_version 3" 2 "format_version = 3, this program reads versions 1 and 2" \
-        "$TOOL" ckpt verify "$TMP/v3.h5"
+    cp "$ck" "$TMP/v4.h5"
+    "$PY3" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); f.attrs['format_version'] = 4; f.close()" "$TMP/v4.h5"
+    refused "a checkpoint of format_version 4" 2 "format_version = 4, this program reads versions 1 to 3" \
+        "$TOOL" ckpt verify "$TMP/v4.h5"
 else
-    tap_skip "a checkpoint of format_version 3" "no checkpoint above, or no h5py in $PY3"
+    tap_skip "a checkpoint of format_version 4" "no checkpoint above, or no h5py in $PY3"
 fi
 
 # ---- dataset indexes past the format's bounds (tessera verify-data) ----

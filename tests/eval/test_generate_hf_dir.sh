@@ -74,6 +74,6 @@ mkdir -p "$TMP/empty" && printf 'x\n' >"$TMP/prompt.txt"
 "$TOOL" tokenizer encode --tokenizer "$TMP/empty" "$TMP/prompt.txt" >"$TMP/empty.out" 2>&1
 rc=$?
 ((rc == 2)) &&
-    grep -q "tokenizer '$TMP/empty': the directory holds no tokenizer (expected encoder.json + vocab.bpe, tokenizer.json or vocab.json + merges.txt)" "$TMP/empty.out"
+    grep -q "tokenizer '$TMP/empty': the directory holds no tokenizer (expected encoder.json + vocab.bpe, tokenizer.json, tiktoken.model or vocab.json + merges.txt)" "$TMP/empty.out"
 tap_check $? "a directory without tokenizer files: exit $rc, naming the files looked for"
 tap_done

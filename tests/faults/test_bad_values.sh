@@ -2,7 +2,7 @@
 # Values that were accepted and should not be (issue 64 finding 6), each refused now, naming it:
 #  - a reward program answering a reward of 1e308 (finite, but its advantages and the loss are
 #    not: the loss went NaN and the spike guard was blamed): exit 2 naming the program, the bound
-#    |reward| <= 1e6 and the answer (src/rl/reward_proc.c; docs/rl.md);
+#    |reward| <= 1e6 and the answer (src/posttrain/reward_proc.c; docs/rl.md);
 #  - `tessera-job sweep --grid` with a value holding a newline (the rest of it and every later
 #    value silently dropped, exit 0): exit 1 naming the value, nothing printed (jobs/tessera-job);
 #  - `tessera generate --prompts` with "id": 1e999 (written back as `"id": inf`, not JSON): exit 1

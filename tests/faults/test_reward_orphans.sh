@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A reward program and everything it starts end with its rank, however the rank ends (docs/rl.md
-# "The reward program"; src/rl/reward_keeper.c; issue 64 finding 2). The program led a process
+# "The reward program"; src/posttrain/reward_keeper.c; issue 64 finding 2). The program led a process
 # group of its own, which the trainer SIGKILLed when it stopped it: a SIGKILLed rank (or mpirun's
 # job) never did, and the program ran on under init; a grandchild in a session of its own
 # (setsid, Python's start_new_session=True) outlived even a clean run. Now a keeper, a subreaper

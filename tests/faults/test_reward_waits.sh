@@ -87,7 +87,7 @@ rc=$?
 "$TOOL" generate --ckpt "$TMP/hf" --prompt-ids "1 2" >"$TMP/negg.txt" 2>&1
 rcg=$?
 tap_diag "$(grep -m1 'error: ' "$TMP/neg.txt")"
-((rc == 2 && rcg == 2)) && grep -q "config.json: config.json has num_attention_heads = -4 gives model.n_head = -4: out of range" "$TMP/neg.txt" &&
+((rc == 2 && rcg == 2)) && grep -q "config.json: num_attention_heads = -4: expected an integer >= 1" "$TMP/neg.txt" &&
     ! grep -q "missing required key" "$TMP/neg.txt" "$TMP/negg.txt" && [[ ! -e $TMP/neg ]]
 tap_check $? "config.json num_attention_heads = -4: exit 2 from --init-from ($rc) and generate ($rcg), no second 'missing required key' error"
 

@@ -35,10 +35,9 @@ FUZZ_LIBS     = $(FUZZ_SAN) -fsanitize=fuzzer -fopenmp $(DEP_LIBS) \
 # in make check). A harness that comes to need one of them fails to link: take it out of this list.
 FUZZ_NOT_PARSERS := src/train/% src/eval/% src/generate/% src/prep/% src/report/% src/gpu/% \
                     src/cli_commands.c
-# (gen_chat.c, generation's chat template reading, stays: hf_export.c takes the end-of-turn token
-# from it, and the HF directory harness links hf_export.o)
-FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out $(FUZZ_NOT_PARSERS),$(LIB_SRC)) \
-                src/generate/gen_chat.c)
+# (generation's chat template reading, which hf_export.c takes the end-of-turn token from, is
+# src/chat/gen_chat.c: the HF directory harness links hf_export.o)
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out $(FUZZ_NOT_PARSERS),$(LIB_SRC)))
 FUZZ_COMMON  := $(FUZZ_DIR)/obj/tests/fuzz/fuzz_common.o $(FUZZ_DIR)/obj/tests/fuzz/fuzz_tokenizer.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 

@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tsr_config *cfg = malloc(sizeof *cfg);
     tsr_model m;
     static const char *const sets[] = {"threads=1"};
-    if (ckpt_model_load(path, sets, 1, 0, cfg, &m, NULL, 0) == 0) model_free(&m);
+    if (ckpt_model_load(NULL, path, sets, 1, 0, cfg, &m, NULL, 0) == 0) model_free(&m);
     free(cfg);
     return 0;
 }

@@ -298,7 +298,7 @@ suite() {
     (($(wc -l <"$TMP/$l.acn.loss") == 20)) && ((same == 0))
     tap_check $? "$l: activation checkpointing block, attention (layers 1-2), mlp (first 2): all 20 steps bit-identical to none, activations $(device_acts "$TMP/$l.acn.txt") B ->${what%,}"
     # a shape whose per-layer slices are not whole 256-byte blocks (1 x 31 x 64 bf16 = 3968 B):
-    # the activation stacks pad each layer to 256 bytes (gpu_model.c, layer_stride), so the
+    # the activation stacks pad each layer to 256 bytes (the backend's align, decoder_acts.c layer_stride), so the
     # matmuls' alignment, hence cuBLASLt's algorithm, is the same for every layer and slot
     local odd=(--set seq_len=31 --set micro_batch=1 --set global_batch=3 --set model.n_layer=3)
     run "$bin" 1 "$l.oddn" --set device=cuda "${odd[@]}" && d=$(close cpu_odd "$l.oddn" 1) &&

@@ -84,27 +84,35 @@ static int missing_child(void) {
 
 static int backend_child(void) { return (int)tcu_cudnn_backend(); }
 
-/* in the child: a forced cudnn for a model with ALiBi sizes nothing, builds nothing, opens nothing
- * and runs every call on the own kernels */
+/* in the child: a forced cudnn for a model with ALiBi gets the own kernels (the trainer sets
+ * tcu_cudnn_model_backend's answer), so it sizes nothing, builds nothing, opens nothing and runs
+ * every call on the own kernels */
 static int model_child(void) {
     const tcu_cudnn_shape sh = {2, 64, 4, 2, 64};
-    tcu_cudnn_plan_info in;
-    char why[256];
-    tcu_cudnn_set_backend(TCU_ATT_CUDNN);
-    tcu_cudnn_set_model(0, 1, 0);
+    const char *why = NULL;
+    tcu_cudnn_set_backend(tcu_cudnn_model_backend(TCU_ATT_CUDNN, 0, 1, 0, &why));
+    if (!why || !strstr(why, "the model's ALiBi")) return 14;
+    if (tcu_cudnn_backend() != TCU_ATT_OWN) return 15;
     if (tcu_cudnn_scratch_bytes(sh)) return 12;
     if (tcu_cudnn_forward(NULL, NULL, NULL, NULL, NULL, NULL, sh, NULL)) return 11;
-    if (!tcu_cudnn_plan_info_of(sh, 1, &in, why, sizeof why) || !strstr(why, "ALiBi")) return 14;
     return tap_lib_mapped("libcudnn") ? 13 : 0;
 }
 
-/* M5: what the model uses reaches the sizing (tcu_cudnn_set_model) */
+/* M5: what the model uses reaches the sizing (tcu_cudnn_model_backend: each refusal's reason,
+ * the backend asked for a model that uses none) */
 static void check_model(void) {
     char err[4096];
+    const char *w[4];
     const int rc = in_child("cudnn", NULL, model_child, err, sizeof err);
-    tap_ok(rc == 0 && strstr(err, "runs on the own kernels: the model's ALiBi"),
-           "a model with ALiBi under TSR_ATTENTION=cudnn: no scratch, no plan, no libcudnn opened, "
-           "the forward on the own kernels said (exit %d, stderr: %.200s)", rc, err);
+    const int own = tcu_cudnn_model_backend(TCU_ATT_AUTO, 1, 0, 0, &w[0]) == TCU_ATT_OWN &&
+                    tcu_cudnn_model_backend(TCU_ATT_CUDNN, 0, 0, 1, &w[1]) == TCU_ATT_OWN &&
+                    tcu_cudnn_model_backend(TCU_ATT_CUDNN, 0, 1, 1, &w[2]) == TCU_ATT_OWN;
+    const int kept = tcu_cudnn_model_backend(TCU_ATT_AUTO, 0, 0, 0, &w[3]) == TCU_ATT_AUTO && !w[3];
+    tap_ok(rc == 0 && !strstr(err, "libcudnn") && own && kept && strstr(w[0], "document mask") &&
+               strstr(w[1], "variants") && strstr(w[2], "ALiBi"),
+           "a model with ALiBi under TSR_ATTENTION=cudnn: the own kernels, no scratch, no plan, no "
+           "libcudnn opened (exit %d, stderr: %.200s); a document mask, a variant: own with the "
+           "reason; none: the backend asked for", rc, err);
 }
 
 static void check_missing(void) {

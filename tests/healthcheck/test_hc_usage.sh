@@ -27,7 +27,7 @@ done
 tap_check $? "-t, with a value, without, attached, in a cluster: exit 1, nothing on stdout, the hint '-j N or --threads N' ($told of 5)"
 
 usage -j
-((rc == 1)) && [[ $err == "tessera-healthcheck: error: option needs a value: --threads (see 'tessera-healthcheck --help')" ]]
+((rc == 1)) && [[ $err == "tessera-healthcheck: error: option --threads needs a value (see 'tessera-healthcheck --help')" ]]
 tap_check $? "-j without a value: exit 1 naming --threads ($err)"
 
 bad=0

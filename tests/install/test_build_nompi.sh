@@ -53,7 +53,7 @@ tap_check $? "NO_MPI: 6 steps save step-3 and step-6, latest names step-6, its t
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r") as f:
     a = f.attrs
-    ok = (a["format"] == b"tessera-checkpoint" and a["format_version"] == 2 and a["step"] == 3
+    ok = (a["format"] == b"tessera-checkpoint" and a["format_version"] == 3 and a["step"] == 3
           and a["world_size"] == 1 and f["model/wte"].dtype == np.dtype("<f4")
           and "optim/m/wte" in f and "optim/v/wte" in f)
     print("# h5py:", a["format"], a["step"], "world_size", a["world_size"], "wte", f["model/wte"].shape)

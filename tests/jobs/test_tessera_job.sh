@@ -11,7 +11,7 @@
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 23
+tap_plan 24
 J=$TSR_ROOT/jobs/tessera-job
 
 # stand-ins: srun writes its argv, NUL-terminated, to $TMP/argv and exits 0
@@ -230,7 +230,8 @@ JOB_ENV=()
 tap_check $? "sweep: a 2x2 grid is one --array=0-3%2 job, task 1 and task 2 run with their settings (byte for byte) in RUN_DIR/TASK"
 JOB_ENV=()
 bad=0
-for a in "--grid run_dir=x,y" "--grid optim.lr=" "--grid Bad.Key=1" "--list optim.lr=1 --grid seed=1" ""; do
+for a in "--grid run_dir=x,y" "--grid optim.lr=" "--grid Bad.Key=1" "--task optim.lr=1 --grid seed=1" "" \
+    "--grid" "--max-parallel 0"; do
     # shellcheck disable=SC2086 # the words of each case
     "$J" sweep pretrain "${base[@]}" RUN_DIR=r CONFIG=c $a >"$TMP/bad.sbatch" 2>"$TMP/bad.err" && bad=$((bad + 1))
     [[ -s $TMP/bad.sbatch ]] && bad=$((bad + 1))
@@ -238,7 +239,21 @@ done
 "$J" sweep eval "${base[@]}" CKPT=c CONFIG=c OUT=o --grid seed=1,2 >"$TMP/bad.sbatch" 2>"$TMP/bad.err" && bad=$((bad + 1))
 grep -q "no RUN_DIR=@RUN_DIR@ line" "$TMP/bad.err" || bad=$((bad + 1))
 ((bad == 0))
-tap_check $? "sweep refuses run_dir, an empty value, a bad key, --grid with --list, no setting, a template without RUN_DIR (exit 1, nothing printed)"
+tap_check $? "sweep refuses run_dir, an empty value, a bad key, --grid with --task, no setting, --grid without its value, --max-parallel 0, a template without RUN_DIR (exit 1, nothing printed)"
+# one long name, one meaning (docs/cli.md): a sweep's task is --task; its old name --list (also
+# `tessera-job --list TEMPLATE`, the keys) still renders the same script, with a warning naming
+# --task; an option without its value says so in the one wording of every tessera program
+"$J" sweep pretrain "${base[@]}" RUN_DIR=r CONFIG=c --task 'optim.lr=1e-3 seed=2' >"$TMP/task.sbatch" 2>"$TMP/task.err"
+r1=$?
+"$J" sweep pretrain "${base[@]}" RUN_DIR=r CONFIG=c --list 'optim.lr=1e-3 seed=2' >"$TMP/list.sbatch" 2>"$TMP/list.err"
+r2=$?
+"$J" sweep pretrain "${base[@]}" RUN_DIR=r CONFIG=c --task >"$TMP/miss.sbatch" 2>"$TMP/miss.err"
+r3=$?
+((r1 == 0 && r2 == 0 && r3 == 1)) && [[ ! -s $TMP/task.err && ! -s $TMP/miss.sbatch ]] &&
+    grep -q '^#SBATCH --array=0-0$' "$TMP/task.sbatch" && cmp -s "$TMP/task.sbatch" "$TMP/list.sbatch" &&
+    [[ $(<"$TMP/list.err") == "tessera-job: warning: sweep --list is --task now (--task 'optim.lr=1e-3 seed=2'); --list alone, 'tessera-job --list TEMPLATE', lists a template's keys" &&
+       $(<"$TMP/miss.err") == "tessera-job: error: option --task needs a value (see 'tessera-job --help')" ]]
+tap_check $? "sweep --task: one task; the old sweep --list: the same script and a warning naming --task; --task without a value: exit 1 'option --task needs a value' (exit $r1, $r2, $r3: $(head -c 200 "$TMP/list.err"))"
 # each task's settings through the trainer's dry run when rendering (issue 65 item 9): a misspelt
 # key, a bad value, a task the recipe refuses: exit 1 naming the task and the key, nothing printed
 cat >"$TMP/sweep.cfg" <<CFG
@@ -259,7 +274,7 @@ refused() { # PATTERN ARGS...: tessera-job sweep pretrain ARGS exits 1, prints n
 refused "tessera-job: error: sweep task 0 (0_lrr=1e-3): --set optim.lrr=1e-3: unknown key 'optim.lrr' (did you mean 'optim.lr'?)" \
     CONFIG="$TMP/sweep.cfg" --grid optim.lrr=1e-3,3e-3
 refused "sweep task 1 (1_lr=1e-3_sed=2): --set sed=2: unknown key 'sed'" CONFIG="$TMP/sweep.cfg" \
-    --list 'optim.lr=1e-3 seed=2' --list 'optim.lr=1e-3 sed=2'
+    --task 'optim.lr=1e-3 seed=2' --task 'optim.lr=1e-3 sed=2'
 refused "sweep task 1 (1_lr=abc): --set optim.lr=abc: expected a number" CONFIG="$TMP/sweep.cfg" --grid optim.lr=1e-3,abc
 refused "sweep task 1 (1_micro_batch=3): $TMP/sweep.cfg:1: global_batch = 4 is not divisible by micro_batch = 3" \
     CONFIG="$TMP/sweep.cfg" --grid micro_batch=4,3
@@ -268,5 +283,5 @@ refused "sweep task 0 (0_lrr=1e-3): --set optim.lrr=1e-3: unknown key 'optim.lrr
 "$J" sweep pretrain "${base[@]}" RUN_DIR=r CONFIG="$TMP/sweep.cfg" --grid optim.lr=1e-3,3e-3 \
     --grid micro_batch=2,4 >"$TMP/good.sbatch" && grep -q '^#SBATCH --array=0-3$' "$TMP/good.sbatch" || bad=$((bad + 1))
 ((bad == 0))
-tap_check $? "sweep checks each task's settings by the trainer's dry run: a misspelt key in a --grid, in one --list task, a bad value, a task the recipe refuses, a misspelt key with a CONFIG not readable here (keys only): exit 1 naming the task, nothing printed; a good grid renders"
+tap_check $? "sweep checks each task's settings by the trainer's dry run: a misspelt key in a --grid, in one --task task, a bad value, a task the recipe refuses, a misspelt key with a CONFIG not readable here (keys only): exit 1 naming the task, nothing printed; a good grid renders"
 tap_done

@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 
 static size_t rows(int s, int d, int n, size_t big) {
     return (size_t)((7 * s + 3 * d) % 5) + (s == 0 && d == 1 % n ? big : 0);

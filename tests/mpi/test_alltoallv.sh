@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dist_group_alltoallv (src/dist.c), the expert exchange's and ZeRO-3's all-to-all-v, on real MPI
+# dist_group_alltoallv (src/dist/dist.c), the expert exchange's and ZeRO-3's all-to-all-v, on real MPI
 # ranks through build/tests/a2a_driver: rows of every size to every rank (itself included) arrive
 # byte for byte; and one block of 2^31 + 4096 bytes, past MPI's int counts in bytes, goes through
 # as 524,289 rows of 4 KiB (the exchange's counts are whole rows; before, any count over 2^31 - 1

@@ -62,7 +62,7 @@ for t, name, shape in [(0, "model/wte", (37, 11)), (3, "optim/m/attn", (5, 7, 3)
           f"crc32c python 0x{crc:08x} attribute 0x{int(d.attrs['crc32c']):08x}")
     ok &= good
 at = f.attrs
-ok &= at["format"] == b"tessera-checkpoint" and int(at["format_version"]) == 2 and int(at["step"]) == 3
+ok &= at["format"] == b"tessera-checkpoint" and int(at["format_version"]) == 3 and int(at["step"]) == 3
 ok &= int(at["world_size"]) == 2 and int(at["tokens"]) == 3000 and b"global_batch = 8" in at["config"]
 # meta_crc32c: every other root attribute in order of name, each as name NUL value NUL
 # (integers in decimal, strings as stored; docs/checkpoint-format.md)

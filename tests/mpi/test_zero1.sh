@@ -2,7 +2,7 @@
 # ZeRO-1 (optimizer state sharded across ranks, reduce-scatter + all-gather) trains like DDP:
 # same losses and grad norms within 1e-6 relative, on 2 and 4 ranks; and its plan is reported.
 # The collectives' path for flat buffers past MPI's int counts (one collective per rank's block,
-# src/dist.c), forced at this size by TSR_FAULT=mpi_int_limit: the same bits on 2 ranks.
+# src/dist/dist.c), forced at this size by TSR_FAULT=mpi_int_limit: the same bits on 2 ranks.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 6

@@ -183,8 +183,11 @@ def layout(argv):
             continue
         with open(os.path.join(d, "index.tsv")) as f:
             lines = f.read().split("\n")
-        assert lines[2] == INDEX_PACKED % (T, T), "%s/index.tsv line 3: %r" % (d, lines[2])
-        assert lines[3] == INDEX_PAIRS % len(want[sp]), "%s/index.tsv line 4: %r" % (d, lines[3])
+        at = lines.index(INDEX_PACKED % (T, T)) if INDEX_PACKED % (T, T) in lines else -1
+        assert 2 <= at <= 5, "%s/index.tsv: no packed_seq_len note among the header comments" % d
+        assert all(l.startswith("# ") for l in lines[1:at]), "%s/index.tsv: %r" % (d, lines[:at])
+        assert lines[at + 1] == INDEX_PAIRS % len(want[sp]), "%s/index.tsv line %d: %r" % (
+            d, at + 2, lines[at + 1])
         assert sum(l.startswith("# preference_pairs") for l in lines) == 1, "%s: two notes" % d
         has_mask, shards = read_shards(d)
         assert has_mask, "%s: no mask channel" % d

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_prep_chat_template.sh — `tessera prep --format chat` with the model's own chat template
-# (Llama 3, Qwen 3: the tokenizer_config.json beside --tokenizer .../tokenizer.json) on the 22
+# (Llama 3, Qwen 3: the tokenizer_config.json beside --tokenizer .../tokenizer.json) on the 24
 # conversations of tests/chat/conversations (system prompts, multi-turn, unicode, white space,
 # reasoning in <think>, tool calls and results, content parts, null content):
 #  - ids equal to the reference, conversation by conversation: @huggingface/jinja renders the

@@ -95,9 +95,10 @@ assign8=$(layout "$TMP/pf8" 8 0.3 90) && assign8=${assign8##*assign }
 tap_check $? "the split is by pair and follows the seed: seed 5 $assign, seed 8 ${assign8:0:60}"
 prep --out "$TMP/pf2" --format preference --pack 16 --shard-tokens 90 --val-fraction 0.3 --seed 5 --threads 1 --quiet "$P" 2>/dev/null
 diff -r "$TMP/pf" "$TMP/pf2" >/dev/null; tap_check $? "byte-identical across runs and --threads 1 vs default"
-[[ $(sed -n 4p "$TMP/pf/train/index.tsv") == "# preference_pairs	$tp	(tessera prep --format preference: samples 2i and 2i+1 are pair i's chosen and rejected answers; docs/prep.md)" &&
-   $(sed -n 3p "$TMP/pf/val/index.tsv") == "# packed_seq_len	16	"* &&
-   $(sed -n 4p "$TMP/pf/val/index.tsv") == "# preference_pairs	$vp	"* ]]
+# (the line after "# packed_seq_len": the header comments, the writer's max_token_id among them)
+after_packed() { grep -A1 "^# packed_seq_len	16	" "$1" | sed -n 2p; }
+[[ $(after_packed "$TMP/pf/train/index.tsv") == "# preference_pairs	$tp	(tessera prep --format preference: samples 2i and 2i+1 are pair i's chosen and rejected answers; docs/prep.md)" &&
+   $(after_packed "$TMP/pf/val/index.tsv") == "# preference_pairs	$vp	"* ]]
 tap_check $? "index.tsv: '# preference_pairs<TAB>N<TAB>(...)' right after '# packed_seq_len', N per dataset ($tp, $vp)"
 
 # --target-prompts: every token a target, so line 5's pair is kept (its rejected example truncated)

@@ -90,6 +90,19 @@ FAMILY_FIXTURES = [
     dict(name="smollm3", model_type="smollm3", L=4, C=64, NH=4, KVH=2, hs=16, F=96, tied=True,
          theta=2000000.0, eps=1e-6, llama3=None, dtype="F32", shard=None, nope=[1, 1, 1, 0]),
 ]
+# attention_bias without mlp_bias (tessera's model.attn_bias: biases on q, k, v and o only):
+# Llama's (mlp_bias false), Qwen 3's (q_norm / k_norm after the biased projections), OLMo 2's
+# (QK-norm over the biased projections). test_hf_attn_bias.py.
+ATTN_BIAS_FIXTURES = [
+    dict(name="llama_attn_bias", model_type="llama", L=2, C=48, NH=4, KVH=2, hs=12, F=64,
+         tied=False, theta=10000.0, eps=1e-5, llama3=None, dtype="F32", shard=None, attn_bias=True),
+    dict(name="qwen3_attn_bias", model_type="qwen3", L=2, C=64, NH=4, KVH=2, hs=24, F=96,
+         tied=True, theta=1000000.0, eps=1e-6, llama3=None, dtype="F32", shard=None,
+         attn_bias=True),
+    dict(name="olmo2_attn_bias", model_type="olmo2", L=2, C=64, NH=4, KVH=2, hs=16, F=96,
+         tied=False, theta=500000.0, eps=1e-6, llama3=None, dtype="F32", shard=None,
+         attn_bias=True),
+]
 CLASS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
          "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM",
          "qwen3_moe": "Qwen3MoeForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -132,7 +145,8 @@ def state_dict(fx, seed):
     g = torch.Generator().manual_seed(seed)
     C, NH, KVH, hs, Fw = fx["C"], fx["NH"], fx["KVH"], fx["hs"], fx["F"]
     qk_norm, bias = fx["model_type"] in QK_NORM, fx.get("bias", False)  # bias: Llama's attention_bias + mlp_bias
-    qkv_bias = fx["model_type"] == "qwen2" or bias
+    attn = bias or fx.get("attn_bias", False)  # attention_bias alone: q, k, v and o
+    qkv_bias = fx["model_type"] == "qwen2" or attn
 
     def w(*shape, std=0.1):
         return torch.randn(*shape, generator=g, dtype=torch.float64) * std
@@ -149,7 +163,7 @@ def state_dict(fx, seed):
             if qkv_bias:
                 sd[f"{p}self_attn.{name}_proj.bias"] = w(rows, std=0.2)
         sd[p + "self_attn.o_proj.weight"] = w(C, NH * hs)
-        if bias:
+        if attn:
             sd[p + "self_attn.o_proj.bias"] = w(C, std=0.2)
         if qk_norm:
             sd[p + "self_attn.q_norm.weight"] = norm(hs)
@@ -241,13 +255,14 @@ def config_json(fx):
     if fx["hs"] * fx["NH"] != fx["C"] or mt in QK_NORM:
         cj["head_dim"] = fx["hs"]
     if mt == "llama":
-        cj.update(attention_bias=fx.get("bias", False), mlp_bias=fx.get("bias", False), pretraining_tp=1)
+        cj.update(attention_bias=fx.get("bias", False) or fx.get("attn_bias", False),
+                  mlp_bias=fx.get("bias", False), pretraining_tp=1)
     elif mt in ("mistral", "mixtral"):
         cj["sliding_window"] = None
     else:
         cj.update(use_sliding_window=False, sliding_window=4096, max_window_layers=fx["L"])
         if mt in QK_NORM:
-            cj["attention_bias"] = False
+            cj["attention_bias"] = fx.get("attn_bias", False)
     if mt == "mixtral":  # intermediate_size is the experts' width: Mixtral has no dense MLP
         cj.update(intermediate_size=fx["FE"], num_local_experts=fx["E"], num_experts_per_tok=fx["K"],
                   router_jitter_noise=0.0)
@@ -267,6 +282,7 @@ def tessera_sets(fx):
          "model.norm": "rmsnorm", "model.mlp": "swiglu", "model.bias": str(fx.get("bias", False)).lower(),
          "model.norm_eps": repr(fx["eps"]), "model.rope_theta": repr(fx["theta"]),
          "model.qkv_bias": str(fx["model_type"] == "qwen2").lower(),
+         "model.attn_bias": str(fx.get("attn_bias", False)).lower(),
          "model.qk_norm": str(fx["model_type"] in QK_NORM).lower(),
          "model.tie_embeddings": str(fx["tied"]).lower()}
     if "E" in fx:
@@ -397,10 +413,13 @@ def family_state_dict(fx, seed):
     qn, kn = (NH * hs, KVH * hs) if mt in OLMO else (hs, hs)  # OLMo: over the projection
     for i in range(fx["L"]):
         p = f"model.layers.{i}."
-        sd[p + "self_attn.q_proj.weight"] = w(NH * hs, C)
-        sd[p + "self_attn.k_proj.weight"] = w(KVH * hs, C)
-        sd[p + "self_attn.v_proj.weight"] = w(KVH * hs, C)
+        for name, rows in (("q", NH * hs), ("k", KVH * hs), ("v", KVH * hs)):
+            sd[f"{p}self_attn.{name}_proj.weight"] = w(rows, C)
+            if fx.get("attn_bias"):
+                sd[f"{p}self_attn.{name}_proj.bias"] = w(rows, std=0.2)
         sd[p + "self_attn.o_proj.weight"] = w(C, NH * hs)
+        if fx.get("attn_bias"):
+            sd[p + "self_attn.o_proj.bias"] = w(C, std=0.2)
         if mt in OLMO + ("gemma3_text",):  # Gemma 2 and SmolLM3 have no QK-norm
             sd[p + "self_attn.q_norm.weight"] = norm(qn)
             sd[p + "self_attn.k_norm.weight"] = norm(kn)
@@ -426,7 +445,7 @@ def family_config_json(fx):
           "intermediate_size": fx["F"], "num_hidden_layers": fx["L"],
           "num_attention_heads": fx["NH"], "num_key_value_heads": fx["KVH"],
           "max_position_embeddings": 2048, "rms_norm_eps": fx["eps"], "rope_theta": fx["theta"],
-          "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
+          "rope_scaling": None, "attention_bias": fx.get("attn_bias", False), "attention_dropout": 0.0,
           "initializer_range": 0.02, "tie_word_embeddings": fx["tied"], "use_cache": True,
           "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
     if mt in OLMO + PRE:
@@ -494,13 +513,17 @@ def family_forward(sd, cj, idx):
     for i in range(cj["num_hidden_layers"]):
         def w(s):
             return sd[f"model.layers.{i}.{s}.weight"]
+
+        def lin(h, s):  # attention_bias: the projections' biases, when the file has them
+            b, y = sd.get(f"model.layers.{i}.{s}.bias"), h @ w(s).T
+            return y + b if b is not None else y
         mask = causal
         cos, sin = family_rope(cj, hs, Tn, types[i] == "sliding_attention")
         if types[i] == "sliding_attention":
             mask = causal & (pos[:, None] - pos[None, :] < cj["sliding_window"])
         pre = mt in PRE
         h = nrm(x, w("input_layernorm")) if gemma or pre else x
-        q, k, v = h @ w("self_attn.q_proj").T, h @ w("self_attn.k_proj").T, h @ w("self_attn.v_proj").T
+        q, k, v = lin(h, "self_attn.q_proj"), lin(h, "self_attn.k_proj"), lin(h, "self_attn.v_proj")
         if mt in OLMO:
             q, k = nrm(q, w("self_attn.q_norm")), nrm(k, w("self_attn.k_norm"))
         q = q.view(Bn, Tn, NH, hs).transpose(1, 2)
@@ -515,7 +538,7 @@ def family_forward(sd, cj, idx):
         v = v.repeat_interleave(NH // KVH, dim=1)
         s = softcap((q @ k.transpose(-1, -2)) * scale, cj.get("attn_logit_softcapping"))
         a = F.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
-        a = a.transpose(1, 2).reshape(Bn, Tn, NH * hs) @ w("self_attn.o_proj").T
+        a = lin(a.transpose(1, 2).reshape(Bn, Tn, NH * hs), "self_attn.o_proj")
         x = x + (a if pre else nrm(a, w("post_attention_layernorm")))
         h = nrm(x, w("pre_feedforward_layernorm")) if gemma else nrm(x, w("post_attention_layernorm")) if pre else x
         act = F.gelu(h @ w("mlp.gate_proj").T, approximate="tanh") if gemma else F.silu(h @ w("mlp.gate_proj").T)
@@ -533,7 +556,8 @@ def family_sets(fx):
          "model.n_kv_head": fx["KVH"], "model.head_dim": fx["hs"], "model.intermediate_size": fx["F"],
          "model.vocab_size": V, "model.vocab_multiple": VOCAB_MULTIPLE, "model.pos": "rope",
          "model.norm": "rmsnorm", "model.mlp": "geglu_tanh" if gemma else "swiglu",
-         "model.bias": "false", "model.qkv_bias": "false", "model.norm_eps": repr(fx["eps"]),
+         "model.bias": "false", "model.qkv_bias": "false",
+         "model.attn_bias": str(fx.get("attn_bias", False)).lower(), "model.norm_eps": repr(fx["eps"]),
          "model.rope_theta": repr(fx["theta"]),
          "model.qk_norm": str(mt in OLMO + ("gemma3_text",)).lower(),
          "model.qk_norm_scope": "projection" if mt in OLMO else "head",
@@ -574,7 +598,7 @@ def make(root, fx, seed):
     with open(os.path.join(d, "fixture.json"), "w") as f:
         json.dump({"name": fx["name"], "model_type": fx["model_type"], "dtype": fx["dtype"],
                    "seed": seed, "B": B, "T": T, "tokens": [int(t) for t in toks],
-                   "sets": family_sets(fx) if fx in FAMILY_FIXTURES else tessera_sets(fx),
+                   "sets": family_sets(fx) if fx["model_type"] in OLMO + GEMMA + PRE else tessera_sets(fx),
                    "note": "script-written by tests/reference/hf_fixture.py, not by "
                            "transformers' save_pretrained"}, f)
     return d

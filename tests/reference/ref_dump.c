@@ -53,11 +53,11 @@
 
 #include "common.h"
 #include "config/config.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "hf/hf_importer.h"
 #include "train/checkpointing.h"
-#include "rl/grpo_int.h"
-#include "rl/reward_keeper.h"
+#include "posttrain/grpo_int.h"
+#include "posttrain/reward_keeper.h"
 #include "train/trainer.h"
 
 #define H5_OK(x)                                                                         \
@@ -194,7 +194,7 @@ static const float *head_weights(const tsr_model *m) {
 /* objective = grpo: step s's kept rows into the dump's arrays (see the header) */
 static void grpo_rows(const tsr_trainer *t, int s, int32_t *ctx, int32_t *np, int32_t *n,
                       float *logp, double *reward, double *adv) {
-    tsr_grpo *g = t->grpo;
+    tsr_grpo *g = t->run.objective_state;
     const size_t R = (size_t)t->cfg.global_batch * (size_t)g->G, at = (size_t)s * R;
     for (size_t i = 0; i < R; i++) {
         grpo_row *r = grpo_row_at(g, g->kept, i);
@@ -207,7 +207,7 @@ static void grpo_rows(const tsr_trainer *t, int s, int32_t *ctx, int32_t *np, in
 static void grpo_write(hid_t f, const tsr_trainer *t, int S, const int32_t *ctx, const int32_t *np,
                        const int32_t *n, const float *logp, const double *reward,
                        const double *adv) {
-    tsr_grpo *g = t->grpo;
+    tsr_grpo *g = t->run.objective_state;
     const hsize_t R = (hsize_t)t->cfg.global_batch * (hsize_t)g->G;
     attr_d(f, "G", g->G), attr_d(f, "N", g->N), attr_d(f, "P", g->P);
     attr_d(f, "ctx_max", g->ctx_max);
@@ -224,7 +224,7 @@ static void grpo_write(hid_t f, const tsr_trainer *t, int S, const int32_t *ctx,
 }
 
 int main(int argc, char **argv) {
-    /* a reward program's keeper is this executable again (rl/reward_keeper.h), as tessera-train's */
+    /* a reward program's keeper is this executable again (posttrain/reward_keeper.h), as tessera-train's */
     if (argc > 1 && !strcmp(argv[1], REWARD_KEEPER_ARG)) return reward_keeper_main(argc, argv);
     const char *init_from = NULL;
     if (argc >= 5 && !strcmp(argv[3], "--init-from")) {
@@ -242,8 +242,8 @@ int main(int argc, char **argv) {
     int rc = config_load(&cfg, argv[1], (const char *const *)argv + 3, argc - 3);
     if (rc) tsr_exit(rc);
     tsr_trainer t;
-    checkpointing_use_importer(&hf_checkpointing_importer); /* as tessera-train */
-    if ((rc = trainer_init(&t, &cfg, &d, 0))) tsr_exit(rc);
+    const trainer_uses uses = {.importer = &hf_checkpointing_importer}; /* as tessera-train */
+    if ((rc = trainer_init(&t, &cfg, &d, 0, &uses))) tsr_exit(rc);
     if (init_from && (rc = checkpointing_resume(&t, NULL, init_from))) tsr_exit(rc);
     tsr_model *m = &t.model;
     int T = t.T, GB = (int)cfg.global_batch, micro = t.micro, Vp = m->Vp;
@@ -338,10 +338,11 @@ int main(int argc, char **argv) {
 
     /* the real trainer from the same weights (trainer_step zeroes the gradients itself); DPO
      * with dpo.reference = precomputed computes its reference here, as tessera-train does before
-     * step 1 (train/dpo_ref.h: into the config's run_dir) */
+     * step 1 (posttrain/dpo_ref.h: into the config's run_dir) */
     if ((cfg.objective == TSR_OBJ_DPO || grpo) && (rc = trainer_open_run_dir(&t))) tsr_exit(rc);
-    const size_t R = grpo ? (size_t)GB * (size_t)t.grpo->G : 1;
-    const size_t cm = grpo ? (size_t)t.grpo->ctx_max : 1, NN = grpo ? (size_t)t.grpo->N : 1;
+    const tsr_grpo *gs = t.run.objective_state; /* (objective = grpo: its state, grpo_int.h) */
+    const size_t R = grpo ? (size_t)GB * (size_t)gs->G : 1;
+    const size_t cm = grpo ? (size_t)gs->ctx_max : 1, NN = grpo ? (size_t)gs->N : 1;
     const size_t SR = (size_t)t.total_steps * R;
     int32_t *g_ctx = tsr_malloc(SR * cm * 4), *g_np = tsr_malloc(SR * 4), *g_n = tsr_malloc(SR * 4);
     float *g_lp = tsr_malloc(SR * NN * 4);

@@ -20,7 +20,7 @@
 
 #include "backend.h"
 #include "common.h"
-#include "dist.h"
+#include "dist/dist.h"
 #include "model/model.h"
 #include "model/model_ring.h"
 

@@ -1,4 +1,5 @@
 """tap.py — the TAP output shared by the Python tests (tests/run.sh counts its lines)."""
+import traceback
 
 
 class Tap:
@@ -26,17 +27,29 @@ class Tap:
         while self.n < end:
             self.ok(False, f"not reached: {why}")
 
+    def section(self, checks, why, fn, *args, when=True):
+        """fn(*args), which makes `checks` checks, if `when`: when it raises, its traceback is
+        reported; the checks it did not reach (all of them when not `when`) fail ("not reached:
+        why"). Returns what fn returned (None when it raised or did not run)."""
+        end, result = self.n + checks, None
+        try:
+            if when:
+                result = fn(*args)
+        except Exception:
+            self.diag(traceback.format_exc())
+        self.fail_until(end, why)
+        return result
+
+    def run_all(self, fn, *args):
+        """fn(self, *args) makes all the checks still to come (see section). The exit status
+        (status)."""
+        self.section(self.plan - self.n, "stopped early", fn, self, *args)
+        return self.status()
+
     def run_cases(self, runs, count, check):
-        """check(run) for each run, which makes count(run) checks; a run that raises is reported
-        (its traceback) and fails the checks it did not reach."""
-        import traceback
+        """check(run) for each run, which makes count(run) checks (see section)."""
         for run in runs:
-            end = self.n + count(run)
-            try:
-                check(run)
-            except Exception:
-                self.diag(traceback.format_exc())
-            self.fail_until(end, f"{run['name']} stopped early")
+            self.section(count(run), f"{run['name']} stopped early", check, run)
 
     def status(self):
         """The exit status: 1 when a check failed or the count differs from the plan, else 0."""

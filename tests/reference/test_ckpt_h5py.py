@@ -48,7 +48,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
 
 def skip(reason):
@@ -121,7 +120,7 @@ PLAN = 2 + len(RUNS) + 1 + CHECKS_PER_FILE * len(CHECKED_FILES) + 5
 
 ROOT_INT_ATTRS = ["format_version", "step", "tokens", "data_cursor", "world_size",
                   "global_batch", "seed"]
-ROOT_STR_ATTRS = ["format", "config", "program_version", "created", "rng"]
+ROOT_STR_ATTRS = ["format", "config", "program_version", "created", "rng", "data_sources"]
 
 
 def settings(run):
@@ -310,7 +309,7 @@ def rel_err(a, b):
 def check_root_attrs(tap, run, path, s, ranks, step, run_dir, version, tmp):
     bad = []
     with h5py.File(path, "r") as f:
-        # format 2: strings are fixed-length (h5py gives bytes); meta_crc32c covers the others
+        # format 3 (2's): strings are fixed-length (h5py gives bytes); meta_crc32c covers the others
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
         for k in ROOT_INT_ATTRS:
             if k not in attrs:
@@ -336,7 +335,7 @@ def check_root_attrs(tap, run, path, s, ranks, step, run_dir, version, tmp):
             tap.diag(b)
         return tap.ok(False, f"{run}: root attributes and their HDF5 types")
     gb, T = int(s["global_batch"]), int(s["seq_len"])
-    want = {"format": "tessera-checkpoint", "format_version": 2, "step": step,
+    want = {"format": "tessera-checkpoint", "format_version": 3, "step": step,
             "tokens": step * gb * T, "data_cursor": step * gb, "world_size": ranks,
             "global_batch": gb, "seed": int(s["seed"]), "program_version": version}
     for k, v in want.items():
@@ -348,6 +347,12 @@ def check_root_attrs(tap, run, path, s, ranks, step, run_dir, version, tmp):
         datetime.datetime.strptime(attrs["created"], "%Y-%m-%dT%H:%M:%SZ")
     if "SplitMix64" not in attrs["rng"]:
         bad.append(f"rng = {attrs['rng']!r} does not name the counter-based generator")
+    # data_sources: a line per source, "KEY crc32c:X shards:N tokens:N PATH", data.train first
+    lines = attrs["data_sources"].splitlines()
+    for key, i in (("data.train", 0), ("data.val", 1)):
+        pat = re.escape(key) + r" crc32c:[0-9a-f]{8} shards:\d+ tokens:\d+ " + re.escape(str(s[key]))
+        if len(lines) != 2 or not re.fullmatch(pat, lines[i]):
+            bad.append(f"data_sources = {attrs['data_sources']!r}: line {i + 1} is not {key}'s")
     # the config text: every key this test set, with its value, and it loads back
     cfg = parse_config_text(attrs["config"])
     expect_cfg = dict(s, run_dir=run_dir)
@@ -368,7 +373,7 @@ def check_root_attrs(tap, run, path, s, ranks, step, run_dir, version, tmp):
     return tap.ok(not bad, f"{run}: root attributes: format, version, step {step}, tokens, "
                            f"data_cursor, world_size {ranks}, global_batch, seed, config text "
                            f"({len(expect_cfg)} keys as set; loads back), program_version, "
-                           f"created, rng; int64 / UTF-8 string types")
+                           f"created, rng, data_sources; int64 / UTF-8 string types")
 
 
 def check_datasets(tap, run, path, s):
@@ -546,12 +551,7 @@ def check_negative(tap, src, tmp):
 def main():
     tap = Tap(PLAN)
     with tempfile.TemporaryDirectory(prefix="tsr-ckpt-h5py-") as tmp:
-        try:
-            return body(tap, tmp)
-        except Exception:  # report, then account for the checks that did not run
-            tap.diag(traceback.format_exc())
-            tap.fail_until(PLAN, "stopped early (exception above)")
-            return 1
+        return tap.run_all(body, tmp)
 
 
 def body(tap, tmp):

@@ -167,11 +167,7 @@ def dpo_train(run, a, d, policy, reference, opt, params):
                 stats = stats + policy.router_stats() * np.array([w, w] + [1] * policy.cfg.E)
             lp.backward()
         norm = float(sum(float((p.grad ** 2).sum()) for p in params)) ** 0.5
-        clip = a["grad_clip"]
-        if clip > 0 and norm > clip:
-            with torch.no_grad():
-                for p in params:
-                    p.grad.mul_(clip / (norm + 1e-6))
+        R.clip_grads(params, norm, a["grad_clip"])
         opt.step()
         losses.append(total)
         norms.append(norm)
@@ -226,18 +222,16 @@ def check_full(tap, run, name, out):
            f"reference is the policy at the start)")
 
 
+def body(tap):
+    with tempfile.TemporaryDirectory(prefix="tsr-dpo-") as tmp:
+        data, r = make_pairs(tmp)
+        if tap.ok(r.returncode == 0, f"the preference dataset ({PAIRS} pairs, T {T})"):
+            tap.run_cases(RUNS, checks, lambda run: check_run(tap, run, tmp, data))
+
+
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PLAN)
-    try:
-        with tempfile.TemporaryDirectory(prefix="tsr-dpo-") as tmp:
-            data, r = make_pairs(tmp)
-            if tap.ok(r.returncode == 0, f"the preference dataset ({PAIRS} pairs, T {T})"):
-                tap.run_cases(RUNS, checks, lambda run: check_run(tap, run, tmp, data))
-    except Exception:
-        tap.diag(R.traceback.format_exc())
-    tap.fail_until(PLAN, "stopped early")
-    return 1 if tap.failed else 0
+    return R.Tap(PLAN).run_all(body)
 
 
 if __name__ == "__main__":

@@ -329,21 +329,18 @@ def check_run(tap, run, tmp, data, prog):
     tap.ok(len(losses) == 10, f"{name}: 10 steps")
 
 
+def body(tap):
+    with tempfile.TemporaryDirectory(prefix="tsr-grpo-") as tmp:
+        data, r = make_prompts(tmp)
+        prog = os.path.join(tmp, "reward.py")
+        open(prog, "w").write(PROGRAM)
+        if tap.ok(r.returncode == 0, f"the prompts ({PROMPTS}, packed {P})"):
+            tap.run_cases(RUNS, lambda run: CHECKS, lambda run: check_run(tap, run, tmp, data, prog))
+
+
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PLAN)
-    try:
-        with tempfile.TemporaryDirectory(prefix="tsr-grpo-") as tmp:
-            data, r = make_prompts(tmp)
-            prog = os.path.join(tmp, "reward.py")
-            open(prog, "w").write(PROGRAM)
-            if tap.ok(r.returncode == 0, f"the prompts ({PROMPTS}, packed {P})"):
-                tap.run_cases(RUNS, lambda run: CHECKS,
-                              lambda run: check_run(tap, run, tmp, data, prog))
-    except Exception:
-        tap.diag(R.traceback.format_exc())
-    tap.fail_until(PLAN, "stopped early")
-    return 1 if tap.failed else 0
+    return R.Tap(PLAN).run_all(body)
 
 
 if __name__ == "__main__":

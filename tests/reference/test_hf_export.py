@@ -31,7 +31,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import traceback
 
 
 def skip(reason):
@@ -188,6 +187,23 @@ def read_pairs(path):
     n = struct.unpack("<Q", raw[:8])[0]
     pairs = json.loads(raw[8:8 + n].decode(), object_pairs_hook=lambda kv: kv)
     return [(k, dict(v) if k != "__metadata__" else dict(v)) for k, v in pairs], raw[8 + n:]
+
+
+def drop_tensor(pairs, data, name):
+    """The (pairs, data) of a safetensors file (read_pairs) without the tensor name: the others'
+    data packed again from offset 0."""
+    out, at, buf = [], 0, b""
+    for k, v in pairs:
+        if k == name:
+            continue
+        if k == "__metadata__":
+            out.append((k, v))
+            continue
+        b0, b1 = v["data_offsets"]
+        out.append((k, dict(v, data_offsets=[at, at + b1 - b0])))
+        buf += data[b0:b1]
+        at += b1 - b0
+    return out, buf
 
 
 # ---- the transformers-style forward --------------------------------------------------------------
@@ -531,17 +547,7 @@ def error_checks(tap, tmp, cfg, good):
         return pairs + [(k, dup)], data + data[v["data_offsets"][0]:v["data_offsets"][1]]
 
     def drop(pairs, data):
-        keep = [(k, v) for k, v in pairs if k != "transformer.h.1.mlp.c_fc.bias"]
-        out, at, buf = [], 0, b""
-        for k, v in keep:
-            if k == "__metadata__":
-                out.append((k, v))
-                continue
-            b0, b1 = v["data_offsets"]
-            out.append((k, dict(v, data_offsets=[at, at + b1 - b0])))
-            buf += data[b0:b1]
-            at += b1 - b0
-        return out, buf
+        return drop_tensor(pairs, data, "transformer.h.1.mlp.c_fc.bias")
 
     def nul_name(pairs, data):  # read as a C string it was the real name: it loaded before
         return [(k + "\0junk" if k == "transformer.h.1.mlp.c_fc.bias" else k, v) for k, v in pairs], data
@@ -633,21 +639,12 @@ def main():
             return 1
         gpt2 = None
         for arch in ARCHS:
-            end = tap.n + CHECKS_PER_ARCH
-            try:
-                r = run_arch(tap, arch, tmp, data_dir, tokens)
-                if arch["name"] == "gpt2":
-                    gpt2 = r
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{arch['name']} stopped early")
-        end = tap.n + N_ERROR_CHECKS
-        try:
-            if gpt2:
-                error_checks(tap, tmp, gpt2["cfg"], gpt2["out"])
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "no GPT-2 export to damage" if not gpt2 else "error checks stopped early")
+            r = tap.section(CHECKS_PER_ARCH, f"{arch['name']} stopped early", run_arch, tap, arch, tmp, data_dir,
+                            tokens)
+            if arch["name"] == "gpt2":
+                gpt2 = r
+        tap.section(N_ERROR_CHECKS, "no GPT-2 export to damage" if not gpt2 else "error checks stopped early",
+                    lambda: error_checks(tap, tmp, gpt2["cfg"], gpt2["out"]), when=gpt2)
     return tap.status()
 
 

@@ -38,7 +38,6 @@ import os
 import shutil
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -304,26 +303,25 @@ def recipes(tap, dirs, tmp):
                     "(no disagreement, no warning; stopped by the weights check only, exit 2)")
 
 
+def body(tap, tmp):
+    dirs = oss.make_all(os.path.join(tmp, "fx"))
+    cks = imports(tap, dirs, tmp)
+    meta, want, data = logits(tap, dirs, cks, tmp)
+    bare_runs(tap, dirs, meta, want, data, tmp)
+    exports(tap, dirs, cks, tmp)
+    refusals(tap, tmp)
+    trained_roundtrip(tap, dirs, cks, tmp)
+    export_refusal(tap, dirs, tmp)
+    no_yarn(tap, dirs, tmp)
+    recipes(tap, dirs, tmp)
+
+
 def main():
     tap = Tap(N_CHECKS)
     if not os.access(fam.REF_DUMP, os.X_OK):
         hfe.skip(f"{fam.REF_DUMP} is missing (run make first)")
     with tempfile.TemporaryDirectory(prefix="tessera-hfoss.") as tmp:
-        try:
-            dirs = oss.make_all(os.path.join(tmp, "fx"))
-            cks = imports(tap, dirs, tmp)
-            meta, want, data = logits(tap, dirs, cks, tmp)
-            bare_runs(tap, dirs, meta, want, data, tmp)
-            exports(tap, dirs, cks, tmp)
-            refusals(tap, tmp)
-            trained_roundtrip(tap, dirs, cks, tmp)
-            export_refusal(tap, dirs, tmp)
-            no_yarn(tap, dirs, tmp)
-            recipes(tap, dirs, tmp)
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(N_CHECKS, "stopped early")
-    return 1 if tap.failed else 0
+        return tap.run_all(body, tmp)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -244,16 +243,18 @@ def run_fixture(tap, name, fdir, tmp):
     return fx, s
 
 
+def edit_cfg(key, value):
+    """A damage for refusals: sets key to value in the fixture's config.json."""
+    def f(d):
+        p = os.path.join(d, "config.json")
+        cj = json.load(open(p))
+        cj[key] = value
+        json.dump(cj, open(p, "w"))
+    return f
+
+
 def refusals(tap, tmp, fixtures):
     """Damaged copies of the fixtures: (what, fixture, rc, needles, damage, extra sets)."""
-    def edit_cfg(key, value):
-        def f(d):
-            p = os.path.join(d, "config.json")
-            cj = json.load(open(p))
-            cj[key] = value
-            json.dump(cj, open(p, "w"))
-        return f
-
     def edit_st(fn):
         def f(d):
             p = os.path.join(d, "model.safetensors")
@@ -263,19 +264,7 @@ def refusals(tap, tmp, fixtures):
         return f
 
     def drop(name):
-        def f(pairs, data):
-            out, at, buf = [], 0, b""
-            for k, v in pairs:
-                if k == "__metadata__" or k == name:
-                    if k == "__metadata__":
-                        out.append((k, v))
-                    continue
-                b0, b1 = v["data_offsets"]
-                out.append((k, dict(v, data_offsets=[at, at + b1 - b0])))
-                buf += data[b0:b1]
-                at += b1 - b0
-            return out, buf
-        return f
+        return lambda pairs, data: hfe.drop_tensor(pairs, data, name)
 
     def reshape(name):
         def f(pairs, data):
@@ -489,6 +478,13 @@ def tokenizer_checks(tap, tmp, fixtures):
     tap.ok(got == text, f"{what[1]} (exit {rc})")
 
 
+def checked_fixture(tap, name, fdir, tmp):
+    """run_fixture's checks; its fixture, with its directory and loss."""
+    fx, s = run_fixture(tap, name, fdir, tmp)
+    fx.update(dir=fdir, loss=s)
+    return fx
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER + N_BEFORE
@@ -498,35 +494,15 @@ def main():
         dirs = fxm.make_all(os.path.join(tmp, "fixtures"))
         tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
         for name, d in dirs.items():
-            end = tap.n + CHECKS_PER_FIXTURE
-            try:
-                fx, s = run_fixture(tap, name, d, tmp)
-                fx.update(dir=d, loss=s)
+            fx = tap.section(CHECKS_PER_FIXTURE, f"{name} stopped early", checked_fixture, tap, name, d, tmp)
+            if fx is not None:
                 fixtures[name] = fx
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{name} stopped early")
-        end = tap.n + N_REFUSALS
-        try:
-            if len(fixtures) == len(dirs):
-                refusals(tap, tmp, fixtures)
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "refusal checks stopped early")
-        end = tap.n + N_BEFORE
-        try:
-            if all(n in fixtures for n in BEFORE):
-                use_before_training(tap, tmp, fixtures)
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "checks before training stopped early")
-        end = tap.n + N_TOKENIZER
-        try:
-            if "llama_gqa_tied" in fixtures:
-                tokenizer_checks(tap, tmp, fixtures)
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "tokenizer checks stopped early")
+        tap.section(N_REFUSALS, "refusal checks stopped early", refusals, tap, tmp, fixtures,
+                    when=len(fixtures) == len(dirs))
+        tap.section(N_BEFORE, "checks before training stopped early", use_before_training, tap, tmp, fixtures,
+                    when=all(n in fixtures for n in BEFORE))
+        tap.section(N_TOKENIZER, "tokenizer checks stopped early", tokenizer_checks, tap, tmp, fixtures,
+                    when="llama_gqa_tied" in fixtures)
     return tap.status()
 
 

@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -149,21 +148,13 @@ def refusals(tap, tmp, fixtures):
     def fifth(ents):
         ents[extra] = ents["model.layers.0.block_sparse_moe.experts.0.w1.weight"]
 
-    def edit_cfg(key, value):
-        def f(d):
-            p = os.path.join(d, "config.json")
-            cj = json.load(open(p))
-            cj[key] = value
-            json.dump(cj, open(p, "w"))
-        return f
-
     cases = [
         ("a router of 3 rows for 4 experts", mx, 2, [router, "[3, 32]", "needs [4, 32]"],
          lambda d: rewrite_st(d, three_rows), []),
         ("a missing expert tensor", mx, 2, ["no tensor", w3], lambda d: rewrite_st(d, lambda e: e.pop(w3)), []),
         ("a fifth expert's tensor", mx, 2, ["unexpected tensor", extra], lambda d: rewrite_st(d, fifth), []),
         ("mlp_only_layers [0]", qm, 2, ["config.json", "mlp_only_layers is not empty"],
-         edit_cfg("mlp_only_layers", [0]), []),
+         thl.edit_cfg("mlp_only_layers", [0]), []),
         ("a run with moe_top_k 1", qm, 1, ["model.moe_top_k = 1, but config.json has num_experts_per_tok = 2",
                                            "--set model.moe_top_k=2"],
          lambda d: None, ["model.moe_top_k=1"]),
@@ -201,19 +192,11 @@ def main():
         dirs = fxm.make_all(os.path.join(tmp, "fixtures"), fxm.MOE_FIXTURES)
         tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
         for name, d in dirs.items():
-            end = tap.n + CHECKS_PER_FIXTURE
-            try:
-                fixtures[name] = run_fixture(tap, name, d, tmp)
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{name} stopped early")
-        end = tap.n + N_REFUSALS
-        try:
-            if len(fixtures) == len(dirs):
-                refusals(tap, tmp, fixtures)
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "refusal checks stopped early")
+            fx = tap.section(CHECKS_PER_FIXTURE, f"{name} stopped early", run_fixture, tap, name, d, tmp)
+            if fx is not None:
+                fixtures[name] = fx
+        tap.section(N_REFUSALS, "refusal checks stopped early", refusals, tap, tmp, fixtures,
+                    when=len(fixtures) == len(dirs))
     return tap.status()
 
 

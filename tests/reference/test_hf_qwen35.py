@@ -35,7 +35,6 @@ import os
 import shutil
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -230,18 +229,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tessera-hfq35.") as tmp:
         dirs = fxq.make_all(os.path.join(tmp, "fx"))
         for name, n in CHECKS.items():
-            end = tap.n + n
-            try:
-                run_fixture(tap, name, dirs[name], tmp)
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{name} stopped early")
-        end = tap.n + N_OTHER
-        try:
-            others(tap, tmp, dirs)
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "the other checks stopped early")
+            tap.section(n, f"{name} stopped early", run_fixture, tap, name, dirs[name], tmp)
+        tap.section(N_OTHER, "the other checks stopped early", others, tap, tmp, dirs)
     return 1 if tap.failed else 0
 
 

@@ -25,7 +25,6 @@ import os
 import shutil
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -177,18 +176,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tessera-hfq3n.") as tmp:
         dirs = fxm.make_all(os.path.join(tmp, "fx"))
         for fx in fxm.FIXTURES:
-            end = tap.n + CHECKS_PER_FIXTURE
-            try:
-                run_fixture(tap, fx, dirs[fx["name"]], tmp)
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{fx['name']} stopped early")
-        end = tap.n + N_REFUSALS
-        try:
-            refusals(tap, tmp, dirs[fxm.FIXTURES[0]["name"]])
-        except Exception:
-            tap.diag(traceback.format_exc())
-        tap.fail_until(end, "refusals stopped early")
+            tap.section(CHECKS_PER_FIXTURE, f"{fx['name']} stopped early", run_fixture,
+                        tap, fx, dirs[fx["name"]], tmp)
+        tap.section(N_REFUSALS, "refusals stopped early", refusals, tap, tmp, dirs[fxm.FIXTURES[0]["name"]])
     return 1 if tap.failed else 0
 
 

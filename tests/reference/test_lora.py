@@ -97,13 +97,7 @@ PLAN = 1 + 1 + 1 + 14 + 2 + 14 + 1 + 1
 
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PLAN)
-    try:
-        run(tap)
-    except Exception:  # report, then account for the checks that did not run
-        tap.diag(R.traceback.format_exc())
-    tap.fail_until(PLAN, "stopped early")
-    return 1 if tap.failed else 0
+    return R.Tap(PLAN).run_all(run)
 
 
 def run(tap):
@@ -163,11 +157,7 @@ def run(tap):
             loss, _, _ = R.global_batch_backward(model, d["train/inputs"][s],
                                                  d["train/targets"][s], R.MICRO_BATCH)
             norm = float(sum(float((p.grad ** 2).sum()) for p in params)) ** 0.5
-            clip = a["grad_clip"]
-            if clip > 0 and norm > clip:
-                with torch.no_grad():
-                    for p in params:
-                        p.grad.mul_(clip / (norm + 1e-6))
+            R.clip_grads(params, norm, a["grad_clip"])
             opt.step()
             losses.append(loss)
             norms.append(norm)

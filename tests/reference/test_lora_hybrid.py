@@ -119,13 +119,7 @@ def run(tap):
 
 def main():
     torch.set_default_dtype(torch.float64)
-    tap = R.Tap(PLAN)
-    try:
-        run(tap)
-    except Exception:  # report, then account for the checks that did not run
-        tap.diag(R.traceback.format_exc())
-    tap.fail_until(PLAN, "stopped early")
-    return 1 if tap.failed else 0
+    return R.Tap(PLAN).run_all(run)
 
 
 if __name__ == "__main__":

@@ -181,22 +181,19 @@ def run_case(tap, tmp, data_dir, case):
     return True
 
 
+def body(tap):
+    with tempfile.TemporaryDirectory(prefix="tsr-muon-") as tmp:
+        data_dir, _, _, r = R.make_dataset(tmp, "plain")
+        if r.returncode != 0:
+            tap.diag(r.stderr[-2000:])
+            return
+        for case in CASES:
+            run_case(tap, tmp, data_dir, case)
+
+
 def main():
     torch.set_default_dtype(torch.float64)
-    plan = PER_CASE * len(CASES)
-    tap = R.Tap(plan)
-    try:
-        with tempfile.TemporaryDirectory(prefix="tsr-muon-") as tmp:
-            data_dir, _, _, r = R.make_dataset(tmp, "plain")
-            if r.returncode != 0:
-                tap.diag(r.stderr[-2000:])
-            else:
-                for case in CASES:
-                    run_case(tap, tmp, data_dir, case)
-    except Exception:  # report, then account for the checks that did not run
-        tap.diag(R.traceback.format_exc())
-    tap.fail_until(plan, "stopped early")
-    return 1 if tap.failed else 0
+    return R.Tap(PER_CASE * len(CASES)).run_all(body)
 
 
 if __name__ == "__main__":

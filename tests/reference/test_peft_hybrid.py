@@ -61,6 +61,8 @@ MODS = {"linear_attn": ["in_proj_qkvz", "in_proj_ba", "out_proj"],
         "self_attn": ["q_proj", "k_proj", "v_proj", "o_proj"],
         "mlp": ["gate_proj", "up_proj", "down_proj"]}
 PLAN = 14
+N_HYBRID = 10  # the checks of the hybrid model (run); the rest are Qwen 3.5's (run_q35)
+EXPORT = [X.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none"]
 Q35 = dict(HYBRID, name="qwen3_5_text", model=dict(HYBRID["model"], hf_model_type='"qwen3_5_text"'))
 Q35_MODS = {"linear_attn": ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"],
             "self_attn": MODS["self_attn"], "mlp": MODS["mlp"]}
@@ -102,31 +104,41 @@ def compare_merged(merged_w, base_w, want):
 
 def main():
     tap = X.Tap(PLAN)
-    try:
-        with tempfile.TemporaryDirectory(prefix="tsr-peft-hybrid-") as tmp:
-            run(tap, tmp)
-    except Exception:
-        import traceback
-        tap.diag(traceback.format_exc())
-    tap.fail_until(10, "stopped early")
-    try:
-        with tempfile.TemporaryDirectory(prefix="tsr-peft-q35-") as tmp:
-            run_q35(tap, tmp)
-    except Exception:
-        import traceback
-        tap.diag(traceback.format_exc())
-    tap.fail_until(PLAN, "the Qwen 3.5 case stopped early")
+    with tempfile.TemporaryDirectory(prefix="tsr-peft-hybrid-") as tmp:
+        tap.section(N_HYBRID, "stopped early", run, tap, tmp)
+    with tempfile.TemporaryDirectory(prefix="tsr-peft-q35-") as tmp:
+        tap.section(PLAN - N_HYBRID, "the Qwen 3.5 case stopped early", run_q35, tap, tmp)
     return 1 if tap.failed else 0
+
+
+def lora_step(cfg, base):
+    """tessera-train for one LoRA step at lr 1e-30 on the base (a run that changes nothing)."""
+    return [X.TRAIN, "--config", cfg, "--set", f"lora.rank={R}", "--set", f"lora.alpha={ALPHA}",
+            "--set", f"lora.base={base}", "--set", "max_duration=1ba", "--set",
+            "save_interval=1ba", "--set", "optim.lr=1e-30", "--set", "optim.weight_decay=0"]
+
+
+def check_round_trip(tap, what, cfg, base, peft, tmp):
+    """export -> --init-from the PEFT directory -> export: the same files, byte for byte."""
+    again, peft2 = os.path.join(tmp, "again"), os.path.join(tmp, "peft2")
+    r4, o4 = X.run(lora_step(cfg, base) + ["--init-from", peft, "--set", f"run_dir={again}"])
+    r5, o5 = X.run(EXPORT + ["--adapter", again, peft2]) if r4 == 0 else (-1, "")
+    same = r5 == 0 and all(open(os.path.join(peft, n), "rb").read() ==
+                           open(os.path.join(peft2, n), "rb").read()
+                           for n in ("adapter_config.json", "adapter_model.safetensors"))
+    tap.ok(same, f"{what}export -> --init-from the PEFT directory (1 step at lr 1e-30) -> export: "
+                 f"byte-identical files (exits {r4}, {r5})")
+    if not same:
+        tap.diag((o4 + o5)[-2000:])
 
 
 def run(tap, tmp):
     (rc, rc1, rc2), out, cfg, data, base, lora = X.base_and_lora(
         tmp, "hybrid", HYBRID, f"lora.rank={R}", f"lora.alpha={ALPHA}")
-    exp = [X.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none"]
     peft, merged, plain = (os.path.join(tmp, d) for d in ("peft", "merged", "plain"))
-    ra, oa = X.run(exp + ["--adapter", lora, peft])
-    rm, om = X.run(exp + ["--merge", lora, merged])
-    rp, op = X.run(exp + [base, plain])
+    ra, oa = X.run(EXPORT + ["--adapter", lora, peft])
+    rm, om = X.run(EXPORT + ["--merge", lora, merged])
+    rp, op = X.run(EXPORT + [base, plain])
     if not tap.ok(rc == rc1 == rc2 == ra == rm == rp == 0,
                   f"the hybrid base and its LoRA run train; export --adapter, --merge and the "
                   f"base's export exit 0 ({rc}, {rc1}, {rc2}, {ra}, {rm}, {rp})"):
@@ -181,20 +193,7 @@ def run(tap, tmp):
            f"order): worst rel err {worst:.2e} <= 1e-6, moved up to {moved:.2e}; every other "
            f"tensor bit for bit: {others}")
 
-    # export -> --init-from -> export
-    again, peft2 = os.path.join(tmp, "again"), os.path.join(tmp, "peft2")
-    r4, o4 = X.run([X.TRAIN, "--config", cfg, "--init-from", peft, "--set", f"run_dir={again}",
-                    "--set", f"lora.rank={R}", "--set", f"lora.alpha={ALPHA}", "--set",
-                    f"lora.base={base}", "--set", "max_duration=1ba", "--set", "save_interval=1ba",
-                    "--set", "optim.lr=1e-30", "--set", "optim.weight_decay=0"])
-    r5, o5 = X.run(exp + ["--adapter", again, peft2]) if r4 == 0 else (-1, "")
-    same = r5 == 0 and all(open(os.path.join(peft, n), "rb").read() ==
-                           open(os.path.join(peft2, n), "rb").read()
-                           for n in ("adapter_config.json", "adapter_model.safetensors"))
-    tap.ok(same, f"export -> --init-from the PEFT directory (1 step at lr 1e-30) -> export: "
-                 f"byte-identical files (exits {r4}, {r5})")
-    if not same:
-        tap.diag((o4 + o5)[-2000:])
+    check_round_trip(tap, "", cfg, base, peft, tmp)
 
     r6, o6 = X.run([X.TESSERA, "eval", "--ckpt", peft, "--val", data, "-s", "eval_samples=8",
                     "-o", os.path.join(tmp, "evp.json")])
@@ -219,7 +218,7 @@ def run(tap, tmp):
         ad[pre + "lora_B.weight"] = rs.uniform(-0.1, 0.1, (128, R)).astype(np.float32)
     write_adapters(os.path.join(shared, "adapter_model.safetensors"), ad)
     merged2 = os.path.join(tmp, "merged2")
-    r8, o8 = X.run(exp + ["--merge", shared, merged2])
+    r8, o8 = X.run(EXPORT + ["--merge", shared, merged2])
     worst = None
     if r8 == 0:
         _, _, m2 = X.st_arrays(os.path.join(merged2, "model.safetensors"))
@@ -259,11 +258,10 @@ def run_q35(tap, tmp):
     """Qwen 3.5's names: the unfused pairs, the hand merge, the round trip, a pair refused."""
     (rc, rc1, rc2), out, cfg, data, base, lora = X.base_and_lora(
         tmp, "q35", Q35, f"lora.rank={R}", f"lora.alpha={ALPHA}")
-    exp = [X.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none"]
     peft, merged, plain = (os.path.join(tmp, d) for d in ("peft", "merged", "plain"))
-    ra, oa = X.run(exp + ["--adapter", lora, peft]) if rc2 == 0 else (-1, "")
-    rm, om = X.run(exp + ["--merge", lora, merged]) if rc2 == 0 else (-1, "")
-    rp, op = X.run(exp + [base, plain]) if rc1 == 0 else (-1, "")
+    ra, oa = X.run(EXPORT + ["--adapter", lora, peft]) if rc2 == 0 else (-1, "")
+    rm, om = X.run(EXPORT + ["--merge", lora, merged]) if rc2 == 0 else (-1, "")
+    rp, op = X.run(EXPORT + [base, plain]) if rc1 == 0 else (-1, "")
     cj = json.load(open(os.path.join(peft, "adapter_config.json"))) if ra == 0 else {}
     problems, _, ad = X.st_arrays(os.path.join(peft, "adapter_model.safetensors")) if ra == 0 \
         else (["no export"], {}, {})
@@ -299,26 +297,14 @@ def run_q35(tap, tmp):
            f"Qwen 3.5: the PEFT pairs on the base's Qwen3_5ForCausalLM tensors (W + scale B A, "
            f"float64) = export --merge on all {len(want)} adapted modules: worst rel err "
            f"{worst:.2e} <= 1e-6; every other tensor bit for bit: {others}")
-    again, peft2 = os.path.join(tmp, "again"), os.path.join(tmp, "peft2")
-    init = [X.TRAIN, "--config", cfg, "--set", f"lora.rank={R}", "--set", f"lora.alpha={ALPHA}",
-            "--set", f"lora.base={base}", "--set", "max_duration=1ba", "--set",
-            "save_interval=1ba", "--set", "optim.lr=1e-30", "--set", "optim.weight_decay=0"]
-    r4, o4 = X.run(init + ["--init-from", peft, "--set", f"run_dir={again}"])
-    r5, o5 = X.run(exp + ["--adapter", again, peft2]) if r4 == 0 else (-1, "")
-    same = r5 == 0 and all(open(os.path.join(peft, n), "rb").read() ==
-                           open(os.path.join(peft2, n), "rb").read()
-                           for n in ("adapter_config.json", "adapter_model.safetensors"))
-    tap.ok(same, f"Qwen 3.5: export -> --init-from the PEFT directory -> export: byte-identical "
-                 f"files (exits {r4}, {r5})")
-    if not same:
-        tap.diag((o4 + o5)[-2000:])
+    check_round_trip(tap, "Qwen 3.5: ", cfg, base, peft, tmp)
     odd = os.path.join(tmp, "odd")
     shutil.copytree(peft, odd)
     z = f"base_model.model.model.layers.{LINEAR[0]}.linear_attn.in_proj_z.lora_A.weight"
     ad[z] = ad[z] + np.float32(0.5)
     write_adapters(os.path.join(odd, "adapter_model.safetensors"), ad)
     bad = os.path.join(tmp, "bad")
-    r6, o6 = X.run(init + ["--init-from", odd, "--set", f"run_dir={bad}"])
+    r6, o6 = X.run(lora_step(cfg, base) + ["--init-from", odd, "--set", f"run_dir={bad}"])
     tap.ok(r6 == 1 and z in o6 and "one A for both" in o6 and not os.path.exists(bad),
            f"Qwen 3.5: a pair whose lora_A differ (in_proj_z's moved): refused (exit {r6}), "
            f"naming it, nothing written")

@@ -491,12 +491,7 @@ class DocGPT(torch_gpt.GPT):
             x = x + blk.attn(blk.ln1(x), allowed)
             x = x + blk.mlp(blk.ln2(x))
         logits = F.linear(self.lnf(x), self.wte.weight)
-        if targets is None:
-            return logits, None
-        V = self.cfg.V
-        loss_sum = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1),
-                                   ignore_index=-1, reduction="sum")
-        return logits, loss_sum
+        return logits, torch_gpt.summed_loss(logits, targets, self.cfg.V)
 
 
 def torch_model(tc, a, doc_mask=None):

@@ -116,6 +116,14 @@ def alibi_bias(n_heads, T, dtype):
     return (alibi_slopes(n_heads).view(n_heads, 1, 1) * rel).to(dtype)
 
 
+def summed_loss(logits, targets, V):
+    """The SUM of the cross-entropy of logits (B,T,Vp: the first V columns count) over the targets
+    (B,T) that are not -1 (the caller divides by the global count); None without targets."""
+    if targets is None:
+        return None
+    return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum")
+
+
 class LayerNorm(nn.Module):
     """LayerNorm with an optional bias (torch 1.13's nn.LayerNorm has no bias=False)."""
 
@@ -246,12 +254,7 @@ class GPT(TesseraLayout, nn.Module):
         for blk in self.blocks:
             x = blk(x)
         logits = F.linear(self.lnf(x), self.wte.weight)  # tied head, all Vp rows
-        if targets is None:
-            return logits, None
-        V = self.cfg.V
-        loss_sum = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1),
-                                   ignore_index=-1, reduction="sum")
-        return logits, loss_sum
+        return logits, summed_loss(logits, targets, self.cfg.V)
 
     def tessera_views(self):
         """tessera name -> this model's tensors, one entry per layer for the stacked per-layer

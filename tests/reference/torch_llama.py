@@ -55,7 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_gpt import TesseraLayout
+from torch_gpt import TesseraLayout, summed_loss
 
 
 @dataclass
@@ -377,12 +377,7 @@ class Llama(TesseraLayout, nn.Module):
         logits = F.linear(self.norm(x), head)
         if self.cfg.final_softcap:  # Gemma 2's final_logit_softcapping
             logits = self.cfg.final_softcap * torch.tanh(logits / self.cfg.final_softcap)
-        if targets is None:
-            return logits, None
-        V = self.cfg.V
-        loss_sum = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1),
-                                   ignore_index=-1, reduction="sum")
-        return logits, loss_sum
+        return logits, summed_loss(logits, targets, self.cfg.V)
 
     def tessera_views(self):
         """tessera name -> per layer (or once) the tensors whose rows make tessera's slice."""

@@ -17,7 +17,10 @@ In MODE "trickle" a GET of a key ending in $PROXY_KEYS (every key when unset) ge
 status and headers, then its body 2 bytes every 0.9 s (a store slowed to a trickle; logs "KEY
 trickle"); in MODE "oversize" such a GET gets the store's status and headers but Content-Length
 10^15 (with PROXY_CHUNKED=1 none: a chunked body), then the store's body and zeros until the
-client hangs up or 256 MiB went (a store whose sizes cannot be trusted; logs "KEY oversize SENT").
+client hangs up or 256 MiB went (a store whose sizes cannot be trusted; logs "KEY oversize SENT");
+in MODE "slow" the first FLAKY_SLOW_AFTER (environment, default 0) GETs of .bin keys pass and every
+later one is a store that trickles: its status and headers at once, then its body 2 bytes every
+0.9 s (logged "KEY ATTEMPT slow"; the client's cancel ends it).
 Stdlib only; stopped by its PID.
 """
 import http.client
@@ -30,11 +33,12 @@ import time
 LISTEN, UPSTREAM, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 MODE = sys.argv[4] if len(sys.argv) > 4 else "flaky"
 PLAN = {"flaky": {1: "503", 2: "flip"}, "etag": {1: "flip", 2: "etag"}, "pass": {},
-        "failpart": {}, "trickle": {}, "oversize": {}}[MODE]
+        "failpart": {}, "trickle": {}, "oversize": {}, "slow": {}}[MODE]
 seen = {}
 lock = threading.Lock()
 parts = {"now": 0, "most": 0}
 more = threading.Condition(lock)
+slow_gets = {"n": 0}
 
 
 def log(line):
@@ -124,6 +128,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         with lock:
             seen[key] = seen.get(key, 0) + 1
             attempt = seen[key]
+        if MODE == "slow" and key.endswith(".bin"):
+            return self.slow(key, attempt)
         action = PLAN.get(attempt, "pass") if key.endswith(".bin") else "pass"
         with open(LOG, "a") as f:
             f.write(f"{key} {attempt} {action}\n")
@@ -138,6 +144,27 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             headers = [(k, '"0123456789abcdef0123456789abcdef"' if k.lower() == "etag" else v)
                        for k, v in headers]
         self.answer(r.status, headers, data)
+
+    def slow(self, key, attempt):
+        with lock:
+            slow_gets["n"] += 1
+            trickle = slow_gets["n"] > int(os.environ.get("FLAKY_SLOW_AFTER", "0"))
+        log(f"{key} {attempt} {'slow' if trickle else 'pass'}")
+        r, data = self.forward()
+        if not trickle:
+            return self.answer(r.status, r.getheaders(), data)
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("connection", "transfer-encoding"):
+                self.send_header(k, v)
+        self.end_headers()
+        try:
+            for i in range(0, len(data), 2):
+                self.wfile.write(data[i:i + 2])
+                self.wfile.flush()
+                time.sleep(0.9)
+        except OSError:  # the client gave up (a cancel, its own deadline)
+            self.close_connection = True
 
     def part_begin(self):
         with more:

@@ -133,3 +133,78 @@ PY
         sed -n "${k}p" "$ids" | "$TOOL" tokenizer decode --tokenizer "$j" - >"$dir/${f##*/}"
     done
 }
+
+# hf_deepseek_texts DIR [BROWN_FILE...]: DeepSeek-V3's pre-tokenizer (three Splits): numbers next to
+# letters and CJK, CJK ideographs / hiragana / katakana (with the punctuation, marks and prolonged
+# sound mark inside their ranges, and the ranges' edges), ASCII punctuation before ASCII letters, a
+# word's one-code-point prefix (space, tab, control, mark), punctuation and symbol runs, code, its
+# special and added tokens; 8 seeded random files (seed 3) over one code point of each class its
+# patterns tell apart; and "large": about 1 MB of all of it with the BROWN_FILEs between
+hf_deepseek_texts() {
+    local d=$1
+    shift
+    mkdir -p "$d"
+    printf '1234567 12a34b a1b22c333d 3.14159 10,000 0x1F ١٢٣٤٥ Ⅻ½²³ 〇一二三 第1章 2024年1月 12日本 x²+y²\n' > "$d/numbers"
+    printf '日本語のテキスト・カタカナー゠ゔ゛゜ゝゞヽヾ ひらがな中文漢字abc中a 龥龦㐀 ゟ゠ヿ ㇰｶｯ 한국어 中、文。「引用」\n' > "$d/cjk_kana"
+    printf ".foo ,bar (x)y 'tis don't \"q\"w -x/y_z @user #tag \$var ~/path \\\\n a.b.c e.g. i.e., x=1;y=2 <a>b</a>\n" > "$d/punct_letters"
+    printf 'int main(void) {\n\tprintf("%%d\\n", x->y[i++]);\n    return a && b || !c; // done\n}\ndef f(x): return {"k": [1, 2]}  # 中文\nhttps://a.b/c?d=1&e=%%20\n' > "$d/code"
+    printf ' \xcc\x81abc \xcc\x81 x\xcc\x81\xcc\x88y !\xcc\x81x 1\xcc\x81 \t\xcc\x81 \x01abc \x01! \xe2\x80\x8dx \xe2\x80\x8d\xe2\x80\x8d! \xc2\xadab \xe0\xa4\x95\xe0\xa5\x8d\xe0\xa4\xb7\xe0\xa4\xbe\n' > "$d/prefixes"
+    printf '🎉👍🏽 a🎉b !! ?! —– …… €$£ ©®™ ＋＝ «»\n!!\r\n\n:: ;;\r\n \xc2\xa0\xc2\xa0x \xe3\x80\x80y\xe2\x80\xa8z\xef\xbb\xbfw \xc2\x85v\n' > "$d/symbols"
+    printf '<｜begin▁of▁sentence｜>You are a bot.<｜User｜>hi<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜> <｜fake｜>\n' > "$d/specials"
+    node -e '
+    const fs = require("fs"); const [dir, ...brown] = process.argv.slice(1); let s = 3;
+    const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
+    const pool = [..."aZq09 \t\n\r.,'"'"'-/!$`~\\_(){}[]<>|@#%^&*+=?:;\""].concat([..."éΣǅʰא中龥龦㐀あゔゟァカー・゠゛ㇰｶ가١Ⅻ½²〇𝟘«—…€©˜🎉❤＋々⺀ſ"],
+      ["\u0301", "\u0903", "\u20dd", "\u3099", "\u00a0", "\u3000", "\u2003", "\u2028", "\ufeff", "\u0085", "\u200d",
+       "\u0001", "\ue000", "\u0378", "\ufffd", "\u00ad", "<｜User｜>", "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>"]);
+    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
+    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
+    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
+    const parts = []; let n = 0, k = 0;
+    while (n < 1000000) {
+      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
+              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
+      parts.push(p); n += Buffer.byteLength(p); k++;
+    }
+    fs.writeFileSync(dir + "/large", parts.join("\n"));' "$d" "$@"
+}
+
+# hf_tiktoken_texts DIR SPECIAL... [-- BROWN_FILE...]: the tiktoken patterns (o200k_base's, Kimi K2's)
+# as tiktoken's engine runs them, where it differs from JavaScript's: U+0085 and U+FEFF (\s),
+# 'ſ (Unicode case folding), code points of Unicode 16 and 17 (the Rust crate's tables are 16.0);
+# Kimi's Han runs (ideographs, 々, 〇, radicals, marks of the Han script) next to letters, numbers
+# and punctuation, kana (not Han); case changes, contractions, '/' after punctuation; the SPECIAL
+# tokens; 8 seeded random files (seed 84) over one code point of each class; and "large": about
+# 1 MB of all of it with the BROWN_FILEs between
+hf_tiktoken_texts() {
+    local d=$1 sp=()
+    shift
+    while (($#)) && [[ $1 != -- ]]; do sp+=("$1"); shift; done
+    (($#)) && shift
+    mkdir -p "$d"
+    printf "中文abc 中a1 a中 日本語のテキスト 々々 〇一二 1〇 ⺀abc !⺀ ⼀x \xf0\x96\xbf\xa2y \xf0\x96\xbf\xb0z 𠀀𮯰 あア中 カタカナ・テスト 中。文，!中\n" > "$d/han"
+    printf "it'ſ IT'S x'Re \xc5\xbfs a\xc2\x85b \xc2\x85 x\xef\xbb\xbfy \xef\xbb\xbf \xc2\x85\n\xef\xbb\xbf\n \xe0\xa2\x8f \xe1\xab\x8f \xf0\x96\xba\xa0 \xf0\x90\xb5\x8a\n" > "$d/engine"
+    printf "HelloWorld McDonald's ABCdef ABC's HTTPServer iPhone x'S DON'T don'T 'S path/to/file !!\n/ :/ a'll A'LL\n" > "$d/o200k"
+    printf '%s' "${sp[@]}" > "$d/specials"
+    printf ' x%sy %s%s\n' "${sp[0]}" "${sp[-1]}" "${sp[0]}" >> "$d/specials"
+    node -e '
+    const fs = require("fs"); const [dir, nsp, ...rest] = process.argv.slice(1); let s = 84;
+    const sp = rest.slice(0, +nsp), brown = rest.slice(+nsp);
+    const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
+    const pool = [..."aAzZsStTdDmMrReEvVlL09 \t\n\r'"'"'/!.,-\""].concat(["\u01c5", "\u01c8", "\u02b0", "\u3005",
+      "\u05d0", "\u4e2d", "\u0301", "\u0308", "\u093f", "\u0903", "\u20dd", "\u0661", "\u2167", "\u00bd",
+      "\u00a0", "\u3000", "\ufeff", "\u0085", "\u017f", "\u00e9", "\u00c9", "\u03a3", "\u03c3", "\u0130",
+      "\ufb01", "\u1f88", "\u{1f389}", "\u200d", "\u00df", "\u1e9e", "\u3007", "\u2e80", "\u2f00",
+      "\u{16fe2}", "\u{16ff0}", "\u{20000}", "\u{2ebf0}", "\u3042", "\u30a2", "\u30fb", "\u088f", "\u1acf",
+      "\u{16ea0}", "\u{10d4a}", "\u0378"], sp);
+    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
+    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
+    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
+    const parts = []; let n = 0, k = 0;
+    while (n < 1000000) {
+      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
+              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
+      parts.push(p); n += Buffer.byteLength(p); k++;
+    }
+    fs.writeFileSync(dir + "/large", parts.join("\n"));' "$d" "${#sp[@]}" "${sp[@]}" "$@"
+}

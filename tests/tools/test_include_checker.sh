@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The include checker (tools/check_includes.py, docs/architecture.md "Layers"): small synthetic
-# trees with a clean layering, an upward include, a cycle of use, a header cycle, a path trick, a
-# file no layer names and a document without the table; then the real tree, whose findings are
-# listed, and the real tree must be clean.
+# trees with a clean layering, an upward include, a cycle of use, a header cycle, two folders that
+# include each other (no file cycle between them), a path trick, a file no layer names and a
+# document without the table; then the real tree, whose findings are listed, and the real tree
+# must be clean: no cycle of files or of folders.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 CHECK=("$PY3" "$TSR_ROOT/tools/check_includes.py")
-tap_plan 21
+tap_plan 25
 
 # tree DIR: a two-layer tree (base < top) with the include paths -Isrc -Isrc/base
 tree() {
@@ -57,6 +58,32 @@ run hcycle
 tap_check $((rc != 1)) "two headers including each other fail (exit 1)"
 tap_ok "the finding names the header cycle" grep -q "include cycle: src/top/p.h -> src/top/q.h -> src/top/p.h" <<<"$out"
 
+# two folders of one rank, each including a file of the other (no file includes or uses back the
+# file that includes it): a cycle of folders; one way only is fine
+folders() {
+    tree "$1"
+    mkdir -p "$1/src/side"
+    printf '| 1 | side | `src/side/*` | a folder beside top |\n' >> "$1/docs/architecture.md"
+    printf 'int s_fn(int x);\n' > "$1/src/side/s.h"
+    printf '#include "side/s.h"\n\nint s_fn(int x) { return x; }\n' > "$1/src/side/s.c"
+    printf '#include "top/b.h"\nint u_fn(int x);\n' > "$1/src/side/u.h"
+    printf '#include "side/u.h"\n\nint u_fn(int x) { return b_fn(x); }\n' > "$1/src/side/u.c"
+    printf 'int c_fn(int x);\n' > "$1/src/top/c.h"
+    printf '#include "top/c.h"\n\nint c_fn(int x) { return x; }\n' > "$1/src/top/c.c"
+}
+folders "$TMP/oneway"
+run oneway
+tap_check $((rc != 0)) "a folder that includes another one way only passes (exit 0)"
+folders "$TMP/fcycle"
+printf '#include "side/s.h"\nint c_fn(int x);\n' > "$TMP/fcycle/src/top/c.h"
+printf '#include "top/c.h"\n\nint c_fn(int x) { return s_fn(x); }\n' > "$TMP/fcycle/src/top/c.c"
+run fcycle
+tap_check $((rc != 1)) "two folders that include each other fail (exit 1), though no file cycle joins them"
+tap_ok "the finding names the folders and an include each way" \
+    grep -q "folder cycle: src/side -> src/top -> src/side  \[src/side/u.h:1 includes src/top/b.h; src/top/c.h:1 includes src/side/s.h\]" <<<"$out"
+tap_ok "the summary counts it among the cycles, with no file cycle" \
+    eval 'grep -q "1 cycles, 0 upward includes" <<<"$out" && ! grep -q "^check_includes: cycle:\|include cycle:" <<<"$out"'
+
 tree "$TMP/trick"
 printf '#include "../base/a.h"\n\nint b_fn(int x) { return a_fn(x); }\n' > "$TMP/trick/src/top/b.c"
 run trick
@@ -74,12 +101,16 @@ printf '# Layers\nno table here\n' > "$TMP/notable/docs/architecture.md"
 run notable
 tap_check $((rc != 2)) "a document without the layer table is bad input (exit 2)"
 
-# the most specific pattern wins: a file named by its own row is not in its folder's layer
+# the most specific pattern wins: a file named by its own row is not in its folder's layer (its
+# include goes to a folder that includes nothing of base: base's folder and it form no cycle)
 tree "$TMP/specific"
-printf '| 1 | top | `src/base/late.c` | a base-folder file of the top layer |\n' >> "$TMP/specific/docs/architecture.md"
-printf '#include "top/b.h"\n\nint late(int x) { return b_fn(x); }\n' > "$TMP/specific/src/base/late.c"
+mkdir -p "$TMP/specific/src/extra"
+printf '| 1 | top | `src/base/late.c`, `src/extra/*` | a base-folder file of the top layer |\n' >> "$TMP/specific/docs/architecture.md"
+printf 'int e_fn(int x);\n' > "$TMP/specific/src/extra/e.h"
+printf '#include "extra/e.h"\n\nint e_fn(int x) { return x; }\n' > "$TMP/specific/src/extra/e.c"
+printf '#include "extra/e.h"\n\nint late(int x) { return e_fn(x); }\n' > "$TMP/specific/src/base/late.c"
 run specific
-tap_check $((rc != 0)) "a file's own row beats its folder's (src/base/late.c is top: its include of top/b.h is fine)"
+tap_check $((rc != 0)) "a file's own row beats its folder's (src/base/late.c is top: its include of extra/e.h is fine)"
 
 # a function defined in two sources has alternative implementations, built into different programs
 # (the CUDA backend and its emulator): a source calling its own definition does not use the other

@@ -2,7 +2,7 @@
 # Communicators are split only by the rank mesh (src/mesh/, docs/parallelism.md "The rank mesh"):
 # in src/, checkpoint/ and kernels/ no file but src/mesh/* calls dist_group_split or an MPI
 # communicator constructor (MPI_Comm_split, _split_type, _create, _create_group, _dup), except
-# src/dist.c, which defines dist_group_split (and finds the node's ranks with MPI_Comm_split_type);
+# src/dist/dist.c, which defines dist_group_split (and finds the node's ranks with MPI_Comm_split_type);
 # NCCL communicators (ncclCommInitRank, ncclCommInitAll, ncclCommSplit) are made only by the NCCL
 # transport, src/gpu/gpu_comm_nccl.c, from a mesh group (its open takes a const tsr_mesh_group *
 # and gets its MPI communicator from mesh_group_open); gpu_comm_open takes a mesh group and every
@@ -23,7 +23,7 @@ scan() {
     local src=(--include='*.c' --include='*.h' --include='*.cu' --include='*.cpp')
     {
         grep -rnE "${src[@]}" "$SPLIT" "${dirs[@]}" |
-            grep -vE "^$root/src/mesh/|^$root/src/dist\.(c|h):"
+            grep -vE "^$root/src/mesh/|^$root/src/dist/dist\.(c|h):"
         grep -rnE "${src[@]}" "$NCCL" "${dirs[@]}" |
             grep -vE "^$root/src/mesh/|^$root/src/gpu/gpu_comm_nccl\.c:"
         grep -rnE "${src[@]}" 'gpu_comm_open\(' "${dirs[@]}" |
@@ -43,11 +43,11 @@ scan() {
 
 # tree DIR: the mesh, dist.c and a transport as they should be
 tree() {
-    mkdir -p "$1/src/mesh" "$1/src/gpu" "$1/src/model" "$1/checkpoint" "$1/kernels"
+    mkdir -p "$1/src/mesh" "$1/src/dist" "$1/src/gpu" "$1/src/model" "$1/checkpoint" "$1/kernels"
     printf 'tsr_group *mesh_group_open(const tsr_mesh_group *g) { return dist_group_split(g->color, g->key); }\n' \
         > "$1/src/mesh/mesh.c"
     printf 'tsr_group *dist_group_split(int color, int key) {\n    MPI_Comm_split(MPI_COMM_WORLD, color, key, &c);\n}\n' \
-        > "$1/src/dist.c"
+        > "$1/src/dist/dist.c"
     printf 'gpu_comm *gpu_comm_open(const tsr_mesh_group *g, tcu_stream compute, char *why, size_t n);\n' \
         > "$1/src/gpu/gpu_comm.h"
     printf 'gpu_comm *gpu_comm_direct_open(const tsr_mesh_group *g, tcu_stream s, char *why, size_t n) {\n    c->g = mesh_group_open(g);\n    {"ncclCommInitRank"};\n}\n' \
@@ -59,7 +59,7 @@ tree() {
 
 tree "$TMP/clean"
 out=$(scan "$TMP/clean"); rc=$?
-tap_check $rc "a tree that splits only in src/mesh/ and src/dist.c passes"
+tap_check $rc "a tree that splits only in src/mesh/ and src/dist/dist.c passes"
 [[ -z $out ]] || tap_diag "$out"
 
 tree "$TMP/cpu"
@@ -88,6 +88,6 @@ out=$(scan "$TMP/sig"); rc=$?
 tap_check $((rc != 1)) "a gpu_comm_open that takes a color fails"
 
 out=$(scan "$TSR_ROOT"); rc=$?
-tap_check $rc "the real tree: communicators are split only in src/mesh/ (src/dist.c defines the split)"
+tap_check $rc "the real tree: communicators are split only in src/mesh/ (src/dist/dist.c defines the split)"
 [[ -z $out ]] || tap_diag "$out"
 tap_done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Objectives as a table (src/train/objective.h, docs/training.md "Objectives"): the trainer
-# (src/train/trainer*.c), the figures (src/telemetry/metrics.c), the data checks
-# (src/train/train_data.c), the device's glue (src/train/train_gpu.c) and the plan (src/plan/)
+# Objectives as a table (src/run/objective.h, docs/training.md "Objectives"): the trainer
+# (src/train/trainer*.c), the figures (src/telemetry/metrics.c), the data loader
+# (src/data/dataloader*.c), the device's glue (src/train/train_gpu.c) and the plan (src/plan/)
 # ask the run's table and name no TSR_OBJ_ value; in all of src/ only the config (src/config/)
 # and the choice of the table (src/train/objectives.c objective_of) name one, and objective_of is
 # called once, by trainer_init. First a synthetic tree with each kind of finding, then the real
@@ -14,14 +14,14 @@ tap_plan 6
 scan() {
     local root=$1 f users=()
     for f in "$root"/src/train/trainer*.c "$root"/src/train/trainer*.h "$root/src/telemetry/metrics.c" \
-        "$root/src/train/train_data.c" "$root/src/train/train_gpu.c" "$root"/src/plan/*.c; do
+        "$root"/src/data/dataloader*.c "$root/src/train/train_gpu.c" "$root"/src/plan/*.c; do
         [[ -f $f ]] && users+=("$f")
     done
     {
         ((${#users[@]})) && grep -nH 'TSR_OBJ_' "${users[@]}"
         grep -rnE --include='*.c' --include='*.h' --include='*.cu' 'TSR_OBJ_' "$root/src" |
             grep -vE "^$root/src/config/|^$root/src/train/objectives\.c:" |
-            grep -vE "^$root/src/(train/(trainer[^/]*|train_data\.c|train_gpu\.c)|telemetry/metrics\.c|plan/[^/]*\.c):"
+            grep -vE "^$root/src/(train/(trainer[^/]*|train_gpu\.c)|data/dataloader[^/]*\.c|telemetry/metrics\.c|plan/[^/]*\.c):"
         grep -rnE --include='*.c' 'objective_of[[:space:]]*\(' "$root/src" |
             grep -vE "^$root/src/train/objectives\.c:|^$root/src/train/trainer(_init)?\.c:"
         true # (a grep that finds nothing is not a failure of the scan: pipefail)
@@ -31,14 +31,14 @@ scan() {
 
 # tree DIR: the table's users as they should be
 tree() {
-    mkdir -p "$1/src/train" "$1/src/telemetry" "$1/src/plan" "$1/src/config"
+    mkdir -p "$1/src/train" "$1/src/telemetry" "$1/src/plan" "$1/src/config" "$1/src/data"
     printf 'typedef enum { TSR_OBJ_LM = 0, TSR_OBJ_DPO, TSR_OBJ_GRPO } tsr_objective_kind;\n' \
         > "$1/src/config/config.h"
     printf 'const tsr_objective *objective_of(tsr_objective_kind k) {\n    return k == TSR_OBJ_DPO ? &objective_dpo : &objective_lm;\n}\n' \
         > "$1/src/train/objectives.c"
     printf 'void f(tsr_trainer *t) {\n    t->objective = objective_of(cfg->objective);\n    if (t->objective->pass) t->objective->pass(t, 1);\n}\n' \
         > "$1/src/train/trainer.c"
-    printf 'void g(tsr_trainer *t) { if (t->objective->pairs) check(t); }\n' > "$1/src/train/train_data.c"
+    printf 'int g(const tsr_objective *o) { return o->pairs; }\n' > "$1/src/data/dataloader.c"
     printf 'void h(tsr_trainer *t) { if (t->objective->step_figures) log(t); }\n' > "$1/src/telemetry/metrics.c"
 }
 
@@ -62,7 +62,7 @@ out=$(scan "$TMP/elsewhere"); rc=$?
 tap_check $((rc != 1)) "a TSR_OBJ_ value named anywhere else in src/ but the config and objective_of fails"
 
 tree "$TMP/choice"
-printf 'void n(tsr_trainer *t) { const tsr_objective *o = objective_of(t->cfg.objective); }\n' > "$TMP/choice/src/train/train_data.c"
+printf 'void n(tsr_trainer *t) { const tsr_objective *o = objective_of(t->cfg.objective); }\n' > "$TMP/choice/src/data/dataloader.c"
 out=$(scan "$TMP/choice"); rc=$?
 tap_check $((rc != 1)) "a second choice of the table (objective_of outside trainer_init) fails"
 

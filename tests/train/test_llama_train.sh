@@ -17,14 +17,10 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 10
 make_synth "$TMP/data"
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-      --set model.n_kv_head=2 --set model.intermediate_size=96 --set seq_len=32
-      --set model.rope_scaling=llama3 --set model.rope_original_max_pos=16 --set model.rope_factor=4
-      --set model.attn_mask=document --set model.eot_token=0
-      --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set save_interval=4ba
-      --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
+tiny_llama_args "$TMP/data/train"
+args+=(--set model.n_head=4 --set model.n_kv_head=2 --set model.rope_scaling=llama3
+       --set model.rope_original_max_pos=16 --set model.rope_factor=4 --set model.attn_mask=document
+       --set model.eot_token=0 --set max_duration=12ba --set save_interval=4ba --set keep_last=3)
 qwen=(--set model.n_head=4 --set model.n_kv_head=1 --set model.head_dim=24 --set model.qk_norm=true
       --set model.qkv_bias=true --set model.tie_embeddings=true --set model.norm_eps=1e-6
       --set model.rope_scaling=none --set model.rope_theta=1000000)

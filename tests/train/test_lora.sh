@@ -26,12 +26,9 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 13
 make_synth "$TMP/data"
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-      --set model.n_kv_head=2 --set model.intermediate_size=96 --set seq_len=32
-      --set global_batch=8 --set micro_batch=2 --set max_duration=12ba --set save_interval=4ba
-      --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
+tiny_llama_args "$TMP/data/train"
+args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=12ba --set save_interval=4ba
+       --set keep_last=3)
 lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
 train() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 run() { local dir=$1 np=$2; shift 2; train "$dir" "$np" "${lora[@]}" --init-from "$TMP/base" "$@"; }

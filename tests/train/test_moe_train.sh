@@ -35,14 +35,7 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 17
 make_synth "$TMP/data"
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-      --set model.n_kv_head=2 --set model.intermediate_size=96 --set seq_len=32
-      --set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=48
-      --set model.moe_aux_loss_coef=0.01 --set model.moe_z_loss_coef=0.001
-      --set global_batch=8 --set micro_batch=2 --set max_duration=10ba --set save_interval=4ba
-      --set keep_last=3 --set threads=1 --set log_interval=1 --set optim.warmup=2ba)
+tiny_moe_args "$TMP/data/train"
 # moe_lines DIR: each step's MoE figures (its last record's), what a resumed run must reproduce
 moe_lines() {
     /usr/bin/python3 -c '

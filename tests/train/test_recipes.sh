@@ -9,7 +9,14 @@
 #    now, tessera prep" of the time before prep existed);
 #  - a recipe that reads data/brown says, in its data block, how to make it (issue 48);
 #  - the Gemma 3 recipes (head size 256) load and plan on 8 ranks with device = "cuda" (issue 67:
-#    the GPU's attention takes hs 256), while an odd head size (96) is still refused at load.
+#    the GPU's attention takes hs 256), while an odd head size (96) is still refused at load;
+#  - the plan's model line names each recipe's variants (issue 79, item 13; docs/planning.md "The
+#    model line"): windows and their pattern, sinks, soft caps, norm placement, the RoPE scalings
+#    (Llama 3.1's, YaRN), partial rotary, NoPE layers, "36 linear + 12 full", gpt-oss's experts;
+#    a model without them gets none;
+#  - the start says when no Hugging Face class holds the model (issue 79, item 12): of the recipes
+#    only dbrx-132b (LayerNorm: no class tessera exports), and SmolLM3 shrunk by --set without its
+#    head_dim, once, naming model.head_dim.
 # The sizes of one issue-67 family (gemma3-*, gpt-oss-*, olmo2-*, olmo3-*) share every key but
 # the sizes: the family's first recipe (in glob order) dry-runs each of its sharding values, the
 # others their own setting only (sizes do not change which shardings load; CI's time).
@@ -19,7 +26,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 recipes=("$TSR_ROOT"/configs/*.cfg)
-tap_plan 6
+tap_plan 9
 # dry NAME ARGS...: tessera-train ARGS... --dry-run in the background (at most four at once); its
 # exit status goes to $TMP/NAME.rc
 dry() {
@@ -57,6 +64,18 @@ done
 gemma=("$TSR_ROOT"/configs/gemma3-*.cfg)
 for f in "${gemma[@]}"; do dry "${f##*/}.cuda" --config "$f" --set device=cuda --plan 8; done
 dry hs96.cuda --config "${gemma[0]}" --set device=cuda --set model.head_dim=96 --plan 8
+# variants no recipe has: a Llama with YaRN, Gemma 2's soft caps
+dry llama-yarn --config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.rope_scaling=yarn \
+    --set model.rope_factor=4 --set model.rope_original_max_pos=64
+dry softcaps --config "$TSR_ROOT/configs/gemma3-1b.cfg" --set model.attn_logit_softcapping=50 \
+    --set model.final_logit_softcapping=30
+# layers that repeat no shorter pattern: their runs in order, where the counts do not tell it
+dry nope-order --config "$TSR_ROOT/configs/smollm3-3b.cfg" --set model.n_layer=4
+dry full-first --config "$TSR_ROOT/configs/olmo3-7b.cfg" --set model.n_layer=4 \
+    --set model.layer_types=full_attention,sliding_attention,sliding_attention,sliding_attention
+# SmolLM3 shrunk keeping its head_dim of 128 (SmolLM3Config has none: hidden / heads)
+dry smollm3-shrunk --config "$TSR_ROOT/configs/smollm3-3b.cfg" --set model.n_layer=4 \
+    --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=1 --set model.intermediate_size=128
 wait
 
 bad=()
@@ -103,4 +122,38 @@ tap_check $? "the ${#gemma[@]} Gemma 3 recipes (hs 256) plan on 8 ranks with --s
 [[ $(cat "$TMP/hs96.cuda.rc") == 1 ]] &&
     grep -q -- '--set model.head_dim=96: device = "cuda": head size model.head_dim = 96 has no attention kernel on the GPU: it must be 32, 64, 128 or 256' "$TMP/hs96.cuda.out"
 tap_check $? "a Gemma 3 recipe with head size 96 and device = cuda: refused at load, exit 1, naming model.head_dim and the sizes (exit $(cat "$TMP/hs96.cuda.rc"))"
+
+# the model line of dry run NAME: its variants, after "; " (docs/planning.md "The model line")
+variants() { sed -nE 's/^model: [^;]*(; (.*))?$/\2/p' "$TMP/$1.out"; }
+declare -A want=(
+    [gemma3-1b.cfg]="layers: 22 sliding (window 512) + 4 full (repeating 5 sliding, 1 full); sandwich norms; embedding x sqrt(d_model); sliding layers' RoPE theta 10000"
+    [gemma3-27b.cfg]="layers: 52 sliding (window 1024) + 10 full (repeating 5 sliding, 1 full); scores / sqrt(168); sandwich norms; embedding x sqrt(d_model); RoPE linear x8 (full layers); sliding layers' RoPE theta 10000"
+    [gpt-oss-20b.cfg]="layers: 12 sliding (window 128) + 12 full (repeating 1 sliding, 1 full); attention sinks; RoPE yarn x32 (original 4096 positions, beta 32/1, not truncated); router bias; expert biases; gptoss unit (limit 7)"
+    [qwen3-next-80b-a3b.cfg]="layers: 36 linear + 12 full (repeating 3 linear, 1 full); gated attention output; RoPE on 64 of 256 head dims (partial rotary); gated shared expert"
+    [olmo2-1b.cfg]="post norms; qk_norm over the projection"
+    [olmo3-7b.cfg]="layers: 24 sliding (window 4096) + 8 full (repeating 3 sliding, 1 full); post norms; qk_norm over the projection"
+    [smollm3-3b.cfg]="no RoPE in 9 of 36 layers (repeating 3 rope, 1 none)"
+    [llama-3.1-8b.cfg]="RoPE llama3 x8 (original 8192 positions)"
+    [llama-yarn]="RoPE yarn x4 (original 64 positions, beta 32/1)"
+    [softcaps]="layers: 22 sliding (window 512) + 4 full (repeating 5 sliding, 1 full); sandwich norms; embedding x sqrt(d_model); attention soft cap 50; final soft cap 30; sliding layers' RoPE theta 10000"
+    [nope-order]="no RoPE in 1 of 4 layers (3 rope, 1 none)"
+    [full-first]="layers: 3 sliding (window 4096) + 1 full (1 full, 3 sliding); post norms; qk_norm over the projection"
+    [gpt2-124m.cfg]="" [mixtral-8x7b.cfg]="" [qwen3-8b.cfg]="")
+bad=()
+for k in "${!want[@]}"; do
+    got=$(variants "$k")
+    [[ $got == "${want[$k]}" ]] || bad+=("$k: '$got'")
+done
+((${#bad[@]} == 0))
+tap_check $? "the model line names the variants of ${#want[@]} models (gemma3, gpt-oss, qwen3-next, olmo2/3, smollm3, llama3 and YaRN scaling, soft caps, layers in an order of their own; none for gpt2, mixtral, qwen3) (${bad[*]:-ok})"
+
+# the start's no-class warning (docs/hf.md "Export"): which recipes say it
+warned=()
+for f in "${recipes[@]}"; do grep -q 'no Hugging Face class holds this model' "$TMP/${f##*/}.out" && warned+=("${f##*/}"); done
+[[ ${warned[*]} == dbrx-132b.cfg ]] &&
+    grep -q 'which needs model.norm = "rmsnorm" and a gated MLP' "$TMP/dbrx-132b.cfg.out"
+tap_check $? "of the recipes only dbrx-132b says that no Hugging Face class holds its model (${warned[*]:-none})"
+n=$(grep -c 'no Hugging Face class holds this model' "$TMP/smollm3-shrunk.out")
+ran smollm3-shrunk && ((n == 1)) && grep -q 'model.no_rope_layers exports as SmolLM3ForCausalLM (model_type "smollm3"), which needs model.head_dim = d_model / n_head' "$TMP/smollm3-shrunk.out"
+tap_check $? "smollm3-3b shrunk by --set without its head_dim: --dry-run says once ($n) that no Hugging Face class holds it, naming model.head_dim"
 tap_done

@@ -11,13 +11,15 @@
 #    two fingerprint steps is caught at the next one; two copies (hsdp) cannot say which is right:
 #    unattributed;
 #  - after a resume, a rank's state is checked against the checkpoint's CRC32C (the read path);
+#  - tensor parallelism (T 2 x data 2): only the ranks holding the same split compare, a resume
+#    checks the tensors held whole against the file, and a flip at rest is caught;
 #  - deterministic replay: one rank's matrix product wrong once in a replay step is a transient
 #    fault (its second try agrees), the rank recomputes its microbatches and the run ends with the
 #    clean run's weights bit for bit; wrong in every product from then on: persistent, exit 87;
 #  - a resume takes the newest checkpoint whose fingerprints agreed; a malformed flip is refused.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 18
+tap_plan 20
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -95,6 +97,19 @@ rc=$?
 [[ $rc == 87 && $(culprit R check) == load && $(culprit R verdict) == read_path && $(culprit R ranks) == 0 ]] &&
     grep -q "model/fcprojw of rank 0 (node .*) differs, after the resume at step 10, from the checkpoint it was read from" "$TMP/R.txt"
 tap_check $? "a resume whose loaded weights differ on rank 0 from the checkpoint's CRC32C (the read path): caught before the first step (exit $rc)"
+
+run 4 TP --set parallel.tensor=2 --set max_duration=6ba --set health.replay_interval=4
+rc=$?
+[[ $rc == 0 && $(health TP comparisons) == 3 && $(health TP mismatches) == 0 && $(health TP replay_interval) == 0 ]] &&
+    grep -q "^health: fingerprints compared 3 times .*, all agreed" "$TMP/TP.txt"
+tap_check $? "tensor parallelism, T 2 x data 2 (ddp): each split compared with its replica only, at start and the saves of steps 5 and 6, all agreed; no replay (a microbatch's forward is its tensor group's collective) (exit $rc)"
+cp "$TMP/TP.txt" "$TMP/TP1.txt"
+TSR_FAULT=flip:weights:qkvw:20:3:10 run 4 TP --set parallel.tensor=2
+rc=$?
+[[ $rc == 87 && $(culprit TP verdict) == changed_at_rest && $(culprit TP ranks) == 3 && $(culprit TP tensor) == model/qkvw ]] &&
+    grep -q "checkpoint resume step 6 " "$TMP/TP.txt" && ! grep -q "from the checkpoint it was read from" "$TMP/TP.txt" &&
+    grep -q "model/qkvw of rank 3 (node .*) changed at rest between the fingerprints taken after step 10" "$TMP/TP.txt"
+tap_check $? "tensor parallelism: the resume at step 6 agrees with the file (a split tensor is not held whole), step 10 compares clean, a flip of rank 3's split of qkvw after it is caught at rest (exit $rc)"
 
 cp -r "$TMP/A" "$TMP/N"
 run 2 N --set max_duration=15ba --set health.fingerprint_interval=0

@@ -24,7 +24,7 @@ expect() { # expect RC PATTERN what CMD...: exit code RC and stderr/stdout conta
     tap_check $ok "$what (exit $rc)"
 }
 
-expect 1 "unknown option '--bogus'" "unknown option -> exit 1" "$TRAIN" --bogus
+expect 1 "^tessera-train: error: unknown option: --bogus \(see 'tessera-train --help'\)" "unknown option -> exit 1" "$TRAIN" --bogus
 expect 1 "--config FILE is required" "missing --config -> exit 1" "$TRAIN"
 expect 1 "unknown key 'model.n_layers'" "unknown --set key -> exit 1" "$TRAIN" "${base[@]}" --set model.n_layers=2
 expect 1 "vocab_size = 100" "dataset vocabulary larger than the model -> exit 1" "$TRAIN" "${base[@]}" --set model.vocab_size=100

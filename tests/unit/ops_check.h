@@ -123,6 +123,14 @@ static inline int check_grad_sampled(const char *what, const float *got, const f
     return tap_ok(err <= 1.0, "%s (%zu sampled, max err %.3g of tolerance)", what, nidx, err);
 }
 
+/* check_grad over all n elements (nidx 0) or check_grad_sampled over nidx of them. */
+static inline int check_grad_some(const char *what, const float *got, const float *g0, double *x,
+                                  size_t n, size_t nidx, const objective *o, double abs_tol,
+                                  double rel_tol) {
+    if (nidx) return check_grad_sampled(what, got, g0, x, n, nidx, o, abs_tol, rel_tol);
+    return check_grad(what, got, g0, x, n, o, abs_tol, rel_tol);
+}
+
 static inline float *copy_f(const float *src, size_t n) {
     float *d = FALLOC(n);
     memcpy(d, src, n * sizeof *d);

@@ -1,10 +1,12 @@
-/* test_cli.c — the option tables of tessera's subcommands (src/cli_commands.h) give each letter
- * one meaning (docs/cli.md), and cli.c's parser and help handle long-only options.
+/* test_cli.c — the option tables of tessera's subcommands (src/base/cli_commands.h) give each letter
+ * one meaning (docs/cli.md), and cli.c's parse loop and help handle long-only options, a help
+ * paragraph row (CLI_TEXT), a missing value, and print no help on a muted rank.
  * `test_cli --list` prints the subcommands' names, one a line, for tests/cli/test_cli.sh, which checks
  * the letters of every program (tessera-train, tessera-healthcheck, tessera-job too) from --help. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tap.h"
 #include "cli.h"
@@ -41,7 +43,8 @@ static int table_faults(void) {
         for (int i = 0; i < c->n_opts; i++) {
             help |= c->opts[i].short_name == 'h' && !strcmp(c->opts[i].name, "help");
             for (int j = i + 1; j < c->n_opts; j++)
-                if (c->opts[i].short_name == c->opts[j].short_name) {
+                if (c->opts[i].short_name == c->opts[j].short_name &&
+                    c->opts[i].short_name != CLI_TEXT) { /* (paragraphs share theirs) */
                     tap_diag("'%s': --%s and --%s share a key", c->name, c->opts[i].name, c->opts[j].name);
                     bad++;
                 }
@@ -55,8 +58,9 @@ static const cli_opt demo_opts[] = {
     {"plan", CLI_NO_SHORT('p'), "R", "long-only"},
     {"quiet", 'q', NULL, "a letter"},
     {"help", 'h', NULL, "help"},
+    {"", CLI_TEXT, NULL, "a paragraph\n"},
 };
-static const cli_cmd demo = {"demo", "", "a demo", demo_opts, 3, NULL};
+static const cli_cmd demo = {"demo", "", "a demo", demo_opts, 4, NULL};
 
 typedef struct seen {
     int plan, quiet;
@@ -77,12 +81,29 @@ static int parse(seen *s, int argc, char **argv) {
     return cli_parse(&demo, argc, argv, demo_on_opt, s);
 }
 
+/* cli_parse of argv with stdout into out (its bytes: *n): its status */
+static int parse_stdout(seen *s, int argc, char **argv, char *out, size_t cap, size_t *n) {
+    FILE *tmp = tmpfile();
+    fflush(stdout);
+    const int saved = dup(1);
+    dup2(fileno(tmp), 1);
+    const int rc = parse(s, argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    rewind(tmp);
+    *n = fread(out, 1, cap - 1, tmp);
+    out[*n] = 0;
+    fclose(tmp);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--list")) {
         for (int a = 0; tsr_cli_cmds[a]; a++) printf("%s\n", tsr_cli_cmds[a]->name);
         return 0;
     }
-    tap_plan(6);
+    tap_plan(8);
     int n = 0;
     while (tsr_cli_cmds[n]) n++;
     tap_ok(n >= 11, "tsr_cli_cmds lists every subcommand's table (%d)", n);
@@ -95,8 +116,9 @@ int main(int argc, char **argv) {
     cli_help(f, &demo);
     fclose(f);
     tap_ok(strstr(buf, "\n      --plan R ") && strstr(buf, "\n  -q, --quiet ") &&
-               !strstr(buf, "-p,") && strstr(buf, "\nexit codes: " CLI_EXITS "\n"),
-           "help: long-only as '      --plan R', letters as '-q, --quiet', the exit codes");
+               !strstr(buf, "-p,") && strstr(buf, "help\n\na paragraph\n\nexit codes: " CLI_EXITS "\n"),
+           "help: long-only as '      --plan R', letters as '-q, --quiet', a CLI_TEXT row's "
+           "paragraph in its place, the exit codes");
     free(buf);
 
     seen s;
@@ -107,5 +129,19 @@ int main(int argc, char **argv) {
     char *bad_argv[] = {"demo", "-p", "4", NULL};
     rc = parse(&s, 3, bad_argv);
     tap_ok(rc == TSR_EXIT_USAGE && s.plan == 0, "-p (long-only --plan): a usage error, exit 1 (rc %d)", rc);
+    char *miss_argv[] = {"demo", "-q", "--plan", NULL};
+    rc = parse(&s, 3, miss_argv);
+    tap_ok(rc == TSR_EXIT_USAGE && s.quiet == 1 && s.plan == 0,
+           "--plan without its value: a usage error, exit 1 (rc %d)", rc);
+    char out[4096];
+    size_t got;
+    char *help_argv[] = {"demo", "--help", NULL};
+    rc = parse_stdout(&s, 2, help_argv, out, sizeof out, &got);
+    const int shown = rc == -1 && strstr(out, "usage: tessera demo [options]\na demo\n");
+    tsr_log_mute(1); /* a rank other than 0 under MPI */
+    rc = parse_stdout(&s, 2, help_argv, out, sizeof out, &got);
+    tsr_log_mute(0);
+    tap_ok(shown && rc == -1 && got == 0, "--help: printed, -1; muted (a rank but 0): nothing "
+           "printed, still -1 (%zu bytes)", got);
     return tap_done();
 }

@@ -23,7 +23,7 @@
 #include "tap.h"
 #include "testfs.h"
 
-#define PLAN 78
+#define PLAN 84
 
 static char root[256];
 
@@ -738,19 +738,69 @@ static void test_segments(void) {
     if (!rc) dataset_close(ds);
 }
 
+/* tokens 0, 1, .. n - 1 (mod top + 1) into a dataset of vocabulary vocab at dir: the largest is top */
+static int write_upto(const char *dir, uint32_t vocab, uint32_t top, uint32_t n) {
+    tsr_dataset_writer *w;
+    uint32_t tok[1];
+    int rc = dataset_writer_open(&w, dir, vocab, DATASET_NO_MASK, 64);
+    for (uint32_t i = 0; !rc && i < n; i++) tok[0] = i % (top + 1), rc = dataset_writer_append(w, tok, NULL, 1);
+    return rc ? rc : dataset_writer_close(w);
+}
+
+/* The largest token id (docs/data-format.md "max_token_id"): the writer's note, the ids read by
+ * verify when an older index has none, vocab - 1 when neither tells; a note that lies is refused
+ * by verify and by the read of a sample past it; a note at or above vocab_size is refused. */
+static void test_max_id(void) {
+    char dir[512], f[512], msg[256];
+    const char *how = NULL;
+    tsr_dataset *ds = NULL;
+    int32_t in[8], tg[8];
+    pjoin(dir, root, "maxid");
+    pjoin(f, dir, "index.tsv");
+    int rc = write_upto(dir, 1000, 599, 700);
+    char *text = rc ? NULL : slurp(f, NULL);
+    tap_ok(text && strstr(text, "\n# max_token_id\t599\t(the largest token id in the shards)\n"),
+           "the writer notes the largest id: '# max_token_id<TAB>599<TAB>(...)' in index.tsv");
+    free(text);
+    uint32_t noted = rc || dataset_open(&ds, dir, 0) ? 0 : dataset_max_token_id(ds, &how);
+    snprintf(msg, sizeof msg, "%s", how ? how : "(null)");
+    if (ds) dataset_close(ds), ds = NULL;
+    uint32_t read = dataset_open(&ds, dir, 1) ? 0 : dataset_max_token_id(ds, &how);
+    tap_ok(noted == 599 && strstr(msg, "max_token_id") && read == 599 && how && strstr(how, "read"),
+           "dataset_max_token_id: 599 from the note (%s) without verify, 599 read with it", msg);
+    if (ds) dataset_close(ds), ds = NULL;
+    edit_text(f, "# max_token_id", "# max_token_xx"); /* an index written before the note */
+    uint32_t bound = dataset_open(&ds, dir, 0) ? 0 : dataset_max_token_id(ds, &how);
+    int unknown = how == NULL;
+    if (ds) dataset_close(ds), ds = NULL;
+    read = dataset_open(&ds, dir, 1) ? 0 : dataset_max_token_id(ds, &how);
+    tap_ok(bound == 999 && unknown && read == 599,
+           "no note: vocab_size - 1 = %u and unknown without verify, %u read with it", bound, read);
+    if (ds) dataset_close(ds), ds = NULL;
+    edit_text(f, "# max_token_xx\t599", "# max_token_id\t500"); /* a note that lies */
+    expect_open_fail(dir, 1, "shard-00007.bin", "token 501 at position 53", "above max_token_id 500",
+                     "with verify, a token above the index's max_token_id");
+    cap_begin();
+    int kept = dataset_open(&ds, dir, 0) ? 0 : dataset_read_sample(ds, 8, 55, in, tg);
+    const char *err = cap_end();
+    tap_ok(ds && kept == -1 && has(err, "token 501", "above the index's max_token_id 500"),
+           "without verify, the sample holding it is refused at its read: %s", err);
+    if (ds) dataset_close(ds), ds = NULL;
+    edit_text(f, "# max_token_id\t500", "# max_token_id\t100"); /* (reads below 500 stay fine) */
+    edit_text(f, "vocab_size\t1000", "vocab_size\t0100");
+    expect_open_fail(dir, 0, f, "max_token_id '100'", "below vocab_size 100",
+                     "a max_token_id at vocab_size");
+}
+
 int main(void) {
     tap_plan(PLAN);
-    snprintf(root, sizeof root, "/tmp/tsr_test_data.XXXXXX");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    cap_set_dir(root);
+    testfs_root(root, sizeof root, "test_data");
     test_crc();
     test_roundtrip();
     test_writer_errors();
     test_reader_errors();
     test_segments();
+    test_max_id();
     test_reader_readonly();
     test_sampler();
     test_commands();

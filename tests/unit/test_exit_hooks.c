@@ -1,5 +1,5 @@
 /* test_exit_hooks.c — the fatal paths of src/base/common.c and the hooks the MPI wrapper registers
- * (tsr_set_exit_hooks; src/dist.c registers dist_abort and dist_finalize): tsr_die calls the abort
+ * (tsr_set_exit_hooks; src/dist/dist.c registers dist_abort and dist_finalize): tsr_die calls the abort
  * hook with its code, tsr_exit and tsr_fail_all the finalize hook, then exit(code); without hooks they
  * only exit. Each case runs in a child process, which reports the hooks it saw through a pipe. */
 #include <stdio.h>

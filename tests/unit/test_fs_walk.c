@@ -146,12 +146,7 @@ static void test_errors(void) {
 
 int main(void) {
     tap_plan(PLAN);
-    snprintf(root, sizeof root, "/tmp/tsr_test_fs_walk.XXXXXX");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    cap_set_dir(root);
+    testfs_root(root, sizeof root, "test_fs_walk");
     char in[512];
     make_tree(in);
     test_walk(in);

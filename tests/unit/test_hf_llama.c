@@ -14,7 +14,9 @@
  * round-to-nearest-even bf16 of every weight. Refusals, exit status and the words of the message:
  * rope_scaling of type yarn (2), Mistral's sliding_window shorter than the context (2), another
  * num_key_value_heads (1), another rms_norm_eps (1), a missing rope_scaling in a llama3 run (1),
- * Qwen 3's attention_bias (2), an index naming a shard that lacks the tensor (2); an unknown --arch and a
+ * Qwen 3's attention_bias true into a run without model.attn_bias (1, the --set that fits),
+ * Mistral's attention_bias true (2: its attention has no biases), an index naming a shard that
+ * lacks the tensor (2); an unknown --arch and a
  * TSR_HF_MAX_SHARD that is not a byte count (1), a QK-norm model exported as Llama (1, nothing written).
  * Mixtures of experts: mixtral (4 experts, top 2, expert width 40, one file) and qwen3_moe (QK-norm,
  * decoder_sparse_step 2: layer 0 dense, layer 1 MoE; norm_topk_prob false; shards) go through the
@@ -42,7 +44,7 @@
 #include "tap.h"
 #include "testfs.h"
 
-enum { N_VARIANTS = 6, CHECKS_PER_VARIANT = 5, N_MOE = 2, N_REFUSALS = 11, N_OPTS = 5, SEQ = 32 };
+enum { N_VARIANTS = 6, CHECKS_PER_VARIANT = 5, N_MOE = 2, N_REFUSALS = 12, N_OPTS = 5, SEQ = 32 };
 
 static uint64_t rng = 0x243f6a8885a308d3ull; /* xorshift64* */
 static float urand(void) {
@@ -409,8 +411,10 @@ int main(void) {
             "\"sliding_window\": 16", 2, "sliding_window = 16");
     refusal(tmp, q3, "another rms_norm_eps", "config.json", "\"rms_norm_eps\": 1e-06",
             "\"rms_norm_eps\": 1e-05", 1, "rms_norm_eps = 1e-05, but this run has model.norm_eps = 1e-06");
-    refusal(tmp, q3, "Qwen 3 attention_bias", "config.json", "\"attention_bias\": false",
-            "\"attention_bias\": true", 2, "o_proj bias");
+    refusal(tmp, q3, "Qwen 3 attention_bias into a run without model.attn_bias", "config.json",
+            "\"attention_bias\": false", "\"attention_bias\": true", 1, "--set model.attn_bias=true");
+    refusal(tmp, mi, "Mistral attention_bias", "config.json", "\"sliding_window\": null",
+            "\"sliding_window\": null, \"attention_bias\": true", 2, "has no attention_bias");
     /* model.norm.weight is in the last shard (state-dict order), not the first */
     char lldir[512], from[128], to[128];
     snprintf(lldir, sizeof lldir, "%s/llama_fp32", tmp);

@@ -1,6 +1,7 @@
-/* test_hf_tok.c — Hugging Face tokenizer.json (byte-level BPE): the Split matchers of Llama 3 and
- * Qwen 2/3 against cases whose pieces were produced by node running the reference's JavaScript
- * regex, BPE and added tokens on a tiny handmade tokenizer.json (both merge forms, ignore_merges,
+/* test_hf_tok.c — Hugging Face tokenizer.json (byte-level BPE): the Split matchers of Llama 3,
+ * Qwen 2/3 and gpt-oss against cases whose pieces were produced by node running the reference's
+ * JavaScript regex, DeepSeek-V3's three Splits and the tiktoken patterns (o200k_base's, Kimi K2's)
+ * against their references' pieces, BPE and added tokens on a tiny handmade tokenizer.json (both merge forms, ignore_merges,
  * ids above 65,535), and load errors naming the file and the fault.
  *   test_hf_tok                         the TAP tests
  *   test_hf_tok --encode JSON FILE...   prints each file's ids on one line (added tokens matched),
@@ -18,13 +19,15 @@
 #include "tap.h"
 #include "tokenizer/hf_nfc.h"
 #include "tokenizer/hf_tok.h"
+#include "tokenizer/tiktoken_tables.h"
+#include "unicode_tables.h"
 
 /* ---- the Split matchers: pieces joined by '|' ---- */
 
 
 /* text, Llama 3 pieces, Qwen 2/3 pieces, gpt-oss (o200k) pieces: from node (String.matchAll with
  * transformers.js's rewriting of each pattern), see tests/tokenizer/ref_hf_encode.js */
-static const char *const split_cases[][1 + HF_SPLIT_COUNT] = {
+static const char *const split_cases[][1 + HF_SPLIT_SINGLE] = {
     {"Hello world",
      "Hello| world", "Hello| world", "Hello| world"},
     {"it's I'M we'Ve 'LL'd x'Re",
@@ -74,10 +77,76 @@ static const char *const split_cases[][1 + HF_SPLIT_COUNT] = {
 };
 #define N_SPLIT_CASES (int)(sizeof split_cases / sizeof split_cases[0])
 
-static const char *const split_names[HF_SPLIT_COUNT] = {"Llama 3", "Qwen 2", "gpt-oss"};
+static const char *const split_names[HF_SPLIT_SINGLE] = {"Llama 3", "Qwen 2", "gpt-oss"};
+
+/* text, DeepSeek-V3's pieces (node: its three regexes as transformers.js builds them, each split
+ * applied to the pieces of the one before, the text between matches kept), o200k_base's and Kimi
+ * K2's as tiktoken splits them (npm tiktoken given every run of the text's code points as a token:
+ * each piece is then one token whole, so the ids are the pieces; tests/tokenizer/test_tiktoken.sh) */
+static const char *const split_cases_more[][4] = {
+    {"abc123def4567 x²",
+     "abc|123|def|456|7| x|²",
+     "abc|123|def|456|7| x|²",
+     "abc|123|def|456|7| x|²"},
+    {"日本語のテキスト・カタカナー゠ゔ",
+     "日本語のテキスト|・|カタカナー|゠|ゔ",
+     "日本語のテキスト|・カタカナー|゠ゔ",
+     "日本語|のテキスト|・カタカナー|゠ゔ"},
+    {".foo don't (x)y 'tis",
+     ".foo| don|'t| (|x|)y| '|tis",
+     ".foo| don't| (|x|)y| '|tis",
+     ".foo| don't| (|x|)y| '|tis"},
+    {"a  1 b\n\n 2",
+     "a|  |1| b|\n\n| |2",
+     "a| | |1| b|\n\n| |2",
+     "a| | |1| b|\n\n| |2"},
+    {"x\xcc\x81""y !\xcc\x81""z 🎉👨\xe2\x80\x8d""👩",
+     "x\xcc\x81""y| !|\xcc\x81""z| 🎉👨|\xe2\x80\x8d""|👩",
+     "x\xcc\x81""y| !\xcc\x81""|z| 🎉👨\xe2\x80\x8d""👩",
+     "x\xcc\x81""y| !\xcc\x81""|z| 🎉👨\xe2\x80\x8d""👩"},
+    {"\x01""abc \x01""! \xe2\x80\x8d""x",
+     "\x01""abc| |\x01""|!| |\xe2\x80\x8d""x",
+     "\x01""abc| \x01""!| \xe2\x80\x8d""|x",
+     "\x01""abc| \x01""!| \xe2\x80\x8d""|x"},
+    {"中a文 ab中cd 中1〇 々々",
+     "中|a|文| ab|中|cd| |中|1〇| 々々",
+     "中a文| ab中cd| 中|1〇| 々々",
+     "中|a|文| ab|中|cd| |中|1〇| |々々"},
+    {" \xcc\x81""abc \tfoo",
+     " \xcc\x81""abc| |\tfoo",
+     " \xcc\x81""abc| |\tfoo",
+     " \xcc\x81""abc| |\tfoo"},
+    {"!⺀x ⺀y \xf0\x96\xbf\xa2""z",
+     "!⺀|x| ⺀|y| \xf0\x96\xbf\xa2""|z",
+     "!⺀|x| ⺀|y| \xf0\x96\xbf\xa2""|z",
+     "!⺀|x| ⺀|y| \xf0\x96\xbf\xa2""|z"},
+    {"it'ſ IT'S x'Re ſs",
+     "it|'|ſ| IT|'S| x|'Re| ſs",
+     "it'ſ| IT'S| x'Re| ſs",
+     "it'ſ| IT'S| x'Re| ſs"},
+    {"a\xc2\x85""b \xef\xbb\xbf"" x\xef\xbb\xbf"" y \xc2\x85""\n",
+     "a|\xc2\x85""b| \xef\xbb\xbf""| x|\xef\xbb\xbf""| y| |\xc2\x85""|\n",
+     "a|\xc2\x85""b| \xef\xbb\xbf""| x|\xef\xbb\xbf""| y| \xc2\x85""\n",
+     "a|\xc2\x85""b| \xef\xbb\xbf""| x|\xef\xbb\xbf""| y| \xc2\x85""\n"},
+    {"path/to !!\n/ :/",
+     "path|/to| !!\n|/| :/",
+     "path|/to| !!\n/| :/",
+     "path|/to| !!\n|/| :/"},
+    {"HelloWorld HTTPServer iPhone",
+     "HelloWorld| HTTPServer| iPhone",
+     "Hello|World| HTTPServer| i|Phone",
+     "Hello|World| HTTPServer| i|Phone"},
+    {"12345 ١٢٣٤ Ⅻ½",
+     "123|45| |١٢٣|٤| |Ⅻ½",
+     "123|45| |١٢٣|٤| |Ⅻ½",
+     "123|45| |١٢٣|٤| |Ⅻ½"},
+};
+#define N_MORE_CASES (int)(sizeof split_cases_more / sizeof split_cases_more[0])
+static const hf_split_kind more_kinds[3] = {HF_SPLIT_DEEPSEEK_V3, HF_SPLIT_TT_O200K, HF_SPLIT_TT_KIMI};
+static const char *const more_names[3] = {"DeepSeek-V3", "o200k_base (tiktoken)", "Kimi K2 (tiktoken)"};
 
 static void test_split(void) {
-    for (int k = 0; k < HF_SPLIT_COUNT; k++)
+    for (int k = 0; k < HF_SPLIT_SINGLE; k++)
         for (int i = 0; i < N_SPLIT_CASES; i++) {
             tap_joined j = {.n = 0};
             const char *t = split_cases[i][0];
@@ -86,6 +155,19 @@ static void test_split(void) {
                         split_names[k], tap_esc(t)))
                 tap_diag("got \"%s\", want \"%s\"", tap_esc(j.s), tap_esc(split_cases[i][1 + k]));
         }
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < N_MORE_CASES; i++) {
+            tap_joined j = {.n = 0};
+            const char *t = split_cases_more[i][0];
+            hf_pretok_split(more_kinds[k], (const uint8_t *)t, strlen(t), tap_join_piece, &j);
+            if (!tap_ok(strcmp(j.s, split_cases_more[i][1 + k]) == 0, "%s split of \"%s\"",
+                        more_names[k], tap_esc(t)))
+                tap_diag("got \"%s\", want \"%s\"", tap_esc(j.s), tap_esc(split_cases_more[i][1 + k]));
+        }
+    /* tiktoken's classes are differences from node's tables: from the same node, or they are wrong */
+    tap_ok(strcmp(tsr_tt_node_version, tsr_uc_version) == 0,
+           "tiktoken_tables.c (diffs taken against %s) and unicode_tables.c (%s) come from one node",
+           tsr_tt_node_version, tsr_uc_version);
 }
 
 /* ---- a tiny tokenizer.json ---- */
@@ -351,7 +433,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return run_files(argc, argv, 0);
     if (argc >= 3 && strcmp(argv[1], "--decode-check") == 0) return run_files(argc, argv, 1);
     if (argc == 3 && strcmp(argv[1], "--nfc") == 0) return nfc_file(argv[2]);
-    tap_plan(HF_SPLIT_COUNT * N_SPLIT_CASES + 13 + 8);
+    tap_plan(HF_SPLIT_SINGLE * N_SPLIT_CASES + 3 * N_MORE_CASES + 1 + 13 + 8);
     test_split();
     char dir[] = "/tmp/tessera-hftok.XXXXXX";
     if (!mkdtemp(dir)) return 1;

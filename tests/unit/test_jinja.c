@@ -430,23 +430,33 @@ static int overrides(void) {
     return ok;
 }
 
-/* Writes text to a temp file, loads it as a tokenizer_config.json and renders messages with it:
- * the rendering or "error: STATUS: MESSAGE" in out. */
-static void config_render(const char *text, char *out, size_t cap) {
-    char path[] = "/tmp/test_jinja_cfg.XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
-        snprintf(out, cap, "cannot write %s", path);
-        if (fd >= 0) close(fd), unlink(path);
+/* Writes text as tokenizer_config.json into a private temp directory, and jinja (NULL: none) as
+ * the chat_template.jinja beside it (jinja_bytes > 0: a file of that many spaces instead), loads
+ * the config and renders messages with it: the rendering, "no template" or "error: STATUS:
+ * MESSAGE" (the message after the file's name; FILE stands for a chat_template.jinja's path) in
+ * out. */
+static void config_render_with(const char *text, const char *jinja, long jinja_bytes, char *out,
+                               size_t cap) {
+    char dir[] = "/tmp/test_jinja_cfg.XXXXXX", path[64], tpl[64];
+    out[0] = '\0';
+    if (!mkdtemp(dir)) {
+        snprintf(out, cap, "cannot make a temp directory");
         return;
     }
-    close(fd);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    snprintf(tpl, sizeof tpl, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "w"), *g = jinja || jinja_bytes ? fopen(tpl, "w") : NULL;
+    if (f) fputs(text, f), fclose(f);
+    if (g && jinja) fputs(jinja, g);
+    for (long i = 0; g && i < jinja_bytes; i++) fputc(' ', g);
+    if (g) fclose(g);
     chat_config cc;
     jinja_error err;
     int rc = chat_config_load(path, &cc, &err);
-    unlink(path);
+    unlink(path), unlink(tpl), rmdir(dir);
     if (rc != JINJA_OK) {
-        snprintf(out, cap, "error: %s: %s", jinja_status_name(rc), strstr(err.msg, ": ") + 2);
+        const char *m = strstr(err.msg, tpl) ? strstr(err.msg, tpl) + strlen(tpl) : strstr(err.msg, ": ") + 2;
+        snprintf(out, cap, "error: %s: %s%s", jinja_status_name(rc), strstr(err.msg, tpl) ? "FILE" : "", m);
         return;
     }
     if (!cc.tpl) {
@@ -464,18 +474,21 @@ static void config_render(const char *text, char *out, size_t cap) {
     char *r = NULL;
     size_t n;
     rc = jinja_render(cc.tpl, ctx, 2, &r, &n, &err);
-    snprintf(out, cap, "%s", rc == JINJA_OK ? r : err.msg);
+    snprintf(out, cap, "%s%s", rc == JINJA_OK ? r : err.msg,
+             strcmp(cc.source, jinja ? tpl : path) ? " (wrong source)" : "");
     free(r);
     json_doc_free(&doc);
     chat_config_free(&cc);
 }
 
-static int config_is(const char *text, const char *want) {
+static int config_with_is(const char *text, const char *jinja, long jinja_bytes, const char *want) {
     char out[512];
-    config_render(text, out, sizeof out);
+    config_render_with(text, jinja, jinja_bytes, out, sizeof out);
     if (strcmp(out, want)) tap_diag("got '%s', want '%s'", out, want);
     return !strcmp(out, want);
 }
+
+static int config_is(const char *text, const char *want) { return config_with_is(text, NULL, 0, want); }
 
 /* Random templates from Jinja fragments: every one compiles and renders or fails with a status
  * and a message; none crashes (ASan build: no memory error either). */
@@ -654,7 +667,7 @@ static int unit_checks(void) {
     setenv("TZ", "UTC", 1);
     setenv("TSR_JINJA_NOW", "1721952000", 1);
     const size_t ncases = sizeof cases / sizeof cases[0];
-    tap_plan((int)ncases + 27 + UNTRUSTED_CHECKS);
+    tap_plan((int)ncases + 31 + UNTRUSTED_CHECKS);
     for (size_t i = 0; i < ncases; i++) tap_ok(renders_as(i), "%s", cases[i].what);
 
     /* errors: status, position, message */
@@ -716,6 +729,16 @@ static int unit_checks(void) {
            "a template that does not parse: a syntax error naming the file and chat_template");
     tap_ok(config_is("{\"chat_template\": ", "error: context error: byte 18: expected a value, found end of line"),
            "a config that is not JSON: the byte where it breaks");
+    /* chat_template.jinja beside the config (transformers' precedence: the file over the key) */
+    tap_ok(config_with_is("{\"eos_token\": \"E\"}", "J{{ eos_token }}{{ messages[0].content }}", 0, "JEhi"),
+           "a config without chat_template, a chat_template.jinja beside it: its template, the config's tokens");
+    tap_ok(config_with_is(cfg, "J{{ messages[0].content }}", 0, "Jhi"),
+           "a config with its own chat_template and a chat_template.jinja beside it: the file's, as transformers");
+    tap_ok(config_with_is("{}", "ab\n{% foo %}", 0, "error: syntax error: FILE, line 2:4: Unknown statement type: foo"),
+           "a chat_template.jinja that does not parse: a syntax error naming the file and line:column");
+    tap_ok(config_with_is("{}", NULL, (long)CHAT_TEMPLATE_MAX + 1,
+                          "error: context error: FILE: cannot read it (above; at most 16777216 bytes)"),
+           "a chat_template.jinja over 16 MiB: refused naming the file and the bound");
     tap_ok(overrides(), "jinja_render_ex cuts messages and sets add_generation_prompt; no messages: context error");
     tap_ok(fuzz(3000), "3000 random fragment templates: each renders or fails with a message");
     return tap_done();

@@ -24,8 +24,8 @@
 #include "ops.h"
 #include "tap.h"
 
-static const char *const split_name[TSR_SPLIT_COUNT] = {"replicated", "out", "in", "heads",
-                                                         "vocab", "experts"};
+static const char *const split_name[TSR_SPLIT_COUNT] = {"replicated", "after_sum", "out", "in",
+                                                         "heads", "vocab", "experts"};
 static const char *const init_name[TSR_INIT_COUNT] = {"normal", "residual", "zero", "one",
                                                        "own"};
 static const char *const half_name[] = {"root", "block", "mixer", "mlp"};
@@ -84,7 +84,8 @@ static void print_table(void) {
 }
 
 /* every id in the frame or a row of each half; each row's split and init rules in range, a
- * dimension exactly where the rule splits; names and streams unique */
+ * dimension exactly where the rule splits (a kind with a heads rule says its head blocks, one
+ * with an experts rule its cut inside each expert); names and streams unique */
 static void test_rows(void) {
     int ok = 1, listed[TSR_P_COUNT] = {0};
     const char *names[TSR_P_COUNT] = {0};
@@ -92,9 +93,11 @@ static void test_rows(void) {
     for (const tsr_layer_kind *const *k = tsr_layer_kinds; *k; k++)
         for (int i = 0; i < (*k)->n_params; i++) {
             const tsr_param_row *p = &(*k)->params[i];
-            const int repl = p->split == TSR_SPLIT_REPLICATED;
+            const int repl = p->split == TSR_SPLIT_REPLICATED || p->split == TSR_SPLIT_AFTER_SUM;
             if (p->split >= TSR_SPLIT_COUNT || p->init >= TSR_INIT_COUNT || repl != (p->dim < 0) ||
-                p->parts < 1 || (p->parts > 1 && p->split != TSR_SPLIT_OUT))
+                p->parts < 1 || (p->parts > 1 && p->split != TSR_SPLIT_OUT) ||
+                (p->split == TSR_SPLIT_HEADS && !(*k)->heads) ||
+                (p->split == TSR_SPLIT_EXPERTS && !(*k)->within))
                 ok = 0, tap_diag("%s %s: split %d dim %d parts %d init %d", (*k)->name, p->name,
                                  p->split, p->dim, p->parts, p->init);
             if (names[p->id] && (strcmp(names[p->id], p->name) || streams[p->id] != p->stream))

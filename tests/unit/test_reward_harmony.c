@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rl/reward.h"
+#include "posttrain/reward.h"
 #include "tap.h"
 
 static tsr_tokenizer *tok;

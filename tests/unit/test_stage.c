@@ -774,12 +774,7 @@ static void test_two_processes(void) {
 
 int main(void) {
     tap_plan(PLAN);
-    snprintf(root, sizeof root, "/tmp/tsr_test_stage.XXXXXX");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    cap_set_dir(root);
+    testfs_root(root, sizeof root, "test_stage");
     pjoin(ds_dir, root, "ds");
     if (write_fixture(ds_dir) || dataset_open(&ref, ds_dir, 1)) {
         fprintf(stderr, "test_stage: cannot write the fixture in %s\n", ds_dir);

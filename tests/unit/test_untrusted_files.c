@@ -217,7 +217,7 @@ static int config_refused(const tsr_model *m, const char *json, int want_rc, con
     write_text(path, json);
     hf_config hc;
     cap_begin();
-    int rc = hf_config_check(path, m, &hc);
+    int rc = hf_config_check(path, m, 1, &hc);
     const char *msg = cap_end();
     return expect(rc, msg, want_rc, want, not_want);
 }

@@ -1,0 +1,229 @@
+/* decoder_tp.c — the decoder's communication points under tensor parallelism (model_tp.h,
+ * decoder_int.h; docs/parallelism.md "Tensor parallelism"): a half's input gathered and its
+ * partial output summed over the tensor group, the vocabulary-parallel embedding, and the
+ * cross-entropy and greedy choice over the vocabulary-parallel logits. Host memory, fp32 (the
+ * CPU backend). Without a split (d->tp NULL) each is the identity or the backend's own op, so a
+ * whole model runs as before (the same bits).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cpu/cpu_internal.h" /* cpu_expf: the CPU cross-entropy's exponential */
+#include "model/decoder_int.h"
+#include "model/model_tp.h"
+
+/* the group's sizes of a pass: its tokens' rows, C floats each */
+static size_t row_floats(const dec_run *r) { return (size_t)r->d->m->C; }
+
+/* all = every rank's x (r->Nf rows each, in rank order): an all-gather over the group */
+static void *gather_rows(const dec_run *r, const void *x, void *all) {
+    tsr_tp *tp = r->d->tp;
+    const size_t piece = (size_t)r->Nf * row_floats(r);
+    int *counts = tsr_malloc(2 * (size_t)tp->T * sizeof *counts);
+    for (int k = 0; k < tp->T; k++) counts[k] = (int)piece, counts[tp->T + k] = k * (int)piece;
+    dist_group_allgatherv_f32(tp->group, x, all, counts, counts + tp->T);
+    free(counts);
+    tp->sent += tp_collective_bytes(tp->T, 0, (uint64_t)piece * tp->T * sizeof(float));
+    return all;
+}
+
+const void *dec_tp_in(const dec_run *r, const void *x) {
+    const tsr_tp *tp = r->d->tp;
+    return tp && tp->sp ? gather_rows(r, x, r->d->a->tp_x) : x;
+}
+
+const void *dec_tp_in_grad(const dec_run *r, const void *dy) {
+    const tsr_tp *tp = r->d->tp; /* (into tp_dy: tp_x holds the half's gathered input next) */
+    return tp && tp->sp ? gather_rows(r, dy, r->d->a->tp_dy) : dy;
+}
+
+void dec_tp_out(const dec_run *r, void *buf) {
+    tsr_tp *tp = r->d->tp;
+    if (!tp) return;
+    const size_t n = (size_t)r->N * row_floats(r);
+    if (!tp->sp) {
+        dist_group_allreduce_sum_f32(tp->group, buf, n);
+        tp->sent += tp_collective_bytes(tp->T, 1, n * sizeof(float));
+        return;
+    }
+    int *counts = tsr_malloc((size_t)tp->T * sizeof *counts);
+    for (int k = 0; k < tp->T; k++) counts[k] = (int)(n / (size_t)tp->T);
+    dist_group_reduce_scatter_f32(tp->group, buf, buf, counts); /* (in place: the first rows) */
+    free(counts);
+    tp->sent += tp_collective_bytes(tp->T, 0, n * sizeof(float));
+}
+
+/* the whole pass's row of this rank's frame row i (its first under sequence parallelism) */
+static size_t frame_row(const dec_run *r, size_t i) {
+    const tsr_tp *tp = r->d->tp;
+    return (tp && tp->sp ? (size_t)tp->t * (size_t)r->Nf : 0) + i;
+}
+
+/* the position of row n of the pass (learned positions): its document's, else n mod T */
+static size_t row_pos(const dec_run *r, size_t n) {
+    const int32_t *pos = r->d->a->pos;
+    return pos ? (size_t)pos[n] : n % (size_t)r->T;
+}
+
+void dec_tp_embed_forward(const dec_run *r, const dec_unit *root, const int32_t *tokens) {
+    const tsr_tp *tp = r->d->tp;
+    tsr_acts *a = r->d->a;
+    const size_t C = row_floats(r), N = (size_t)r->N;
+    const float *wte = root->w[TSR_P_WTE], *wpe = root->w[TSR_P_WPE];
+    float *part = tp->sp ? a->tp_x : a->encoded; /* this rank's vocabulary rows, zero elsewhere */
+#pragma omp parallel for schedule(static) if (N * C >= (1u << 16))
+    for (size_t n = 0; n < N; n++) {
+        const int32_t v = tokens[n] - tp->v0;
+        if (v >= 0 && v < tp->Vl) memcpy(part + n * C, wte + (size_t)v * C, C * sizeof(float));
+        else memset(part + n * C, 0, C * sizeof(float));
+    }
+    if (tp->sp) { /* summed into this rank's rows */
+        int *counts = tsr_malloc((size_t)tp->T * sizeof *counts);
+        for (int k = 0; k < tp->T; k++) counts[k] = (int)((size_t)r->Nf * C);
+        dist_group_reduce_scatter_f32(tp->group, part, a->encoded, counts);
+        free(counts);
+    } else {
+        dist_group_allreduce_sum_f32(tp->group, part, N * C);
+    }
+    r->d->tp->sent += tp_collective_bytes(tp->T, !tp->sp, N * C * sizeof(float));
+    float *x = a->encoded;
+    for (size_t i = 0; wpe && i < (size_t)r->Nf; i++) {
+        const float *p = wpe + row_pos(r, frame_row(r, i)) * C;
+        for (size_t c = 0; c < C; c++) x[i * C + c] += p[c];
+    }
+}
+
+void dec_tp_embed_backward(const dec_run *r, const dec_unit *root, const int32_t *tokens) {
+    const tsr_tp *tp = r->d->tp;
+    tsr_acts *a = r->d->a;
+    const size_t C = row_floats(r), N = (size_t)r->N;
+    float *dwte = root->g[TSR_P_WTE], *dwpe = root->g[TSR_P_WPE];
+    const float *dx = a->dresidual;
+    for (size_t i = 0; dwpe && i < (size_t)r->Nf; i++) { /* this rank's rows' positions */
+        float *d = dwpe + row_pos(r, frame_row(r, i)) * C;
+        for (size_t c = 0; c < C; c++) d[c] += dx[i * C + c];
+    }
+    const float *dy = dec_tp_in(r, dx); /* every row, for this rank's vocabulary rows */
+    for (size_t n = 0; dwte && n < N; n++) { /* in row order: one rank's order of each row */
+        const int32_t v = tokens[n] - tp->v0;
+        if (v < 0 || v >= tp->Vl) continue;
+        float *d = dwte + (size_t)v * C;
+        for (size_t c = 0; c < C; c++) d[c] += dy[n * C + c];
+    }
+}
+
+/* the cross-entropy's per-row scratch: 3 N doubles (the maximum as a float in the first N) */
+static double *xent_scratch(tsr_tp *tp, size_t N) {
+    if (tp->xent_cap < 3 * N) {
+        free(tp->xent);
+        tp->xent = tsr_malloc(3 * N * sizeof(double)), tp->xent_cap = 3 * N;
+    }
+    return tp->xent;
+}
+
+/* each row's maximum over the real vocabulary, reduced over the group (mx, N floats) */
+static void xent_max(tsr_tp *tp, const float *logits, float *mx, size_t N, size_t Vp) {
+#pragma omp parallel for schedule(static) if (N * Vp >= 65536)
+    for (size_t n = 0; n < N; n++) {
+        const float *x = logits + n * Vp;
+        float m = -INFINITY;
+        for (int j = 0; j < tp->Vl; j++) m = x[j] > m ? x[j] : m;
+        mx[n] = m;
+    }
+    dist_group_allreduce_max_f32(tp->group, mx, N);
+    tp->sent += tp_collective_bytes(tp->T, 1, N * sizeof(float));
+}
+
+/* model.final_logit_softcapping: the logits capped in place, cap tanh(x / cap) over the real
+ * rows (the CPU's softcap op), a copy kept for the gradient (softcap_grad) */
+static void softcap_keep(const tsr_decoder *d, float *logits, size_t N, size_t Vp) {
+    tsr_tp *tp = d->tp;
+    const float cap = (float)d->m->cfg.final_logit_softcapping;
+    if (!(cap > 0.0f)) return;
+    d->m->ops->softcap_forward(logits, logits, (int)N, tp->Vl, (int)Vp, cap);
+    if (tp->capped_cap < N * Vp) {
+        free(tp->capped);
+        tp->capped = tsr_malloc(N * Vp * sizeof(float)), tp->capped_cap = N * Vp;
+    }
+    memcpy(tp->capped, logits, N * Vp * sizeof(float));
+}
+
+/* the capped logits' factor 1 - (z / cap)^2 on their gradient */
+static void softcap_grad(const tsr_decoder *d, float *dlogits, size_t N, size_t Vp) {
+    const float cap = (float)d->m->cfg.final_logit_softcapping;
+    if (cap > 0.0f)
+        d->m->ops->softcap_backward(dlogits, d->tp->capped, (int)N, d->tp->Vl, (int)Vp, cap);
+}
+
+void dec_tp_xent(const tsr_decoder *d, const int32_t *targets, const float *dlosses, int Ni) {
+    tsr_tp *tp = d->tp;
+    tsr_acts *a = d->a;
+    const size_t N = (size_t)Ni, Vp = (size_t)d->m->Vp;
+    double *s = xent_scratch(tp, N); /* [sum of exponentials | target logit] per row, then mx */
+    float *mx = (float *)(s + 2 * N), *p = a->probs;
+    softcap_keep(d, p, N, Vp);
+    xent_max(tp, p, mx, N, Vp);
+#pragma omp parallel for schedule(static) if (N * Vp >= 65536)
+    for (size_t n = 0; n < N; n++) {
+        float *x = p + n * Vp;
+        const int32_t v = targets[n] - tp->v0;
+        double sum = 0.0;
+        s[N + n] = targets[n] >= 0 && v >= 0 && v < tp->Vl ? (double)x[v] : 0.0;
+        for (int j = 0; j < tp->Vl; j++) sum += x[j] = cpu_expf(x[j] - mx[n]);
+        s[n] = sum;
+    }
+    dist_group_allreduce_sum_f64(tp->group, s, 2 * N);
+    tp->sent += tp_collective_bytes(tp->T, 1, 2 * N * sizeof(double));
+    for (size_t n = 0; n < N; n++) {
+        float *x = p + n * Vp;
+        const float inv = (float)(1.0 / s[n]);
+        for (int j = 0; j < tp->Vl; j++) x[j] *= inv;
+        for (size_t j = (size_t)tp->Vl; j < Vp; j++) x[j] = 0.0f;
+        a->losses[n] = targets[n] >= 0 ? (float)(log(s[n]) - (s[N + n] - (double)mx[n])) : 0.0f;
+    }
+    if (dlosses) dec_tp_xent_grad(d, targets, dlosses, Ni);
+}
+
+void dec_tp_xent_grad(const tsr_decoder *d, const int32_t *targets, const float *dlosses,
+                      int Ni) {
+    const tsr_tp *tp = d->tp;
+    const size_t N = (size_t)Ni, Vp = (size_t)d->m->Vp;
+    float *p = d->a->probs;
+    for (size_t n = 0; n < N; n++) {
+        float *x = p + n * Vp;
+        const int32_t v = targets[n] - tp->v0;
+        if (targets[n] < 0) {
+            memset(x, 0, Vp * sizeof(float));
+            continue;
+        }
+        const float dl = dlosses[n], pt = v >= 0 && v < tp->Vl ? x[v] : 0.0f;
+        for (int j = 0; j < tp->Vl; j++) x[j] *= dl;
+        if (v >= 0 && v < tp->Vl) x[v] = (pt - 1.0f) * dl;
+    }
+    softcap_grad(d, p, N, Vp);
+}
+
+void dec_tp_argmax(const tsr_decoder *d, int32_t *greedy, int Ni) {
+    tsr_tp *tp = d->tp;
+    const size_t N = (size_t)Ni, Vp = (size_t)d->m->Vp;
+    double *s = xent_scratch(tp, N);
+    float *best = (float *)s;
+    int *idx = (int *)(s + N);
+    for (size_t n = 0; n < N; n++) { /* this rank's best real row, the lower id on ties */
+        const float *x = d->a->probs + n * Vp;
+        int b = 0;
+        for (int j = 1; j < tp->Vl; j++)
+            if (x[j] > x[b]) b = j;
+        best[n] = tp->Vl > 0 ? x[b] : -INFINITY, idx[n] = tp->v0 + b;
+    }
+    float *mine = tsr_malloc(N * sizeof *mine);
+    memcpy(mine, best, N * sizeof *mine);
+    dist_group_allreduce_max_f32(tp->group, best, N);
+    for (size_t n = 0; n < N; n++) idx[n] = mine[n] == best[n] ? idx[n] : INT32_MAX;
+    dist_group_allreduce_min_int(tp->group, idx, N);
+    for (size_t n = 0; n < N; n++) greedy[n] = idx[n];
+    free(mine);
+}
