@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "deltanet_shape.h"   /* tsr_dn_shape */
+#include "mla_shape.h"        /* tsr_mla_shape, tsr_mla_rows */
 #include "ops.h"              /* tsr_gelu_kind */
 
 typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;
@@ -335,6 +336,24 @@ struct tsr_backend {
                              const int32_t *seq, void *scratch, const tsr_dn_shape *s);
     void (*copy_rows)(const tsr_backend *be, void *dst, size_t dpitch, const void *src,
                       size_t spitch, size_t width, size_t rows);
+    /* Multi-head latent attention (model.kv_lora_rank > 0; src/model/mixer_mla.c): the attention
+     * input assembled from the query projection, the expanded keys and values and the shared
+     * RoPE key, and its transpose, the maths and shapes of kernels/cpu/cpu_mla.h's functions of
+     * the same names (qkv, q, kv, kpe, dq, dkv, dkpe, dqkv act; pos int32 and inv_freq fp32 on
+     * the backend); the attention entries with tsr_attn_var's dv. NULL on a backend without MLA
+     * (the decoder then refuses it: dec_check_backend). */
+    void (*mla_qkv_forward)(const tsr_backend *be, void *qkv, const void *q, const void *kv,
+                            const void *kpe, const int32_t *pos, int p0, const float *inv_freq,
+                            int B, int T, const tsr_mla_shape *s);
+    void (*mla_qkv_backward)(const tsr_backend *be, void *dq, void *dkv, void *dkpe,
+                             const void *dqkv, const int32_t *pos, int p0, const float *inv_freq,
+                             int B, int T, const tsr_mla_shape *s);
+    /* decoding over the compressed caches (cpu_mla_decode: cache, cn, kpe, q, out act; kvb
+     * weight; rows' ids int32 on the backend; scratch fp32), or NULL (no MLA decoding) */
+    void (*mla_decode)(const tsr_backend *be, void *out, void *cache, const void *q,
+                       const void *cn, const void *kpe, const void *kvb, const float *inv_freq,
+                       float scale, int kvr, const tsr_mla_shape *s, const tsr_mla_rows *rows,
+                       float *scratch, int nscratch);
 
     /* ops.h attention_decode_rows on one layer's caches of every slot (kt, v act; slot, pos,
      * seg int32 on the backend; scratch fp32), or NULL */

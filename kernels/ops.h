@@ -58,6 +58,10 @@ typedef struct tsr_attn_var {
     float *dsinks;
     float scale;
     float softcap; /* > 0: scores = softcap tanh(scores / softcap) after the scale (Gemma 2) */
+    int dv;        /* the value heads' size where it is not hs (multi-head latent attention:
+                    * v_head_dim): a qkv row is [q NH hs | k KVH hs | v KVH dv] and the output
+                    * NH dv wide; 0 = hs. The training entries take it (attention_forward and
+                    * _backward); the decode and ring entries do not (0 there) */
 } tsr_attn_var;
 
 /* One block of ring attention (context parallelism: src/model/model_ring.c,

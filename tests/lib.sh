@@ -172,6 +172,17 @@ tiny_args() {
           --set model.d_model=64 --set seq_len=32 --set model.max_seq_len=32 --set log_interval=1
           --set threads=1 --set watchdog.window=0)
 }
+# synth_tiny_args LAYERS GLOBAL MICRO [SETTINGS...]: the synthetic corpus in $TMP/data and `args`
+# for tiny_args on its train split with LAYERS layers of 4 heads, a global batch of GLOBAL in
+# microbatches of MICRO, then SETTINGS (the test's duration, saves, run_dir)
+synth_tiny_args() {
+    local layers=$1 global=$2 micro=$3
+    shift 3
+    make_synth "$TMP/data"
+    tiny_args "$TMP/data/train"
+    args+=(--set model.n_layer="$layers" --set model.n_head=4 --set global_batch="$global"
+           --set micro_batch="$micro" "$@")
+}
 # tiny_llama_args TRAIN_DIR: sets `args` to configs/tiny-llama.cfg cut down as tiny_args does
 # (2 layers, d_model 64, seq_len 32, vocabulary 512, one thread, every step logged, no validation,
 # no sample), global batch 8 in microbatches of 2, warmup 2 steps; tests append their heads,
@@ -182,6 +193,18 @@ tiny_llama_args() {
           --set model.n_layer=2 --set model.d_model=64 --set model.intermediate_size=96
           --set seq_len=32 --set global_batch=8 --set micro_batch=2 --set threads=1
           --set log_interval=1 --set optim.warmup=2ba)
+}
+# tiny_gqa_args STEPS [SETTINGS...]: a corpus of 60000 synthetic tokens in $TMP/data and `args` for
+# tiny_llama_args on it with 4 heads on 2 KV heads, STEPS steps saved at the last, no straggler
+# watchdog (the variant tests compare runs within 1e-6 and generate from the checkpoint), then
+# SETTINGS
+tiny_gqa_args() {
+    local steps=$1
+    shift
+    make_synth "$TMP/data" 512 60000
+    tiny_llama_args "$TMP/data/train"
+    args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration="${steps}ba"
+           --set save_interval="${steps}ba" --set watchdog.window=0 "$@")
 }
 # tiny_moe_args TRAIN_DIR: tiny_llama_args with 4 heads on 2 KV heads and a mixture of 4 experts
 # (top 2, width 48, aux loss 0.01, z loss 0.001), 10 steps saved every 4 (3 kept)
@@ -212,6 +235,25 @@ wn = max(abs(b[k][1] - a[k][1]) / abs(a[k][1]) for k in keys)
 print(f"loss {wl:.1e}, norm {wn:.1e} over steps {keys[0]}..{keys[-1]}")
 sys.exit(0 if wl <= float(sys.argv[4]) and wn <= float(sys.argv[5]) else 1)
 PY
+}
+# runs_close RC WHAT A B LOSS_TOL NORM_TOL: run $TMP/B, which exited RC, against run $TMP/A as
+# metrics_close judges them from step 1; "WHAT: exit RC, the differences" as a diagnostic line;
+# fails where RC is not 0
+runs_close() {
+    local rc=$1 what=$2 out ok
+    out=$(metrics_close "$TMP/$3/metrics.jsonl" "$TMP/$4/metrics.jsonl" 1 "$5" "$6")
+    ok=$?
+    tap_diag "$what: exit $rc, $out"
+    ((rc == 0 && ok == 0))
+}
+# export_refused CKPT OUT PATTERN: `tessera ckpt export --format hf` of CKPT into OUT exits 1 saying
+# PATTERN (its output in $TMP/export.txt, the start of it as a diagnostic line) and writes no
+# weights; sets rc to the export's exit status
+export_refused() {
+    "$TOOL" ckpt export --format hf "$1" "$2" >"$TMP/export.txt" 2>&1
+    rc=$?
+    tap_diag "export: $(head -c 300 "$TMP/export.txt")"
+    [[ $rc == 1 && ! -e $2/model.safetensors ]] && grep -q "$3" "$TMP/export.txt"
 }
 # runs_exact REF DIR...: each run $TMP/DIR's steps within 1e-6 (losses) and 1e-5 (gradient norms)
 # of run $TMP/REF's, as metrics_close judges them (context parallelism's bar: the ring sums each

@@ -197,15 +197,25 @@ static float var_cap(const tsr_attn_var *var) { return var ? var->softcap : 0.0f
 static const float *var_sink(const tsr_attn_var *var, int h) {
     return var && var->sinks ? var->sinks + h : NULL;
 }
+/* the value heads' size: var->dv (multi-head latent attention), else hs */
+static int var_vs(const tsr_attn_var *var, int hs) { return var && var->dv > 0 ? var->dv : hs; }
 
 /* Grouped-query attention: query head h reads key/value head g = h / (NH/KVH). In a qkv row
  * [q heads | k heads | v heads] query head h starts at column h hs, key head g at NH hs + g hs,
- * value head g at (NH + KVH) hs + g hs (KVH = NH: the 3C layout of multi-head attention). */
+ * value head g at (NH + KVH) hs + g vs, vs the value heads' size (hs, or var->dv: multi-head
+ * latent attention's v_head_dim) (KVH = NH, vs = hs: the 3C layout of multi-head attention). */
 static ptrdiff_t k_col(int h, int NH, int KVH, int hs) {
     return (ptrdiff_t)(NH + h / (NH / KVH)) * hs;
 }
-static ptrdiff_t v_col(int h, int NH, int KVH, int hs) {
-    return (ptrdiff_t)(NH + KVH + h / (NH / KVH)) * hs;
+static ptrdiff_t v_col(int h, int NH, int KVH, int hs, int vs) {
+    return (ptrdiff_t)(NH + KVH) * hs + (ptrdiff_t)(h / (NH / KVH)) * vs;
+}
+
+/* the decode entries read value heads of hs (ops.h tsr_attn_var's dv: the training ones only) */
+static void check_decode_var(const char *op, const tsr_attn_var *var, int hs) {
+    if (var_vs(var, hs) != hs)
+        tsr_die(TSR_EXIT_INTERNAL, "cpu %s: value heads of %d with query/key heads of %d: the "
+                "decode entries take hs-sized value heads only", op, var_vs(var, hs), hs);
 }
 
 /* the preconditions of grouped-query attention (ops.h): KVH divides NH */
@@ -219,32 +229,32 @@ static void check_heads(const char *op, int NH, int KVH, int hs) {
 
 /* s[i,j] = q_i . k_j / sqrt(hs) - slope_h (i - j) (lo(i) <= j <= i), k and v those of the key/value
  * head g = h / (NH/KVH) of query head h;
- * att[b,h,i,:] = softmax_j s[i,:];  out[b,i,h*hs:(h+1)*hs] = sum_j att[b,h,i,j] v_j.
- * out (B,T,C), C = NH hs, att (B,NH,T,T), qkv (B,T,QKV) [q | k | v] (k_col, v_col),
+ * att[b,h,i,:] = softmax_j s[i,:];  out[b,i,h*vs:(h+1)*vs] = sum_j att[b,h,i,j] v_j.
+ * out (B,T,C), C = NH vs (vs = var_vs), att (B,NH,T,T), qkv (B,T,QKV) [q | k | v] (k_col, v_col),
  * alibi_slopes (NH) or NULL, seq (B,T) segment ids or NULL. One task per (b, h): a key/value
  * head is packed once per query head that reads it (O(T hs) beside the head's O(T^2 hs)). */
 void cpu_attention_forward(float *out, float *att, const float *qkv, const float *alibi_slopes,
                            const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
                            int KVH, int hs) {
-    const int C = NH * hs;
+    const int vs = var_vs(var, hs), C = NH * vs;
     check_heads("attention_forward", NH, KVH, hs);
-    const ptrdiff_t C3 = (ptrdiff_t)(NH + 2 * KVH) * hs;
+    const ptrdiff_t C3 = (ptrdiff_t)(NH + KVH) * hs + (ptrdiff_t)KVH * vs;
     const float scale = var_scale(var, hs);
 #pragma omp parallel
     {
-        float *kt = tsr_malloc((size_t)2 * hs * T * sizeof *kt), *vp = kt + (size_t)hs * T;
+        float *kt = tsr_malloc((size_t)(hs + vs) * T * sizeof *kt), *vp = kt + (size_t)hs * T;
         int *lo = tsr_malloc((size_t)2 * T * sizeof *lo), *hi = lo + T;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
             const float *row = qkv + (size_t)b * T * C3, *q = row + (size_t)h * hs;
-            const float *k = row + k_col(h, NH, KVH, hs), *v = row + v_col(h, NH, KVH, hs);
+            const float *k = row + k_col(h, NH, KVH, hs), *v = row + v_col(h, NH, KVH, hs, vs);
             float *a = att + (size_t)bh * T * T;
-            float *o = out + (size_t)b * T * C + (size_t)h * hs;
+            float *o = out + (size_t)b * T * C + (size_t)h * vs;
             const float slope = alibi_slopes ? alibi_slopes[h] : 0.0f;
             segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T, var_window(var));
             transpose_head(kt, k, C3, T, hs); /* K^T (hs,T) */
-            pack_head(vp, v, C3, T, hs);      /* V (T,hs) */
+            pack_head(vp, v, C3, T, vs);      /* V (T,vs) */
             for (int i0 = 0; i0 < T; i0 += MR) {
                 /* rows i0..iend-1 see columns jlo <= j < iend (lo is non-decreasing) */
                 const int m = imin(MR, T - i0), iend = i0 + m, jlo = lo[i0];
@@ -256,9 +266,9 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const float
                 for (int i = i0; i < iend; i++)
                     softmax_causal_row(a + (size_t)i * T, lo[i], i, T, slope, var_sink(var, h),
                                        var_cap(var));
-                for (int d0 = 0; d0 < hs; d0 += NR)
-                    tile(m, imin(NR, hs - d0), iend - jlo, a + (size_t)i0 * T + jlo, T, 1,
-                         vp + (size_t)jlo * hs + d0, hs, o + (size_t)i0 * C + d0, C, 1.0f, 0);
+                for (int d0 = 0; d0 < vs; d0 += NR)
+                    tile(m, imin(NR, vs - d0), iend - jlo, a + (size_t)i0 * T + jlo, T, 1,
+                         vp + (size_t)jlo * vs + d0, vs, o + (size_t)i0 * C + d0, C, 1.0f, 0);
             }
         }
         free(lo);
@@ -286,15 +296,25 @@ static void softcap_rows(float *di, const float *qi, const float *kp, int j0, in
     }
 }
 
-/* One query head's share of the backward, its head's packed operands given: q, k, dout (T,hs) as
- * qp, kp, gp, V^T (hs,T) as vt; a (T,T) its probabilities; ds (RB,T) scratch; lo, hi its rows'
+/* The sizes of one head's backward: T rows, query/key head size hs, value head size vs, C3
+ * elements between a qkv row and the next; the scale and the soft cap of its scores */
+typedef struct head_dims {
+    int T, hs, vs;
+    ptrdiff_t C3;
+    float scale, cap;
+} head_dims;
+
+/* One query head's share of the backward, its head's packed operands given: q, k (T,hs), dout
+ * (T,vs) as qp, kp, gp, V^T (vs,T) as vt; a (T,T) its probabilities; ds (RB,T) scratch; lo, hi its rows'
  * segment bounds. dq_i += sum_j dS[i,j] k_j into dq; dk_j += sum_i dS[i,j] q_i and
  * dv_j += sum_i att[i,j] dout_i into dk, dv (rows C3 apart, all three); with a sink,
  * *dsink -= p_sink(i) D_i over the rows (D_i = sum_j att[i,j] dA[i,j] = dout_i . out_i). */
 static void head_backward(float *dq, float *dk, float *dv, float *dsink, const float *a,
                           const float *qp, const float *kp, const float *vt, const float *gp,
-                          float *ds, const int *lo, const int *hi, int T, int hs, ptrdiff_t C3,
-                          float scale, float cap) {
+                          float *ds, const int *lo, const int *hi, const head_dims *hd) {
+    const int T = hd->T, hs = hd->hs, vs = hd->vs;
+    const ptrdiff_t C3 = hd->C3;
+    const float scale = hd->scale, cap = hd->cap;
     for (int r0 = 0; r0 < T; r0 += RB) {
         const int r1 = imin(T, r0 + RB), blo = lo[r0]; /* the block sees columns >= blo */
         /* dA for rows r0..r1-1, columns lo(i0) <= j <= i (tiles may spill past both
@@ -302,7 +322,7 @@ static void head_backward(float *dq, float *dk, float *dv, float *dsink, const f
         for (int i0 = r0; i0 < r1; i0 += MR) {
             const int m = imin(MR, r1 - i0), iend = i0 + m, jlo = lo[i0];
             for (int j0 = jlo; j0 < iend; j0 += NR)
-                tile(m, imin(NR, T - j0), hs, gp + (size_t)i0 * hs, hs, 1, vt + j0, T,
+                tile(m, imin(NR, T - j0), vs, gp + (size_t)i0 * vs, vs, 1, vt + j0, T,
                      ds + (size_t)(i0 - r0) * T + j0, T, 1.0f, 0);
         }
         /* dS over [lo(i), i]; zero for blo <= j < lo(i) and i < j < r1 (the later
@@ -334,13 +354,12 @@ static void head_backward(float *dq, float *dk, float *dv, float *dsink, const f
             const int m = imin(MR, r1 - j0), ist = j0 > r0 ? j0 : r0;
             const int K = imin(r1, hi[j0 + m - 1]) - ist;
             if (K <= 0) continue;
-            for (int d0 = 0; d0 < hs; d0 += NR) {
-                const int n = imin(NR, hs - d0);
-                tile(m, n, K, ds + (size_t)(ist - r0) * T + j0, 1, T,
+            for (int d0 = 0; d0 < hs; d0 += NR)
+                tile(m, imin(NR, hs - d0), K, ds + (size_t)(ist - r0) * T + j0, 1, T,
                      qp + (size_t)ist * hs + d0, hs, dk + j0 * C3 + d0, C3, 1.0f, 1);
-                tile(m, n, K, a + (size_t)ist * T + j0, 1, T, gp + (size_t)ist * hs + d0,
-                     hs, dv + j0 * C3 + d0, C3, 1.0f, 1);
-            }
+            for (int d0 = 0; d0 < vs; d0 += NR)
+                tile(m, imin(NR, vs - d0), K, a + (size_t)ist * T + j0, 1, T,
+                     gp + (size_t)ist * vs + d0, vs, dv + j0 * C3 + d0, C3, 1.0f, 1);
         }
     }
 }
@@ -353,38 +372,37 @@ static void head_backward(float *dq, float *dk, float *dv, float *dsink, const f
  * Grouped-query attention: a key/value head's gradient sums over its NH/KVH query heads, so one
  * task is a (b, g) pair, which packs k and v once and adds its query heads' terms in head order:
  * the same bits for any thread count (with KVH = NH a task is one head, as before GQA).
- * dqkv (B,T,QKV) +=, dout (B,T,C), C = NH hs, qkv (B,T,QKV), att (B,NH,T,T) from the forward
- * pass, seq (B,T) the forward's segment ids or NULL */
+ * dqkv (B,T,QKV) +=, dout (B,T,C), C = NH vs (vs = var_vs), qkv (B,T,QKV), att (B,NH,T,T) from
+ * the forward pass, seq (B,T) the forward's segment ids or NULL */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                             const int32_t *seq, const tsr_attn_var *var, int B, int T, int NH,
                             int KVH, int hs) {
-    const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
+    const int vs = var_vs(var, hs), C = NH * vs, R = NH / (KVH > 0 ? KVH : 1);
     check_heads("attention_backward", NH, KVH, hs);
     /* each (b, h) sums its sink gradient alone; the heads' sums then add in b order */
     float *dsk = var && var->sinks && var->dsinks ? tsr_calloc((size_t)B * NH, sizeof *dsk) : NULL;
-    const ptrdiff_t C3 = (ptrdiff_t)(NH + 2 * KVH) * hs;
-    const size_t th = (size_t)T * hs;
-    const float scale = var_scale(var, hs);
+    const ptrdiff_t C3 = (ptrdiff_t)(NH + KVH) * hs + (ptrdiff_t)KVH * vs;
+    const size_t th = (size_t)T * hs, tv = (size_t)T * vs;
+    const head_dims hd = {T, hs, vs, C3, var_scale(var, hs), var_cap(var)};
 #pragma omp parallel
     {
-        float *vt = tsr_malloc((4 * th + (size_t)RB * T) * sizeof *vt);
-        float *qp = vt + th, *kp = qp + th, *gp = kp + th, *ds = gp + th;
+        float *vt = tsr_malloc((2 * th + 2 * tv + (size_t)RB * T) * sizeof *vt);
+        float *qp = vt + tv, *kp = qp + th, *gp = kp + th, *ds = gp + tv;
         int *lo = tsr_malloc((size_t)2 * T * sizeof *lo), *hi = lo + T;
 #pragma omp for schedule(static)
         for (int bg = 0; bg < B * KVH; bg++) {
             const int b = bg / KVH, h0 = (bg % KVH) * R;
             const size_t base = (size_t)b * T * C3;
-            const ptrdiff_t kc = k_col(h0, NH, KVH, hs), vc = v_col(h0, NH, KVH, hs);
+            const ptrdiff_t kc = k_col(h0, NH, KVH, hs), vc = v_col(h0, NH, KVH, hs, vs);
             segment_bounds(lo, hi, seq ? seq + (size_t)b * T : NULL, T, var_window(var));
-            transpose_head(vt, qkv + base + vc, C3, T, hs);
+            transpose_head(vt, qkv + base + vc, C3, T, vs);
             pack_head(kp, qkv + base + kc, C3, T, hs);
             for (int h = h0; h < h0 + R; h++) {
                 pack_head(qp, qkv + base + (size_t)h * hs, C3, T, hs);
-                pack_head(gp, dout + (size_t)b * T * C + (size_t)h * hs, C, T, hs);
+                pack_head(gp, dout + (size_t)b * T * C + (size_t)h * vs, C, T, vs);
                 head_backward(dqkv + base + (size_t)h * hs, dqkv + base + kc, dqkv + base + vc,
                               dsk ? dsk + (size_t)b * NH + h : NULL,
-                              att + ((size_t)b * NH + h) * T * T, qp, kp, vt, gp, ds, lo, hi, T,
-                              hs, C3, scale, var_cap(var));
+                              att + ((size_t)b * NH + h) * T * T, qp, kp, vt, gp, ds, lo, hi, &hd);
             }
         }
         free(lo);
@@ -460,6 +478,7 @@ void cpu_attention_decode(float *out, float *kt, float *v, const float *qkv,
                           int nscratch, int p0, int c, int seg, int cap, int NH, int KVH, int hs) {
     const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
     check_heads("attention_decode", NH, KVH, hs);
+    check_decode_var("attention_decode", var, hs);
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     if (c > 1 && p0 + c > cap) {
         for (int i = 0; i < c; i++)
@@ -493,6 +512,7 @@ void cpu_attention_decode_rows(float *out, float *kt, float *v, const float *qkv
                                size_t slot_stride, int cap, int NH, int KVH, int hs) {
     const int C = NH * hs, R = NH / (KVH > 0 ? KVH : 1);
     check_heads("attention_decode_rows", NH, KVH, hs);
+    check_decode_var("attention_decode_rows", var, hs);
     const size_t QKV = (size_t)(NH + 2 * KVH) * hs;
     const float scale = var_scale(var, hs);
     long work = 0;

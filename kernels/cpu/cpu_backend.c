@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "common.h"
 #include "cpu_deltanet.h"
+#include "cpu_mla.h"
 
 size_t tsr_dtype_size(tsr_dtype t) { return t == TSR_DT_BF16 ? 2 : 4; }
 
@@ -293,7 +294,8 @@ static void f_attention_backward(const tsr_backend *be, void *dqkv, const void *
                                  void *scratch, int B, int T, int NH, int KVH, int hs,
                                  tsr_grad_mode mode) {
     (void)out, (void)slopes, (void)scratch;
-    set_zero(be, dqkv, (size_t)B * T * (NH + 2 * KVH) * hs, mode);
+    const int vs = var && var->dv > 0 ? var->dv : hs; /* (the value heads: ops.h tsr_attn_var) */
+    set_zero(be, dqkv, (size_t)B * T * ((size_t)(NH + KVH) * hs + (size_t)KVH * vs), mode);
     OPS(be)->attention_backward(dqkv, dout, qkv, saved, seq, var, B, T, NH, KVH, hs);
 }
 
@@ -441,6 +443,28 @@ static void f_copy_rows(const tsr_backend *be, void *dst, size_t dpitch, const v
     (void)be;
     for (size_t r = 0; r < rows; r++)
         memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
+static void f_mla_qkv_forward(const tsr_backend *be, void *qkv, const void *q, const void *kv,
+                              const void *kpe, const int32_t *pos, int p0, const float *inv_freq,
+                              int B, int T, const tsr_mla_shape *s) {
+    (void)be;
+    cpu_mla_qkv_forward(qkv, q, kv, kpe, pos, p0, inv_freq, B, T, s);
+}
+
+static void f_mla_qkv_backward(const tsr_backend *be, void *dq, void *dkv, void *dkpe,
+                               const void *dqkv, const int32_t *pos, int p0,
+                               const float *inv_freq, int B, int T, const tsr_mla_shape *s) {
+    (void)be;
+    cpu_mla_qkv_backward(dq, dkv, dkpe, dqkv, pos, p0, inv_freq, B, T, s);
+}
+
+static void f_mla_decode(const tsr_backend *be, void *out, void *cache, const void *q,
+                         const void *cn, const void *kpe, const void *kvb, const float *inv_freq,
+                         float scale, int kvr, const tsr_mla_shape *s, const tsr_mla_rows *rows,
+                         float *scratch, int nscratch) {
+    (void)be;
+    cpu_mla_decode(out, cache, q, cn, kpe, kvb, inv_freq, scale, kvr, s, rows, scratch, nscratch);
 }
 
 static void f_attention_decode(const tsr_backend *be, void *out, void *kt, void *v,
@@ -597,6 +621,9 @@ static void f_argmax(const tsr_backend *be, int32_t *idx, const void *logits, in
     E(dn_core_forward, f_dn_core_forward)                                                       \
     E(dn_core_backward, f_dn_core_backward)                                                     \
     E(copy_rows, f_copy_rows)                                                                   \
+    E(mla_qkv_forward, f_mla_qkv_forward)                                                       \
+    E(mla_qkv_backward, f_mla_qkv_backward)                                                     \
+    E(mla_decode, f_mla_decode)                                                                 \
     E(attention_decode_rows, f_attention_decode_rows)                                           \
     E(attention_decode, f_attention_decode)                                                     \
     E(softmax_xent, f_softmax_xent)                                                             \

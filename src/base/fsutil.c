@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,20 +90,28 @@ int fs_open_data(const char *path, const char *what) {
     return fd;
 }
 
+/* The one refusal of a file over its bound; size < 0 when unknown (a pipe, a file that grew). */
+static int too_large(const char *path, long long size, size_t max_bytes) {
+    char got[48] = "";
+    if (size >= 0) snprintf(got, sizeof got, " %lld bytes,", size);
+    tsr_error("%s:%s larger than %zu bytes, the most this file may hold", path, got, max_bytes);
+    return TSR_EXIT_DATA;
+}
+
 static int read_stream(FILE *f, const char *path, size_t max_bytes, char **out, size_t *n) {
     size_t cap = 1 << 16, len = 0, got;
     char *b = tsr_malloc(cap + 1);
     while ((got = fread(b + len, 1, cap - len, f)) > 0) {
         len += got;
-        if (max_bytes && len > max_bytes) break;
+        if (len > max_bytes) break;
         if (len == cap) b = tsr_realloc(b, (cap *= 2) + 1);
     }
     int err = ferror(f) ? errno : 0;
     if (f != stdin) fclose(f);
-    if (err || (max_bytes && len > max_bytes)) {
-        if (err) tsr_error("%s: read failed after %zu bytes: %s", path, len, strerror(err));
-        else tsr_error("%s: larger than %zu bytes, the most this file may hold", path, max_bytes);
+    if (err || len > max_bytes) {
         free(b);
+        if (!err) return too_large(path, -1, max_bytes);
+        tsr_error("%s: read failed after %zu bytes: %s", path, len, strerror(err));
         return TSR_EXIT_DATA;
     }
     b[len] = '\0';
@@ -111,17 +120,31 @@ static int read_stream(FILE *f, const char *path, size_t max_bytes, char **out, 
     return 0;
 }
 
+int fs_fits(const char *path, size_t max_bytes) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes)
+        return too_large(path, (long long)st.st_size, max_bytes);
+    return 0;
+}
+
 static int read_file(const char *path, size_t max_bytes, char **out, size_t *n, int pipes) {
     *out = NULL;
     *n = 0;
-    FILE *f = stdin;
-    if (strcmp(path, "-") != 0) {
-        int fd = pipes ? open(path, O_RDONLY | O_CLOEXEC) : fs_open_data(path, "file");
+    if (max_bytes == 0) /* a bug, not the file's fault: every read states its bound */
+        tsr_die(TSR_EXIT_INTERNAL, "%s: read with no bound on its size", path);
+    int own = strcmp(path, "-") != 0, fd = 0;
+    if (own) {
+        fd = pipes ? open(path, O_RDONLY | O_CLOEXEC) : fs_open_data(path, "file");
         if (pipes && fd < 0) tsr_error("%s: cannot open: %s", path, strerror(errno));
         if (fd < 0) return TSR_EXIT_DATA;
-        f = fdopen(fd, "rb");
-        if (!f) tsr_die(TSR_EXIT_INTERNAL, "%s: fdopen failed: %s", path, strerror(errno));
     }
+    struct stat st; /* a regular file's size refused before a byte is read */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes) {
+        if (own) close(fd);
+        return too_large(path, (long long)st.st_size, max_bytes);
+    }
+    FILE *f = own ? fdopen(fd, "rb") : stdin;
+    if (!f) tsr_die(TSR_EXIT_INTERNAL, "%s: fdopen failed: %s", path, strerror(errno));
     return read_stream(f, path, max_bytes, out, n);
 }
 

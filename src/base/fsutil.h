@@ -26,13 +26,20 @@ void fs_exe_dir(char *buf, size_t n);
  * or -1 after tsr_error() naming the path and what it is. */
 int fs_open_data(const char *path, const char *what);
 /* The whole of the regular file `path` ("-" = standard input) into a malloc'd buffer with a '\0'
- * after its *n bytes, opened as fs_open_data does. At most max_bytes bytes (0: no limit).
- * Returns 0, or TSR_EXIT_DATA after tsr_error() naming the path (not a regular file, cannot open,
- * read error, too large). */
+ * after its *n bytes, opened as fs_open_data does. max_bytes is the most the file may hold, and
+ * every caller states it: there is no unbounded read (0 is a bug, stopped with exit 3), because
+ * the files tessera reads whole are a user's or a download's (docs/limits.md). A regular file over
+ * the bound is refused by its size before a byte is read ("PATH: N bytes, larger than MAX bytes,
+ * the most this file may hold"); a stream, when it passes the bound. Returns 0, or TSR_EXIT_DATA
+ * after tsr_error() naming the path (not a regular file, cannot open, read error, too large). */
 int fs_read_all(const char *path, size_t max_bytes, char **out, size_t *n);
 /* fs_read_all for an input a user may pipe in: a FIFO or a pipe (`<(...)`, /dev/stdin) is read
  * too (tessera tokenizer encode / decode). */
 int fs_read_stream(const char *path, size_t max_bytes, char **out, size_t *n);
+/* fs_read_all's size check alone, for a file copied or read later (before anything is written):
+ * 0 when path is not a regular file larger than max_bytes, else TSR_EXIT_DATA after the same
+ * message. */
+int fs_fits(const char *path, size_t max_bytes);
 
 /* Replacing a file atomically, so a reader sees the old or the new one, never a part (the health
  * checker's --json and --prometheus, the trainer's metrics.prometheus_dir): fs_open_beside opens a

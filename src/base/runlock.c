@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "why.h"
 
 #define LOCK_MAGIC "tessera-lock 1"
 enum { MAX_HELD = 4 };
@@ -208,26 +208,18 @@ static int squeue_alive(const char *args, const char *want) {
     return alive;
 }
 
-static int gone(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int gone(char *why, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-    return 1;
-}
-
 /* The holder on this host: gone when it booted since, no process has the PID, or the one that
  * has it started at another time. */
 static int gone_here(const tsr_lock_info *h, const tsr_lock_info *me, char *why, size_t cap) {
     if (h->boot[0] && me->boot[0] && strcmp(h->boot, me->boot))
-        return gone(why, cap, "%s has booted since", h->host);
+        return tsr_why(1, why, cap, "%s has booted since", h->host);
     unsigned long long start;
     int st = proc_start(h->pid, &start);
-    if (st == -1) return gone(why, cap, "process %ld on %s has ended", h->pid, h->host);
+    if (st == -1) return tsr_why(1, why, cap, "process %ld on %s has ended", h->pid, h->host);
     if (st == 0 && h->start && start != h->start)
-        return gone(why, cap, "PID %ld on %s is another process now (started at tick %llu, the "
-                    "holder at %llu)", h->pid, h->host, start, h->start);
+        return tsr_why(1, why, cap,
+                       "PID %ld on %s is another process now (started at tick %llu, the "
+                       "holder at %llu)", h->pid, h->host, start, h->start);
     snprintf(why, cap, "process %ld runs on this host", h->pid);
     return 0;
 }
@@ -237,18 +229,19 @@ static int gone_here(const tsr_lock_info *h, const tsr_lock_info *me, char *why,
 static int gone_slurm(const tsr_lock_info *h, const tsr_lock_info *me, char *why, size_t cap) {
     char args[128], step[80];
     if (!strcmp(h->job, me->job) && h->restart >= 0 && me->restart > h->restart)
-        return gone(why, cap, "it is an earlier run of this Slurm job %s (restart %ld; this is "
-                    "restart %ld: requeued since)", h->job, h->restart, me->restart);
+        return tsr_why(1, why, cap,
+                       "it is an earlier run of this Slurm job %s (restart %ld; this is "
+                       "restart %ld: requeued since)", h->job, h->restart, me->restart);
     int same_job = !strcmp(h->job, me->job), alive;
     if (same_job && h->step[0] && strcmp(h->step, me->step)) { /* another step of this job */
         snprintf(args, sizeof args, "-s -j %s -o %%i", h->job);
         snprintf(step, sizeof step, "%s.%s", h->job, h->step);
         alive = squeue_alive(args, step);
-        if (alive == 0) return gone(why, cap, "squeue lists no step %s running", step);
+        if (alive == 0) return tsr_why(1, why, cap, "squeue lists no step %s running", step);
     } else if (!same_job) {
         snprintf(args, sizeof args, "-t all -j %s -o %%T", h->job);
         alive = squeue_alive(args, NULL);
-        if (alive == 0) return gone(why, cap, "squeue says Slurm job %s has ended", h->job);
+        if (alive == 0) return tsr_why(1, why, cap, "squeue says Slurm job %s has ended", h->job);
     } else {
         alive = 1; /* the same step of the same job: a second trainer in it */
     }

@@ -1,7 +1,8 @@
 // unicode_ranges.js — the one loop the table generators share (gen_unicode_tables.js, and
 // src/tokenizer/gen_*_tables.js): for each [name, regex] of CLASSES, the code points its test
-// (for a regex, node's engine: V8 + ICU) matches, as C arrays of [lo, hi] ranges PREFIX_name[][2]
-// and their counts PREFIX_name_n, pushed onto the lines OUT (an empty class: one {0, 0}, count 0);
+// (for a regex, node's engine: V8 + ICU) matches, as a static C array of [lo, hi] ranges
+// name_ranges[][2] and the tsr_uc_class PREFIX_name that holds it and its count (unicode_tables.h),
+// pushed onto the lines OUT (an empty class: one {0, 0}, count 0);
 // and nodeVersion, the node that writes them, as the tables name it (tsr_uc_version).
 'use strict';
 function rangesOf(re) {
@@ -17,7 +18,7 @@ function rangesOf(re) {
 function pushTables(out, prefix, classes) {
   for (const [name, re] of classes) {
     const ranges = rangesOf(re);
-    out.push(`const uint32_t ${prefix}_${name}[][2] = {`);
+    out.push(`static const uint32_t ${name}_ranges[][2] = {`);
     let line = '   ';
     for (const [a, b] of ranges) {
       const item = ` {0x${a.toString(16)}, 0x${b.toString(16)}},`;
@@ -27,7 +28,7 @@ function pushTables(out, prefix, classes) {
     if (line.trim()) out.push(line);
     if (!ranges.length) out.push('    {0, 0}, /* none: an array needs an element */');
     out.push('};');
-    out.push(`const uint32_t ${prefix}_${name}_n = ${ranges.length};`, '');
+    out.push(`const tsr_uc_class ${prefix}_${name} = {${name}_ranges, ${ranges.length}};`, '');
   }
 }
 const nodeVersion = `Unicode ${process.versions.unicode} (node ${process.version}, ICU ${process.versions.icu})`;

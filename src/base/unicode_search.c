@@ -2,8 +2,9 @@
  * themselves are generated: unicode_tables.c). */
 #include "unicode_tables.h"
 
-int tsr_uc_in_ranges(const uint32_t (*r)[2], uint32_t n, uint32_t cp) {
-    uint32_t a = 0, b = n;
+int tsr_uc_in(const tsr_uc_class *c, uint32_t cp) {
+    const uint32_t (*r)[2] = c->r;
+    uint32_t a = 0, b = c->n;
     while (a < b) {
         uint32_t m = (a + b) / 2;
         if (cp < r[m][0]) b = m;

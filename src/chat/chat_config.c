@@ -103,7 +103,7 @@ static int load_template(chat_config *cc, const char *path, const json_value *sr
 int chat_config_load(const char *path, chat_config *cc, jinja_error *err) {
     memset(cc, 0, sizeof *cc);
     size_t n = 0;
-    if (fs_read_all(path, 0, &cc->text, &n))
+    if (fs_read_all(path, CHAT_CONFIG_MAX, &cc->text, &n))
         return fail(err, JINJA_ECONTEXT, "%s: cannot read it (above)", path);
     json_doc_init(&cc->doc);
     json_value *cfg;

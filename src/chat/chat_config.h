@@ -46,6 +46,9 @@ const char *chat_config_token(const chat_config *cc, const char *name);
  * 1 and the path in buf when that file exists, 0 when not, -1 when the path does not fit. */
 int chat_config_template_file(const char *config_path, char *buf, size_t cap);
 enum { CHAT_TEMPLATE_MAX = 16 << 20 }; /* bytes of a chat_template.jinja (gpt-oss's: 16 KB) */
+/* bytes of a tokenizer_config.json: Gemma 3's, with 6,000 added tokens, is 1.2 MB; one may hold a
+ * template as large as a chat_template.jinja besides */
+enum { CHAT_CONFIG_MAX = 64 << 20 };
 
 /* The tokenizer_config.json that goes with a Hugging Face tokenizer spec: DIR/tokenizer_config.json
  * for a directory, the one beside FILE for a tokenizer.json file. Returns 1 and the path in buf when

@@ -2,23 +2,14 @@
  * located in the output (chat_render.h, docs/prep.md "Chat templates"). */
 #include "chat/chat_render.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "why.h"
 
 enum { MARK_CAP = 48 };
-
-static int fail(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *why, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* The answer of an assistant content: what follows its last "</think>", or all of it. */
 static const char *answer_of(const char *content) {
@@ -118,8 +109,8 @@ static int render(const chat_config *cc, const json_value *conv, char **out, siz
     const jinja_overrides ov = {.nmessages = -1, .add_generation_prompt = 0};
     jinja_error e;
     if (jinja_render_ex(cc->tpl, ctx, 2, &ov, out, n, &e) == JINJA_OK) return 0;
-    if (e.line) fail(why, cap, "chat template, line %d:%d: %s", e.line, e.col, e.msg);
-    else fail(why, cap, "chat template: %s", e.msg);
+    if (e.line) tsr_why(-1, why, cap, "chat template, line %d:%d: %s", e.line, e.col, e.msg);
+    else tsr_why(-1, why, cap, "chat template: %s", e.msg);
     return e.status;
 }
 
@@ -130,12 +121,15 @@ static int split_marked(const char *marked, size_t mn, char (*marks)[MARK_CAP], 
     for (size_t i = 0; i < k; i++) {
         const char *p = strstr(marked + start, marks[i]);
         if (!p)
-            return fail(why, cap, "the chat template leaves out or rewrites the content of "
-                        "messages[%zu] (an assistant turn): its loss mask cannot be placed", at[i]);
+            return tsr_why(-1, why, cap,
+                           "the chat template leaves out or rewrites the content of "
+                           "messages[%zu] (an assistant turn): its loss mask cannot be placed",
+                           at[i]);
         size_t mlen = strlen(marks[i]);
         if (strstr(p + mlen, marks[i]))
-            return fail(why, cap, "the chat template prints the content of messages[%zu] twice: "
-                        "its loss mask cannot be placed", at[i]);
+            return tsr_why(-1, why, cap,
+                           "the chat template prints the content of messages[%zu] twice: "
+                           "its loss mask cannot be placed", at[i]);
         seg[i] = (chat_span){start, (size_t)(p - marked) - start};
         start = (size_t)(p - marked) + mlen;
     }
@@ -148,8 +142,10 @@ static int split_marked(const char *marked, size_t mn, char (*marks)[MARK_CAP], 
 static int place_spans(const char *full, size_t n, const char *marked, const chat_span *seg,
                        const size_t *at, size_t k, chat_span *spans, char *why, size_t cap) {
     if (seg[0].len > n || memcmp(full, marked + seg[0].off, seg[0].len))
-        return fail(why, cap, "the chat template renders the text before messages[%zu] "
-                    "differently when its content changes: its loss mask cannot be placed", at[0]);
+        return tsr_why(-1, why, cap,
+                       "the chat template renders the text before messages[%zu] "
+                       "differently when its content changes: its loss mask cannot be placed",
+                       at[0]);
     size_t pos = seg[0].len;
     for (size_t i = 0; i < k; i++) {
         const chat_span *s = &seg[i + 1];
@@ -161,8 +157,10 @@ static int place_spans(const char *full, size_t n, const char *marked, const cha
             q = s->len ? memmem(full + pos, n - pos, marked + s->off, s->len) : NULL;
         }
         if (!q)
-            return fail(why, cap, "the chat template renders the text after messages[%zu] "
-                        "differently when its content changes: its loss mask cannot be placed", at[i]);
+            return tsr_why(-1, why, cap,
+                           "the chat template renders the text after messages[%zu] "
+                           "differently when its content changes: its loss mask cannot be placed",
+                           at[i]);
         spans[i] = (chat_span){pos, (size_t)(q - full) - pos};
         pos = (size_t)(q - full) + s->len;
     }
@@ -174,8 +172,9 @@ int chat_render_turns(const chat_config *cc, const json_value *conv, chat_render
     memset(out, 0, sizeof *out);
     const json_value *msgs = json_get(conv, "messages");
     if (!msgs || msgs->type != JSON_ARRAY || msgs->len == 0)
-        return fail(why, why_cap, "field \"messages\" must be a non-empty array of {\"role\", "
-                    "\"content\"}");
+        return tsr_why(-1, why, why_cap,
+                       "field \"messages\" must be a non-empty array of {\"role\", "
+                       "\"content\"}");
     int st = render(cc, conv, &out->text, &out->len, why, why_cap);
     if (st) return st;
     json_value *nodes;

@@ -295,7 +295,7 @@ int gen_chat_generation_eos(const gen_chat *gc, int64_t *ids, int cap, int *n) {
     if (!gc->path[0] || stat(path, &st) != 0) return 0;
     char *text;
     size_t len;
-    TSR_CHECK(fs_read_all(path, 0, &text, &len));
+    TSR_CHECK(fs_read_all(path, GEN_CONFIG_MAX, &text, &len));
     json_doc doc;
     json_doc_init(&doc);
     json_value *root;

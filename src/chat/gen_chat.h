@@ -85,9 +85,12 @@ uint32_t gen_chat_tool_call_end(const gen_chat *gc, const tsr_tokenizer *tok);
 uint32_t gen_chat_end_of_turn(const gen_chat *gc, const tsr_tokenizer *tok, const char *system,
                               const char *user);
 
+/* bytes of a generation_config.json (real ones: under 1 KB) */
+enum { GEN_CONFIG_MAX = 1 << 20 };
 /* The eos_token_id of the generation_config.json beside the tokenizer_config.json (a number or a
  * list of numbers), appended to ids[*n..cap). A missing file or key adds nothing. Returns 0, or
- * TSR_EXIT_DATA after an error naming the file (unreadable, not JSON, eos_token_id not integers). */
+ * TSR_EXIT_DATA after an error naming the file (unreadable, over GEN_CONFIG_MAX bytes, not JSON,
+ * eos_token_id not integers). */
 int gen_chat_generation_eos(const gen_chat *gc, int64_t *ids, int cap, int *n);
 
 #endif

@@ -190,9 +190,7 @@ void jj_utf8_encode(jj_buf *b, unsigned cp) {
 /* JavaScript's WhiteSpace and LineTerminator: what \s, trim() and trimEnd() match (the
  * tokenizer's table of \s, generated from node) */
 static int js_space(unsigned cp) {
-    for (uint32_t i = 0; i < tsr_uc_space_n; i++)
-        if (cp >= tsr_uc_space[i][0] && cp <= tsr_uc_space[i][1]) return 1;
-    return 0;
+    return tsr_uc_in(&tsr_uc_space, cp);
 }
 
 size_t jj_space_at(const char *s, size_t n) {

@@ -187,6 +187,13 @@ typedef struct tsr_model_config {
     double query_pre_attn_scalar; /* scores times 1 / sqrt(this) (Gemma); 0 = the head size */
     tsr_norm_placement norm_placement; /* docs/models.md "Norm placements" */
     tsr_embed_scale embed_scale; /* the embedding times sqrt(d_model) (Gemma) */
+    /* multi-head latent attention (DeepSeek-V2/V3; docs/models.md "DeepSeek"): kv_lora_rank > 0
+     * makes every layer that is not a linear one an MLA layer (src/model/mixer_mla.c) */
+    int kv_lora_rank;     /* the keys' and values' compressed latent; 0 = no MLA */
+    int q_lora_rank;      /* the queries' low-rank path; 0 = q_proj from the layer's input */
+    int qk_nope_head_dim, qk_rope_head_dim, v_head_dim; /* a head's parts and its value size */
+    int rope_interleave;  /* the RoPE dimensions of MLA in pairs (2i, 2i+1), not (i, i + d/2) */
+    double rope_mscale, rope_mscale_all_dim; /* YaRN's mscale, mscale_all_dim (0 = not given) */
     char hf_model_type[32]; /* the Hugging Face class an export writes ("": its features choose);
                              * an import sets it (docs/hf.md "Qwen 3.5") */
 } tsr_model_config;
@@ -500,13 +507,13 @@ int config_layer_rope(const tsr_model_config *m, int l);
  * query_pre_attn_scalar, norm placement, QK-norm over the projection, embedding scale, GeGLU-tanh,
  * then the "Positions" keys (soft-capping, RoPE scaling, a local base, partial rotary, NoPE
  * layers), then gpt-oss's MoE keys (router bias, expert biases, the unit) and the shared
- * expert's gate. */
+ * expert's gate, then DeepSeek's multi-head latent attention (model.kv_lora_rank). */
 typedef enum {
     TSR_VAR_LINEAR = 0, TSR_VAR_ATTN_GATE, TSR_VAR_WINDOW, TSR_VAR_SINKS, TSR_VAR_QPAS,
     TSR_VAR_NORM_PLACEMENT, TSR_VAR_QKN_PROJECTION, TSR_VAR_EMBED_SCALE, TSR_VAR_GEGLU,
     TSR_VAR_ATTN_SOFTCAP, TSR_VAR_FINAL_SOFTCAP, TSR_VAR_ROPE_SCALING, TSR_VAR_ROPE_LOCAL,
     TSR_VAR_PARTIAL_ROTARY, TSR_VAR_NOPE, TSR_VAR_ROUTER_BIAS, TSR_VAR_EXPERT_BIAS,
-    TSR_VAR_MOE_ACT, TSR_VAR_SHARED_GATE, TSR_VAR_COUNT
+    TSR_VAR_MOE_ACT, TSR_VAR_SHARED_GATE, TSR_VAR_MLA, TSR_VAR_COUNT
 } tsr_model_variant;
 /* The key that sets variant v in m, or NULL when m does not use it. */
 const char *config_variant_key(const tsr_model_config *m, tsr_model_variant v);

@@ -312,7 +312,7 @@ static const struct {
     {TSR_VAR_ATTN_SOFTCAP, 1},   {TSR_VAR_FINAL_SOFTCAP, 1},  {TSR_VAR_ROPE_SCALING, 1},
     {TSR_VAR_ROPE_LOCAL, 1},     {TSR_VAR_PARTIAL_ROTARY, 1}, {TSR_VAR_NOPE, 1},
     {TSR_VAR_ROUTER_BIAS, 1},    {TSR_VAR_EXPERT_BIAS, 1},    {TSR_VAR_MOE_ACT, 1},
-    {TSR_VAR_SHARED_GATE, 1},
+    {TSR_VAR_SHARED_GATE, 1},    {TSR_VAR_MLA, 0},
 };
 
 /* The first variant of the model that device = "cuda" does not run yet, refused with its key */
@@ -365,6 +365,27 @@ static void validate_linear_cuda(load_ctx *c) {
                       "decoding and LoRA on those layers are the CPU's, and their projections "
                       "have no FP8 path: docs/deltanet.md \"CUDA\"): use device = \"cpu\"%s",
                       cfgload_where(c, rules[k].key, at, sizeof at), rules[k].key, rules[k].alt);
+            c->errors++;
+        }
+}
+
+/* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes it
+ * does not run with yet, each refused naming both keys (tensor parallelism's is
+ * config_tensor_pair's) */
+static void validate_mla(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
+    if (g->model.kv_lora_rank == 0) return;
+    const struct { int bad; const char *key, *value, *alt; } rules[] = {
+        {g->context > 1, "parallel.context", "> 1", "parallel.context = 1"},
+        {g->lora.rank > 0, "lora.rank", "> 0", "lora.rank = 0 (full finetuning)"},
+    };
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+        if (rules[k].bad) {
+            tsr_error("%s%s %s with model.kv_lora_rank = %d: multi-head latent attention does "
+                      "not run with it yet (docs/models.md \"DeepSeek\"): set %s, or use a "
+                      "model without MLA", cfgload_where(c, rules[k].key, at, sizeof at),
+                      rules[k].key, rules[k].value, g->model.kv_lora_rank, rules[k].alt);
             c->errors++;
         }
 }
@@ -442,6 +463,7 @@ static void validate_options(load_ctx *c) {
     validate_attn_variants(c);
     validate_linear_cuda(c);
     validate_tensor(c);
+    validate_mla(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

@@ -117,6 +117,13 @@ static void scaling_text(const tsr_model_config *m, char *buf, size_t cap) {
     }
 }
 
+/* multi-head latent attention's sizes */
+static void mla_text(const tsr_model_config *m, char *buf, size_t cap) {
+    put(buf, cap, "MLA latent %d + rope %d (q latent %d), heads %d+%d / v %d%s", m->kv_lora_rank,
+        m->qk_rope_head_dim, m->q_lora_rank, m->qk_nope_head_dim, m->qk_rope_head_dim,
+        m->v_head_dim, m->rope_interleave ? ", interleaved RoPE" : "");
+}
+
 /* variant v's words (v set in m) */
 static void variant_text(const tsr_model_config *m, tsr_model_variant v, char *buf, size_t cap) {
     switch (v) {
@@ -145,6 +152,7 @@ static void variant_text(const tsr_model_config *m, tsr_model_variant v, char *b
     case TSR_VAR_EXPERT_BIAS: put(buf, cap, "expert biases"); break;
     case TSR_VAR_MOE_ACT: put(buf, cap, "gptoss unit (limit %g)", m->swiglu_limit); break;
     case TSR_VAR_SHARED_GATE: put(buf, cap, "gated shared expert"); break;
+    case TSR_VAR_MLA: mla_text(m, buf, cap); break;
     default: break;
     }
 }

@@ -210,29 +210,45 @@ static int type_is(const char *at, size_t len, const char *name) {
 
 static int layer_type_is(const tsr_model_config *m, int l, const char *name);
 
+/* A list of per-layer entries s (key's value, layer_type_at's entries): each one of the n_ok
+ * names ok ("KEY entry K is "X": expected EXPECTED"), at most one per layer. */
+static int layer_list_check(const char *key, const char *s, const char *const *ok, int n_ok,
+                            const char *expected, int n_layer, char *why, size_t cap) {
+    const char *at = NULL;
+    size_t len = 0;
+    int n = layer_type_at(s, -1, &at, &len);
+    for (int k = 0; k < n; k++) {
+        layer_type_at(s, k, &at, &len);
+        int known = 0;
+        for (int j = 0; j < n_ok; j++) known |= type_is(at, len, ok[j]);
+        if (!known) {
+            snprintf(why, cap, "%s entry %d is \"%.*s\": expected %s", key, k,
+                     (int)(len < 64 ? len : 64), at, expected);
+            return -1;
+        }
+    }
+    if (n > n_layer) {
+        snprintf(why, cap, "%s has %d entries with model.n_layer = %d: give one per layer, or a "
+                 "shorter pattern (repeated over the layers)", key, n, n_layer);
+        return -1;
+    }
+    return 0;
+}
+
 /* model.layer_types and model.sliding_window against each other and the layer count */
 static int layer_types_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    static const char *const types[] = {"sliding_attention", "full_attention", "linear_attention"};
     const char *s = m->layer_types, *at = NULL;
     size_t len = 0;
     if (!s[0]) return 0;
     *key = "model.layer_types";
-    int n = layer_type_at(s, -1, &at, &len), sliding = 0;
-    for (int k = 0; k < n; k++) {
+    if (layer_list_check(*key, s, types, 3, "\"sliding_attention\", \"full_attention\" or "
+                         "\"linear_attention\" (Hugging Face's names)", m->n_layer, why, cap))
+        return -1;
+    int sliding = 0;
+    for (int k = 0, n = layer_type_at(s, -1, &at, &len); k < n; k++) {
         layer_type_at(s, k, &at, &len);
         sliding |= type_is(at, len, "sliding_attention");
-        if (!type_is(at, len, "sliding_attention") && !type_is(at, len, "full_attention") &&
-            !type_is(at, len, "linear_attention")) {
-            snprintf(why, cap, "model.layer_types entry %d is \"%.*s\": expected "
-                     "\"sliding_attention\", \"full_attention\" or \"linear_attention\" "
-                     "(Hugging Face's names)", k,
-                     (int)(len < 64 ? len : 64), at);
-            return -1;
-        }
-    }
-    if (n > m->n_layer) {
-        snprintf(why, cap, "model.layer_types has %d entries with model.n_layer = %d: give one "
-                 "per layer, or a shorter pattern (repeated over the layers)", n, m->n_layer);
-        return -1;
     }
     if (config_linear_layers(m) > 0 && m->linear_num_value_heads % m->linear_num_key_heads) {
         *key = "model.linear_num_value_heads";
@@ -252,26 +268,11 @@ static int layer_types_check(const tsr_model_config *m, const char **key, char *
 
 /* model.no_rope_layers: each entry "0" or "1", at most one per layer */
 static int no_rope_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
-    const char *s = m->no_rope_layers, *at = NULL;
-    size_t len = 0;
-    if (!s[0]) return 0;
+    static const char *const flags[] = {"0", "1"};
+    if (!m->no_rope_layers[0]) return 0;
     *key = "model.no_rope_layers";
-    int n = layer_type_at(s, -1, &at, &len);
-    for (int k = 0; k < n; k++) {
-        layer_type_at(s, k, &at, &len);
-        if (!type_is(at, len, "0") && !type_is(at, len, "1")) {
-            snprintf(why, cap, "model.no_rope_layers entry %d is \"%.*s\": expected 1 (RoPE) or "
-                     "0 (no positions), Hugging Face SmolLM3's no_rope_layers", k,
-                     (int)(len < 64 ? len : 64), at);
-            return -1;
-        }
-    }
-    if (n > m->n_layer) {
-        snprintf(why, cap, "model.no_rope_layers has %d entries with model.n_layer = %d: give "
-                 "one per layer, or a shorter pattern (repeated over the layers)", n, m->n_layer);
-        return -1;
-    }
-    return 0;
+    return layer_list_check(*key, m->no_rope_layers, flags, 2, "1 (RoPE) or 0 (no positions), "
+                            "Hugging Face SmolLM3's no_rope_layers", m->n_layer, why, cap);
 }
 
 /* the keys of docs/models.md "Positions" against model.pos and the head size */
@@ -384,6 +385,7 @@ const char *config_variant_key(const tsr_model_config *m, tsr_model_variant v) {
     case TSR_VAR_QKN_PROJECTION:
         return KEY_IF(m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION, "model.qk_norm_scope");
     case TSR_VAR_EMBED_SCALE: return KEY_IF(m->embed_scale != TSR_EMB_SCALE_NONE, "model.embed_scale");
+    case TSR_VAR_MLA: return KEY_IF(m->kv_lora_rank > 0, "model.kv_lora_rank");
     case TSR_VAR_GEGLU: return KEY_IF(m->mlp == TSR_MLP_GEGLU_TANH, "model.mlp");
     case TSR_VAR_ATTN_SOFTCAP:
         return KEY_IF(m->attn_logit_softcapping > 0, "model.attn_logit_softcapping");
@@ -425,14 +427,89 @@ const char *config_rope_variant_key(const tsr_model_config *m) {
 
 int config_mlp_gated(const tsr_model_config *m) { return m->mlp != TSR_MLP_GELU; }
 
+/* The MLA keys of a model without MLA (model.kv_lora_rank = 0) keep their defaults */
+static int mla_unset(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    const struct { int set; const char *name; } keys[] = {
+        {m->q_lora_rank != 0, "model.q_lora_rank"},
+        {m->qk_nope_head_dim != 128, "model.qk_nope_head_dim"},
+        {m->qk_rope_head_dim != 64, "model.qk_rope_head_dim"},
+        {m->v_head_dim != 128, "model.v_head_dim"},
+        {m->rope_interleave, "model.rope_interleave"},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (keys[i].set) {
+            *key = keys[i].name;
+            snprintf(why, cap, "%s is set, but model.kv_lora_rank = 0 (no multi-head latent "
+                     "attention): set model.kv_lora_rank, or leave %s out", keys[i].name,
+                     keys[i].name);
+            return -1;
+        }
+    return 0;
+}
+
+/* the attention settings multi-head latent attention does not take (its heads are its own:
+ * docs/models.md "DeepSeek"), each refused with its key */
+static int mla_others(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    const int hs_set = m->head_dim > 0, kv_set = m->n_kv_head > 0 && m->n_kv_head != m->n_head;
+    const struct { int set; const char *name, *want; } keys[] = {
+        {m->pos != TSR_POS_ROPE, "model.pos", "\"rope\""},
+        {m->norm != TSR_NORM_RMSNORM, "model.norm", "\"rmsnorm\""},
+        {m->bias, "model.bias", "false"},
+        {m->qkv_bias, "model.qkv_bias", "false"},
+        {m->qk_norm, "model.qk_norm", "false"},
+        {hs_set, "model.head_dim", "0 (qk_nope_head_dim + qk_rope_head_dim is MLA's)"},
+        {kv_set, "model.n_kv_head", "0 (every MLA head has its own key and value)"},
+        {m->attn_sinks, "model.attn_sinks", "false"},
+        {m->attn_output_gate, "model.attn_output_gate", "false"},
+        {window_key(m) != NULL, window_key(m), "none (no sliding window)"},
+        {m->attn_logit_softcapping > 0, "model.attn_logit_softcapping", "0"},
+        {m->query_pre_attn_scalar > 0, "model.query_pre_attn_scalar", "0"},
+        {m->partial_rotary_factor != 1.0, "model.partial_rotary_factor", "1"},
+        {m->no_rope_layers[0] != '\0', "model.no_rope_layers", "\"\""},
+        {m->rope_local_theta > 0, "model.rope_local_theta", "0"},
+        {m->qk_rope_head_dim % 2 != 0, "model.qk_rope_head_dim", "an even number"},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (keys[i].set) {
+            *key = keys[i].name;
+            snprintf(why, cap, "%s with model.kv_lora_rank = %d (multi-head latent attention): "
+                     "expected %s", keys[i].name, m->kv_lora_rank, keys[i].want);
+            return -1;
+        }
+    return 0;
+}
+
+/* multi-head latent attention's heads (model.kv_lora_rank > 0): NH heads of queries and keys of
+ * qk_nope_head_dim + qk_rope_head_dim, as many key/value heads; the projections' widths bounded */
+static int mla_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
+                    size_t cap) {
+    if (m->kv_lora_rank == 0) return mla_unset(m, key, why, cap);
+    if (mla_others(m, key, why, cap) != 0) return -1;
+    const int64_t qk = (int64_t)m->qk_nope_head_dim + m->qk_rope_head_dim;
+    const int64_t kv = (int64_t)m->qk_nope_head_dim + m->v_head_dim;
+    if ((int64_t)m->n_head * (qk > kv ? qk : kv) * 3 > INT_MAX / 8) {
+        *key = "model.n_head";
+        snprintf(why, cap, "model.n_head = %d with MLA heads of %lld (query/key) and %lld "
+                 "(key/value) makes projections wider than %d", m->n_head, (long long)qk,
+                 (long long)kv, INT_MAX / 24);
+        return -1;
+    }
+    d->NH = d->KVH = m->n_head;
+    d->hs = (int)qk;
+    return 0;
+}
+
 int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
                       size_t cap) {
     memset(d, 0, sizeof *d);
-    if (head_dims(m, d, key, why, cap) != 0) return -1;
+    if (mla_dims(m, d, key, why, cap) != 0) return -1;
+    if (!m->kv_lora_rank && head_dims(m, d, key, why, cap) != 0) return -1;
     if (mlp_width(m, d, key, why, cap) != 0) return -1;
     if (moe_dims(m, d, key, why, cap) != 0) return -1;
     if (layer_types_check(m, key, why, cap) != 0) return -1;
-    if (positions_check(m, d->hs, key, why, cap) != 0) return -1;
+    /* (MLA's RoPE turns qk_rope_head_dim, checked by mla_dims) */
+    if (positions_check(m, m->kv_lora_rank ? m->qk_rope_head_dim : d->hs, key, why, cap) != 0)
+        return -1;
     return norm_rope_check(m, key, why, cap);
 }
 

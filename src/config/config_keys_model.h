@@ -360,3 +360,46 @@
             "activations stay bf16. `--plan` shows the bytes a layer keeps with and without "
             "(docs/cuda.md \"Compressed activations\").",
      RUNS},
+    {.name = "model.kv_lora_rank", .type = CFGK_INT, FIELD(model.kv_lora_rank), .def = "0",
+     .ilo = 0, .ihi = 65536,
+     .doc = "Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; docs/models.md \"DeepSeek\"): "
+            "the size of the latent every head's key and value are expanded from (V3: 512); > 0 "
+            "makes every layer that is not a linear_attention one an MLA layer, 0 = none. Needs "
+            "model.pos = \"rope\" and model.norm = \"rmsnorm\".",
+     SHAPES},
+    {.name = "model.q_lora_rank", .type = CFGK_INT, FIELD(model.q_lora_rank), .def = "0",
+     .ilo = 0, .ihi = 65536,
+     .doc = "MLA: the queries' low-rank path (q_a_proj, its RMSNorm, q_b_proj; V3: 1536); 0 = one "
+            "projection q_proj (DeepSeek-V2-Lite).",
+     SHAPES_IF(cfgm_mla)},
+    {.name = "model.qk_nope_head_dim", .type = CFGK_INT, FIELD(model.qk_nope_head_dim),
+     .def = "128", .ilo = 1, .ihi = 4096,
+     .doc = "MLA: the part of each query and key head without positions, expanded from the "
+            "latent (V3: 128).",
+     SHAPES_IF(cfgm_mla)},
+    {.name = "model.qk_rope_head_dim", .type = CFGK_INT, FIELD(model.qk_rope_head_dim),
+     .def = "64", .ilo = 2, .ihi = 4096,
+     .doc = "MLA: the RoPE part of each query head, and of the one RoPE key every head shares "
+            "(V3: 64); even. A head's query and key are [nope | rope], qk_nope_head_dim + this.",
+     SHAPES_IF(cfgm_mla)},
+    {.name = "model.v_head_dim", .type = CFGK_INT, FIELD(model.v_head_dim), .def = "128",
+     .ilo = 1, .ihi = 4096,
+     .doc = "MLA: the size of each value head (V3: 128), which may differ from the query/key "
+            "head's.",
+     SHAPES_IF(cfgm_mla)},
+    {.name = "model.rope_interleave", .type = CFGK_BOOL, FIELD(model.rope_interleave),
+     .def = "false",
+     .doc = "MLA: RoPE turns the pairs of dimensions (2i, 2i + 1) of the rope part (Hugging "
+            "Face's rope_interleave, DeepSeek's checkpoints) instead of (i, i + d/2).",
+     SHAPES_IF(cfgm_mla)},
+    {.name = "model.rope_mscale", .type = CFGK_FLOAT, FIELD(model.rope_mscale), .def = "0",
+     .lo = 0, NO_MAX,
+     .doc = "rope_scaling = yarn: Hugging Face's mscale. With rope_mscale_all_dim, cos and sin "
+            "are times m(mscale) / m(mscale_all_dim), m(s) = 0.1 s ln(rope_factor) + 1, instead of "
+            "m(1); 0 = not given.",
+     SHAPES_IF(cfgm_yarn)},
+    {.name = "model.rope_mscale_all_dim", .type = CFGK_FLOAT, FIELD(model.rope_mscale_all_dim),
+     .def = "0", .lo = 0, NO_MAX,
+     .doc = "rope_scaling = yarn: Hugging Face's mscale_all_dim; with MLA the attention scores "
+            "are also times m(mscale_all_dim)^2 (DeepSeek's softmax scale); 0 = not given.",
+     SHAPES_IF(cfgm_yarn)},

@@ -41,6 +41,7 @@ int cfgm_sliding(const tsr_config *c) {
 }
 
 int cfgm_linear(const tsr_config *c) { return config_linear_layers(&c->model) > 0; }
+int cfgm_mla(const tsr_config *c) { return c->model.kv_lora_rank > 0; }
 
 /* ---- effective values ---- */
 

@@ -78,6 +78,7 @@ int cfgm_moe_shared(const tsr_config *c);
 int cfgm_gptoss(const tsr_config *c);
 int cfgm_sliding(const tsr_config *c);
 int cfgm_linear(const tsr_config *c);
+int cfgm_mla(const tsr_config *c);
 int cfgm_lora(const tsr_config *c);
 void cfgm_kv_heads(const tsr_config *c, char *buf, size_t n);
 void cfgm_head_size(const tsr_config *c, char *buf, size_t n);

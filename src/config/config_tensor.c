@@ -79,6 +79,7 @@ const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
          "= \"projection\""},
         {cfg->lora.rank > 0, "lora.rank", "> 0"},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
+        {m->kv_lora_rank > 0, "model.kv_lora_rank", "> 0 (multi-head latent attention)"},
     };
     if (cfg->tensor <= 1) return NULL;
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)

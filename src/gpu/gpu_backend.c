@@ -702,6 +702,9 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(dn_core_forward, c_dn_core_forward)                                                       \
     E(dn_core_backward, c_dn_core_backward)                                                     \
     E(copy_rows, c_copy_rows)                                                                   \
+    E(mla_qkv_forward, NULL) /* no multi-head latent attention yet (docs/cuda.md) */            \
+    E(mla_qkv_backward, NULL)                                                                   \
+    E(mla_decode, NULL)                                                                         \
     E(attention_decode_rows, c_attention_decode_rows)                                           \
     E(attention_decode, c_attention_decode)                                                     \
     E(softmax_xent, c_softmax_xent)                                                             \

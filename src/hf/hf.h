@@ -29,6 +29,8 @@ typedef struct hf_export_opts {
 } hf_export_opts;
 
 #define HF_MAX_SHARD_DEFAULT 5000000000ull /* transformers' max_shard_size "5GB" */
+/* bytes of a config.json: real ones hold a few KB (a classifier's id2label map some hundreds) */
+#define HF_CONFIG_MAX ((size_t)4 << 20)
 
 /* Writes out_dir/model.safetensors (or its shards and index), out_dir/config.json,
  * generation_config.json and the tokenizer files for the model m (its config cfg). Prints what it

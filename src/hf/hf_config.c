@@ -42,7 +42,7 @@ static int open_config(hf_reader *c, json_doc *doc, char **text, const hf_family
     json_value *root = NULL;
     *f = NULL;
     json_doc_init(doc);
-    int rc = fs_read_all(c->path, 0, text, &n);
+    int rc = fs_read_all(c->path, HF_CONFIG_MAX, text, &n);
     if (rc) return c->rc = rc;
     if (json_parse(doc, *text, n, &root, &err) != 0)
         hfr_fault(c, TSR_EXIT_DATA, "not valid JSON: %s at byte %zu", err.msg, err.pos);

@@ -32,6 +32,7 @@
 #include "hf/hf_family.h"
 #include "hf/hf_gptoss.h"
 #include "chat/chat_config.h"
+#include "tokenizer/hf_tok.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_eos.h"
 #include "chat/gen_chat.h"
@@ -107,7 +108,7 @@ static int resolve_hf(const char *spec, const tsr_tokenizer *tok, tok_files *t) 
     snprintf(t->gen, sizeof t->gen, "%.*s/generation_config.json", dir_len, slash ? t->json : ".");
     if (stat(t->gen, &st) != 0 || !S_ISREG(st.st_mode)) t->gen[0] = 0;
     t->hf = 1;
-    return 0;
+    return t->gen[0] ? fs_fits(t->gen, GEN_CONFIG_MAX) : 0; /* refused before a file is written */
 }
 
 /* A GPT-2-format tokenizer's files: those of the directory dir ("gpt2"'s, or the spec). */
@@ -197,10 +198,12 @@ static void remove_stale(const char *path) {
     if (unlink(path) == 0) printf("removed %s (left by an earlier export)\n", path);
 }
 
-static int copy_file(const char *from, const char *to) {
+/* from's bytes into to; max_bytes: the bound its reader holds the file to (the tokenizer's files
+ * were read through it already; generation_config.json is checked in resolve_hf) */
+static int copy_file(const char *from, const char *to, size_t max_bytes) {
     char *data;
     size_t n;
-    int rc = fs_read_all(from, 0, &data, &n);
+    int rc = fs_read_all(from, max_bytes, &data, &n);
     if (!rc) rc = hf_write_file(to, data, n);
     free(data);
     return rc;
@@ -209,19 +212,19 @@ static int copy_file(const char *from, const char *to) {
 static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_model *m) {
     char to[4300];
     snprintf(to, sizeof to, "%s/chat_template.jinja", out_dir);
-    if (t->hf && t->jinja[0]) TSR_CHECK(copy_file(t->jinja, to));
+    if (t->hf && t->jinja[0]) TSR_CHECK(copy_file(t->jinja, to, CHAT_TEMPLATE_MAX));
     else remove_stale(to); /* transformers would read it in place of the written config's template */
     if (t->hf) {
         snprintf(to, sizeof to, "%s/tokenizer.json", out_dir);
-        TSR_CHECK(copy_file(t->json, to));
+        TSR_CHECK(copy_file(t->json, to, HF_TOKJSON_MAX));
         if (!t->config[0]) return 0;
         snprintf(to, sizeof to, "%s/tokenizer_config.json", out_dir);
-        return copy_file(t->config, to);
+        return copy_file(t->config, to, CHAT_CONFIG_MAX);
     }
     snprintf(to, sizeof to, "%s/vocab.json", out_dir);
-    TSR_CHECK(copy_file(t->vocab_file, to));
+    TSR_CHECK(copy_file(t->vocab_file, to, GPT2_FILE_MAX));
     snprintf(to, sizeof to, "%s/merges.txt", out_dir);
-    TSR_CHECK(copy_file(t->merges_file, to));
+    TSR_CHECK(copy_file(t->merges_file, to, GPT2_FILE_MAX));
     char text[1024];
     const char *eot = "\"<|endoftext|>\"";
     int k = snprintf(text, sizeof text,
@@ -239,7 +242,7 @@ static int write_tokenizer(const char *out_dir, const tok_files *t, const tsr_mo
 static int write_generation_config(const char *out_dir, const tok_files *t) {
     char path[4300], text[256];
     snprintf(path, sizeof path, "%s/generation_config.json", out_dir);
-    if (t->present && t->gen[0]) return copy_file(t->gen, path);
+    if (t->present && t->gen[0]) return copy_file(t->gen, path, GEN_CONFIG_MAX);
     int k = snprintf(text, sizeof text, "{\n  \"_from_model_config\": true");
     if (t->present && t->bos >= 0) k += snprintf(text + k, sizeof text - (size_t)k, ",\n  \"bos_token_id\": %ld", t->bos);
     if (t->present && t->eot >= 0 && t->turn >= 0) /* every token that ends a turn */

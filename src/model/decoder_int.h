@@ -40,6 +40,13 @@ typedef struct dec_layer {
     float *dn; /* a linear_attention layer's Gated DeltaNet activations (mixer_deltanet.c), else NULL */
     float *agate, *agated; /* model.attn_output_gate: the gate's logits, the gated output
                             * (N, QD each), else NULL */
+    struct {               /* an MLA layer's (mixer_mla.c), else NULL: the queries' latent
+                            * before and after its norm (N, qr), the keys' and values' (N, kvr),
+                            * the attention's input (N, NH (2 dqk + dv)) and output (N, NH dv);
+                            * the norms' statistics (N) and the saved attention */
+        void *cq, *cqn, *c, *cn, *qkv, *atty;
+        float *rq, *rkv, *att;
+    } mla;
 } dec_layer;
 
 /* The plan of a pass's activations (decoder_acts.c), what a kind's acts and view slots read:

@@ -136,9 +136,9 @@ typedef struct tsr_layer_kind {
 } tsr_layer_kind;
 
 /* The rows, each in its file: the frame (model.c), the mixers (mixer_attention.c,
- * mixer_deltanet.c), the MLPs (mlp_dense.c: dense, gated; mlp_moe.c). */
+ * mixer_deltanet.c, mixer_mla.c), the MLPs (mlp_dense.c: dense, gated; mlp_moe.c). */
 extern const tsr_layer_kind kind_root, kind_block;
-extern const tsr_layer_kind kind_attention, kind_deltanet;
+extern const tsr_layer_kind kind_attention, kind_deltanet, kind_mla;
 extern const tsr_layer_kind kind_dense, kind_gated, kind_moe;
 
 /* Every row (layer_kinds.c): the frame's two, then the mixers, then the MLPs, each half in the

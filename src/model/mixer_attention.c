@@ -35,7 +35,7 @@ static const char *const attn_keys[] = {
     "model.rope_beta_slow", "model.rope_truncate", "model.partial_rotary_factor",
     "model.no_rope_layers", "model.layer_types", "model.sliding_window", "model.attn_sinks",
     "model.attn_logit_softcapping", "model.query_pre_attn_scalar", "model.attn_output_gate",
-    NULL};
+    "model.rope_mscale", "model.rope_mscale_all_dim", NULL};
 
 /* stacked over the LA attention layers: qkvw (LA, QKV, C) rows [q heads | k heads | v heads],
  * its bias (model.bias, qkv_bias or attn_bias); QK-norm's weights per head dimension (hs) or over
@@ -298,24 +298,25 @@ static attn_strides attn_strides_of(const dec_plan *p) {
 
 /* qkv, qkvr, the QK-norm statistics, atty, the saved attention, the gate: stacked with the
  * attention group (a linear layer's slots go unused); their gradients, reused layer by layer;
- * the backend's attention scratch */
+ * the backend's attention scratch. None in a model without attention layers (every layer a
+ * linear or an MLA one). */
 static void attn_acts(dec_plan *p, size_t b[TSR_A_COUNT]) {
     const tsr_model *m = p->m;
     const attn_strides st = attn_strides_of(p);
     const size_t Lat = model_act_group_layers(m, TSR_AG_ATTN), e = p->e, f = sizeof(float);
     const size_t N = p->N, QKV = m->QKV, QD = m->QD;
-    const int qk = m->cfg.qk_norm, cp = m->cpN > 1;
-    dec_plan_stack(p, b, TSR_A_QKV, 1, Lat, st.qkv, e);
+    const int on = m->LA > 0, qk = on && m->cfg.qk_norm, cp = m->cpN > 1;
+    dec_plan_stack(p, b, TSR_A_QKV, on, Lat, st.qkv, e);
     dec_plan_stack(p, b, TSR_A_QKVR, qk, Lat, st.qkv, e);
     dec_plan_stack(p, b, TSR_A_QKN_RSTD, qk, Lat, st.qkn, f);
-    dec_plan_stack(p, b, TSR_A_ATTY, 1, Lat, st.qd, e);
-    dec_plan_stack(p, b, TSR_A_ATT, 1, Lat, st.att, f);
-    dec_plan_stack(p, b, TSR_A_AGATE, 1, Lat, st.ag, f);
-    dec_plan_buffer(p, b, TSR_A_DATTY, 1, e * N * QD);
-    dec_plan_buffer(p, b, TSR_A_DQKV, 1, e * N * QKV);
+    dec_plan_stack(p, b, TSR_A_ATTY, on, Lat, st.qd, e);
+    dec_plan_stack(p, b, TSR_A_ATT, on, Lat, st.att, f);
+    dec_plan_stack(p, b, TSR_A_AGATE, on, Lat, st.ag, f);
+    dec_plan_buffer(p, b, TSR_A_DATTY, on, e * N * QD);
+    dec_plan_buffer(p, b, TSR_A_DQKV, on, e * N * QKV);
     dec_plan_buffer(p, b, TSR_A_DQKVR, qk, e * N * QKV);
-    dec_plan_buffer(p, b, TSR_A_DAGATE, st.ag > 0, f * N * QD);
-    dec_plan_buffer(p, b, TSR_A_ATT_SCRATCH, !cp,
+    dec_plan_buffer(p, b, TSR_A_DAGATE, on && st.ag > 0, f * N * QD);
+    dec_plan_buffer(p, b, TSR_A_ATT_SCRATCH, on && !cp,
                     p->be->attention_scratch(p->B, p->T, m->NH, m->KVH, m->hs));
 }
 

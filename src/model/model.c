@@ -77,10 +77,30 @@ int model_rope_dims(const tsr_model_config *cfg, int hs) {
     return (int)(cfg->partial_rotary_factor * hs + 0.5);
 }
 
+/* YaRN's m(s) = 0.1 s ln(factor) + 1 (Hugging Face's get_mscale) */
+static double yarn_mscale(const tsr_model_config *cfg, double s) {
+    return 0.1 * s * log(cfg->rope_factor) + 1.0;
+}
+
 double model_rope_mscale(const tsr_model_config *cfg) {
     if (cfg->rope_scaling != TSR_ROPE_SCALING_YARN || cfg->rope_factor <= 1.0) return 1.0;
-    return 0.1 * log(cfg->rope_factor) + 1.0;
+    if (cfg->rope_mscale > 0 && cfg->rope_mscale_all_dim > 0) /* DeepSeek's: often 1 */
+        return yarn_mscale(cfg, cfg->rope_mscale) / yarn_mscale(cfg, cfg->rope_mscale_all_dim);
+    return yarn_mscale(cfg, 1.0);
 }
+
+double model_mla_scale(const tsr_model *m) {
+    const tsr_model_config *c = &m->cfg;
+    double s = 1.0 / sqrt((double)(m->dn + m->dr));
+    if (c->rope_scaling == TSR_ROPE_SCALING_YARN && c->rope_factor > 1.0 &&
+        c->rope_mscale_all_dim > 0) {
+        const double k = yarn_mscale(c, c->rope_mscale_all_dim);
+        s *= k * k;
+    }
+    return s;
+}
+
+int model_rope_head(const tsr_model *m) { return m->LX ? m->dr : m->hs; }
 
 void model_rope_freqs(float *inv_freq, const tsr_model_config *cfg, int hs) {
     const double pi = rope_pi;
@@ -215,7 +235,12 @@ static void model_dims(tsr_model *m, const tsr_model_config *cfg, int seq_len) {
     m->LM = dims.LM;
     m->LD = cfg->n_layer - dims.LM;
     m->LL = config_linear_layers(cfg);
-    m->LA = m->L - m->LL;
+    m->LX = cfg->kv_lora_rank > 0 ? m->L - m->LL : 0; /* MLA: every layer but the linear ones */
+    m->LA = m->L - m->LL - m->LX;
+    if (m->LX) {
+        m->qr = cfg->q_lora_rank, m->kvr = cfg->kv_lora_rank;
+        m->dn = cfg->qk_nope_head_dim, m->dr = cfg->qk_rope_head_dim, m->dv = cfg->v_head_dim;
+    }
     m->HKl = cfg->linear_num_key_heads, m->HVl = cfg->linear_num_value_heads;
     m->dkl = cfg->linear_key_head_dim, m->dvl = cfg->linear_value_head_dim;
     m->Kc = cfg->linear_conv_kernel_dim;
@@ -342,8 +367,9 @@ void model_alloc_slopes(tsr_model *m) {
         }
     }
     if (m->cfg.pos == TSR_POS_ROPE && !m->rope_freqs) {
-        m->rope_freqs = m->ops->alloc((size_t)m->hs * sizeof(float));
-        model_rope_tables(m->rope_freqs, &m->cfg, m->hs);
+        const int rh = model_rope_head(m);
+        m->rope_freqs = m->ops->alloc((size_t)rh * sizeof(float));
+        model_rope_tables(m->rope_freqs, &m->cfg, rh);
     }
 }
 

@@ -75,6 +75,17 @@ typedef enum {
     TSR_P_DNALOG,  /* (LL, HVl) A_log */
     TSR_P_DNNORMW, /* (LL, dvl) the gated RMSNorm's weight */
     TSR_P_DNOW,    /* (LL, C, HVl dvl) out_proj */
+    /* Multi-head latent attention (DeepSeek-V2/V3; src/model/mixer_mla.c, docs/models.md
+     * "DeepSeek"), stacked over the LX MLA layers (model.kv_lora_rank > 0: every layer that is
+     * not a linear one); dqk = dn + dr, the heads' query/key size, dv their value size */
+    TSR_P_MLAQAW,  /* (LX, qr, C) q_a_proj (model.q_lora_rank > 0; size 0 without) */
+    TSR_P_MLAQANORMW, /* (LX, qr) q_a_layernorm */
+    TSR_P_MLAQW,   /* (LX, NH dqk, qr or C) q_b_proj, or q_proj without the low-rank path: per
+                    * head [nope (dn) | rope (dr)] */
+    TSR_P_MLAKVAW, /* (LX, kvr + dr, C) kv_a_proj_with_mqa: the latent's rows, then the RoPE key's */
+    TSR_P_MLAKVANORMW, /* (LX, kvr) kv_a_layernorm */
+    TSR_P_MLAKVBW, /* (LX, NH (dn + dv), kvr) kv_b_proj: per head [key nope (dn) | value (dv)] */
+    TSR_P_MLAOW,   /* (LX, C, NH dv) o_proj */
     TSR_P_LNFW,    /* (C) */
     TSR_P_LNFB,    /* (C) */
     TSR_P_LMHEAD,  /* (Vp, C) the untied LM head; size 0 with tie_embeddings */
@@ -117,7 +128,7 @@ typedef enum {
     TSR_A_Q_LN1, TSR_A_Q_ATTY, TSR_A_Q_LN2, TSR_A_Q_FCH, TSR_A_Q_FCHG, TSR_A_Q_SCALES,
     TSR_A_RING_KV, TSR_A_RING_ACC, TSR_A_RING_DKV, TSR_A_RING_LO, TSR_A_RING_HI,
     TSR_A_RING_SCRATCH, TSR_A_DN, TSR_A_AGATE, TSR_A_DAGATE, TSR_A_DNBWD, TSR_A_TP_X,
-    TSR_A_TP_DY,
+    TSR_A_TP_DY, TSR_A_MLA, TSR_A_MLA_F, TSR_A_MLA_BWD, TSR_A_MLA_SCRATCH,
     TSR_A_COUNT
 } tsr_act_id;
 
@@ -210,6 +221,15 @@ typedef struct tsr_acts {
              * the head reads in both passes; the embedding's partial rows), and one for a
              * half's gathered output gradient (the embedding's) */
             void *tp_x, *tp_dy;
+            /* multi-head latent attention (mixer_mla.c; NULL without): per MLA layer its kept
+             * activations (act: the queries' latent before and after its norm, the keys' and
+             * values' latent before and after its norm, the attention's input and output) and
+             * (fp32: the two norms' statistics, the saved attention), stacked with the attention
+             * group; one layer's scratch and gradients (act), reused layer by layer; the
+             * backend's attention scratch */
+            void *mla;
+            float *mla_f;
+            void *mla_bwd, *mla_scratch;
         };
     };
     float moe_w;         /* this microbatch's weight of its auxiliary losses (docs/moe.md):
@@ -245,6 +265,10 @@ typedef struct tsr_model {
     int LM, LD;              /* MoE layers, dense-MLP layers (LM + LD = L) */
     int LL, LA;              /* linear_attention layers, attention layers (LL + LA = L) */
     int HKl, HVl, dkl, dvl, Kc; /* the linear layers' heads, head sizes, convolution kernel */
+    int LX;                  /* multi-head latent attention layers (mixer_mla.c; 0: none; then
+                              * LA = L - LL - LX) */
+    int qr, kvr, dn, dr, dv; /* MLA: q_lora_rank (0: none), kv_lora_rank, the heads' nope and
+                              * rope parts, the value head size; hs = dqk = dn + dr */
     float *rope_freqs;       /* (2, hs/2) RoPE frequencies or NULL: the full layers' (model_rope_freqs)
                               * then the sliding layers' (model_rope_apply) */
     tsr_param_info params_info[TSR_P_COUNT];
@@ -477,6 +501,13 @@ void model_rope_tables(float *t, const tsr_model_config *cfg, int hs);
  * 0.1 ln(factor) + 1 (1 otherwise). */
 int model_rope_dims(const tsr_model_config *cfg, int hs);
 double model_rope_mscale(const tsr_model_config *cfg);
+/* The head size RoPE's tables are over (m->rope_freqs: (2, this / 2)): the MLA heads' rope part
+ * dr in an MLA model, else hs. With rope_scaling = yarn and model.rope_mscale and
+ * rope_mscale_all_dim both set, model_rope_mscale is m(mscale) / m(mscale_all_dim) (Hugging
+ * Face's attention_factor, m(s) = 0.1 s ln(factor) + 1). model_mla_scale: MLA's score scale,
+ * 1 / sqrt(dn + dr), times m(mscale_all_dim)^2 under yarn with it set (DeepSeek's). */
+int model_rope_head(const tsr_model *m);
+double model_mla_scale(const tsr_model *m);
 /* RoPE of layer l in place on qkv (forward) or dqkv (backward = 1) (B,T,QKV), positions as
  * backend.h rope_forward takes them: nothing on a NoPE layer (model.no_rope_layers), the
  * sliding layers' table (tables + hs/2: model.rope_local_theta, unscaled) on a sliding layer,
@@ -513,6 +544,15 @@ typedef struct tsr_kv_cache {
      * step's rows gathered: (chunk, HVl, dkl, dvl) states then (chunk, K-1, CD) tails */
     float *dn_rows;
     float *agate;                  /* model.attn_output_gate: (2, chunk, NH hs), else NULL */
+    /* multi-head latent attention layers (mixer_mla.c; else NULL): per MLA layer (LX) and slot
+     * the compressed cache, cap positions of [the normed latent (kvr) | the turned RoPE key (dr)]
+     * (kv_b_proj is absorbed into the decode: no expanded keys or values are kept); the chunk's
+     * queries (chunk, NH dqk), their latent and its norm (chunk, qr), the keys' latent and its
+     * norm (chunk, kvr), the RoPE key (chunk, dr), the attention's output (chunk, NH dv), the
+     * norms' statistics (chunk, each) and the decode's scratch (nthreads, cap + 2 kvr + 2 dr) */
+    struct {
+        float *cache, *q, *cq, *cqn, *c, *cn, *kpe, *atty, *rq, *rkv, *scratch;
+    } mla;
     struct {                       /* MoE layers' chunk buffers (tsr_acts' moe_*), else NULL */
         float *logits, *probs, *lse, *wts, *xg, *h, *hg, *y, *sh, *shg, *shout, *stats;
         int32_t *idx, *rows, *slot, *offs;
@@ -524,7 +564,8 @@ typedef struct tsr_kv_cache {
 void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk);
 void model_kv_free(tsr_kv_cache *kv, const tsr_model *m);
 /* Bytes of the cache proper (kt and v): 2 * KVH * hs floats per position each attention layer
- * keeps (model_kv_layer_cap). */
+ * keeps (model_kv_layer_cap), and kv_lora_rank + qk_rope_head_dim floats a position each MLA
+ * layer keeps (its latent and RoPE key). */
 size_t model_kv_bytes(const tsr_model *m, int cap);
 /* The positions layer l's cache keeps in a context of cap: its window when it is a sliding layer
  * with a window under cap (a ring of the last W), else cap. */

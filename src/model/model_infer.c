@@ -57,8 +57,14 @@ static size_t kv_layout_alloc(tsr_kv_cache *kv, const tsr_model *m, int cap) {
     return kv_layout(m, cap, kv->lcap, kv->lofs) * m->KVH * m->hs;
 }
 
+/* one slot's compressed cache of an MLA layer: cap positions of the latent and the RoPE key */
+static size_t mla_slot_elems(const tsr_model *m, int cap) {
+    return (size_t)cap * (size_t)(m->kvr + m->dr);
+}
+
 size_t model_kv_bytes(const tsr_model *m, int cap) {
-    return 2 * kv_layout(m, cap, NULL, NULL) * (size_t)m->KVH * (size_t)m->hs * sizeof(float);
+    return (2 * kv_layout(m, cap, NULL, NULL) * (size_t)m->KVH * (size_t)m->hs +
+            (size_t)m->LX * mla_slot_elems(m, cap)) * sizeof(float);
 }
 
 /* a buffer on be of n elements of elem bytes (exit 3 naming it when there is no room) */
@@ -68,6 +74,26 @@ static void *kv_alloc(const tsr_backend *be, size_t n, size_t elem, const char *
         tsr_die(TSR_EXIT_INTERNAL, "KV cache: cannot allocate %zu bytes for %s on %s", n * elem,
                 what, be->name);
     return p;
+}
+
+/* An MLA model's chunk buffers of n rows and its decode scratch for cap positions (model.h's
+ * tsr_kv_cache mla) */
+static void kv_mla_rows_alloc(tsr_kv_cache *kv, const tsr_model *m, const tsr_backend *be,
+                              size_t n, int cap) {
+    const size_t e = tsr_dtype_size(be->act), f = sizeof(float), NH = (size_t)m->NH;
+    kv->mla.q = kv_alloc(be, n * NH * (size_t)(m->dn + m->dr), e, "MLA queries");
+    if (m->qr) {
+        kv->mla.cq = kv_alloc(be, n * (size_t)m->qr, e, "MLA queries' latent");
+        kv->mla.cqn = kv_alloc(be, n * (size_t)m->qr, e, "MLA queries' latent");
+    }
+    kv->mla.c = kv_alloc(be, n * (size_t)m->kvr, e, "MLA latent");
+    kv->mla.cn = kv_alloc(be, n * (size_t)m->kvr, e, "MLA latent");
+    kv->mla.kpe = kv_alloc(be, n * (size_t)m->dr, e, "MLA RoPE key");
+    kv->mla.atty = kv_alloc(be, n * NH * (size_t)m->dv, e, "MLA attention output");
+    kv->mla.rq = kv_alloc(be, n, f, "MLA statistics");
+    kv->mla.rkv = kv_alloc(be, n, f, "MLA statistics");
+    kv->mla.scratch = kv_alloc(be, (size_t)kv->nthreads * (mla_slot_elems(m, 1) * 2 + (size_t)cap),
+                               f, "MLA decode scratch");
 }
 
 /* The row buffers of a forward over n rows (the chunk's buffers of tsr_kv_cache: activations in
@@ -81,12 +107,15 @@ static void kv_rows_alloc(tsr_kv_cache *kv, const tsr_model *m, const tsr_backen
     kv->ln = kv_alloc(be, n * C, e, "ln");
     kv->mean = kv_alloc(be, n, f, "mean");
     kv->rstd = kv_alloc(be, n, f, "rstd");
-    kv->qkv = kv_alloc(be, n * QKV, e, "qkv");
-    if (m->cfg.qk_norm) {
+    if (m->LA) { /* the attention layers' */
+        kv->qkv = kv_alloc(be, n * QKV, e, "qkv");
+        kv->atty = kv_alloc(be, n * (size_t)m->QD, e, "atty");
+    }
+    if (m->LA && m->cfg.qk_norm) {
         kv->qkvr = kv_alloc(be, n * QKV, e, "qkvr");
         kv->qknr = kv_alloc(be, n * (size_t)(m->NH + m->KVH), f, "qknr");
     }
-    kv->atty = kv_alloc(be, n * (size_t)m->QD, e, "atty");
+    if (m->LX) kv_mla_rows_alloc(kv, m, be, n, cap);
     kv->proj = kv_alloc(be, n * C, e, "proj");
     kv->fch = kv_alloc(be, n * FW, e, "fch");
     kv->fchg = kv_alloc(be, n * F, e, "fchg");
@@ -133,6 +162,9 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
         kv->dn_conv = kv_alloc(&m->be, m->LL * dec_dn_cache_floats(m, 0) + 1, sizeof(float),
                                "convolution tail");
     }
+    if (m->LX) /* the MLA layers' compressed caches */
+        kv->mla.cache = kv_alloc(&m->be, (size_t)m->LX * mla_slot_elems(m, cap), sizeof(float),
+                                 "the latent cache");
     kv_rows_alloc(kv, m, &m->be, kv->chunk, cap);
     kv->logits = kv_alloc(&m->be, (size_t)m->Vp, sizeof(float), "logits");
 }
@@ -144,7 +176,9 @@ static void kv_free_on(tsr_kv_cache *kv, const tsr_backend *be) {
                       &kv->dn_rows, &kv->agate,
                       &kv->moe.logits, &kv->moe.probs, &kv->moe.lse, &kv->moe.wts, &kv->moe.xg,
                       &kv->moe.h, &kv->moe.hg, &kv->moe.y, &kv->moe.sh, &kv->moe.shg,
-                      &kv->moe.shout, &kv->moe.stats};
+                      &kv->moe.shout, &kv->moe.stats, &kv->mla.cache, &kv->mla.q,
+                      &kv->mla.cq, &kv->mla.cqn, &kv->mla.c, &kv->mla.cn, &kv->mla.kpe,
+                      &kv->mla.atty, &kv->mla.rq, &kv->mla.rkv, &kv->mla.scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i]) be->free(be, *bufs[i]);
         *bufs[i] = NULL;
@@ -235,6 +269,9 @@ size_t model_kv_slots_bytes(const tsr_model *m, const tsr_backend *be, int slots
     b += n * ((size_t)4 * m->C + 2 * m->QKV + m->QD + m->FW + m->F) * e + 2 * n * f;
     b += (size_t)omp_get_max_threads() * cap * f + n * (size_t)m->Vp * e + 5 * n * 4;
     if (m->E) b += n * (size_t)m->K * ((size_t)2 * m->C + 3 * m->FE) * e; /* (approximately) */
+    if (m->LX) /* the MLA layers' chunk buffers and scratch (kv_mla_rows_alloc) */
+        b += n * (size_t)(m->NH * (m->dn + m->dr + m->dv) + 2 * m->qr + 2 * m->kvr + m->dr) * e +
+             2 * n * f + (size_t)omp_get_max_threads() * (2 * mla_slot_elems(m, 1) + cap) * f;
     return b;
 }
 
@@ -261,6 +298,9 @@ void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend
     ks->buf.kt = kv_alloc(be, per, e, "the slots' keys");
     ks->buf.v = kv_alloc(be, per, e, "the slots' values");
     if (m->LL) slots_dn_alloc(ks, m, be, slots, rows);
+    if (m->LX) /* the MLA layers' compressed caches, (LX, slots, cap, kvr + dr) */
+        ks->buf.mla.cache = kv_alloc(be, (size_t)m->LX * slots * mla_slot_elems(m, cap), e,
+                                     "the slots' latent caches");
     kv_rows_alloc(&ks->buf, m, be, rows, cap);
     ks->logits = kv_alloc(be, (size_t)rows * m->Vp, e, "logits");
     ks->len = tsr_calloc((size_t)slots, sizeof *ks->len);
@@ -299,6 +339,11 @@ void model_kv_slots_copy(tsr_kv_slots *ks, const tsr_backend *be, const tsr_mode
                ss * sizeof(float));
         memcpy(ks->buf.dn_conv + (at + dst) * cs, ks->buf.dn_conv + (at + src) * cs,
                cs * sizeof(float));
+    }
+    const size_t mla = mla_slot_elems(m, ks->buf.cap) * e; /* the MLA layers' latent caches */
+    for (int l = 0; l < m->LX; l++) {
+        char *at = (char *)ks->buf.mla.cache + (size_t)l * ks->slots * mla;
+        be->copy(be, at + (size_t)dst * mla, at + (size_t)src * mla, mla);
     }
     ks->len[dst] = ks->len[src], ks->seg[dst] = ks->seg[src];
 }

@@ -2,21 +2,11 @@
  * (pp_schedule.h; docs/pipeline.md). */
 #include "pipeline/pp_schedule.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
-
-/* why = the formatted fault; -1 */
-static int fail(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *why, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#include "why.h"
 
 static const char *const kind_names[] = {"1f1b", "interleaved", "zb"};
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == PP_KIND_COUNT, "a name a kind");
@@ -35,29 +25,31 @@ static int kind_chunks(pp_kind k) { return k == PP_INTERLEAVED ? 0 : 1; }
 static int chunks_check(pp_kind k, int V, char *why, size_t n) {
     const int want = kind_chunks(k);
     if (want && V != want)
-        return fail(why, n, "the %s schedule runs %d chunk%s a rank, not %d (virtual "
-                            "stages: %d)", kind_names[k], want, want > 1 ? "s" : "", V, want);
+        return tsr_why(-1, why, n,
+                       "the %s schedule runs %d chunk%s a rank, not %d (virtual "
+                       "stages: %d)", kind_names[k], want, want > 1 ? "s" : "", V, want);
     if (!want && V < 2)
-        return fail(why, n, "the interleaved schedule runs 2 or more chunks a rank, not "
-                            "%d (for one chunk a rank: 1f1b)", V);
+        return tsr_why(-1, why, n, "the interleaved schedule runs 2 or more chunks a rank, not "
+                                   "%d (for one chunk a rank: 1f1b)", V);
     return 0;
 }
 
 int pp_layout_check(pp_kind k, int P, int V, int M, char *why, size_t n) {
     if ((unsigned)k >= PP_KIND_COUNT)
-        return fail(why, n, "no pipeline schedule %d", (int)k);
+        return tsr_why(-1, why, n, "no pipeline schedule %d", (int)k);
     if (P < 1 || V < 1 || (int64_t)P * V > PP_MAX_STAGES)
-        return fail(why, n, "%d ranks of %d chunks: expected 1 to %d stages in all", P, V,
-                            PP_MAX_STAGES);
+        return tsr_why(-1, why, n, "%d ranks of %d chunks: expected 1 to %d stages in all", P, V,
+                                   PP_MAX_STAGES);
     if (chunks_check(k, V, why, n)) return -1;
     if (M < P)
-        return fail(why, n, "%d microbatches for %d stages: the %s schedule needs at "
-                            "least as many microbatches as pipeline ranks (%d)", M, P,
-                            kind_names[k], P);
+        return tsr_why(-1, why, n, "%d microbatches for %d stages: the %s schedule needs at "
+                                   "least as many microbatches as pipeline ranks (%d)", M, P,
+                                   kind_names[k], P);
     if (k == PP_INTERLEAVED && M % P)
-        return fail(why, n, "%d microbatches for %d ranks: the interleaved schedule "
-                            "needs a multiple of the pipeline ranks (%d or %d)", M, P, M / P * P,
-                            (M / P + 1) * P);
+        return tsr_why(-1, why, n,
+                       "%d microbatches for %d ranks: the interleaved schedule "
+                       "needs a multiple of the pipeline ranks (%d or %d)", M, P, M / P * P,
+                       (M / P + 1) * P);
     return 0;
 }
 
@@ -220,7 +212,9 @@ static int build_greedy(pp_schedule *s, char *why, size_t n) {
         done = 1;
         for (int r = 0; r < P; r++) done &= g.l[r].k == s->per_rank;
     }
-    if (rc) fail(why, n, "the %s generator stalled at P %d, V %d, M %d", kind_names[s->kind], P, V, M);
+    if (rc)
+        tsr_why(-1, why, n, "the %s generator stalled at P %d, V %d, M %d", kind_names[s->kind],
+                P, V, M);
     free(g.fend), free(g.nf), free(g.wq), free(g.l);
     return rc;
 }
@@ -320,20 +314,20 @@ static int check_lists(const pp_schedule *s, char *why, size_t n) {
             const int op = a->op, m = a->mb, c = a->chunk;
             const int ok_op = split_backward(s->kind) ? op != PP_BW : op == PP_F || op == PP_BW;
             if (op >= PP_OP_COUNT || c >= s->V || m < 0 || m >= s->M || !ok_op) {
-                rc = fail(why, n, "rank %d action %d is not one of this schedule's", r, i);
+                rc = tsr_why(-1, why, n, "rank %d action %d is not one of this schedule's", r, i);
                 break;
             }
             const size_t key = ((size_t)pp_stage(s, r, c) * s->M + m);
             const int need = op == PP_F ? -1 : op == PP_W ? PP_B : PP_F;
             if (seen[op * per + key]++)
-                rc = fail(why, n, "rank %d repeats %c of microbatch %d, chunk %d", r,
-                                  "FBWX"[op], m, c);
+                rc = tsr_why(-1, why, n, "rank %d repeats %c of microbatch %d, chunk %d", r,
+                                         "FBWX"[op], m, c);
             else if (need >= 0 && !seen[need * per + key])
-                rc = fail(why, n, "rank %d runs %c of microbatch %d, chunk %d before its "
-                                  "%c", r, "FBWX"[op], m, c, "FBWX"[need]);
+                rc = tsr_why(-1, why, n, "rank %d runs %c of microbatch %d, chunk %d before its "
+                                         "%c", r, "FBWX"[op], m, c, "FBWX"[need]);
         }
     if (!rc && s->per_rank != (split_backward(s->kind) ? 3 : 2) * s->M * s->V)
-        rc = fail(why, n, "%d actions a rank, expected every microbatch's", s->per_rank);
+        rc = tsr_why(-1, why, n, "%d actions a rank, expected every microbatch's", s->per_rank);
     free(seen);
     return rc ? -1 : 0;
 }
@@ -367,7 +361,7 @@ static int sim_run(sim *m, pp_timing *t, char *why, size_t n) {
 int pp_simulate(const pp_schedule *s, pp_costs c, pp_timing *t, char *why, size_t n) {
     memset(t, 0, sizeof *t);
     if (c.f < 1 || c.b < 1 || c.w < 1)
-        return fail(why, n, "costs %d %d %d: each at least 1 tick", c.f, c.b, c.w);
+        return tsr_why(-1, why, n, "costs %d %d %d: each at least 1 tick", c.f, c.b, c.w);
     if (check_lists(s, why, n)) return -1;
     const int S = s->P * s->V;
     sim m = {.s = s, .c = c, .S = S};

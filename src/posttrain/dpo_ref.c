@@ -261,14 +261,30 @@ static void beside_checkpoint(const tsr_run *run, char *out, size_t cap) {
     ref_path(ck_dir, out, cap);
 }
 
-/* rank 0: the file read beside the resumed checkpoint copied into path as it is (its format and
- * so its checksum, which the run's config records, kept), committed by rename */
-static int copy_file(const tsr_run *run, const char *path, uint64_t *bytes) {
+/* The most a stored reference of ref's pairs may hold: the size of a file of either format holding
+ * them. tessera wrote the file and read and checked it a moment ago (its size is one of these);
+ * the bound keeps one swapped in since from asking for more memory. */
+static size_t ref_file_max(const tsr_dpo_ref *ref) {
+    dpo_ref_header h;
+    memset(&h, 0, sizeof h);
+    h.n_train = ref->n_train, h.n_val = ref->n_val;
+    uint32_t crc = 0;
+    ckpt_ref r;
+    describe(&h, &r, &crc);
+    uint64_t v1 = sizeof h + (h.n_train + h.n_val) * 16 + 4, now = ckpt_ref_file_bytes(&r);
+    return (size_t)(v1 > now ? v1 : now);
+}
+
+/* rank 0: the file read beside the resumed checkpoint (holding ref's values) copied into path as
+ * it is (its format and so its checksum, which the run's config records, kept), committed by
+ * rename */
+static int copy_file(const tsr_run *run, const tsr_dpo_ref *ref, const char *path,
+                     uint64_t *bytes) {
     char src[1300], tmp[1400];
     beside_checkpoint(run, src, sizeof src);
     char *buf;
     size_t n;
-    TSR_CHECK(fs_read_all(src, 0, &buf, &n));
+    TSR_CHECK(fs_read_all(src, ref_file_max(ref), &buf, &n));
     FILE *f = fs_open_beside(path, tmp, sizeof tmp);
     int rc = f ? 0 : TSR_EXIT_DATA;
     if (f && fwrite(buf, 1, n, f) != n) {
@@ -384,7 +400,7 @@ static int commit(const tsr_run *run, tsr_dpo_ref *ref, const char *what, double
     uint64_t bytes = 0;
     ref_path(run->cfg->run_dir, path, sizeof path);
     int64_t rc = run->dist->rank != 0 ? 0 : seconds >= 0 ? write_file(run, ref, path, &bytes)
-                                                     : copy_file(run, path, &bytes);
+                                                     : copy_file(run, ref, path, &bytes);
     dist_allreduce_sum_i64(&rc, 1);
     if (rc || run->dist->rank != 0) return rc ? TSR_EXIT_DATA : 0;
     char size[32];

@@ -71,22 +71,24 @@ static void put_le(uint8_t *dst, uint64_t v, int n) {
     for (int i = 0; i < n; i++) dst[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* A fixed-width field: the n (8 or 4) low bytes of u, little-endian. */
+static void pb_fixed(pbuf *b, unsigned field, uint64_t u, int n) {
+    uint8_t le[8];
+    put_le(le, u, n);
+    pb_key(b, field, n == 8 ? WT_FIXED64 : WT_FIXED32);
+    pb_bytes(b, le, (size_t)n);
+}
+
 static void pb_double(pbuf *b, unsigned field, double v) {
     uint64_t u;
-    uint8_t le[8];
     memcpy(&u, &v, 8);
-    put_le(le, u, 8);
-    pb_key(b, field, WT_FIXED64);
-    pb_bytes(b, le, 8);
+    pb_fixed(b, field, u, 8);
 }
 
 static void pb_float(pbuf *b, unsigned field, float v) {
     uint32_t u;
-    uint8_t le[4];
     memcpy(&u, &v, 4);
-    put_le(le, u, 4);
-    pb_key(b, field, WT_FIXED32);
-    pb_bytes(b, le, 4);
+    pb_fixed(b, field, u, 4);
 }
 
 static void pb_len(pbuf *b, unsigned field, const void *data, size_t n) {

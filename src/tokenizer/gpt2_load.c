@@ -402,7 +402,8 @@ int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const cha
     str_map m = {0};
     int rc, has_eot = 0;
     *out = NULL;
-    if ((rc = fs_read_all(encoder_json, 0, &ebuf, &en)) || (rc = fs_read_all(vocab_bpe, 0, &bbuf, &bn)))
+    if ((rc = fs_read_all(encoder_json, GPT2_FILE_MAX, &ebuf, &en)) ||
+        (rc = fs_read_all(vocab_bpe, GPT2_FILE_MAX, &bbuf, &bn)))
         goto done;
     if (strlen(ebuf) != en) {
         tsr_error("%s: malformed encoder.json: holds a NUL byte", encoder_json);

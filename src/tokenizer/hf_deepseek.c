@@ -35,11 +35,11 @@ static int ds_class(uint32_t cp) {
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return DC_SPACE;
         return cp > ' ' && cp < 0x7F ? DC_PUNCT : DC_OTHER;
     }
-    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return DC_LETTER;
-    if (tsr_uc_in_ranges(tsr_o200k_mark, tsr_o200k_mark_n, cp)) return DC_MARK;
-    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return DC_NUMBER;
-    if (tsr_uc_in_ranges(tsr_deepseek_punct_symbol, tsr_deepseek_punct_symbol_n, cp)) return DC_PUNCT;
-    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return DC_SPACE;
+    if (tsr_uc_in(&tsr_uc_letter, cp)) return DC_LETTER;
+    if (tsr_uc_in(&tsr_o200k_mark, cp)) return DC_MARK;
+    if (tsr_uc_in(&tsr_uc_number, cp)) return DC_NUMBER;
+    if (tsr_uc_in(&tsr_deepseek_punct_symbol, cp)) return DC_PUNCT;
+    if (tsr_uc_in(&tsr_uc_space, cp)) return DC_SPACE;
     return DC_OTHER;
 }
 
@@ -64,20 +64,6 @@ static size_t run_of(const uint8_t *t, size_t n, size_t i, int a, int b) {
     return i;
 }
 
-/* End of (D) at i, whose code point is a \s. */
-static size_t space_end(const uint8_t *t, size_t n, size_t i) {
-    size_t len, j = i, last_nl = 0, last_start = i;
-    uint32_t cp;
-    while (j < n && class_at(t, n, j, &len, &cp) == DC_SPACE) {
-        if (is_crlf(cp)) last_nl = j + 1;
-        last_start = j;
-        j += len;
-    }
-    if (last_nl) return last_nl;
-    if (j == n || last_start == i) return j;
-    return last_start;
-}
-
 /* End of the match of (3) at i (i < n), or 0 when no alternative matches there. */
 static size_t match_at(const uint8_t *t, size_t n, size_t i) {
     size_t len, len2 = 0, e;
@@ -96,7 +82,8 @@ static size_t match_at(const uint8_t *t, size_t n, size_t i) {
         while (e < n && is_crlf(t[e])) e++;
         return e;
     }
-    return cl == DC_SPACE ? space_end(t, n, i) : 0;
+    if (cl != DC_SPACE) return 0;
+    return tok_space_end(t, n, i, run_of(t, n, i, DC_SPACE, DC_SPACE)); /* (D) */
 }
 
 /* Split (3) over the n bytes at t: its matches, and the text between two as pieces. */

@@ -48,7 +48,7 @@ static int ascii_class(uint32_t cp) {
     return OC_O;
 }
 
-#define IN(table, cp) tsr_uc_in_ranges(table, table##_n, cp)
+#define IN(table, cp) tsr_uc_in(&table, cp)
 
 /* transformers.js's classes (node's tables). */
 static int js_class(uint32_t cp) {
@@ -88,6 +88,7 @@ static int is_w(int cl) { return cl == OC_LOW || cl == OC_BOTH || cl == OC_MARK;
 static int is_num(int cl) { return cl == OC_N || cl == OC_HAN_N; }
 static int is_other(int cl) { return cl == OC_O || cl == OC_MARK || cl == OC_HAN_O; }
 static int is_han(int cl) { return cl == OC_HAN_L || cl == OC_HAN_N || cl == OC_HAN_O; }
+static int is_s(int cl) { return cl == OC_S; }
 static int is_crlf(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 
 /* Class of the code point at i (i < n) under flavor f, its byte length in *len and value in *cp. */
@@ -157,20 +158,6 @@ static size_t other_alt(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i,
     return e;
 }
 
-/* End of the whitespace alternatives at i (a \s): \s*[\r\n]+ | \s+(?!\S) | \s+. */
-static size_t space_alt(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i) {
-    size_t len, j = i, last_nl = 0, last_start = i;
-    uint32_t cp;
-    while (j < n && class_at(f, t, n, j, &len, &cp) == OC_S) {
-        if (is_crlf(cp)) last_nl = j + 1;
-        last_start = j;
-        j += len;
-    }
-    if (last_nl) return last_nl;
-    if (j == n || last_start == i) return j;
-    return last_start;
-}
-
 size_t hf_o200k_piece(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i) {
     size_t len, e, skip;
     uint32_t cp;
@@ -184,5 +171,5 @@ size_t hf_o200k_piece(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i) {
         return e - i;
     }
     if ((e = other_alt(f, t, n, i, len, cp, cl))) return e - i;
-    return space_alt(f, t, n, i) - i;
+    return tok_space_end(t, n, i, run_of(f, t, n, i, is_s, &skip)) - i; /* i is a \s */
 }

@@ -61,9 +61,9 @@ static int cp_class(uint32_t cp) {
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CL_S;
         return CL_O;
     }
-    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_L;
-    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return CL_N;
-    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return CL_S;
+    if (tsr_uc_in(&tsr_uc_letter, cp)) return CL_L;
+    if (tsr_uc_in(&tsr_uc_number, cp)) return CL_N;
+    if (tsr_uc_in(&tsr_uc_space, cp)) return CL_S;
     return CL_O;
 }
 
@@ -108,16 +108,7 @@ static size_t piece_at(hf_split_kind kind, const uint8_t *t, size_t n, size_t i)
         return j - i;
     }
     /* cl == CL_S */
-    size_t j = i, last_nl = 0, last_start = i;
-    while (j < n && class_at(t, n, j, &len, &cp) == CL_S) {
-        if (is_crlf(cp)) last_nl = j + 1;
-        last_start = j;
-        j += len;
-    }
-    if (last_nl) return last_nl - i;
-    if (j == n) return j - i;
-    if (last_start > i) return last_start - i;
-    return j - i;
+    return tok_space_end(t, n, i, run_end(t, n, i, CL_S, SIZE_MAX)) - i;
 }
 
 void hf_pretok_split(hf_split_kind kind, const uint8_t *t, size_t n,

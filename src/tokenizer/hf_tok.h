@@ -35,7 +35,10 @@ typedef enum hf_split_kind {
 } hf_split_kind;
 enum { HF_SPLIT_SINGLE = HF_SPLIT_O200K + 1 }; /* the kinds of one Split in a tokenizer.json */
 
-/* Loads a tokenizer.json. Returns 0, or TSR_EXIT_DATA after tsr_error() named the file and fault. */
+/* bytes of a tokenizer.json: the largest real ones, Gemma 3's (33 MB), gpt-oss's (28 MB), Gemma
+ * 2's (17 MB), Qwen 3's (11 MB), DeepSeek-V3's (8 MB), pass with room */
+#define HF_TOKJSON_MAX ((size_t)256 << 20)
+/* Loads a tokenizer.json (at most HF_TOKJSON_MAX bytes). Returns 0, or TSR_EXIT_DATA after tsr_error() named the file and fault. */
 int hf_tok_load(hf_tok **out, const char *path);
 /* Loads a tokenizer in tiktoken's format (tiktoken_load.c; docs/tokenizers-hf.md "tiktoken"): a
  * directory holding tiktoken.model and tokenizer_config.json (Kimi K2, Moonlight), its tiktoken.model,

@@ -616,7 +616,7 @@ int hf_tok_load(hf_tok **out, const char *path) {
     *out = NULL;
     size_t n;
     char *text;
-    if (fs_read_all(path, 0, &text, &n)) return TSR_EXIT_DATA;
+    if (fs_read_all(path, HF_TOKJSON_MAX, &text, &n)) return TSR_EXIT_DATA;
     json_doc doc;
     json_doc_init(&doc);
     json_value *root;

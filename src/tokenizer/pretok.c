@@ -1,5 +1,6 @@
-/* pretok.c — GPT-2's pre-tokenisation without a regex library, plus the UTF-8 reader it uses and
- * the places where a long text may be cut (tokenizer_cut_before).
+/* pretok.c — GPT-2's pre-tokenisation without a regex library, plus the UTF-8 reader it uses, the
+ * places where a long text may be cut (tokenizer_cut_before) and the end of the Hugging Face Split
+ * patterns' whitespace run (tok_space_end).
  *
  * The reference is the JavaScript regex of npm gpt-3-encoder (flag u: it walks code points)
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -56,6 +57,18 @@ size_t tsr_utf8_next(const uint8_t *p, size_t n, uint32_t *cp) {
     }
     *cp = v;
     return need + 1;
+}
+
+size_t tok_space_end(const uint8_t *t, size_t n, size_t i, size_t j) {
+    size_t len, last_nl = 0, last_start = i;
+    uint32_t cp;
+    for (size_t k = i; k < j; k += len) {
+        len = tsr_utf8_next(t + k, n - k, &cp);
+        if (cp == '\r' || cp == '\n') last_nl = k + 1;
+        last_start = k;
+    }
+    if (last_nl) return last_nl;
+    return j == n || last_start == i ? j : last_start;
 }
 
 uint8_t *tsr_utf8_sanitize(const uint8_t *text, size_t n, size_t *out_n) {
@@ -120,9 +133,9 @@ static uint8_t ascii_class[128];
 static int ascii_ready;
 
 static int uc_class(uint32_t cp) {
-    if (tsr_uc_in_ranges(tsr_uc_letter, tsr_uc_letter_n, cp)) return CL_LETTER;
-    if (tsr_uc_in_ranges(tsr_uc_number, tsr_uc_number_n, cp)) return CL_NUMBER;
-    if (tsr_uc_in_ranges(tsr_uc_space, tsr_uc_space_n, cp)) return CL_SPACE;
+    if (tsr_uc_in(&tsr_uc_letter, cp)) return CL_LETTER;
+    if (tsr_uc_in(&tsr_uc_number, cp)) return CL_NUMBER;
+    if (tsr_uc_in(&tsr_uc_space, cp)) return CL_SPACE;
     return CL_OTHER;
 }
 

@@ -4,7 +4,7 @@
  * each but \p{Han} as the code points where it and node's class disagree (_diff). */
 #include "tokenizer/tiktoken_tables.h"
 
-const uint32_t tsr_tt_letter_diff[][2] = {
+static const uint32_t letter_diff_ranges[][2] = {
     {0x88f, 0x88f}, {0xc5c, 0xc5c}, {0xcdc, 0xcdc}, {0xa7ce, 0xa7cf}, {0xa7d2, 0xa7d2},
     {0xa7d4, 0xa7d4}, {0xa7f1, 0xa7f1}, {0x10940, 0x10959}, {0x10ec5, 0x10ec7}, {0x11db0, 0x11ddb},
     {0x16ea0, 0x16eb8}, {0x16ebb, 0x16ed3}, {0x16ff2, 0x16ff3}, {0x187f8, 0x187ff},
@@ -12,41 +12,41 @@ const uint32_t tsr_tt_letter_diff[][2] = {
     {0x1e6e4, 0x1e6e5}, {0x1e6e7, 0x1e6ed}, {0x1e6f0, 0x1e6f4}, {0x1e6fe, 0x1e6ff},
     {0x2b73a, 0x2b73f}, {0x2cea2, 0x2cead}, {0x323b0, 0x33479},
 };
-const uint32_t tsr_tt_letter_diff_n = 25;
+const tsr_uc_class tsr_tt_letter_diff = {letter_diff_ranges, 25};
 
-const uint32_t tsr_tt_number_diff[][2] = {
+static const uint32_t number_diff_ranges[][2] = {
     {0x11de0, 0x11de9}, {0x16ff4, 0x16ff6},
 };
-const uint32_t tsr_tt_number_diff_n = 2;
+const tsr_uc_class tsr_tt_number_diff = {number_diff_ranges, 2};
 
-const uint32_t tsr_tt_space_diff[][2] = {
+static const uint32_t space_diff_ranges[][2] = {
     {0x85, 0x85}, {0xfeff, 0xfeff},
 };
-const uint32_t tsr_tt_space_diff_n = 2;
+const tsr_uc_class tsr_tt_space_diff = {space_diff_ranges, 2};
 
-const uint32_t tsr_tt_upper_diff[][2] = {
+static const uint32_t upper_diff_ranges[][2] = {
     {0xa7ce, 0xa7ce}, {0xa7d2, 0xa7d2}, {0xa7d4, 0xa7d4}, {0x16ea0, 0x16eb8},
 };
-const uint32_t tsr_tt_upper_diff_n = 4;
+const tsr_uc_class tsr_tt_upper_diff = {upper_diff_ranges, 4};
 
-const uint32_t tsr_tt_lower_diff[][2] = {
+static const uint32_t lower_diff_ranges[][2] = {
     {0x295, 0x295}, {0xa7cf, 0xa7cf}, {0x16ebb, 0x16ed3},
 };
-const uint32_t tsr_tt_lower_diff_n = 3;
+const tsr_uc_class tsr_tt_lower_diff = {lower_diff_ranges, 3};
 
-const uint32_t tsr_tt_mark_diff[][2] = {
+static const uint32_t mark_diff_ranges[][2] = {
     {0x1acf, 0x1add}, {0x1ae0, 0x1aeb}, {0x10efa, 0x10efb}, {0x11b60, 0x11b67}, {0x1e6e3, 0x1e6e3},
     {0x1e6e6, 0x1e6e6}, {0x1e6ee, 0x1e6ef}, {0x1e6f5, 0x1e6f5},
 };
-const uint32_t tsr_tt_mark_diff_n = 8;
+const tsr_uc_class tsr_tt_mark_diff = {mark_diff_ranges, 8};
 
-const uint32_t tsr_tt_han[][2] = {
+static const uint32_t han_ranges[][2] = {
     {0x2e80, 0x2e99}, {0x2e9b, 0x2ef3}, {0x2f00, 0x2fd5}, {0x3005, 0x3005}, {0x3007, 0x3007},
     {0x3021, 0x3029}, {0x3038, 0x303b}, {0x3400, 0x4dbf}, {0x4e00, 0x9fff}, {0xf900, 0xfa6d},
     {0xfa70, 0xfad9}, {0x16fe2, 0x16fe3}, {0x16ff0, 0x16ff1}, {0x20000, 0x2a6df},
     {0x2a700, 0x2b739}, {0x2b740, 0x2b81d}, {0x2b820, 0x2cea1}, {0x2ceb0, 0x2ebe0},
     {0x2ebf0, 0x2ee5d}, {0x2f800, 0x2fa1d}, {0x30000, 0x3134a}, {0x31350, 0x323af},
 };
-const uint32_t tsr_tt_han_n = 22;
+const tsr_uc_class tsr_tt_han = {han_ranges, 22};
 
 const char tsr_tt_node_version[] = "Unicode 17.0 (node v20.20.2, ICU 78.2)";

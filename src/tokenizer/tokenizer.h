@@ -27,7 +27,11 @@ typedef struct tsr_merge {
 int tokenizer_build(tsr_tokenizer **out, uint32_t n_tokens, const uint8_t *const *tokens,
                     const uint32_t *len, uint32_t n_merges, const tsr_merge *merges,
                     uint32_t n_specials, const char *const *specials, const uint32_t *special_ids);
-/* GPT-2: encoder.json (byte-to-unicode-mapped strings -> ids) and vocab.bpe (ranked merges). */
+/* bytes of each of GPT-2's files: encoder.json is 1 MB and vocab.bpe 0.5 MB (50,257 tokens); a
+ * vocab.json and merges.txt of 256k tokens some 10 MB */
+#define GPT2_FILE_MAX ((size_t)64 << 20)
+/* GPT-2: encoder.json (byte-to-unicode-mapped strings -> ids) and vocab.bpe (ranked merges), each
+ * at most GPT2_FILE_MAX bytes. */
 int tokenizer_load_gpt2(tsr_tokenizer **out, const char *encoder_json, const char *vocab_bpe);
 /* tessera's own format (written by tokenizer_save). */
 int tokenizer_load(tsr_tokenizer **out, const char *path);

@@ -18,6 +18,9 @@
 #include "fsutil.h"
 #include "tokenizer/tokenizer.h"
 
+/* bytes of one FILE of encode or decode, read whole (a corpus larger than that is prep's) */
+#define TOKCMD_FILE_MAX ((size_t)1 << 30)
+
 static const cli_opt encode_opts[] = {
     {"tokenizer", 't', "SPEC", "gpt2 (default), a directory with encoder.json + vocab.bpe, a Hugging Face tokenizer.json (or its directory), a tiktoken directory (tiktoken.model + tokenizer_config.json: Kimi K2, Moonlight) or o200k_base.tiktoken, or a tessera tokenizer file"},
     {"special", CLI_NO_SHORT('s'), NULL, "recognise special tokens such as <|endoftext|> (a tokenizer.json's added tokens) in the text"},
@@ -71,7 +74,7 @@ static int run_encode(const tsr_tokenizer *tok, const char *path, int special) {
     char *text;
     size_t n, n_ids = 0, cap = 0;
     uint32_t *ids = NULL;
-    int rc = fs_read_stream(path, 0, &text, &n);
+    int rc = fs_read_stream(path, TOKCMD_FILE_MAX, &text, &n);
     if (rc) return rc;
     tokenizer_encode(tok, (const uint8_t *)text, n, special, &ids, &n_ids, &cap);
     free(text);
@@ -96,7 +99,7 @@ static int run_encode(const tsr_tokenizer *tok, const char *path, int special) {
 static int run_decode(const tsr_tokenizer *tok, const char *path) {
     char *text;
     size_t n;
-    int rc = fs_read_stream(path, 0, &text, &n);
+    int rc = fs_read_stream(path, TOKCMD_FILE_MAX, &text, &n);
     if (rc) return rc;
     size_t n_ids = 0, cap = 1024;
     uint32_t *ids = tsr_malloc(cap * sizeof *ids);

@@ -12,6 +12,12 @@
 /* Decodes the code point at p (n >= 1 bytes left): returns the bytes it spans (>= 1) and sets *cp;
  * an ill-formed sequence spans its maximal subpart and reads as U+FFFD. */
 size_t tsr_utf8_next(const uint8_t *p, size_t n, uint32_t *cp);
+/* The end of the Hugging Face Split patterns' whitespace alternatives \s*[\r\n]+ | \s+(?!\S) | \s+
+ * at byte i of t, where [i, j) (j > i) is the run of \s there: just after the run's last \r or
+ * \n; else the whole run at the end of the text or when it is one code point; else the run less
+ * its last code point, which goes with what follows (pretok.c; hf_pretok.c, hf_deepseek.c and
+ * hf_o200k.c share it). */
+size_t tok_space_end(const uint8_t *t, size_t n, size_t i, size_t j);
 /* When text holds ill-formed UTF-8, returns a malloc'd copy with each maximal ill-formed subpart
  * replaced by U+FFFD (EF BF BD) and its length in *out_n; else NULL (the text is valid). */
 uint8_t *tsr_utf8_sanitize(const uint8_t *text, size_t n, size_t *out_n);

@@ -193,13 +193,22 @@ typedef struct reader {
     long line;           /* line number of the record being read (1-based) */
 } reader;
 
-static int bad_record(reader *r, const char *what) {
+/* Reports what is wrong with the record being read (a printf format and its values). */
+static int bad_record(reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad_record(reader *r, const char *fmt, ...) {
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     tsr_error("%s: line %ld: %s", r->path, r->line, what);
     return TSR_EXIT_DATA;
 }
 
-/* Takes the next line [*s, *e) (without '\n'); every line ends with '\n' (the caller checked). */
+/* Takes the next line [*s, *e) (without '\n'; empty at the end, which is an error); every line
+ * ends with '\n' (the caller checked). */
 static int next_line(reader *r, const char **s, const char **e) {
+    *s = *e = r->p;
     if (r->p >= r->end) return bad_record(r, "file ends early: more records were announced");
     const char *nl = memchr(r->p, '\n', (size_t)(r->end - r->p));
     *s = r->p;
@@ -261,16 +270,10 @@ static int parse_hex(const char *s, const char *e, uint8_t **out, uint32_t *len)
 static int read_count(reader *r, const char *key, uint32_t max, uint32_t *out) {
     const char *s, *e;
     TSR_CHECK(next_line(r, &s, &e));
-    char msg[160];
-    if (expect(&s, e, key) || expect(&s, e, " ") || parse_u32(&s, e, out) || s != e) {
-        snprintf(msg, sizeof msg, "expected '%s N', found '%.*s'", key,
-                 (int)((e - s) < 60 ? (e - s) : 60), s);
-        return bad_record(r, msg);
-    }
-    if (*out > max) {
-        snprintf(msg, sizeof msg, "%s %u is larger than the limit %u", key, *out, max);
-        return bad_record(r, msg);
-    }
+    if (expect(&s, e, key) || expect(&s, e, " ") || parse_u32(&s, e, out) || s != e)
+        return bad_record(r, "expected '%s N', found '%.*s'", key,
+                          (int)((e - s) < 60 ? (e - s) : 60), s);
+    if (*out > max) return bad_record(r, "%s %u is larger than the limit %u", key, *out, max);
     return 0;
 }
 
@@ -292,16 +295,13 @@ void tokfile_parts_free(tsr_tokfile_parts *p) {
 /* The header counts, checked against each other and against the file's size, then t's arrays
  * allocated for them. */
 static int read_counts(reader *r, tsr_tokfile_parts *t) {
-    char msg[200];
     uint32_t n_tok, n_mer, n_spe;
     TSR_CHECK(read_count(r, "tokens", MAX_TOKENS, &n_tok));
     TSR_CHECK(read_count(r, "merges", MAX_TOKENS, &n_mer));
     TSR_CHECK(read_count(r, "specials", MAX_TOKENS, &n_spe));
-    if (n_tok == 0 || n_mer > n_tok || n_spe > n_tok) {
-        snprintf(msg, sizeof msg, "inconsistent counts: %u tokens, %u merges, %u specials "
-                 "(expected at least 1 token, merges and specials <= tokens)", n_tok, n_mer, n_spe);
-        return bad_record(r, msg);
-    }
+    if (n_tok == 0 || n_mer > n_tok || n_spe > n_tok)
+        return bad_record(r, "inconsistent counts: %u tokens, %u merges, %u specials (expected at "
+                          "least 1 token, merges and specials <= tokens)", n_tok, n_mer, n_spe);
     /* Each record line takes at least 4 bytes: refuse counts the file cannot hold before
      * allocating for them. */
     if ((uint64_t)n_tok + n_mer + n_spe > (uint64_t)(r->end - r->p) / 4 + 1)
@@ -317,28 +317,31 @@ static int read_counts(reader *r, tsr_tokfile_parts *t) {
     return 0;
 }
 
+/* A 'TAG ID HEX' record (tag "t " or "s "): its id, and its bytes (malloc'd) and their count;
+ * else the error "expected 'TAG ID HEX' (what)". */
+static int read_id_hex(reader *r, const char *tag, const char *what, uint32_t *id, uint8_t **bytes,
+                       uint32_t *len) {
+    const char *s, *e;
+    TSR_CHECK(next_line(r, &s, &e));
+    if (expect(&s, e, tag) || parse_u32(&s, e, id) || expect(&s, e, " ") ||
+        parse_hex(s, e, bytes, len))
+        return bad_record(r, "expected '%sID HEX' (%s)", tag, what);
+    return 0;
+}
+
 /* The 't ID HEX' records: ids 0..n_tokens-1 in order. */
 static int read_tokens(reader *r, tsr_tokfile_parts *t) {
-    char msg[200];
-    const char *s, *e;
     for (uint32_t i = 0; i < t->n_tokens; i++) {
-        TSR_CHECK(next_line(r, &s, &e));
         uint32_t id;
-        if (expect(&s, e, "t ") || parse_u32(&s, e, &id) || expect(&s, e, " ") ||
-            parse_hex(s, e, &t->tokens[i], &t->len[i]))
-            return bad_record(r, "expected 't ID HEX' (a token: its id and its bytes in "
-                                 "lowercase hex, at least one byte)");
-        if (id != i) {
-            snprintf(msg, sizeof msg, "token id %u out of order (expected %u)", id, i);
-            return bad_record(r, msg);
-        }
+        TSR_CHECK(read_id_hex(r, "t ", "a token: its id and its bytes in lowercase hex, at least "
+                              "one byte", &id, &t->tokens[i], &t->len[i]));
+        if (id != i) return bad_record(r, "token id %u out of order (expected %u)", id, i);
     }
     return 0;
 }
 
 /* The 'm LEFT RIGHT RESULT' records: ids in range, the result's bytes the left's then the right's. */
 static int read_merges(reader *r, tsr_tokfile_parts *t) {
-    char msg[200];
     const char *s, *e;
     uint32_t n_tok = t->n_tokens;
     for (uint32_t k = 0; k < t->n_merges; k++) {
@@ -348,50 +351,38 @@ static int read_merges(reader *r, tsr_tokfile_parts *t) {
             parse_u32(&s, e, &m->right) || expect(&s, e, " ") || parse_u32(&s, e, &m->result) ||
             s != e)
             return bad_record(r, "expected 'm LEFT RIGHT RESULT' (a merge: three token ids)");
-        if (m->left >= n_tok || m->right >= n_tok || m->result >= n_tok) {
-            snprintf(msg, sizeof msg, "merge %u (%u %u -> %u): id out of range (vocabulary of %u)",
-                     k, m->left, m->right, m->result, n_tok);
-            return bad_record(r, msg);
-        }
+        if (m->left >= n_tok || m->right >= n_tok || m->result >= n_tok)
+            return bad_record(r, "merge %u (%u %u -> %u): id out of range (vocabulary of %u)", k,
+                              m->left, m->right, m->result, n_tok);
         uint32_t ll = t->len[m->left], lr = t->len[m->right];
         if ((uint64_t)ll + lr != t->len[m->result] ||
             memcmp(t->tokens[m->result], t->tokens[m->left], ll) != 0 ||
-            memcmp(t->tokens[m->result] + ll, t->tokens[m->right], lr) != 0) {
-            snprintf(msg, sizeof msg, "merge %u (%u %u -> %u): the result's bytes are not the left "
-                     "token's bytes followed by the right's", k, m->left, m->right, m->result);
-            return bad_record(r, msg);
-        }
+            memcmp(t->tokens[m->result] + ll, t->tokens[m->right], lr) != 0)
+            return bad_record(r, "merge %u (%u %u -> %u): the result's bytes are not the left "
+                              "token's bytes followed by the right's", k, m->left, m->right,
+                              m->result);
     }
     return 0;
 }
 
 /* The 's ID HEX' records: each the text of its vocabulary entry, no NUL, none repeated. */
 static int read_specials(reader *r, tsr_tokfile_parts *t) {
-    char msg[200];
-    const char *s, *e;
     uint32_t n_tok = t->n_tokens;
     for (uint32_t k = 0; k < t->n_specials; k++) {
-        TSR_CHECK(next_line(r, &s, &e));
         uint32_t id, sl;
         uint8_t *text = NULL;
-        if (expect(&s, e, "s ") || parse_u32(&s, e, &id) || expect(&s, e, " ") ||
-            parse_hex(s, e, &text, &sl))
-            return bad_record(r, "expected 's ID HEX' (a special token: its id and its text in "
-                                 "lowercase hex)");
+        TSR_CHECK(read_id_hex(r, "s ", "a special token: its id and its text in lowercase hex", &id,
+                              &text, &sl));
         t->specials[k] = (char *)text;
         t->special_ids[k] = id;
         if (memchr(text, 0, sl)) return bad_record(r, "a special token's text contains a NUL byte");
-        if (id >= n_tok || t->len[id] != sl || memcmp(t->tokens[id], text, sl) != 0) {
-            snprintf(msg, sizeof msg, "special token %u (id %u): %s", k, id,
-                     id >= n_tok ? "id out of range"
-                                 : "its text differs from the vocabulary entry of that id");
-            return bad_record(r, msg);
-        }
+        if (id >= n_tok || t->len[id] != sl || memcmp(t->tokens[id], text, sl) != 0)
+            return bad_record(r, "special token %u (id %u): %s", k, id,
+                              id >= n_tok ? "id out of range"
+                                          : "its text differs from the vocabulary entry of that id");
         for (uint32_t j = 0; j < k; j++)
-            if (!strcmp(t->specials[j], t->specials[k]) || t->special_ids[j] == id) {
-                snprintf(msg, sizeof msg, "special token %u repeats special token %u", k, j);
-                return bad_record(r, msg);
-            }
+            if (!strcmp(t->specials[j], t->specials[k]) || t->special_ids[j] == id)
+                return bad_record(r, "special token %u repeats special token %u", k, j);
     }
     return 0;
 }

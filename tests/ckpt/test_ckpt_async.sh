@@ -21,11 +21,8 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 14
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
-       --set max_duration=3ba --set save_interval=1ba --set keep_last=3
-       --set save_async_copy=background) # (auto would copy in the step on a machine of 2 cores)
+synth_tiny_args 2 8 2 --set max_duration=3ba --set save_interval=1ba --set keep_last=3 \
+    --set save_async_copy=background # (auto would copy in the step on a machine of 2 cores)
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "${TRAINER:-$TRAIN}" "${args[@]}" --set run_dir="$dir" "$@"; }
 # same_datasets A.h5 B.h5: the same datasets, each with the same bytes and crc32c attribute
 same_datasets() {

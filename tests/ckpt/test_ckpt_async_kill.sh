@@ -29,10 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 tap_plan 15
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
-       --set max_duration=6ba --set save_interval=1ba --set keep_last=3)
+synth_tiny_args 2 8 2 --set max_duration=6ba --set save_interval=1ba --set keep_last=3
 run() { local dir=$1; shift; "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
 # committed_ok DIR: latest absent or naming a file; every step-*.h5 verifies
 committed_ok() {

@@ -19,10 +19,7 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 small_tmpfs 4m
 tap_plan 8
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=8 --set micro_batch=2
-       --set max_duration=6ba --set save_interval=2ba --set keep_last=2)
+synth_tiny_args 2 8 2 --set max_duration=6ba --set save_interval=2ba --set keep_last=2
 run() { local d=$1; shift; timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$d" "$@"; }
 R=$FS/run
 for mode in sync background; do

@@ -13,11 +13,8 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 4
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=4
-       --set optim.name=muon --set optim.warmup=0ba --set optim.schedule=constant
-       --set save_interval=2ba --set guard.window=0 --set guard.action=warn --set guard.patience=100)
+synth_tiny_args 1 4 4 --set optim.name=muon --set optim.warmup=0ba --set optim.schedule=constant \
+    --set save_interval=2ba --set guard.window=0 --set guard.action=warn --set guard.patience=100
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/base" --set max_duration=2ba --set optim.lr=1e-3 >"$TMP/base.txt" 2>&1 ||
     { cat "$TMP/base.txt"; exit 1; }
 # diverge MODE: the run resumed from step 2 at lr 1e300 to step 4, save_async = MODE

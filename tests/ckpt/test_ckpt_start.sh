@@ -14,10 +14,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 10
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
-       --set max_duration=4ba --set save_interval=2ba)
+synth_tiny_args 2 4 2 --set max_duration=4ba --set save_interval=2ba
 run() { local dir=$1; shift; timeout 300 "${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
 
 R=$TMP/run

@@ -10,10 +10,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 4
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
-       --set max_duration=4ba)
+synth_tiny_args 1 4 2 --set max_duration=4ba
 run() { local dir=$1; shift; timeout 300 "${MPIRUN[@]}" -np 1 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"; }
 ckpts() { (cd "$1" && ls step-*.h5 2>/dev/null | tr '\n' ' '); }
 

@@ -4,12 +4,13 @@
 # leaves no run directory. Most are config combinations, caught by `tessera-train --dry-run` (or
 # `--plan RANKS` for the layout's rules), so a recipe that would be refused is caught on a login
 # node; then starts on a tiny synthetic dataset (the data's checks), the CUDA library's absence,
-# the options of `tessera generate`, the export of models no transformers class holds,
+# the options of `tessera generate`, the export of models no transformers class holds, files over
+# their size bound (a Hugging Face config.json, tokenizer encode's input),
 # tessera-job's sweeps and the health checker's thresholds. Each case is one row of a table:
 # what, the expected exit, the message (a fixed string, grep -F), the command.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 55
+tap_plan 57
 
 make_synth "$TMP/data" 512 20000
 "$TOOL" synth --out "$TMP/short" --vocab 512 --tokens 20 --seed 1 >/dev/null
@@ -255,6 +256,18 @@ hf_refused "a safetensors tensor of 9 dimensions" "is not an array of at most 8 
 printf '\x00\xc2\xeb\x0b\x00\x00\x00\x00{}' >"$TMP/hf/model.safetensors"
 hf_refused "a safetensors header above 100 MB" "above the 100 MB limit" \
     "{$hfllama, \"num_hidden_layers\": 2, \"hidden_act\": \"silu\"}"
+
+# ---- files over their size bound (sparse: refused by their size before a byte is read) ----
+mkdir -p "$TMP/hfbig"
+truncate -s $((4 * 1024 * 1024 + 1)) "$TMP/hfbig/config.json"
+refused "ckpt import of a config.json of 4 MiB + 1" 2 \
+    "config.json: 4194305 bytes, larger than 4194304 bytes, the most this file may hold" \
+    "$TOOL" ckpt import "$TMP/hfbig" "$TMP/run"
+truncate -s $((1024 * 1024 * 1024 + 1)) "$TMP/big.txt"
+refused "tokenizer encode of a file of 1 GiB + 1" 2 \
+    "big.txt: 1073741825 bytes, larger than 1073741824 bytes, the most this file may hold" \
+    "$TOOL" tokenizer encode "$TMP/big.txt"
+rm -f "$TMP/big.txt"
 
 # ---- tessera-job sweeps ----
 J=$TSR_ROOT/jobs/tessera-job

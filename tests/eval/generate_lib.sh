@@ -1,5 +1,9 @@
-# generate_lib.sh — sourced by tests/eval/test_generate*.sh (after tests/lib.sh, with TMP, GEN and
-# PROMPT set): the KV cache against the no-cache reference.
+# generate_lib.sh — sourced by tests/eval/test_generate*.sh and the training tests that generate
+# from their checkpoints (after tests/lib.sh, with TMP set): the KV cache against the no-cache
+# reference. GEN (the command) and PROMPT (the ids) default to tessera generate on one thread and
+# 20 ids below 511; a test that wants others sets them before or after sourcing this.
+[[ -v GEN ]] || GEN=("$TOOL" generate --set threads=1)
+PROMPT=${PROMPT:-"5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"}
 
 # greedy MODEL NAME [ARGS]: ids of a greedy completion of PROMPT by the model in $TMP/MODEL, with
 # the cache ($TMP/NAME.c, probabilities in NAME.c.probs) and without it ($TMP/NAME.n, NAME.n.probs)

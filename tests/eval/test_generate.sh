@@ -27,9 +27,7 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 19
 source "$(dirname "$0")/generate_lib.sh"
-GEN=("$TOOL" generate --set threads=1)
 PY=/usr/bin/python3
-PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21" # 20 ids < 511
 
 # ---- fixtures: three models, one rank, a batch of 4 sequences, 60-80 steps each ----
 make_synth "$TMP/data" 512 400000

@@ -15,8 +15,6 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 7
 source "$(dirname "$0")/generate_lib.sh"
-GEN=("$TOOL" generate --set threads=1)
-PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21" # 20 ids < 511
 
 make_synth "$TMP/data" 512 200000
 # watchdog.window=0: no straggler exit (86) on a loaded machine (tests/lib.sh, tiny_args)

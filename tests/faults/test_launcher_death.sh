@@ -12,10 +12,8 @@ source "$(dirname "$0")/../lib.sh"
 command -v mpirun >/dev/null || { echo "1..0 # SKIP no mpirun"; exit 77; }
 tsr_tmpdir
 tap_plan 4
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
-       --set save_interval=5ba --set keep_last=1000 --set max_duration=1000000ba --set log_interval=1000)
+synth_tiny_args 1 4 2 --set save_interval=5ba --set keep_last=1000 --set max_duration=1000000ba \
+    --set log_interval=1000
 ranks=()
 cleanup() { for p in "${ranks[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$TMP"; }
 trap cleanup EXIT

@@ -16,10 +16,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 12
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=4 --set micro_batch=2
-       --set save_interval=2ba --set run_dir="$TMP/run")
+synth_tiny_args 2 4 2 --set save_interval=2ba --set run_dir="$TMP/run"
 "$TRAIN" "${args[@]}" --set max_duration=4ba >"$TMP/first.txt" 2>&1 || { cat "$TMP/first.txt"; exit 1; }
 # every file under run_dir: path, size, mtime (ns) and SHA-256
 snapshot() { (cd "$TMP/run" && find . -type f -printf '%p %s %T@\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum); }

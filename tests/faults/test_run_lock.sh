@@ -23,10 +23,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 16
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=4
-       --set save_interval=2ba --set run_dir="$TMP/run")
+synth_tiny_args 1 4 4 --set save_interval=2ba --set run_dir="$TMP/run"
 LOCK=$TMP/run/tessera.lock
 HOST=$(hostname)
 snapshot() { (cd "$1" && find . -type f -printf '%p %s %T@\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum); }

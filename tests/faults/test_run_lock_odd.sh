@@ -10,10 +10,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 6
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=4
-       --set save_interval=0ba --set max_duration=1ba --set run_dir="$TMP/run")
+synth_tiny_args 1 4 4 --set save_interval=0ba --set max_duration=1ba --set run_dir="$TMP/run"
 mkdir -p "$TMP/run"
 LOCK=$TMP/run/tessera.lock
 # odd KIND WANT: the trainer on a run_dir whose lock name is KIND (made by the caller): exit 2 within

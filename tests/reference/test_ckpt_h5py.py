@@ -49,11 +49,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def skip(reason):
-    print(f"1..0 # SKIP {reason}")
-    sys.exit(77)
-
+from ref_env import MPIRUN, ROOT, TESSERA, TRAIN, REF_DUMP, need_programs, skip
 
 try:
     import numpy as np
@@ -61,18 +57,8 @@ try:
 except ImportError as e:  # Debian: apt-get install python3-h5py python3-numpy
     skip(f"cannot import {e.name} ({e}); this test needs h5py and numpy")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.environ.get("TSR_ROOT") or os.path.dirname(os.path.dirname(HERE))
-BUILD = os.environ.get("BUILD", "build")
-BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
-TRAIN = os.path.join(BUILD, "tessera-train")
-TESSERA = os.path.join(BUILD, "tessera")
-REF_DUMP = os.path.join(BUILD, "tests", "ref_dump")
-MPIRUN = ["bash", os.path.join(ROOT, "tests", "mpi_env.sh"), "mpirun"]
 BASE_CFG = os.path.join(ROOT, "configs", "tiny.cfg")
-for exe in (TRAIN, TESSERA, REF_DUMP):
-    if not os.access(exe, os.X_OK):
-        skip(f"{exe} is missing (run make first)")
+need_programs(TRAIN, TESSERA, REF_DUMP)
 
 # ---- tolerances --------------------------------------------------------------------------------
 # One AdamW step recomputed in float64 from the same float32 gradient: the trainer rounds each of

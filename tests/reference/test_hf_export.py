@@ -32,11 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def skip(reason):
-    print(f"1..0 # SKIP {reason}")
-    sys.exit(77)
-
+from ref_env import HERE, MPIRUN, ROOT, BUILD, TESSERA, TRAIN, need_programs, skip
 
 try:
     import numpy as np
@@ -46,14 +42,8 @@ try:
 except ImportError as e:  # Debian: apt-get install python3-torch python3-h5py
     skip(f"cannot import {e.name} ({e}); this test needs torch, h5py and numpy")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.environ.get("TSR_ROOT") or os.path.dirname(os.path.dirname(HERE))
-BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
-TESSERA, TRAIN = os.path.join(BUILD, "tessera"), os.path.join(BUILD, "tessera-train")
-MPIRUN = ["bash", os.path.join(ROOT, "tests", "mpi_env.sh"), "mpirun", "-np", "2"]
-for exe in (TESSERA, TRAIN):
-    if not os.access(exe, os.X_OK):
-        skip(f"{exe} is missing (run make first)")
+MPIRUN = MPIRUN + ["-np", "2"]
+need_programs(TESSERA, TRAIN)
 DATA_DIR = os.environ.get("TSR_DATA_DIR") or os.path.join(ROOT, "data", "npm")
 BPE = os.path.join(DATA_DIR, "gpt2")
 HAS_BPE = all(os.path.exists(os.path.join(BPE, f)) for f in ("encoder.json", "vocab.bpe"))

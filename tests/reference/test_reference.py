@@ -47,11 +47,7 @@ import tempfile
 import traceback
 import types
 
-
-def skip(reason):
-    print(f"1..0 # SKIP {reason}")
-    sys.exit(77)
-
+from ref_env import HERE, ROOT, BUILD, TESSERA, REF_DUMP, need_programs, skip
 
 try:
     import numpy as np
@@ -61,19 +57,12 @@ try:
 except ImportError as e:  # Debian: apt-get install python3-torch python3-h5py
     skip(f"cannot import {e.name} ({e}); the reference test needs torch, h5py and numpy")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.environ.get("TSR_ROOT") or os.path.dirname(os.path.dirname(HERE))
-BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
-REF_DUMP = os.path.join(BUILD, "tests", "ref_dump")
 RING_DUMP = os.path.join(BUILD, "tests", "ring_dump")
-TESSERA = os.path.join(BUILD, "tessera")
 # TSR_RUN_WRAPPER: a command the two binaries run under, e.g. qemu-aarch64 for the aarch64 cross
 # build (tests/install/test_aarch64.sh: this test's CPU side on another architecture)
 WRAP = os.environ.get("TSR_RUN_WRAPPER", "").split()
 # (ring_dump, an MPI program, is not in that NO_MPI cross build: its cases are not run there)
-for exe in (REF_DUMP, TESSERA) + (() if WRAP else (RING_DUMP,)):
-    if not os.access(exe, os.X_OK):
-        skip(f"{exe} is missing (run make first)")
+need_programs(REF_DUMP, TESSERA, *(() if WRAP else (RING_DUMP,)))
 
 sys.path.insert(0, HERE)
 import torch_gpt  # noqa: E402

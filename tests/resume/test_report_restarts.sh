@@ -9,10 +9,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 3
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=4
-       --set save_interval=4ba --set run_dir="$TMP/run")
+synth_tiny_args 1 4 4 --set save_interval=4ba --set run_dir="$TMP/run"
 "$TRAIN" "${args[@]}" --set max_duration=4ba >/dev/null 2>&1 && "$TRAIN" "${args[@]}" --set max_duration=8ba >/dev/null 2>&1 ||
     { echo "Bail out! training failed"; exit 1; }
 "$TOOL" report "$TMP/run" >"$TMP/rep.txt" 2>&1

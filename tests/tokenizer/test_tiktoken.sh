@@ -22,12 +22,7 @@ source "$(dirname "$0")/hf_texts.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 TT=$NPM_DIR/tiktoken BROWN=$NPM_DIR/brown
 REF=$TSR_ROOT/tests/tokenizer/ref_tiktoken_encode.js
-command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
-for f in "$TT"/lite/tiktoken.cjs "$TT"/lite/tiktoken_bg.wasm "$TT"/encoders/o200k_base.json; do
-    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure (npm tiktoken@1.0.22)"; exit 77; }
-done
-compgen -G "$BROWN/c[a-r][0-9][0-9]" >/dev/null || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
-[[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
+hf_needs "(npm tiktoken@1.0.22)" "$TT"/lite/tiktoken{.cjs,_bg.wasm} "$TT"/encoders/o200k_base.json
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
 tsr_tmpdir
 tap_plan 20
@@ -162,9 +157,8 @@ rt=("${mb[@]:0:5}" "$TMP/own_k/han" "$TMP/own_k/engine" "$TMP/own_k/specials" "$
 sep_text "$TMP/sep.txt"
 enc "$K" "${rt[@]}" >"$TMP/rt.ids"
 decode_lines "$TMP/rt.ids" "$TMP/rt" "$K" "${rt[@]}"
-rt_ok=0
-for f in "${rt[@]}"; do cmp -s "$TMP/rt/${f##*/}" "$f" || { tap_diag "round trip differs: $f"; rt_ok=1; }; done
-tap_check $rt_ok "Kimi: decode(encode(x)) == x (5 Brown files, Han, engine cases, specials, 1 MB large, emoji, whitespace)"
+round_trips "" "$TMP/rt" "${rt[@]}"
+tap_check $? "Kimi: decode(encode(x)) == x (5 Brown files, Han, engine cases, specials, 1 MB large, emoji, whitespace)"
 
 # the same tokenizer by its tiktoken.model, and with CRLF line ends
 mkdir -p "$TMP/crlf"

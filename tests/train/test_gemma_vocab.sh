@@ -17,7 +17,8 @@
 #    refused (exit 1) naming both ids and tokens, before the run directory is made;
 #  - ckpt export --format hf of the run carries the V + 1 tokenizer (byte copy), saying which id
 #    is beyond the rows (it stopped with exit 1); a tokenizer whose extra id is an ordinary token
-#    is still refused (exit 1);
+#    is still refused (exit 1); a generation_config.json beside it over its 1 MiB is refused
+#    (exit 2) before a file is written;
 #  - with Gemma 3's own files (data/npm/chat/gemma3, an IT config), prep's document end is
 #    configs/gemma3-1b.cfg's eot_token.
 # Skips (77) without torch (the fixture's weights).
@@ -25,7 +26,7 @@ source "$(dirname "$0")/../lib.sh"
 for x in "$TOOL" "$TRAIN"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 "$PY3" -c 'import torch, numpy' 2>/dev/null || { echo "torch/numpy missing: the fixture needs them"; exit 77; }
 tsr_tmpdir
-tap_plan 16
+tap_plan 17
 G=$TMP/g/model
 "$PY3" "$TSR_ROOT/tests/train/gemma_vocab_fixture.py" "$TMP/g" >/dev/null &&
     "$PY3" "$TSR_ROOT/tests/train/gemma_vocab_fixture.py" "$TMP/o" --ordinary >/dev/null ||
@@ -141,6 +142,13 @@ rc=$?
 ((rc == 1)) && [[ ! -e $TMP/hf-o ]] &&
     grep -q "has 321 tokens, the model's vocabulary only 320 (model.vocab_size), and its id 320 ('zz') is an ordinary token" "$TMP/expo.log"
 tap_check $? "a tokenizer whose id 320 is an ordinary token is still refused (exit $rc), nothing written"
+mkdir -p "$TMP/gbig" && cp "$G/tokenizer.json" "$TMP/gbig/" && # its generation_config.json: 1 MiB + 1
+    truncate -s $((1024 * 1024 + 1)) "$TMP/gbig/generation_config.json"
+"$TOOL" ckpt export --format hf --tokenizer "$TMP/gbig/tokenizer.json" "$TMP/run-ok/latest" "$TMP/hf-big" >"$TMP/expbig.log" 2>&1
+rc=$?
+((rc == 2)) && [[ ! -e $TMP/hf-big ]] &&
+    grep -qF "generation_config.json: 1048577 bytes, larger than 1048576 bytes, the most this file may hold" "$TMP/expbig.log"
+tap_check $? "a generation_config.json of 1 MiB + 1 beside the tokenizer: refused (exit $rc) before anything is written"
 "$TOOL" ckpt import "$TMP/hf" "$TMP/back.h5" >/dev/null 2>&1
 tap_check $? "the export imports back (tessera ckpt import)"
 

@@ -21,21 +21,15 @@
 #    generate from it likewise: KV cache == no cache.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-GEN=("$TOOL" generate --set threads=1)
-PROMPT="5 17 3 250 99 12 7 300 41 8 2 66 19 101 3 77 45 9 13 21"
 source "$(dirname "$0")/../eval/generate_lib.sh"
 tap_plan 9
-make_synth "$TMP/data" 512 60000
-tiny_llama_args "$TMP/data/train"
-args+=(--set model.n_head=4 --set model.n_kv_head=2 --set max_duration=6ba --set save_interval=6ba --set watchdog.window=0)
+tiny_gqa_args 6
 sw=(--set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
     --set model.mlp=geglu_tanh)
 run() { local dir=$1 np=$2; shift 2; "${MPIRUN[@]}" -np "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
 
 run D 2 "${sw[@]}" && run Z 2 "${sw[@]}" --set parallel.sharding=zero3
-rc=$?
-tap_diag "zero3 vs ddp: $(metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6)"
-((rc == 0)) && metrics_close "$TMP/D/metrics.jsonl" "$TMP/Z/metrics.jsonl" 1 1e-6 1e-6 >/dev/null
+runs_close $? "zero3 vs ddp" D Z 1e-6 1e-6
 tap_check $? "sandwich norms, the embedding scale, GeGLU: ddp and zero3 on 2 ranks train 6 steps and agree within 1e-6"
 
 "$PY3" - "$TMP/D/step-00000006.h5" <<'PY' && "$TOOL" ckpt verify "$TMP/D/step-00000006.h5" >"$TMP/verify.txt" 2>&1

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tap.h"
+#include "xorshift.h"
 
 static const double FD_H = 1e-5;
 
@@ -20,10 +21,7 @@ static const double FD_H = 1e-5;
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
 static inline double urand(void) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
+    return (double)(xorshift64s(&rng) >> 11) * 0x1.0p-53;
 }
 
 static inline void *xcalloc(size_t n, size_t size) {

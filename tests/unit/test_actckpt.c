@@ -28,10 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_table.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
+#include "xorshift.h"
 
 enum { L = 3, T = 16, V = 50, C = 32, NH = 4, F = 4 * C, EOT = V - 1, BMAX = 2 };
 enum { N_VARIANTS = 6, N_MODES = 3, N_RANGES = 4, HS_ROPE = 6, KVH_ROPE = 2, F_ROPE = 40 };
@@ -40,10 +41,7 @@ enum { N_VARIANTS = 6, N_MODES = 3, N_RANGES = 4, HS_ROPE = 6, KVH_ROPE = 2, F_R
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* xorshift64*: the test needs nothing external */
 static uint32_t urand_below(uint32_t n) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)(((rng * 0x2545f4914f6cdd1dull) >> 32) % n);
+    return (uint32_t)((xorshift64s(&rng) >> 32) % n);
 }
 
 /* the op table with allocators that count the bytes asked for (the memory plan's unit) */
@@ -60,26 +58,16 @@ static tsr_ops counting_ops;
 
 static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask, tsr_actckpt_kind mode,
                              int layers, const char *range) {
-    tsr_config defaults;
-    cfgtab_defaults(&defaults); /* the keys a test does not set keep their documented defaults */
-    tsr_model_config c = defaults.model;
-    c.n_layer = L;
-    c.d_model = C;
-    c.n_head = NH;
-    c.vocab_size = V;
-    c.vocab_multiple = 16;
-    c.pos = pos;
+    tsr_model_config c = tiny_model(L, C, NH, V, 16);
     if (pos == TSR_POS_ROPE) { /* the Llama/Qwen blocks, all at once */
-        c.norm = TSR_NORM_RMSNORM;
+        c = tiny_llama(c);
         c.norm_eps = 1e-6;
-        c.mlp = TSR_MLP_SWIGLU;
         c.intermediate_size = F_ROPE;
         c.n_kv_head = KVH_ROPE;
         c.head_dim = HS_ROPE;
-        c.qk_norm = 1;
         c.qkv_bias = 1;
-        c.tie_embeddings = 0;
     }
+    c.pos = pos;
     c.bias = pos == TSR_POS_LEARNED;
     c.gelu = pos == TSR_POS_LEARNED ? TSR_GELU_TANH : TSR_GELU_EXACT;
     c.expansion_ratio = 4;

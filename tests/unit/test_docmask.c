@@ -33,10 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_table.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
+#include "xorshift.h"
 
 #define NCHECKS 23
 
@@ -45,10 +46,7 @@ static const int LEN[NEX] = {9, 15, 8}; /* the first two end with EOT; sum = T *
 
 static uint64_t rng = 0x2545f4914f6cdd1dull; /* xorshift64*: the test needs nothing external */
 static uint32_t urand_below(uint32_t n) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)(((rng * 0x2545f4914f6cdd1dull) >> 32) % n);
+    return (uint32_t)((xorshift64s(&rng) >> 32) % n);
 }
 
 static void *xcalloc(size_t n, size_t size) {
@@ -61,25 +59,13 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 static tsr_model_config tiny(tsr_pos_kind pos, tsr_attn_mask_kind mask) {
-    tsr_config defaults;
-    cfgtab_defaults(&defaults); /* the keys a test does not set keep their documented defaults */
-    tsr_model_config c = defaults.model;
-    c.n_layer = 2;
-    c.d_model = 32;
-    c.n_head = 4;
-    c.vocab_size = V;
-    c.vocab_multiple = 16;
-    c.pos = pos;
+    tsr_model_config c = tiny_model(2, 32, 4, V, 16);
     if (pos == TSR_POS_ROPE) { /* RoPE positions restart per document, in training and decoding */
-        c.norm = TSR_NORM_RMSNORM;
-        c.mlp = TSR_MLP_SWIGLU;
-        c.intermediate_size = 48;
-        c.n_kv_head = 2;
-        c.qk_norm = 1;
+        c = tiny_llama(c);
         c.qkv_bias = 1;
-        c.tie_embeddings = 0;
         c.rope_theta = 100; /* fast turns over 32 positions: a wrong position shows */
     }
+    c.pos = pos;
     c.bias = pos == TSR_POS_LEARNED; /* GPT-2 style, or MPT style: no biases, exact GELU */
     c.gelu = pos == TSR_POS_LEARNED ? TSR_GELU_TANH : TSR_GELU_EXACT;
     c.expansion_ratio = 4;

@@ -23,34 +23,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_table.h"
 #include "model/decoder.h"
 #include "generate/gen_batch.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
+#include "xorshift.h"
 
 enum { T = 48, V = 60, EOT = V - 1, NP = 8, MAXNEW = 20 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t urand_below(uint32_t n) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)(((rng * 0x2545f4914f6cdd1dull) >> 32) % n);
+    return (uint32_t)((xorshift64s(&rng) >> 32) % n);
 }
 
 static tsr_model_config tiny(tsr_pos_kind pos) {
-    tsr_config defaults;
-    cfgtab_defaults(&defaults);
-    tsr_model_config c = defaults.model;
-    c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.vocab_size = V, c.vocab_multiple = 16;
-    c.pos = pos;
+    tsr_model_config c = tiny_model(2, 32, 4, V, 16);
     if (pos == TSR_POS_ROPE) {
-        c.norm = TSR_NORM_RMSNORM, c.mlp = TSR_MLP_SWIGLU, c.intermediate_size = 48;
-        c.n_kv_head = 2, c.qk_norm = 1, c.qkv_bias = 1, c.tie_embeddings = 0, c.rope_theta = 100;
-        c.attn_mask = TSR_MASK_DOCUMENT;
+        c = tiny_llama(c);
+        c.qkv_bias = 1, c.rope_theta = 100, c.attn_mask = TSR_MASK_DOCUMENT;
     }
+    c.pos = pos;
     c.bias = pos == TSR_POS_LEARNED;
     c.gelu = pos == TSR_POS_LEARNED ? TSR_GELU_TANH : TSR_GELU_EXACT;
     c.init_std = 0.3; /* peaked distributions: greedy has no near-ties */

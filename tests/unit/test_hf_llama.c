@@ -43,15 +43,13 @@
 #include "ops.h"
 #include "tap.h"
 #include "testfs.h"
+#include "xorshift.h"
 
 enum { N_VARIANTS = 6, CHECKS_PER_VARIANT = 5, N_MOE = 2, N_REFUSALS = 12, N_OPTS = 5, SEQ = 32 };
 
 static uint64_t rng = 0x243f6a8885a308d3ull; /* xorshift64* */
 static float urand(void) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (float)((double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0 - 0.5);
+    return (float)((double)(xorshift64s(&rng) >> 11) / 9007199254740992.0 - 0.5);
 }
 
 typedef struct variant {

@@ -20,40 +20,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/config_table.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
 
 enum { T = 48, V = 40, EOT = V - 1, P = 12, GEN = 24 };
 
 static tsr_model_config hybrid(void) {
-    tsr_config defaults;
-    cfgtab_defaults(&defaults);
-    tsr_model_config c = defaults.model;
-    c.n_layer = 4;
-    c.d_model = 24;
-    c.n_head = 4;
-    c.n_kv_head = 2;
-    c.vocab_size = V;
-    c.vocab_multiple = 8;
-    c.pos = TSR_POS_ROPE;
-    c.norm = TSR_NORM_RMSNORM;
-    c.mlp = TSR_MLP_SWIGLU;
+    tsr_model_config c = tiny_linear_layers(tiny_llama(tiny_model(4, 24, 4, V, 8)),
+                                            "linear_attention,linear_attention,full_attention,linear_attention");
     c.intermediate_size = 40;
-    c.qk_norm = 1;
-    c.bias = 0;
-    c.tie_embeddings = 0;
     c.init_std = 0.1;
     c.attn_mask = TSR_MASK_DOCUMENT;
     c.eot_token = EOT;
-    snprintf(c.layer_types, sizeof c.layer_types,
-             "linear_attention,linear_attention,full_attention,linear_attention");
-    c.linear_num_key_heads = 2;
-    c.linear_num_value_heads = 4;
-    c.linear_key_head_dim = 8;
-    c.linear_value_head_dim = 6;
-    c.linear_conv_kernel_dim = 4;
     c.attn_output_gate = 1; /* the full layer's output gated, as Qwen3-Next's */
     return c;
 }

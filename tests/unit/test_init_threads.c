@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
 
 static tsr_model_config big_config(int moe) {
     tsr_config defaults;
@@ -70,10 +71,7 @@ static void same_on_threads(int moe) {
 
 /* the flat ranges [lo, hi) of the store of config c drawn alone equal the whole store's slices */
 static void ranges_equal_whole(int moe) {
-    tsr_config defaults;
-    cfgtab_defaults(&defaults);
-    tsr_model_config c = defaults.model;
-    c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.vocab_size = 100, c.vocab_multiple = 64;
+    tsr_model_config c = tiny_model(2, 32, 4, 100, 64);
     c.max_seq_len = 16;
     if (moe) {
         c.norm = TSR_NORM_RMSNORM, c.mlp = TSR_MLP_SWIGLU, c.pos = TSR_POS_ROPE;

@@ -17,12 +17,12 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "config/config_table.h"
 #include "model/decoder.h"
 #include "model/layer_kind.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
 
 static const char *const split_name[TSR_SPLIT_COUNT] = {"replicated", "after_sum", "out", "in",
                                                          "heads", "vocab", "experts"};
@@ -30,28 +30,12 @@ static const char *const init_name[TSR_INIT_COUNT] = {"normal", "residual", "zer
                                                        "own"};
 static const char *const half_name[] = {"root", "block", "mixer", "mlp"};
 
-static tsr_model_config base(void) {
-    tsr_config d;
-    cfgtab_defaults(&d);
-    tsr_model_config c = d.model;
-    c.n_layer = 4, c.d_model = 32, c.n_head = 4, c.vocab_size = 100, c.vocab_multiple = 16;
-    return c;
-}
+static tsr_model_config gpt2(void) { return tiny_model(4, 32, 4, 100, 16); }
 
-static tsr_model_config gpt2(void) { return base(); }
-
-static tsr_model_config llama(void) {
-    tsr_model_config c = base();
-    c.n_kv_head = 2, c.pos = TSR_POS_ROPE, c.norm = TSR_NORM_RMSNORM, c.mlp = TSR_MLP_SWIGLU;
-    c.intermediate_size = 48, c.bias = 0, c.tie_embeddings = 0, c.qk_norm = 1;
-    return c;
-}
+static tsr_model_config llama(void) { return tiny_llama(gpt2()); }
 
 static tsr_model_config hybrid(void) {
-    tsr_model_config c = llama();
-    snprintf(c.layer_types, sizeof c.layer_types, "linear_attention,full_attention");
-    c.linear_num_key_heads = 2, c.linear_num_value_heads = 4;
-    c.linear_key_head_dim = 8, c.linear_value_head_dim = 6, c.linear_conv_kernel_dim = 4;
+    tsr_model_config c = tiny_linear_layers(llama(), "linear_attention,full_attention");
     c.attn_output_gate = 1, c.moe_experts = 4, c.moe_top_k = 2, c.moe_every = 2;
     c.moe_intermediate_size = 24, c.moe_shared_size = 16, c.moe_shared_gate = 1;
     c.qk_norm_scope = TSR_QKN_PROJECTION;

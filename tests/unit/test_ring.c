@@ -28,13 +28,13 @@
 #include "model/model_ring.h"
 #include "ops.h"
 #include "tap.h"
+#include "xorshift.h"
 
 enum { B = 2, T = 24, NH = 4, KVH = 2, HS = 8, QKV = (NH + 2 * KVH) * HS, C = NH * HS };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float urand(void) { /* in [-1, 1) */
-    rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
-    return (float)((rng * 0x2545f4914f6cdd1dull) >> 40) / (float)(1 << 23) - 1.0f;
+    return (float)(xorshift64s(&rng) >> 40) / (float)(1 << 23) - 1.0f;
 }
 
 static void check_layout(void) {

@@ -16,34 +16,19 @@
 #include <string.h>
 
 #include "common.h"
-#include "config/config_table.h"
 #include "model/layer_kind.h"
 #include "model/model.h"
 #include "model/model_tp.h"
 #include "ops.h"
 #include "tap.h"
+#include "tiny_models.h"
 
-static tsr_model_config base(void) {
-    tsr_config d;
-    cfgtab_defaults(&d);
-    tsr_model_config c = d.model;
-    c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.vocab_size = 100, c.vocab_multiple = 16;
-    return c;
-}
+static tsr_model_config base(void) { return tiny_model(2, 32, 4, 100, 16); }
 
-static tsr_model_config llama(void) {
-    tsr_model_config c = base();
-    c.n_kv_head = 2, c.pos = TSR_POS_ROPE, c.norm = TSR_NORM_RMSNORM, c.mlp = TSR_MLP_SWIGLU;
-    c.intermediate_size = 48, c.bias = 0, c.tie_embeddings = 0, c.qk_norm = 1;
-    return c;
-}
+static tsr_model_config llama(void) { return tiny_llama(base()); }
 
 static tsr_model_config hybrid(void) {
-    tsr_model_config c = llama();
-    snprintf(c.layer_types, sizeof c.layer_types, "linear_attention,full_attention");
-    c.linear_num_key_heads = 2, c.linear_num_value_heads = 4;
-    c.linear_key_head_dim = 8, c.linear_value_head_dim = 6, c.linear_conv_kernel_dim = 4;
-    return c;
+    return tiny_linear_layers(llama(), "linear_attention,full_attention");
 }
 
 /* each global element of every tensor counted once over the T ranks' runs, and the split

@@ -16,6 +16,11 @@
  *   A FIFO or a directory in place of model.safetensors and of a dataset's shard or index.tsv:
  *   refused at once naming what it is, in a child that an alarm would stop after 20 s (open() of a
  *   FIFO blocked for ever; a directory gave "too short").
+ *   Files one byte over their bound (sparse: refused by their size, never read): config.json
+ *   (HF_CONFIG_MAX), tokenizer.json (HF_TOKJSON_MAX), tokenizer_config.json (CHAT_CONFIG_MAX),
+ *   generation_config.json (GEN_CONFIG_MAX), encoder.json and vocab.bpe (GPT2_FILE_MAX): exit 2
+ *   naming the file, its size and the bound (they were read whole, however large); a file at its
+ *   bound is read; fs_read_all with no bound stops with exit 3 (0 meant unbounded).
  */
 #include <errno.h>
 #include <math.h>
@@ -29,8 +34,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "chat/chat_config.h"
+#include "chat/gen_chat.h"
 #include "common.h"
 #include "config/config_table.h"
+#include "fsutil.h"
 #include "data/data.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
@@ -39,6 +47,8 @@
 #include "ops.h"
 #include "tap.h"
 #include "testfs.h"
+#include "tokenizer/hf_tok.h"
+#include "tokenizer/tokenizer.h"
 
 static char g_tmp[256];
 
@@ -374,15 +384,135 @@ static void fifo_checks(void) {
     tap_ok(not_a_file(dataset_open_dir, data, "a FIFO"), "a FIFO as a dataset's index.tsv: refused at once");
 }
 
+/* ---- sizes: each reader's bound ---- */
+
+/* dir/name: a sparse file of `bytes` bytes (no disk used: the readers refuse it by its size) */
+static const char *sparse(const char *dir, const char *name, size_t bytes) {
+    static char path[512];
+    pjoin(path, dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0 || close(fd) != 0) {
+        fprintf(stderr, "test_untrusted_files: cannot make %s\n", path);
+        exit(1);
+    }
+    return path;
+}
+
+/* msg names path, its size bound + 1 and the bound */
+static int over(int rc, int want_rc, const char *msg, const char *path, size_t bound) {
+    char want[640];
+    snprintf(want, sizeof want, "%s: %zu bytes, larger than %zu bytes, the most this file may hold",
+             path, bound + 1, bound);
+    return expect(rc, msg, want_rc, want, NULL);
+}
+
+static int size_config(size_t bytes, const char **msg) {
+    tsr_model m;
+    static tsr_config cfg;
+    tiny_model(&m, &cfg);
+    hf_config hc;
+    const char *path = sparse(g_tmp, "config.json", bytes);
+    cap_begin();
+    int rc = hf_config_check(path, &m, 1, &hc);
+    *msg = cap_end();
+    model_free(&m);
+    return rc;
+}
+
+static int size_tokjson(size_t bytes, const char **msg) {
+    hf_tok *t = NULL;
+    const char *path = sparse(g_tmp, "tokenizer.json", bytes);
+    cap_begin();
+    int rc = hf_tok_load(&t, path);
+    *msg = cap_end();
+    if (t) hf_tok_free(t);
+    return rc;
+}
+
+static int size_chat_config(size_t bytes, const char **msg) {
+    chat_config cc;
+    jinja_error e;
+    const char *path = sparse(g_tmp, "tokenizer_config.json", bytes);
+    cap_begin();
+    int rc = chat_config_load(path, &cc, &e);
+    *msg = cap_end();
+    if (rc == JINJA_OK) chat_config_free(&cc);
+    return rc == JINJA_ECONTEXT ? TSR_EXIT_DATA : rc;
+}
+
+static int size_gen_config(size_t bytes, const char **msg) {
+    gen_chat *gc = tsr_calloc(1, sizeof *gc);
+    pjoin(gc->path, g_tmp, "tokenizer_config.json");
+    sparse(g_tmp, "generation_config.json", bytes);
+    int64_t ids[4];
+    int n = 0;
+    cap_begin();
+    int rc = gen_chat_generation_eos(gc, ids, 4, &n);
+    *msg = cap_end();
+    free(gc);
+    return rc;
+}
+
+/* encoder.json over its bound, or (vocab = 1) a small encoder.json and vocab.bpe over it */
+static int size_gpt2(size_t bytes, int vocab, const char **msg) {
+    char enc[512], bpe[512];
+    snprintf(enc, sizeof enc, "%s", vocab ? g_tmp : sparse(g_tmp, "encoder.json", bytes));
+    if (vocab) pjoin(enc, g_tmp, "encoder.json"), write_text(enc, "{\"a\": 0}");
+    snprintf(bpe, sizeof bpe, "%s", vocab ? sparse(g_tmp, "vocab.bpe", bytes) : g_tmp);
+    if (!vocab) pjoin(bpe, g_tmp, "vocab.bpe"), write_text(bpe, "#version: 0.2\n");
+    tsr_tokenizer *t = NULL;
+    cap_begin();
+    int rc = tokenizer_load_gpt2(&t, enc, bpe);
+    *msg = cap_end();
+    if (t) tokenizer_free(t);
+    return rc;
+}
+
+static int read_unbounded(void *path) {
+    char *text;
+    size_t n;
+    return fs_read_all(path, 0, &text, &n);
+}
+
+static void size_checks(void) {
+    const char *msg;
+    char path[512];
+    int rc = size_config(HF_CONFIG_MAX + 1, &msg);
+    pjoin(path, g_tmp, "config.json");
+    tap_ok(over(rc, TSR_EXIT_DATA, msg, path, HF_CONFIG_MAX), "config.json of 4 MiB + 1: exit 2, its size and the bound said");
+    rc = size_config(HF_CONFIG_MAX, &msg); /* read: not JSON (zeros) */
+    tap_ok(rc == TSR_EXIT_DATA && strstr(msg, "not valid JSON"), "config.json of 4 MiB: read (then not JSON)");
+    rc = size_tokjson(HF_TOKJSON_MAX + 1, &msg);
+    pjoin(path, g_tmp, "tokenizer.json");
+    tap_ok(over(rc, TSR_EXIT_DATA, msg, path, HF_TOKJSON_MAX), "tokenizer.json of 256 MiB + 1: exit 2, its size and the bound said");
+    rc = size_chat_config((size_t)CHAT_CONFIG_MAX + 1, &msg);
+    pjoin(path, g_tmp, "tokenizer_config.json");
+    tap_ok(over(rc, TSR_EXIT_DATA, msg, path, CHAT_CONFIG_MAX), "tokenizer_config.json of 64 MiB + 1: refused, its size and the bound said");
+    rc = size_gen_config((size_t)GEN_CONFIG_MAX + 1, &msg);
+    pjoin(path, g_tmp, "generation_config.json");
+    tap_ok(over(rc, TSR_EXIT_DATA, msg, path, GEN_CONFIG_MAX), "generation_config.json of 1 MiB + 1: exit 2, its size and the bound said");
+    rc = size_gpt2(GPT2_FILE_MAX + 1, 0, &msg);
+    pjoin(path, g_tmp, "encoder.json");
+    tap_ok(over(rc, TSR_EXIT_DATA, msg, path, GPT2_FILE_MAX), "encoder.json of 64 MiB + 1: exit 2, its size and the bound said");
+    rc = size_gpt2(GPT2_FILE_MAX + 1, 1, &msg);
+    pjoin(path, g_tmp, "vocab.bpe");
+    tap_ok(over(rc, TSR_EXIT_DATA, msg, path, GPT2_FILE_MAX), "vocab.bpe of 64 MiB + 1: exit 2, its size and the bound said");
+    cap_begin();
+    rc = bounded(read_unbounded, path, 10, 20);
+    msg = cap_end();
+    tap_ok(rc == TSR_EXIT_INTERNAL && strstr(msg, "read with no bound on its size"), "fs_read_all with no bound: exit 3 (rc %d)", rc);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/test_untrusted_files.XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
     cap_set_dir(g_tmp);
-    tap_plan(10 + 3 + 1 + 4);
+    tap_plan(10 + 3 + 1 + 4 + 8);
     peft_checks();
     config_checks();
     index_checks();
     fifo_checks();
+    size_checks();
     rm_rf(g_tmp);
     return tap_done();
 }
