@@ -146,6 +146,14 @@ counted() {
     n=$(sed -nE "s/^$1: ([0-9]+) bytes sent.*/\1/p" "$TMP/$2.$3.txt")
     echo "${n:-0}"
 }
+# measure MODE WHAT: runs MODE for S1 and S2 steps; into m: MODE, each run's loopback bytes, the
+# trainer's count of WHAT in each (counted), S1, S2 and W (the ep and cp formulas' first arguments)
+measure() {
+    local a b
+    a=$(bytes "$1" "$S1")
+    b=$(bytes "$1" "$S2")
+    m=("$1" "$a" "$b" "$(counted "$2" "$1" "$S1")" "$(counted "$2" "$1" "$S2")" "$S1" "$S2" "$W")
+}
 idle0=$(lo_tx); sleep 2; idle=$(($(lo_tx) - idle0))
 if ((${#dense_modes[@]})); then
 # P: the parameters (vocabulary 512 is a multiple of 128: no padded rows, so the flat buffer's
@@ -192,11 +200,8 @@ echo "# loopback traffic while idle: $idle bytes in 2 s"
 echo "| mode | measured bytes/step/rank | dense all-reduce | expert all-reduce | exchange: trainer's count | exchange: uniform routing | formula | measured / formula |"
 echo "|---|---|---|---|---|---|---|---|"
 for mode in "${ep_modes[@]}"; do
-    a=$(bytes "$mode" "$S1")
-    b=$(bytes "$mode" "$S2")
-    python3 - "$mode" "$a" "$b" "$(counted "expert exchange" "$mode" "$S1")" \
-        "$(counted "expert exchange" "$mode" "$S2")" \
-        "$S1" "$S2" "$W" "$PM" "$PX" "$LAYERS" "$E" "$K" "$FE" "$DMODEL" "$MB" <<'PY'
+    measure "$mode" "expert exchange"
+    python3 - "${m[@]}" "$PM" "$PX" "$LAYERS" "$E" "$K" "$FE" "$DMODEL" "$MB" <<'PY'
 import sys
 mode = sys.argv[1]
 a, b, xa, xb = map(int, sys.argv[2:6])
@@ -222,11 +227,8 @@ echo "# loopback traffic while idle: $idle bytes in 2 s"
 echo "| mode | measured bytes/step/rank | gradient all-reduce | ring: formula | ring: trainer's count | formula | measured / formula |"
 echo "|---|---|---|---|---|---|---|"
 for mode in "${cp_modes[@]}"; do
-    a=$(bytes "$mode" "$S1")
-    b=$(bytes "$mode" "$S2")
-    python3 - "$mode" "$a" "$b" "$(counted "context ring" "$mode" "$S1")" \
-        "$(counted "context ring" "$mode" "$S2")" \
-        "$S1" "$S2" "$W" "$PC" "$LAYERS" "$DMODEL" "$CP_T" <<'PY'
+    measure "$mode" "context ring"
+    python3 - "${m[@]}" "$PC" "$LAYERS" "$DMODEL" "$CP_T" <<'PY'
 import sys
 mode = sys.argv[1]
 a, b, ra, rb = map(int, sys.argv[2:6])

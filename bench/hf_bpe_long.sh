@@ -9,12 +9,7 @@
 #
 #   bash bench/hf_bpe_long.sh        (after make and ./INSTALL --ensure)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${BUILD:-build}
-[[ $BUILD == /* ]] || BUILD=$ROOT/$BUILD
-TESSERA=${TSR_TESSERA:-$BUILD/tessera}
-NPM_DIR=${TSR_DATA_DIR:-$ROOT/data/npm}
-OUT=${BENCH_OUT:-$BUILD/bench}
+source "$(dirname "$0")/tool_paths.sh"
 MODEL=$NPM_DIR/chat/${HF_MODEL:-llama3}
 mkdir -p "$OUT"
 [[ -f $MODEL/tokenizer.json && -f $NPM_DIR/hf-tokenizers/dist/main.js ]] ||

@@ -14,16 +14,12 @@
 # BENCH_OUT=build/bench, BENCH_TOKENIZER (prep's --tokenizer; default GPT-2's; e.g.
 # data/npm/chat/llama2 for a SentencePiece-style one, whose peer is the commit before 38eb6a8).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${BUILD:-build}
-[[ $BUILD == /* ]] || BUILD=$ROOT/$BUILD
-TESSERA=${TSR_TESSERA:-$BUILD/tessera}
+source "$(dirname "$0")/tool_paths.sh"
 PEER=${1:?usage: bench/prep_stream.sh PEER_TESSERA [SIZES_MB...]}
 shift
 SIZES=("${@:-80}")
 (($# > 0)) || SIZES=(80 320)
-NPM_DIR=${TSR_DATA_DIR:-$ROOT/data/npm}
-OUT=${BENCH_OUT:-$BUILD/bench}/prep_stream
+OUT=$OUT/prep_stream
 [[ -x /usr/bin/time ]] || { echo "needs GNU time (/usr/bin/time: apt-get install time)" >&2; exit 1; }
 rm -rf "$OUT"
 mkdir -p "$OUT"

@@ -16,12 +16,7 @@
 # Environment: BUILD=build, TSR_TESSERA (default $BUILD/tessera), TSR_DATA_DIR (default data/npm),
 # BENCH_OUT=build/bench.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${BUILD:-build}
-[[ $BUILD == /* ]] || BUILD=$ROOT/$BUILD
-TESSERA=${TSR_TESSERA:-$BUILD/tessera}
-NPM_DIR=${TSR_DATA_DIR:-$ROOT/data/npm}
-OUT=${BENCH_OUT:-$BUILD/bench}
+source "$(dirname "$0")/tool_paths.sh"
 REF=$ROOT/tests/tokenizer/ref_encode.js
 mkdir -p "$OUT"
 files=("$NPM_DIR"/brown/c[a-r][0-9][0-9])

@@ -123,6 +123,19 @@ def lr_multiplier(s, warmup, total, alpha_f):
     return alpha_f + (1.0 - alpha_f) * 0.5 * (1.0 + math.cos(math.pi * p))
 
 
+def lm_loss(x, head, V, targets, scale):
+    """The LM head's loss as tessera's: logits x head^T (B, T, Vp) cut to the real V, summed cross
+    entropy over the targets (-1: not counted); returns (loss * scale, the summed loss detached)."""
+    import torch.nn.functional as F
+
+    logits = F.linear(x, head)
+    if head.shape[0] != V:
+        logits = logits[..., :V]
+    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1,
+                           reduction="sum")
+    return loss * scale, loss.detach()
+
+
 def build(a):
     import torch
     import torch.nn as nn
@@ -192,12 +205,7 @@ def build(a):
             x = self.wte(idx) + self.wpe(self.pos[: idx.shape[1]])
             for blk in self.h:
                 x = blk(x)
-            logits = F.linear(self.ln_f(x), self.wte.weight)  # tied LM head, (B, T, Vp)
-            if self.Vp != self.V:
-                logits = logits[..., : self.V]
-            loss = F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1),
-                                   ignore_index=-1, reduction="sum")
-            return loss * scale, loss.detach()
+            return lm_loss(self.ln_f(x), self.wte.weight, self.V, targets, scale)  # tied LM head
 
     return GPT()
 

@@ -170,12 +170,7 @@ def build(a, make_ffn=None):
             for blk in self.h:
                 x = blk(x, cos, sin)
             head = self.wte.weight if self.lm_head is None else self.lm_head.weight
-            logits = F.linear(self.norm(x), head)  # (B, T, Vp)
-            if self.Vp != self.V:
-                logits = logits[..., : self.V]
-            loss = F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1),
-                                   ignore_index=-1, reduction="sum")
-            return loss * scale, loss.detach()
+            return torch_gpt.lm_loss(self.norm(x), head, self.V, targets, scale)
 
     return Llama()
 

@@ -26,33 +26,23 @@
 /* Writes "fmt..." into err unless it already holds an earlier failure (hc_gpu_util.c). */
 void gpu_note(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* call (text: its source) returns a status of type T: unless it is ok, "FILE:LINE: text: what(it)"
+ * into err (gpu_note) and goto fail. */
+#define GPU_TRY_STATUS(err, n, T, call, text, ok, what)                                         \
+    do {                                                                                        \
+        T gpu_st_ = (call);                                                                     \
+        if (gpu_st_ != (ok)) {                                                                  \
+            gpu_note((err), (n), "%s:%d: %s: %s", __FILE__, __LINE__, text, what(gpu_st_));     \
+            goto fail;                                                                          \
+        }                                                                                       \
+    } while (0)
 #define GPU_TRY(err, n, call)                                                                   \
-    do {                                                                                        \
-        cudaError_t gpu_e_ = (call);                                                            \
-        if (gpu_e_ != cudaSuccess) {                                                            \
-            gpu_note((err), (n), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
-                     cudaGetErrorString(gpu_e_));                                               \
-            goto fail;                                                                          \
-        }                                                                                       \
-    } while (0)
+    GPU_TRY_STATUS(err, n, cudaError_t, call, #call, cudaSuccess, cudaGetErrorString)
 #define BLAS_TRY(err, n, call)                                                                  \
-    do {                                                                                        \
-        cublasStatus_t gpu_s_ = (call);                                                         \
-        if (gpu_s_ != CUBLAS_STATUS_SUCCESS) {                                                  \
-            gpu_note((err), (n), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
-                     cublasGetStatusString(gpu_s_));                                            \
-            goto fail;                                                                          \
-        }                                                                                       \
-    } while (0)
+    GPU_TRY_STATUS(err, n, cublasStatus_t, call, #call, CUBLAS_STATUS_SUCCESS,                  \
+                   cublasGetStatusString)
 #define NCCL_TRY(err, n, call)                                                                  \
-    do {                                                                                        \
-        ncclResult_t gpu_r_ = (call);                                                           \
-        if (gpu_r_ != ncclSuccess) {                                                            \
-            gpu_note((err), (n), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
-                     ncclGetErrorString(gpu_r_));                                               \
-            goto fail;                                                                          \
-        }                                                                                       \
-    } while (0)
+    GPU_TRY_STATUS(err, n, ncclResult_t, call, #call, ncclSuccess, ncclGetErrorString)
 
 /* ---- hc_gpu_util.c: the helpers (they use nothing else of the library) ---- */
 double gpu_now(void);         /* CLOCK_MONOTONIC, s */

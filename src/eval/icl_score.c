@@ -140,19 +140,11 @@ static void normalize(char *s) {
     *out = '\0';
 }
 
-typedef struct gen_stop_ctx {
-    const tsr_tokenizer *tok;
-    const char *delim;
-} gen_stop_ctx;
-
-/* the completion so far holds the example delimiter (after its first character) */
-static int at_delimiter(void *ctx, const gen_seq *q) {
-    const gen_stop_ctx *c = ctx;
-    size_t len;
-    char *text = tokenizer_decode_text(c->tok, (const uint32_t *)q->ids, (size_t)q->n, &len);
-    const int hit = c->delim[0] && len > 1 && strstr(text + 1, c->delim) != NULL;
-    free(text);
-    return hit;
+/* gen_text_stop's match: the completion so far holds the example delimiter (after its first
+ * character) */
+static int at_delimiter(const void *delim, const char *text, size_t len) {
+    const char *d = delim;
+    return d[0] && len > 1 && strstr(text + 1, d) != NULL;
 }
 
 /* Is completion q (cut at the delimiter) one of example e's answers? */
@@ -193,10 +185,10 @@ static void gen_task(tsr_model *m, icl_suite *s, const icl_task *t, const tsr_di
     }
     const uint32_t eos = tokenizer_eos_id(s->tok, NULL, TOKENIZER_EOS_DOCUMENT);
     const int32_t stop = eos < (uint32_t)m->V ? (int32_t)eos : m->V - 1;
-    gen_stop_ctx sc = {s->tok, t->cfg.example_delimiter};
+    gen_text_stop_ctx sc = {s->tok, at_delimiter, t->cfg.example_delimiter};
     const gen_batch_opts o = {.sampling = {.temperature = 0.0, .top_p = 1.0},
                               .max_new = ICL_GEN_TOKENS, .stop_ids = &stop, .n_stop_ids = 1,
-                              .stop_cb = at_delimiter, .stop_ctx = &sc, .batch = s->B,
+                              .stop_cb = gen_text_stop, .stop_ctx = &sc, .batch = s->B,
                               .cap = maxp + ICL_GEN_TOKENS};
     tsr_decoder dec;
     model_infer_decoder(m, &dec);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "tokenizer/tokenizer.h"
 
 const char *const gen_stop_names[GEN_STOP_COUNT] = {"eos", "stop", "length", "context"};
 
@@ -185,4 +186,13 @@ int64_t gen_batch_run(const tsr_decoder *d, const gen_batch_opts *o, gen_seq *se
     }
     state_free(&g);
     return g.tokens;
+}
+
+int gen_text_stop(void *ctx, const gen_seq *q) {
+    const gen_text_stop_ctx *c = ctx;
+    size_t len;
+    char *text = tokenizer_decode_text(c->tok, (const uint32_t *)q->ids, (size_t)q->n, &len);
+    const int hit = c->match(c->arg, text, len);
+    free(text);
+    return hit;
 }

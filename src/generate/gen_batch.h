@@ -19,6 +19,8 @@
 #include "model/decoder.h"
 #include "generate/gen_sample.h"
 
+struct tsr_tokenizer;
+
 /* Why a completion ended. */
 typedef enum gen_stop {
     GEN_STOP_EOS = 0, /* a stop id (end of text, end of turn): the last token is it */
@@ -57,6 +59,16 @@ typedef struct gen_batch_opts {
     void (*progress)(void *ctx, int64_t done, int64_t tokens);
     void *progress_ctx;
 } gen_batch_opts;
+
+/* A stop_cb on the completion's text: gen_text_stop with a gen_text_stop_ctx as stop_ctx ends a
+ * sequence when match(arg, the text tok decodes its ids to, that text's length) is 1. Called from
+ * several threads: match only reads. */
+typedef struct gen_text_stop_ctx {
+    const struct tsr_tokenizer *tok;
+    int (*match)(const void *arg, const char *text, size_t len);
+    const void *arg;
+} gen_text_stop_ctx;
+int gen_text_stop(void *ctx, const gen_seq *q);
 
 /* The random stream of sample `sample` of prompt `prompt` at step `step`: a hash of the four. */
 uint64_t gen_stream_key(uint64_t seed, uint64_t step, uint64_t prompt, uint64_t sample);

@@ -173,19 +173,10 @@ static const char *first_stop(const gen_prompts_opts *o, const char *text) {
     return best;
 }
 
-typedef struct stop_ctx {
-    const tsr_tokenizer *tok;
-    const gen_prompts_opts *o;
-} stop_ctx;
-
-/* gen_batch's stop callback (called from several threads: it only reads) */
-static int stop_string(void *ctx, const gen_seq *q) {
-    const stop_ctx *c = ctx;
-    char *text;
-    text_of(c->tok, q, 0, &text);
-    const int hit = first_stop(c->o, text) != NULL;
-    free(text);
-    return hit;
+/* gen_text_stop's match: the text holds a stop string of o (gen_prompts_opts) */
+static int stop_string(const void *o, const char *text, size_t len) {
+    (void)len;
+    return first_stop(o, text) != NULL;
 }
 
 /* ---------------------------------------------------------------- progress */
@@ -248,10 +239,10 @@ static void run_chunk(run_state *r, prompt *p, int n) {
                          .key = gen_stream_key(o->smp.seed, 0, pi->index, (uint64_t)(i % S)),
                          .ids = ids + (size_t)i * o->max_new, .logp = lp + (size_t)i * o->max_new};
     }
-    stop_ctx sc = {r->tok, o};
+    gen_text_stop_ctx sc = {r->tok, stop_string, o};
     const gen_batch_opts bo = {.sampling = o->smp, .max_new = o->max_new, .stop_ids = o->stop_ids,
                                .n_stop_ids = o->n_stop_ids,
-                               .stop_cb = o->n_stops && r->tok ? stop_string : NULL,
+                               .stop_cb = o->n_stops && r->tok ? gen_text_stop : NULL,
                                .stop_ctx = &sc, .batch = o->batch, .cap = maxp + o->max_new,
                                .progress = progress, .progress_ctx = r};
     tsr_decoder d;

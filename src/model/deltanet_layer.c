@@ -121,6 +121,18 @@ static int tail_lo(const int32_t *seq, int b, const dn_dims *d) {
     return lo;
 }
 
+/* where row i (< K-1) of sequence b's convolution tail comes from: row T-(K-1)+i of pre, or of
+ * hist below row 0 (NULL without hist), or NULL before the last document's start lo (tail_lo's).
+ * As strchr, const in, not out: the backward's rows are its own to add into. */
+static float *tail_row(const float *pre, const float *hist, int b, int i, int lo, const dn_dims *d) {
+    const size_t cd = dn_cd(d);
+    const int r = d->T - (d->K - 1) + i;
+    const float *row = r < lo ? NULL
+                     : r >= 0 ? pre + ((size_t)b * d->T + r) * cd
+                     : hist ? hist + ((size_t)b * (d->K - 1) + (d->K - 1 + r)) * cd : NULL;
+    return (float *)row;
+}
+
 /* the convolution's inputs of rows T-(K-1) .. T-1 of each sequence (hist's below row 0), zeros
  * before the last document's start: what the next pass's rows continue */
 static void conv_tail(float *tail, const float *pre, const float *hist, const int32_t *seq,
@@ -129,11 +141,8 @@ static void conv_tail(float *tail, const float *pre, const float *hist, const in
     for (int b = 0; b < d->B; b++) {
         const int lo = tail_lo(seq, b, d);
         for (int i = 0; i < d->K - 1; i++) {
-            const int r = d->T - (d->K - 1) + i;
             float *dst = tail + ((size_t)b * (d->K - 1) + i) * cd;
-            const float *src = r < lo ? NULL
-                             : r >= 0 ? pre + ((size_t)b * d->T + r) * cd
-                             : hist ? hist + ((size_t)b * (d->K - 1) + (d->K - 1 + r)) * cd : NULL;
+            const float *src = tail_row(pre, hist, b, i, lo, d);
             for (size_t c = 0; c < cd; c++) dst[c] = src ? src[c] : 0.0f;
         }
     }
@@ -146,11 +155,8 @@ static void conv_tail_backward(float *dpre, float *dhist, const float *dtail, co
     for (int b = 0; b < d->B; b++) {
         const int lo = tail_lo(seq, b, d);
         for (int i = 0; i < d->K - 1; i++) {
-            const int r = d->T - (d->K - 1) + i;
             const float *src = dtail + ((size_t)b * (d->K - 1) + i) * cd;
-            float *dst = r < lo ? NULL
-                       : r >= 0 ? dpre + ((size_t)b * d->T + r) * cd
-                       : dhist ? dhist + ((size_t)b * (d->K - 1) + (d->K - 1 + r)) * cd : NULL;
+            float *dst = tail_row(dpre, dhist, b, i, lo, d);
             if (dst)
                 for (size_t c = 0; c < cd; c++) dst[c] += src[c];
         }

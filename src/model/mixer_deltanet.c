@@ -153,17 +153,20 @@ static dn_params params_of(void *const *t) {
 static const tsr_lora_target dn_target[] = {TSR_LORA_QKVZ, TSR_LORA_QKVZ, TSR_LORA_BA,
                                             TSR_LORA_BA, TSR_LORA_OUTPROJ};
 
+/* the part of its target's outputs projection `which` is (z and a: the second, part 1) */
+static int dn_lora_part(dn_proj which) { return which == DN_PROJ_Z || which == DN_PROJ_A; }
+
 static void lora_hook_fwd(const dn_hook *h, dn_proj which, float *out, const float *in, int N) {
     const dec_run *r = h->ctx;
-    (which == DN_PROJ_Z || which == DN_PROJ_A ? lora_forward_part1 : lora_forward_at)(
-        r->d->lora, r->d->be, h->l, dn_target[which], out, in, N);
+    lora_forward_part(r->d->lora, r->d->be, h->l, dn_target[which], dn_lora_part(which), out, in,
+                      N);
 }
 
 static void lora_hook_bwd(const dn_hook *h, dn_proj which, float *din, const float *dout,
                           const float *in, int N) {
     const dec_run *r = h->ctx;
-    (which == DN_PROJ_Z || which == DN_PROJ_A ? lora_backward_part1 : lora_backward_at)(
-        r->d->lora, r->d->be, h->l, dn_target[which], din, dout, in, N);
+    lora_backward_part(r->d->lora, r->d->be, h->l, dn_target[which], dn_lora_part(which), din,
+                       dout, in, N);
 }
 
 /* p's adapters in h when the pass has LoRA */

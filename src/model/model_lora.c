@@ -275,15 +275,15 @@ int lora_slot(const tsr_lora *lo, int l, int t) {
     return model_layer_slot(lo->model, base_of(t, 0), l);
 }
 
-static void forward_call(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *out,
-                         const void *inp, int N) {
+void lora_forward_part(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *out,
+                       const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
     lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, out, inp, NULL};
     row_runs(lo, N, forward_run, &c);
 }
 
-static void backward_call(tsr_lora *lo, const tsr_backend *be, int l, int t, int part,
-                          void *dinp, const void *dout, const void *inp, int N) {
+void lora_backward_part(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *dinp,
+                        const void *dout, const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
     lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, dinp, inp, dout};
     row_runs(lo, N, backward_run, &c);
@@ -291,20 +291,10 @@ static void backward_call(tsr_lora *lo, const tsr_backend *be, int l, int t, int
 
 void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
                      const void *inp, int N) {
-    forward_call(lo, be, l, t, 0, out, inp, N);
+    lora_forward_part(lo, be, l, t, 0, out, inp, N);
 }
 
 void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
                       const void *dout, const void *inp, int N) {
-    backward_call(lo, be, l, t, 0, dinp, dout, inp, N);
-}
-
-void lora_forward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
-                        const void *inp, int N) {
-    forward_call(lo, be, l, t, 1, out, inp, N);
-}
-
-void lora_backward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
-                         const void *dout, const void *inp, int N) {
-    backward_call(lo, be, l, t, 1, dinp, dout, inp, N);
+    lora_backward_part(lo, be, l, t, 0, dinp, dout, inp, N);
 }

@@ -100,13 +100,13 @@ void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *ou
  * output's gradient. */
 void lora_backward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
                       const void *dout, const void *inp, int N);
-/* The same for part 1 of a target over two outputs (rows0 < out): out / dout the second
- * output (N rows of ld1). Both parts share A and its dropout mask: together they are one adapter
- * on the fused projection. */
-void lora_forward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,
-                        const void *inp, int N);
-void lora_backward_part1(tsr_lora *lo, const tsr_backend *be, int l, int t, void *dinp,
-                         const void *dout, const void *inp, int N);
+/* The same for part `part` of a target over two outputs (rows0 < out): part 0 is the above's,
+ * part 1's out / dout the second output (N rows of ld1). Both parts share A and its dropout mask:
+ * together they are one adapter on the fused projection. */
+void lora_forward_part(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *out,
+                       const void *inp, int N);
+void lora_backward_part(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *dinp,
+                        const void *dout, const void *inp, int N);
 /* The adapters' weights w (a store's layout) merged into m's flat parameters:
  * W += (alpha / r) B A for every target and layer (the base tensor's rows of that target), in
  * fp32 through m's ops. The merged model computes what base + adapters compute (evaluation:

@@ -481,10 +481,7 @@ static void cache_grow(enc_ctx *c) {
 static void encode_piece(void *ctx, const uint8_t *p, size_t len) {
     enc_ctx *c = ctx;
     const tsr_tokenizer *t = c->t;
-    if (len > TOK_PIECE_MAX) { /* in bounded chunks (tokenizer_internal.h) */
-        for (size_t k; len; p += k, len -= k) encode_piece(ctx, p, k = tok_piece_chunk(p, len));
-        return;
-    }
+    if (tok_piece_split(encode_piece, ctx, p, len)) return; /* in bounded chunks */
     if (len == 1) {
         out_reserve(c, 1);
         (*c->ids)[(*c->n_ids)++] = t->byte_tok[p[0]];

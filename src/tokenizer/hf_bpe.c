@@ -107,10 +107,7 @@ static size_t merge_heap(piece_ctx *c, const uint8_t *p, size_t n, uint32_t *s) 
 static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
     piece_ctx *c = vctx;
     const hf_tok *t = c->t;
-    if (n > TOK_PIECE_MAX) { /* in bounded chunks (tokenizer_internal.h) */
-        for (size_t k; n; p += k, n -= k) bpe_piece(vctx, p, k = tok_piece_chunk(p, n));
-        return;
-    }
+    if (tok_piece_split(bpe_piece, vctx, p, n)) return; /* in bounded chunks */
     if (t->ignore_merges) {
         uint32_t id = hf_vocab_find(t, p, n);
         if (id != HF_NONE) {
@@ -142,10 +139,7 @@ static void bpe_piece(void *vctx, const uint8_t *p, size_t n) {
 /* SentencePiece-style BPE of one piece (hf_spm.c), through the same per-call cache. */
 static void spm_piece(void *vctx, const uint8_t *p, size_t n) {
     piece_ctx *c = vctx;
-    if (n > TOK_PIECE_MAX) { /* in bounded chunks, as bpe_piece (tokenizer_internal.h) */
-        for (size_t k; n; p += k, n -= k) spm_piece(vctx, p, k = tok_piece_chunk(p, n));
-        return;
-    }
+    if (tok_piece_split(spm_piece, vctx, p, n)) return; /* in bounded chunks, as bpe_piece */
     cache_slot *e = cache_find(c, p, n);
     if (e && e->key_len) {
         for (uint32_t k = 0; k < e->n_ids; k++) hf_ids_push(c->out, c->id_pool[e->ids_off + k]);

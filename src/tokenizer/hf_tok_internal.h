@@ -134,6 +134,13 @@ size_t hf_o200k_piece(hf_o200k_flavor f, const uint8_t *t, size_t n, size_t i);
 void hf_deepseek_split(const uint8_t *t, size_t n, void (*piece)(void *ctx, const uint8_t *p, size_t len),
                        void *ctx);
 
+struct json_value;
+/* hf_json_file's use of a file's JSON: root is valid only during the call; returns a status. */
+typedef int (*hf_json_load)(void *ctx, const struct json_value *root, const char *path);
+/* path (at most max bytes) read and parsed, then load(ctx, its root, path): load's status, or
+ * TSR_EXIT_DATA after the error ("PATH: not valid JSON at byte N: WHY"; unreadable: fs_read_all's). */
+int hf_json_file(const char *path, size_t max, hf_json_load load, void *ctx);
+
 /* Id of the model-vocab entry holding bytes p[0..n), or HF_NONE. */
 uint32_t hf_vocab_find(const hf_tok *t, const uint8_t *p, size_t n);
 /* Rank of merging (l, r) (result in *res), or HF_NONE. */

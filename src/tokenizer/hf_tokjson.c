@@ -612,11 +612,10 @@ static int load_root(hf_tok *t, const json_value *root, const char *path) {
     return rc;
 }
 
-int hf_tok_load(hf_tok **out, const char *path) {
-    *out = NULL;
+int hf_json_file(const char *path, size_t max, hf_json_load load, void *ctx) {
     size_t n;
     char *text;
-    if (fs_read_all(path, HF_TOKJSON_MAX, &text, &n)) return TSR_EXIT_DATA;
+    if (fs_read_all(path, max, &text, &n)) return TSR_EXIT_DATA;
     json_doc doc;
     json_doc_init(&doc);
     json_value *root;
@@ -626,14 +625,25 @@ int hf_tok_load(hf_tok **out, const char *path) {
         tsr_error("%s: not valid JSON at byte %zu: %s", path, err.pos, err.msg);
         rc = TSR_EXIT_DATA;
     } else {
-        hf_tok *t = tsr_calloc(1, sizeof *t);
-        rc = load_root(t, root, path);
-        if (rc) hf_tok_free(t);
-        else *out = t;
+        rc = load(ctx, root, path);
     }
     json_doc_free(&doc);
     free(text);
     return rc;
+}
+
+/* hf_json_file's load of a tokenizer.json: the hf_tok into *(hf_tok **)out */
+static int load_tok(void *out, const json_value *root, const char *path) {
+    hf_tok *t = tsr_calloc(1, sizeof *t);
+    int rc = load_root(t, root, path);
+    if (rc) hf_tok_free(t);
+    else *(hf_tok **)out = t;
+    return rc;
+}
+
+int hf_tok_load(hf_tok **out, const char *path) {
+    *out = NULL;
+    return hf_json_file(path, HF_TOKJSON_MAX, load_tok, out);
 }
 
 void hf_tok_free(hf_tok *t) {

@@ -253,25 +253,21 @@ static int kimi_specials(const json_value *cfg, uint32_t n_base, tt_specials *s,
     return rc ? rc : specials_unique(s, path);
 }
 
+typedef struct config_ctx {
+    uint32_t n_base;
+    tt_specials *s;
+} config_ctx;
+
+/* hf_json_file's load of tokenizer_config.json: its specials */
+static int config_specials(void *ctx, const json_value *root, const char *path) {
+    config_ctx *c = ctx;
+    return kimi_specials(root, c->n_base, c->s, path);
+}
+
 /* The specials of a directory's tokenizer_config.json (path). */
 static int read_config(const char *path, uint32_t n_base, tt_specials *s) {
-    char *text;
-    size_t n;
-    if (fs_read_all(path, TT_CONFIG_MAX, &text, &n)) return TSR_EXIT_DATA;
-    json_doc doc;
-    json_doc_init(&doc);
-    json_value *root;
-    json_error err;
-    int rc;
-    if (json_parse(&doc, text, n, &root, &err) != 0) {
-        tsr_error("%s: not valid JSON at byte %zu: %s", path, err.pos, err.msg);
-        rc = TSR_EXIT_DATA;
-    } else {
-        rc = kimi_specials(root, n_base, s, path);
-    }
-    json_doc_free(&doc);
-    free(text);
-    return rc;
+    config_ctx c = {n_base, s};
+    return hf_json_file(path, TT_CONFIG_MAX, config_specials, &c);
 }
 
 /* Every id's bytes into t in id order: the ranks' tokens, then the specials' names (s in id order,

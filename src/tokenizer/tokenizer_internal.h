@@ -42,6 +42,14 @@ static inline size_t tok_piece_chunk(const uint8_t *p, size_t n) {
         if ((p[k] & 0xC0) != 0x80) return k;
     return TOK_PIECE_MAX;
 }
+/* A piece of n > TOK_PIECE_MAX bytes handed to piece(ctx, ...) as its chunks (tok_piece_chunk),
+ * 1; a shorter one left to the caller, 0. */
+static inline int tok_piece_split(void (*piece)(void *ctx, const uint8_t *p, size_t n), void *ctx,
+                                  const uint8_t *p, size_t n) {
+    if (n <= TOK_PIECE_MAX) return 0;
+    for (size_t k; n; p += k, n -= k) piece(ctx, p, k = tok_piece_chunk(p, n));
+    return 1;
+}
 
 /* bpe.c's object, for the loaders beside it. A merge (l, r) -> res of rank `rank`, into the
  * pair table of a tokenizer gpt2_load.c is filling. */

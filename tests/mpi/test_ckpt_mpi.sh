@@ -86,6 +86,16 @@ with open(sys.argv[1], "r+b") as g:
     g.seek(off + 10); b = g.read(1); g.seek(off + 10); g.write(bytes([b[0] ^ 0x01]))
 PY
 }
+# resumes NAME DIR STEP PATTERN WHAT: a resume from DIR (its output in $TMP/NAME.txt) exits 0 having
+# loaded step STEP with no wrong element, its output matching PATTERN (empty: anything); the check
+# says WHAT and the exit
+resumes() {
+    local rc
+    drv 2 resume "$2" >"$TMP/$1.txt" 2>&1
+    rc=$?
+    grep -q "loaded step $3 .* 0 wrong elements" "$TMP/$1.txt" && grep -q -- "$4" "$TMP/$1.txt"
+    tap_check $((rc | $?)) "$5 (exit $rc)"
+}
 C=$TMP/corrupt
 cp -r "$R" "$C"
 flip "$C/step-00000003.h5" optim/m/attn
@@ -93,34 +103,22 @@ drv 2 load "$C/step-00000003.h5" >"$TMP/bad.txt" 2>&1
 rc=$?
 grep -q "tensor optim/m/attn: CRC32C mismatch" "$TMP/bad.txt"
 tap_check $((rc != 2 || $? != 0)) "flipped byte: load exits 2 (got $rc) naming the tensor optim/m/attn"
-drv 2 resume "$C" >"$TMP/fall.txt" 2>&1
-rc=$?
-grep -q "loaded step 2 .* 0 wrong elements" "$TMP/fall.txt" &&
-    grep -q "warning: checkpoint $C/step-00000003.h5 skipped: tensor optim/m/attn: CRC32C mismatch" "$TMP/fall.txt"
-tap_check $((rc | $?)) "resume falls back to step 2 with a warning naming the corrupt step-00000003.h5 (exit $rc)"
+resumes fall "$C" 2 "warning: checkpoint $C/step-00000003.h5 skipped: tensor optim/m/attn: CRC32C mismatch" \
+    "resume falls back to step 2 with a warning naming the corrupt step-00000003.h5"
 
 N=$TMP/nolatest
 cp -r "$R" "$N"
 rm "$N/latest"
-drv 2 resume "$N" >"$TMP/nolatest.txt" 2>&1
-rc=$?
-grep -q "loaded step 3 .* 0 wrong elements" "$TMP/nolatest.txt"
-tap_check $((rc | $?)) "latest deleted: resume still finds the newest valid (step 3) (exit $rc)"
+resumes nolatest "$N" 3 "" "latest deleted: resume still finds the newest valid (step 3)"
 
 cp "$N/step-00000003.h5" "$N/step-00000009.h5"
-drv 2 resume "$N" >"$TMP/renamed.txt" 2>&1
-rc=$?
-grep -q "loaded step 3 .* 0 wrong elements" "$TMP/renamed.txt" &&
-    grep -q "step-00000009.h5 skipped: its step attribute is 3, its name says 9" "$TMP/renamed.txt"
-tap_check $((rc | $?)) "a file whose step attribute differs from its name is skipped with a warning (exit $rc)"
+resumes renamed "$N" 3 "step-00000009.h5 skipped: its step attribute is 3, its name says 9" \
+    "a file whose step attribute differs from its name is skipped with a warning"
 
 T=$TMP/trunc
 cp -r "$R" "$T"
 truncate -s 9000 "$T/step-00000003.h5"
-drv 2 resume "$T" >"$TMP/trunc.txt" 2>&1
-rc=$?
-grep -q "loaded step 2 .* 0 wrong elements" "$TMP/trunc.txt" && grep -q "step-00000003.h5 skipped" "$TMP/trunc.txt"
-tap_check $((rc | $?)) "newest truncated: resume falls back to step 2 with a warning (exit $rc)"
+resumes trunc "$T" 2 "step-00000003.h5 skipped" "newest truncated: resume falls back to step 2 with a warning"
 
 truncate -s 100 "$C/step-00000002.h5"
 drv 2 resume "$C" >"$TMP/none.txt" 2>&1

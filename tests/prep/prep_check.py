@@ -197,6 +197,17 @@ def read_dataset(d):
     return t, np.concatenate([m for _, m in shards]) if shards else np.zeros(0, np.uint8)
 
 
+def read_documents(d, end):
+    """(index.tsv's keys and first values, the tokens, the documents: the lists of tokens each
+    before an id `end`, the tokens after the last one) of the dataset directory d."""
+    meta = dict(l.split()[:2] for l in open(os.path.join(d, "index.tsv")) if len(l.split()) >= 2)
+    t, _ = read_dataset(d)
+    docs, cur = [], []
+    for x in t.tolist():
+        if x == end: docs.append(cur); cur = []
+        else: cur.append(x)
+    return meta, t, docs, cur
+
 def read_shards(d):
     """(has_mask, [(tokens, mask or None)] of each shard of the dataset directory d in order)."""
     rows, meta = [], {}

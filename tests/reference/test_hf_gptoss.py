@@ -241,18 +241,26 @@ def trained_roundtrip(tap, dirs, cks, tmp):
                  f"{shards} shards and imported back: every tensor bit for bit (exit {rc}/{rc2}/{rc3})")
 
 
-def export_refusal(tap, dirs, tmp):
-    """The fixture's model without expert biases (one step from the seed): no class holds it."""
+def step_and_export(dirs, tmp, name, key, value):
+    """The fixture's model with KEY = VALUE, one step from the seed (run NAME), exported by
+    `tessera ckpt export --format hf` into TMP/NAME_export: (train's exit, its output, export's
+    exit, its output (train's when no checkpoint was written), the export directory)."""
     meta = json.load(open(os.path.join(dirs["gptoss_bf16"], "fixture.json")))
-    data = fam.dataset(tmp, "noeb", np.array(meta["tokens"]))
-    sets = dict(meta["sets"], **fam.run_keys(tmp, "noeb", data))
-    sets.update({"model.moe_expert_bias": "false", "save_interval": "1ba"})
+    data = fam.dataset(tmp, name, np.array(meta["tokens"]))
+    sets = dict(meta["sets"], **fam.run_keys(tmp, name, data))
+    sets.update({key: value, "save_interval": "1ba"})
     rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", "tiny.cfg")]
                       + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
     cks = sorted(f for f in os.listdir(sets["run_dir"]) if f.endswith(".h5")) if rc == 0 else []
-    exp = os.path.join(tmp, "noeb_export")
+    exp = os.path.join(tmp, name + "_export")
     rc2, out2 = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none",
                          os.path.join(sets["run_dir"], cks[-1]), exp]) if cks else (-1, out)
+    return rc, out, rc2, out2, exp
+
+
+def export_refusal(tap, dirs, tmp):
+    """The fixture's model without expert biases (one step from the seed): no class holds it."""
+    rc, out, rc2, out2, exp = step_and_export(dirs, tmp, "noeb", "model.moe_expert_bias", "false")
     said = "GptOssForCausalLM" in out2 and "model.moe_expert_bias" in out2
     if not said:
         tap.diag((out + out2)[-1500:])
@@ -264,16 +272,8 @@ def export_refusal(tap, dirs, tmp):
 def no_yarn(tap, dirs, tmp):
     """A gpt-oss model without YaRN (one step from the seed): exported with rope_scaling
     {"rope_type": "default"} (GptOssConfig would put its YaRN in place of null), which imports."""
-    meta = json.load(open(os.path.join(dirs["gptoss_bf16"], "fixture.json")))
-    data = fam.dataset(tmp, "noyarn", np.array(meta["tokens"]))
-    sets = dict(meta["sets"], **fam.run_keys(tmp, "noyarn", data))
-    sets.update({"model.rope_scaling": "none", "save_interval": "1ba"})
-    rc, out = hfe.run([hfe.TRAIN, "--config", os.path.join(hfe.ROOT, "configs", "tiny.cfg")]
-                      + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
-    cks = sorted(f for f in os.listdir(sets["run_dir"]) if f.endswith(".h5")) if rc == 0 else []
-    exp, back = os.path.join(tmp, "noyarn_export"), os.path.join(tmp, "noyarn_back.h5")
-    rc2, out2 = hfe.run([hfe.TESSERA, "ckpt", "export", "--format", "hf", "--tokenizer", "none",
-                         os.path.join(sets["run_dir"], cks[-1]), exp]) if cks else (-1, out)
+    rc, out, rc2, out2, exp = step_and_export(dirs, tmp, "noyarn", "model.rope_scaling", "none")
+    back = os.path.join(tmp, "noyarn_back.h5")
     rs = json.load(open(os.path.join(exp, "config.json"))).get("rope_scaling") if rc2 == 0 else None
     rc3, out3 = hfe.run([hfe.TESSERA, "ckpt", "import", exp, back]) if rc2 == 0 else (-1, "")
     if rc3:

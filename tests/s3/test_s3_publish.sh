@@ -72,11 +72,16 @@ tap_check $? "2 ranks: prompts.jsonl fetched once for the job (rank 0, broadcast
 "$TOOL" synth --out "$TMP/big" --vocab 512 --tokens 200000 --shard-tokens 200000 --seed 4 >/dev/null
 big=$TMP/big/train/shard-00000.bin
 n_parts=$(( ($(stat -c %s "$big") + 10485) / 10486 )) # parts of 0.01 MiB, rounded down to bytes
-start_proxy pass "$TMP/mp.log"
-AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT TSR_S3_PART_MB=0.01 TSR_S3_CONNECTIONS=4 \
-    "$TOOL" data push "$TMP/big/train" s3://tsr/big >"$TMP/mp.txt" 2>&1
-rc=$?
-stop_proxy
+# push_parts MODE LOG URL OUT: $TMP/big/train pushed to URL in parts of 0.01 MiB, 4 at a time,
+# through the proxy in MODE (its log LOG), the output in OUT; rc is the push's exit
+push_parts() {
+    start_proxy "$1" "$2"
+    AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT TSR_S3_PART_MB=0.01 TSR_S3_CONNECTIONS=4 \
+        "$TOOL" data push "$TMP/big/train" "$3" >"$4" 2>&1
+    rc=$?
+    stop_proxy
+}
+push_parts pass "$TMP/mp.log" s3://tsr/big "$TMP/mp.txt"
 n_put=$(grep -c '^PUT /tsr/big/shard-00000.bin?partNumber=[0-9]*&uploadId=.* 200$' "$TMP/mp.log")
 most=$(sed -n 's/^inflight //p' "$TMP/mp.log" | sort -n | tail -1)
 [[ $rc == 0 && $n_put -ge 30 && ${most:-0} -ge 2 ]] && cmp -s "$big" "$(obj big/shard-00000.bin)" &&
@@ -87,11 +92,7 @@ rc=$?
 [[ $rc == 0 ]] && grep -q 's3://tsr/big: ok: 1 shards*.*checksums verified' "$TMP/vd.txt"
 tap_check $? "verify-data s3://tsr/big: the multipart object read back and checked (exit $rc)"
 
-start_proxy failpart "$TMP/fp.log"
-AWS_ENDPOINT_URL=http://127.0.0.1:$PPORT TSR_S3_PART_MB=0.01 TSR_S3_CONNECTIONS=4 \
-    "$TOOL" data push "$TMP/big/train" s3://tsr/failed >"$TMP/fp.txt" 2>&1
-rc=$?
-stop_proxy
+push_parts failpart "$TMP/fp.log" s3://tsr/failed "$TMP/fp.txt"
 n_create=$(grep -c '^POST /tsr/failed/shard-00000.bin?uploads= 200$' "$TMP/fp.log")
 upload_id=$(sed -n 's|^PUT /tsr/failed/shard-00000.bin?partNumber=1&uploadId=\([^ ]*\) 200$|\1|p' "$TMP/fp.log")
 [[ $rc == 2 && $n_create == 1 && -n $upload_id && ! -e $(obj failed/shard-00000.bin) && ! -e $(obj failed/index.tsv) ]] &&

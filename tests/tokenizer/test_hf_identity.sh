@@ -23,8 +23,7 @@
 # rest node's reference (each model's load 0.7-4.5 CPU-s and its encoding: kept whole).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-HFJS=$NPM_DIR/hf-tokenizers MODELS=$NPM_DIR/chat BROWN=$NPM_DIR/brown
+HFJS=$NPM_DIR/hf-tokenizers MODELS=$NPM_DIR/chat
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 HFT=$BUILD/tests/test_hf_tok
 enc() { local j=$1; shift; "$TOOL" tokenizer encode --special --tokenizer "$j" "$@"; }
@@ -126,19 +125,13 @@ done
 wait "$queue"
 
 # the first lines of all.MODEL.* are its Brown files, then the adversarial, then the random ones
-part() { # part FROM COUNT FILE: COUNT lines from line FROM
-    sed -n "$1,$(($1 + $2 - 1))p" "$3"
-}
 ne=${#edge[@]} nr=${#rand[@]}
 for model in "${models[@]}"; do
     brown_of "$model"
     nb=${#mb[@]}
     [[ -s $TMP/all.$model.err ]] && sed "s/^/# $model: node: /" "$TMP/all.$model.err"
     for x in ref tsr; do
-        part 1 "$nb" "$TMP/all.$model.$x" > "$TMP/brown.$model.$x"
-        part $((nb + 1)) "$ne" "$TMP/all.$model.$x" > "$TMP/edge.$model.$x"
-        part $((nb + ne + 1)) "$nr" "$TMP/all.$model.$x" > "$TMP/rand.$model.$x"
-        part $((nb + ne + nr + 1)) "${#own[@]}" "$TMP/all.$model.$x" > "$TMP/own.$model.$x"
+        split_parts "$TMP/all.$model.$x" "$TMP/%s.$model.$x" "$nb" "$ne" "$nr" "${#own[@]}"
     done
     [[ $(wc -l < "$TMP/all.$model.ref") == ${#all[@]} ]] ||
         tap_diag "$model: node wrote $(wc -l < "$TMP/all.$model.ref") lines for ${#all[@]} files"

@@ -19,8 +19,7 @@
 # work, kept whole), and saves about 4.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-HFJS=$NPM_DIR/hf-tokenizers LLAMA2=$NPM_DIR/chat/llama2 BROWN=$NPM_DIR/brown
+HFJS=$NPM_DIR/hf-tokenizers LLAMA2=$NPM_DIR/chat/llama2
 REF=$TSR_ROOT/tests/tokenizer/ref_hf_encode.js
 hf_needs "" "$HFJS/dist/main.js" "$LLAMA2"/tokenizer{,_config}.json
 tsr_tmpdir

@@ -19,8 +19,7 @@
 # Skips (77) without node or the npm files ./INSTALL fetches (tiktoken, brown).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/hf_texts.sh"
-NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-TT=$NPM_DIR/tiktoken BROWN=$NPM_DIR/brown
+TT=$NPM_DIR/tiktoken
 REF=$TSR_ROOT/tests/tokenizer/ref_tiktoken_encode.js
 hf_needs "(npm tiktoken@1.0.22)" "$TT"/lite/tiktoken{.cjs,_bg.wasm} "$TT"/encoders/o200k_base.json
 "$PY3" -c 'import numpy' 2>/dev/null || { echo "skip: $PY3 has no numpy"; exit 77; }
@@ -114,16 +113,10 @@ enc "$P" "${pair_files[@]}" >"$TMP/p.tsr"
 wait "$refs"
 for x in o k p; do [[ -s $TMP/$x.err ]] && sed "s/^/# $x: node: /" "$TMP/$x.err"; done
 
-part() { sed -n "$1,$(($1 + $2 - 1))p" "$3"; } # part FROM COUNT FILE
 nb=${#mb[@]} ne=${#edge[@]} nr=${#rand[@]}
 for x in o k; do
     [[ $x == o ]] && own=("${own_o[@]}") name="o200k_base.tiktoken" || own=("${own_k[@]}") name="Kimi (tiktoken.model)"
-    for y in ref tsr; do
-        part 1 "$nb" "$TMP/$x.$y" >"$TMP/$x.brown.$y"
-        part $((nb + 1)) "$ne" "$TMP/$x.$y" >"$TMP/$x.edge.$y"
-        part $((nb + ne + 1)) "$nr" "$TMP/$x.$y" >"$TMP/$x.rand.$y"
-        part $((nb + ne + nr + 1)) "${#own[@]}" "$TMP/$x.$y" >"$TMP/$x.own.$y"
-    done
+    for y in ref tsr; do split_parts "$TMP/$x.$y" "$TMP/$x.%s.$y" "$nb" "$ne" "$nr" "${#own[@]}"; done
     same_lines "$x brown" "$TMP/$x.brown.ref" "$TMP/$x.brown.tsr" "${mb[@]}"
     tap_check $? "$name: Brown corpus, $nb files, $(wc -w <"$TMP/$x.brown.ref") tokens identical to tiktoken"
     same_lines "$x edge" "$TMP/$x.edge.ref" "$TMP/$x.edge.tsr" "${edge[@]}"
@@ -176,15 +169,10 @@ cp "${mb[0]}" "${mb[1]}" "$TMP/in/"
 tap_check $? "prep --tokenizer KIMI_DIR over 2 Brown files: exit 0 $(head -c 300 "$TMP/prep.log")"
 enc "$K" "$TMP"/in/* >"$TMP/in.ids"
 out=$(cd "$TSR_ROOT/tests/prep" && "$PY3" - "$TMP/ds/train" "$TMP/in.ids" "$((NB + 1))" <<'PY'
-import sys, os
-from prep_check import read_dataset
+import sys
+from prep_check import read_documents
 d, ids_file, eos = sys.argv[1], sys.argv[2], int(sys.argv[3])
-meta = dict(l.split()[:2] for l in open(os.path.join(d, "index.tsv")) if len(l.split()) >= 2)
-t, _ = read_dataset(d)
-docs, cur = [], []
-for x in t.tolist():
-    if x == eos: docs.append(cur); cur = []
-    else: cur.append(x)
+meta, _, docs, cur = read_documents(d, eos)
 want = [[int(v) for v in l.split()] for l in open(ids_file)]
 print(meta["vocab_size"], len(docs), "same" if not cur and sorted(docs) == sorted(want) else "differ")
 PY

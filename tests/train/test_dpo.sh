@@ -104,26 +104,26 @@ else
     tap_skip "tessera report draws dpo.png" "gnuplot is not installed"
 fi
 
-train E1 1 --set objective=dpo --set dpo.reference=base --init-from "$TMP/base"
-r1=$?
-grep -q 'dpo.reference = "base" needs LoRA' "$TMP/E1.txt"
-m1=$?
-run E2 1 --set micro_batch=1
-r2=$?
-grep -q "give an even micro_batch" "$TMP/E2.txt"
-m2=$?
-[[ $r1 == 1 && $m1 == 0 && $r2 == 1 && $m2 == 0 && ! -e $TMP/E1 && ! -e $TMP/E2 ]]
-tap_check $? "dpo.reference = base without LoRA ($r1) and an odd micro_batch ($r2) are refused (exit 1), nothing written"
+# refused FN NAME PATTERN ARGS...: `FN NAME 1 ARGS...` (train or run) exits 1, its output matching
+# PATTERN, and writes no $TMP/NAME; rc is its exit
+refused() {
+    local fn=$1 name=$2 pattern=$3
+    shift 3
+    "$fn" "$name" 1 "$@"
+    rc=$?
+    ((rc == 1)) && grep -q "$pattern" "$TMP/$name.txt" && [[ ! -e $TMP/$name ]]
+}
+refused train E1 'dpo.reference = "base" needs LoRA' --set objective=dpo --set dpo.reference=base --init-from "$TMP/base"
+ok1=$? r1=$rc
+refused run E2 "give an even micro_batch" --set micro_batch=1
+((ok1 == 0 && $? == 0))
+tap_check $? "dpo.reference = base without LoRA ($r1) and an odd micro_batch ($rc) are refused (exit 1), nothing written"
 
-run E3 1 --set data.train="$TMP/plain/train"
-r3=$?
-grep -q "needs preference pairs" "$TMP/E3.txt"
-m3=$?
-run E4 1 --set seq_len=8
-r4=$?
-grep -q "packed for seq_len 16, this run has seq_len = 8" "$TMP/E4.txt"
-[[ $r3 == 1 && $m3 == 0 && $r4 == 1 && $? == 0 && ! -e $TMP/E3 && ! -e $TMP/E4 ]]
-tap_check $? "a dataset without pairs ($r3) and pairs packed for another seq_len ($r4) are refused (exit 1), nothing written"
+refused run E3 "needs preference pairs" --set data.train="$TMP/plain/train"
+ok3=$? r3=$rc
+refused run E4 "packed for seq_len 16, this run has seq_len = 8" --set seq_len=8
+((ok3 == 0 && $? == 0))
+tap_check $? "a dataset without pairs ($r3) and pairs packed for another seq_len ($rc) are refused (exit 1), nothing written"
 
 "$TOOL" eval --ckpt "$TMP/A" --val "$pairs" -s eval_samples=16 -o "$TMP/ev1.json" >"$TMP/ev.txt" 2>&1 &&
     "${MPIRUN[@]}" -np 2 "$TOOL" eval --ckpt "$TMP/A" --val "$pairs" -s eval_samples=16 -o "$TMP/ev2.json" >>"$TMP/ev.txt" 2>&1 &&

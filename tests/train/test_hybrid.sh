@@ -127,23 +127,23 @@ sys.exit(0 if ok else 1)
 PY
 tap_check $? "GRPO on a 3 linear + 1 full hybrid, 2 steps: 32 rollouts of 6 tokens logged with finite log-probabilities, checkpoint written (exit $rc)"
 
-mkdir -p "$TMP/R"
-"$TRAIN" "${args[@]}" --set run_dir="$TMP/R/cuda" --set device=cuda --set parallel.context=2 \
-    >"$TMP/R.cuda.txt" 2>&1
-rc=$?
-tap_diag "cuda: $(grep -m1 -o 'parallel.context: device.\{0,60\}' "$TMP/R.cuda.txt")"
-((rc == 1)) && grep -q 'parallel.context: device = "cuda" with linear_attention layers' "$TMP/R.cuda.txt" &&
-    [[ -z $(ls -A "$TMP/R") ]]
-tap_check $? "device = cuda with linear_attention layers and parallel.context = 2: exit 1 naming parallel.context, nothing written (the CPU runs them: test_hybrid_context.sh)"
+# cuda_refused NAME KEY=VALUE PATTERN WHAT: device = cuda with KEY=VALUE on these layers exits 1, its
+# message matching PATTERN, nothing written into $TMP/NAME; the check says WHAT
+cuda_refused() {
+    local name=$1 set=$2 rc
+    mkdir -p "$TMP/$name"
+    "$TRAIN" "${args[@]}" --set run_dir="$TMP/$name/cuda" --set device=cuda --set "$set" >"$TMP/$name.cuda.txt" 2>&1
+    rc=$?
+    tap_diag "$(grep -m1 -o "${set%%=*}: device.\{0,60\}" "$TMP/$name.cuda.txt")"
+    ((rc == 1)) && grep -q "$3" "$TMP/$name.cuda.txt" && [[ -z $(ls -A "$TMP/$name") ]]
+    tap_check $? "$4"
+}
+cuda_refused R parallel.context=2 'parallel.context: device = "cuda" with linear_attention layers' \
+    "device = cuda with linear_attention layers and parallel.context = 2: exit 1 naming parallel.context, nothing written (the CPU runs them: test_hybrid_context.sh)"
 # precision.fp8 would leave the linear layers' projections in bf16 (they are not dec_linear's)
-mkdir -p "$TMP/F"
-"$TRAIN" "${args[@]}" --set run_dir="$TMP/F/cuda" --set device=cuda --set precision.fp8=tensorwise \
-    >"$TMP/F.cuda.txt" 2>&1
-rc=$?
-tap_diag "fp8: $(grep -m1 -o 'precision.fp8: device.\{0,60\}' "$TMP/F.cuda.txt")"
-((rc == 1)) && grep -q 'precision.fp8: device = "cuda" with linear_attention layers.*or precision.fp8 = "none"' "$TMP/F.cuda.txt" &&
-    [[ -z $(ls -A "$TMP/F") ]]
-tap_check $? "device = cuda with linear_attention layers and precision.fp8 = tensorwise: exit 1 naming precision.fp8 (the layers' projections have no FP8 path), nothing written"
+cuda_refused F precision.fp8=tensorwise \
+    'precision.fp8: device = "cuda" with linear_attention layers.*or precision.fp8 = "none"' \
+    "device = cuda with linear_attention layers and precision.fp8 = tensorwise: exit 1 naming precision.fp8 (the layers' projections have no FP8 path), nothing written"
 
 mkdir -p "$TMP/L"
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 --plan 1 >"$TMP/lora.txt" 2>&1

@@ -325,7 +325,8 @@ static void alibi_slopes(double *s, int n) {
 }
 
 typedef struct {
-    const double *qkv, *slopes;
+    double *qkv; /* perturbed in place by the finite differences */
+    const double *slopes;
     const int32_t *seq;
     int B, T, C, NH;
 } att_ctx;
@@ -333,6 +334,24 @@ typedef struct {
 static void att_obj(const void *c, double *out) {
     const att_ctx *a = c;
     ref_attention(out, NULL, a->qkv, a->slopes, a->seq, a->B, a->T, a->C, a->NH);
+}
+
+/* The backward's dqkv (ctx's segment ids, B, T, C, NH; att and dout as the forward left them)
+ * against ref_attention's finite differences in ctx->qkv (fd_samples of them, or all): one check.
+ * Returns the gradient accumulated into *g0, a random start (the caller frees both). */
+static float *check_dqkv(const char *what, const att_ctx *ctx, const float *qkv, const float *att,
+                         const float *dout, const double *wts, size_t fd_samples, float **g0) {
+    const int B = ctx->B, T = ctx->T, C = ctx->C, NH = ctx->NH;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    float *g = FALLOC(nq);
+    fill(g, NULL, nq, -1, 1);
+    *g0 = copy_f(g, nq);
+    ops->attention_backward(g, dout, qkv, att, ctx->seq, NULL, B, T, NH, NH, C / NH);
+    objective o = {att_obj, ctx, no, wts, DALLOC(no)};
+    /* sums over T and hs of products of order-1 values: fp32 error ~1e-6, abs 1e-5 */
+    check_grad_some(what, g, *g0, ctx->qkv, nq, fd_samples, &o, 1e-5, 1e-4);
+    free(o.out);
+    return g;
 }
 
 static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_samples) {
@@ -361,16 +380,9 @@ static void test_attention(int B, int T, int C, int NH, int alibi, size_t fd_sam
             for (int j = i + 1; j < T; j++) zeros &= att[((size_t)bh * T + i) * T + j] == 0.0f;
     tap_ok(zeros, "%s", ATT_WHAT("att is exactly 0 above the diagonal"));
 
-    float *g = FALLOC(nq);
-    fill(g, NULL, nq, -1, 1);
-    float *g0 = copy_f(g, nq);
-    ops->attention_backward(g, dout, qkv, att, NULL, NULL, B, T, NH, NH, C / NH);
     att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, NULL, B, T, C, NH};
-    objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
-    /* sums over T and hs of products of order-1 values: fp32 error ~1e-6, abs 1e-5 */
-    check_grad_some(ATT_WHAT("backward dqkv"), g, g0, qkv_, nq, fd_samples, &o, 1e-5, 1e-4);
+    float *g0, *g = check_dqkv(ATT_WHAT("backward dqkv"), &ctx, qkv, att, dout, wts, fd_samples, &g0);
 #undef ATT_WHAT
-    free(o.out);
     free(qkv), free(out), free(att), free(dout), free(qkv_), free(wts), free(want), free(want_att);
     free(g), free(g0);
 }
@@ -442,14 +454,8 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
     }
     tap_ok(zeros, "%s", SEQ_WHAT("att is exactly 0 outside each row's segment"));
 
-    float *g = FALLOC(nq);
-    fill(g, NULL, nq, -1, 1);
-    float *g0 = copy_f(g, nq);
-    ops->attention_backward(g, dout, qkv, att, seq, NULL, B, T, NH, NH, C / NH);
     att_ctx ctx = {qkv_, alibi ? slopes_ : NULL, seq, B, T, C, NH};
-    objective o = {att_obj, &ctx, no, wts, DALLOC(no)};
-    /* as test_attention */
-    check_grad_some(SEQ_WHAT("backward dqkv"), g, g0, qkv_, nq, fd_samples, &o, 1e-5, 1e-4);
+    float *g0, *g = check_dqkv(SEQ_WHAT("backward dqkv"), &ctx, qkv, att, dout, wts, fd_samples, &g0);
 
     /* NULL against all-zero ids: the same bits */
     float *out1 = FALLOC(no), *att1 = FALLOC(na), *out2 = FALLOC(no), *att2 = FALLOC(na);
@@ -496,7 +502,6 @@ static void test_attention_seq(int B, int T, int C, int NH, int alibi, size_t fd
     tap_ok(gerr <= 1.0, "%s (max err %.3g of tolerance)",
            SEQ_WHAT("backward of each segment = the segment alone"), gerr);
 #undef SEQ_WHAT
-    free(o.out);
     free(qkv), free(out), free(att), free(dout), free(seq), free(zero), free(qkv_), free(wts);
     free(want), free(want_att), free(g), free(g0), free(out1), free(att1), free(out2), free(att2);
     free(g1), free(g2);

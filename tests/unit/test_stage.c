@@ -115,6 +115,17 @@ static void counts(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_place) 
     dataset_read_counts(ds, staged, in_place);
 }
 
+/* compare_all, counting its reads from the staged copies and in place */
+static long compare_counting(const tsr_dataset *ds, uint64_t *staged, uint64_t *in_place) {
+    uint64_t s0, p0, s1, p1;
+    counts(ds, &s0, &p0);
+    long bad = compare_all(ds);
+    counts(ds, &s1, &p1);
+    *staged = s1 - s0;
+    *in_place = p1 - p0;
+    return bad;
+}
+
 /* The stage directory of the fixture under stage root r. */
 static void stage_dir(char *out, const char *r) {
     char hex[16];
@@ -313,13 +324,11 @@ static void test_link(void) {
     stage_dir(dir, sroot);
     tap_ok(rc == 0 && s && exists(dir), "stager_open creates the stage root and %s", dir);
     if (rc) return;
-    uint64_t s0, p0, s1, p1;
-    counts(ds, &s0, &p0);
-    long bad = compare_all(ds);
-    counts(ds, &s1, &p1);
-    tap_ok(bad == 0 && s1 == s0 && p1 - p0 == n_samples,
+    uint64_t staged, in_place;
+    long bad = compare_counting(ds, &staged, &in_place);
+    tap_ok(bad == 0 && staged == 0 && in_place == n_samples,
            "before staging every read is in place (%llu in place, %llu staged)",
-           (unsigned long long)(p1 - p0), (unsigned long long)(s1 - s0));
+           (unsigned long long)in_place, (unsigned long long)staged);
 
     const int order[] = {7, 7, 2, 9, 0, 1, 3, 4, 5, 6, 8, 2, 42, -1};
     stager_want(s, order, (int)(sizeof order / sizeof *order));
@@ -338,6 +347,7 @@ static void test_link(void) {
     stager_poll(s);
     tap_ok(redirected_mask(ds) == 0x3ff, "stager_poll redirects all 10 shards (mask 0x%x)",
            redirected_mask(ds));
+    uint64_t s0, p0, s1, p1;
     counts(ds, &s0, &p0);
     pthread_t th[4];
     reader_arg args[4];
@@ -363,15 +373,24 @@ static void test_link(void) {
 
 /* ---------------------------------------------------------------- staging by copy */
 
+/* A stager staging by copy (TSR_STAGE_NO_LINK=1, left set) into root/NAME (sroot; dir: its stage
+ * directory) with cache limit LIMIT, over a new open_ds(); returns stager_open's status */
+static int open_copy_stager(const char *name, uint64_t limit, char *sroot, char *dir, tsr_dataset **ds,
+                            tsr_stager **s) {
+    setenv("TSR_STAGE_NO_LINK", "1", 1);
+    pjoin(sroot, root, name);
+    stage_dir(dir, sroot);
+    *ds = open_ds();
+    *s = NULL;
+    return stager_open(s, *ds, sroot, limit, 1);
+}
+
 static void test_copy(void) {
     char sroot[512], dir[512], a[512], b[512];
-    setenv("TSR_STAGE_NO_LINK", "1", 1);
-    pjoin(sroot, root, "stage-copy");
-    stage_dir(dir, sroot);
-    tsr_dataset *ds = open_ds();
-    tsr_stager *s = NULL;
+    tsr_dataset *ds;
+    tsr_stager *s;
     tsr_stage_stats st;
-    int rc = stager_open(&s, ds, sroot, 0, 1);
+    int rc = open_copy_stager("stage-copy", 0, sroot, dir, &ds, &s);
     tap_ok(rc == 0, "TSR_STAGE_NO_LINK=1: stager_open on the same filesystem");
     if (rc) return;
     want_range(s, 0, N_SHARDS);
@@ -390,29 +409,21 @@ static void test_copy(void) {
            "copies: 10 files, byte-identical, other inodes, no temporaries left (staged %llu, "
            "linked %llu, %d tmp, %llu bytes)", (unsigned long long)st.files_staged,
            (unsigned long long)st.linked, n_tmp, (unsigned long long)bytes);
-    uint64_t s0, p0, s1, p1;
-    counts(ds, &s0, &p0);
-    long bad = compare_all(ds);
-    counts(ds, &s1, &p1);
-    tap_ok(bad == 0 && s1 == s0 && p1 - p0 == n_samples,
-           "staged but not polled: still read in place (+%llu in place)",
-           (unsigned long long)(p1 - p0));
+    uint64_t staged, in_place;
+    long bad = compare_counting(ds, &staged, &in_place);
+    tap_ok(bad == 0 && staged == 0 && in_place == n_samples,
+           "staged but not polled: still read in place (+%llu in place)", (unsigned long long)in_place);
     stager_poll(s);
-    counts(ds, &s0, &p0);
-    bad = compare_all(ds);
-    counts(ds, &s1, &p1);
-    tap_ok(redirected_mask(ds) == 0x3ff && bad == 0 && s1 - s0 == n_samples && p1 == p0,
+    bad = compare_counting(ds, &staged, &in_place);
+    tap_ok(redirected_mask(ds) == 0x3ff && bad == 0 && staged == n_samples && in_place == 0,
            "after poll every sample reads from the copies, equal to in place (%ld differ; staged "
-           "+%llu, in place +%llu)", bad, (unsigned long long)(s1 - s0),
-           (unsigned long long)(p1 - p0));
+           "+%llu, in place +%llu)", bad, (unsigned long long)staged, (unsigned long long)in_place);
 
     /* someone deletes a committed file that is redirected */
     shard_file(b, dir, 1);
     unlink(b);
-    counts(ds, &s0, &p0);
-    bad = compare_all(ds);
-    counts(ds, &s1, &p1);
-    tap_ok(bad == 0 && dataset_shard_redirected(ds, 1) && s1 - s0 == n_samples &&
+    bad = compare_counting(ds, &staged, &in_place);
+    tap_ok(bad == 0 && dataset_shard_redirected(ds, 1) && staged == n_samples &&
                deleted_mappings(dir) > 0,
            "a deleted staged file keeps reading through its mapping (%ld differ)", bad);
     stager_poll(s); /* notices, re-queues */
@@ -499,13 +510,10 @@ static uint64_t check_limit(tsr_stager *s, const char *dir, uint64_t limit, tsr_
 static void test_limit(void) {
     char sroot[512], dir[512];
     const uint64_t limit = 3 * B + B / 2; /* room for 3 shards */
-    setenv("TSR_STAGE_NO_LINK", "1", 1);
-    pjoin(sroot, root, "stage-limit");
-    stage_dir(dir, sroot);
-    tsr_dataset *ds = open_ds();
-    tsr_stager *s = NULL;
+    tsr_dataset *ds;
+    tsr_stager *s;
     tsr_stage_stats st;
-    int rc = stager_open(&s, ds, sroot, limit, 1);
+    int rc = open_copy_stager("stage-limit", limit, sroot, dir, &ds, &s);
     tap_ok(rc == 0, "stager_open with cache_limit %llu bytes (3.5 shards)",
            (unsigned long long)limit);
     if (rc) return;
@@ -562,13 +570,10 @@ static void test_limit(void) {
 
 static void test_corrupt(void) {
     char sroot[512], dir[512], b[512];
-    setenv("TSR_STAGE_NO_LINK", "1", 1);
-    pjoin(sroot, root, "stage-corrupt");
-    stage_dir(dir, sroot);
-    tsr_dataset *ds = open_ds();
-    tsr_stager *s = NULL;
+    tsr_dataset *ds;
+    tsr_stager *s;
     tsr_stage_stats st;
-    int rc = stager_open(&s, ds, sroot, 0, 1);
+    int rc = open_copy_stager("stage-corrupt", 0, sroot, dir, &ds, &s);
     if (rc) {
         tap_ok(0, "stager_open for the corruption test");
         return;
@@ -588,13 +593,11 @@ static void test_corrupt(void) {
                st.cache_bytes == (N_SHARDS - 1) * B,
            "it is not used and deleted (mask 0x%x, failed %llu, cache %llu)", redirected_mask(ds),
            (unsigned long long)st.failed, (unsigned long long)st.cache_bytes);
-    uint64_t s0, p0, s1, p1;
-    counts(ds, &s0, &p0);
-    long bad = compare_all(ds);
-    counts(ds, &s1, &p1);
-    tap_ok(bad == 0 && p1 - p0 == 129 && s1 - s0 == n_samples - 129,
-           "its samples read in place and correct (+%llu in place, %ld differ)",
-           (unsigned long long)(p1 - p0), bad);
+    uint64_t staged, in_place;
+    long bad = compare_counting(ds, &staged, &in_place);
+    tap_ok(bad == 0 && in_place == 129 && staged == n_samples - 129,
+           "its samples read in place and correct (+%llu in place, %ld differ)", (unsigned long long)in_place,
+           bad);
     want_range(s, 0, N_SHARDS);
     stager_wait_idle(s);
     stager_poll(s);
