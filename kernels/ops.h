@@ -130,8 +130,9 @@ typedef struct tsr_ops {
     /* out = inp @ w^T + bias.  out (N,OC), inp (N,IC), w (OC,IC), bias (OC) or NULL */
     void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int N, int IC, int OC);
-    /* dinp (N,IC) += dout @ w, dw (OC,IC) += dout^T @ inp (or NULL: frozen, the product skipped),
-     * dbias (OC) += sum_n dout (or NULL) */
+    /* dinp (N,IC) += dout @ w (or NULL: the product skipped; the zero-bubble pipeline's weight
+     * half, src/train/pipeline_zb.c), dw (OC,IC) += dout^T @ inp (or NULL: frozen, the product
+     * skipped), dbias (OC) += sum_n dout (or NULL) */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC);
 

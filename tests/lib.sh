@@ -94,6 +94,27 @@ grpo_small_args() {
            --set grpo.max_new_tokens=6 --set save_interval=0ba --set eval_interval=0ba
            --set watchdog.window=0)
 }
+# grpo_smoke MIN_TOKENS SETTINGS...: GRPO from scratch (grpo_small_args on grpo_prompts $TMP/rl's
+# 400 examples, then SETTINGS: the model), 2 steps into $TMP/G ($TMP/grpo.txt; its exit status in
+# rc): it ends with its checkpoint and logs 32 rollouts, steps 1 and 2, of MIN_TOKENS to 6 tokens
+# with finite negative log-probabilities, more than 16 of them distinct
+grpo_smoke() {
+    local min=$1; shift
+    grpo_prompts "$TMP/rl" 400 && grpo_small_args "$TMP/rl" &&
+        "$TRAIN" "${small[@]}" "$@" --set max_duration=2ba --set grpo.log_completions=16 \
+            --set run_dir="$TMP/G" >"$TMP/grpo.txt" 2>&1
+    rc=$?
+    tap_diag "grpo: exit $rc, $(grep -m1 'step 2/2' "$TMP/grpo.txt")"
+    ((rc == 0)) && [[ -f $TMP/G/step-00000002.h5 ]] && "$PY3" - "$TMP/G/completions.jsonl" "$min" <<'PY'
+import json, math, sys
+rows, lo = [json.loads(l) for l in open(sys.argv[1])], int(sys.argv[2])
+ok = (sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
+      and all(lo <= len(r["tokens"]) <= 6 and math.isfinite(r["logprob"]) and r["logprob"] < 0 for r in rows)
+      and len({r["logprob"] for r in rows}) > 16)
+print("#", len(rows), "rollouts, logprobs", [round(r["logprob"], 2) for r in rows[:4]], "...")
+sys.exit(0 if ok else 1)
+PY
+}
 # started_ranks MPIRUN_PID N: the pids of the N ranks a background mpirun of this shell started
 # (its children named tessera-train), once all are there (at most 30 s; fewer if it ended first)
 started_ranks() {
@@ -122,6 +143,29 @@ icl_tasks = (
 );
 CFG
     } >"$TMP/icl.cfg"
+}
+# moments_close A B...: the first moments m of every tensor of B's step-1 checkpoints
+# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (step 0's gradients:
+# (1 - beta1) g, without clipping): a MoE's routing may flip at a near tie under another
+# summation order, so a trajectory compares top-k = every expert and step 0 compares top 2
+moments_close() {
+    /usr/bin/python3 - "$TMP" "$@" <<'PY'
+import sys, h5py, numpy as np
+tmp, ref, *others = sys.argv[1:]
+def moments(d):
+    m = h5py.File(f"{tmp}/{d}/step-00000001.h5", "r")["optim/m"]
+    return {n: m[n][()] for n in m}
+a = moments(ref)
+worst, bad = 0.0, []
+for d in others:
+    b = moments(d)
+    if sorted(a) != sorted(b) or not a: bad.append(d); continue
+    for n in a:
+        e = float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30)
+        worst = max(worst, e) if e == e else float("inf")
+print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
+sys.exit(0 if not bad and worst <= 1e-5 else 1)
+PY
 }
 # ck RUN_DIR STEP: the path of that step's checkpoint
 ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
@@ -246,6 +290,13 @@ runs_close() {
     tap_diag "$what: exit $rc, $out"
     ((rc == 0 && ok == 0))
 }
+# zero3_as_ddp REF: tessera-train "${args[@]}" on 2 ranks under parallel.sharding = zero3 into
+# $TMP/Z (no saves; $TMP/Z.txt) equals run $TMP/REF within 1e-6 at every step, as runs_close judges
+zero3_as_ddp() {
+    "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
+        --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
+    runs_close $? "zero3 vs ddp" "$1" Z 1e-6 1e-6
+}
 # export_refused CKPT OUT PATTERN: `tessera ckpt export --format hf` of CKPT into OUT exits 1 saying
 # PATTERN (its output in $TMP/export.txt, the start of it as a diagnostic line) and writes no
 # weights; sets rc to the export's exit status
@@ -321,6 +372,17 @@ CFG
     "$TOOL" ckpt export --format hf "$d/run/latest" "$d/hf" >"$d/export.log" 2>&1 || { cat "$d/export.log"; return 1; }
 }
 
+# start_refused NAME PATTERN OPTIONS...: tessera-train with "${args[@]}" OPTIONS (1 rank, run_dir
+# $TMP/NAME/run) exits 1 (a config error) printing PATTERN (a grep pattern; its output in
+# $TMP/NAME.txt), nothing written under $TMP/NAME
+start_refused() {
+    local name=$1 pat=$2 rc; shift 2
+    mkdir -p "$TMP/$name"
+    "$TRAIN" "${args[@]}" --set run_dir="$TMP/$name/run" "$@" >"$TMP/$name.txt" 2>&1
+    rc=$?
+    tap_diag "$name: exit $rc: $(grep -m1 -o "$pat.\{0,80\}" "$TMP/$name.txt")"
+    ((rc == 1)) && grep -q "$pat" "$TMP/$name.txt" && [[ -z $(ls -A "$TMP/$name") ]]
+}
 # cuda_refused DIR KEY OPTIONS...: the trainer with "${args[@]}" OPTIONS with device = "cuda"
 # (1 rank) exits 1 (a config error, docs/tessera-train.md) naming KEY ("KEY: device = "cuda" does
 # not run"), and nothing is written under $TMP/DIR (its run directory). For the model variants

@@ -42,67 +42,101 @@ static void check_shape(const char *op, const tsr_mla_shape *s) {
                 "expected positive sizes and an even dr", op, s->NH, s->dn, s->dr, s->dv);
 }
 
-void cpu_mla_qkv_forward(float *qkv, const float *q, const float *kv, const float *kpe,
-                         const int32_t *pos, int p0, const float *inv_freq, int B, int T,
-                         const tsr_mla_shape *s) {
-    check_shape("mla_qkv_forward", s);
-    const int NH = s->NH, dn = s->dn, dr = s->dr, dv = s->dv, dqk = dn + dr;
-    const size_t W = (size_t)NH * (2 * dqk + dv), QW = (size_t)NH * dqk, KW = (size_t)NH * (dn + dv);
+/* a row's layout (cpu_mla.h): qkv's W = [q heads (QW) | k heads (QW) | v heads], q's QW = NH dqk,
+ * kv's KW = NH (dn + dv) */
+typedef struct {
+    const tsr_mla_shape *s;
+    int dn, dr, dv, dqk;
+    size_t W, QW, KW;
+} mla_layout;
+
+/* row n of the B T rows, its RoPE cosines and sines in cs, sn (dr/2 each); ctx the op's buffers */
+typedef void (*mla_row_fn)(const mla_layout *L, const void *ctx, long n, const float *cs,
+                           const float *sn);
+
+/* fn for every row, the rows in parallel (one task per row); sign -1: the transpose's angles */
+static void each_row(const char *op, const tsr_mla_shape *s, const int32_t *pos, int p0,
+                     const float *inv_freq, int B, int T, double sign, mla_row_fn fn,
+                     const void *ctx) {
+    check_shape(op, s);
+    const int dqk = s->dn + s->dr;
+    const mla_layout L = {s, s->dn, s->dr, s->dv, dqk, (size_t)s->NH * (2 * dqk + s->dv),
+                          (size_t)s->NH * dqk, (size_t)s->NH * (s->dn + s->dv)};
     const long N = (long)B * T;
-#pragma omp parallel if (N * (long)W >= CPU_PAR_MIN)
+#pragma omp parallel if (N * (long)L.W >= CPU_PAR_MIN)
     {
-        float *cs = tsr_malloc((size_t)dr * sizeof *cs), *sn = cs + dr / 2;
+        float *cs = tsr_malloc((size_t)L.dr * sizeof *cs), *sn = cs + L.dr / 2;
 #pragma omp for schedule(static)
         for (long n = 0; n < N; n++) {
-            float *o = qkv + (size_t)n * W, *k = o + QW, *v = k + QW;
-            const float *kvn = kv + (size_t)n * KW;
-            row_angles(cs, sn, pos, p0, n, T, inv_freq, dr / 2, s->mscale, 1.0);
-            memcpy(o, q + (size_t)n * QW, QW * sizeof *o);
-            for (int h = 0; h < NH; h++) {
-                float *kh = k + (size_t)h * dqk;
-                turn(o + (size_t)h * dqk + dn, cs, sn, dr, s->interleave);
-                memcpy(kh, kvn + (size_t)h * (dn + dv), (size_t)dn * sizeof *kh);
-                memcpy(v + (size_t)h * dv, kvn + (size_t)h * (dn + dv) + dn, (size_t)dv * sizeof *v);
-                if (h == 0) { /* the RoPE key, turned once, then every head's copy */
-                    memcpy(kh + dn, kpe + (size_t)n * dr, (size_t)dr * sizeof *kh);
-                    turn(kh + dn, cs, sn, dr, s->interleave);
-                } else {
-                    memcpy(kh + dn, k + dn, (size_t)dr * sizeof *kh);
-                }
-            }
+            row_angles(cs, sn, pos, p0, n, T, inv_freq, L.dr / 2, s->mscale, sign);
+            fn(&L, ctx, n, cs, sn);
         }
         free(cs);
     }
 }
 
+typedef struct {
+    float *qkv;
+    const float *q, *kv, *kpe;
+} mla_fwd_io;
+
+static void qkv_forward_row(const mla_layout *L, const void *ctx, long n, const float *cs,
+                            const float *sn) {
+    const mla_fwd_io *io = ctx;
+    const int dn = L->dn, dr = L->dr, dv = L->dv, dqk = L->dqk, il = L->s->interleave;
+    float *o = io->qkv + (size_t)n * L->W, *k = o + L->QW, *v = k + L->QW;
+    const float *kvn = io->kv + (size_t)n * L->KW;
+    memcpy(o, io->q + (size_t)n * L->QW, L->QW * sizeof *o);
+    for (int h = 0; h < L->s->NH; h++) {
+        float *kh = k + (size_t)h * dqk;
+        turn(o + (size_t)h * dqk + dn, cs, sn, dr, il);
+        memcpy(kh, kvn + (size_t)h * (dn + dv), (size_t)dn * sizeof *kh);
+        memcpy(v + (size_t)h * dv, kvn + (size_t)h * (dn + dv) + dn, (size_t)dv * sizeof *v);
+        if (h == 0) { /* the RoPE key, turned once, then every head's copy */
+            memcpy(kh + dn, io->kpe + (size_t)n * dr, (size_t)dr * sizeof *kh);
+            turn(kh + dn, cs, sn, dr, il);
+        } else {
+            memcpy(kh + dn, k + dn, (size_t)dr * sizeof *kh);
+        }
+    }
+}
+
+void cpu_mla_qkv_forward(float *qkv, const float *q, const float *kv, const float *kpe,
+                         const int32_t *pos, int p0, const float *inv_freq, int B, int T,
+                         const tsr_mla_shape *s) {
+    const mla_fwd_io io = {qkv, q, kv, kpe};
+    each_row("mla_qkv_forward", s, pos, p0, inv_freq, B, T, 1.0, qkv_forward_row, &io);
+}
+
+typedef struct {
+    float *dq, *dkv, *dkpe;
+    const float *dqkv;
+} mla_bwd_io;
+
+static void qkv_backward_row(const mla_layout *L, const void *ctx, long n, const float *cs,
+                             const float *sn) {
+    const mla_bwd_io *io = ctx;
+    const int dn = L->dn, dr = L->dr, dv = L->dv, dqk = L->dqk, il = L->s->interleave;
+    const float *g = io->dqkv + (size_t)n * L->W, *gk = g + L->QW, *gv = gk + L->QW;
+    float *q = io->dq + (size_t)n * L->QW, *kvn = io->dkv + (size_t)n * L->KW;
+    float *pe = io->dkpe + (size_t)n * dr;
+    memcpy(q, g, L->QW * sizeof *q);
+    memset(pe, 0, (size_t)dr * sizeof *pe);
+    for (int h = 0; h < L->s->NH; h++) {
+        const float *kh = gk + (size_t)h * dqk;
+        turn(q + (size_t)h * dqk + dn, cs, sn, dr, il);
+        memcpy(kvn + (size_t)h * (dn + dv), kh, (size_t)dn * sizeof *kvn);
+        memcpy(kvn + (size_t)h * (dn + dv) + dn, gv + (size_t)h * dv, (size_t)dv * sizeof *kvn);
+        for (int i = 0; i < dr; i++) pe[i] += kh[dn + i];
+    }
+    turn(pe, cs, sn, dr, il);
+}
+
 void cpu_mla_qkv_backward(float *dq, float *dkv, float *dkpe, const float *dqkv,
                           const int32_t *pos, int p0, const float *inv_freq, int B, int T,
                           const tsr_mla_shape *s) {
-    check_shape("mla_qkv_backward", s);
-    const int NH = s->NH, dn = s->dn, dr = s->dr, dv = s->dv, dqk = dn + dr;
-    const size_t W = (size_t)NH * (2 * dqk + dv), QW = (size_t)NH * dqk, KW = (size_t)NH * (dn + dv);
-    const long N = (long)B * T;
-#pragma omp parallel if (N * (long)W >= CPU_PAR_MIN)
-    {
-        float *cs = tsr_malloc((size_t)dr * sizeof *cs), *sn = cs + dr / 2;
-#pragma omp for schedule(static)
-        for (long n = 0; n < N; n++) {
-            const float *g = dqkv + (size_t)n * W, *gk = g + QW, *gv = gk + QW;
-            float *q = dq + (size_t)n * QW, *kvn = dkv + (size_t)n * KW, *pe = dkpe + (size_t)n * dr;
-            row_angles(cs, sn, pos, p0, n, T, inv_freq, dr / 2, s->mscale, -1.0);
-            memcpy(q, g, QW * sizeof *q);
-            memset(pe, 0, (size_t)dr * sizeof *pe);
-            for (int h = 0; h < NH; h++) {
-                const float *kh = gk + (size_t)h * dqk;
-                turn(q + (size_t)h * dqk + dn, cs, sn, dr, s->interleave);
-                memcpy(kvn + (size_t)h * (dn + dv), kh, (size_t)dn * sizeof *kvn);
-                memcpy(kvn + (size_t)h * (dn + dv) + dn, gv + (size_t)h * dv, (size_t)dv * sizeof *kvn);
-                for (int i = 0; i < dr; i++) pe[i] += kh[dn + i];
-            }
-            turn(pe, cs, sn, dr, s->interleave);
-        }
-        free(cs);
-    }
+    const mla_bwd_io io = {dq, dkv, dkpe, dqkv};
+    each_row("mla_qkv_backward", s, pos, p0, inv_freq, B, T, -1.0, qkv_backward_row, &io);
 }
 
 /* ---- decoding over the compressed caches ------------------------------------------------- */

@@ -344,8 +344,9 @@ static void matvec_forward(float *out, const float *inp, const float *w, const f
  * which others are asked for. */
 static void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f,
-                dinp, IC);
+    if (dinp) /* (NULL: the weights' half alone, the zero-bubble pipeline's W) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
+                    1.0f, dinp, IC);
     if (dw)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
                     1.0f, dw, IC);

@@ -119,6 +119,19 @@ typedef enum { TSR_SHARD_DDP = 0, TSR_SHARD_ZERO1, TSR_SHARD_ZERO3, TSR_SHARD_HS
 /* device = cuda's transport (docs/cuda.md "Several ranks on one GPU"): NCCL, or MPI staged
  * through pinned host memory (the fallback; several ranks may then share a GPU) */
 typedef enum { TSR_GPU_COMM_NCCL = 0, TSR_GPU_COMM_MPI, TSR_GPU_COMM_COUNT } tsr_gpu_comm_kind;
+/* parallel.pipeline_schedule (docs/pipeline.md): in src/pipeline/pp_schedule.h's pp_kind order */
+typedef enum { TSR_PP_1F1B = 0, TSR_PP_INTERLEAVED, TSR_PP_ZB, TSR_PP_SCHED_COUNT } tsr_pp_sched_kind;
+
+/* Pipeline parallelism (model/model_pp.h; docs/pipeline.md): the part of the whole model that a
+ * model of this config is, a rank's stages. Not a key: never in a file, never compared; set on a
+ * model's own copy of its config (model_set_pipeline). All zero: the whole model. */
+#define TSR_PART_MAX 16 /* ranges a part holds: parallel.pipeline_virtual's most */
+typedef struct tsr_model_part {
+    int n;                       /* ranges of the whole model's layers (0: every layer) */
+    int first[TSR_PART_MAX];     /* range i: the whole model's layers first[i] .. + len[i] - 1, */
+    int len[TSR_PART_MAX];       /* this config's layers in order (n_layer: their sum) */
+    int no_embed, no_head;       /* without the embedding; without the final norm and the head */
+} tsr_model_part;
 
 typedef struct tsr_model_config {
     int n_layer, d_model, n_head;
@@ -196,6 +209,7 @@ typedef struct tsr_model_config {
     double rope_mscale, rope_mscale_all_dim; /* YaRN's mscale, mscale_all_dim (0 = not given) */
     char hf_model_type[32]; /* the Hugging Face class an export writes ("": its features choose);
                              * an import sets it (docs/hf.md "Qwen 3.5") */
+    tsr_model_part part;    /* a pipeline stage's share (not a key; above) */
 } tsr_model_config;
 
 typedef struct tsr_optim_config {
@@ -303,6 +317,11 @@ typedef struct tsr_config {
                              * (docs/parallelism.md "Tensor parallelism"); 1 = none */
     int sequence;           /* T > 1: sequence parallelism between the split matrices */
     int tensor_across_nodes;/* a tensor group may span nodes */
+    int64_t pipeline;       /* pipeline parallelism: the stages' ranks, P (docs/pipeline.md); 1 =
+                             * none */
+    tsr_pp_sched_kind pipeline_schedule;
+    int64_t pipeline_virtual; /* V: model chunks a rank (interleaved) */
+    char pipeline_layout[1024]; /* the cut by hand, Megatron's spelling ("": balanced by cost) */
     tsr_gpu_comm_kind gpu_comm; /* device = cuda: what carries the collectives */
     struct {                  /* precision.* (device = cuda; docs/cuda.md "FP8") */
         tsr_fp8_mode fp8;
@@ -502,6 +521,25 @@ int config_linear_layers(const tsr_model_config *m);
 /* 1 when layer l turns q and k by RoPE: model.pos = rope and the layer's model.no_rope_layers
  * entry is not 0 (every layer when that key is ""). */
 int config_layer_rope(const tsr_model_config *m, int l);
+/* The whole model's layer that layer l of a config is: l, or in a pipeline stage's part
+ * (tsr_model_part) its place in the whole model. Every per-layer rule above reads it. */
+int config_layer_at(const tsr_model_config *m, int l);
+/* Pipeline parallelism (docs/pipeline.md). The stages: parallel.pipeline x
+ * parallel.pipeline_virtual (1 without a pipeline). */
+int config_pipeline_stages(const tsr_config *cfg);
+/* A hand cut, parallel.pipeline_layout's spelling (Megatron's --pipeline-model-parallel-layout:
+ * E the embedding, t a layer, L the final norm, the head and the loss, | the next stage, t*N and
+ * (...)*N repeated, blanks and commas ignored), of n_layer layers into S stages: cut[s] the first
+ * layer of stage s, cut[S] = n_layer. 0, or -1 with why (the spelling, the stage count, a stage
+ * without a layer, E or L elsewhere than the first item of the first stage and the last of the
+ * last, a layer count other than n_layer). */
+int config_pipeline_layout(const char *layout, int n_layer, int S, int *cut, char *why, size_t n);
+/* parallel.pipeline's keys against the model: the interleaved schedule and the chunks a rank,
+ * no more stages than layers, the hand cut. 0, or -1 with the reason in why and the key in *key. */
+int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, size_t n);
+/* With parallel.pipeline > 1: the first key whose setting the pipeline does not run with yet (its
+ * value's words in *value), or NULL. */
+const char *config_pipeline_pair(const tsr_config *cfg, const char **value);
 /* The model variants of issues 67/68 (docs/models.md), in the order config_attn_variant_key
  * reports them: linear_attention layers, the attention output gate, sliding windows, sinks,
  * query_pre_attn_scalar, norm placement, QK-norm over the projection, embedding scale, GeGLU-tanh,

@@ -379,6 +379,7 @@ static void validate_mla(load_ctx *c) {
     const struct { int bad; const char *key, *value, *alt; } rules[] = {
         {g->context > 1, "parallel.context", "> 1", "parallel.context = 1"},
         {g->lora.rank > 0, "lora.rank", "> 0", "lora.rank = 0 (full finetuning)"},
+        {g->pipeline > 1, "parallel.pipeline", "> 1", "parallel.pipeline = 1"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (rules[k].bad) {
@@ -410,6 +411,27 @@ static void validate_tensor(load_ctx *c) {
                   "it yet (docs/parallelism.md \"What composes with tensor parallelism\"): set "
                   "parallel.tensor = 1, or change %s",
                   cfgload_where(c, "parallel.tensor", at, sizeof at), (long long)g->tensor, key,
+                  value, key);
+        c->errors++;
+    }
+}
+
+/* parallel.pipeline = P (docs/pipeline.md): its keys against the model (the stages, the hand
+ * cut), and not with a mode it does not run with yet (both keys named) */
+static void validate_pipeline(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200], why[1200];
+    const char *key, *value;
+    if (g->pipeline <= 1) return;
+    if (config_pipeline_check(g, &key, why, sizeof why) != 0) {
+        tsr_error("%s%s", cfgload_where(c, key, at, sizeof at), why);
+        c->errors++;
+    }
+    if ((key = config_pipeline_pair(g, &value)) != NULL) {
+        tsr_error("%sparallel.pipeline = %lld with %s %s: pipeline parallelism does not run with "
+                  "it yet (docs/pipeline.md \"What composes with the pipeline\"): set "
+                  "parallel.pipeline = 1, or change %s",
+                  cfgload_where(c, "parallel.pipeline", at, sizeof at), (long long)g->pipeline, key,
                   value, key);
         c->errors++;
     }
@@ -463,6 +485,7 @@ static void validate_options(load_ctx *c) {
     validate_attn_variants(c);
     validate_linear_cuda(c);
     validate_tensor(c);
+    validate_pipeline(c);
     validate_mla(c);
 }
 

@@ -304,7 +304,7 @@ int config_layer_rope(const tsr_model_config *m, int l) {
     const char *at = NULL;
     size_t len = 0;
     int n = layer_type_at(m->no_rope_layers, -1, &at, &len);
-    layer_type_at(m->no_rope_layers, l % n, &at, &len);
+    layer_type_at(m->no_rope_layers, config_layer_at(m, l) % n, &at, &len);
     return !type_is(at, len, "0");
 }
 
@@ -319,7 +319,7 @@ static int layer_type_is(const tsr_model_config *m, int l, const char *name) {
     const char *at = NULL;
     size_t len = 0;
     int n = layer_type_at(m->layer_types, -1, &at, &len);
-    layer_type_at(m->layer_types, l % n, &at, &len);
+    layer_type_at(m->layer_types, config_layer_at(m, l) % n, &at, &len);
     return type_is(at, len, name);
 }
 

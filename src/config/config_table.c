@@ -78,11 +78,13 @@ _Static_assert(NELEM(sched_names) == TSR_SCHED_COUNT, "sched_names vs tsr_sched_
 static const char *const shard_names[] = {"ddp", "zero1", "zero3", "hsdp"};
 _Static_assert(NELEM(shard_names) == TSR_SHARD_COUNT, "shard_names vs tsr_sharding_kind");
 static const char *const gpu_comm_names[] = {"nccl", "mpi"};
+static const char *const pp_sched_names[] = {"1f1b", "interleaved", "zb"};
 static const char *const fp8_names[] = {"none", "tensorwise", "rowwise"};
 _Static_assert(NELEM(fp8_names) == TSR_FP8_COUNT, "fp8_names vs tsr_fp8_mode");
 static const char *const fp8_skip_names[] = {"none", "first", "last", "first_last"};
 _Static_assert(NELEM(fp8_skip_names) == TSR_FP8_SKIP_COUNT, "fp8_skip_names vs tsr_fp8_skip");
 _Static_assert(NELEM(gpu_comm_names) == TSR_GPU_COMM_COUNT, "gpu_comm_names vs tsr_gpu_comm_kind");
+_Static_assert(NELEM(pp_sched_names) == TSR_PP_SCHED_COUNT, "pp_sched_names vs tsr_pp_sched_kind");
 /* tsr_gelu_kind of kernels/ops.h (TSR_GELU_TANH = 0, TSR_GELU_EXACT = 1, TSR_GELU_COUNT = 2); not
  * included here so that the config layer does not depend on the kernels. */
 static const char *const gelu_names[] = {"tanh", "exact"};
@@ -341,6 +343,33 @@ const cfgtab_key cfgtab_keys[] = {
      .doc = "Allow a `parallel.tensor` group to span nodes (its collectives, several per "
             "layer, then cross the network: slow); by default a group must lie within a node "
             "(checked at start)."},
+    {.name = "parallel.pipeline", .type = CFGK_INT, FIELD(pipeline), .def = "1", .ilo = 1,
+     INT32_ONLY,
+     .doc = "Pipeline parallelism: the layers are cut into this many stages, each on its own "
+            "ranks, activations and their gradients sent between neighbouring stages; a step's "
+            "microbatches (per-rank batch / `micro_batch`, at least this many) flow through "
+            "them by `parallel.pipeline_schedule`. It must divide the rank count; the ranks form "
+            "a pipeline x data x context x tensor mesh, pipeline outermost. 1 = every rank holds "
+            "every layer (docs/pipeline.md)."},
+    {.name = "parallel.pipeline_schedule", .type = CFGK_ENUM, FIELD(pipeline_schedule),
+     .def = "1f1b", ENUM(pp_sched_names),
+     .doc = "With `parallel.pipeline` > 1, the order of each rank's forwards and backwards: "
+            "`1f1b` (one forward, one backward), `interleaved` (`parallel.pipeline_virtual` "
+            "model chunks a rank, a smaller bubble; microbatches a multiple of the stages' "
+            "ranks), `zb` (zero bubble ZB-H1: each backward split into the input's gradient and "
+            "the weights', which fills the bubble) (docs/pipeline.md)."},
+    {.name = "parallel.pipeline_virtual", .type = CFGK_INT, FIELD(pipeline_virtual), .def = "1",
+     .ilo = 1, .ihi = TSR_PART_MAX,
+     .doc = "The interleaved schedule's model chunks a rank, V (2 or more): the layers are cut "
+            "into `parallel.pipeline` x V stages, rank r holding stages r, r + P, ... 1 = "
+            "one chunk a rank (1f1b, zb)."},
+    {.name = "parallel.pipeline_layout", .type = CFGK_STRING, FIELD(pipeline_layout),
+     .def = "", .ilo = 0,
+     .doc = "The stages' cut by hand, Megatron's --pipeline-model-parallel-layout: E the "
+            "embedding, t a layer, L the final norm, the head and the loss, | between stages, "
+            "t*N and (...)*N repeated, e.g. \"Et*3|t*4|t*4|t*3L\" (every stage at least one "
+            "layer). \"\" = the cut balanced by the plan's cost of each layer, the embedding "
+            "and the head (docs/pipeline.md)."},
     {.name = "parallel.gpu_comm", .type = CFGK_ENUM, FIELD(gpu_comm), .def = "nccl",
      ENUM(gpu_comm_names),
      .doc = "device = cuda: what carries the gradient sums, shards and the expert exchange. "
@@ -630,6 +659,6 @@ const cfgtab_key cfgtab_keys[] = {
             "microbatch is recomputed by its neighbour and the gradients' fingerprints compared "
             "bit for bit; a third rank and a second try tell a transient fault (the step goes on "
             "with the microbatches recomputed) from a persistent one (exit 87). ddp, zero1 and "
-            "LoRA on the CPU, one rank per context, tensor and expert group; 0 = off."},
+            "LoRA on the CPU, one rank per context, tensor and expert group, no pipeline; 0 = off."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);

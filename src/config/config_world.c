@@ -41,9 +41,21 @@ static int check_tensor(const tsr_config *cfg, int world) {
     return TSR_EXIT_USAGE;
 }
 
-/* the ranks that share their sequences: a tensor group times a context group (at least 1) */
+/* parallel.pipeline = P: P divides the world (the stages' ranks are W / P consecutive ranks) */
+static int check_pipeline(const tsr_config *cfg, int world) {
+    const long long P = cfg->pipeline;
+    if (P <= 1 || world % P == 0) return 0;
+    tsr_error("parallel.pipeline = %lld does not divide the %d ranks: the ranks form a pipeline x "
+              "data x context x tensor mesh, each stage %d / %lld consecutive ranks; choose a "
+              "divisor of %d", P, world, world, P, world);
+    return TSR_EXIT_USAGE;
+}
+
+/* the ranks that share their sequences: a tensor group times a context group times the
+ * pipeline's stages (at least 1) */
 static int shared_ranks(const tsr_config *cfg) {
-    return (cfg->context > 1 ? (int)cfg->context : 1) * (cfg->tensor > 1 ? (int)cfg->tensor : 1);
+    return (cfg->context > 1 ? (int)cfg->context : 1) * (cfg->tensor > 1 ? (int)cfg->tensor : 1) *
+           (cfg->pipeline > 1 ? (int)cfg->pipeline : 1);
 }
 
 int config_check_world(const tsr_config *cfg, int world) {
@@ -51,14 +63,19 @@ int config_check_world(const tsr_config *cfg, int world) {
         tsr_error("world size %d: expected at least 1 rank", world);
         return TSR_EXIT_USAGE;
     }
-    if (check_tensor(cfg, world)) return TSR_EXIT_USAGE;
-    if (check_context(cfg, world / (cfg->tensor > 1 ? (int)cfg->tensor : 1)))
+    if (check_pipeline(cfg, world)) return TSR_EXIT_USAGE;
+    const int P = cfg->pipeline > 1 ? (int)cfg->pipeline : 1;
+    if (check_tensor(cfg, world / P)) return TSR_EXIT_USAGE;
+    if (check_context(cfg, world / P / (cfg->tensor > 1 ? (int)cfg->tensor : 1)))
         return TSR_EXIT_USAGE;
     /* the batch is split over the data ranks: the world, or world / (T N) under tensor and
      * context parallelism (a tensor group and a context group share their sequences) */
     const int N = shared_ranks(cfg), D = world / N;
-    char ranks[128];
-    if (N > 1 && cfg->tensor > 1)
+    char ranks[160];
+    if (P > 1)
+        snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.pipeline x "
+                 "parallel.tensor x parallel.context = %d)", D, world, N);
+    else if (N > 1 && cfg->tensor > 1)
         snprintf(ranks, sizeof ranks, "%d data ranks (%d ranks / parallel.tensor x "
                  "parallel.context = %d)", D, world, N);
     else if (N > 1)
@@ -82,7 +99,7 @@ int config_check_world(const tsr_config *cfg, int world) {
                   gb / D, gb, ranks, 2 * D);
         return TSR_EXIT_USAGE;
     }
-    if (cfg->expert > 1 && world % cfg->expert != 0) {
+    if (cfg->expert > 1 && (world / P) % cfg->expert != 0) {
         tsr_error("parallel.expert = %lld does not divide the %d ranks: expert parallelism splits "
                   "the ranks into groups of that many, each holding every expert once; choose a "
                   "divisor of %d", (long long)cfg->expert, world, world);

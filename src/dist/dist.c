@@ -356,6 +356,36 @@ void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t b
     }
     return r;
 }
+/* a non-blocking send (to >= 0) or receive of bytes in pieces of at most extent_limit() bytes,
+ * all under one tag (MPI matches a sender's messages of one tag in order) */
+static void *p2p_start(tsr_group *g, void *buf, size_t bytes, int to, int from, int tag) {
+    const size_t chunk = extent_limit(), pieces = bytes ? (bytes + chunk - 1) / chunk : 0;
+    if (pieces > 1000000)
+        tsr_die(TSR_EXIT_INTERNAL, "dist: a point-to-point message of %zu bytes is too many "
+                "pieces", bytes);
+    dist_request *r = request_new((int)pieces);
+    for (size_t p = 0; p < pieces; p++) {
+        const size_t at = p * chunk, k = bytes - at < chunk ? bytes - at : chunk;
+        if (to >= 0)
+            MPI_CHECK(MPI_Isend((char *)buf + at, (int)k, MPI_BYTE, to, tag, g->comm, &r->r[p]));
+        else MPI_CHECK(MPI_Irecv((char *)buf + at, (int)k, MPI_BYTE, from, tag, g->comm, &r->r[p]));
+    }
+    return r;
+}
+void *dist_group_isend(tsr_group *g, const void *buf, size_t bytes, int to, int tag) {
+    return p2p_start(g, (void *)buf, bytes, to, -1, tag);
+}
+void *dist_group_irecv(tsr_group *g, void *buf, size_t bytes, int from, int tag) {
+    return p2p_start(g, buf, bytes, -1, from, tag);
+}
+int dist_test(void *request) {
+    if (!request) return 1;
+    dist_request *r = request;
+    int done = 0;
+    MPI_CHECK(MPI_Testall(r->n, r->r, &done, MPI_STATUSES_IGNORE));
+    if (done) free(r);
+    return done;
+}
 void dist_group_sendrecv(tsr_group *g, const void *send, int to, void *recv, int from,
                          size_t bytes) {
     const size_t chunk = extent_limit();
@@ -527,6 +557,19 @@ void dist_group_sendrecv(tsr_group *g, const void *send, int to, void *recv, int
                          size_t bytes) {
     (void)g;
     if (to >= 0 && from >= 0) memmove(recv, send, bytes);
+}
+/* (a world of one has no other rank to send to: a pipeline needs two ranks or more) */
+void *dist_group_isend(tsr_group *g, const void *buf, size_t bytes, int to, int tag) {
+    (void)g, (void)buf, (void)bytes, (void)to, (void)tag;
+    tsr_die(TSR_EXIT_INTERNAL, "dist: a point-to-point send in a world of one");
+}
+void *dist_group_irecv(tsr_group *g, void *buf, size_t bytes, int from, int tag) {
+    (void)g, (void)buf, (void)bytes, (void)from, (void)tag;
+    tsr_die(TSR_EXIT_INTERNAL, "dist: a point-to-point receive in a world of one");
+}
+int dist_test(void *request) {
+    (void)request;
+    return 1;
 }
 void dist_group_reduce_scatter_f32(tsr_group *g, const float *send, float *recv, const int *counts) {
     (void)g;

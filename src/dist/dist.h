@@ -134,6 +134,16 @@ void *dist_group_ring_shift(tsr_group *g, const void *send, void *recv, size_t b
 void dist_group_sendrecv(tsr_group *g, const void *send, int to, void *recv, int from,
                          size_t bytes);
 void dist_group_allreduce_sum_i64(tsr_group *g, int64_t *buf, size_t n);
+/* Non-blocking point-to-point in a group (pipeline parallelism's activations and their
+ * gradients, src/train/pipeline_exec.c): `bytes` of buf sent to group rank `to`, or received
+ * from group rank `from` into buf, under tag (0 .. 32767); started now, completed by dist_wait
+ * (buf untouched until then) or by a dist_test that returns 1. A sender's messages of one tag
+ * arrive in the order sent. Returns the handle. */
+void *dist_group_isend(tsr_group *g, const void *buf, size_t bytes, int to, int tag);
+void *dist_group_irecv(tsr_group *g, void *buf, size_t bytes, int from, int tag);
+/* 1 when the operation of request has completed (the handle then freed; NULL: done), else 0:
+ * a sender's progress without waiting */
+int dist_test(void *request);
 
 /* buf (bytes) of world rank root, on every rank */
 void dist_bcast(void *buf, size_t bytes, int root);

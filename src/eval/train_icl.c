@@ -17,11 +17,11 @@ int train_icl_open(icl_suite **out, const tsr_config *cfg, const tsr_tokenizer *
     for (int i = 0; i < cfg->n_icl; i++) /* the batched generator reads full weights on the CPU */
         if (cfg->icl[i].type == TSR_ICL_GEN &&
             (cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP ||
-             cfg->device == TSR_DEVICE_CUDA || cfg->expert > 1)) {
+             cfg->device == TSR_DEVICE_CUDA || cfg->expert > 1 || cfg->pipeline > 1)) {
             tsr_error("icl_tasks[%d] (%s): generation_task_with_answers is scored by the trainer "
                       "on the CPU with full weights only: not under parallel.sharding = zero3 / "
-                      "hsdp, device = \"cuda\" or expert parallelism; score it with `tessera "
-                      "eval` on a checkpoint (docs/eval.md)", i, cfg->icl[i].label);
+                      "hsdp, device = \"cuda\", expert or pipeline parallelism; score it with "
+                      "`tessera eval` on a checkpoint (docs/eval.md)", i, cfg->icl[i].label);
             return TSR_EXIT_USAGE;
         }
     /* micro_batch rows of seq_len: the activations allocated for training fit the ICL passes,

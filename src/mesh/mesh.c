@@ -46,16 +46,31 @@ static void tensor_groups(tsr_mesh *me, const tsr_config *cfg, int r, int W) {
                                                      .rank = t % R, .size = R};
 }
 
-/* the groups that are on and their numbers (no communication) */
+/* parallel.pipeline = P > 1: the pipeline group (the P ranks of one place in each stage) and the
+ * stage (its Wp consecutive ranks); every other group (but the world) made distinct per stage p:
+ * each was formed within the stage's ranks */
+static void pipeline_groups(tsr_mesh *me, int p, int rs, int Wp) {
+    for (int i = TSR_MESH_WORLD + 1; i < TSR_MESH_N_GROUPS; i++)
+        if (me->group[i].on) me->group[i].color = me->group[i].color * me->P + p;
+    me->group[TSR_MESH_PIPELINE] = (tsr_mesh_group){.name = "pipeline", .on = 1, .color = rs,
+                                                    .key = p, .rank = p, .size = me->P};
+    me->group[TSR_MESH_STAGE] = (tsr_mesh_group){.name = "stage", .on = 1, .color = p,
+                                                 .key = rs, .rank = rs, .size = Wp};
+}
+
+/* the groups that are on and their numbers (no communication): formed over the Wp = W / P ranks
+ * of this rank's stage (its place rs there), then (P > 1) the pipeline's own */
 static void plan_groups(tsr_mesh *me, const tsr_config *cfg, const tsr_dist *world) {
     static const char *const names[TSR_MESH_N_GROUPS] = {
         "world", "context", "data", "expert", "expert_data", "shard", "replica",
-        "tensor", "tensor_data", "tensor_kv"};
-    const int r = world->rank, W = world->world;
+        "tensor", "tensor_data", "tensor_kv", "pipeline", "stage"};
     for (int i = 0; i < TSR_MESH_N_GROUPS; i++)
         me->group[i] = (tsr_mesh_group){.name = names[i], .size = 1};
     me->group[TSR_MESH_WORLD] = (tsr_mesh_group){.name = names[TSR_MESH_WORLD], .on = 1,
-                                                 .color = 0, .key = r, .rank = r, .size = W};
+                                                 .color = 0, .key = world->rank,
+                                                 .rank = world->rank, .size = world->world};
+    me->P = cfg->pipeline > 1 ? (int)cfg->pipeline : 1;
+    const int W = world->world / me->P, r = world->rank % W;
     me->T = cfg->tensor > 1 ? (int)cfg->tensor : 1;
     const int Wt = W / me->T, q = r / me->T;
     if (me->T > 1) tensor_groups(me, cfg, r, W);
@@ -71,6 +86,7 @@ static void plan_groups(tsr_mesh *me, const tsr_config *cfg, const tsr_dist *wor
         me->G = G, me->R = Wt / G;
         set_pair(me, TSR_MESH_SHARD, TSR_MESH_REPLICA, q, Wt, G);
     }
+    if (me->P > 1) pipeline_groups(me, world->rank / W, r, W);
 }
 
 void mesh_build(tsr_mesh *me, const tsr_config *cfg, const tsr_dist *world, int plan) {
@@ -78,16 +94,20 @@ void mesh_build(tsr_mesh *me, const tsr_config *cfg, const tsr_dist *world, int 
     plan_groups(me, cfg, world);
     for (int i = TSR_MESH_WORLD + 1; !plan && i < TSR_MESH_N_GROUPS; i++)
         if (me->group[i].on) me->group[i].cpu = mesh_group_open(&me->group[i]);
-    if (!plan && me->T > 1) /* (tensor parallelism's checkpoint exchange runs over the world) */
+    /* (tensor and pipeline parallelism's checkpoint exchange runs over the world) */
+    if (!plan && (me->T > 1 || me->P > 1))
         me->group[TSR_MESH_WORLD].cpu = mesh_group_open(&me->group[TSR_MESH_WORLD]);
     me->data = *world;
-    me->data.rank /= me->T * me->N, me->data.world = me->D;
-    /* (NULL when T N = 1: the world's sums) */
-    me->data.view = me->N > 1 ? me->group[TSR_MESH_DATA].cpu
-                              : me->group[TSR_MESH_TENSOR_DATA].cpu;
+    me->data.rank = mesh_data_rank(me, world->rank), me->data.world = me->D;
+    /* (NULL when P T N = 1: the world's sums) */
+    me->data.view = me->N > 1   ? me->group[TSR_MESH_DATA].cpu
+                    : me->T > 1 ? me->group[TSR_MESH_TENSOR_DATA].cpu
+                                : me->group[TSR_MESH_STAGE].cpu;
 }
 
-int mesh_data_rank(const tsr_mesh *me, int r) { return r / (me->T * me->N); }
+int mesh_data_rank(const tsr_mesh *me, int r) {
+    return r % (me->group[TSR_MESH_WORLD].size / me->P) / (me->T * me->N);
+}
 
 /* whether this rank's tensor group has ranks on another host than this one's (collective over
  * the group; 0 in a group of one) */

@@ -1,6 +1,11 @@
 /* mesh.h — the rank mesh: every group of ranks a run uses, built from the config and the world
  * once (docs/parallelism.md "The rank mesh").
  *
+ * Pipeline outermost (parallel.pipeline = P, docs/pipeline.md): the W / P consecutive ranks
+ * r / (W / P) = p are stage p's (its `stage` group), the P ranks of the same r mod (W / P) one
+ * place in every stage (its `pipeline` group: the point-to-point sends of activations and their
+ * gradients); every group below is formed within one stage's ranks, as over a world of W / P
+ * (r below is r mod (W / P), W the stage's ranks). With P = 1 the stage is the world.
  * World rank r of W, with T = parallel.tensor, N = parallel.context, EP = parallel.expert (a MoE
  * model), G the sharding group (mesh_shard_size), forms (tensor innermost, Megatron's order: the
  * tensor groups' collectives, several per layer, stay among neighbouring ranks, within a node):
@@ -18,6 +23,9 @@
  *   shard        the G consecutive ranks q / G that shard the state (model/fsdp.h)
  *   replica      the R = Wt / G ranks of the same q % G, which hold the same shard (hsdp)
  *   world        every rank (the GPU's ddp sums; MPI_COMM_WORLD itself on the CPU)
+ *   pipeline     (P > 1) the P ranks of this place in each stage, in stage order
+ *   stage        (P > 1) this stage's W / P ranks: with T = 1 the ranks that hold the same
+ *                layers (their sums and parts: ddp, zero1), as tensor_data's under T > 1
  * With T = 1 every group is as it was before tensor parallelism (q = r).
  * Each group is a descriptor: the (color, key) of this rank's split, its place and size, and the
  * CPU communicator the mesh split once (dist.h). Code that communicates over a group asks for it
@@ -44,6 +52,8 @@ typedef enum tsr_mesh_id {
     TSR_MESH_TENSOR,
     TSR_MESH_TENSOR_DATA,
     TSR_MESH_TENSOR_KV,
+    TSR_MESH_PIPELINE,
+    TSR_MESH_STAGE,
     TSR_MESH_N_GROUPS
 } tsr_mesh_id;
 
@@ -58,6 +68,7 @@ typedef struct tsr_mesh_group {
 } tsr_mesh_group;
 
 typedef struct tsr_mesh {
+    int P;                       /* stages' ranks of the pipeline (1: none) */
     int T;                       /* ranks per tensor group (1: none) */
     int N, D;                    /* ranks per context group, data ranks (W / (T N)) */
     int EP;                      /* ranks per expert group (1: none) */
@@ -86,7 +97,7 @@ int mesh_shard_size(const tsr_config *cfg, int world, int local_world);
 void mesh_build(tsr_mesh *me, const tsr_config *cfg, const tsr_dist *world, int plan);
 void mesh_free(tsr_mesh *me);
 
-/* The data rank (0 .. D - 1) of world rank r: r / (T N). */
+/* The data rank (0 .. D - 1) of world rank r: r mod (W / P) / (T N). */
 int mesh_data_rank(const tsr_mesh *me, int r);
 
 /* parallel.tensor's groups within a node (unless parallel.tensor_across_nodes): 0, or

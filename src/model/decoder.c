@@ -205,10 +205,11 @@ void dec_embed_scale(const tsr_decoder *d, void *x, int N) {
 void dec_layers_forward(const dec_run *r, const dec_unit *root) {
     const tsr_decoder *d = r->d;
     const int L = d->m->L, N = r->Nf;
+    const tsr_model_part *part = &d->m->cfg.part;
     dec_unit cur, nxt;
     dec_unit_get(d, 1, 0, &cur);
     dec_layer v0 = dec_run_layer(r, 0);
-    dec_embed_scale(d, v0.x, N);
+    if (!part->no_embed) dec_embed_scale(d, v0.x, N); /* (a later pipeline stage's x is scaled) */
     dec_layer_steps(r, 0, &v0, cur.w, ST_LN1, ST_LN1);
     for (int l = 0; l < L; l++) {
         dec_layer v = dec_run_layer(r, l);
@@ -219,6 +220,13 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one
          * (the next unit is asked for only now: this layer's weights are all used or queued) */
         const int last = l + 1 == L;
+        if (last && part->no_head) { /* a pipeline stage's end: its output, the next one's x */
+            const size_t n = (size_t)N * d->m->C;
+            dec_unit_put(d, l + 1, 0);
+            d->be->copy(d->be, v.res3, v.res2, n * tsr_dtype_size(d->be->act));
+            d->be->add_act(d->be, v.res3, r->scratch, n);
+            break;
+        }
         if (!last) dec_unit_get(d, l + 2, 0, &nxt);
         dec_unit_put(d, l + 1, 0);
         dec_layer n = last ? v : dec_run_layer(r, l + 1);
@@ -324,18 +332,27 @@ void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *tar
     const dec_inputs in = stage_inputs(d, tokens, targets, (size_t)r.N, B, T);
     dec_unit root;
     dec_unit_get(d, 0, 0, &root);
-    if (d->tp) dec_tp_embed_forward(&r, &root, in.tokens); /* (vocabulary-parallel) */
+    if (m->cfg.part.no_embed) /* (a later pipeline stage: the previous one's output) */
+        be->copy(be, a->encoded, d->pp_x, (size_t)r.Nf * m->C * tsr_dtype_size(be->act));
+    else if (d->tp) dec_tp_embed_forward(&r, &root, in.tokens); /* (vocabulary-parallel) */
     else be->encoder_forward(be, a->encoded, in.tok, root.w[TSR_P_WTE], root.w[TSR_P_WPE],
                              a->pos, B, r.T, m->C);
     dec_layers_forward(&r, &root);
-    be->matmul_forward(be, a->probs, NULL, dec_tp_in(&r, a->lnf), root.w[dec_head_id(m)], NULL,
-                       r.N, m->C, m->Vp, TSR_GELU_TANH);
+    if (!m->cfg.part.no_head)
+        be->matmul_forward(be, a->probs, NULL, dec_tp_in(&r, a->lnf), root.w[dec_head_id(m)],
+                           NULL, r.N, m->C, m->Vp, TSR_GELU_TANH);
     dec_unit_put(d, 0, 0);
     if (loss_scale >= 0) dec_set_dlosses(d, in.targets, (size_t)r.N, loss_scale);
+    a->dlogits = 0;
+    if (m->cfg.part.no_head) return; /* (the stage's output: dec_output) */
     if (d->tp) dec_tp_xent(d, in.targets, loss_scale >= 0 ? a->dlosses : NULL, r.N);
     else be->softmax_xent(be, a->losses, a->probs, in.tg, loss_scale >= 0 ? a->dlosses : NULL,
                           r.N, m->V, m->Vp);
     a->dlogits = loss_scale >= 0;
+}
+
+const void *dec_output(const tsr_decoder *d) {
+    return dec_layer_at(d->m, d->be, d->a, d->m->L - 1).res3;
 }
 
 double dec_loss_sum(const tsr_decoder *d, const int32_t *targets, int B, int T) {

@@ -48,6 +48,13 @@ typedef struct tsr_decoder {
     struct tsr_tp *tp;       /* tensor parallelism (m->tp; model_tp.h): m is this rank's share of
                               * a split over a tensor group, and the decoder sums the split
                               * halves over it (host memory: the CPU backend), else NULL */
+    /* Pipeline parallelism (model_pp.h): m is a chunk of a pipeline stage's layers. Without the
+     * embedding (m->cfg.part.no_embed) the forward starts from pp_x, the previous stage's output
+     * (the frame's rows x C, act on be); without the head (no_head) it ends with the last
+     * layer's output (its residual3, unnormed: dec_output), the backward starts from pp_dy = its
+     * gradient, and a stage without the embedding ends its backward with d(its input) in
+     * a->dresidual. NULL for a whole model. */
+    const void *pp_x, *pp_dy;
 } tsr_decoder;
 
 /* Offsets in the flat parameter layout of unit u's slice of each tensor; SIZE_MAX for tensors
@@ -85,6 +92,9 @@ size_t dec_dn_cache_floats(const tsr_model *m, int state);
  * rank's share computed). */
 void dec_forward(const tsr_decoder *d, const int32_t *tokens, const int32_t *targets, int B,
                  int T, float loss_scale);
+/* A pipeline chunk without the head: where its last forward's output lies (the last layer's
+ * residual3, the frame's rows x C on the backend) */
+const void *dec_output(const tsr_decoder *d);
 /* Sum of the last forward's losses over the targets that count (waits for the backend). With a
  * ring, the sum over the whole sequences: every rank of the context group gets it (collective
  * over the group). */

@@ -249,6 +249,7 @@ void dec_check_backend(const tsr_model *m, const tsr_backend *be) {
         {rms, be->rmsnorm_backward, rk},
         {c->embed_scale != TSR_EMB_SCALE_NONE, be->scale_act, "model.embed_scale"},
         {c->norm_placement == TSR_NPLACE_POST, be->add_act, "model.norm_placement = \"post\""},
+        {c->part.no_head, be->add_act, "parallel.pipeline > 1"},
         {m->lora != NULL, be->lora_forward, "lora.rank > 0"},
         {m->lora != NULL, be->lora_backward, "lora.rank > 0"},
         {cp, be->ring_forward, ck}, {cp, be->ring_backward, ck}, {cp, be->f32_to_act, ck},

@@ -118,8 +118,8 @@ void dec_backward(const tsr_decoder *d, const int32_t *tokens, const int32_t *ta
     const dec_run r = dec_train_run(d, B, T, "decoder backward");
     if (d->ring) tokens = d->ring->tokens, targets = d->ring->targets; /* the forward's share */
     if (!d->a->dlogits) { /* an evaluation forward: the loss's gradient over the logits now */
-        dec_set_dlosses(d, targets, (size_t)r.N, loss_scale);
-        xent_grad(d, targets, r.N);
+        dec_set_dlosses(d, targets, (size_t)r.N, loss_scale); /* (and MoE's weight) */
+        if (!d->m->cfg.part.no_head) xent_grad(d, targets, r.N);
     }
     backward_pass(d, tokens, B, T, ready, ctx);
 }
@@ -156,25 +156,31 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
     const size_t e = tsr_dtype_size(be->act);
     dec_unit root, u;
     dec_unit_get(d, 0, 1, &root);
-    /* (sequence parallelism: the final norm's output as the forward gathered it, in tp_x) */
-    const void *lnf = d->tp && d->tp->sp ? a->tp_x : a->lnf;
-    be->matmul_backward(be, a->dln, root.g[dec_head_id(m)], NULL, a->probs, lnf,
-                        root.w[dec_head_id(m)], N, C, m->Vp, TSR_GRAD_SET);
-    dec_tp_out(&r, a->dln);
-    be->zero(be, a->dresidual, (size_t)r.Nf * C * e);
-    norm_backward(&r, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
-                  dec_layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean, a->lnf_rstd,
-                  0);
+    if (m->cfg.part.no_head) { /* a pipeline stage before the last: the next one's gradient */
+        be->copy(be, a->dresidual, d->pp_dy, (size_t)r.Nf * C * e);
+    } else {
+        /* (sequence parallelism: the final norm's output as the forward gathered it, in tp_x) */
+        const void *lnf = d->tp && d->tp->sp ? a->tp_x : a->lnf;
+        be->matmul_backward(be, a->dln, root.g[dec_head_id(m)], NULL, a->probs, lnf,
+                            root.w[dec_head_id(m)], N, C, m->Vp, TSR_GRAD_SET);
+        dec_tp_out(&r, a->dln);
+        be->zero(be, a->dresidual, (size_t)r.Nf * C * e);
+        norm_backward(&r, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
+                      dec_layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean,
+                      a->lnf_rstd, 0);
+    }
     for (int l = L - 1; l >= 0; l--) {
         dec_unit_get(d, l + 1, 1, &u);
         layer_backward(&r, l, &u);
         dec_unit_put(d, l + 1, 1);
         if (ready) ready(ctx, l + 1);
     }
-    dec_embed_scale(d, a->dresidual, r.Nf); /* d(wte[token]) = sqrt(d_model) d(x) */
-    if (d->tp) dec_tp_embed_backward(&r, &root, tokens); /* (vocabulary-parallel) */
-    else be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
-                              be->host ? tokens : a->tokens, tokens, a->pos, B, r.T, C);
+    if (!m->cfg.part.no_embed) { /* (else d(the stage's input) stays in dresidual) */
+        dec_embed_scale(d, a->dresidual, r.Nf); /* d(wte[token]) = sqrt(d_model) d(x) */
+        if (d->tp) dec_tp_embed_backward(&r, &root, tokens); /* (vocabulary-parallel) */
+        else be->encoder_backward(be, root.g[TSR_P_WTE], root.g[TSR_P_WPE], a->dresidual,
+                                  be->host ? tokens : a->tokens, tokens, a->pos, B, r.T, C);
+    }
     dec_unit_put(d, 0, 1);
     if (ready) ready(ctx, 0);
 }

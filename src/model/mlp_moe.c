@@ -45,7 +45,7 @@ static void moe_within(tsr_param_id id, tsr_split_rule *split, int *dim, int *pa
 }
 
 static int moe_serves(const tsr_model_config *c, int l) {
-    return c->moe_experts > 0 && (l + 1) % c->moe_every == 0;
+    return c->moe_experts > 0 && (config_layer_at(c, l) + 1) % c->moe_every == 0;
 }
 
 /* stacked over the LM MoE layers: the router (LM, E, C) and its bias (LM, E); each expert's

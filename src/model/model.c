@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "model/layer_kind.h"
+#include "model/model_pp.h"
 #include "model/model_tp.h"
 
 void model_param_shape(tsr_model *m, tsr_param_id id, int present, int ndim, int64_t d0,
@@ -186,11 +187,14 @@ static const char *const block_keys[] = {"model.n_layer", "model.norm_placement"
 static void root_layout(tsr_model *m) {
     const tsr_model_config *c = &m->cfg;
     const int nbias = c->bias && c->norm == TSR_NORM_LAYERNORM;
-    model_param_shape(m, TSR_P_WTE, 1, 2, m->Vp, m->C, 0, 0);
-    model_param_shape(m, TSR_P_WPE, c->pos == TSR_POS_LEARNED, 2, m->maxT, m->C, 0, 0);
-    model_param_shape(m, TSR_P_LNFW, 1, 1, m->C, 0, 0, 0);
-    model_param_shape(m, TSR_P_LNFB, nbias, 1, m->C, 0, 0, 0);
-    model_param_shape(m, TSR_P_LMHEAD, !c->tie_embeddings, 2, m->Vp, m->C, 0, 0);
+    /* (a pipeline stage's part: the embedding on the first, the final norm and the head on the
+     * last, a tied head's wte there too) */
+    const int embed = !c->part.no_embed, head = !c->part.no_head;
+    model_param_shape(m, TSR_P_WTE, embed || (head && c->tie_embeddings), 2, m->Vp, m->C, 0, 0);
+    model_param_shape(m, TSR_P_WPE, embed && c->pos == TSR_POS_LEARNED, 2, m->maxT, m->C, 0, 0);
+    model_param_shape(m, TSR_P_LNFW, head, 1, m->C, 0, 0, 0);
+    model_param_shape(m, TSR_P_LNFB, head && nbias, 1, m->C, 0, 0, 0);
+    model_param_shape(m, TSR_P_LMHEAD, head && !c->tie_embeddings, 2, m->Vp, m->C, 0, 0);
 }
 
 /* (L, C) each: the norms before the branches (pre, sandwich), after them (sandwich, post) */
@@ -326,7 +330,7 @@ void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last) {
 }
 
 int model_moe_layer(const tsr_model *m, int l) {
-    return m->E > 0 && (l + 1) % m->cfg.moe_every == 0;
+    return m->E > 0 && (config_layer_at(&m->cfg, l) + 1) % m->cfg.moe_every == 0;
 }
 
 int model_param_layers(const tsr_model *m, tsr_param_id id) { return m->depth[id]; }
@@ -422,14 +426,14 @@ static float split_init_value(const tsr_model *g, tsr_param_id id, uint64_t seed
     return model_init_weight(g, id, seed, k);
 }
 
-/* model_init_weights_range of a split model (tensor parallelism, model_tp.h): each element of
- * each run the value of the whole model's element it holds */
-static void split_init_range(const tsr_model *m, uint64_t seed, size_t lo, size_t hi,
-                             float *dst) {
-    const tsr_tp *tp = m->tp;
+/* model_init_weights_range of a split model (tensor parallelism, model_tp.h) or a pipeline
+ * rank's part (model_pp.h), held as runs of the whole model: each element of each run the value
+ * of the whole model's element it holds */
+static void split_init_range(const tsr_model *m, const tp_run *runs, size_t n_runs, uint64_t seed,
+                             size_t lo, size_t hi, float *dst) {
     memset(dst, 0, (hi - lo) * sizeof(float));
-    for (size_t i = 0; i < tp->n_runs; i++) {
-        const tp_run *r = &tp->runs[i];
+    for (size_t i = 0; i < n_runs; i++) {
+        const tp_run *r = &runs[i];
         const size_t base = m->params_info[r->id].offset;
         for (size_t k = 0; k < r->count; k++) {
             const size_t a = base + r->local + k * r->lstride, b = a + r->len;
@@ -445,8 +449,9 @@ static void split_init_range(const tsr_model *m, uint64_t seed, size_t lo, size_
 
 void model_init_weights_range(const tsr_model *m, uint64_t seed, size_t lo, size_t hi,
                               float *dst) {
-    if (m->tp) { /* a split model: each element its global element's value */
-        split_init_range(m, seed, lo, hi, dst);
+    if (m->tp || m->pp) { /* a split model, a part: each element its global element's value */
+        split_init_range(m, m->tp ? m->tp->runs : m->pp->runs,
+                         m->tp ? m->tp->n_runs : m->pp->n_runs, seed, lo, hi, dst);
         return;
     }
     memset(dst, 0, (hi - lo) * sizeof(float));

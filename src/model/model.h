@@ -294,8 +294,11 @@ typedef struct tsr_model {
     struct tsr_tp *tp;       /* tensor parallelism (parallel.tensor; model_tp.h): this rank's share
                               * of a split over a tensor group, its sizes and layout the split
                               * ones; NULL: the whole model (model_set_tensor) */
-    const struct tsr_model *global; /* tp: the whole model's layout and sizes (no buffers): the
-                              * checkpoints' shapes, the FLOPs per token; else NULL */
+    const struct tsr_model *global; /* tp, pp: the whole model's layout and sizes (no buffers):
+                              * the checkpoints' shapes, the FLOPs per token; else NULL */
+    struct tsr_pp *pp;       /* pipeline parallelism (parallel.pipeline; model_pp.h): this model is
+                              * a pipeline rank's part of the whole model, its chunks there; NULL:
+                              * the whole model (model_set_pipeline) */
     tsr_acts acts;
     /* Set when the maths runs on another backend (device = cuda, src/gpu/gpu_model.h):
      * model_forward hands the call to fwd (evaluation loss; training steps and the rest of the
@@ -622,6 +625,10 @@ void model_kv_slots_feed(const struct tsr_decoder *d, tsr_kv_slots *ks, int s,
  * (batch-invariant products, attention row by row). */
 void model_kv_slots_step(const struct tsr_decoder *d, tsr_kv_slots *ks, const int32_t *slot,
                          const int32_t *tokens, int n, float *probs);
+/* The decoder over m's weights (its flat buffers or its sharded source, its adapters, ring and
+ * split) with the activations a on backend be (m's fp32 backend or a wrapper of it): a pipeline
+ * chunk's (model_pp.h), each microbatch in flight with its own a. */
+void model_decoder_of(tsr_model *m, tsr_acts *a, const tsr_backend *be, struct tsr_decoder *d);
 /* The fp32 model's decoder over its own weights (m->params, m->lora), for inference. */
 void model_infer_decoder(const tsr_model *m, struct tsr_decoder *d);
 

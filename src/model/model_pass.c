@@ -77,6 +77,11 @@ static tsr_decoder decoder_of(tsr_model *m) {
                          .starts = m->starts, .tp = m->tp};
 }
 
+void model_decoder_of(tsr_model *m, tsr_acts *a, const tsr_backend *be, tsr_decoder *d) {
+    *d = decoder_of(m);
+    d->a = a, d->be = be;
+}
+
 void model_moe_stats_add_w(tsr_model *m, double w, double *acc) {
     if (m->tp && m->tp->t != 0) return; /* (a tensor group's ranks route alike: counted once) */
     if (m->moe_stats) {

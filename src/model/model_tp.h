@@ -132,7 +132,8 @@ void tp_partial_floats(const tsr_tp *tp, const tsr_model *m, size_t *tensor, siz
  * sums; act the activations' bytes (4 on the CPU) */
 uint64_t tp_step_bytes(const tsr_model *m, int micro, int B, int T, size_t act);
 
-/* Checkpoints at global shapes (docs/checkpoint-format.md): every rank r of the world writes the
+/* Checkpoints at global shapes (docs/checkpoint-format.md; a pipeline rank's part, model_pp.h,
+ * goes the same way with its part's runs in place of a split's): every rank r of the world writes the
  * part [io_lo[r], io_hi[r]) of the global flat layout (16-float aligned parts in rank order);
  * the split model's state is held, per rank, as a range [hold_lo, hold_hi) of its split flat
  * layout (its part over its tensor_data group; empty on a rank that holds none). Each global
@@ -147,7 +148,8 @@ typedef struct tp_io {
     tsr_group *world;          /* the mesh's world communicator (borrowed) */
     size_t *io_lo, *io_hi;     /* (W) each rank's part of the global flat layout */
     size_t *hold_lo, *hold_hi; /* (W) each rank's held range of its split layout */
-    int *trank;                /* (W) each rank's tensor rank */
+    int *trank;                /* (W) each rank's layout: its tensor rank (a pipeline rank's
+                                * part: its pipeline rank, model_pp.h) */
     size_t *counts;            /* (4 W) the exchange's counts and displacements, sent, received */
 } tp_io;
 void tp_io_plan(tp_io *io, const tsr_model *m, const tsr_mesh *mesh, size_t hold_lo,

@@ -1,5 +1,6 @@
-/* model_tp_io.c — a split model's state to and from the global layout a checkpoint holds
- * (model_tp.h tp_io): every rank's part of the global flat layout filled from the ranks that
+/* model_tp_io.c — a split model's (or a pipeline rank's part's, model_pp.h) state to and from
+ * the global layout a checkpoint holds (model_tp.h tp_io): every rank's part of the global flat
+ * layout filled from the ranks that
  * hold its elements, and back, by all-to-alls over the world whose pieces each side enumerates
  * from the runs alone.
  */
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/model_pp.h"
 #include "model/model_tp.h"
 
 /* f(ctx, l, g, n): split flat elements [l, l + n) are global flat elements [g, g + n) */
@@ -41,26 +43,38 @@ static void run_pieces(const tp_run *r, size_t lb, size_t gb, size_t hlo, size_t
     }
 }
 
-/* the pieces of the runs of tensor rank trank (those it counts, or all) within its held range
- * [hlo, hhi) of the split layout and the global range [glo, ghi), in run order */
-static void each_piece(const tsr_model *m, int trank, int counted, size_t hlo, size_t hhi,
+/* the runs of tensor id in the layout `layout` of m's kind (tensor parallelism: a tensor rank's
+ * split; a pipeline: a pipeline rank's part, model_pp.h), their local offsets from *lbase */
+static int layout_runs(const tsr_model *m, int layout, tsr_param_id id, tp_run *runs,
+                       size_t *lbase) {
+    if (m->pp) return pp_part_runs(m->pp, layout, id, runs, lbase);
+    *lbase = m->params_info[id].offset; /* (every tensor rank's split is laid out alike) */
+    return tp_tensor_runs(&m->tp->global, m->tp->T, layout, m->tp->sp, id, runs);
+}
+
+/* this rank's layout among them */
+static int layout_of(const tsr_model *m) { return m->pp ? m->pp->p : m->tp->t; }
+
+/* the pieces of the runs of layout `layout` (those it counts, or all) within its held range
+ * [hlo, hhi) of its flat layout and the global range [glo, ghi), in run order */
+static void each_piece(const tsr_model *m, int layout, int counted, size_t hlo, size_t hhi,
                        size_t glo, size_t ghi, piece_fn f, void *ctx) {
-    const tsr_tp *tp = m->tp;
-    tp_run runs[TP_MAX_RUNS];
+    tp_run runs[TP_MAX_RUNS > TSR_PART_MAX ? TP_MAX_RUNS : TSR_PART_MAX];
     if (hlo >= hhi || glo >= ghi) return;
     for (int id = 0; id < TSR_P_COUNT; id++) {
-        const int n = tp_tensor_runs(&tp->global, tp->T, trank, tp->sp, (tsr_param_id)id, runs);
+        size_t lbase;
+        const int n = layout_runs(m, layout, (tsr_param_id)id, runs, &lbase);
         for (int i = 0; i < n; i++)
             if (!counted || runs[i].counted)
-                run_pieces(&runs[i], m->params_info[id].offset, tp->global.params_info[id].offset,
-                           hlo, hhi, glo, ghi, f, ctx);
+                run_pieces(&runs[i], lbase, m->global->params_info[id].offset, hlo, hhi, glo,
+                           ghi, f, ctx);
     }
 }
 
 void tp_io_plan(tp_io *io, const tsr_model *m, const tsr_mesh *mesh, size_t hold_lo,
                 size_t hold_hi) {
     const tsr_mesh_group *w = mesh_group(mesh, TSR_MESH_WORLD);
-    const size_t W = (size_t)w->size, n = m->tp->global.n_params;
+    const size_t W = (size_t)w->size, n = m->global->n_params;
     memset(io, 0, sizeof *io);
     io->W = w->size, io->rank = w->rank, io->world = w->cpu;
     io->io_lo = tsr_malloc(4 * W * sizeof(size_t));
@@ -71,7 +85,7 @@ void tp_io_plan(tp_io *io, const tsr_model *m, const tsr_mesh *mesh, size_t hold
         io->io_lo[r] = n * r / W / 16 * 16;
         io->io_hi[r] = r + 1 == W ? n : n * (r + 1) / W / 16 * 16;
     }
-    struct { uint64_t lo, hi; int64_t t; } mine = {hold_lo, hold_hi, m->tp->t}, *all;
+    struct { uint64_t lo, hi; int64_t t; } mine = {hold_lo, hold_hi, layout_of(m)}, *all;
     all = tsr_malloc(W * sizeof *all);
     dist_group_allgather(io->world, &mine, all, sizeof mine);
     for (size_t r = 0; r < W; r++)

@@ -282,7 +282,7 @@ static void plan_tensor(const plan_view *t) {
  * (t->micro rows) */
 static void plan_batch(const plan_view *t) {
     const tsr_config *c = &t->cfg;
-    const int N = t->mesh.N * t->mesh.T;
+    const int N = t->mesh.N * t->mesh.T * t->mesh.P;
     const int64_t rows = t->objective->rows_per_sample ? t->objective->rows_per_sample(c) : 1;
     printf("batch: global %lld = %d %srank%s x %lld per rank = %lld microbatches of %d%s%s; "
            "seq_len %d; %lld tokens/step\n",
@@ -328,6 +328,7 @@ void plan_print(const plan_view *t, int dry_run) {
     plan_memory(t, lora, sb);
     if (t->mesh.N > 1) plan_context(t);
     if (t->model.tp) plan_tensor(t);
+    if (t->part.pp_on) plan_pipeline(t);
     plan_batch(t);
     plan_steps(t, dry_run);
     fflush(stdout);

@@ -43,6 +43,11 @@ void plan_print_device(const plan_view *t, const gpu_train_ctx *c);
 /* The device memory plan per rank of c at microbatches of micro: the total of plan_print_device's
  * line (everything but the activations, and the activations); --gpu-mem compares it (fit.h). */
 double plan_device_bytes(const gpu_train_ctx *c, int micro);
+/* parallel.pipeline (plan_pipeline.c): the plan's pipeline line (the cut, the schedule's bubble
+ * by its table, the activations in flight, the bytes to the neighbours), and the cut in
+ * parallel.pipeline_layout's spelling ("Et*2|t*2L") into out. */
+void plan_pipeline(const plan_view *t);
+void plan_pipeline_cut(const tsr_pp *pp, char *out, size_t n);
 /* quiet 1: plan_print and plan_print_device print nothing (--fit's search plans quietly). */
 void plan_set_quiet(int quiet);
 

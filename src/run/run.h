@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "model/model_ep.h"
 #include "model/model_lora.h"
+#include "model/model_pp.h"
 #include "model/model_tp.h"
 #include "optim/optim.h"
 #include "run/guard.h"
@@ -91,8 +92,14 @@ typedef struct tsr_train_part {
     tp_io tpio;
     float *tp_gpart[3];
     uint64_t tp_sent_steps;      /* tp.sent before an evaluation (run_eval_scope) */
+    int pp_on;                   /* parallel.pipeline > 1: the model is this pipeline rank's part
+                                  * (model/model_pp.h), its flat layout's sums and parts over the
+                                  * mesh's stage group (flat), its steps the schedule's
+                                  * (train/pipeline.h) */
+    tsr_pp pp;
+    struct pp_exec *ppx;         /* the schedule's executor (train/pipeline_int.h) */
     tsr_group *flat;             /* the ranks that hold this rank's flat layout: NULL (the world)
-                                  * or the mesh's tensor_data group */
+                                  * or the mesh's tensor_data group (stage: a pipeline) */
     int flat_rank, flat_world;   /* this rank's place among them, their count */
     tsr_optim optim;             /* the optimizer slot (optim/optim.h): AdamW or Muon over the
                                   * owned parts, m and v its state (Muon: its matrices'
@@ -122,6 +129,8 @@ typedef struct tsr_train_out {
                                   * ranks, LM records of [aux, z, tokens per expert] (decoder.h
                                   * dec_moe_stats_add; the losses weighted as docs/moe.md says);
                                   * NULL in a dense model */
+    int moe_layers;              /* moe's records: the whole model's MoE layers (a pipeline stage
+                                  * adds its own layers' at their places) */
     tsr_health_figures health;   /* the silent-data-corruption checks so far (train/sdc.h) */
     struct {                     /* the checkpoint read at start (resume, init-from), read before */
         char what[16];           /* run_dir is opened: logged by trainer_open_run_dir; "" none */

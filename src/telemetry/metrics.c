@@ -91,7 +91,7 @@ static moe_load moe_layer_load(const double *counts, int E) {
 /* The step's summed MoE losses over the layers: [aux, z] */
 static void moe_losses(const tsr_run *run, double out[2]) {
     out[0] = out[1] = 0;
-    for (int k = 0; k < run->model->LM; k++) {
+    for (int k = 0; k < run->out->moe_layers; k++) {
         const double *x = run->out->moe + (size_t)k * (size_t)(2 + run->model->E);
         out[0] += x[0];
         out[1] += x[1];
@@ -135,7 +135,7 @@ static void moe_log(const tsr_run *run) {
         json_number(aux, sizeof aux, lz[0]);
         json_number(z, sizeof z, lz[1]);
         fprintf(run->out->metrics, ", \"moe_aux\": %s, \"moe_z\": %s, \"moe_load\": [", aux, z);
-        for (int k = 0; k < run->model->LM; k++) {
+        for (int k = 0; k < run->out->moe_layers; k++) {
             moe_load s = moe_layer_load(run->out->moe + (size_t)k * (size_t)(2 + E) + 2, E);
             json_number(cv, sizeof cv, s.cv);
             fprintf(run->out->metrics, "%s{\"tokens\": %.0f, \"min\": %.0f, \"max\": %.0f, "
@@ -147,7 +147,7 @@ static void moe_log(const tsr_run *run) {
         char tag[64];
         tboard_scalar(run->out->tb, "moe/aux", lz[0]);
         tboard_scalar(run->out->tb, "moe/z", lz[1]);
-        for (int k = 0; k < run->model->LM; k++) {
+        for (int k = 0; k < run->out->moe_layers; k++) {
             moe_load s = moe_layer_load(run->out->moe + (size_t)k * (size_t)(2 + E) + 2, E);
             snprintf(tag, sizeof tag, "moe/load_cv/%d", k);
             tboard_scalar(run->out->tb, tag, s.cv);

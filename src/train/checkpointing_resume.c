@@ -70,7 +70,7 @@ static void gather_after_load(tsr_trainer *t, int with_optim) {
  * (ddp, zero1), or moved into the shards and broadcast to the other groups (zero3, hsdp); then
  * the device's copy (device = cuda: the experts' store too). */
 static void dense_gather(tsr_trainer *t, int with_optim) {
-    for (int set = 0; t->part.tp_on && set < (with_optim ? CKIO_SETS : 1); set++)
+    for (int set = 0; trainer_split(t) && set < (with_optim ? CKIO_SETS : 1); set++)
         tp_from_global(&t->part.tpio, &t->model, t->part.tp_gpart[set], ckio_tp_held(t, set));
     if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
@@ -333,7 +333,7 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
     double t0 = tsr_now();
     const checkpointing_importer *imp = t->uses.importer;
     /* (a split model reads the whole model's layout: its part of it, as a checkpoint's) */
-    const tsr_model *m = t->part.tp_on ? t->model.global : &t->model, *plain = m;
+    const tsr_model *m = trainer_split(t) ? t->model.global : &t->model, *plain = m;
     tsr_model *own = NULL;
     if (t->part.ep_on) { /* the plain layout, for its offsets (no weights) */
         plain = own = tsr_calloc(1, sizeof *own);

@@ -101,7 +101,7 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
     }
     for (int set = 0; ckio_ep_writer(t) && set < CKIO_SETS; set++)
         ep_to_part(&t->part.ep, ckio_ep_store(t, set), t->part.ep_io[set]);
-    for (int set = 0; t->part.tp_on && set < CKIO_SETS; set++) /* (into the global layout) */
+    for (int set = 0; trainer_split(t) && set < CKIO_SETS; set++) /* (into the global layout) */
         tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, set), t->part.tp_gpart[set]);
     return n;
 }
@@ -156,7 +156,7 @@ static void snap_reserve(tsr_trainer *t, size_t n) {
 static size_t snapshot_direct(const tsr_trainer *t) {
     const tsr_fsdp *f = &t->part.fsdp;
     /* (tensor parallelism: the snapshot holds the global layout's part, tp_layout's) */
-    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0 || t->part.tp_on) return 0;
+    if (!t->part.fsdp_on || t->part.lora_on || f->gindex != 0 || trainer_split(t)) return 0;
     return f->part_counts[f->grank];
 }
 
@@ -262,7 +262,7 @@ int checkpointing_save(tsr_trainer *t, int background) {
 /* The floats of this rank's snapshot: its slices of every tensor (as ckio_tensors lays them out,
  * without building them), and SNAP_PAD_FLOATS */
 static size_t snapshot_floats(const tsr_trainer *t) {
-    size_t part = t->part.tp_on     ? tp_io_part(&t->part.tpio)
+    size_t part = trainer_split(t)  ? tp_io_part(&t->part.tpio)
                   : t->part.fsdp_on ? snapshot_direct(t)
                                     : t->part.part_counts[t->dist.rank];
     size_t n = CKIO_SETS * (part + (ckio_ep_writer(t) ? ep_part_floats(&t->part.ep) : 0));
@@ -289,7 +289,7 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
     uint64_t dense = 0, experts = 0;
     for (int i = 0; i < TSR_P_COUNT; i++)
         *(m->params_info[i].ep ? &experts : &dense) += m->params_info[i].numel;
-    if (t->part.tp_on) /* (each rank's part of the whole model's layout) */
+    if (trainer_split(t)) /* (each rank's part of the whole model's layout) */
         dense = t->model.global->n_params, experts = 0;
     uint64_t mine = part_bound(dense, t->part.fsdp_on ? t->part.fsdp_group : t->dist.world);
     if (m->EP > 1) mine += experts / (uint64_t)m->EP + 1;
@@ -298,7 +298,7 @@ uint64_t checkpointing_snapshot_bytes(const tsr_trainer *t) {
 
 uint64_t checkpointing_io_bytes(const tsr_trainer *t) {
     uint64_t b = ckpt_io_buffer_bytes();
-    if (t->part.tp_on) { /* the global layout's part of each set, the exchange's two buffers
+    if (trainer_split(t)) { /* the global layout's part of each set, the exchange's two buffers
                           * (what a rank sends: its held part; receives: its global part) */
         const uint64_t gp = part_bound(t->model.global->n_params, t->dist.world);
         b += ((CKIO_SETS + 1) * gp + part_bound(t->model.n_params, t->part.flat_world)) *

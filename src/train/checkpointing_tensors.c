@@ -45,7 +45,7 @@ float *ckio_tp_held(tsr_trainer *t, int set) {
 
 void ckio_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float **base,
                  size_t *origin) {
-    if (t->part.tp_on) {
+    if (trainer_split(t)) {
         tp_layout(t, with_optim, lo, hi, base, origin);
         return;
     }
@@ -72,7 +72,7 @@ void ckio_layout(tsr_trainer *t, int with_optim, size_t *lo, size_t *hi, float *
 
 void ckio_release(tsr_trainer *t) {
     for (int set = 0; set < CKIO_SETS; set++) {
-        if (t->part.ckio[set] && t->part.tp_on) free(t->part.ckio[set]); /* (tp_layout's) */
+        if (t->part.ckio[set] && trainer_split(t)) free(t->part.ckio[set]); /* (tp_layout's) */
         else if (t->part.ckio[set]) t->be.ops->free(t->part.ckio[set]);
         t->part.ckio[set] = NULL;
         free(t->part.ep_io[set]);
@@ -157,7 +157,7 @@ int ckio_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[
 
 int ckio_base_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*names)[64]) {
     /* (a split model's checkpoint: the whole model's layout and shapes) */
-    const tsr_model *m = t->part.tp_on ? t->model.global : &t->model;
+    const tsr_model *m = trainer_split(t) ? t->model.global : &t->model;
     size_t lo, hi, origin[CKIO_SETS];
     float *base[CKIO_SETS];
     ckio_layout(t, with_optim, &lo, &hi, base, origin);

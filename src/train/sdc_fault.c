@@ -35,8 +35,11 @@ static int refuse(const tsr_trainer *t, const char *flip, const char *why) {
 
 /* the parameter named name in this model (numel > 0), or -1 */
 static int param_id(const tsr_trainer *t, const char *name) {
+    /* (the whole model's: a pipeline rank's part lacks the other stages' tensors, and every rank
+     * must judge the flip alike) */
+    const tsr_model *m = t->model.global ? t->model.global : &t->model;
     for (int i = 0; i < TSR_P_COUNT; i++)
-        if (t->model.params_info[i].numel && !strcmp(t->model.params_info[i].name, name)) return i;
+        if (m->params_info[i].numel && !strcmp(m->params_info[i].name, name)) return i;
     return -1;
 }
 

@@ -11,8 +11,9 @@
  *   unattributed no result is held by two of three computations: exit 87, both suspects.
  * It covers the modes whose gradients of a microbatch lie whole in one buffer of the rank before
  * the reduction and whose forward and backward call no other rank: ddp, zero1 and LoRA's
- * adapters on the CPU, the lm objective, one rank per context, tensor and expert group, and the
- * same threads on every rank (a GEMM's summation order may follow the thread count). */
+ * adapters on the CPU, the lm objective, one rank per context, tensor and expert group and no
+ * pipeline, and the same threads on every rank (a GEMM's summation order may follow the thread
+ * count). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,8 @@ static float **grads_slot(tsr_trainer *t) {
 /* Replay runs in this mode (see the top), the thread counts aside. Local. */
 static int mode_covered(const tsr_trainer *t) {
     return !t->be.gpu && t->cfg.device != TSR_DEVICE_CUDA && !t->part.fsdp_on &&
-           !t->part.ep_on && t->mesh.N == 1 && t->mesh.T == 1 && !t->objective->pass;
+           !t->part.ep_on && !t->part.pp_on && t->mesh.N == 1 && t->mesh.T == 1 &&
+           !t->objective->pass;
 }
 
 /* Replay runs in this mode, the same threads on every rank (collective: every rank asks) */

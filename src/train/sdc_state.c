@@ -14,9 +14,10 @@
  *               mode holds it (every rank under ddp and zero1, a shard under zero3 / hsdp)
  *   experts     parallel.expert's store: the ranks that hold the same experts (expert_data)
  * Context parallelism changes none of these (every rank of a context group holds the state as
- * its mode says). Tensor parallelism (model/model_tp.h) narrows each: the ranks of one
- * tensor_data group hold the same split, so only ranks at the same place of their tensor groups
- * compare; a tensor the split cuts is not held whole (its total is the global tensor's). */
+ * its mode says). Tensor and pipeline parallelism (model/model_tp.h, model/model_pp.h) narrow
+ * each: the ranks of one tensor_data group hold the same split, the ranks of one stage the same
+ * layers, so only ranks at the same place of their tensor groups and pipelines compare; a tensor
+ * the split or the cut divides is not held whole (its total is the whole model's tensor's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,14 +41,15 @@ static void grow(void **p, int *cap, int need, size_t elem) {
 typedef struct builder {
     tsr_sdc *s;
     int cap_e, cap_r;
-    int T, tpos;       /* tensor parallelism: the group's ranks (1: off), this rank's place */
+    int places, place; /* the parts the model is split and cut into (tensor x pipeline ranks;
+                        * 1: whole), this rank's */
     const tsr_model *global; /* and the whole model's layout, else NULL */
 } builder;
 
-/* A replica set's color under tensor parallelism: the ranks of one color at this place of their
- * tensor groups (the others hold another split) */
+/* A replica set's color under tensor or pipeline parallelism: the ranks of one color at this
+ * rank's place (the others hold another split or other layers) */
 static int split_color(const builder *b, int color) {
-    return color < 0 || b->T <= 1 ? color : color * b->T + b->tpos;
+    return color < 0 || b->places <= 1 ? color : color * b->places + b->place;
 }
 
 static void add_entry(builder *b, const char *name, sdc_set set, int color, int frozen,
@@ -78,9 +80,21 @@ static void param_name(const tsr_trainer *t, int set, const tsr_param_info *p, c
     else ckio_param_tensor(&c, name, &t->cfg.optim, set, p);
 }
 
-/* Parameter i's elements in the whole model (a split model's: the global tensor's) */
-static uint64_t whole_numel(const builder *b, const tsr_trainer *t, int i) {
-    return b->global ? b->global->params_info[i].numel : t->model.params_info[i].numel;
+/* Parameter i as the whole model has it (a split or cut model's whole tensor), or NULL where
+ * the model has none or the experts' store holds it: every rank lists the same entries, whatever
+ * part of the model it holds (the comparison's table is one all-gather) */
+static const tsr_param_info *whole_param(const builder *b, const tsr_trainer *t, int i) {
+    const tsr_param_info *g = b->global ? &b->global->params_info[i] : &t->model.params_info[i];
+    return g->numel && !g->ep ? g : NULL;
+}
+
+/* The entry of parameter i (whole: g) in set `set`, of the whole tensor's size; no replica where
+ * this rank holds none of it (another stage's tensor) */
+static void param_entry(builder *b, const tsr_trainer *t, int set, int i,
+                        const tsr_param_info *g, int color, int frozen) {
+    char name[64];
+    param_name(t, set, g, name);
+    add_entry(b, name, (sdc_set)set, t->model.params_info[i].numel ? color : -1, frozen, g->numel);
 }
 
 /* The flat layout's tensors of set `set` in buf, whose first float is flat element origin, as
@@ -88,14 +102,12 @@ static uint64_t whole_numel(const builder *b, const tsr_trainer *t, int i) {
 static void flat_set(builder *b, const tsr_trainer *t, int set, const float *buf, size_t origin,
                      size_t lo, size_t hi, int color, int frozen) {
     for (int i = 0; buf && i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &t->model.params_info[i];
-        if (!p->numel || p->ep) continue;
-        char name[64];
-        param_name(t, set, p, name);
-        add_entry(b, name, (sdc_set)set, color, frozen, whole_numel(b, t, i));
+        const tsr_param_info *g = whole_param(b, t, i), *p = &t->model.params_info[i];
+        if (!g) continue;
+        param_entry(b, t, set, i, g, color, frozen);
         size_t a = p->offset > lo ? p->offset : lo;
         size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (a < z) add_run(b, buf + (a - origin), a - p->offset, z - a);
+        if (p->numel && a < z) add_run(b, buf + (a - origin), a - p->offset, z - a);
     }
 }
 
@@ -104,12 +116,10 @@ static void shard_set(builder *b, const tsr_trainer *t, int set, const float *bu
                       int frozen) {
     const tsr_fsdp *f = &t->part.fsdp;
     for (int i = 0; buf && i < TSR_P_COUNT; i++) {
-        const tsr_param_info *p = &t->model.params_info[i];
-        if (!p->numel || p->ep) continue;
-        char name[64];
-        param_name(t, set, p, name);
-        add_entry(b, name, (sdc_set)set, color, frozen, whole_numel(b, t, i));
-        for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const tsr_param_info *g = whole_param(b, t, i), *p = &t->model.params_info[i];
+        if (!g) continue;
+        param_entry(b, t, set, i, g, color, frozen);
+        for (int k = 0; p->numel && k < f->n_pieces[f->grank]; k++) {
             const fsdp_piece *q = &f->pieces[f->grank][k];
             if (q->id == i) add_run(b, buf + q->shard, q->flat - p->offset, q->len);
         }
@@ -180,8 +190,9 @@ static void base_sets(builder *b, const tsr_trainer *t) {
 }
 
 void sdc_build(tsr_trainer *t, tsr_sdc *s) {
-    builder b = {s, 0, 0, 1, 0, NULL};
-    if (t->part.tp_on) b.T = t->part.tp.T, b.tpos = t->part.tp.t, b.global = t->model.global;
+    builder b = {s, 0, 0, 1, 0, t->model.global};
+    if (t->part.tp_on) b.places = t->part.tp.T, b.place = t->part.tp.t;
+    if (t->part.pp_on) b.place += b.places * t->part.pp.p, b.places *= t->part.pp.P;
     grad_sets(&b, t);
     base_sets(&b, t);
     if (t->part.lora_on) {

@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "gpu/gpu_train.h"
+#include "train/pipeline.h"
 
 /* the partition's counts and displacements as MPI's ints (a part fits one: check_int_counts) */
 static int *int_parts(const tsr_trainer *t) {
@@ -54,6 +55,10 @@ int trainer_micro_at_most(const tsr_trainer *t, int64_t at_most) {
     return b < 1 ? 1 : (int)b;
 }
 
+int trainer_split(const tsr_trainer *t) { return t->part.tp_on || t->part.pp_on; }
+
 int trainer_acts_B(const tsr_trainer *t) {
-    return t->be.gpu ? gpu_train_acts_B(t->be.gpu) : t->model.acts.B;
+    return t->be.gpu ? gpu_train_acts_B(t->be.gpu)
+           : t->part.pp_on ? pipeline_acts_B(t) /* (the pipeline's sets) */
+                           : t->model.acts.B;
 }

@@ -79,6 +79,10 @@ typedef struct tsr_trainer {
                                   * (run/run.h; filled by trainer_init) */
 } tsr_trainer;
 
+/* The model is held in another layout than the whole model's (tensor parallelism's split, a
+ * pipeline rank's part): its checkpoints go through the exchange into the global layout
+ * (part.tpio, model/model_tp.h tp_io). */
+int trainer_split(const tsr_trainer *t);
 /* Sequences the allocated activations hold (on the device with device = cuda); 0: none yet. */
 int trainer_acts_B(const tsr_trainer *t);
 /* micro_batch = auto: the largest divisor of the per-rank batch that is at most `at_most` (>= 1). */

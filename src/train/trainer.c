@@ -14,6 +14,7 @@
 #include "train/checkpointing.h"
 #include "run/objective.h"
 #include "train/train_plan.h"
+#include "train/pipeline.h"
 #include "train/sdc.h"
 #include "telemetry/metrics.h"
 #include "train/train_gpu.h"
@@ -62,8 +63,11 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
     double loss_sum = 0.0;
     zero(t);
     if (t->part.ep_on) ep_zero_grads(&t->part.ep);
-    if (t->objective->pass) { /* a pass of the objective's own (dpo, grpo: train/objective.h) */
-        loss_sum = t->objective->pass(&t->run, t->run.objective_state, scale);
+    if (t->objective->pass || t->part.pp_on) { /* a pass of the objective's own (dpo, grpo:
+                                                 * run/objective.h), the pipeline's schedule */
+        loss_sum = t->objective->pass
+                       ? t->objective->pass(&t->run, t->run.objective_state, scale)
+                       : pipeline_compute(t, scale);
         trainer_fault_nan(t);
         return loss_sum;
     }
@@ -116,6 +120,7 @@ static double lora_sumsq(tsr_trainer *t) {
 static void tp_finish(tsr_trainer *t) {
     if (t->part.tp_on)
         tp_finish_grads(&t->part.tp, &t->model, t->model.grads, 0, t->model.n_params);
+    if (t->part.pp_on) pipeline_tied_grads(t); /* (the two copies of tied embeddings) */
 }
 
 static void ddp_reduce(tsr_trainer *t) {
@@ -161,13 +166,14 @@ static float *owned_grads(tsr_trainer *t) {
  * the elements this rank counts (each of the whole model's once over the group) */
 static double owned_sumsq(tsr_trainer *t, const float *g, size_t lo, size_t hi) {
     if (t->part.tp_on) return tp_sumsq(&t->part.tp, &t->model, g, lo, hi);
+    if (t->part.pp_on) return pipeline_sumsq(t, g, lo, hi); /* (a tied wte once) */
     return t->be.ops->sumsq(g, hi - lo);
 }
 
 static double ddp_sumsq(tsr_trainer *t) {
     double sq = owned_sumsq(t, t->model.grads, t->part.shard_lo, t->part.shard_hi);
     if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
-    return sq;
+    return t->part.pp_on ? pipeline_sum_stages(t, sq) : sq;
 }
 
 static double zero1_sumsq(tsr_trainer *t) {
@@ -265,10 +271,12 @@ const trainer_strategy *trainer_pick_strategy(const tsr_trainer *t) {
 /* The activations for t->micro on every rank: the number of ranks that could not allocate them
  * (then every rank gives its back). Collective. */
 static int64_t try_acts(tsr_trainer *t) {
-    int64_t failed = (t->be.gpu ? gpu_train_try_acts(run_gpu(&t->run), t->micro)
-                             : model_try_alloc_acts(&t->model, t->micro, t->T)) != 0;
+    int64_t failed = (t->be.gpu       ? gpu_train_try_acts(run_gpu(&t->run), t->micro)
+                      : t->part.pp_on ? pipeline_try_acts(t) /* (a set a chunk) */
+                                      : model_try_alloc_acts(&t->model, t->micro, t->T)) != 0;
     dist_allreduce_sum_i64(&failed, 1); /* every rank learns of any rank's failure */
     if (failed && t->be.gpu) gpu_train_free_acts(t->be.gpu);
+    else if (failed && t->part.pp_on) pipeline_free_acts(t);
     else if (failed) model_free_acts(&t->model);
     return failed;
 }
@@ -394,7 +402,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     const int first = pass == 0;
     const trainer_strategy *s = t->be.strategy;
     const tsr_optim_config *o = &t->cfg.optim;
-    const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
+    const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
     const float scale = denom > 0 ? 1.0f / (float)denom : 0.0f;
@@ -445,7 +453,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
 void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     double t0 = tsr_now();
     int64_t d = t->step + t->data.data_offset, sums[1 + TSR_MAX_STREAMS];
-    const size_t n_moe = (size_t)t->model.LM * (size_t)(2 + t->model.E);
+    const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
     st->compute_time = 0.0, st->exit_code = 0;
     sdc_fault(t, SDC_AT_REST);

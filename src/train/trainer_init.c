@@ -16,6 +16,7 @@
 #include "train/checkpointing.h"
 #include "run/objective.h"
 #include "train/train_plan.h"
+#include "train/pipeline.h"
 #include "train/sdc.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
@@ -449,14 +450,18 @@ static int init_layout(tsr_trainer *t, const tsr_config *cfg, const tsr_dist *d)
     model_init(&t->model, &cfg->model, t->T, t->be.ops);
     model_set_expert_parallel(&t->model, (int)cfg->expert);
     init_tensor(t, cfg);
+    TSR_CHECK(pipeline_init(t)); /* (parallel.pipeline: this rank's stages, train/pipeline.h) */
     model_set_context(&t->model, t->mesh.N);
     if (mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu) t->model.ring = &t->ring;
     t->out.flops_per_token = model_flops_per_token(&t->model, t->T);
     if (cfg->lora.rank > 0) init_lora_plan(t, cfg);
     if (t->objective->references) /* (and their FLOPs) */
         t->objective->references(&t->run, t->run.objective_state);
-    if (t->model.E)
-        t->out.moe = tsr_calloc((size_t)t->model.LM * (size_t)(2 + t->model.E), sizeof(double));
+    if (t->model.E) { /* (the whole model's layers: a pipeline rank's part has its own) */
+        t->out.moe_layers = (t->model.global ? t->model.global : &t->model)->LM;
+        t->out.moe = tsr_calloc((size_t)t->out.moe_layers * (size_t)(2 + t->model.E),
+                                sizeof(double));
+    }
     return 0;
 }
 
@@ -498,12 +503,13 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
     TSR_CHECK(dataloader_plan(&t->data, t->total_steps));
     TSR_CHECK(dataloader_stage_open(&t->data));
     init_weights(t, cfg);
+    pipeline_open(t);
     TSR_CHECK(open_icl(t)); /* the task files are read before the first step */
     if (cfg->device != TSR_DEVICE_CUDA) /* (device = cuda: the library's, src/gpu/gpu_train.c) */
         optim_init(&t->part.optim, &cfg->optim, &t->model,
                    t->part.fsdp_on ? &t->part.fsdp : NULL, t->be.ops);
     TSR_CHECK(plan_shards(t));
-    if (t->part.tp_on) tp_io_open(t);
+    if (trainer_split(t)) tp_io_open(t); /* (tensor, pipeline) */
     size_t owned = t->part.fsdp_on ? t->part.fsdp.shard_n : t->part.shard_hi - t->part.shard_lo;
     if (!t->part.lora_on) { /* (a frozen base has no AdamW state) */
         t->part.m = t->be.ops->alloc(owned * sizeof(float));
@@ -595,6 +601,7 @@ void trainer_free(tsr_trainer *t) {
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
     if (t->objective && t->objective->release) t->objective->release(t->run.objective_state);
+    pipeline_free(t);
     model_free(&t->model);
     tp_io_free(&t->part.tpio);
     tp_free(&t->part.tp);

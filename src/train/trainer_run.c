@@ -12,6 +12,7 @@
 #include "train/checkpointing.h"
 #include "train/train_plan.h"
 #include "run/objective.h"
+#include "train/pipeline.h"
 #include "train/sdc.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
@@ -310,6 +311,7 @@ static int run_steps(tsr_trainer *t) {
     optim_report(exchange_traffic(t), t->out.steps_run, t->dist.world);
     ring_report(t);
     tp_report(t);
+    pipeline_report(t);
     metrics_finish(&t->run);
     end_of_run_sample(t);
     return TSR_EXIT_OK;

@@ -17,7 +17,8 @@
 static const char *const phase_names[WD_PHASES] = {
     "between steps", "loading the batch", "forward/backward", "gradient reduction",
     "optimizer update", "evaluation", "checkpoint save", "rollout generation", "reward scoring",
-    "rollout exchange (waiting for the ranks' rollouts)", "the wait for its data"};
+    "rollout exchange (waiting for the ranks' rollouts)", "the wait for its data",
+    "the pipeline's wait for a neighbouring stage"};
 _Static_assert(sizeof phase_names / sizeof *phase_names == WD_PHASES, "a name per phase");
 
 typedef struct {
@@ -100,7 +101,7 @@ static void *hang_thread(void *arg) {
         if (ph == WD_IDLE || held <= hang_limit(ph)) continue;
         char detail[sizeof wd.detail] = "";
         pthread_mutex_lock(&wd.detail_mu);
-        if (ph == WD_DATA_WAIT) memcpy(detail, wd.detail, sizeof detail);
+        if (ph == WD_DATA_WAIT || ph == WD_PIPE_WAIT) memcpy(detail, wd.detail, sizeof detail);
         pthread_mutex_unlock(&wd.detail_mu);
         /* stderr is unbuffered: the line is out before the abort */
         fprintf(stderr, "[rank %d %s] watchdog: step %lld stuck in %s for %.0f s "

@@ -22,11 +22,13 @@
 
 /* (grpo: the rollout phase is WD_ROLLOUT while decoding, WD_REWARD while the reward scores,
  * WD_EXCHANGE in its collectives: a rank waiting there for a peer still decoding says so.
- * WD_DATA_WAIT: a staging window's wait for its shards, data/dataloader_stage.c; its hang line adds what
- * watchdog_detail last said: the source, the window, the shards committed) */
+ * WD_DATA_WAIT: a staging window's wait for its shards, data/dataloader_stage.c; WD_PIPE_WAIT: a
+ * pipeline stage's wait for its neighbour's activations or gradients, train/pipeline_exec.c; their
+ * hang line adds what watchdog_detail last said: the source, the window, the shards committed; the
+ * neighbour's stage and world rank, the microbatch) */
 typedef enum {
     WD_IDLE, WD_DATA, WD_COMPUTE, WD_REDUCE, WD_OPTIMIZER, WD_EVAL, WD_CHECKPOINT, WD_ROLLOUT,
-    WD_REWARD, WD_EXCHANGE, WD_DATA_WAIT, WD_PHASES
+    WD_REWARD, WD_EXCHANGE, WD_DATA_WAIT, WD_PIPE_WAIT, WD_PHASES
 } tsr_wd_phase;
 
 /* What the straggler/MFU watchdog judges of a step (the trainer's step figures) */

@@ -2,8 +2,9 @@
 """test_hybrid.py — tessera's hybrid linear-attention decoder (model.layer_types with
 "linear_attention" layers: Hugging Face Qwen3-Next's Gated DeltaNet in a block's attention place;
 docs/deltanet.md "Wiring") against the float64 PyTorch model of tests/reference/torch_hybrid.py
-(torch_llama.py's blocks and torch_deltanet.py's layer), with test_reference.py's machinery: a
-random dataset written with `tessera shard`, build/tests/ref_dump's step 0 and 10 AdamW steps.
+(torch_llama.py's blocks and torch_deltanet.py's layer), with test_reference.py's machinery
+(ref_cases.py): a random dataset written with `tessera shard`, build/tests/ref_dump's step 0 and 10
+AdamW steps.
 
 Cases (4 layers, 3 linear + 1 full, Qwen3-Next's 3 : 1; grouped DeltaNet heads HK 2, HV 4;
 QK-norm on the full layer):
@@ -34,7 +35,6 @@ import functools
 import os
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -42,7 +42,7 @@ import test_reference as R  # noqa: E402  (skips, exit 77, without torch, h5py o
 import torch  # noqa: E402
 import torch_hybrid as H  # noqa: E402
 import torch_llama  # noqa: E402
-from tap import Tap  # noqa: E402
+import ref_cases as RC  # noqa: E402
 
 # Qwen3-Next's initializer_range. At test_reference.py's 0.1 the 10-step trajectory drifts to
 # 1e-3 .. 1e-1 from float64: the model's conditioning (a float64 run from weights 6e-8 apart drifts
@@ -87,57 +87,13 @@ def checks(case):
     return 2 + 3 + n + 2 + ("data" in case) + 4 + n + 2
 
 
-def check_packed_torch(tap):
-    """torch alone: a packed row's logits under the document mask equal its documents' alone"""
-    c = torch_cfg(CASES[0])
-    eot = 7
-    packed, alone = H.Hybrid(c, eot).double(), H.Hybrid(c).double()
-    g = torch.Generator().manual_seed(5)
+def check_doc_mask_matters(tap, name, d, tc, eot, logits):
+    """the document case: torch without the mask differs from its step-0 logits by > 1e-3"""
+    plain = RC.model_of(H.Hybrid, tc, None, d["params"])
     with torch.no_grad():
-        for p in packed.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3)
-        alone.load_state_dict(packed.state_dict())
-        row = torch.tensor([[3, 9, eot, 12, 4, 4, 30, 2, 6, eot, 5, 1, 2, 8]])
-        got, _ = packed(row)
-        errs = [R.rel_err(got[:, s:e].numpy(), alone(row[:, s:e])[0].numpy())
-                for s, e in ((0, 3), (3, 10), (10, 14))]
-        whole = R.rel_err(alone(row)[0][:, 3:].numpy(), got[:, 3:].numpy())
-    tap.ok(max(errs) <= 1e-12 and whole > 1e-3,
-           f"torch: a hybrid model's row of 3 packed documents gives each document's logits "
-           f"alone: max rel err {max(errs):.1e} <= 1e-12 (without the mask: {whole:.1e})")
-
-
-def run_case(tap, case, tmp, data_dir):
-    name = case["name"]
-    cfg_path, out = os.path.join(tmp, name + ".cfg"), os.path.join(tmp, name + ".h5")
-    R.write_config(cfg_path, case, tmp, data_dir)
-    r = R.subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
-                         env=R.run_env())
-    if not tap.ok(r.returncode == 0 and os.path.exists(out),
-                  f"{name}: ref_dump exits 0 (rc {r.returncode})"):
-        tap.diag((r.stdout + r.stderr)[-3000:])
-        return
-    d = R.read_dump(out)
-    tc = torch_cfg(case)
-    names = H.param_names(tc)
-    tap.ok(sorted(d["params"]) == sorted(names),
-           f"{name}: the dump holds exactly the tensors {names}")
-    eot = R.EOT if "data" in case else None
-    model = H.Hybrid(tc, eot).double()
-    shapes = {n: tuple(d["params"][n].shape) for n in names}
-    logits, _ = R.check_step0(tap, name, d, tc, names, shapes, model)
-    if eot is not None:
-        plain = H.Hybrid(tc).double()
-        plain.load_tessera(d["params"])
-        with torch.no_grad():
-            other, _ = plain(torch.as_tensor(d["step0/inputs"][:R.MICRO_BATCH]))
-        e = R.rel_err(other.numpy(), logits[:R.MICRO_BATCH].numpy())
-        tap.ok(e > 1e-3, f"{name}: the document mask matters: torch without it differs by {e:.1e}")
-    model = H.Hybrid(tc, eot).double()
-    model.load_tessera(d["params"])
-    hist = R.torch_train(model, d)
-    R.check_schedule_and_norms(tap, name, d, hist)
-    R.check_final(tap, name, d, tc, names, model)
+        other, _ = plain(torch.as_tensor(d["step0/inputs"][:R.MICRO_BATCH]))
+    e = R.rel_err(other.numpy(), logits[:R.MICRO_BATCH].numpy())
+    tap.ok(e > 1e-3, f"{name}: the document mask matters: torch without it differs by {e:.1e}")
 
 
 def drift_model(tc, d, dt, eps=0.0, seed=0):
@@ -199,24 +155,8 @@ def drift(std):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--drift":
         return drift(float(sys.argv[2]))
-    torch.set_default_dtype(torch.float64)
-    tap = Tap(1 + 2 + sum(checks(c) for c in CASES))
-    check_packed_torch(tap)
-    with tempfile.TemporaryDirectory(prefix="tsr-hybrid-") as tmp:
-        data = {}
-        for dname, eot in (("plain", None), ("doc", R.EOT)):
-            data_dir, _, _, r = R.make_dataset(tmp, dname, eot)
-            if tap.ok(r.returncode == 0, f"tessera shard --mask writes the {dname} dataset"):
-                data[dname] = data_dir
-        for case in CASES:
-            end = tap.n + checks(case)
-            try:
-                if case.get("data", "plain") in data:
-                    run_case(tap, case, tmp, data[case.get("data", "plain")])
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{case['name']} stopped early")
-    return tap.status()
+    mixer = RC.Mixer(H.Hybrid, torch_cfg, H.param_names, check_doc_mask_matters)
+    return RC.main("tsr-hybrid-", mixer, "a hybrid model", CASES, checks)
 
 
 if __name__ == "__main__":

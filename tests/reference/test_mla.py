@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test_mla.py — tessera's multi-head latent attention (model.kv_lora_rank > 0: DeepSeek-V2/V3's
 MLA in every layer's attention place; src/model/mixer_mla.c, docs/models.md "DeepSeek") against
-the float64 PyTorch model of tests/reference/torch_mla.py, with test_reference.py's machinery: a
+the float64 PyTorch model of tests/reference/torch_mla.py, with test_reference.py's machinery (ref_cases.py): a
 random dataset written with `tessera shard`, build/tests/ref_dump's step 0 and 10 AdamW steps.
 
 Cases (2 layers, 4 heads of query/key 8 + 8 (nope + rope) and value 6, a latent of 16, SwiGLU):
@@ -24,10 +24,9 @@ Run: TESTS=test_mla bash tests/run.sh   (needs build/tests/ref_dump and build/te
 Prints TAP; exits 1 if a check fails, 77 (skip) without torch/h5py or the binaries.
 """
 import dataclasses
+import functools
 import os
 import sys
-import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -35,7 +34,7 @@ import test_reference as R  # noqa: E402  (skips, exit 77, without torch, h5py o
 import torch  # noqa: E402
 import torch_llama  # noqa: E402
 import torch_mla as M  # noqa: E402
-from tap import Tap  # noqa: E402
+import ref_cases as RC  # noqa: E402
 
 MLA = dict(n_layer=2, d_model=32, n_head=4, vocab_size=R.VOCAB, vocab_multiple=128,
            norm='"rmsnorm"', norm_eps=1e-5, pos='"rope"', rope_theta=10000.0, mlp='"swiglu"',
@@ -94,11 +93,7 @@ def checks(case):
     return 2 + 3 + n + 2 + has_settings(case) + 4 + n + 2
 
 
-def model_of(tc, eot=None, params=None):
-    m = M.DeepSeek(tc, eot).double()
-    if params is not None:
-        m.load_tessera(params)
-    return m
+model_of = functools.partial(RC.model_of, M.DeepSeek)
 
 
 def check_interleave_torch(tap):
@@ -126,26 +121,6 @@ def check_interleave_torch(tap):
            f"{e:.1e} <= 1e-12 (rotate-half pairs differ by {other:.1e})")
 
 
-def check_packed_torch(tap):
-    """torch alone: a packed row's logits under the document mask equal its documents' alone"""
-    c = torch_cfg(CASES[0])
-    eot = 7
-    packed, alone = model_of(c, eot), model_of(c)
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in packed.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3)
-        alone.load_state_dict(packed.state_dict())
-        row = torch.tensor([[3, 9, eot, 12, 4, 4, 30, 2, 6, eot, 5, 1, 2, 8]])
-        got, _ = packed(row)
-        errs = [R.rel_err(got[:, s:e].numpy(), alone(row[:, s:e])[0].numpy())
-                for s, e in ((0, 3), (3, 10), (10, 14))]
-        whole = R.rel_err(alone(row)[0][:, 3:].numpy(), got[:, 3:].numpy())
-    tap.ok(max(errs) <= 1e-12 and whole > 1e-3,
-           f"torch: an MLA model's row of 3 packed documents gives each document's logits alone: "
-           f"max rel err {max(errs):.1e} <= 1e-12 (without the mask: {whole:.1e})")
-
-
 def check_settings_matter(tap, name, d, tc, eot, logits):
     """each setting of the case, taken away alone, moves torch's step-0 logits by > 1e-4"""
     inputs = torch.as_tensor(d["step0/inputs"], dtype=torch.long)
@@ -171,52 +146,9 @@ def check_settings_matter(tap, name, d, tc, eot, logits):
            + ", ".join(f"{w} {e:.1e}" for w, e in got.items()))
 
 
-def run_case(tap, case, tmp, data_dir):
-    name = case["name"]
-    cfg_path, out = os.path.join(tmp, name + ".cfg"), os.path.join(tmp, name + ".h5")
-    R.write_config(cfg_path, case, tmp, data_dir)
-    r = R.subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
-                         env=R.run_env())
-    if not tap.ok(r.returncode == 0 and os.path.exists(out),
-                  f"{name}: ref_dump exits 0 (rc {r.returncode})"):
-        tap.diag((r.stdout + r.stderr)[-3000:])
-        return
-    d = R.read_dump(out)
-    tc = torch_cfg(case)
-    names = M.param_names(tc)
-    tap.ok(sorted(d["params"]) == sorted(names),
-           f"{name}: the dump holds exactly the tensors {names}")
-    eot = R.EOT if "data" in case else None
-    shapes = {n: tuple(d["params"][n].shape) for n in names}
-    logits, _ = R.check_step0(tap, name, d, tc, names, shapes, model_of(tc, eot))
-    if has_settings(case):
-        check_settings_matter(tap, name, d, tc, eot, logits)
-    model = model_of(tc, eot, d["params"])
-    hist = R.torch_train(model, d)
-    R.check_schedule_and_norms(tap, name, d, hist)
-    R.check_final(tap, name, d, tc, names, model)
-
-
 def main():
-    torch.set_default_dtype(torch.float64)
-    tap = Tap(2 + 2 + sum(checks(c) for c in CASES))
-    check_interleave_torch(tap)
-    check_packed_torch(tap)
-    with tempfile.TemporaryDirectory(prefix="tsr-mla-") as tmp:
-        data = {}
-        for dname, eot in (("plain", None), ("doc", R.EOT)):
-            data_dir, _, _, r = R.make_dataset(tmp, dname, eot)
-            if tap.ok(r.returncode == 0, f"tessera shard --mask writes the {dname} dataset"):
-                data[dname] = data_dir
-        for case in CASES:
-            end = tap.n + checks(case)
-            try:
-                if case.get("data", "plain") in data:
-                    run_case(tap, case, tmp, data[case.get("data", "plain")])
-            except Exception:
-                tap.diag(traceback.format_exc())
-            tap.fail_until(end, f"{case['name']} stopped early")
-    return tap.status()
+    mixer = RC.Mixer(M.DeepSeek, torch_cfg, M.param_names, check_settings_matter)
+    return RC.main("tsr-mla-", mixer, "an MLA model", CASES, checks, [check_interleave_torch])
 
 
 if __name__ == "__main__":

@@ -75,75 +75,29 @@ tap_diag "reordered --init-from: $(grep -m1 -o 'layer 0 is.*' "$TMP/init.txt" | 
     [[ -z $(ls -A "$TMP/I") ]]
 tap_check $? "--init-from with the layer kinds in another order: refused (exit $rc) naming model.layer_types, nothing written"
 
-"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
-    --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
-runs_close $? "zero3 vs ddp" D Z 1e-6 1e-6
+zero3_as_ddp D
 tap_check $? "the hybrid under zero3 on 2 ranks equals ddp within 1e-6 at every step"
 
-greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
-    probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
+cached_as_uncached D 100
 tap_check $? "generate, greedy 20 + 100 tokens: the linear layers' state in the cache == no cache, ids and probabilities"
 
-P1="5 17 3 250 99 12 7" P2="300 41 8 2 66 19 101 3 77 45 9 13 21 4 88" P3="60 61"
-for p in "$P1" "$P2" "$P3"; do echo "{\"prompt_ids\": [${p// /, }]}"; done >"$TMP/prompts.jsonl"
-"${GEN[@]}" --ckpt "$TMP/D" --prompts "$TMP/prompts.jsonl" --out "$TMP/batch.jsonl" --batch 4 \
-    --samples 2 \
-    --temperature 0 --no-eos-stop --max-tokens 30 >"$TMP/batch.txt" 2>&1
-rc=$?
-for i in 1 2 3; do
-    p=P$i
-    "${GEN[@]}" --ckpt "$TMP/D" --prompt-ids "${!p}" --temperature 0 --no-eos-stop --ids \
-        --max-tokens 30 >"$TMP/alone$i" 2>/dev/null
-done
-/usr/bin/python3 - "$TMP/batch.jsonl" "$TMP/alone1" "$TMP/alone2" "$TMP/alone3" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-alone = [[int(x) for x in open(f).read().split()] for f in sys.argv[2:]]
-got = [(r["index"], r.get("ids")) for r in rows]
-for i, g in got:
-    print("# batched", i, (g or [])[:12], "... alone", alone[i][:12], "...")
-sys.exit(0 if len(rows) == 6 and all(g == alone[i] for i, g in got) and all(len(a) == 30 for a in alone)
-         and len({tuple(a) for a in alone}) == 3 else 1)
-PY
-tap_check $(( rc | $? )) "generate --prompts, 3 prompts x 2 samples at batch 4, greedy 30 tokens: each completion the ids of its prompt generated alone (exit $rc)"
+batched_as_alone D
+tap_check $? "generate --prompts, 3 prompts x 2 samples at batch 4, greedy 30 tokens: each completion the ids of its prompt generated alone (exit $rc)"
 
-grpo_prompts "$TMP/rl" 400 && grpo_small_args "$TMP/rl" &&
-    "$TRAIN" "${small[@]}" --set model.n_layer=4 --set model.pos=rope --set model.norm=rmsnorm \
-        --set model.mlp=swiglu --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention \
-        --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4 \
-        --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16 \
-        --set model.attn_output_gate=true --set max_duration=2ba --set grpo.log_completions=16 \
-        --set run_dir="$TMP/G" >"$TMP/grpo.txt" 2>&1
-rc=$?
-tap_diag "grpo: exit $rc, $(grep -m1 'step 2/2' "$TMP/grpo.txt")"
-((rc == 0)) && [[ -f $TMP/G/step-00000002.h5 ]] && /usr/bin/python3 - "$TMP/G/completions.jsonl" <<'PY'
-import json, math, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-ok = (sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
-      and all(len(r["tokens"]) == 6 and math.isfinite(r["logprob"]) and r["logprob"] < 0 for r in rows)
-      and len({r["logprob"] for r in rows}) > 16)
-print("#", len(rows), "rollouts, logprobs", [round(r["logprob"], 2) for r in rows[:4]], "...")
-sys.exit(0 if ok else 1)
-PY
+grpo_smoke 6 --set model.n_layer=4 --set model.pos=rope --set model.norm=rmsnorm \
+    --set model.mlp=swiglu --set model.layer_types=linear_attention,linear_attention,linear_attention,full_attention \
+    --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4 \
+    --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16 \
+    --set model.attn_output_gate=true
 tap_check $? "GRPO on a 3 linear + 1 full hybrid, 2 steps: 32 rollouts of 6 tokens logged with finite log-probabilities, checkpoint written (exit $rc)"
 
-# cuda_refused NAME KEY=VALUE PATTERN WHAT: device = cuda with KEY=VALUE on these layers exits 1, its
-# message matching PATTERN, nothing written into $TMP/NAME; the check says WHAT
-cuda_refused() {
-    local name=$1 set=$2 rc
-    mkdir -p "$TMP/$name"
-    "$TRAIN" "${args[@]}" --set run_dir="$TMP/$name/cuda" --set device=cuda --set "$set" >"$TMP/$name.cuda.txt" 2>&1
-    rc=$?
-    tap_diag "$(grep -m1 -o "${set%%=*}: device.\{0,60\}" "$TMP/$name.cuda.txt")"
-    ((rc == 1)) && grep -q "$3" "$TMP/$name.cuda.txt" && [[ -z $(ls -A "$TMP/$name") ]]
-    tap_check $? "$4"
-}
-cuda_refused R parallel.context=2 'parallel.context: device = "cuda" with linear_attention layers' \
-    "device = cuda with linear_attention layers and parallel.context = 2: exit 1 naming parallel.context, nothing written (the CPU runs them: test_hybrid_context.sh)"
+start_refused R 'parallel.context: device = "cuda" with linear_attention layers' --set device=cuda \
+    --set parallel.context=2
+tap_check $? "device = cuda with linear_attention layers and parallel.context = 2: exit 1 naming parallel.context, nothing written (the CPU runs them: test_hybrid_context.sh)"
 # precision.fp8 would leave the linear layers' projections in bf16 (they are not dec_linear's)
-cuda_refused F precision.fp8=tensorwise \
-    'precision.fp8: device = "cuda" with linear_attention layers.*or precision.fp8 = "none"' \
-    "device = cuda with linear_attention layers and precision.fp8 = tensorwise: exit 1 naming precision.fp8 (the layers' projections have no FP8 path), nothing written"
+start_refused F 'precision.fp8: device = "cuda" with linear_attention layers.*or precision.fp8 = "none"' \
+    --set device=cuda --set precision.fp8=tensorwise
+tap_check $? "device = cuda with linear_attention layers and precision.fp8 = tensorwise: exit 1 naming precision.fp8 (the layers' projections have no FP8 path), nothing written"
 
 mkdir -p "$TMP/L"
 "$TRAIN" "${args[@]}" --set run_dir="$TMP/L/run" --set lora.rank=4 --plan 1 >"$TMP/lora.txt" 2>&1

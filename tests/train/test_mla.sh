@@ -44,80 +44,35 @@ sys.exit(0 if got == want and "qkvw" not in shapes and "attprojw" not in shapes 
 PY
 tap_check $? "a 2-layer MLA model trains 4 steps on 2 ranks; its checkpoint holds mlaqaw .. mlaow at their shapes, no qkvw or attprojw, and verifies"
 
-"${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$TMP/Z" --set parallel.sharding=zero3 \
-    --set save_interval=0ba --set save_final=false >"$TMP/Z.txt" 2>&1
-runs_close $? "zero3 vs ddp" D Z 1e-6 1e-6
+zero3_as_ddp D
 tap_check $? "the MLA model under zero3 on 2 ranks equals ddp within 1e-6 at every step"
 
-greedy D gen --max-tokens 100 && [[ $(wc -w <"$TMP/gen.c") == 100 ]] && cmp -s "$TMP/gen.c" "$TMP/gen.n" &&
-    probs_close "$TMP/gen.c.probs" "$TMP/gen.n.probs"
+cached_as_uncached D 100
 tap_check $? "generate, greedy 20 + 100 tokens: the compressed cache (latent and RoPE key, kv_b absorbed) == no cache, ids and probabilities"
 
-P1="5 17 3 250 99 12 7" P2="300 41 8 2 66 19 101 3 77 45 9 13 21 4 88" P3="60 61"
-for p in "$P1" "$P2" "$P3"; do echo "{\"prompt_ids\": [${p// /, }]}"; done >"$TMP/prompts.jsonl"
-"${GEN[@]}" --ckpt "$TMP/D" --prompts "$TMP/prompts.jsonl" --out "$TMP/batch.jsonl" --batch 4 \
-    --samples 2 --temperature 0 --no-eos-stop --max-tokens 30 >"$TMP/batch.txt" 2>&1
-rc=$?
-for i in 1 2 3; do
-    p=P$i
-    "${GEN[@]}" --ckpt "$TMP/D" --prompt-ids "${!p}" --temperature 0 --no-eos-stop --ids \
-        --max-tokens 30 >"$TMP/alone$i" 2>/dev/null
-done
-"$PY3" - "$TMP/batch.jsonl" "$TMP/alone1" "$TMP/alone2" "$TMP/alone3" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-alone = [[int(x) for x in open(f).read().split()] for f in sys.argv[2:]]
-got = [(r["index"], r.get("ids")) for r in rows]
-for i, g in got:
-    print("# batched", i, (g or [])[:12], "... alone", alone[i][:12], "...")
-sys.exit(0 if len(rows) == 6 and all(g == alone[i] for i, g in got) and all(len(a) == 30 for a in alone)
-         and len({tuple(a) for a in alone}) == 3 else 1)
-PY
-tap_check $(( rc | $? )) "generate --prompts, 3 prompts x 2 samples at batch 4, greedy 30 tokens: each completion the ids of its prompt generated alone (exit $rc)"
+batched_as_alone D
+tap_check $? "generate --prompts, 3 prompts x 2 samples at batch 4, greedy 30 tokens: each completion the ids of its prompt generated alone (exit $rc)"
 
-grpo_prompts "$TMP/rl" 400 && grpo_small_args "$TMP/rl" &&
-    "$TRAIN" "${small[@]}" --set model.pos=rope --set model.norm=rmsnorm --set model.mlp=swiglu \
-        --set model.bias=false --set model.kv_lora_rank=16 --set model.qk_nope_head_dim=16 \
-        --set model.qk_rope_head_dim=8 --set model.v_head_dim=16 --set max_duration=2ba \
-        --set grpo.log_completions=16 --set run_dir="$TMP/G" >"$TMP/grpo.txt" 2>&1
-rc=$?
-tap_diag "grpo: exit $rc, $(grep -m1 'step 2/2' "$TMP/grpo.txt")"
-((rc == 0)) && [[ -f $TMP/G/step-00000002.h5 ]] && "$PY3" - "$TMP/G/completions.jsonl" <<'PY'
-import json, math, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-ok = (sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
-      and all(1 <= len(r["tokens"]) <= 6 and math.isfinite(r["logprob"]) and r["logprob"] < 0 for r in rows)
-      and len({r["logprob"] for r in rows}) > 16)
-print("#", len(rows), "rollouts, logprobs", [round(r["logprob"], 2) for r in rows[:4]], "...")
-sys.exit(0 if ok else 1)
-PY
+grpo_smoke 1 --set model.pos=rope --set model.norm=rmsnorm --set model.mlp=swiglu \
+    --set model.bias=false --set model.kv_lora_rank=16 --set model.qk_nope_head_dim=16 \
+    --set model.qk_rope_head_dim=8 --set model.v_head_dim=16
 tap_check $? "GRPO on a tiny MLA model, 2 steps: 32 rollouts of 6 tokens through the compressed cache logged with finite log-probabilities, checkpoint written (exit $rc)"
 
-# refused RUN NAME PATTERN ARGS...: tessera-train with ARGS exits 1 printing PATTERN, nothing in
-# $TMP/NAME (its run_dir's parent)
-refused() {
-    local name=$1 pat=$2; shift 2
-    mkdir -p "$TMP/$name"
-    "$TRAIN" "${args[@]}" --set run_dir="$TMP/$name/run" "$@" >"$TMP/$name.txt" 2>&1
-    local rc=$?
-    tap_diag "$name: exit $rc: $(grep -m1 -o "$pat.\{0,80\}" "$TMP/$name.txt")"
-    ((rc == 1)) && grep -q "$pat" "$TMP/$name.txt" && [[ -z $(ls -A "$TMP/$name") ]]
-}
-refused T 'parallel.tensor = 2 with model.kv_lora_rank > 0 (multi-head latent attention): tensor parallelism does not run with it yet' \
+start_refused T 'parallel.tensor = 2 with model.kv_lora_rank > 0 (multi-head latent attention): tensor parallelism does not run with it yet' \
     --set parallel.tensor=2
 tap_check $? "parallel.tensor = 2 with MLA: exit 1 naming parallel.tensor and model.kv_lora_rank, nothing written"
-refused C 'parallel.context > 1 with model.kv_lora_rank = 32: multi-head latent attention does not run with it yet' \
+start_refused C 'parallel.context > 1 with model.kv_lora_rank = 32: multi-head latent attention does not run with it yet' \
     --set parallel.context=2
 tap_check $? "parallel.context = 2 with MLA: exit 1 naming both keys, nothing written"
-refused L 'lora.rank > 0 with model.kv_lora_rank = 32: multi-head latent attention does not run with it yet' \
+start_refused L 'lora.rank > 0 with model.kv_lora_rank = 32: multi-head latent attention does not run with it yet' \
     --set lora.rank=4
 tap_check $? "lora.rank = 4 with MLA: exit 1 naming both keys, nothing written"
-refused U 'model.kv_lora_rank: device = "cuda" does not run this model variant yet' --set device=cuda
+start_refused U 'model.kv_lora_rank: device = "cuda" does not run this model variant yet' --set device=cuda
 tap_check $? "device = cuda with MLA: exit 1 naming model.kv_lora_rank, nothing written"
-refused Q 'model.qk_norm with model.kv_lora_rank = 32 (multi-head latent attention): expected false' \
+start_refused Q 'model.qk_norm with model.kv_lora_rank = 32 (multi-head latent attention): expected false' \
     --set model.qk_norm=true
 q=$?
-refused R 'model.q_lora_rank is set, but model.kv_lora_rank = 0 (no multi-head latent attention)' \
+start_refused R 'model.q_lora_rank is set, but model.kv_lora_rank = 0 (no multi-head latent attention)' \
     --set model.kv_lora_rank=0
 tap_check $(( q | $? )) "model.qk_norm with MLA, and model.q_lora_rank without it: exit 1 naming the key, nothing written"
 tap_done

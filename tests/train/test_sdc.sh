@@ -11,15 +11,16 @@
 #    two fingerprint steps is caught at the next one; two copies (hsdp) cannot say which is right:
 #    unattributed;
 #  - after a resume, a rank's state is checked against the checkpoint's CRC32C (the read path);
-#  - tensor parallelism (T 2 x data 2): only the ranks holding the same split compare, a resume
-#    checks the tensors held whole against the file, and a flip at rest is caught;
+#  - tensor parallelism (T 2 x data 2) and the pipeline (2 stages x data 2): only the ranks holding
+#    the same part compare, a resume checks the tensors held whole against the file, a flip at rest
+#    is caught, and no replay runs;
 #  - deterministic replay: one rank's matrix product wrong once in a replay step is a transient
 #    fault (its second try agrees), the rank recomputes its microbatches and the run ends with the
 #    clean run's weights bit for bit; wrong in every product from then on: persistent, exit 87;
 #  - a resume takes the newest checkpoint whose fingerprints agreed; a malformed flip is refused.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 20
+tap_plan 22
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -98,18 +99,22 @@ rc=$?
     grep -q "model/fcprojw of rank 0 (node .*) differs, after the resume at step 10, from the checkpoint it was read from" "$TMP/R.txt"
 tap_check $? "a resume whose loaded weights differ on rank 0 from the checkpoint's CRC32C (the read path): caught before the first step (exit $rc)"
 
-run 4 TP --set parallel.tensor=2 --set max_duration=6ba --set health.replay_interval=4
-rc=$?
-[[ $rc == 0 && $(health TP comparisons) == 3 && $(health TP mismatches) == 0 && $(health TP replay_interval) == 0 ]] &&
-    grep -q "^health: fingerprints compared 3 times .*, all agreed" "$TMP/TP.txt"
-tap_check $? "tensor parallelism, T 2 x data 2 (ddp): each split compared with its replica only, at start and the saves of steps 5 and 6, all agreed; no replay (a microbatch's forward is its tensor group's collective) (exit $rc)"
-cp "$TMP/TP.txt" "$TMP/TP1.txt"
-TSR_FAULT=flip:weights:qkvw:20:3:10 run 4 TP --set parallel.tensor=2
-rc=$?
-[[ $rc == 87 && $(culprit TP verdict) == changed_at_rest && $(culprit TP ranks) == 3 && $(culprit TP tensor) == model/qkvw ]] &&
-    grep -q "checkpoint resume step 6 " "$TMP/TP.txt" && ! grep -q "from the checkpoint it was read from" "$TMP/TP.txt" &&
-    grep -q "model/qkvw of rank 3 (node .*) changed at rest between the fingerprints taken after step 10" "$TMP/TP.txt"
-tap_check $? "tensor parallelism: the resume at step 6 agrees with the file (a split tensor is not held whole), step 10 compares clean, a flip of rank 3's split of qkvw after it is caught at rest (exit $rc)"
+# tensor parallelism (T 2 x data 2) and the pipeline (2 stages of one layer x data 2): rank 1 holds
+# the same split or layers as rank 0 (pipeline) or rank 3 (tensor) only
+for mode in tensor pipeline; do
+    d=${mode:0:1}P
+    run 4 "$d" --set parallel.$mode=2 --set max_duration=6ba --set health.replay_interval=4
+    rc=$?
+    [[ $rc == 0 && $(health "$d" comparisons) == 3 && $(health "$d" mismatches) == 0 && $(health "$d" replay_interval) == 0 ]] &&
+        grep -q "^health: fingerprints compared 3 times .*, all agreed" "$TMP/$d.txt"
+    tap_check $? "parallel.$mode = 2 on 4 ranks (ddp): each rank compared with the one holding the same part only, at start and the saves of steps 5 and 6, all agreed; no replay (a microbatch's forward is its group's collective) (exit $rc)"
+    TSR_FAULT=flip:weights:wpe:20:1:10 run 4 "$d" --set parallel.$mode=2
+    rc=$?
+    [[ $rc == 87 && $(culprit "$d" verdict) == changed_at_rest && $(culprit "$d" ranks) == 1 && $(culprit "$d" tensor) == model/wpe ]] &&
+        grep -q "checkpoint resume step 6 " "$TMP/$d.txt" && ! grep -q "from the checkpoint it was read from" "$TMP/$d.txt" &&
+        grep -q "model/wpe of rank 1 (node .*) changed at rest between the fingerprints taken after step 10" "$TMP/$d.txt"
+    tap_check $? "parallel.$mode = 2: the resume at step 6 agrees with the file (a divided tensor is not held whole), step 10 compares clean, a flip of rank 1's wpe after it (the first stage's alone under the pipeline: every rank accepts the flip) is caught at rest (exit $rc)"
+done
 
 cp -r "$TMP/A" "$TMP/N"
 run 2 N --set max_duration=15ba --set health.fingerprint_interval=0

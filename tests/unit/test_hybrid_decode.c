@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode_checks.h"
 #include "model/model.h"
 #include "ops.h"
 #include "tap.h"
@@ -38,19 +39,7 @@ static tsr_model_config hybrid(void) {
     return c;
 }
 
-static void build(tsr_model *m, const tsr_model_config *c) {
-    model_init(m, c, T, &tsr_cpu_ops);
-    model_alloc_params(m);
-    model_init_weights(m, 4321);
-    model_alloc_acts(m, 1, T);
-}
-
-static int argmax(const float *p, int n) {
-    int best = 0;
-    for (int j = 1; j < n; j++)
-        if (p[j] > p[best]) best = j;
-    return best;
-}
+static void build(tsr_model *m, const tsr_model_config *c) { dec_build(m, c, T, 4321); }
 
 static void test_layout(const tsr_model *m) {
     const tsr_param_info *q = &m->params_info[TSR_P_QKVW], *d = &m->params_info[TSR_P_DNQKVW];
@@ -69,11 +58,7 @@ static void test_layout(const tsr_model *m) {
 
 /* a packed row: documents of 9 and 15 tokens ending with EOT, then one running on */
 static void make_row(int32_t *tok) {
-    uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (int t = 0; t < T; t++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        tok[t] = (int32_t)((s >> 33) % (V - 1));
-    }
+    dec_ids(tok, T, 0x9e3779b97f4a7c15ull, EOT);
     tok[8] = tok[23] = EOT;
 }
 
@@ -107,9 +92,9 @@ static void test_greedy(tsr_model *m, const int32_t *tok) {
     float *probs = calloc((size_t)m->Vp, sizeof(float));
     model_infer_forward(m, &kv, a, P, probs);
     for (int n = P; n < P + GEN; n++) {
-        a[n] = argmax(probs, m->V);
+        a[n] = dec_argmax(probs, m->V);
         if (n + 1 < P + GEN) model_infer_forward(m, &kv, a + n, 1, probs);
-        b[n] = argmax(model_forward_last(m, b, n), m->V);
+        b[n] = dec_argmax(model_forward_last(m, b, n), m->V);
     }
     tap_ok(memcmp(a, b, sizeof(int32_t) * (P + GEN)) == 0, "decode: greedy (temperature 0) "
            "with the cache gives the same %d tokens as re-running the whole sequence", GEN);

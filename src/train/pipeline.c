@@ -1,0 +1,167 @@
+/* pipeline.c — pipeline parallelism's glue in the trainer (train/pipeline.h): the microbatches
+ * against the schedule, the cut and this rank's part at start, the executor and the evaluation
+ * hooks once the weights exist, the tied embeddings' gradients, the gradient norm's shares, the
+ * end-of-run report. The executor is pipeline_exec.c's, the split backward pipeline_zb.c's. */
+#include "train/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model/decoder.h"
+#include "train/pipeline_int.h"
+
+_Static_assert((int)TSR_PP_1F1B == (int)PP_1F1B && (int)TSR_PP_INTERLEAVED == (int)PP_INTERLEAVED &&
+               (int)TSR_PP_ZB == (int)PP_ZB, "parallel.pipeline_schedule's order is pp_kind's");
+
+/* the step's microbatches against the schedule: 0, or TSR_EXIT_USAGE after rank 0 named the
+ * keys, the schedule's reason and what to change */
+static int check_microbatches(const tsr_trainer *t, int P, int V) {
+    const tsr_config *c = &t->cfg;
+    const int M = (int)(t->per_rank / t->micro);
+    char why[400];
+    if (pp_layout_check((pp_kind)c->pipeline_schedule, P, V, M, why, sizeof why) == 0) return 0;
+    if (t->dist.rank == 0)
+        tsr_error("parallel.pipeline = %d, parallel.pipeline_schedule = \"%s\": %s; a step's "
+                  "microbatches are the per-rank batch (global_batch %lld / %d data ranks = "
+                  "%lld) over micro_batch = %d: change micro_batch or global_batch",
+                  P, pp_kind_name((pp_kind)c->pipeline_schedule), why,
+                  (long long)c->global_batch, t->mesh.D, (long long)t->per_rank, t->micro);
+    return TSR_EXIT_USAGE;
+}
+
+int pipeline_init(tsr_trainer *t) {
+    if (t->mesh.P <= 1) return 0;
+    const int P = t->mesh.P, V = (int)t->cfg.pipeline_virtual, S = P * V;
+    TSR_CHECK(check_microbatches(t, P, V));
+    int *cut = tsr_malloc((size_t)(S + 1) * sizeof *cut);
+    pp_cut(&t->model, &t->cfg, t->T, S, cut);
+    const tsr_mesh_group *pg = mesh_group(&t->mesh, TSR_MESH_PIPELINE);
+    const tsr_mesh_group *sg = mesh_group(&t->mesh, TSR_MESH_STAGE);
+    model_set_pipeline(&t->model, &t->part.pp, P, V, pg->rank, cut);
+    free(cut);
+    t->part.pp_on = 1;
+    t->part.flat = sg->cpu; /* (NULL in a plan) */
+    t->part.flat_rank = sg->rank, t->part.flat_world = sg->size;
+    return 0;
+}
+
+void pipeline_open(tsr_trainer *t) {
+    if (!t->part.pp_on) return;
+    tsr_pp *pp = &t->part.pp;
+    pp_attach(pp, &t->model);
+    pp_exec *x = tsr_calloc(1, sizeof *x);
+    char why[400];
+    const int M = (int)(t->per_rank / t->micro);
+    if (pp_schedule_build(&x->sched, (pp_kind)t->cfg.pipeline_schedule, pp->P, pp->V, M, why,
+                          sizeof why) != 0)
+        tsr_die(TSR_EXIT_INTERNAL, "pipeline: %s (checked at start)", why);
+    x->pipe = mesh_group(&t->mesh, TSR_MESH_PIPELINE)->cpu;
+    x->B = t->micro;
+    x->msg_bytes = (size_t)x->B * (size_t)t->T * (size_t)t->model.C * sizeof(float);
+    x->w = tsr_calloc((size_t)pp->V * (size_t)M, sizeof *x->w);
+    t->part.ppx = x;
+    t->model.fwd = pp_eval_forward, t->model.scores = pp_eval_scores, t->model.fwd_ctx = t;
+}
+
+void pipeline_free(tsr_trainer *t) {
+    pp_exec *x = t->part.ppx;
+    if (x) {
+        pp_sends_wait(x);
+        pp_sets_free(x, t->part.pp.V);
+        for (int i = 0; i < x->n_msgs; i++) free(x->msgs[i]->buf), free(x->msgs[i]);
+        free(x->msgs);
+        for (int i = 0; i < t->part.pp.V * x->sched.M; i++) zb_list_free(&x->w[i]);
+        free(x->w);
+        pp_schedule_free(&x->sched);
+        free(x);
+        t->part.ppx = NULL;
+    }
+    pp_free(&t->part.pp);
+}
+
+int pipeline_try_acts(tsr_trainer *t) {
+    pp_exec *x = t->part.ppx;
+    for (int c = 0; c < t->part.pp.V; c++) {
+        tsr_model *m = &t->part.pp.chunk[c];
+        if (x->n_sets[c]) continue;
+        pp_set *s = tsr_calloc(1, sizeof *s);
+        s->be = m->be, s->mb = -1;
+        if (m->be.capped) s->be.capped = &s->capped;
+        if (dec_try_alloc_acts(m, &m->be, &s->a, x->B, t->T) != 0) {
+            free(s);
+            pipeline_free_acts(t);
+            return -1;
+        }
+        x->sets[c] = tsr_malloc(sizeof *x->sets[c]);
+        x->sets[c][0] = s, x->n_sets[c] = 1;
+    }
+    return 0;
+}
+
+void pipeline_free_acts(tsr_trainer *t) {
+    if (t->part.ppx) pp_sets_free(t->part.ppx, t->part.pp.V);
+}
+
+int pipeline_acts_B(const tsr_trainer *t) {
+    const pp_exec *x = t->part.ppx;
+    return x && x->n_sets[0] ? x->B : 0;
+}
+
+/* ---- the gradients ------------------------------------------------------------------------- */
+
+void pipeline_tied_grads(tsr_trainer *t) {
+    const tsr_pp *pp = &t->part.pp;
+    tsr_model *m = &t->model;
+    size_t lo, n;
+    if (!t->cfg.model.tie_embeddings || (pp->p != 0 && pp->p != pp->P - 1)) return;
+    pp_wte_range(m, &lo, &n);
+    float *other = tsr_malloc(n * sizeof *other);
+    const int peer = pp->p == 0 ? pp->P - 1 : 0;
+    /* each end sends its own and adds the other's: a + b on one, b + a on the other (the same
+     * bits) */
+    dist_group_sendrecv(t->part.ppx->pipe, m->grads + lo, peer, other, peer, n * sizeof *other);
+    for (size_t i = 0; i < n; i++) m->grads[lo + i] += other[i];
+    free(other);
+}
+
+double pipeline_sumsq(const tsr_trainer *t, const float *g, size_t lo, size_t hi) {
+    return pp_sumsq(&t->part.pp, &t->model, g, lo, hi);
+}
+
+double pipeline_sum_stages(const tsr_trainer *t, double sq) {
+    dist_group_allreduce_sum_f64(t->part.ppx->pipe, &sq, 1);
+    return sq;
+}
+
+/* ---- the report ---------------------------------------------------------------------------- */
+
+/* the schedule's bubble at equal costs of its actions (docs/pipeline.md's formulas, by its
+ * simulator) */
+static double schedule_bubble(const pp_schedule *s) {
+    pp_timing tm;
+    char why[200];
+    const pp_costs unit = {1, 1, 1};
+    if (pp_simulate(s, unit, &tm, why, sizeof why) != 0) return -1;
+    const double b = pp_bubble(s, &tm);
+    pp_timing_free(&tm);
+    return b;
+}
+
+void pipeline_report(tsr_trainer *t) {
+    pp_exec *x = t->part.ppx;
+    if (!x) return;
+    int64_t sent = (int64_t)x->sent;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank != 0) return;
+    printf("pipeline: %lld bytes sent between stages in %lld steps (all %d ranks, activations "
+           "and their gradients, evaluations included)\n", (long long)sent,
+           (long long)t->out.steps_run, t->dist.world);
+    if (x->sum_wall > 0)
+        printf("pipeline: bubble %.4f measured over %lld steps (idle share of the %d stages' "
+               "time), %.4f by the %s schedule's table at equal action times (P %d, V %d, "
+               "M %d)\n", 1.0 - x->sum_busy / x->sum_wall, (long long)(x->steps - 1), t->part.pp.P,
+               schedule_bubble(&x->sched), pp_kind_name(x->sched.kind), x->sched.P, x->sched.V,
+               x->sched.M);
+}
