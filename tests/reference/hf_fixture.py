@@ -138,6 +138,14 @@ def moe_state(fx, p, w):
 
 # ---- the weights ---------------------------------------------------------------------------------
 
+def final_norm_and_head(sd, fx, V, C, w, norm):
+    """The state dict's end: the final norm and, untied, the LM head (V x C); returns sd."""
+    sd["model.norm.weight"] = norm(C)
+    if not fx["tied"]:
+        sd["lm_head.weight"] = w(V, C, std=0.5)
+    return sd
+
+
 def state_dict(fx, seed):
     """HF name -> float64 tensor, in transformers' state-dict (module) order."""
     if fx["model_type"] in CLASS and fx["model_type"] in OLMO + GEMMA + PRE:
@@ -176,10 +184,7 @@ def state_dict(fx, seed):
                 sd[f"{p}mlp.{name}_proj.bias"] = w(shape[0], std=0.2)
         sd[p + "input_layernorm.weight"] = norm(C)
         sd[p + "post_attention_layernorm.weight"] = norm(C)
-    sd["model.norm.weight"] = norm(C)
-    if not fx["tied"]:
-        sd["lm_head.weight"] = w(Vx, C, std=0.5)
-    return sd
+    return final_norm_and_head(sd, fx, Vx, C, w, norm)
 
 
 def to_dtype(t, dtype):
@@ -432,10 +437,7 @@ def family_state_dict(fx, seed):
                  ("post_attention_layernorm", "post_feedforward_layernorm"))
         for n in names:
             sd[f"{p}{n}.weight"] = norm(C)
-    sd["model.norm.weight"] = norm(C)
-    if not fx["tied"]:
-        sd["lm_head.weight"] = w(V, C, std=0.5)
-    return sd
+    return final_norm_and_head(sd, fx, V, C, w, norm)
 
 
 def family_config_json(fx):

@@ -114,10 +114,7 @@ def state_dict(fx, seed):
             sd[p + "mlp.down_proj.weight"] = w(C, fx["F"])
         sd[p + "input_layernorm.weight"] = norm(C)
         sd[p + "post_attention_layernorm.weight"] = norm(C)
-    sd["model.norm.weight"] = norm(C)
-    if not fx["tied"]:
-        sd["lm_head.weight"] = w(V, C, std=0.5)
-    return sd
+    return base.final_norm_and_head(sd, fx, V, C, w, norm)
 
 
 def config_json(fx):

@@ -112,12 +112,8 @@ def check_run(tap, run, tmp, data):
         return
     d = TL.read(out)
     a = d["attrs"]
-    tc = R.torch_config(a)
-    policy = R.torch_model(tc, a)
-    policy.load_tessera(d["params"])
+    policy, reference = R.policy_and_reference(a, d)
     adapters = TL.attach(policy, d["lora"], TL.ALPHA / TL.RANK)
-    reference = R.torch_model(tc, a)
-    reference.load_tessera(d["params"])
     params = [p for ps in adapters.values() for p in ps]
     opt = torch.optim.AdamW([{"params": params, "weight_decay": a["weight_decay"]}], lr=a["lr"],
                             betas=(a["beta1"], a["beta2"]), eps=a["eps"])
@@ -179,13 +175,7 @@ def check_full(tap, run, name, out):
     """Full finetuning: policy = every weight, reference = the frozen initial model."""
     d = R.read_dump(out)
     a = d["attrs"]
-    tc = R.torch_config(a)
-    policy = R.torch_model(tc, a)
-    policy.load_tessera(d["params"])
-    reference = R.torch_model(tc, a)
-    reference.load_tessera(d["params"])
-    for p in reference.parameters():
-        p.requires_grad_(False)
+    policy, reference = R.policy_and_reference(a, d)
     groups = policy.param_groups(a["weight_decay"], bool(a["decay_norms_biases"]),
                                  bool(a["decay_embeddings"]))
     opt = torch.optim.AdamW(groups, lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"])

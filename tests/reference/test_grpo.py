@@ -208,13 +208,7 @@ def grpo_loss(run, policy, reference, x, y, old, n, np_, adv):
 
 
 def models(a, d, run):
-    tc = R.torch_config(a)
-    policy = R.torch_model(tc, a)
-    policy.load_tessera(d["params"])
-    reference = R.torch_model(tc, a)
-    reference.load_tessera(d["params"])
-    for p in reference.parameters():
-        p.requires_grad_(False)
+    policy, reference = R.policy_and_reference(a, d)
     if run.get("lora"):
         adapters = TL.attach(policy, d["lora"], TL.ALPHA / TL.RANK)
         params = [p for ps in adapters.values() for p in ps]

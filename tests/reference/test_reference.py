@@ -495,6 +495,18 @@ def torch_model(tc, a, doc_mask=None):
     return (DocGPT(tc, eot) if doc_mask else torch_gpt.GPT(tc)).double()
 
 
+def policy_and_reference(a, d):
+    """Post-training's two float64 models of a dump's initial weights: the policy, and the
+    reference, frozen (DPO's and GRPO's)."""
+    tc = torch_config(a)
+    policy, reference = torch_model(tc, a), torch_model(tc, a)
+    for m in (policy, reference):
+        m.load_tessera(d["params"])
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return policy, reference
+
+
 def global_batch_backward(model, inputs, targets, micro):
     """Loss = sum of the counted targets' losses / their count over the WHOLE global batch,
     accumulated microbatch by microbatch as trainer_step does; with MoE plus each microbatch's

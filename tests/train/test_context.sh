@@ -29,25 +29,17 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 11
-make_synth "$TMP/d" 64 60000
-colors_icl 0.1
 # One microbatch a step (each of the ring's exchanges is a scheduling round trip on a loaded
 # machine: they are what a run costs) but for the Llama style runs, whose two microbatches of 2
 # sequences accumulate the gradients of several rings
-base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
-      --set data.train="$TMP/d/train" --set data.val= --set eval_interval=0ba --set seq_len=32
-      --set model.max_seq_len=32 --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-      --set global_batch=4 --set micro_batch=4 --set max_duration=20ba --set save_interval=0ba
-      --set save_final=false --set threads=1 --set log_interval=1 --set watchdog.window=0
-      --set optim.warmup=2ba)
+parallel_args 2 4 4 20ba
 # GPT-2 style on the ICL tasks' corpus and tokenizer (configs/tiny.cfg plus two colors tasks)
 gpt=(--config "$TMP/icl.cfg" "${base[@]}" --set model.vocab_size=320 --set model.vocab_multiple=64
      --set data.train="$TMP/data/train" --set data.tokenizer="$TMP/tok.tok"
      --set data.val="$TMP/data/val" --set eval_interval=20ba --set eval_samples=24)
-llama=(--config "$TSR_ROOT/configs/tiny-llama.cfg" "${base[@]}" --set model.n_kv_head=2
-       --set model.intermediate_size=96 --set model.rope_scaling=llama3
-       --set model.rope_original_max_pos=16 --set model.rope_factor=4
-       --set model.attn_mask=document --set model.eot_token=8 --set micro_batch=2)
+llama+=(--set model.rope_scaling=llama3 --set model.rope_original_max_pos=16
+        --set model.rope_factor=4 --set model.attn_mask=document --set model.eot_token=8
+        --set micro_batch=2)
 qwen=("${llama[@]}" --set micro_batch=4 --set model.n_kv_head=1 --set model.head_dim=24
       --set model.qk_norm=true --set model.qkv_bias=true --set model.tie_embeddings=true
       --set model.rope_scaling=none --set model.rope_theta=1000000)

@@ -21,30 +21,17 @@ source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 12
 PY=/usr/bin/python3
-TASKS=$TSR_ROOT/eval/tasks
-"$TOOL" tokenizer train --vocab-size 320 --special '<|endoftext|>' --out "$TMP/tok.tok" -q "$TASKS/colors_corpus.txt" &&
-    "$TOOL" prep --out "$TMP/data" --tokenizer "$TMP/tok.tok" --format text --doc-sep '\n' --val-fraction 0.1 -q "$TASKS/colors_corpus.txt"
+colors_icl 0.1
 tap_check $? "tokenizer trained on the colors text (320 tokens), the text prepped"
 
-args=(--set model.vocab_size=320 --set model.vocab_multiple=64 --set data.tokenizer="$TMP/tok.tok"
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val="$TMP/data/val"
-      --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set seq_len=32
-      --set model.max_seq_len=32 --set global_batch=16 --set micro_batch=8 --set eval_samples=0
-      --set threads=1 --set log_interval=50 --set eval_interval=25ba --set save_interval=75ba
-      --set keep_last=4 --set max_duration=300ba --set watchdog.window=0)
+colors_args
+args+=(--set eval_interval=25ba --set save_interval=75ba --set keep_last=4 --set max_duration=300ba
+       --set watchdog.window=0)
 # watchdog.window=0: 300 steps on 2 ranks are long enough for the straggler watchdog to stop a
 # run (exit 86) when a loaded machine starves one rank (as test_staging's did, 2026-11-26)
 # the recipe with tasks: tiny.cfg plus icl_tasks (one of them few-shot)
 cp "$TSR_ROOT/configs/tiny.cfg" "$TMP/plain.cfg"
-{ cat "$TMP/plain.cfg"; cat <<CFG
-icl_tasks = (
-  { label = "colors_mc"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; },
-  { label = "colors_mc_2shot"; type = "multiple_choice"; path = "$TASKS/colors_mc.jsonl"; fewshot = 2; },
-  { label = "colors_lm"; type = "language_modeling"; path = "$TASKS/colors_lm.jsonl"; },
-  { label = "colors_schema"; type = "schema"; path = "$TASKS/colors_schema.jsonl"; }
-);
-CFG
-} >"$TMP/icl.cfg"
+colors_tasks_cfg "$TMP/icl.cfg"
 train() { local np=$1 cfg=$2 dir=$3; shift 3; "${MPIRUN[@]}" -np "$np" "$TRAIN" --config "$cfg" "${args[@]}" --set run_dir="$dir" "$@"; }
 train 2 "$TMP/icl.cfg" "$TMP/A" >"$TMP/A.txt" 2>&1 && train 2 "$TMP/plain.cfg" "$TMP/P" >"$TMP/P.txt" 2>&1
 rc=$?

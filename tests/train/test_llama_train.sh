@@ -35,13 +35,7 @@ tap_diag "Llama style, 2 ranks: loss $first at step 1, $last at step 12"
     grep -q "kv_heads=2 .*pos=rope norm=rmsnorm .*untied" "$TMP/A.txt"
 tap_check $? "Llama style (GQA 4:2, RoPE + llama3 scaling, RMSNorm, SwiGLU, untied, document mask) trains on 2 ranks: the loss falls"
 
-# (save_async = false in the killed run: its step-4 save is committed before the kill; a
-# background save may still be in flight two steps later: tests/ckpt/test_ckpt_async_kill.sh)
-TSR_FAULT=kill:6:1 run B 2 --set save_async=false
-rc=$?
-run B 2
-rc2=$?
-[[ $rc != 0 && $rc2 == 0 ]] && grep -q "checkpoint resume step 4" "$TMP/B.txt"
+killed_resumes B
 tap_check $? "rank 1 SIGKILLed after step 6 (exit $rc); the rerun resumed from step 4 and finished (exit $rc2)"
 cmp -s <(final_lines "$TMP/A/metrics.jsonl") <(final_lines "$TMP/B/metrics.jsonl") &&
     same_tensors "$TMP/A/step-00000012.h5" "$TMP/B/step-00000012.h5"

@@ -7,7 +7,8 @@
 #    parallel.sharding=V --dry-run) and together they are all of ddp, zero1, zero3, hsdp;
 #  - no recipe comment promises what exists already ("not yet", "arrive with", "tessera shard
 #    now, tessera prep" of the time before prep existed);
-#  - a recipe that reads data/brown says, in its data block, how to make it (issue 48);
+#  - a recipe that reads data/brown (or the demo's data/brown-bpe) says, in its data block, how
+#    to make it (issue 48);
 #  - the Gemma 3 recipes (head size 256) load and plan on 8 ranks with device = "cuda" (issue 67:
 #    the GPU's attention takes hs 256), while an odd head size (96) is still refused at load;
 #  - the plan's model line names each recipe's variants (issue 79, item 13; docs/planning.md "The
@@ -26,7 +27,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 recipes=("$TSR_ROOT"/configs/*.cfg)
-tap_plan 9
+tap_plan 10
 # dry NAME ARGS...: tessera-train ARGS... --dry-run in the background (at most four at once); its
 # exit status goes to $TMP/NAME.rc
 dry() {
@@ -114,6 +115,18 @@ for f in "${recipes[@]}"; do
 done
 ((n >= 4 && ${#bad[@]} == 0))
 tap_check $? "the $n recipes reading data/brown say how to make it (silent: ${bad[*]:-none})"
+# and the demo's, data/brown-bpe: its make target, and the tokenizer and prep commands behind it
+bad=() n=0
+for f in "${recipes[@]}"; do
+    grep -q '^ *train = "data/brown-bpe/train";' "$f" || continue
+    n=$((n + 1))
+    block=$(sed -n '/^data = {/,/^};/p' "$f")
+    grep -q 'make data/brown-bpe/train/index.tsv' <<<"$block" &&
+        grep -q "#   tessera tokenizer train --vocab-size 8192 --special '<|endoftext|>' --out data/brown-bpe.tok " <<<"$block" &&
+        grep -q '#   tessera prep --out data/brown-bpe --tokenizer data/brown-bpe.tok ' <<<"$block" || bad+=("${f##*/}")
+done
+((n >= 1 && ${#bad[@]} == 0))
+tap_check $? "the $n recipes reading data/brown-bpe say how to make it (silent: ${bad[*]:-none})"
 
 bad=()
 for f in "${gemma[@]}"; do ran "${f##*/}.cuda" || bad+=("${f##*/}"); done

@@ -36,17 +36,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 16
-make_synth "$TMP/d" 64 60000
-colors_icl 0.1
-base=(--set model.vocab_size=64 --set data.tokenizer= --set sample.tokens=0
-      --set data.train="$TMP/d/train" --set data.val= --set eval_interval=0ba --set seq_len=32
-      --set model.max_seq_len=32 --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-      --set global_batch=4 --set micro_batch=2 --set max_duration=6ba --set save_interval=0ba
-      --set save_final=false --set threads=1 --set log_interval=1 --set watchdog.window=0
-      --set optim.warmup=2ba)
-llama=(--config "$TSR_ROOT/configs/tiny-llama.cfg" "${base[@]}" --set model.n_kv_head=2
-       --set model.intermediate_size=96)
-gpt=(--config "$TSR_ROOT/configs/tiny.cfg" "${base[@]}" --set model.expansion_ratio=2)
+parallel_args 2 4 2 6ba
 wide=("${llama[@]}" --set model.n_head=8) # head size 8: 8 query, 2 key/value heads
 gemma=("${llama[@]}" --set model.norm_placement=sandwich --set model.embed_scale=sqrt_d_model
        --set model.mlp=geglu_tanh --set model.final_logit_softcapping=30

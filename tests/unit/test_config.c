@@ -739,25 +739,38 @@ static void test_round_trip(void) {
     expect(rc, TSR_EXIT_DATA, "config_save into a missing directory", "cannot write config", NULL);
 }
 
+/* a shipped recipe's transformer parameters (no embeddings), and 0 when its batch fits 1, 2 and 4
+ * ranks */
+static long long blocks_params(const tsr_config *c) {
+    long long L = c->model.n_layer, C = c->model.d_model;
+    return L * (12 * C * C + 13 * C) + 2 * C;
+}
+static int fits_1_2_4(const tsr_config *c) {
+    int saved = capture_begin();
+    int w = config_check_world(c, 1) | config_check_world(c, 2) | config_check_world(c, 4);
+    capture_end(saved);
+    return w;
+}
+
 static void test_shipped(void) {
     for (int i = 0; i < n_cfgs; i++) {
         tsr_config c;
         const char *p = fmt("%s/configs/%s", root, cfg_names[i]);
         int rc = load(&c, p, NULL, 0);
         expect(rc, 0, fmt("configs/%s loads", cfg_names[i]), NULL);
-        if (strcmp(cfg_names[i], "tiny.cfg") == 0) {
-            long long L = c.model.n_layer, C = c.model.d_model, V = c.model.vocab_size;
-            long long T = c.model.max_seq_len ? c.model.max_seq_len : c.seq_len;
-            long long params = L * (12 * C * C + 13 * C) + 2 * C; /* the transformer, no embeddings */
-            (void)V, (void)T;
-            int saved = capture_begin();
-            int w = config_check_world(&c, 1) | config_check_world(&c, 2) | config_check_world(&c, 4);
-            capture_end(saved);
-            tap_ok(rc == 0 && params >= 1000000 && params <= 5000000 && w == 0 &&
+        long long params = blocks_params(&c), V = c.model.vocab_size;
+        if (strcmp(cfg_names[i], "tiny.cfg") == 0)
+            tap_ok(rc == 0 && params >= 1000000 && params <= 5000000 && fits_1_2_4(&c) == 0 &&
                        c.model.pos == TSR_POS_LEARNED && !strcmp(c.data.train, "data/brown/train") && V == 50257,
                    "tiny.cfg: %lld non-embedding parameters (1M-5M), fits 1, 2 and 4 ranks, "
                    "Brown corpus with GPT-2's vocabulary", params);
-        }
+        /* make demo's: Brown with the 8192-token BPE the Makefile learns from it (BROWN_BPE_VOCAB) */
+        if (strcmp(cfg_names[i], "demo.cfg") == 0)
+            tap_ok(rc == 0 && params >= 100000 && params <= 1000000 && fits_1_2_4(&c) == 0 &&
+                       !strcmp(c.data.train, "data/brown-bpe/train") &&
+                       !strcmp(c.data.tokenizer, "auto") && V == 8192 && c.sample.tokens > 0,
+                   "demo.cfg: %lld non-embedding parameters (100k-1M), fits 1, 2 and 4 ranks, "
+                   "Brown corpus with its own 8192-token BPE, a sample at the end", params);
     }
 }
 
@@ -786,7 +799,7 @@ static void test_table_and_docs(void) {
     free(text);
 }
 
-#define N_FIXED 108
+#define N_FIXED 109
 
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_test_config_XXXXXX");
