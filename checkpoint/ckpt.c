@@ -47,24 +47,14 @@
 #include "common.h"
 #include "dist/dist.h"
 
-/* Rank 0: makes the written .tmp the committed checkpoint and points `latest` at it. */
-static int commit(const char *run_dir, const char *tmp, const char *final, const char *base,
-                  char *why, size_t cap) {
+int ck_write_latest(const char *run_dir, const char *base, char *why, size_t cap) {
     char latest[4200], latest_tmp[4200];
-    if (ck_fsync_path(tmp, 0, why, cap)) return -1;
-    if (rename(tmp, final) != 0) {
-        snprintf(why, cap, "rename %.300s -> %.300s failed: %.300s", tmp, final, strerror(errno));
-        return -1;
-    }
-    if (ck_fsync_path(run_dir, 1, why, cap)) return -1;
     snprintf(latest, sizeof latest, "%s/latest", run_dir);
     snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", run_dir);
-    /* from here on the checkpoint is committed: a failure leaves `latest` naming the previous
-     * one (a resume still finds the newest valid file) and no latest.tmp behind */
     FILE *f = fopen(latest_tmp, "w");
     if (!f) {
         snprintf(why, cap, "cannot create %.300s: %.300s", latest_tmp, strerror(errno));
-        return -2;
+        return -1;
     }
     int bad = fprintf(f, "%s\n", base) < 0;
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
@@ -72,15 +62,29 @@ static int commit(const char *run_dir, const char *tmp, const char *final, const
     if (bad) {
         snprintf(why, cap, "writing %.300s failed: %.300s", latest_tmp, strerror(errno));
         unlink(latest_tmp);
-        return -2;
+        return -1;
     }
     if (rename(latest_tmp, latest) != 0) {
         snprintf(why, cap, "rename %.300s -> %.300s failed: %.300s", latest_tmp, latest,
                  strerror(errno));
         unlink(latest_tmp);
-        return -2;
+        return -1;
     }
-    return ck_fsync_path(run_dir, 1, why, cap) ? -2 : 0;
+    return ck_fsync_path(run_dir, 1, why, cap) ? -1 : 0;
+}
+
+/* Rank 0: makes the written .tmp the committed checkpoint and points `latest` at it. */
+static int commit(const char *run_dir, const char *tmp, const char *final, const char *base,
+                  char *why, size_t cap) {
+    if (ck_fsync_path(tmp, 0, why, cap)) return -1;
+    if (rename(tmp, final) != 0) {
+        snprintf(why, cap, "rename %.300s -> %.300s failed: %.300s", tmp, final, strerror(errno));
+        return -1;
+    }
+    if (ck_fsync_path(run_dir, 1, why, cap)) return -1;
+    /* from here on the checkpoint is committed: a failure leaves `latest` naming the previous
+     * one (a resume still finds the newest valid file) and no latest.tmp behind */
+    return ck_write_latest(run_dir, base, why, cap) ? -2 : 0;
 }
 
 /* Rank 0, before a save: RUN_DIR/latest, when it exists, must be a regular file (a directory

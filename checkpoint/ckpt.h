@@ -53,6 +53,9 @@ typedef struct ckpt_meta {
     char mix_plan[2048];     /* "start:count,count;...": the mix's phases in data batches */
     char guard_state[65536]; /* "streak first nonfinite|loss,norm;...": the spike guard's window */
     int64_t micro_batch;     /* micro_batch = auto: the microbatch in use; 0 = fixed by the config */
+    int64_t fingerprints_agreed; /* 1: the ranks' fingerprints of the saved state were compared
+                              * and agreed (docs/health.md); 0: not compared; -1: absent (a file
+                              * written before the attribute) */
     /* Since version 3 (older files: ""): each data source's identity, a line each, "KEY crc32c:X
      * shards:N tokens:N PATH" (src/train/data_sources.c; docs/checkpoint-format.md) */
     char data_sources[24576];
@@ -155,9 +158,11 @@ int ckpt_resolve_path(const char *in, char *out, size_t cap);
  * layout wanted at THIS world size; data is read into the buffers as a side effect). Returns 0 and
  * fills meta and path_out; returns 1 when run_dir has no checkpoint at all (a fresh run); returns
  * TSR_EXIT_DATA when there are checkpoints but none is valid, after an error listing each file
- * tried and why. */
+ * tried and why. agreed (the run compares fingerprints, docs/health.md): the checkpoints whose
+ * fingerprints_agreed is 1 are tried first, newest first, then the others; a warning names the
+ * newer ones passed over. */
 int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
-                size_t path_cap, ckpt_stats *stats, const ckpt_peeked *peeked);
+                size_t path_cap, ckpt_stats *stats, const ckpt_peeked *peeked, int agreed);
 
 /* The longest run directory (as given, relative or absolute) a checkpoint is written in: Open MPI
  * 4.1's MPI-IO aborts ("buffer overflow detected", SIGABRT) on a checkpoint path of 245+
@@ -174,9 +179,9 @@ int ckpt_check_run_dir(const char *run_dir, char *why, size_t cap);
 int ckpt_check_load_path(const char *path, char *why, size_t cap);
 /* The metadata of the checkpoint a resume of run_dir would try first: `latest`, else the newest
  * step-*.h5, skipping those whose metadata does not read (ck_meta_read_file: no tensor is read);
- * run_dir may also be a checkpoint file. 0 with out filled; 1 when none (out->path empty). Local
- * (no MPI). */
-int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out);
+ * run_dir may also be a checkpoint file; agreed: in ckpt_resume's order (an agreed one first).
+ * 0 with out filled; 1 when none (out->path empty). Local (no MPI). */
+int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out, int agreed);
 
 /* Loads one named checkpoint file (no fallback): meta, and the tensors' slices (verified). A
  * tensor listed in `tensors` but absent from the file is an error naming it; with `only_prefix`
@@ -191,6 +196,16 @@ int ckpt_newest_at_or_before(const char *run_dir, int64_t max_step, char *path_o
 /* Renames every committed checkpoint newer than step to step-N.h5.rolledback (kept for
  * inspection; neither resume nor retention sees it). Collective; failures are warnings. */
 void ckpt_set_aside_after(const char *run_dir, int64_t step);
+/* Renames every committed checkpoint of step `step` or later to step-N.h5.SUFFIX (kept for
+ * inspection; neither resume nor retention sees it: the checkpoints that may hold a corruption,
+ * docs/health.md) and points `latest` at the newest one left (or removes it when none is).
+ * Collective; failures are warnings. */
+void ckpt_set_aside_from(const char *run_dir, int64_t step, const char *suffix);
+
+/* The crc32c attributes of the named tensors of checkpoint path (no tensor data is read):
+ * have[i] = 1 and crc[i] where tensor names[i] exists with one, else have[i] = 0. 0, or -1 when
+ * the file does not open. Local (no MPI). */
+int ckpt_tensor_crcs(const char *path, const char *const *names, int n, uint32_t *crc, int *have);
 
 /* CRC32C of A followed by B, from crc(A), crc(B) and B's length (local). */
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);

@@ -44,4 +44,9 @@ int ckpt_list_steps(const char *run_dir, int64_t **steps);
  * there is no `latest`, -1 when it exists but does not name a checkpoint (reason in why). Local. */
 int ckpt_read_latest(const char *run_dir, char *name, size_t cap, char *why, size_t why_cap);
 
+/* Points RUN_DIR/latest at the checkpoint named base ("step-NNNNNNNN.h5"): latest.tmp written,
+ * fsynced, renamed over latest, the directory fsynced. 0, or -1 with why (no latest.tmp left).
+ * Local (rank 0). */
+int ck_write_latest(const char *run_dir, const char *base, char *why, size_t why_cap);
+
 #endif

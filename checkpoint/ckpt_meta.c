@@ -45,19 +45,22 @@ typedef struct int_field {
     size_t off;     /* in ckpt_meta */
     int v1_opt;     /* version 1 files may lack it (written before the field existed) */
     int64_t v1_def; /* then this value */
+    int v2_opt;     /* version 2 files may lack it too: then v1_def, which no writer writes, and
+                     * meta_crc32c leaves it out (it covers the attributes the file has) */
 } int_field;
 
 static const int_field int_fields[] = {
-    {"step", offsetof(ckpt_meta, step), 0, 0},
-    {"tokens", offsetof(ckpt_meta, tokens), 0, 0},
-    {"data_cursor", offsetof(ckpt_meta, data_cursor), 0, 0},
-    {"world_size", offsetof(ckpt_meta, world_size), 0, 0},
-    {"global_batch", offsetof(ckpt_meta, global_batch), 0, 0},
-    {"seed", offsetof(ckpt_meta, seed), 0, 0},
-    {"optim_step", offsetof(ckpt_meta, optim_step), 1, -1},
-    {"rollbacks", offsetof(ckpt_meta, rollbacks), 1, 0},
-    {"updates_skipped", offsetof(ckpt_meta, updates_skipped), 1, 0},
-    {"micro_batch_auto", offsetof(ckpt_meta, micro_batch), 1, 0},
+    {"step", offsetof(ckpt_meta, step), 0, 0, 0},
+    {"tokens", offsetof(ckpt_meta, tokens), 0, 0, 0},
+    {"data_cursor", offsetof(ckpt_meta, data_cursor), 0, 0, 0},
+    {"world_size", offsetof(ckpt_meta, world_size), 0, 0, 0},
+    {"global_batch", offsetof(ckpt_meta, global_batch), 0, 0, 0},
+    {"seed", offsetof(ckpt_meta, seed), 0, 0, 0},
+    {"optim_step", offsetof(ckpt_meta, optim_step), 1, -1, 0},
+    {"rollbacks", offsetof(ckpt_meta, rollbacks), 1, 0, 0},
+    {"updates_skipped", offsetof(ckpt_meta, updates_skipped), 1, 0, 0},
+    {"micro_batch_auto", offsetof(ckpt_meta, micro_batch), 1, 0, 0},
+    {"fingerprints_agreed", offsetof(ckpt_meta, fingerprints_agreed), 1, -1, 1},
 };
 #define N_INT ((int)(sizeof int_fields / sizeof int_fields[0]))
 
@@ -113,6 +116,7 @@ static uint32_t meta_crc(const ckpt_meta *m, const ck_meta_info *info) {
     v[n++] = (kv){"created", info->created};
     v[n++] = (kv){"rng", info->rng};
     for (int k = 0; k < N_INT; k++) {
+        if (int_fields[k].v2_opt && *int_of(m, k) == int_fields[k].v1_def) continue; /* absent */
         snprintf(num[k], sizeof num[k], "%lld", (long long)*int_of(m, k));
         v[n++] = (kv){int_fields[k].name, num[k]};
     }
@@ -182,10 +186,13 @@ static int read_v2(hid_t f, ckpt_meta *m, ck_meta_info *info, char *why, size_t 
         return -1;
     }
     for (int k = 0; k < N_INT; k++) {
-        if (ck_attr_read_i64(f, int_fields[k].name, int_at(m, k)) != 0) {
-            snprintf(why, cap, "missing or non-integer root attribute \"%s\"", int_fields[k].name);
-            return -1;
+        if (ck_attr_read_i64(f, int_fields[k].name, int_at(m, k)) == 0) continue;
+        if (int_fields[k].v2_opt && H5Aexists(f, int_fields[k].name) == 0) {
+            *int_at(m, k) = int_fields[k].v1_def; /* (written before the attribute existed) */
+            continue;
         }
+        snprintf(why, cap, "missing or non-integer root attribute \"%s\"", int_fields[k].name);
+        return -1;
     }
     static const char *const extra[] = {"created", "rng"};
     char *extra_dst[] = {info->created, info->rng};
@@ -406,6 +413,11 @@ int ck_meta_check(const ckpt_meta *m, char *why, size_t cap) {
                  (long long)m->world_size, (long long)m->global_batch);
         return -1;
     }
+    if (m->fingerprints_agreed < -1 || m->fingerprints_agreed > 1) { /* -1: absent */
+        snprintf(why, cap, "root attribute fingerprints_agreed = %lld, expected 0 or 1",
+                 (long long)m->fingerprints_agreed);
+        return -1;
+    }
     if (m->optim_step < -1 || m->optim_step > m->step) { /* -1: absent (version 1) */
         snprintf(why, cap, "root attribute optim_step = %lld, expected 0..step (%lld): updates "
                  "applied never exceed steps taken", (long long)m->optim_step, (long long)m->step);
@@ -436,5 +448,23 @@ int ck_meta_check(const ckpt_meta *m, char *why, size_t cap) {
                  (long long)m->global_batch, (long long)want);
         return -1;
     }
+    return 0;
+}
+
+/* ---- the tensors' crc32c attributes, read without their data ---- */
+
+int ckpt_tensor_crcs(const char *path, const char *const *names, int n, uint32_t *crc, int *have) {
+    ck_h5_quiet();
+    for (int i = 0; i < n; i++) have[i] = 0, crc[i] = 0;
+    hid_t f = meta_open(path);
+    if (f < 0) return -1;
+    for (int i = 0; i < n; i++) {
+        if (H5Lexists(f, names[i], H5P_DEFAULT) <= 0) continue; /* (no intermediate group: 0) */
+        hid_t ds = H5Dopen2(f, names[i], H5P_DEFAULT);
+        if (ds < 0) continue;
+        have[i] = ck_attr_read_u32(ds, "crc32c", &crc[i]) == 0;
+        H5Dclose(ds);
+    }
+    H5Fclose(f);
     return 0;
 }

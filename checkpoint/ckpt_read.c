@@ -173,11 +173,39 @@ int ckpt_load(const char *path, ckpt_meta *meta, ckpt_tensor *tensors, int n,
 typedef struct candidates {
     char names[16384];
     char note[1024];
+    char passed[1024];  /* agreed_first: the newer candidates put behind the agreed one */
     int count;
     int latest_missing; /* RUN_DIR/latest does not exist (a fresh run when nothing else is there) */
 } candidates;
 
-static void list_candidates(const char *run_dir, candidates *c) {
+/* agreed_first: the candidates whose fingerprints agreed (fingerprints_agreed = 1, read from
+ * their root attributes) move ahead of the others, in their order; the newer ones they pass are
+ * named in c->passed */
+static void agreed_first(const char *run_dir, candidates *c) {
+    char *names[1024], buf[sizeof c->names], why[1024];
+    int n = 0, agreed[1024], first = -1;
+    memcpy(buf, c->names, sizeof buf);
+    char *save = NULL;
+    for (char *p = strtok_r(buf, "\n", &save); p && n < 1024; p = strtok_r(NULL, "\n", &save)) {
+        char path[4200];
+        ckpt_meta *m = tsr_malloc(sizeof *m);
+        snprintf(path, sizeof path, "%s/%s", run_dir, p);
+        agreed[n] = ck_meta_read_file(path, m, NULL, why, sizeof why) == 0 &&
+                    m->fingerprints_agreed == 1;
+        free(m);
+        if (agreed[n] && first < 0) first = n;
+        names[n++] = p;
+    }
+    if (first <= 0) return; /* the first is agreed, or none is: the order stands */
+    size_t o = 0, q = 0;
+    for (int pass = 1; pass >= 0; pass--)
+        for (int k = 0; k < n; k++)
+            if (agreed[k] == pass) o += (size_t)snprintf(c->names + o, sizeof c->names - o, "%s\n", names[k]);
+    for (int k = 0; k < first && q < sizeof c->passed - 80; k++)
+        q += (size_t)snprintf(c->passed + q, sizeof c->passed - q, "%s%s", k ? ", " : "", names[k]);
+}
+
+static void list_candidates(const char *run_dir, candidates *c, int want_agreed) {
     memset(c, 0, sizeof *c);
     char latest[256] = "", why[1024] = "";
     int lr = ckpt_read_latest(run_dir, latest, sizeof latest, why, sizeof why);
@@ -202,16 +230,17 @@ static void list_candidates(const char *run_dir, candidates *c) {
         c->count++;
     }
     free(steps);
+    if (want_agreed) agreed_first(run_dir, c);
 }
 
 int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
-                size_t path_cap, ckpt_stats *stats, const ckpt_peeked *peeked) {
+                size_t path_cap, ckpt_stats *stats, const ckpt_peeked *peeked, int agreed) {
     int rank = dist_world_rank();
     dist_barrier(); /* timed from when every rank is here (ckpt_stats) */
     double t0 = tsr_now();
     candidates *c = calloc(1, sizeof *c);
     if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
-    if (rank == 0) list_candidates(run_dir, c);
+    if (rank == 0) list_candidates(run_dir, c, agreed);
     dist_bcast(c, sizeof *c, 0);
     if (c->count == 0) {
         int latest_exists = !c->latest_missing;
@@ -222,6 +251,11 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
     }
     if (rank == 0 && c->note[0])
         tsr_warn("%s; resuming from the newest valid step-*.h5 instead", c->note);
+    if (rank == 0 && c->passed[0])
+        tsr_warn("%s: the fingerprints of %s were not compared when they were saved "
+                 "(health.fingerprint_interval = 0, device = cuda or an older tessera): resuming "
+                 "from the newest checkpoint whose fingerprints agreed instead (docs/health.md; "
+                 "--resume FILE takes one by name)", run_dir, c->passed);
     size_t tried_cap = 65536, to = 0;
     char *tried = calloc(1, tried_cap);
     char *save = NULL;
@@ -270,14 +304,14 @@ static int peek_file(const char *path, ckpt_peeked *out) {
     return 0;
 }
 
-int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out) {
+int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out, int agreed) {
     struct stat st;
     out->path[0] = '\0';
     if (stat(run_dir, &st) == 0 && S_ISREG(st.st_mode)) /* a checkpoint file itself */
         return peek_file(run_dir, out) == 0 ? 0 : 1;
     candidates *c = calloc(1, sizeof *c);
     if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
-    list_candidates(run_dir, c);
+    list_candidates(run_dir, c, agreed);
     int rc = 1;
     char *save = NULL;
     for (char *name = strtok_r(c->names, "\n", &save); name && rc;

@@ -95,8 +95,10 @@ static int state_drained(const char *state) {
 
 hc_action hc_drain_decide(int failed, int drain, int resume_own, const hc_node_state *ns) {
     int ours = ns->has_reason && starts_with(ns->reason, HC_REASON_PREFIX);
+    int sdc = ours && starts_with(ns->reason, HC_SDC_REASON_PREFIX); /* (an admin clears it) */
+    if (failed && drain && sdc && failed != HC_FAILED_SDC) return HC_ACT_NONE;
     if (failed && drain) return !ns->has_reason || ours ? HC_ACT_DRAIN : HC_ACT_FOREIGN;
-    if (!failed && resume_own && ours && state_drained(ns->state)) return HC_ACT_RESUME;
+    if (!failed && resume_own && ours && !sdc && state_drained(ns->state)) return HC_ACT_RESUME;
     return HC_ACT_NONE;
 }
 
@@ -120,11 +122,16 @@ static int read_node(const char *sc, const char *node, hc_node_state *ns) {
 
 int hc_drain_apply(const char *node, const hc_verdict *v, int n, int n_failed, int drain,
                    int resume_own) {
-    if (!drain && !resume_own) return 0;
-    if (!n_failed && !resume_own) return 0;
-    if (n_failed && !drain) return 0;
-    char reason[256] = "", arg_node[96], arg_reason[300];
+    char reason[256] = "";
     if (n_failed) hc_drain_reason(reason, sizeof reason, v, n);
+    return hc_drain_node(node, reason, n_failed > 0, drain, resume_own);
+}
+
+int hc_drain_node(const char *node, const char *reason, int failed, int drain, int resume_own) {
+    if (!drain && !resume_own) return 0;
+    if (!failed && !resume_own) return 0;
+    if (failed && !drain) return 0;
+    char arg_node[96], arg_reason[300];
     if (!hc_node_name_ok(node)) {
         tsr_error("--drain: node name '%s' is not a plain Slurm node name: not touched", node);
         return 2;
@@ -134,7 +141,7 @@ int hc_drain_apply(const char *node, const hc_verdict *v, int n, int n_failed, i
     snprintf(arg_node, sizeof arg_node, "nodename=%s", node);
     snprintf(arg_reason, sizeof arg_reason, "reason=%s", reason);
     if (geteuid() != 0) {
-        if (n_failed)
+        if (failed)
             fprintf(stderr, "tessera-healthcheck: not root: --drain does nothing; as root it would read "
                             "'%s -o show node %s' and, unless another reason is set, run: %s update %s "
                             "state=drain \"%s\"\n", sc, node, sc, arg_node, arg_reason);
@@ -145,19 +152,22 @@ int hc_drain_apply(const char *node, const hc_verdict *v, int n, int n_failed, i
     }
     hc_node_state first, now;
     if (read_node(sc, node, &first)) return 2;
-    hc_action act = hc_drain_decide(n_failed > 0, drain, resume_own, &first);
+    hc_action act = hc_drain_decide(failed, drain, resume_own, &first);
     if (act == HC_ACT_FOREIGN) {
         fprintf(stderr, "tessera-healthcheck: %s is unhealthy (%s) but carries another reason "
                         "(\"%s\"): left as it is\n", node, reason, first.reason);
         return 0;
     }
+    if (act == HC_ACT_NONE && failed == 1 && drain && first.has_reason)
+        fprintf(stderr, "tessera-healthcheck: %s is unhealthy (%s) and drained already for the "
+                        "corruption a run found (\"%s\"): left as it is\n", node, reason, first.reason);
     if (act == HC_ACT_NONE) return 0;
     /* again, right before the update: a reason set meanwhile (by an admin, or another checker) wins */
     if (read_node(sc, node, &now)) return 2;
     /* the reason must be the same; the state may move on (IDLE -> MIXED as a job starts) as long as
      * the decision stays (for a resume: still drained) */
     if (now.has_reason != first.has_reason || strcmp(now.reason, first.reason) ||
-        hc_drain_decide(n_failed > 0, drain, resume_own, &now) != act) {
+        hc_drain_decide(failed, drain, resume_own, &now) != act) {
         fprintf(stderr, "tessera-healthcheck: %s changed while the checker decided (state %s -> %s, "
                         "reason \"%s\" -> \"%s\"): left as it is\n",
                 node, first.state, now.state, first.reason, now.reason);

@@ -17,6 +17,12 @@
 #include "hc.h"
 
 #define HC_REASON_PREFIX "tessera-hc:"
+/* The reason of a node drained because a training run found it corrupting data (--sdc-report,
+ * docs/health.md): the burn test cannot clear it, so --resume-own never resumes it and a failed
+ * check does not replace it; an admin resumes the node. */
+#define HC_SDC_REASON_PREFIX "tessera-hc: sdc"
+/* hc_drain_decide's `failed` for a node an sdc report names (1: a check failed) */
+#define HC_FAILED_SDC 2
 
 typedef enum {
     HC_ACT_NONE = 0,   /* nothing to do */
@@ -45,12 +51,15 @@ typedef struct hc_node_state {
  * that is not Key=Value). Pure. */
 int hc_parse_show_node(const char *text, hc_node_state *ns);
 
-/* Pure decision from this node's verdict and its current Slurm state and reason. */
+/* Pure decision from this node's verdict (failed: 0 healthy, 1 a check failed, HC_FAILED_SDC
+ * named by an sdc report) and its current Slurm state and reason. */
 hc_action hc_drain_decide(int failed, int drain, int resume_own, const hc_node_state *ns);
 
 /* Applies --drain / --resume-own for `node` (messages on stderr). Returns 0, or 2 when scontrol
  * could not be run or failed. */
 int hc_drain_apply(const char *node, const hc_verdict *v, int n, int n_failed, int drain,
                    int resume_own);
+/* The same with the reason given (failed as hc_drain_decide's). */
+int hc_drain_node(const char *node, const char *reason, int failed, int drain, int resume_own);
 
 #endif

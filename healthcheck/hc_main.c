@@ -21,6 +21,7 @@
 #include "hc_fault.h"       /* TSR_HC_FAULT */
 #include "hc_measure.h"     /* the gather step: CPU measurements, the GPU library's loader */
 #include "hc_report.h"      /* verdict lines, JSON */
+#include "hc_sdc.h"         /* --sdc-report */
 
 #ifndef TSR_VERSION
 #define TSR_VERSION "unknown"
@@ -33,7 +34,7 @@ typedef struct hc_opts {
     hc_mode mode;
     int mode_set, drain, resume_own, threads, version;
     double burn_s; /* 0 = the config's */
-    const char *config, *json, *gpu_lib, *prometheus;
+    const char *config, *json, *gpu_lib, *prometheus, *sdc_report;
     hc_gpu_mode gpu;
 } hc_opts;
 
@@ -55,6 +56,9 @@ static const cli_opt opts[] = {
                                            "for node_exporter's textfile collector"},
     {"drain", 'd', NULL, "as root: drain this node if unhealthy (reason \"tessera-hc: ...\")"},
     {"resume-own", CLI_NO_SHORT('r'), NULL, "as root: resume this node if healthy and drained by tessera-hc"},
+    {"sdc-report", CLI_NO_SHORT('s'), "FILE", "no checks: is this node a culprit of a training run's "
+                                              "run_dir/sdc-culprit.json (exit 1 if so)? With --drain "
+                                              "it is drained (reason \"tessera-hc: sdc ...\")"},
     {"burn", 'b', "SECONDS", "GEMM burn time (fp32 + fp64, GPU: bf16 + fp32 + FP8, together) instead of the config's"},
     {"threads", 'j', "N", "BLAS/OpenMP threads per rank (default: cores / ranks on the node)"},
     {"threads", CLI_MOVED('t'), NULL, NULL}, /* its letter until -t became --tokenizer (docs/cli.md) */
@@ -95,6 +99,7 @@ static int on_opt(const cli_cmd *c, int ch, const char *val, void *ctx) {
     case CLI_NO_SHORT('m'): o->prometheus = val; return 0;
     case 'd': o->drain = 1; return 0;
     case CLI_NO_SHORT('r'): o->resume_own = 1; return 0;
+    case CLI_NO_SHORT('s'): o->sdc_report = val; return 0;
     case 'V': o->version = 1; return 0;
     case 'j':
         if (cli_number(c, ch, val, 1, 4096, &v)) return TSR_EXIT_USAGE;
@@ -238,6 +243,10 @@ static void parse_options(int argc, char **argv, const tsr_dist *d, hc_opts *o) 
     tsr_log_mute(d->rank != 0);
     int rc = cli_parse(&cmd, argc, argv, on_opt, o);
     if (rc == 0 && optind < argc) rc = cli_usage_error(&cmd, "unexpected operand: ", argv[optind]);
+    if (rc == 0 && o->sdc_report &&
+        (o->mode_set || o->resume_own || o->json || o->prometheus || o->burn_s > 0))
+        rc = cli_usage_error(&cmd, "--sdc-report runs no checks: it does not go with --quick, "
+                             "--full, --burn, --json, --prometheus or --resume-own", NULL);
     tsr_log_mute(0);
     if (rc == -1) tsr_exit(0);
     if (rc) tsr_exit(rc); /* a usage error: 1, as in every tessera program */
@@ -314,11 +323,38 @@ static int report(const hc_opts *o, const tsr_dist *d, const hc_gpu_ctx *gpu, co
     return max_over_ranks(code);
 }
 
+/* --sdc-report FILE (hc_sdc.h): no measurement; each rank's line says whether the record names
+ * its node (NODE sdc FAIL 1 0 reports), and --drain drains a named node with the record's reason
+ * (its own rule: docs/healthcheck.md). Returns 1 when a node is named, 0 when none, 2 when the
+ * record cannot be read, on every rank. Collective until MPI is finalized. */
+static int sdc_report_run(const hc_opts *o, const tsr_dist *d) {
+    char node[64], why[1200] = "";
+    hc_sdc r = {0};
+    node_name(node, sizeof node, d->host);
+    int rc = 2;
+    if (!hc_node_name_ok(node))
+        snprintf(why, sizeof why, "node name '%s' is not [A-Za-z0-9._-]+", node);
+    else
+        rc = hc_sdc_read(o->sdc_report, node, &r, why, sizeof why);
+    if (rc) tsr_error("--sdc-report: %s", why);
+    else printf("%s sdc %s %d 0 reports\n", node, r.named ? "FAIL" : "OK", r.named);
+    fflush(stdout);
+    int code = max_over_ranks(rc ? HC_EXIT_CANNOT_RUN : r.named);
+    if (d->rank == 0)
+        printf("# tessera-healthcheck sdc-report %s: %d rank%s -> exit %d (%s)\n", o->sdc_report,
+               d->world, d->world == 1 ? "" : "s", code,
+               code == 1 ? "named: the run found it corrupting data" : code ? "could not run" : "not named");
+    dist_finalize();
+    if (!rc && r.named) hc_drain_node(node, r.reason, HC_FAILED_SDC, o->drain, 0);
+    return code;
+}
+
 int main(int argc, char **argv) {
     tsr_dist d;
     start(&argc, &argv, &d);
     hc_opts o;
     parse_options(argc, argv, &d, &o);
+    if (o.sdc_report) return sdc_report_run(&o, &d);
 
     hc_node_report me;
     memset(&me, 0, sizeof me);

@@ -70,7 +70,8 @@ SOLO=(tests/slurm/ tests/healthcheck/ tests/faults/ tests/fuzz/ tests/cli/test_d
 # build, which no shared test writes. test_install (13 s: make install into its own temp dir, no
 # daemon) runs there too. test_isolation stays SOLO: it counts the host's Slurm and munge daemons,
 # which another cluster beside it would change.
-BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_drain.sh tests/slurm/test_install.sh)
+BESIDE=(tests/slurm/test_jobs.sh tests/slurm/test_sweep.sh tests/slurm/test_hc_drain.sh
+        tests/slurm/test_sdc_job.sh tests/slurm/test_install.sh)
 # A test in IDLE runs in that same lane during the alone phase, under `nice -n 19`: a build of its
 # own into its own directory (build-aarch64/, a temp dir: the build the others run is only read)
 # with no check on time, so it takes only what the test run alone leaves. The alone phase of the

@@ -8,7 +8,7 @@ docs/limits.md states every refusal and limit once, in tables whose header is
     checkpoint/, kernels/, healthcheck/, jobs/, tools/; in C, CUDA and shell text `\\"` reads
     as `"`, and C's adjacent string literals `"..." "..."` are read joined), so a message
     reworded in the code makes its row fail instead of going stale;
-  - the *exit* cell is 0, 1, 2, 3, 85, 86 or — (no exit: a warning, a stop, a wait);
+  - the *exit* cell is 0, 1, 2, 3, 85, 86, 87 or — (no exit: a warning, a stop, a wait);
   - every backquoted path of the *test* cell exists under ROOT;
 
 and that every link from ROOT/README.md and ROOT/docs/*.md to a section of limits.md
@@ -25,7 +25,7 @@ import sys
 
 HEADER = ["refusal or limit", "message", "exit", "test"]
 SOURCE_DIRS = ("src", "checkpoint", "kernels", "healthcheck", "jobs", "tools")
-EXITS = {"0", "1", "2", "3", "85", "86", "—"}
+EXITS = {"0", "1", "2", "3", "85", "86", "87", "—"}
 LINK_RE = re.compile(r"\]\((?:\./)?limits\.md#([^)\s]+)\)")
 CODE_RE = re.compile(r"`([^`]+)`")
 

@@ -12,6 +12,9 @@
 #     0   finished                        -> exit 0
 #     85  checkpoint after a stop request -> scontrol requeue (the rerun resumes from `latest`)
 #     86  checkpoint because the run got slow -> node sweep, exclude the bad nodes, requeue
+#     87  silent data corruption (docs/health.md) -> the culprit nodes of RUN_DIR/sdc-culprit.json
+#         drained through the health checker (as root) and excluded, requeue; the rerun resumes
+#         from the newest checkpoint whose fingerprints agreed
 #     1,2 config or data/checkpoint error -> exit with it; requeueing cannot help
 #     other (a rank crashed, was killed, srun failed)
 #         -> requeue too (TSR_ON_CRASH=requeue, the default): the run resumes from its last
@@ -159,9 +162,10 @@ tsr_requeue() {
     exit 0
 }
 
-# Requeue held, exclude the nodes while the job is pending, release it.
+# tsr_requeue_excluding NODES [CODE]: requeue held, exclude the nodes while the job is pending,
+# release it; on failure exit CODE (default 86), the step's.
 tsr_requeue_excluding() {
-    local id bad=$1 old
+    local id bad=$1 code=${2:-86} old
     id=$(tsr_job_id)
     trap '' TERM USR1
     old=$(scontrol show job -o "$id" | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2)
@@ -171,7 +175,34 @@ tsr_requeue_excluding() {
         scontrol release "$id" && exit 0
     fi
     tsr_log "ERROR: could not requeue $id excluding $bad: release or resubmit it by hand"
-    exit 86
+    exit "$code"
+}
+
+# tsr_sdc_response: after exit 87, silent data corruption (docs/health.md): the culprit nodes that
+# $RUN_DIR/sdc-culprit.json names (its "nodes", set by the template) are drained through the
+# health checker's own path (tessera-healthcheck --sdc-report FILE --drain, on each: as root with a
+# "tessera-hc: sdc ..." reason, which its --resume-own never lifts; not as root it says what it
+# would run) and excluded from the requeued job, which resumes from the newest checkpoint whose
+# fingerprints agreed. A verdict that blames no node (two copies disagreed: "unattributed")
+# requeues as it is, on the same nodes; MAX_RESTARTS bounds a loop of those.
+tsr_sdc_response() {
+    local f=${RUN_DIR:-.}/sdc-culprit.json nodes hc node
+    nodes=$({ sed -n 's/^  "nodes": "\([A-Za-z0-9._,-]*\)",$/\1/p' "$f" 2>/dev/null || true; } | head -1)
+    if [[ -z $nodes ]]; then
+        tsr_log "no culprit node in $f (unattributed, or no record): requeueing without excluding any node"
+        tsr_requeue 87
+    fi
+    tsr_log "culprit node(s) of $f: $nodes"
+    if hc=$(tsr_hc_cmd); then
+        for node in ${nodes//,/ }; do
+            tsr_log "drain: srun -w $node $hc --sdc-report $f --drain"
+            timeout "${TSR_HC_LIMIT:-300}" srun --mpi="${TSR_SRUN_MPI:-pmix}" -N1 -n1 -w "$node" \
+                --kill-on-bad-exit=0 "$hc" --sdc-report "$f" --drain 2>&1 | sed 's/^/  hc| /' || true
+        done
+    else
+        tsr_log "tessera-healthcheck not installed: $nodes excluded, not drained"
+    fi
+    tsr_requeue_excluding "$nodes" 87
 }
 
 TSR_STEP_PID=
@@ -184,8 +215,9 @@ tsr_forward() {
 # exit status the ranks themselves chose, if they chose one: with --kill-on-bad-exit, rank 0 exiting
 # 1 on a config error gets its peers SIGTERMed before they exit 1 too, and srun then reports 143.
 # Prints X when every "task(s) N: Exited with exit code X" line of srun names the same X, that X is
-# 1 or 2 (errors that a requeue cannot fix), and no task ended by a signal other than srun's own
-# Terminated/Killed; prints nothing otherwise (a crash stays a crash).
+# 1 or 2 (errors that a requeue cannot fix) or 87 (a corruption every rank agreed on: its culprit
+# is to be excluded), and no task ended by a signal other than srun's own Terminated/Killed; prints
+# nothing otherwise (a crash stays a crash).
 tsr_task_exit() {
     local f=$1 line codes="" other=0
     [[ -r $f ]] || return 0
@@ -196,7 +228,7 @@ tsr_task_exit() {
             case ${BASH_REMATCH[1]} in Terminated|Killed) ;; *) other=1 ;; esac
         fi
     done < <(grep -E '^srun: error: .*: tasks? [0-9,-]+: ' "$f")
-    if ((other == 0)) && [[ $codes == 1 || $codes == 2 ]]; then printf '%s\n' "$codes"; fi
+    if ((other == 0)) && [[ $codes == 1 || $codes == 2 || $codes == 87 ]]; then printf '%s\n' "$codes"; fi
 }
 
 # tsr_comment FILE: the job's comment set to the run's cost line the trainer wrote into FILE
@@ -263,6 +295,7 @@ tsr_run() {
                 tsr_log "tessera-healthcheck not installed: requeueing without excluding any node"
             fi
             tsr_requeue 86 ;;
+        87) tsr_log "silent data corruption found by the run (exit 87): excluding its culprit"; tsr_sdc_response ;;
         1) tsr_log "stopped: usage or configuration error (exit 1; the reason is above); not requeued"; exit 1 ;;
         2) tsr_log "stopped: data or checkpoint error (exit 2; the reason is above); not requeued"; exit 2 ;;
         *)

@@ -19,6 +19,8 @@ enum tsr_exit {
     TSR_EXIT_DATA = 2,     /* data or checkpoint error: do not requeue */
     TSR_EXIT_REQUEUE = 85, /* checkpoint committed after a stop request: requeue me */
     TSR_EXIT_SLOW = 86,    /* checkpoint committed because the run got slow: sweep, then requeue */
+    TSR_EXIT_SDC = 87,     /* silent data corruption: the culprit in run_dir/sdc-culprit.json;
+                            * exclude and drain its node, requeue (docs/health.md) */
     TSR_EXIT_INTERNAL = 3, /* a bug or an environment failure (out of memory, MPI error) */
 };
 
@@ -44,7 +46,8 @@ void tsr_warn_release(void);
 /* Test-only fault injection: TSR_FAULT holds comma-separated items "kind:args" (e.g.
  * "garbage:33:36,usr1:35:0"); returns the args of the first item of that kind, or NULL. The
  * kinds and who reads them: docs/spike-guard.md, docs/tessera-train.md (WATCHDOGS),
- * src/train/trainer_faults.c, trainer_init.c, src/watchdog/watchdog.c, src/dist/dist.c. */
+ * src/train/trainer_faults.c, trainer_init.c, sdc_fault.c (flip, matmul: docs/health.md),
+ * src/watchdog/watchdog.c, src/dist/dist.c, src/data/stage.c. */
 const char *tsr_fault(const char *kind);
 /* Unilateral fatal error: message, then MPI_Abort(code) when MPI runs with >1 rank, else exit(code).
  * Use when other ranks may be waiting in a collective. */

@@ -308,8 +308,9 @@ static int run_ls(const sub_args *a) {
         int is_latest = lr == 1 && strcmp(latest, name) == 0;
         named_found |= is_latest;
         printf(
-            "%10lld  %-18s %12lld  %s%s%s%s\n", (long long)steps[k], name, size,
+            "%10lld  %-18s %12lld  %s%s%s%s%s\n", (long long)steps[k], name, size,
             r->valid ? "valid" : "invalid: ", r->valid ? "" : r->why,
+            r->valid && r->meta.fingerprints_agreed == 1 ? ", fingerprints agreed" : "",
             is_latest ? "  <- latest" : "",
             (r->valid && r->meta.step != steps[k]) ? "  (note: its step attribute differs)" : "");
         report_free(r);
@@ -321,6 +322,14 @@ static int run_ls(const sub_args *a) {
     if (lr == 1 && !named_found) printf("note: `latest` names %s, which does not exist\n", latest);
     free(steps);
     return 0;
+}
+
+/* What a checkpoint says of its fingerprints (docs/health.md): compared between the ranks and
+ * agreed when it was saved, not compared, or written before the attribute */
+static const char *fingerprints_word(const ckpt_meta *m) {
+    if (m->fingerprints_agreed == 1) return "fingerprints agreed";
+    if (m->fingerprints_agreed == 0) return "fingerprints not compared";
+    return "fingerprints unknown (written before checkpoints recorded them)";
 }
 
 /* The checkpoint file of operand CKPT: a file, or a run directory's (or its `latest` file's)
@@ -339,8 +348,9 @@ static int run_verify(const sub_args *a) {
     int rc = 0;
     if (r->valid) {
         printf(
-            "%s: valid (step %lld, %d tensors, %llu bytes of tensor data, every CRC32C matches)\n",
-            path, (long long)r->meta.step, r->n, (unsigned long long)r->bytes);
+            "%s: valid (step %lld, %d tensors, %llu bytes of tensor data, every CRC32C matches; "
+            "%s)\n", path, (long long)r->meta.step, r->n, (unsigned long long)r->bytes,
+            fingerprints_word(&r->meta));
     } else {
         tsr_error("%s: invalid: %s", path, r->why);
         rc = TSR_EXIT_DATA;
@@ -384,6 +394,7 @@ static int run_inspect(const sub_args *a) {
            (long long)m->updates_skipped);
     printf("skipped_batches  %s\n", m->skipped_batches[0] ? m->skipped_batches : "none");
     if (m->micro_batch > 0) printf("micro_batch      auto, %lld in use\n", (long long)m->micro_batch);
+    printf("fingerprints     %s\n", fingerprints_word(m) + strlen("fingerprints "));
     if (m->mix_tokens[0]) printf("mix_tokens      %s\n", m->mix_tokens);
     printf("program_version  %s\n", m->program_version);
     printf("created          %s\n", r->created);

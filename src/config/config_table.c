@@ -645,5 +645,20 @@ const cfgtab_key cfgtab_keys[] = {
      .ilo = 0, .ihi = 64,
      .doc = "Rollbacks allowed in a run (counted across resumes); one more needed stops the run "
             "with exit 2 and a report in run_dir/guard-report.json."},
+
+    {.name = "health.fingerprint_interval", .type = CFGK_INT, FIELD(health.fingerprint_interval),
+     .def = "10", .ilo = 0, INT32_ONLY,
+     .doc = "Steps between fingerprint comparisons (docs/health.md): every rank hashes (CRC32C) "
+            "its weights, optimizer state and reduced gradients, the ranks that hold the same "
+            "bytes compare, and state without a replica is hashed again before the next update; "
+            "a mismatch names tensor, step, ranks and nodes and stops the run with exit 87. "
+            "Every checkpoint save compares too. 0 = off (checkpoints then say not compared)."},
+    {.name = "health.replay_interval", .type = CFGK_INT, FIELD(health.replay_interval),
+     .def = "100", .ilo = 0, INT32_ONLY,
+     .doc = "Steps between deterministic replays (docs/health.md \"Replay\"): each rank's first "
+            "microbatch is recomputed by its neighbour and the gradients' fingerprints compared "
+            "bit for bit; a third rank and a second try tell a transient fault (the step goes on "
+            "with the microbatches recomputed) from a persistent one (exit 87). ddp, zero1 and "
+            "LoRA on the CPU, one rank per context, tensor and expert group, no pipeline; 0 = off."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);

@@ -621,3 +621,10 @@ int dist_launched(void) {
         if (getenv(vars[k])) return 1;
     return 0;
 }
+
+void dist_node_names(const tsr_dist *d, char (*nodes)[64]) {
+    char mine[64];
+    const char *node = getenv("SLURMD_NODENAME"); /* the Slurm name when run by srun */
+    snprintf(mine, sizeof mine, "%s", node && *node ? node : d->host);
+    dist_allgather(mine, nodes, sizeof mine);
+}

@@ -66,6 +66,11 @@ void dist_reduce_scatter_sum_f32(const float *send, float *recv, const size_t *c
 void dist_allgatherv_f32(float *buf, const size_t *counts, const size_t *displs);
 /* all[r * bytes .. (r+1) * bytes) = rank r's `mine` (bytes each), on every rank */
 void dist_allgather(const void *mine, void *all, size_t bytes);
+/* Every rank's node, as Slurm names it when srun started the rank (SLURMD_NODENAME: what
+ * ExcNodeList and scontrol take, though two test nodes may share a host), else its host name
+ * (d->host); into nodes[world], on every rank. The watchdog's and the fingerprints' messages
+ * (src/train/sdc.h) name ranks by it. Collective. */
+void dist_node_names(const tsr_dist *d, char (*nodes)[64]);
 /* The same on world rank root only (all: world * bytes there; unused elsewhere). */
 void dist_gather(const void *mine, void *all, size_t bytes, int root);
 void dist_barrier(void);

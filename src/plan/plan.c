@@ -69,7 +69,7 @@ static double plan_bytes(const plan_view *t, int lora, double *pb, double *gb, d
         *cb += (double)slots * t->micro * t->T * m->K * (m->C + 3.0 * m->FE) * sizeof(float);
     }
     *ob += muon_scratch(t);
-    return *pb + *gb + *ob + *cb + *ab;
+    return *pb + *gb + *ob + *cb + *ab + t->sdc_bytes; /* (the replay's: plan_memory names it) */
 }
 
 /* The memory line's optional parts: Muon's buffers (mu), the checkpoint's buffers of io bytes
@@ -215,13 +215,18 @@ static void plan_memory(const plan_view *t, int lora, double sb) {
     metrics_human_bytes(opt, sizeof opt, ob);
     metrics_human_bytes(acts, sizeof acts, ab);
     metrics_human_bytes(tot, sizeof tot, total);
-    char how[160], mu[96], snap[160], share[160];
+    char how[160], mu[96], snap[160], share[160], replay[96] = "";
     plan_sharding(t, lora, how);
     memory_notes(t, io, sb, mu, snap, share);
-    printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s, "
+    if (t->sdc_bytes > 0) { /* docs/health.md "Deterministic replay" */
+        char rb[32];
+        metrics_human_bytes(rb, sizeof rb, t->sdc_bytes);
+        snprintf(replay, sizeof replay, ", replay buffers %s (health.replay_interval)", rb);
+    }
+    printf("memory per rank (fp32): weights %s, grads %s, %s %s%s%s, communication buffers %s%s, "
            "activations %s per microbatch of %d x %d%s%s; total %s\n",
-           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, acts, t->micro, t->T, share,
-           snap, tot);
+           w, g, mu[0] ? "optimizer" : "AdamW", opt, mu, how, comm, replay, acts, t->micro, t->T,
+           share, snap, tot);
 }
 
 /* the plan's context-parallel line (docs/parallelism.md); the ring's activations bf16 on the GPU */

@@ -27,6 +27,8 @@ typedef struct plan_view {
     int T, micro, auto_micro;    /* seq_len, micro_batch (rows), micro_batch = auto */
     int64_t per_rank, total_steps, warmup_steps, eval_every;
     uint64_t samples;            /* data.train's samples (0 in a dry run: no data opened) */
+    double sdc_bytes;            /* the deterministic replay's host buffers (docs/health.md
+                                  * "Deterministic replay"; train/sdc.h sdc_plan_bytes), 0: none */
 } plan_view;
 
 /* Parameter count, FLOPs/token, memory plan, batch split, steps (rank 0 prints). */

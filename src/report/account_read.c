@@ -11,7 +11,8 @@
 #include "json.h"
 
 static const char *const part_words[ACC_PARTS] = {"startup", "steps", "ckpt save", "ckpt load",
-                                                  "eval", "lost", "data wait", "idle"};
+                                                  "eval", "lost", "data wait", "health checks",
+                                                  "idle"};
 
 typedef struct { int64_t step; double secs; size_t start; } step_line;
 

@@ -38,7 +38,7 @@ gpu_train_ctx *run_gpu(const tsr_run *r) {
 int run_resumed_config(const tsr_run *r, tsr_config *ck) {
     ckpt_peeked *pk = tsr_malloc(sizeof *pk);
     tsr_log_mute(1); /* (the resume read this metadata already and reported its faults) */
-    int rc = ckpt_peek_meta(r->out->start_load.path, pk) == 0 &&
+    int rc = ckpt_peek_meta(r->out->start_load.path, pk, 0) == 0 &&
                      ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0
                  ? 0 : -1;
     tsr_log_mute(0);

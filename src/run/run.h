@@ -107,6 +107,15 @@ typedef struct tsr_train_part {
                                   * on device = cuda (the library's) */
 } tsr_train_part;
 
+/* The silent-data-corruption checks of this process so far (train/sdc.h; docs/health.md
+ * "Telemetry"): metrics.jsonl's health event, the Prometheus file, the account's health part. */
+typedef struct tsr_health_figures {
+    int64_t comparisons, rest_checks, replays, replay_mismatches, transients;
+    int found;                   /* a corruption stopped this start */
+    double step_s;               /* seconds they took inside the steps (hashing, comparing,
+                                  * replaying): the account's health part (telemetry/account.h) */
+} tsr_health_figures;
+
 /* What the run reports (owner: telemetry/metrics.c). */
 typedef struct tsr_train_out {
     FILE *metrics;               /* run_dir/metrics.jsonl on rank 0, else NULL */
@@ -122,6 +131,7 @@ typedef struct tsr_train_out {
                                   * NULL in a dense model */
     int moe_layers;              /* moe's records: the whole model's MoE layers (a pipeline stage
                                   * adds its own layers' at their places) */
+    tsr_health_figures health;   /* the silent-data-corruption checks so far (train/sdc.h) */
     struct {                     /* the checkpoint read at start (resume, init-from), read before */
         char what[16];           /* run_dir is opened: logged by trainer_open_run_dir; "" none */
         char path[1200];

@@ -15,7 +15,8 @@
 #include "telemetry/energy.h"
 
 static const char *const part_keys[ACC_PARTS] = {"startup_s", "steps_s", "save_s", "load_s",
-                                                 "eval_s", "lost_s", "data_s", "idle_s"};
+                                                 "eval_s", "lost_s", "data_s", "health_s",
+                                                 "idle_s"};
 const char *account_part_key(acc_part p) { return part_keys[p]; }
 
 static struct {
@@ -23,6 +24,7 @@ static struct {
     double begin, load_at_begin; /* UNIX time trainer_run began; load seconds by then */
     double poll;                 /* tsr_now() of the last energy poll */
     int64_t n_steps;
+    double health_seen;          /* run->out->health.step_s at the last step */
     struct { int64_t step; double secs; } recent[4096]; /* by step % 4096: a rollback's steps */
     tsr_energy energy;
 } acc;
@@ -80,8 +82,12 @@ void account_run_begin(const tsr_run *run) {
 }
 
 void account_step(const tsr_run *run, double step_time) {
-    account_add(ACC_STEPS, step_time), acc.n_steps++;
-    acc.recent[*run->step % 4096].step = *run->step, acc.recent[*run->step % 4096].secs = step_time;
+    double health = run->out->health.step_s - acc.health_seen;
+    acc.health_seen = run->out->health.step_s;
+    if (health > step_time) health = step_time;
+    account_add(ACC_STEPS, step_time - health), account_add(ACC_HEALTH, health), acc.n_steps++;
+    acc.recent[*run->step % 4096].step = *run->step;
+    acc.recent[*run->step % 4096].secs = step_time - health;
     if (tsr_now() - acc.poll >= 10) { /* the package counters wrap: read them often enough */
         double g, c;
         energy_read(&acc.energy, &g, &c);

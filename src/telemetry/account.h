@@ -17,6 +17,8 @@
  *   data      waits for data at a window's start (the shards of an object-store dataset,
  *             data.stage_wait): the sum of the steps' data_wait_s (0 in a start estimated from
  *             its lines, and in records written before this part existed)
+ *   health    the silent-data-corruption checks inside the steps: fingerprints hashed and
+ *             compared, replays (docs/health.md; 0 where a record has none)
  *   idle      the rest (the end-of-run sample, logging, waits outside the parts above)
  * goodput = steps / wall. A start killed before its record (SIGKILL, a node failure) is estimated
  * from its own lines: wall up to its last record, its step and checkpoint lines. */
@@ -29,7 +31,8 @@
 #include "run/run.h"
 
 typedef enum acc_part {
-    ACC_STARTUP, ACC_STEPS, ACC_SAVE, ACC_LOAD, ACC_EVAL, ACC_LOST, ACC_DATA, ACC_IDLE, ACC_PARTS
+    ACC_STARTUP, ACC_STEPS, ACC_SAVE, ACC_LOAD, ACC_EVAL, ACC_LOST, ACC_DATA, ACC_HEALTH, ACC_IDLE,
+    ACC_PARTS
 } acc_part;
 /* The JSON key of each part: "startup_s", "steps_s", ... */
 const char *account_part_key(acc_part p);
@@ -55,7 +58,8 @@ void account_add(acc_part p, double seconds);
 void account_rolled_back(int64_t from, int64_t to);
 /* trainer_run's start (collective-free): the first step begins; the energy counters start. */
 void account_run_begin(const tsr_run *run);
-/* After each step (every rank): its time, and the energy counters polled (RAPL wraps). */
+/* After each step (every rank): its time (less the health checks' in it, run->out->health.step_s's
+ * growth: their part), and the energy counters polled (RAPL wraps). */
 void account_step(const tsr_run *run, double step_time);
 /* The fields of this process's start event: "started", "ranks", "gpus", "threads", "job". */
 void account_start_fields(const tsr_run *run, FILE *f);

@@ -18,6 +18,7 @@ static struct {
     double loss, tok_s, mfu, eta, mem, ckpt_time, written;
     int running, exit_code;
     char labels[1600], mem_labels[1700], file[160];
+    tsr_health_figures health;   /* the sdc checks' figures (docs/health.md) */
 } pm = {.ckpt_step = -1, .loss = NAN, .tok_s = NAN, .mfu = NAN, .eta = NAN, .mem = NAN};
 
 static double unix_time(void) {
@@ -98,6 +99,19 @@ static void fill(FILE *f, const void *ctx) {
           "committed (-1: none yet)", l, (double)pm.ckpt_step);
     gauge(f, "tessera_train_last_checkpoint_age_seconds", "seconds since that checkpoint "
           "(NaN: none yet)", l, pm.ckpt_step >= 0 ? now - pm.ckpt_time : NAN);
+    gauge(f, "tessera_train_sdc_comparisons", "fingerprint comparisons this start made "
+          "(docs/health.md)", l, (double)pm.health.comparisons);
+    gauge(f, "tessera_train_sdc_rest_checks", "at-rest fingerprint checks this start made", l,
+          (double)pm.health.rest_checks);
+    gauge(f, "tessera_train_sdc_replays", "deterministic replays this start made", l,
+          (double)pm.health.replays);
+    gauge(f, "tessera_train_sdc_transient_faults", "faults a replay found transient (the run went "
+          "on)", l, (double)pm.health.transients);
+    gauge(f, "tessera_train_sdc_found", "1 when a corruption stopped this start (exit 87)", l,
+          (double)pm.health.found);
+    gauge(f, "tessera_train_sdc_step_seconds", "seconds the checks took inside this start's steps "
+          "(rank 0)", l, pm.health.step_s);
+    /* (last: a reader that finds it has the whole file) */
     gauge(f, "tessera_train_last_update_timestamp_seconds", "when this file was written (Unix "
           "seconds): a stale file is a stopped writer", l, now);
 }
@@ -113,6 +127,7 @@ void metrics_prom_step(const tsr_run *run, const tsr_step_stats *st, double tok_
                        double eta_s) {
     if (!on(run)) return;
     pm.running = 1, pm.step = st->step, pm.total = *run->total_steps, pm.loss = st->loss;
+    pm.health = run->out->health;
     pm.tok_s = tok_s, pm.mfu = mfu, pm.eta = eta_s, pm.mem = st->peak_mem;
     if (pm.written == 0 || tsr_now() - pm.written >= run->cfg->metrics.prometheus_interval ||
         st->step == *run->total_steps)
@@ -128,6 +143,7 @@ void metrics_prom_saved(const tsr_run *run) {
 
 void metrics_prom_end(const tsr_run *run, int rc) {
     if (!on(run)) return;
+    pm.health = run->out->health;
     pm.running = 0, pm.exit_code = rc, pm.step = *run->step, pm.total = *run->total_steps;
     write_now(run);
 }

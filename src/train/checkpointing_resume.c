@@ -20,6 +20,7 @@
 #include "config/config_table.h"
 #include "train/checkpointing_tensors.h"
 #include "train/data_sources.h"
+#include "train/sdc.h"
 #include "telemetry/metrics.h"
 #include "optim/schedule.h"
 
@@ -249,7 +250,7 @@ static int check_init_moe_layers(const tsr_config *cfg, const char *path) {
     ckpt_peeked *pk = tsr_malloc(sizeof *pk);
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
     int rc = 0;
-    if (ckpt_peek_meta(path, pk) == 0 &&
+    if (ckpt_peek_meta(path, pk, 0) == 0 &&
         ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0 &&
         ck->model.n_layer == cfg->model.n_layer)
         for (int l = 0; l < cfg->model.n_layer && !rc; l++)
@@ -292,7 +293,7 @@ int checkpointing_check_start(const tsr_trainer *t, const char *resume_arg, cons
     tsr_config *ck = tsr_calloc(1, sizeof *ck);
     /* no checkpoint (a fresh run), or none whose metadata reads (the resume reports each), or a
      * stored config that does not load (reported): nothing to compare */
-    if (ckpt_peek_meta(from, pk) == 0 &&
+    if (ckpt_peek_meta(from, pk, sdc_configured(cfg)) == 0 &&
         ckpt_config_from_text(pk->path, pk->meta.config, NULL, 0, ck) == 0) {
         char diff[1024];
         config_model_diff(cfg, ck, diff, sizeof diff);
@@ -623,7 +624,8 @@ static int resume_or_init(tsr_trainer *t, const char *resume_arg, const char *in
         rc = ckpt_load(resume_path, meta, ts, n, NULL, &st, peeked);
         snprintf(path, sizeof path, "%s", resume_path);
     } else {
-        rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st, peeked);
+        rc = ckpt_resume(t->cfg.run_dir, meta, ts, n, path, sizeof path, &st, peeked,
+                         sdc_configured(&t->cfg));
     }
     if (t->part.lora_on && rc == 1 && adapter_dir(t, init_arg)) { /* from a PEFT adapter */
         rc = lora_from_peft(t, init_arg);

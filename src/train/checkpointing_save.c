@@ -16,6 +16,7 @@
 #include "gpu/gpu_train.h"
 #include "train/checkpointing_tensors.h"
 #include "train/data_sources.h"
+#include "train/sdc.h"
 #include "telemetry/metrics.h"
 
 #ifndef TSR_VERSION
@@ -75,6 +76,7 @@ static void fill_meta(const tsr_trainer *t, ckpt_meta *meta) {
     guard_format_state(&t->guard, meta->guard_state, sizeof meta->guard_state);
     data_sources_format(t, meta->data_sources, sizeof meta->data_sources);
     meta->micro_batch = t->auto_micro ? t->micro : 0;
+    meta->fingerprints_agreed = sdc_agreed(t); /* (sdc_before_save compared this state) */
     meta->world_size = t->dist.world;
     meta->global_batch = t->cfg.global_batch;
     meta->seed = t->cfg.seed;
@@ -248,6 +250,8 @@ int checkpointing_save(tsr_trainer *t, int background) {
                    (long long)t->step, (long long)prev, tsr_now() - t0);
         if (rc) return rc;
     }
+    int rc = sdc_before_save(t); /* every save compares the state it writes (train/sdc.h) */
+    if (rc) return rc;
     return background && t->ck.async ? save_in_background(t) : save_now(t);
 }
 

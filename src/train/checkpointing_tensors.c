@@ -7,9 +7,7 @@
 #include "common.h"
 #include "optim/optim.h"
 
-/* A set's name prefix: the weights' ("model/", LoRA's "lora/"), or the optimizer slot's state set
- * (optim/optim.h: "optim/m/", "optim/v/"; LoRA's "optim/m/lora/", ...). */
-static void set_prefix(char *out, size_t n, const tsr_optim_config *o, int set, int lora) {
+void ckio_set_prefix(char *out, size_t n, const tsr_optim_config *o, int set, int lora) {
     int ns;
     const char *const *state = optim_state_sets(o, &ns);
     if (ns != CKIO_SETS - 1)
@@ -94,7 +92,7 @@ float *ckio_ep_store(tsr_trainer *t, int set) {
 void ckio_param_tensor(ckpt_tensor *c, char *name, const tsr_optim_config *o, int set,
                        const tsr_param_info *p) {
     char prefix[32];
-    set_prefix(prefix, sizeof prefix, o, set, 0);
+    ckio_set_prefix(prefix, sizeof prefix, o, set, 0);
     snprintf(name, 64, "%s%s", prefix, p->name);
     c->name = name;
     c->ndim = p->ndim;
@@ -139,7 +137,7 @@ int ckio_lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*na
             if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
             ckpt_tensor *c = &ts[n];
             char prefix[32];
-            set_prefix(prefix, sizeof prefix, &t->cfg.optim, set, 1);
+            ckio_set_prefix(prefix, sizeof prefix, &t->cfg.optim, set, 1);
             snprintf(names[n], 64, "%s%s", prefix, name);
             c->name = names[n];
             c->ndim = 3;

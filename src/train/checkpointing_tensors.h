@@ -37,6 +37,9 @@ void ckio_release(tsr_trainer *t);
 int ckio_ep_writer(const tsr_trainer *t);
 /* The experts' store of a set (weights, m, v). */
 float *ckio_ep_store(tsr_trainer *t, int set);
+/* A set's name prefix: the weights' ("model/", LoRA's "lora/"), or the optimizer slot's state set
+ * (optim/optim.h: "optim/m/", "optim/v/"; LoRA's "optim/m/lora/", ...). */
+void ckio_set_prefix(char *out, size_t n, const tsr_optim_config *o, int set, int lora);
 /* c: parameter p of set `set` as a checkpoint tensor: its name (written into name, 64 bytes; the
  * optimizer's sets named by its slot, optim/optim.h) and its global shape; no data yet
  * (lo = hi = 0, data NULL). */

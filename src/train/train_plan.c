@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "train/sdc.h"
 
 plan_view *trainer_plan_view(const tsr_trainer *t) {
     plan_view *v = tsr_malloc(sizeof *v);
@@ -14,6 +15,7 @@ plan_view *trainer_plan_view(const tsr_trainer *t) {
     v->per_rank = t->per_rank, v->total_steps = t->total_steps;
     v->warmup_steps = t->warmup_steps, v->eval_every = t->eval_every;
     v->samples = t->data.sampler.n;
+    v->sdc_bytes = (double)sdc_plan_bytes(t);
     return v;
 }
 

@@ -73,6 +73,7 @@ typedef struct tsr_trainer {
     tsr_train_out out;
     tsr_train_ckpt ck;
     tsr_train_backend be;
+    struct tsr_sdc *sdc;         /* silent data corruption checks (train/sdc.h; docs/health.md) */
     trainer_uses uses;           /* what the program handed over (trainer_init) */
     tsr_run run;                 /* the view of all this the layers below the trainer take
                                   * (run/run.h; filled by trainer_init) */

@@ -15,6 +15,7 @@
 #include "run/objective.h"
 #include "train/train_plan.h"
 #include "train/pipeline.h"
+#include "train/sdc.h"
 #include "telemetry/metrics.h"
 #include "train/train_gpu.h"
 #include "train/trainer_int.h"
@@ -77,6 +78,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
         model_backward(m, in, tg, t->micro, t->T, scale);
+        if (b == 0) sdc_replay_first(t); /* (a replay step: its gradients' fingerprint) */
     }
     m->starts = NULL;
     if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* evaluations: no dropout */
@@ -403,9 +405,15 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
-    double loss_sum = s->compute(t, denom > 0 ? 1.0f / (float)denom : 0.0f);
+    const float scale = denom > 0 ? 1.0f / (float)denom : 0.0f;
+    double loss_sum = s->compute(t, scale);
     trainer_fault_compute(t);
     st->compute_time += tsr_now() - tc;
+    int redo = 0; /* (a replay step: another rank recomputed a microbatch: train/sdc.h) */
+    if (first && (st->exit_code = sdc_replay(t, scale, &redo))) return 0;
+    if (redo && t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
+    if (redo) loss_sum = s->compute(t, scale); /* this rank erred once: its microbatches again */
+    sdc_fault(t, SDC_BEFORE_REDUCE);
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
     if (t->objective->reduce_stats) /* (dpo's sums) */
         t->objective->reduce_stats(&t->run, t->run.objective_state);
@@ -415,6 +423,8 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
      * include it (src/gpu/gpu_ep.h) */
     const int ep_host = t->part.ep_on && !t->be.gpu;
     if (ep_host) ep_reduce(&t->part.ep);
+    sdc_fault(t, SDC_AFTER_REDUCE);
+    sdc_grads(t); /* (a fingerprint step: the reduced gradients, before the update uses them) */
     *norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
     *loss = step_global_loss(t, loss_sum, denom, st);
     if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
@@ -422,6 +432,8 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
         checkpointing_before_update(t);
     }
     watchdog_phase(WD_OPTIMIZER, t->step);
+    /* the state at rest since the last comparison, checked before it changes (train/sdc.h) */
+    if (first && (st->exit_code = sdc_before_update(t))) return 0;
     int apply;
     if (first) {
         apply = step_judge(t, *loss, *norm, st);
@@ -444,6 +456,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     if (t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
     st->compute_time = 0.0, st->exit_code = 0;
+    sdc_fault(t, SDC_AT_REST);
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
@@ -454,12 +467,14 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     const int updates = step_updates(t);
     double loss = NAN, norm = NAN, l, n;
     int apply = step_update(t, st, denom, 0, lr, &loss, &norm);
+    if (st->exit_code) return; /* (a corruption found before the update: nothing applied) */
     for (int k = 1; apply && k < updates; k++) step_update(t, st, denom, k, lr, &l, &n);
     t->tokens_seen += t->cfg.global_batch * t->T;
     for (int k = 0; apply && k < t->data.n_streams; k++) t->data.stream_seen[k] += sums[1 + k];
     st->step = t->step, st->data_batch = d, st->tokens = counted;
     st->loss = loss, st->lr = lr, st->grad_norm = norm;
     st->step_time = tsr_now() - t0;
+    st->exit_code = sdc_after_step(t); /* a fingerprint step compares (train/sdc.h) */
 }
 
 double trainer_eval(tsr_trainer *t) {

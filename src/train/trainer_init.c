@@ -17,6 +17,7 @@
 #include "run/objective.h"
 #include "train/train_plan.h"
 #include "train/pipeline.h"
+#include "train/sdc.h"
 #include "telemetry/metrics.h"
 #include "telemetry/tboard.h"
 #include "train/train_gpu.h"
@@ -519,12 +520,15 @@ static int init_state(tsr_trainer *t, const tsr_config *cfg) {
     return 0;
 }
 
-/* the plans, the device (the GPU's, or the CPU's memory fault of a test), the host memory's
- * check and what it decides: the save mode, the snapshot; the step strategy */
+/* the plans, the device (the GPU's), the silent-data-corruption checks (what the fingerprints
+ * cover, the replay's buffers, the injected faults checked: train/sdc.h), the CPU's memory fault
+ * of a test (its limit above what is live, those buffers included), the host memory's check and
+ * what it decides: the save mode, the snapshot; the step strategy */
 static int init_device(tsr_trainer *t, const tsr_config *cfg) {
     TSR_CHECK(init_plans(t, cfg, 0));
     if (cfg->device == TSR_DEVICE_CUDA) TSR_CHECK(train_gpu_init(t));
-    else trainer_fault_oom(t);
+    TSR_CHECK(sdc_init(t));
+    if (cfg->device != TSR_DEVICE_CUDA) trainer_fault_oom(t);
     const long long kib = mem_available_kib();
     host_memory_warn(t, kib);
     choose_save_mode(t, kib);
@@ -584,6 +588,7 @@ int trainer_open_run_dir(tsr_trainer *t) {
 }
 
 void trainer_free(tsr_trainer *t) {
+    sdc_free(t);
     train_gpu_free(t);
     free(t->ck.snap);
     if (t->part.gslice) t->be.ops->free(t->part.gslice);

@@ -13,6 +13,7 @@
 #include "train/train_plan.h"
 #include "run/objective.h"
 #include "train/pipeline.h"
+#include "train/sdc.h"
 #include "telemetry/account.h"
 #include "telemetry/metrics.h"
 #include "train/train_gpu.h"
@@ -118,7 +119,8 @@ static int final_checkpoint(tsr_trainer *t) {
     int rc;
     watchdog_phase(WD_CHECKPOINT, t->step);
     if ((rc = checkpointing_drain(t))) return rc;
-    return t->ck.committed != t->step ? checkpointing_save(t, 0) : 0;
+    if (t->ck.committed != t->step && (rc = checkpointing_save(t, 0))) return rc;
+    return sdc_final(t); /* what was written, checked once more at rest (train/sdc.h) */
 }
 
 /* At a step boundary after a stop request (SIGUSR1/SIGTERM on any rank): the checkpoint of this
@@ -272,6 +274,7 @@ static int after_step(tsr_trainer *t, const tsr_step_stats *st) {
 static int stop_run(tsr_trainer *t, int rc) {
     watchdog_phase(WD_CHECKPOINT, t->step);
     checkpointing_drain(t); /* (its failure is reported; the run's own status stands) */
+    if (rc == TSR_EXIT_SDC) sdc_stopped(t); /* the culprit file; suspect checkpoints set aside */
     watchdog_stop();
     return rc;
 }
@@ -279,6 +282,8 @@ static int stop_run(tsr_trainer *t, int rc) {
 static int run_steps(tsr_trainer *t) {
     tsr_step_stats st = {0};
     watchdog_start(&t->dist, &t->cfg, t->step);
+    int rc0 = sdc_start(t); /* the state loaded or initialised, compared once (train/sdc.h) */
+    if (rc0) return stop_run(t, rc0);
     while (t->step < t->total_steps) {
         int rc, stop;
         if (t->ck.pending) watchdog_phase(WD_CHECKPOINT, t->step); /* a commit may come */
@@ -298,7 +303,8 @@ static int run_steps(tsr_trainer *t) {
         trainer_fault_signal(t);
     }
     int rc = checkpointing_drain(t); /* (save_final = false: a periodic save may be in flight) */
-    if (rc) return watchdog_stop(), rc;
+    if (!rc) rc = sdc_final(t); /* the last save, checked once more at rest */
+    if (rc) return stop_run(t, rc);
     watchdog_stop();
     dataloader_stage_end(&t->data, t->step, t->out.metrics);
     ep_report(t);
@@ -316,6 +322,7 @@ static int run_steps(tsr_trainer *t) {
 int trainer_run(tsr_trainer *t) {
     account_run_begin(&t->run);
     int rc = run_steps(t);
+    sdc_summary(t);
     acc_start s;
     account_close(&t->run, &s);
     metrics_log_account(&t->run, rc, &s, t->uses.run_line);

@@ -123,10 +123,7 @@ void watchdog_start(const tsr_dist *d, const tsr_config *cfg, int64_t step) {
     wd.slow_factor = cfg->watchdog.slow_factor, wd.min_mfu = cfg->watchdog.min_mfu;
     int world = d->world;
     wd.hosts = tsr_calloc((size_t)world, sizeof *wd.hosts);
-    char mine[64];
-    const char *node = getenv("SLURMD_NODENAME"); /* the Slurm name when run by srun */
-    snprintf(mine, sizeof mine, "%s", node && *node ? node : d->host);
-    dist_allgather(mine, wd.hosts, sizeof mine);
+    dist_node_names(d, wd.hosts);
     wd.strikes = tsr_calloc((size_t)world, sizeof *wd.strikes);
     watchdog_phase(WD_IDLE, step);
     if (wd.timeout > 0) {

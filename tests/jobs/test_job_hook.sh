@@ -7,10 +7,14 @@
 # requeue decision visible as the exit status (the crash's code) instead of a call to scontrol.
 # Then stop signals that arrive before the step starts (a short --time's --signal, a preemption's
 # TERM during the preflight): kept, the sweep stopped, the job requeued without running the step.
+# Then exit 87 (silent data corruption, docs/health.md): the culprit nodes of the run's
+# sdc-culprit.json drained through the checker (--sdc-report FILE --drain on each, by srun) and
+# excluded from the requeued job (stand-in srun, checker and scontrol that log their calls); an
+# unattributed record requeues without excluding; srun's 143 over ranks that all chose 87 is 87.
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 11
 HOOK=$TSR_ROOT/jobs/lib/tessera-job.sh
 
 # step RC LINE...: run tsr_run on a stand-in step that prints LINEs on stderr and exits RC;
@@ -95,4 +99,45 @@ for t in pretrain finetune eval; do
 done
 [[ -z $bad ]]
 tap_check $? "pretrain, finetune and eval templates set the keeping traps before 'module load'${bad:+ (missing in:$bad)}"
+
+# exit 87: stand-ins that log their calls into $TMP/calls.txt
+mkdir -p "$TMP/bin87" "$TMP/run"
+cat >"$TMP/bin87/srun" <<SH
+#!/bin/bash
+echo "srun \$*" >>"$TMP/calls.txt"
+while [[ \$1 == -* ]]; do [[ \$1 == -[Nnw] ]] && shift; shift; done
+exec "\$@"
+SH
+printf '#!/bin/bash\necho "hc $*" >>"%s"\nexit 1\n' "$TMP/calls.txt" >"$TMP/hc87"
+# (scontrol show job -o prints ExcNodeList=(null) for a job that excludes nothing, as Slurm does)
+printf '#!/bin/bash\necho "scontrol $*" >>"%s"\n[[ $1 == show ]] && echo "JobId=7 ExcNodeList=(null)"\nexit 0\n' \
+    "$TMP/calls.txt" >"$TMP/bin87/scontrol"
+chmod +x "$TMP/bin87/srun" "$TMP/bin87/scontrol" "$TMP/hc87"
+# step87 NODES RC LINE...: tsr_run (RUN_DIR=$TMP/run, its culprit record naming NODES) on a
+# stand-in step exiting RC after printing LINEs; $got, $TMP/out.txt, $TMP/calls.txt
+step87() {
+    local nodes=$1 rc=$2; shift 2
+    printf '{\n  "step": 11,\n  "verdict": "changed_at_rest",\n  "nodes": "%s",\n  "suspects": ""\n}\n' \
+        "$nodes" >"$TMP/run/sdc-culprit.json"
+    rm -f "$TMP/calls.txt"
+    local lines
+    lines=$(printf 'echo %q >&2; ' "$@")
+    PATH=$TMP/bin87:$PATH SLURM_JOB_ID=7 TSR_REQUEUE=exit TSR_HEALTHCHECK=$TMP/hc87 RUN_DIR=$TMP/run \
+        TMPDIR="$TMP/steptmp" bash -c "set -euo pipefail; source '$HOOK'; tsr_run bash -c '$lines exit $rc'" \
+        >"$TMP/out.txt" 2>&1
+    got=$?
+}
+step87 n2,n3 87
+((got == 0)) && grep -qx "hc --sdc-report $TMP/run/sdc-culprit.json --drain" "$TMP/calls.txt" &&
+    grep -q "^srun .*-w n2 .*--sdc-report" "$TMP/calls.txt" && grep -q "^srun .*-w n3 .*--sdc-report" "$TMP/calls.txt" &&
+    grep -qx "scontrol update jobid=7 ExcNodeList=n2,n3" "$TMP/calls.txt" && grep -qx "scontrol release 7" "$TMP/calls.txt"
+r=$?; ((r)) && sed 's/^/#   /' "$TMP/calls.txt" "$TMP/out.txt"
+tap_check $r "exit 87 naming n2 and n3: each drained by the checker (--sdc-report FILE --drain, srun -w NODE), the job requeued held, ExcNodeList=n2,n3, released (exit $got)"
+step87 "" 87
+((got == 87)) && grep -q "no culprit node in .*unattributed.*requeueing without excluding any node" "$TMP/out.txt" &&
+    ! grep -q "hc \|update" "$TMP/calls.txt" 2>/dev/null
+tap_check $? "exit 87 with no culprit node (unattributed): requeued as it is, nothing drained (exit $got)"
+step87 n2 143 "srun: error: n1: task 0: Exited with exit code 87" "srun: error: n2: task 1: Exited with exit code 87"
+((got == 0)) && grep -q "the ranks exited 87" "$TMP/out.txt" && grep -qx "scontrol update jobid=7 ExcNodeList=n2" "$TMP/calls.txt"
+tap_check $? "srun's 143 after every rank chose 87: read as 87, n2 excluded (exit $got)"
 tap_done

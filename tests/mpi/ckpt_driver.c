@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
         char path[4096] = "";
         ckpt_stats st = {0};
         if (argv[1][0] == 'r')
-            rc = ckpt_resume(argv[2], &meta, ts, NT, path, sizeof path, &st, NULL);
+            rc = ckpt_resume(argv[2], &meta, ts, NT, path, sizeof path, &st, NULL, 0);
         else
             rc = ckpt_load(argv[2], &meta, ts, NT, prefix, &st, NULL),
             snprintf(path, sizeof path, "%s", argv[2]);

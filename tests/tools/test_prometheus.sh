@@ -50,7 +50,7 @@ owns_port() {
     inode=$(awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { print $10; exit }' /proc/net/tcp)
     [[ -n $inode ]] && ls -l "/proc/$2/fd" 2>/dev/null | grep -q "socket:\[$inode\]"
 }
-tap_plan 9
+tap_plan 10
 
 # ---- our own exporter ----
 PORT=
@@ -119,6 +119,13 @@ served() {
 [[ $(pq tessera_train_device_memory_peak_bytes run=prom-run device=cpu <<<"$s") =~ ^[0-9.e+]+$ ]] && served &&
     ! grep -qE '^tessera_train_[a-z_]*\{(.*,)?(job|instance)=' "$F"
 tap_check $? "loss, tokens/s, MFU, ETA, peak device memory and the update time are served with run, slurm_job, host labels (no job or instance label: Prometheus's own)"
+# the silent-data-corruption checks of the resumed start (steps 7-200, docs/health.md): a
+# comparison at its start, at each multiple of 10 and before each save, replays at steps 100 and
+# 200, none found
+[[ $(val tessera_train_sdc_comparisons) -ge 21 && $(val tessera_train_sdc_rest_checks) -ge 19 &&
+   $(val tessera_train_sdc_replays) == 2 && $(val tessera_train_sdc_found) == 0 &&
+   $(val tessera_train_sdc_transient_faults) == 0 && $(val tessera_train_sdc_step_seconds) =~ ^[0-9.e+-]+$ ]]
+tap_check $? "the checks' figures are served: $(val tessera_train_sdc_comparisons) comparisons, $(val tessera_train_sdc_replays) replays, found $(val tessera_train_sdc_found)"
 
 # ---- the health checker ----
 TESSERA_HC_CONFIG= "$TSR_ROOT/build/tessera-healthcheck" --quick --burn 1 --prometheus "$TXT" >"$TMP/hc.txt" 2>&1

@@ -4,7 +4,8 @@
  * A consistent record passes; each identity broken by one (data_cursor, optim_step, a negative
  * counter, a zero global_batch) fails naming the attribute; skipped_batches parses "lo-hi,..."
  * (sums the skipped batches into the data_cursor identity) and refuses a trailing comma, junk,
- * hi < lo, a negative lo and a sum that overflows int64.
+ * hi < lo, a negative lo and a sum that overflows int64; fingerprints_agreed is 0, 1 or -1 (absent
+ * in a file written before it: docs/health.md "Verified checkpoints").
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -32,7 +33,7 @@ static int check(const char *want, char *why, size_t cap) {
 
 int main(void) {
     char why[1024];
-    tap_plan(12);
+    tap_plan(14);
     base();
     tap_ok(check(NULL, why, sizeof why), "consistent: data_cursor = (10 + 4 skipped) x 8 (%s)", why);
     m.data_cursor += 1;
@@ -52,6 +53,13 @@ int main(void) {
     m.global_batch = 0, m.data_cursor = 0;
     tap_ok(check("global_batch = 0: expected >= 1", why, sizeof why), "global_batch 0 refused: %s",
            why);
+    base();
+    m.fingerprints_agreed = 2;
+    tap_ok(check("fingerprints_agreed = 2, expected 0 or 1", why, sizeof why),
+           "fingerprints_agreed 2 refused: %s", why);
+    base();
+    m.fingerprints_agreed = -1; /* absent (written before the attribute) */
+    tap_ok(check(NULL, why, sizeof why), "fingerprints_agreed -1 (absent) accepted (%s)", why);
     static const char *const bad_skips[] = {"4-7,", "4-7;12-13", "7-4", "-1-3", "4-7,x",
                                             "0-9223372036854775807,0-9223372036854775807"};
     for (int k = 0; k < 6; k++) {

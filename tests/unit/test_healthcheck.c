@@ -145,6 +145,18 @@ static void test_drain_decide(void) {
            "no Reason= field: an unhealthy node is drained with --drain only");
     ns = parsed(SHOW_HEAD "State=IDLE" SHOW_TAIL " Reason=tessera-hc: old [root@2024-05-01T09:00:00]\n", &rc);
     tap_ok(rc == 0 && hc_drain_decide(0, 1, 1, &ns) == HC_ACT_NONE, "own reason but not drained: no resume");
+    /* a node a run found corrupting data (--sdc-report): only an admin clears it */
+    ns = parsed(SHOW_HEAD "State=IDLE+DRAIN" SHOW_TAIL " Reason=tessera-hc: sdc step 11 model/wte "
+                "outvoted [root@2024-05-01T09:00:00]\n", &rc);
+    tap_ok(rc == 0 && hc_drain_decide(0, 1, 1, &ns) == HC_ACT_NONE &&
+               hc_drain_decide(1, 1, 0, &ns) == HC_ACT_NONE &&
+               hc_drain_decide(HC_FAILED_SDC, 1, 0, &ns) == HC_ACT_DRAIN,
+           "an sdc drain: never resumed, never replaced by a failed check's reason, refreshed by "
+           "another sdc report");
+    ns = parsed(SHOW_HEAD "State=IDLE" SHOW_TAIL "\n", &rc);
+    tap_ok(rc == 0 && hc_drain_decide(HC_FAILED_SDC, 1, 0, &ns) == HC_ACT_DRAIN &&
+               hc_drain_decide(HC_FAILED_SDC, 0, 0, &ns) == HC_ACT_NONE,
+           "an sdc report names a node without a reason: drained with --drain only");
 
     /* the probe's fooling cases: each is a human's reason, so --drain leaves it and --resume-own
      * never resumes */
@@ -490,7 +502,7 @@ static void test_gpu_config(void) {
 
 int main(void) {
     if (!mkdtemp(tmpdir)) return 2;
-    tap_plan(65);
+    tap_plan(67);
     test_judge();
     test_sanitize();
     test_drain_decide();
