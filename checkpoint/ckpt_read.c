@@ -178,25 +178,47 @@ typedef struct candidates {
     int latest_missing; /* RUN_DIR/latest does not exist (a fresh run when nothing else is there) */
 } candidates;
 
+/* Rank 0's peek at one file: its identity first (a change while reading shows as a mismatch
+ * later), then its root attributes read and checked. 0, or -1. */
+static int peek_file(const char *path, ckpt_peeked *out) {
+    char why[1024];
+    if (file_identity(path, out->file_id) != 0 ||
+        ck_meta_read_file(path, &out->meta, NULL, why, sizeof why) != 0)
+        return -1;
+    snprintf(out->path, sizeof out->path, "%s", path);
+    return 0;
+}
+
+/* Whether path's fingerprints agreed when it was saved (its root attributes: those of `known`
+ * when it is that very file, else read; into an empty `fill` as rank 0's peek, so that the
+ * peek reads them once) */
+static int fingerprints_agreed(const char *path, const ckpt_peeked *known, ckpt_peeked *fill) {
+    char why[1024];
+    if (fill && !fill->path[0]) return peek_file(path, fill) == 0 && fill->meta.fingerprints_agreed == 1;
+    ckpt_meta *m = tsr_malloc(sizeof *m);
+    int ok = read_meta(path, known, m, why, sizeof why) == 0 && m->fingerprints_agreed == 1;
+    free(m);
+    return ok;
+}
+
 /* agreed_first: the candidates whose fingerprints agreed (fingerprints_agreed = 1, read from
  * their root attributes) move ahead of the others, in their order; the newer ones they pass are
- * named in c->passed */
-static void agreed_first(const char *run_dir, candidates *c) {
-    char *names[1024], buf[sizeof c->names], why[1024];
+ * named in c->passed. The newest agreed (the usual case): the order stands, the rest unread. */
+static void agreed_first(const char *run_dir, candidates *c, const ckpt_peeked *known,
+                         ckpt_peeked *fill) {
+    char *names[1024], buf[sizeof c->names];
     int n = 0, agreed[1024], first = -1;
     memcpy(buf, c->names, sizeof buf);
     char *save = NULL;
     for (char *p = strtok_r(buf, "\n", &save); p && n < 1024; p = strtok_r(NULL, "\n", &save)) {
         char path[4200];
-        ckpt_meta *m = tsr_malloc(sizeof *m);
         snprintf(path, sizeof path, "%s/%s", run_dir, p);
-        agreed[n] = ck_meta_read_file(path, m, NULL, why, sizeof why) == 0 &&
-                    m->fingerprints_agreed == 1;
-        free(m);
+        agreed[n] = fingerprints_agreed(path, known, fill);
         if (agreed[n] && first < 0) first = n;
         names[n++] = p;
+        if (first == 0) return;
     }
-    if (first <= 0) return; /* the first is agreed, or none is: the order stands */
+    if (first < 0) return; /* none is agreed: the order stands */
     size_t o = 0, q = 0;
     for (int pass = 1; pass >= 0; pass--)
         for (int k = 0; k < n; k++)
@@ -205,7 +227,8 @@ static void agreed_first(const char *run_dir, candidates *c) {
         q += (size_t)snprintf(c->passed + q, sizeof c->passed - q, "%s%s", k ? ", " : "", names[k]);
 }
 
-static void list_candidates(const char *run_dir, candidates *c, int want_agreed) {
+static void list_candidates(const char *run_dir, candidates *c, int want_agreed,
+                            const ckpt_peeked *known, ckpt_peeked *fill) {
     memset(c, 0, sizeof *c);
     char latest[256] = "", why[1024] = "";
     int lr = ckpt_read_latest(run_dir, latest, sizeof latest, why, sizeof why);
@@ -230,7 +253,7 @@ static void list_candidates(const char *run_dir, candidates *c, int want_agreed)
         c->count++;
     }
     free(steps);
-    if (want_agreed) agreed_first(run_dir, c);
+    if (want_agreed) agreed_first(run_dir, c, known, fill);
 }
 
 int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int n, char *path_out,
@@ -240,7 +263,7 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
     double t0 = tsr_now();
     candidates *c = calloc(1, sizeof *c);
     if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
-    if (rank == 0) list_candidates(run_dir, c, agreed);
+    if (rank == 0) list_candidates(run_dir, c, agreed, peeked, NULL);
     dist_bcast(c, sizeof *c, 0);
     if (c->count == 0) {
         int latest_exists = !c->latest_missing;
@@ -293,17 +316,6 @@ int ckpt_resume(const char *run_dir, ckpt_meta *meta, ckpt_tensor *tensors, int 
     return rc;
 }
 
-/* Rank 0's peek at one file: its identity first (a change while reading shows as a mismatch
- * later), then its root attributes read and checked. 0, or -1. */
-static int peek_file(const char *path, ckpt_peeked *out) {
-    char why[1024];
-    if (file_identity(path, out->file_id) != 0 ||
-        ck_meta_read_file(path, &out->meta, NULL, why, sizeof why) != 0)
-        return -1;
-    snprintf(out->path, sizeof out->path, "%s", path);
-    return 0;
-}
-
 int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out, int agreed) {
     struct stat st;
     out->path[0] = '\0';
@@ -311,14 +323,14 @@ int ckpt_peek_meta(const char *run_dir, ckpt_peeked *out, int agreed) {
         return peek_file(run_dir, out) == 0 ? 0 : 1;
     candidates *c = calloc(1, sizeof *c);
     if (!c) tsr_die(TSR_EXIT_INTERNAL, "out of memory");
-    list_candidates(run_dir, c, agreed);
+    list_candidates(run_dir, c, agreed, NULL, out);
     int rc = 1;
     char *save = NULL;
     for (char *name = strtok_r(c->names, "\n", &save); name && rc;
          name = strtok_r(NULL, "\n", &save)) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", run_dir, name);
-        rc = peek_file(path, out) == 0 ? 0 : 1;
+        rc = (out->path[0] && strcmp(out->path, path) == 0) || peek_file(path, out) == 0 ? 0 : 1;
     }
     free(c);
     return rc;
