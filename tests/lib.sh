@@ -145,16 +145,17 @@ CFG
     } >"$TMP/icl.cfg"
 }
 # moments_close A B...: the first moments m of every tensor of each B's step-1 checkpoint
-# ($TMP/B/step-00000001.h5) within 1e-5 of the largest |m| of A's tensor (after one step they are
-# step 0's gradients, (1 - beta1) g without clipping: how parallel runs show the same gradients;
-# a MoE's routing may flip at a near tie under another summation order, so a trajectory compares
-# top-k = every expert and step 0 compares top 2)
+# ($TMP/B/step-00000001.h5; MOMENTS_STEP=S: step S's) within 1e-5 of the largest |m| of A's
+# tensor (after one step they are step 0's gradients, (1 - beta1) g without clipping: how parallel
+# runs show the same gradients; a MoE's routing may flip at a near tie under another summation
+# order, so a trajectory compares top-k = every expert and step 0 compares top 2);
+# MOMENTS_NEED=TEXT: a tensor whose name holds TEXT must be among them
 moments_close() {
-    /usr/bin/python3 - "$TMP" "$@" <<'PY'
+    /usr/bin/python3 - "$TMP" "${MOMENTS_STEP:-1}" "${MOMENTS_NEED:-}" "$@" <<'PY'
 import sys, h5py, numpy as np
-tmp, ref, *others = sys.argv[1:]
+tmp, step, need, ref, *others = sys.argv[1:]
 def moments(d):
-    m = h5py.File(f"{tmp}/{d}/step-00000001.h5", "r")["optim/m"]
+    m = h5py.File(f"{tmp}/{d}/step-{int(step):08d}.h5", "r")["optim/m"]
     return {n: m[n][()] for n in m}
 a = moments(ref)
 worst, bad = 0.0, []
@@ -164,8 +165,9 @@ for d in others:
     for n in a:
         e = float(np.max(np.abs(a[n] - b[n]))) / max(float(np.max(np.abs(a[n]))), 1e-30)
         worst = max(worst, e) if e == e else float("inf")
-print(f"# {len(a)} moment tensors, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
-sys.exit(0 if not bad and worst <= 1e-5 else 1)
+named = [n for n in a if need and need in n]
+print(f"# {len(a)} moment tensors{f' ({len(named)} named *{need}*)' if need else ''}, worst difference {worst:.1e} of the tensor's largest; missing: {bad}")
+sys.exit(0 if not bad and worst <= 1e-5 and (named or not need) else 1)
 PY
 }
 # colors_args: `args` for configs/tiny.cfg on colors_icl's tokenizer and data ($TMP/tok.tok,

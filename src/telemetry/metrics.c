@@ -114,7 +114,7 @@ static void log_figure(const tsr_run *run, const char *prefix, const char *name,
 }
 
 /* the objective's figures of the step (dpo: its means over the pairs, docs/dpo.md; grpo:
- * docs/rl.md "Metrics"; train/objective.h), into the metrics.jsonl record and the TensorBoard
+ * docs/rl.md "Metrics"; run/objective.h), into the metrics.jsonl record and the TensorBoard
  * step */
 static void objective_log(const tsr_run *run, const tsr_step_stats *st) {
     const tsr_objective *o = run->objective;
@@ -184,7 +184,7 @@ static void step_line_aux(const tsr_run *run, const tsr_step_stats *st, char aux
     size_t o = 0;
     aux[0] = '\0';
     const tsr_objective *ob = run->objective;
-    if (ob->step_figures && ob->line[0].label) { /* (train/objective.h) */
+    if (ob->step_figures && ob->line[0].label) { /* (run/objective.h) */
         objective_figure f[OBJECTIVE_MAX_FIGURES];
         ob->step_figures(run->cfg, run->objective_state, st, f);
         for (int k = 0; k < 4 && ob->line[k].label && o < 96; k++)
@@ -487,7 +487,7 @@ static void eval_number(char *buf, size_t n, double v, int plain) {
 
 /* the evaluation's line, record and TensorBoard step: the objective's two figures (validation
  * loss and perplexity; dpo: the pairs' DPO loss and accuracy, docs/dpo.md; grpo: held-out pass@1
- * and reward, docs/rl.md; train/objective.h) */
+ * and reward, docs/rl.md; run/objective.h) */
 void metrics_log_eval(const tsr_run *run, double val_loss, double seconds) {
     if (run->dist->rank != 0) return;
     const tsr_objective *o = run->objective;

@@ -17,7 +17,7 @@
  * gathered, zero3 / hsdp's gathers forgotten after the shard's pull) */
 static void host_weights(void *owner, int on) { trainer_host_weights(owner, on); }
 
-/* the objective's own pass (dpo, grpo: train/objective.h), its model calls routed to the
+/* the objective's own pass (dpo, grpo: run/objective.h), its model calls routed to the
  * device */
 static double objective_pass(void *owner, float scale) {
     tsr_trainer *t = owner;

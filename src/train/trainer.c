@@ -57,7 +57,7 @@ static void moe_stats_add(tsr_trainer *t, const int32_t *tg, float scale) {
 
 
 /* CPU: the microbatches' forward and backward (the gradients accumulate), after zero; or the
- * objective's own pass (DPO's over pairs, GRPO's over completions: train/objective.h). */
+ * objective's own pass (DPO's over pairs, GRPO's over completions: run/objective.h). */
 static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer *)) {
     tsr_model *m = &t->model;
     double loss_sum = 0.0;
@@ -460,7 +460,7 @@ void trainer_step(tsr_trainer *t, tsr_step_stats *st) {
     int64_t counted = step_data(t, d, sums, st);
     if (st->exit_code) return; /* (nothing applied: the run stops at this step boundary) */
     /* the loss is a mean over the counted targets, (dpo) over the pairs; grpo's pass weighs its
-     * tokens itself (train/objective.h) */
+     * tokens itself (run/objective.h) */
     int64_t denom = t->objective->denominator(&t->cfg, counted);
     trainer_ensure_acts(t); /* micro_batch = auto: the batch just loaded runs at the size that fits */
     double lr = sched_lr_at(&t->cfg, t->sched, t->step);
@@ -481,7 +481,7 @@ double trainer_eval(tsr_trainer *t) {
     if (!t->data.val) return NAN;
     trainer_ensure_acts(t);
     run_eval_scope(&t->run, 1); /* ranks run different numbers of batches (run/run.h) */
-    /* the validation loss; dpo: the pairs' DPO loss; grpo: pass@1 (train/objective.h) */
+    /* the validation loss; dpo: the pairs' DPO loss; grpo: pass@1 (run/objective.h) */
     double loss = t->objective->eval(&t->run, t->run.objective_state);
     run_eval_scope(&t->run, 0);
     return loss;
