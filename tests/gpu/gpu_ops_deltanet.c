@@ -82,7 +82,7 @@ static void test_deltanet(const dn_cfg *c) {
  * (docs/deltanet.md "CUDA": the roundings of the products' operands, as the forward's, of
  * terms of the gradients' scale), then that it adds (+=) and is deterministic */
 #define DN_BWD_CHECKS 8
-#define DN_GTOL 12
+#define DN_GTOL 16
 
 /* x (n) random in [lo, hi), and the same on the device as bf16 (x rounded to it) or fp32 */
 static float *dn_rand(size_t n, double lo, double hi, int b16, void **dev) {
