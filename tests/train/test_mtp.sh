@@ -10,12 +10,13 @@
 #  - tessera generate from the MTP checkpoint, greedy 100 tokens: the modules are skipped, the
 #    cache gives the no-cache forward's ids and probabilities;
 #  - refused at start (exit 1, naming both keys, nothing written): parallel.tensor = 2,
-#    parallel.pipeline = 2, parallel.context = 2, device = "cuda", model.norm = "layernorm";
+#    parallel.pipeline = 2, parallel.context = 2, device = "cuda", model.norm = "layernorm",
+#    parallel.expert = 2, parallel.sharding = "zero3", lora.rank = 4, objective = "dpo";
 #    a negative depth and a negative weight exit 1 naming their key.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 8
+tap_plan 9
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.n_head=4 --set model.n_kv_head=0 --set model.kv_lora_rank=32
@@ -87,6 +88,12 @@ tap_check $? "device = cuda with MTP: exit 1 naming both keys, nothing written"
 start_refused N 'model.norm other than "rmsnorm" with model.num_nextn_predict_layers = 2' \
     --set model.kv_lora_rank=0 --set model.q_lora_rank=0 --set model.norm=layernorm
 tap_check $? "model.norm = layernorm with MTP: exit 1 naming both keys, nothing written"
+r=0
+for kv in parallel.expert=2 parallel.sharding=zero3 lora.rank=4 objective=dpo; do
+    start_refused "X${kv%%=*}" "${kv%%=*} [^:]* with model.num_nextn_predict_layers = 2: multi-token prediction does not run with it yet" \
+        --set "$kv" || r=1
+done
+tap_check $r "parallel.expert = 2, parallel.sharding = zero3, lora.rank = 4, objective = dpo with MTP: exit 1 naming both keys, nothing written"
 start_refused D 'model.num_nextn_predict_layers' --set model.num_nextn_predict_layers=-1
 d=$?
 start_refused W 'model.mtp_loss_weight' --set model.mtp_loss_weight=-0.5
