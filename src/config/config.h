@@ -207,6 +207,10 @@ typedef struct tsr_model_config {
     int qk_nope_head_dim, qk_rope_head_dim, v_head_dim; /* a head's parts and its value size */
     int rope_interleave;  /* the RoPE dimensions of MLA in pairs (2i, 2i+1), not (i, i + d/2) */
     double rope_mscale, rope_mscale_all_dim; /* YaRN's mscale, mscale_all_dim (0 = not given) */
+    /* multi-token prediction (DeepSeek-V3; docs/models.md "Multi-token prediction",
+     * src/model/mtp.c) */
+    int num_nextn_predict_layers; /* MTP depths D (0 = none): module k predicts token i + k + 1 */
+    double mtp_loss_weight;       /* the objective's weight of the depths' mean loss */
     char hf_model_type[32]; /* the Hugging Face class an export writes ("": its features choose);
                              * an import sets it (docs/hf.md "Qwen 3.5") */
     tsr_model_part part;    /* a pipeline stage's share (not a key; above) */

@@ -391,6 +391,36 @@ static void validate_mla(load_ctx *c) {
         }
 }
 
+/* model.num_nextn_predict_layers > 0 (multi-token prediction; docs/models.md "Multi-token
+ * prediction"): the modes it does not run with yet, each refused naming both keys */
+static void validate_mtp(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    char at[1200];
+    const int D = g->model.num_nextn_predict_layers;
+    if (D == 0) return;
+    const struct { int bad; const char *key, *value; } rules[] = {
+        {g->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
+        {g->tensor > 1, "parallel.tensor", "> 1"},
+        {g->pipeline > 1, "parallel.pipeline", "> 1"},
+        {g->context > 1, "parallel.context", "> 1"},
+        {g->expert > 1, "parallel.expert", "> 1"},
+        {g->sharding == TSR_SHARD_ZERO3 || g->sharding == TSR_SHARD_HSDP, "parallel.sharding",
+         "= \"zero3\" or \"hsdp\""},
+        {g->lora.rank > 0, "lora.rank", "> 0"},
+        {g->objective != TSR_OBJ_LM, "objective", "other than \"lm\""},
+        {g->model.norm != TSR_NORM_RMSNORM, "model.norm", "other than \"rmsnorm\""},
+    };
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+        if (rules[k].bad) {
+            tsr_error("%s%s %s with model.num_nextn_predict_layers = %d: multi-token prediction "
+                      "does not run with it yet (docs/models.md \"Multi-token prediction\"): "
+                      "change %s, or set model.num_nextn_predict_layers = 0",
+                      cfgload_where(c, rules[k].key, at, sizeof at), rules[k].key,
+                      rules[k].value, D, rules[k].key);
+            c->errors++;
+        }
+}
+
 /* parallel.tensor = T (docs/parallelism.md "Tensor parallelism"): a split of this model, and
  * not with a mode it does not run with yet (both keys named) */
 static void validate_tensor(load_ctx *c) {
@@ -487,6 +517,7 @@ static void validate_options(load_ctx *c) {
     validate_tensor(c);
     validate_pipeline(c);
     validate_mla(c);
+    validate_mtp(c);
 }
 
 /* The data lists: data.mix or data.train, curriculum order, the cache limit. */

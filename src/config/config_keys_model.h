@@ -403,3 +403,17 @@
      .doc = "rope_scaling = yarn: Hugging Face's mscale_all_dim; with MLA the attention scores "
             "are also times m(mscale_all_dim)^2 (DeepSeek's softmax scale); 0 = not given.",
      SHAPES_IF(cfgm_yarn)},
+    /* multi-token prediction (docs/models.md "Multi-token prediction"; src/model/mtp.c) */
+    {.name = "model.num_nextn_predict_layers", .type = CFGK_INT,
+     FIELD(model.num_nextn_predict_layers), .def = "0", .ilo = 0, .ihi = 16,
+     .doc = "Multi-token prediction (DeepSeek-V3; Hugging Face's num_nextn_predict_layers): D "
+            "extra modules after the last layer, module k (1..D) predicting token i + k + 1 from "
+            "module k - 1's output (the last layer's for k = 1) and the embedding of token i + k, "
+            "through a decoder layer of its own and the shared head; trained beside the model "
+            "(model.mtp_loss_weight), skipped at generation and in evaluations. 0 = none.",
+     SHAPES},
+    {.name = "model.mtp_loss_weight", .type = CFGK_FLOAT, FIELD(model.mtp_loss_weight),
+     .def = "0.3", .lo = 0, NO_MAX,
+     .doc = "Multi-token prediction: the objective is the loss plus this times the mean of the "
+            "MTP depths' losses (DeepSeek-V3: 0.3 for its first 10T tokens, then 0.1).",
+     RUNS},

@@ -63,6 +63,7 @@ static const struct map_row {
     [TSR_P_QNORMW] = {NULL, NULL, 1, 0},
     [TSR_P_KNORMW] = {NULL, NULL, 1, 0},
     [TSR_P_LMHEAD] = {NULL, NULL, 0, 0},
+    [TSR_P_MTPN] = {NULL, NULL, 0, 0}, /* (multi-token prediction: not in these families) */
 };
 _Static_assert(sizeof rows / sizeof rows[0] == TSR_P_COUNT, "one row per tessera parameter");
 

@@ -53,7 +53,9 @@ typedef struct tsr_decoder {
      * (the frame's rows x C, act on be); without the head (no_head) it ends with the last
      * layer's output (its residual3, unnormed: dec_output), the backward starts from pp_dy = its
      * gradient, and a stage without the embedding ends its backward with d(its input) in
-     * a->dresidual. NULL for a whole model. */
+     * a->dresidual. NULL for a whole model. With the head, pp_dy (or NULL) is added to
+     * d(the last layer's output) after the final norm's backward: multi-token prediction's
+     * gradient to it (mtp.h). */
     const void *pp_x, *pp_dy;
 } tsr_decoder;
 

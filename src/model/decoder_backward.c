@@ -168,6 +168,7 @@ static void backward_pass(const tsr_decoder *d, const int32_t *tokens, int B, in
         norm_backward(&r, a->dresidual, root.g[TSR_P_LNFW], root.g[TSR_P_LNFB], a->dln,
                       dec_layer_at(m, be, a, L - 1).res3, root.w[TSR_P_LNFW], a->lnf_mean,
                       a->lnf_rstd, 0);
+        if (d->pp_dy) be->add_act(be, a->dresidual, d->pp_dy, (size_t)r.Nf * C);
     }
     for (int l = L - 1; l >= 0; l--) {
         dec_unit_get(d, l + 1, 1, &u);

@@ -136,8 +136,9 @@ typedef struct tsr_layer_kind {
 } tsr_layer_kind;
 
 /* The rows, each in its file: the frame (model.c), the mixers (mixer_attention.c,
- * mixer_deltanet.c, mixer_mla.c), the MLPs (mlp_dense.c: dense, gated; mlp_moe.c). */
-extern const tsr_layer_kind kind_root, kind_block;
+ * mixer_deltanet.c, mixer_mla.c), the MLPs (mlp_dense.c: dense, gated; mlp_moe.c); the
+ * multi-token prediction modules' own tensors (mtp.c), a frame row. */
+extern const tsr_layer_kind kind_root, kind_block, kind_mtp;
 extern const tsr_layer_kind kind_attention, kind_deltanet, kind_mla;
 extern const tsr_layer_kind kind_dense, kind_gated, kind_moe;
 

@@ -8,6 +8,7 @@
 
 const tsr_layer_kind *const tsr_layer_kinds[] = {
     &kind_root, &kind_block,                          /* the frame (model.c) */
+    &kind_mtp,                                        /* multi-token prediction (mtp.c) */
     &kind_deltanet, &kind_mla, &kind_attention,       /* the mixers */
     &kind_moe, &kind_gated, &kind_dense,              /* the MLPs */
     NULL,

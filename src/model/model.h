@@ -89,6 +89,17 @@ typedef enum {
     TSR_P_LNFW,    /* (C) */
     TSR_P_LNFB,    /* (C) */
     TSR_P_LMHEAD,  /* (Vp, C) the untied LM head; size 0 with tie_embeddings */
+    /* Multi-token prediction (model.num_nextn_predict_layers = D > 0; src/model/mtp.c, docs/models.md
+     * "Multi-token prediction"), per depth: the module's two input norms, its projection of
+     * [embedding | hidden] and its head's norm, then its decoder layer's tensors (the layer of
+     * the whole model's index L + k - 1, laid out as a one-layer model's), packed by kind in two
+     * blocks: mtp_w its weights (PW floats a depth), mtp_n its norms and biases (PN) */
+    TSR_P_MTPENORMW, /* (D, C) enorm */
+    TSR_P_MTPHNORMW, /* (D, C) hnorm */
+    TSR_P_MTPEHW,    /* (D, C, 2C) eh_proj */
+    TSR_P_MTPNORMW,  /* (D, C) shared_head.norm */
+    TSR_P_MTPW,      /* (D, PW) */
+    TSR_P_MTPN,      /* (D, PN) */
     TSR_P_COUNT
 } tsr_param_id;
 
@@ -319,6 +330,8 @@ typedef struct tsr_model {
      * (data.h dataset_read_starts), set by the caller beside the rows; NULL: a segment ends
      * with each eot_token (model_segments) */
     const uint8_t *starts;
+    int D;                   /* multi-token prediction's depths (model.num_nextn_predict_layers) */
+    struct tsr_mtp *mtp;     /* D > 0: the modules' one-layer models and buffers (src/model/mtp.h) */
 } tsr_model;
 
 /* Activation checkpointing (docs/model.md): the per-layer activations come in groups that a mode
@@ -518,6 +531,18 @@ double model_mla_scale(const tsr_model *m);
  * backend holds it. */
 void model_rope_apply(const tsr_model *m, const tsr_backend *be, const float *tables, int l,
                       void *qkv, const int32_t *pos, int p0, int B, int T, int backward);
+
+/* Multi-token prediction (src/model/mtp.h): the step's loss sums of the modules zeroed; their
+ * sum over the depths' losses / D since (the counted losses' sum, like model_forward's: divide
+ * by the counted targets for the mean; 0 without modules); the modules' state freed
+ * (model_free does it). */
+void model_mtp_reset(tsr_model *m);
+double model_mtp_loss_sum(const tsr_model *m);
+void model_mtp_free(tsr_model *m);
+/* Depth d's decoder layer's tensor id (laid out as a one-layer model's): its name, and v = [its
+ * block (0: mtp_layer_w, 1: mtp_layer_n), its offset in depth d's row of the block, its floats];
+ * NULL when that layer has no such tensor (HF names, the reference test's unpacking) */
+const char *model_mtp_layer_tensor(const tsr_model *m, int d, tsr_param_id id, int64_t v[3]);
 
 /* ---- Inference on one sequence (model_infer.c; docs/generate.md) ---- */
 

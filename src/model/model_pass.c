@@ -11,6 +11,7 @@
 #include "model/model_ep.h"
 #include "model/model_ring.h"
 #include "model/model_tp.h"
+#include "model/mtp.h"
 
 int model_try_alloc_acts(tsr_model *m, int B, int T) {
     return dec_try_alloc_acts(m, &m->be, &m->acts, B, T);
@@ -36,6 +37,7 @@ size_t model_dn_scratch_bytes(const tsr_model *m, int B, int T) {
 
 void model_free(tsr_model *m) {
     model_free_acts(m);
+    model_mtp_free(m);
     if (m->be.capped) free(m->be.capped->z), free(m->be.capped), m->be.capped = NULL;
     float **bufs[] = {&m->params, &m->grads, &m->alibi_slopes, &m->rope_freqs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -179,5 +181,6 @@ void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t 
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale) {
     tsr_decoder d = decoder_of(m);
+    d.pp_dy = mtp_train(m, tokens, targets, B, T, loss_scale); /* (the MTP modules' gradient) */
     dec_backward(&d, tokens, targets, B, T, loss_scale, NULL, NULL);
 }

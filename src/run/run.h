@@ -40,6 +40,8 @@ struct tsr_tokenizer;
 typedef struct tsr_step_stats {
     int64_t step;          /* 1-based index of the step just taken */
     double loss;           /* mean loss over the global batch's counted targets */
+    double mtp_loss;       /* multi-token prediction (model.num_nextn_predict_layers): the mean
+                            * of its depths' losses, each over the counted targets; NAN without */
     double lr, grad_norm;  /* lr used; global grad norm before clipping */
     int64_t tokens;        /* counted target tokens in the global batch */
     double step_time;      /* seconds */

@@ -191,6 +191,8 @@ static void step_line_aux(const tsr_run *run, const tsr_step_stats *st, char aux
             o += (size_t)snprintf(aux + o, 96 - o, "%s%s %.*f", k ? " " : " | ",
                                   ob->line[k].label, ob->line[k].digits, f[ob->line[k].figure].v);
     }
+    if (run->model->D && o < 96) /* (multi-token prediction's, apart from the loss) */
+        o += (size_t)snprintf(aux + o, 96 - o, " | mtp %.6f", st->mtp_loss);
     if (run->out->moe && o < 96) { /* (DPO on a MoE model: both) */
         double lz[2];
         moe_losses(run, lz);
@@ -281,6 +283,7 @@ void metrics_log_step(const tsr_run *run, const tsr_step_stats *st) {
     metrics_prom_step(run, st, r.tok_s, r.mfu, r.avg * (double)(*run->total_steps - st->step));
     if (run->out->metrics) step_record(run, st, &r);
     moe_log(run); /* the record's MoE part and the TensorBoard step's (before it is written) */
+    if (run->model->D) log_figure(run, "mtp", "loss", st->mtp_loss); /* "mtp_loss", mtp/loss */
     objective_log(run, st);
     if (run->out->metrics) jsonl_end_record(run->out->metrics);
     if (run->out->tb) step_tboard(run, st, &r);

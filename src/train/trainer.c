@@ -71,6 +71,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         trainer_fault_nan(t);
         return loss_sum;
     }
+    model_mtp_reset(m);
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
         run_lora_pass(&t->run, b);
@@ -353,6 +354,13 @@ static double step_global_loss(tsr_trainer *t, double loss_sum, int64_t counted,
     return counted > 0 ? loss_sum / (double)counted : NAN;
 }
 
+/* Multi-token prediction: the mean over its depths of their losses over the global batch's
+ * counted targets (the main loss's normaliser; src/model/mtp.h) */
+static double step_mtp_loss(tsr_trainer *t, double sum, int64_t counted) {
+    if (t->mesh.D > 1) dist_view_sum_f64(&t->mesh.data, &sum, 1);
+    return counted > 0 ? sum / (double)counted : NAN;
+}
+
 /* The spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on every
  * rank unless a reduction differed in the last bit): every rank's guard state and verdict are then
  * the same by construction. Counts the step; returns whether its update is applied. */
@@ -407,12 +415,16 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     double tc = tsr_now();
     const float scale = denom > 0 ? 1.0f / (float)denom : 0.0f;
     double loss_sum = s->compute(t, scale);
+    double mtp_sum = model_mtp_loss_sum(&t->model); /* (before a replay's forwards add to it) */
     trainer_fault_compute(t);
     st->compute_time += tsr_now() - tc;
     int redo = 0; /* (a replay step: another rank recomputed a microbatch: train/sdc.h) */
     if (first && (st->exit_code = sdc_replay(t, scale, &redo))) return 0;
     if (redo && t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
-    if (redo) loss_sum = s->compute(t, scale); /* this rank erred once: its microbatches again */
+    if (redo) { /* this rank erred once: its microbatches again */
+        loss_sum = s->compute(t, scale);
+        mtp_sum = model_mtp_loss_sum(&t->model);
+    }
     sdc_fault(t, SDC_BEFORE_REDUCE);
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
     if (t->objective->reduce_stats) /* (dpo's sums) */
@@ -427,6 +439,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     sdc_grads(t); /* (a fingerprint step: the reduced gradients, before the update uses them) */
     *norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
     *loss = step_global_loss(t, loss_sum, denom, st);
+    st->mtp_loss = t->model.D ? step_mtp_loss(t, mtp_sum, denom) : NAN;
     if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
         watchdog_phase(WD_CHECKPOINT, t->step);
         checkpointing_before_update(t);

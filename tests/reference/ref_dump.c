@@ -22,6 +22,11 @@
  * each microbatch's share of the counted targets and summed over the microbatches (what the
  * trainer reports as moe_aux, moe_z and the expert load):
  *   /step0/moe (LM, 2+E) of the step-0 pass;  /train/moe (steps, LM, 2+E) of each step
+ * With multi-token prediction (model.num_nextn_predict_layers = D > 0, src/model/mtp.h): the root
+ * attributes mtp_D, mtp_loss_weight; /step0 attribute mtp_loss and /train/mtp_loss (steps): the
+ * mean of the depths' losses (each over the counted targets, as the trainer reports it); and
+ * /mtp_layout/<d>/<name> (int64 [block: 0 mtp_layer_w, 1 mtp_layer_n; offset; numel]) where depth
+ * d's decoder layer's tensor <name> lies in its row of the blocks.
  * Root attributes describe the model and optimizer so the test builds the same thing: dimensions
  * (V, Vp, C, L, NH, KVH, hs, F, T), architecture switches (alibi, rope, bias, gelu_exact, rmsnorm,
  * swiglu, qkv_bias, qk_norm, tie_embeddings, doc_mask) and numbers (norm_eps, rope_theta,
@@ -185,6 +190,29 @@ static void write_moe_attrs(hid_t f, const tsr_model *m) {
     attr_d(f, "moe_shared_gate", c->moe_shared_gate); /* Qwen3-Next's shared_expert_gate */
 }
 
+/* Multi-token prediction: its attributes and where each depth's layer tensors lie (header) */
+static void write_mtp_layout(hid_t f, const tsr_model *m) {
+    attr_d(f, "mtp_D", m->D);
+    attr_d(f, "mtp_loss_weight", m->cfg.mtp_loss_weight);
+    if (!m->D) return;
+    hid_t g = H5Gcreate2(f, "mtp_layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5_OK(g);
+    for (int d = 0; d < m->D; d++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", d);
+        hid_t gd = H5Gcreate2(g, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5_OK(gd);
+        for (int i = 0; i < TSR_P_COUNT; i++) {
+            int64_t v[3];
+            const char *tn = model_mtp_layer_tensor(m, d, (tsr_param_id)i, v);
+            hsize_t three = 3;
+            if (tn) write_ds(gd, tn, H5T_NATIVE_INT64, v, 1, &three);
+        }
+        H5Gclose(gd);
+    }
+    H5Gclose(g);
+}
+
 /* The LM head's weight: lm_head when the embeddings are untied, else wte */
 static const float *head_weights(const tsr_model *m) {
     const tsr_param_info *h = &m->params_info[TSR_P_LMHEAD];
@@ -262,6 +290,7 @@ int main(int argc, char **argv) {
     attr_d(f, "doc_mask", cfg.model.attn_mask == TSR_MASK_DOCUMENT);
     write_arch_attrs(f, m);
     write_moe_attrs(f, m);
+    write_mtp_layout(f, m);
     attr_d(f, "eot_token", cfg.model.eot_token);
     attr_d(f, "global_batch", GB);
     attr_d(f, "lr", cfg.optim.lr);
@@ -311,6 +340,7 @@ int main(int argc, char **argv) {
     trainer_ensure_acts(&t); /* what the first trainer_step would do */
     if (lo) memset(lo->g, 0, lo->n * sizeof(float));
     else memset(m->grads, 0, m->n_params * sizeof(float));
+    model_mtp_reset(m);
     for (int b = 0; b < GB && !grpo; b += micro) {
         const int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         loss_sum += model_forward(m, in, tg, micro, T);
@@ -330,6 +360,7 @@ int main(int argc, char **argv) {
         write_ds(g0, "targets", H5T_NATIVE_INT32, targets, 2, d2);
         write_ds(g0, "logits", H5T_NATIVE_FLOAT, logits, 3, d3);
         attr_d(g0, "loss", loss_sum / (double)counted);
+        if (m->D) attr_d(g0, "mtp_loss", model_mtp_loss_sum(m) / (double)counted);
         if (n_moe) write_ds(g0, "moe", H5T_NATIVE_DOUBLE, moe0, 2, dm + 1);
         H5Gclose(g0);
     }
@@ -352,6 +383,7 @@ int main(int argc, char **argv) {
     int32_t *all_tg = tsr_malloc((size_t)S * BT * sizeof(int32_t));
     double *loss = tsr_calloc((size_t)S, sizeof(double)), *lr = tsr_calloc((size_t)S, sizeof(double));
     double *norm = tsr_calloc((size_t)S, sizeof(double));
+    double *mtp = tsr_calloc((size_t)S, sizeof(double));
     double *moe = tsr_calloc((size_t)S * n_moe + 1, sizeof(double));
     for (int s = 0; s < S; s++) {
         tsr_step_stats st;
@@ -366,6 +398,7 @@ int main(int argc, char **argv) {
         loss[s] = st.loss;
         lr[s] = st.lr;
         norm[s] = st.grad_norm;
+        mtp[s] = st.mtp_loss;
         if (n_moe) memcpy(moe + (size_t)s * n_moe, t.out.moe, n_moe * sizeof(double));
     }
     hid_t gt = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -376,6 +409,7 @@ int main(int argc, char **argv) {
     write_ds(gt, "lr", H5T_NATIVE_DOUBLE, lr, 1, ds1);
     write_ds(gt, "grad_norm", H5T_NATIVE_DOUBLE, norm, 1, ds1);
     if (n_moe) write_ds(gt, "moe", H5T_NATIVE_DOUBLE, moe, 3, dm);
+    if (m->D) write_ds(gt, "mtp_loss", H5T_NATIVE_DOUBLE, mtp, 1, ds1);
     H5Gclose(gt);
     if (grpo) grpo_write(f, &t, S, g_ctx, g_np, g_n, g_lp, g_rw, g_adv);
     free(g_ctx), free(g_np), free(g_n), free(g_lp), free(g_rw), free(g_adv);
@@ -384,7 +418,7 @@ int main(int argc, char **argv) {
     H5Fclose(f);
     printf("ref_dump: wrote %s (%d steps, loss %.6f -> %.6f)\n", argv[2], S, loss[0], loss[S - 1]);
     free(inputs), free(targets), free(logits), free(all_in), free(all_tg), free(loss), free(lr), free(norm);
-    free(moe0), free(moe);
+    free(moe0), free(moe), free(mtp);
     trainer_free(&t);
     tsr_exit(0);
 }

@@ -510,7 +510,8 @@ def policy_and_reference(a, d):
 def global_batch_backward(model, inputs, targets, micro):
     """Loss = sum of the counted targets' losses / their count over the WHOLE global batch,
     accumulated microbatch by microbatch as trainer_step does; with MoE plus each microbatch's
-    router loss weighted by w = its counted targets / the global batch's (docs/moe.md). Returns
+    router loss weighted by w = its counted targets / the global batch's (docs/moe.md), with
+    multi-token prediction plus its weighted depths' losses over the same count. Returns
     (loss, logits, moe): loss without the router terms, as tessera reports it; moe None, or per
     MoE layer [w-weighted aux, w-weighted z, tokens per expert] summed over the microbatches
     (ref_dump's /step0/moe and /train/moe)."""
@@ -521,6 +522,8 @@ def global_batch_backward(model, inputs, targets, micro):
     for b in range(0, inputs.shape[0], micro):
         lg, loss_sum = model(inputs[b:b + micro], targets[b:b + micro])
         total = loss_sum / counted
+        if getattr(model, "mtp_sum", None) is not None:  # multi-token prediction (torch_mtp.py)
+            total = total + model.mtp_weight * model.mtp_sum / counted
         if isinstance(model, torch_moe.MoELlama):
             w = int((targets[b:b + micro] >= 0).sum()) / counted
             total = total + w * model.router_loss()

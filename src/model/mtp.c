@@ -1,0 +1,322 @@
+/* mtp.c — multi-token prediction (mtp.h; docs/models.md "Multi-token prediction"): the modules'
+ * tensors as a frame row (layer_kind.h), each module's decoder layer a one-layer model of the
+ * config (the whole model's layer L + k - 1, a pipeline part without the embedding) run by the
+ * decoder over the modules' tensors in the model's flat buffer, and the modules' frame (the input
+ * norms, the concatenation, eh_proj) around it, on the fp32 backend.
+ */
+#include "model/mtp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model/decoder.h"
+#include "model/layer_kind.h"
+
+/* One depth's module: its one-layer model (its activations and RoPE tables; its tensors are the
+ * model's), where its layer's tensors lie in the packed blocks, and the frame's buffers. */
+typedef struct mtp_depth {
+    tsr_model sub;
+    size_t off[TSR_P_COUNT]; /* a layer tensor's offset in its block (mtp_w or mtp_n), SIZE_MAX */
+    int w[TSR_P_COUNT];      /* 1: in mtp_w (a weight), 0: in mtp_n */
+    const tsr_model *main;   /* the model whose flat buffers hold the tensors (set by each pass) */
+    int d;
+    int32_t *tok, *tg;       /* (B,T) t_{i+k}, t_{i+k+1} (-1: not counted) */
+    float *e, *en, *hn, *cat, *x, *dh; /* (N,C) .. cat (N,2C); dh: d(h_{k-1}) */
+    float *enr, *hnr;        /* (N) the norms' rstd */
+} mtp_depth;
+
+typedef struct tsr_mtp {
+    int D, B, T;
+    size_t PW, PN;           /* floats of a depth in mtp_w, mtp_n */
+    mtp_depth *dep;
+    float *dcat, *dpart;     /* (N,2C), (N,C) the frame's backward scratch */
+    double loss;             /* the step's sum of the depths' loss sums */
+} tsr_mtp;
+
+/* the one-layer model of depth d: the whole model's layer L + d, without the embedding */
+static void sub_init(mtp_depth *p, const tsr_model *m, int d) {
+    tsr_model_config c = m->cfg;
+    c.n_layer = 1;
+    c.num_nextn_predict_layers = 0;
+    c.activation_checkpointing = TSR_ACTCKPT_NONE;
+    memset(&c.part, 0, sizeof c.part);
+    c.part.n = 1, c.part.first[0] = m->L + d, c.part.len[0] = 1, c.part.no_embed = 1;
+    model_init(&p->sub, &c, m->maxT, m->ops);
+    p->d = d;
+}
+
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* the layer's tensors packed by kind: their offsets in the two blocks, the blocks' floats */
+static void sub_pack(mtp_depth *p, size_t *pw, size_t *pn) {
+    *pw = *pn = 0;
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        const tsr_param_info *q = &p->sub.params_info[i];
+        p->off[i] = SIZE_MAX;
+        if (!q->numel || !model_param_per_layer((tsr_param_id)i)) continue;
+        p->w[i] = q->kind == TSR_PK_WEIGHT || q->kind == TSR_PK_EMBEDDING;
+        size_t *at = p->w[i] ? pw : pn;
+        p->off[i] = *at;
+        *at += round16(q->numel);
+    }
+}
+
+static void mtp_make(tsr_model *m) {
+    tsr_mtp *s = tsr_calloc(1, sizeof *s);
+    s->D = m->D;
+    s->dep = tsr_calloc((size_t)s->D, sizeof *s->dep);
+    for (int d = 0; d < s->D; d++) {
+        size_t pw, pn;
+        sub_init(&s->dep[d], m, d);
+        sub_pack(&s->dep[d], &pw, &pn);
+        s->PW = pw > s->PW ? pw : s->PW, s->PN = pn > s->PN ? pn : s->PN;
+    }
+    m->mtp = s;
+}
+
+/* (D, C) norms, (D, C, 2C) eh_proj, the layers' blocks */
+static void mtp_layout(tsr_model *m) {
+    m->D = m->cfg.num_nextn_predict_layers;
+    if (m->D > 0 && !m->mtp) mtp_make(m);
+    const int on = m->D > 0;
+    const int64_t D = m->D, C = m->C;
+    model_param_shape(m, TSR_P_MTPENORMW, on, 2, D, C, 0, 0);
+    model_param_shape(m, TSR_P_MTPHNORMW, on, 2, D, C, 0, 0);
+    model_param_shape(m, TSR_P_MTPEHW, on, 3, D, C, 2 * C, 0);
+    model_param_shape(m, TSR_P_MTPNORMW, on, 2, D, C, 0, 0);
+    model_param_shape(m, TSR_P_MTPW, on, 2, D, on ? (int64_t)m->mtp->PW : 0, 0, 0);
+    model_param_shape(m, TSR_P_MTPN, on, 2, D, on ? (int64_t)m->mtp->PN : 0, 0, 0);
+}
+
+/* element k of a layer block (mtp_w or mtp_n): the one-layer model's tensor there drawn as the
+ * model draws its own (its rule; its own stream per depth), 0 in the alignment gaps */
+static float mtp_init(const tsr_model *m, tsr_param_id id, uint64_t seed, size_t k) {
+    const tsr_mtp *s = m->mtp;
+    const int in_w = id == TSR_P_MTPW;
+    const size_t P = in_w ? s->PW : s->PN, j = k % P;
+    const mtp_depth *p = &s->dep[k / P];
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        if (p->off[i] == SIZE_MAX || p->w[i] != in_w) continue;
+        const size_t n = p->sub.params_info[i].numel;
+        if (j < p->off[i] || j >= p->off[i] + n) continue;
+        const tsr_param_row *row = model_param_row(&p->sub, (tsr_param_id)i);
+        const size_t e = j - p->off[i];
+        const uint64_t stream = row->stream + ((uint64_t)(p->d + 1) << 16);
+        switch (row->init) {
+        case TSR_INIT_ZERO: return 0.0f;
+        case TSR_INIT_ONE: return 1.0f;
+        case TSR_INIT_OWN: return p->sub.kind_of[i]->init(&p->sub, (tsr_param_id)i, seed ^ stream, e);
+        case TSR_INIT_RESIDUAL:
+            return (float)(m->cfg.init_std / sqrt(2.0 * m->L) * tsr_rand_normal(seed, stream, e));
+        default: return (float)(m->cfg.init_std * tsr_rand_normal(seed, stream, e));
+        }
+    }
+    return 0.0f;
+}
+
+static const tsr_param_row mtp_params[] = {
+    {TSR_P_MTPENORMW, "mtp_enorm", TSR_PK_NORM, TSR_INIT_ONE, 67, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_MTPHNORMW, "mtp_hnorm", TSR_PK_NORM, TSR_INIT_ONE, 68, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_MTPEHW, "mtp_eh_proj", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 69, TSR_SPLIT_REPLICATED, -1, 1,
+     0},
+    {TSR_P_MTPNORMW, "mtp_head_norm", TSR_PK_NORM, TSR_INIT_ONE, 70, TSR_SPLIT_REPLICATED, -1, 1,
+     0},
+    {TSR_P_MTPW, "mtp_layer_w", TSR_PK_WEIGHT, TSR_INIT_OWN, 71, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_MTPN, "mtp_layer_n", TSR_PK_NORM, TSR_INIT_OWN, 72, TSR_SPLIT_REPLICATED, -1, 1, 0},
+};
+static const char *const mtp_keys[] = {"model.num_nextn_predict_layers", NULL};
+
+const tsr_layer_kind kind_mtp = {.name = "mtp", .half = TSR_HALF_ROOT, .params = mtp_params,
+                                 .n_params = 6, .keys = mtp_keys, .layout = mtp_layout,
+                                 .init = mtp_init};
+_Static_assert(sizeof mtp_params / sizeof *mtp_params == 6, "mtp_params");
+
+/* ---- the pass ------------------------------------------------------------------------------ */
+
+/* the model's tensor id: its weights (and gradients) at offset off into it */
+static void tensor_at(const tsr_model *m, int id, size_t off, const void **w, float **g) {
+    *w = m->params + m->params_info[id].offset + off;
+    *g = m->grads ? m->grads + m->params_info[id].offset + off : NULL;
+}
+
+/* The module's decoder's units: the root its head's norm and the model's head (and a tied
+ * head's wte), unit 1 its layer's tensors from the blocks */
+static void sub_get(void *ctx, int u, int backward, const void **w, float **g) {
+    (void)backward;
+    const mtp_depth *p = ctx;
+    const tsr_model *m = p->main, *sub = &p->sub;
+    const tsr_mtp *s = m->mtp;
+    if (u == 0) {
+        const int ids[] = {TSR_P_WTE, TSR_P_LMHEAD};
+        for (size_t i = 0; i < 2; i++)
+            if (sub->params_info[ids[i]].numel) tensor_at(m, ids[i], 0, &w[ids[i]], &g[ids[i]]);
+        tensor_at(m, TSR_P_MTPNORMW, (size_t)p->d * m->C, &w[TSR_P_LNFW], &g[TSR_P_LNFW]);
+        return;
+    }
+    for (int i = 0; i < TSR_P_COUNT; i++)
+        if (p->off[i] != SIZE_MAX)
+            tensor_at(m, p->w[i] ? TSR_P_MTPW : TSR_P_MTPN,
+                      (size_t)p->d * (p->w[i] ? s->PW : s->PN) + p->off[i], &w[i], &g[i]);
+}
+
+static tsr_decoder sub_decoder(mtp_depth *p, const tsr_model *m) {
+    p->main = m;
+    return (tsr_decoder){.m = &p->sub, .be = &p->sub.be, .a = &p->sub.acts,
+                         .params = {p, sub_get, NULL}, .slopes = p->sub.alibi_slopes,
+                         .rope = p->sub.rope_freqs, .starts = m->starts};
+}
+
+static void depth_free(mtp_depth *p) {
+    void *bufs[] = {p->tok, p->tg, p->e, p->en, p->hn, p->cat, p->x, p->dh, p->enr, p->hnr};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    dec_free_acts(&p->sub.be, &p->sub.acts);
+}
+
+/* the one-layer model's own allocations: its activations, its RoPE or ALiBi tables, its soft
+ * cap's buffer (it has no parameters of its own) */
+static void sub_free(tsr_model *sub) {
+    dec_free_acts(&sub->be, &sub->acts);
+    if (sub->be.capped) free(sub->be.capped->z), free(sub->be.capped), sub->be.capped = NULL;
+    if (sub->rope_freqs) sub->ops->free(sub->rope_freqs), sub->rope_freqs = NULL;
+    if (sub->alibi_slopes) sub->ops->free(sub->alibi_slopes), sub->alibi_slopes = NULL;
+}
+
+/* the buffers of microbatches of B x T */
+static void mtp_alloc(tsr_mtp *s, const tsr_model *m, int B, int T) {
+    const size_t N = (size_t)B * T, C = (size_t)m->C, f = sizeof(float);
+    if (s->B == B && s->T == T) return;
+    free(s->dcat), free(s->dpart);
+    s->dcat = tsr_malloc(2 * N * C * f), s->dpart = tsr_malloc(N * C * f);
+    for (int d = 0; d < s->D; d++) {
+        mtp_depth *p = &s->dep[d];
+        depth_free(p);
+        model_alloc_slopes(&p->sub);
+        if (dec_try_alloc_acts(&p->sub, &p->sub.be, &p->sub.acts, B, T) != 0)
+            tsr_die(TSR_EXIT_INTERNAL, "out of memory allocating multi-token prediction's "
+                    "activations for a microbatch of %d x %d", B, T);
+        p->tok = tsr_malloc(N * sizeof(int32_t)), p->tg = tsr_malloc(N * sizeof(int32_t));
+        float **bufs[] = {&p->e, &p->en, &p->hn, &p->x, &p->dh};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) *bufs[i] = tsr_malloc(N * C * f);
+        p->cat = tsr_malloc(2 * N * C * f);
+        p->enr = tsr_malloc(N * f), p->hnr = tsr_malloc(N * f);
+    }
+    s->B = B, s->T = T;
+}
+
+/* depth k's inputs and targets: t_{i+k} (0 past the row: its target is not counted) and the main
+ * target at i + k where it counts and i + k is in i's document (seq: the segments, or NULL) */
+static void depth_rows(mtp_depth *p, const int32_t *tokens, const int32_t *targets,
+                       const int32_t *seq, int B, int T) {
+    const int k = p->d + 1;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++) {
+            const size_t n = (size_t)b * T + i, j = n + (size_t)k;
+            const int in = i + k < T;
+            p->tok[n] = in ? tokens[j] : 0;
+            p->tg[n] = in && (!seq || seq[j] == seq[n]) ? targets[j] : -1;
+        }
+}
+
+/* x = eh_proj [RMSNorm_e(wte[tok]) | RMSNorm_h(h)] */
+static void frame_forward(mtp_depth *p, const tsr_model *m, const float *h, int B, int T) {
+    const tsr_backend *be = &m->be;
+    const int C = m->C, N = B * T, d = p->d;
+    const float eps = (float)m->cfg.norm_eps;
+    const float *wte = m->params + m->params_info[TSR_P_WTE].offset;
+    const float *enw = m->params + m->params_info[TSR_P_MTPENORMW].offset + (size_t)d * C;
+    const float *hnw = m->params + m->params_info[TSR_P_MTPHNORMW].offset + (size_t)d * C;
+    const float *eh = m->params + m->params_info[TSR_P_MTPEHW].offset + (size_t)d * 2 * C * C;
+    be->encoder_forward(be, p->e, p->tok, wte, NULL, NULL, B, T, C);
+    be->rmsnorm_forward(be, p->en, p->enr, p->e, enw, N, C, eps);
+    be->rmsnorm_forward(be, p->hn, p->hnr, h, hnw, N, C, eps);
+    for (size_t n = 0; n < (size_t)N; n++) {
+        memcpy(p->cat + 2 * n * C, p->en + n * C, (size_t)C * sizeof(float));
+        memcpy(p->cat + (2 * n + 1) * C, p->hn + n * C, (size_t)C * sizeof(float));
+    }
+    be->matmul_forward(be, p->x, NULL, p->cat, eh, NULL, N, 2 * C, C, TSR_GELU_TANH);
+}
+
+/* the frame's backward from dx = d(x): eh_proj's, the two norms' (into wte's gradient and dh) */
+static void frame_backward(tsr_mtp *s, mtp_depth *p, const tsr_model *m, const float *h,
+                           const float *dx, int B, int T) {
+    const tsr_backend *be = &m->be;
+    const int C = m->C, N = B * T;
+    const size_t dC = (size_t)p->d * C, nC = (size_t)N * C;
+    const void *w[3];
+    float *g[3], *gwte = m->grads + m->params_info[TSR_P_WTE].offset;
+    tensor_at(m, TSR_P_MTPEHW, dC * 2 * C, &w[0], &g[0]);
+    tensor_at(m, TSR_P_MTPENORMW, dC, &w[1], &g[1]);
+    tensor_at(m, TSR_P_MTPHNORMW, dC, &w[2], &g[2]);
+    be->matmul_backward(be, s->dcat, g[0], NULL, dx, p->cat, w[0], N, 2 * C, C, TSR_GRAD_SET);
+    for (int half = 0; half < 2; half++) {
+        for (size_t n = 0; n < (size_t)N; n++)
+            memcpy(s->dpart + n * C, s->dcat + (2 * n + half) * C, (size_t)C * sizeof(float));
+        float *dinp = half ? p->dh : p->en; /* (en: the forward's, read no more) */
+        memset(dinp, 0, nC * sizeof(float));
+        be->rmsnorm_backward(be, dinp, g[1 + half], s->dpart, half ? h : p->e, w[1 + half],
+                             half ? p->hnr : p->enr, N, C);
+        if (!half) be->encoder_backward(be, gwte, NULL, dinp, p->tok, p->tok, NULL, B, T, C);
+    }
+}
+
+/* h_{k-1} of depth d: the last layer's output of the model's last forward (before the final
+ * norm), or the previous module's (before its head's norm) */
+static const float *depth_input(tsr_model *m, int d) {
+    tsr_decoder x;
+    if (d == 0) {
+        x = (tsr_decoder){.m = m, .be = &m->be, .a = &m->acts};
+    } else {
+        mtp_depth *p = &m->mtp->dep[d - 1];
+        x = sub_decoder(p, m);
+    }
+    return dec_output(&x);
+}
+
+const float *mtp_train(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                       float loss_scale) {
+    tsr_mtp *s = m->mtp;
+    if (!s || !m->grads) return NULL;
+    mtp_alloc(s, m, B, T);
+    const float scale = (float)(loss_scale * m->cfg.mtp_loss_weight / s->D);
+    const int32_t *seq = m->cfg.attn_mask == TSR_MASK_DOCUMENT ? m->acts.seq : NULL;
+    for (int d = 0; d < s->D; d++) { /* forward, depth by depth */
+        mtp_depth *p = &s->dep[d];
+        tsr_decoder dd = sub_decoder(p, m);
+        depth_rows(p, tokens, targets, seq, B, T);
+        frame_forward(p, m, depth_input(m, d), B, T);
+        dd.pp_x = p->x;
+        dec_forward(&dd, tokens, p->tg, B, T, scale);
+        s->loss += dec_loss_sum(&dd, p->tg, B, T);
+    }
+    for (int d = s->D - 1; d >= 0; d--) { /* backward, the last depth first */
+        mtp_depth *p = &s->dep[d];
+        tsr_decoder dd = sub_decoder(p, m);
+        dd.pp_dy = d + 1 < s->D ? s->dep[d + 1].dh : NULL;
+        dec_backward(&dd, tokens, p->tg, B, T, scale, NULL, NULL);
+        frame_backward(s, p, m, depth_input(m, d), p->sub.acts.dresidual, B, T);
+    }
+    return s->dep[0].dh;
+}
+
+void model_mtp_reset(tsr_model *m) {
+    if (m->mtp) m->mtp->loss = 0.0;
+}
+
+double model_mtp_loss_sum(const tsr_model *m) { return m->mtp ? m->mtp->loss / m->D : 0.0; }
+
+const char *model_mtp_layer_tensor(const tsr_model *m, int d, tsr_param_id id, int64_t v[3]) {
+    if (!m->mtp || d < 0 || d >= m->D || m->mtp->dep[d].off[id] == SIZE_MAX) return NULL;
+    const mtp_depth *p = &m->mtp->dep[d];
+    v[0] = !p->w[id], v[1] = (int64_t)p->off[id], v[2] = (int64_t)p->sub.params_info[id].numel;
+    return p->sub.params_info[id].name;
+}
+
+void model_mtp_free(tsr_model *m) {
+    tsr_mtp *s = m->mtp;
+    if (!s) return;
+    for (int d = 0; d < s->D; d++) depth_free(&s->dep[d]), sub_free(&s->dep[d].sub);
+    free(s->dep), free(s->dcat), free(s->dpart), free(s);
+    m->mtp = NULL;
+}
