@@ -54,6 +54,8 @@ typedef enum {
      * tensors above (fcw .. fcprojb) are then stacked over the LD = L - LM other layers. */
     TSR_P_ROUTERW, /* (LM, E, C) the router */
     TSR_P_ROUTERB, /* (LM, E) its bias (model.moe_router_bias); size 0 without */
+    TSR_P_ROUTERCORR, /* (LM, E) the correction bias of the experts' choice (model.moe_topk_method
+                       * = noaux_tc; Hugging Face's e_score_correction_bias); size 0 without */
     TSR_P_EXPW1,   /* (LM, E, 2FE, C) each expert's [gate | up] rows, like SwiGLU's fcw */
     TSR_P_EXPB1,   /* (LM, E, 2FE) their biases (model.moe_expert_bias); size 0 without */
     TSR_P_EXPW2,   /* (LM, E, C, FE) each expert's down projection */
@@ -92,7 +94,12 @@ typedef enum {
     TSR_P_COUNT
 } tsr_param_id;
 
-typedef enum { TSR_PK_EMBEDDING = 0, TSR_PK_NORM, TSR_PK_BIAS, TSR_PK_WEIGHT, TSR_PK_COUNT } tsr_param_kind;
+/* TSR_PK_STATE: no gradient and no optimizer: a tensor moved by a rule of its own after each
+ * step (the router's correction bias of auxiliary-loss-free balancing, docs/moe.md), saved with
+ * the weights */
+typedef enum {
+    TSR_PK_EMBEDDING = 0, TSR_PK_NORM, TSR_PK_BIAS, TSR_PK_WEIGHT, TSR_PK_STATE, TSR_PK_COUNT
+} tsr_param_kind;
 
 typedef struct tsr_param_info {
     const char *name;    /* "wte", "qkvw", ... (also the dataset name in dumps and checkpoints) */
