@@ -10,17 +10,7 @@
 
 #include <stdint.h>
 
-/* A router's settings (model.moe_scoring, moe_topk_method, moe_n_group, moe_topk_group,
- * moe_norm_topk, moe_routed_scaling; the correction bias of noaux_tc) */
-typedef struct tsr_moe_router {
-    int sigmoid;        /* scores s = sigmoid(logits), else softmax(logits) */
-    int method;         /* 0 greedy, 1 group-limited (a group's best score), 2 noaux_tc (the
-                         * bias added for the choice; a group's two best, summed) */
-    int n_group, topk_group;
-    int norm;           /* the K weights divided by their sum (+ 1e-20 with sigmoid scores) */
-    float scale;        /* then times this (routed_scaling_factor) */
-    const float *bias;  /* (E) noaux_tc's correction bias, or NULL */
-} tsr_moe_router;
+#include "moe_router.h" /* tsr_moe_router */
 
 /* For each row n of logits (N,E): probs[n] = its scores s (sigmoid or softmax), lse[n] = the
  * logsumexp of the logits (the z-loss's); the choice c = s + bias (noaux_tc) or s; with groups

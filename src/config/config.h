@@ -565,13 +565,15 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value);
  * query_pre_attn_scalar, norm placement, QK-norm over the projection, embedding scale, GeGLU-tanh,
  * then the "Positions" keys (soft-capping, RoPE scaling, a local base, partial rotary, NoPE
  * layers), then gpt-oss's MoE keys (router bias, expert biases, the unit) and the shared
- * expert's gate, then DeepSeek's multi-head latent attention (model.kv_lora_rank). */
+ * expert's gate, then DeepSeek's multi-head latent attention (model.kv_lora_rank), then DeepSeek's
+ * router (model.moe_scoring, moe_topk_method, moe_n_group, moe_routed_scaling, moe_dense_layers:
+ * docs/moe.md "DeepSeek's router"). */
 typedef enum {
     TSR_VAR_LINEAR = 0, TSR_VAR_ATTN_GATE, TSR_VAR_WINDOW, TSR_VAR_SINKS, TSR_VAR_QPAS,
     TSR_VAR_NORM_PLACEMENT, TSR_VAR_QKN_PROJECTION, TSR_VAR_EMBED_SCALE, TSR_VAR_GEGLU,
     TSR_VAR_ATTN_SOFTCAP, TSR_VAR_FINAL_SOFTCAP, TSR_VAR_ROPE_SCALING, TSR_VAR_ROPE_LOCAL,
     TSR_VAR_PARTIAL_ROTARY, TSR_VAR_NOPE, TSR_VAR_ROUTER_BIAS, TSR_VAR_EXPERT_BIAS,
-    TSR_VAR_MOE_ACT, TSR_VAR_SHARED_GATE, TSR_VAR_MLA, TSR_VAR_COUNT
+    TSR_VAR_MOE_ACT, TSR_VAR_SHARED_GATE, TSR_VAR_MLA, TSR_VAR_DS_ROUTER, TSR_VAR_COUNT
 } tsr_model_variant;
 /* The key that sets variant v in m, or NULL when m does not use it. */
 const char *config_variant_key(const tsr_model_config *m, tsr_model_variant v);

@@ -413,6 +413,15 @@ static const char *rope_key(const tsr_model_config *m, tsr_model_variant v) {
     }
 }
 
+/* DeepSeek's router (docs/moe.md "DeepSeek's router"): the first of its keys off its default */
+static const char *ds_router_key(const tsr_model_config *m) {
+    if (m->moe_scoring != TSR_MOE_SCORE_SOFTMAX) return "model.moe_scoring";
+    if (m->moe_topk_method != TSR_MOE_TOPK_GREEDY) return "model.moe_topk_method";
+    if (m->moe_n_group != 1) return "model.moe_n_group";
+    if (m->moe_routed_scaling != 1.0) return "model.moe_routed_scaling";
+    return m->moe_dense_layers ? "model.moe_dense_layers" : NULL;
+}
+
 static const char *moe_key(const tsr_model_config *m, tsr_model_variant v) {
     if (m->moe_experts == 0) return NULL;
     switch (v) {
@@ -420,6 +429,7 @@ static const char *moe_key(const tsr_model_config *m, tsr_model_variant v) {
     case TSR_VAR_EXPERT_BIAS: return m->moe_expert_bias ? "model.moe_expert_bias" : NULL;
     case TSR_VAR_MOE_ACT: return m->moe_act != TSR_MOE_ACT_SWIGLU ? "model.moe_act" : NULL;
     case TSR_VAR_SHARED_GATE: return m->moe_shared_gate ? "model.moe_shared_gate" : NULL;
+    case TSR_VAR_DS_ROUTER: return ds_router_key(m);
     default: return NULL;
     }
 }

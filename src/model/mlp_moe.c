@@ -1,6 +1,8 @@
-/* mlp_moe.c — the mixture-of-experts MLP kind (layer_kind.h; docs/moe.md): a router, E routed
- * SwiGLU (or gpt-oss's) experts of which each token reaches K, and an optional shared expert
- * (with Qwen3-Next's gate), in every model.moe_every-th layer.
+/* mlp_moe.c — the mixture-of-experts MLP kind (layer_kind.h; docs/moe.md): a router (softmax,
+ * or DeepSeek's with its scores, groups, scale and correction bias), E routed SwiGLU (or
+ * gpt-oss's) experts of which each token reaches K, and an optional shared expert (with
+ * Qwen3-Next's gate), in every model.moe_every-th layer after the first model.moe_dense_layers;
+ * and the correction bias's balancing rule (model_moe_bias_step).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -353,6 +355,29 @@ void dec_moe_stats_add_host(const tsr_decoder *d, const float *stats, const int3
         x[0] += w * s[0];
         x[1] += w * s[1];
         for (int e = 0; e < E; e++) x[2 + e] += o[e + 1] - o[e];
+    }
+}
+
+/* ---- auxiliary-loss-free balancing (model.h) ----------------------------------------------- */
+
+/* the step of expert e of MoE layer k: rate sign(mean load - its load) (0 at the mean) */
+static float bias_delta(const double *moe, int E, size_t k, int e, float rate) {
+    const double *load = moe + k * (size_t)(2 + E) + 2;
+    double sum = 0.0;
+    for (int j = 0; j < E; j++) sum += load[j];
+    const double gap = sum / E - load[e];
+    return gap > 0 ? rate : gap < 0 ? -rate : 0.0f;
+}
+
+void model_moe_bias_step(const tsr_model *m, const double *moe, size_t flat, float *w, size_t n) {
+    const tsr_param_info *q = &m->params_info[TSR_P_ROUTERCORR];
+    const float rate = (float)m->cfg.moe_bias_update_rate;
+    if (!q->numel || rate == 0.0f || !moe) return;
+    const size_t a = q->offset > flat ? q->offset : flat;
+    const size_t b = q->offset + q->numel < flat + n ? q->offset + q->numel : flat + n;
+    for (size_t i = a; i < b; i++) {
+        const size_t at = i - q->offset;
+        w[i - flat] += bias_delta(moe, m->E, at / (size_t)m->E, (int)(at % (size_t)m->E), rate);
     }
 }
 

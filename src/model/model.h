@@ -381,6 +381,13 @@ int model_fp8_linear(tsr_param_id id);
 void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last);
 /* Layer l is a mixture-of-experts layer: E > 0 and (l + 1) % moe_every == 0. */
 int model_moe_layer(const tsr_model *m, int l);
+/* Auxiliary-loss-free balancing (docs/moe.md "DeepSeek's router"): moves the router's correction
+ * bias (routercorr, model.moe_topk_method = "noaux_tc") by model.moe_bias_update_rate towards
+ * balance, bias[k, e] += rate sign(mean_e' load[k, e'] - load[k, e]), load[k, e] the tokens MoE
+ * layer k sent to expert e over the step (moe: the step's statistics, (LM, 2 + E) as
+ * model_moe_stats_add_w sums them, all ranks'). w holds the flat layout's elements
+ * [flat, flat + n); only those of routercorr move. */
+void model_moe_bias_step(const tsr_model *m, const double *moe, size_t flat, float *w, size_t n);
 /* Which slice of tensor id layer l uses: 0 .. (stack depth - 1), or -1 when layer l has no such
  * tensor (a dense layer's expert tensors, a MoE layer's dense MLP, an absent tensor, a tensor that
  * is not per layer). The slices are numel / depth floats each, in layer order. */
