@@ -7,9 +7,10 @@
 #  - auxiliary-loss-free balancing: at model.moe_bias_update_rate = 0.001 (the default) every
 #    layer's max/mean expert load is within 1.2 in each of steps 21..30, where with rate 0 (the
 #    bias frozen) some layer's is above 1.25 at every one of them;
-#  - the bias is equal bit for bit at 1 rank, 2 ranks, 2 ranks with parallel.expert = 2 and with
-#    parallel.sharding = "zero3" (the loads summed over every microbatch and rank); it moved; its
-#    optimizer moments stay 0 (no gradient, no AdamW);
+#  - the bias is equal bit for bit at 1 rank, 2 ranks, 2 ranks with parallel.expert = 2, with
+#    parallel.sharding = "zero3" or "zero1" and with parallel.tensor = 2 (the loads summed over
+#    every microbatch and rank, a tensor group's once); it moved; its optimizer moments stay 0 (no
+#    gradient, no AdamW);
 #  - rank 1 SIGKILLed after step 16: the rerun resumes from step 10 and its final checkpoint
 #    equals the uninterrupted run's tensor for tensor (routercorr included);
 #  - the first model.moe_dense_layers layers are dense: the checkpoint's MoE tensors stack
@@ -21,7 +22,7 @@
 #    is refused naming model.moe_scoring.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 make_synth "$TMP/data" 32 60000
 tiny_llama_args "$TMP/data/train"
 args+=(--set model.vocab_size=32 --set model.n_head=4 --set model.n_kv_head=2
@@ -78,6 +79,13 @@ run Z 2 --set parallel.sharding=zero3
 read -r hexz _ < <(bias Z)
 [[ -n $hexz && $hexz == "$hexa" ]]
 tap_check $? "with parallel.sharding = \"zero3\" on 2 ranks (the bias moved in its shards): the same bias bit for bit"
+
+run Z1 2 --set parallel.sharding=zero1
+read -r hexz1 _ < <(bias Z1)
+run T 2 --set parallel.tensor=2
+read -r hext _ < <(bias T)
+[[ -n $hexz1 && $hexz1 == "$hexa" && -n $hext && $hext == "$hexa" ]]
+tap_check $? "with parallel.sharding = \"zero1\" and with parallel.tensor = 2 on 2 ranks: the same bias bit for bit"
 
 OMPI_MCA_odls_base_sigkill_timeout=0 TSR_FAULT=kill:16:1 run K 2 --set save_async=false
 rck=$?
