@@ -37,6 +37,7 @@
 
 #include "deltanet_shape.h"   /* tsr_dn_shape */
 #include "mla_shape.h"        /* tsr_mla_shape, tsr_mla_rows */
+#include "moe_router.h"       /* tsr_moe_router */
 #include "ops.h"              /* tsr_gelu_kind */
 
 typedef enum { TSR_DT_F32 = 0, TSR_DT_BF16, TSR_DT_COUNT } tsr_dtype;
@@ -176,6 +177,17 @@ struct tsr_backend {
                                 const float *probs, const float *lse, const int32_t *idx,
                                 const float *wts, const int32_t *offs, int N, int E, int K,
                                 int norm, float aux_w, float z_w);
+    /* DeepSeek's router (model.moe_scoring, moe_topk_method, moe_routed_scaling: docs/moe.md
+     * "DeepSeek's router"): kernels/cpu/cpu_moe_route.h's functions of the same names, the
+     * backend's types as moe_route's and moe_router_backward's (the router's bias weight); or
+     * NULL (the model then refuses those keys: dec_check_backend) */
+    void (*moe_route_ds)(const tsr_backend *be, float *probs, float *lse, int32_t *idx,
+                         float *wts, int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
+                         const void *logits, int N, int E, int K, const tsr_moe_router *r);
+    void (*moe_router_ds_backward)(const tsr_backend *be, void *dlogits, const float *dwts,
+                                   const float *probs, const float *lse, const int32_t *idx,
+                                   const float *wts, const int32_t *offs, int N, int E, int K,
+                                   const tsr_moe_router *r, float aux_w, float z_w);
     /* gpt-oss's experts (ops.h moe_bias_*, moe_gptoss_*): out, dout, inp, dinp act; b weight;
      * db fp32; or NULL (the model then refuses the keys: dec_check_backend) */
     void (*moe_bias_forward)(const tsr_backend *be, void *out, const void *b,

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "cpu_deltanet.h"
 #include "cpu_mla.h"
+#include "cpu_moe_route.h"
 
 size_t tsr_dtype_size(tsr_dtype t) { return t == TSR_DT_BF16 ? 2 : 4; }
 
@@ -445,6 +446,22 @@ static void f_copy_rows(const tsr_backend *be, void *dst, size_t dpitch, const v
         memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
 }
 
+static void f_moe_route_ds(const tsr_backend *be, float *probs, float *lse, int32_t *idx,
+                           float *wts, int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
+                           const void *logits, int N, int E, int K, const tsr_moe_router *r) {
+    (void)be;
+    cpu_moe_route_ds(probs, lse, idx, wts, offs, rows, slot, stats, logits, N, E, K, r);
+}
+
+static void f_moe_router_ds_backward(const tsr_backend *be, void *dlogits, const float *dwts,
+                                     const float *probs, const float *lse, const int32_t *idx,
+                                     const float *wts, const int32_t *offs, int N, int E, int K,
+                                     const tsr_moe_router *r, float aux_w, float z_w) {
+    (void)be;
+    cpu_moe_router_ds_backward(dlogits, dwts, probs, lse, idx, wts, offs, N, E, K, r, aux_w,
+                               z_w);
+}
+
 static void f_mla_qkv_forward(const tsr_backend *be, void *qkv, const void *q, const void *kv,
                               const void *kpe, const int32_t *pos, int p0, const float *inv_freq,
                               int B, int T, const tsr_mla_shape *s) {
@@ -578,6 +595,8 @@ static void f_argmax(const tsr_backend *be, int32_t *idx, const void *logits, in
     E(moe_combine, f_moe_combine)                                                               \
     E(moe_combine_backward, f_moe_combine_backward)                                             \
     E(moe_router_backward, f_moe_router_backward)                                               \
+    E(moe_route_ds, f_moe_route_ds)                                                             \
+    E(moe_router_ds_backward, f_moe_router_ds_backward)                                         \
     E(moe_bias_forward, f_moe_bias_forward)                                                     \
     E(moe_bias_backward, f_moe_bias_backward)                                                   \
     E(moe_gptoss_forward, f_moe_gptoss_forward)                                                 \

@@ -127,6 +127,13 @@ void cpu_softmax_xent_backward(float *dlogits, const float *dlosses, const float
 void cpu_softcap_forward(float *out, const float *inp, int N, int V, int Vp, float cap);
 void cpu_softcap_backward(float *d, const float *out, int N, int V, int Vp, float cap);
 
+/* The grouping of a routing by expert and its auxiliary losses (cpu_moe.c; ops.h moe_route):
+ * offs (E+1), rows and slot (NK) from idx (NK); stats (2) = [aux over probs, z over lse]. */
+void cpu_moe_group(int32_t *offs, int32_t *rows, int32_t *slot, const int32_t *idx, int NK,
+                   int E);
+void cpu_moe_stats(float *stats, const float *probs, const float *lse, const int32_t *offs,
+                   int N, int E, int K);
+
 /* e^x in float, written so that loops calling it vectorise (glibc's expf does not without
  * -ffast-math). Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-7 Taylor
  * polynomial (truncation error < 6e-9 relative), then scaling by 2^n built in the exponent bits.

@@ -68,9 +68,10 @@ static void route_topk(int32_t *idx, float *wts, const float *p, int E, int K, i
 /* The stable counting sort of the NK assignments by expert: offs (E+1), slot (NK) and its
  * inverse rows (NK). offs[e+1] first counts expert e; after the prefix sum offs[e] is e's first
  * row and serves as its cursor (each placement moves it on by one, so it ends at e's end =
- * offs[e+1]'s start); a shift by one restores the starts. One thread, a ascending: stable. */
-static void route_group(int32_t *offs, int32_t *rows, int32_t *slot, const int32_t *idx, int NK,
-                        int E) {
+ * offs[e+1]'s start); a shift by one restores the starts. One thread, a ascending: stable.
+ * (cpu_internal.h; DeepSeek's router, cpu_moe_route.c, groups its choice with it too) */
+void cpu_moe_group(int32_t *offs, int32_t *rows, int32_t *slot, const int32_t *idx, int NK,
+                   int E) {
     memset(offs, 0, (size_t)(E + 1) * sizeof *offs);
     for (int a = 0; a < NK; a++) offs[idx[a] + 1]++;
     for (int e = 0; e < E; e++) offs[e + 1] += offs[e];
@@ -84,9 +85,10 @@ static void route_group(int32_t *offs, int32_t *rows, int32_t *slot, const int32
 }
 
 /* stats[0] = aux = E * sum_e (count_e / NK) * (sum_n probs[n,e] / N), stats[1] = z =
- * sum_n lse[n]^2 / N; every sum in double, one thread, n ascending then e ascending. */
-static void route_stats(float *stats, const float *probs, const float *lse, const int32_t *offs,
-                        int N, int E, int K) {
+ * sum_n lse[n]^2 / N; every sum in double, one thread, n ascending then e ascending
+ * (cpu_internal.h: DeepSeek's router passes its normalised scores as probs) */
+void cpu_moe_stats(float *stats, const float *probs, const float *lse, const int32_t *offs,
+                   int N, int E, int K) {
     double *colsum = tsr_malloc((size_t)E * sizeof *colsum);
     for (int e = 0; e < E; e++) colsum[e] = 0.0;
     double z = 0.0;
@@ -113,9 +115,9 @@ void cpu_moe_route(float *probs, float *lse, int32_t *idx, float *wts, int32_t *
         lse[n] = route_softmax(p, logits + (size_t)n * E, E);
         route_topk(idx + (size_t)n * K, wts + (size_t)n * K, p, E, K, norm);
     }
-    route_group(offs, rows, slot, idx, N * K, E);
+    cpu_moe_group(offs, rows, slot, idx, N * K, E);
     if (N > 0) {
-        route_stats(stats, probs, lse, offs, N, E, K);
+        cpu_moe_stats(stats, probs, lse, offs, N, E, K);
     } else {
         stats[0] = stats[1] = 0.0f;
     }

@@ -38,6 +38,16 @@ typedef enum { TSR_EMB_SCALE_NONE = 0, TSR_EMB_SCALE_SQRT_D, TSR_EMB_SCALE_COUNT
 typedef enum { TSR_MLP_GELU = 0, TSR_MLP_SWIGLU, TSR_MLP_GEGLU_TANH, TSR_MLP_COUNT } tsr_mlp_kind;
 /* the routed experts' unit (docs/moe.md "gpt-oss's experts"): SwiGLU, or gpt-oss's clamped one */
 typedef enum { TSR_MOE_ACT_SWIGLU = 0, TSR_MOE_ACT_GPTOSS, TSR_MOE_ACT_COUNT } tsr_moe_act_kind;
+/* model.moe_scoring: the router's scores of the experts, softmax over the logits (Mixtral, Qwen,
+ * DeepSeek-V2) or each logit's sigmoid (DeepSeek-V3, Kimi K2) */
+typedef enum { TSR_MOE_SCORE_SOFTMAX = 0, TSR_MOE_SCORE_SIGMOID, TSR_MOE_SCORE_COUNT } tsr_moe_score_kind;
+/* model.moe_topk_method (DeepSeek's topk_method): the K highest scores; group-limited (the
+ * topk_group groups of highest best score, then the K highest in them: DeepSeek-V2); or V3's
+ * noaux_tc: a per-expert bias added to the scores for the choice only, the groups ranked by the
+ * sum of their two highest */
+typedef enum {
+    TSR_MOE_TOPK_GREEDY = 0, TSR_MOE_TOPK_GROUP_LIMITED, TSR_MOE_TOPK_NOAUX_TC, TSR_MOE_TOPK_COUNT
+} tsr_moe_topk_kind;
 /* RoPE frequency scaling: none, Llama 3.1's (factor, low/high-frequency factors, original
  * context), linear (every frequency / factor: Gemma 3's global layers) or YaRN (gpt-oss) */
 typedef enum {
@@ -168,6 +178,13 @@ typedef struct tsr_model_config {
     int moe_router_bias;  /* the router's logits + a bias per expert (gpt-oss) */
     int moe_expert_bias;  /* biases on each expert's [gate | up] and down projections (gpt-oss) */
     tsr_moe_act_kind moe_act; /* the experts' unit */
+    /* DeepSeekMoE's router (docs/moe.md "DeepSeek's router") */
+    tsr_moe_score_kind moe_scoring;
+    tsr_moe_topk_kind moe_topk_method;
+    int moe_n_group, moe_topk_group; /* expert groups, and the groups a token's experts come from */
+    double moe_routed_scaling;       /* the routed experts' weights times this */
+    double moe_bias_update_rate;     /* noaux_tc: the correction bias's step after each step */
+    int moe_dense_layers;            /* the first this many layers keep the dense MLP */
     double swiglu_limit;  /* moe_act = gptoss: the clamp of gate and up (gpt-oss: 7) */
     double rope_theta;
     tsr_rope_scaling_kind rope_scaling;
@@ -522,6 +539,9 @@ int config_layer_window(const tsr_model_config *m, int l);
  * how many of the n_layer are. */
 int config_layer_linear(const tsr_model_config *m, int l);
 int config_linear_layers(const tsr_model_config *m);
+/* Layer l is a mixture-of-experts layer: model.moe_experts > 0, l >= model.moe_dense_layers and
+ * (l + 1) a multiple of model.moe_every (config_model_dims' LM counts them). */
+int config_moe_layer(const tsr_model_config *m, int l);
 /* 1 when layer l turns q and k by RoPE: model.pos = rope and the layer's model.no_rope_layers
  * entry is not 0 (every layer when that key is ""). */
 int config_layer_rope(const tsr_model_config *m, int l);
@@ -549,13 +569,15 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value);
  * query_pre_attn_scalar, norm placement, QK-norm over the projection, embedding scale, GeGLU-tanh,
  * then the "Positions" keys (soft-capping, RoPE scaling, a local base, partial rotary, NoPE
  * layers), then gpt-oss's MoE keys (router bias, expert biases, the unit) and the shared
- * expert's gate, then DeepSeek's multi-head latent attention (model.kv_lora_rank). */
+ * expert's gate, then DeepSeek's multi-head latent attention (model.kv_lora_rank), then DeepSeek's
+ * router (model.moe_scoring, moe_topk_method, moe_n_group, moe_routed_scaling, moe_dense_layers:
+ * docs/moe.md "DeepSeek's router"). */
 typedef enum {
     TSR_VAR_LINEAR = 0, TSR_VAR_ATTN_GATE, TSR_VAR_WINDOW, TSR_VAR_SINKS, TSR_VAR_QPAS,
     TSR_VAR_NORM_PLACEMENT, TSR_VAR_QKN_PROJECTION, TSR_VAR_EMBED_SCALE, TSR_VAR_GEGLU,
     TSR_VAR_ATTN_SOFTCAP, TSR_VAR_FINAL_SOFTCAP, TSR_VAR_ROPE_SCALING, TSR_VAR_ROPE_LOCAL,
     TSR_VAR_PARTIAL_ROTARY, TSR_VAR_NOPE, TSR_VAR_ROUTER_BIAS, TSR_VAR_EXPERT_BIAS,
-    TSR_VAR_MOE_ACT, TSR_VAR_SHARED_GATE, TSR_VAR_MLA, TSR_VAR_COUNT
+    TSR_VAR_MOE_ACT, TSR_VAR_SHARED_GATE, TSR_VAR_MLA, TSR_VAR_DS_ROUTER, TSR_VAR_COUNT
 } tsr_model_variant;
 /* The key that sets variant v in m, or NULL when m does not use it. */
 const char *config_variant_key(const tsr_model_config *m, tsr_model_variant v);

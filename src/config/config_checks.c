@@ -312,7 +312,7 @@ static const struct {
     {TSR_VAR_ATTN_SOFTCAP, 1},   {TSR_VAR_FINAL_SOFTCAP, 1},  {TSR_VAR_ROPE_SCALING, 1},
     {TSR_VAR_ROPE_LOCAL, 1},     {TSR_VAR_PARTIAL_ROTARY, 1}, {TSR_VAR_NOPE, 1},
     {TSR_VAR_ROUTER_BIAS, 1},    {TSR_VAR_EXPERT_BIAS, 1},    {TSR_VAR_MOE_ACT, 1},
-    {TSR_VAR_SHARED_GATE, 1},    {TSR_VAR_MLA, 0},
+    {TSR_VAR_SHARED_GATE, 1},    {TSR_VAR_MLA, 0},            {TSR_VAR_DS_ROUTER, 0},
 };
 
 /* The first variant of the model that device = "cuda" does not run yet, refused with its key */

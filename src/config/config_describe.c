@@ -124,6 +124,15 @@ static void mla_text(const tsr_model_config *m, char *buf, size_t cap) {
         m->v_head_dim, m->rope_interleave ? ", interleaved RoPE" : "");
 }
 
+/* DeepSeek's router (docs/moe.md "DeepSeek's router") */
+static void ds_router_text(const tsr_model_config *m, char *buf, size_t cap) {
+    static const char *const method[] = {"greedy", "group-limited", "noaux_tc"};
+    put(buf, cap, "%s router, %s, %d of %d groups, scale %g, first %d layers dense",
+        m->moe_scoring == TSR_MOE_SCORE_SIGMOID ? "sigmoid" : "softmax",
+        method[m->moe_topk_method], m->moe_topk_group, m->moe_n_group, m->moe_routed_scaling,
+        m->moe_dense_layers);
+}
+
 /* variant v's words (v set in m) */
 static void variant_text(const tsr_model_config *m, tsr_model_variant v, char *buf, size_t cap) {
     switch (v) {
@@ -153,6 +162,7 @@ static void variant_text(const tsr_model_config *m, tsr_model_variant v, char *b
     case TSR_VAR_MOE_ACT: put(buf, cap, "gptoss unit (limit %g)", m->swiglu_limit); break;
     case TSR_VAR_SHARED_GATE: put(buf, cap, "gated shared expert"); break;
     case TSR_VAR_MLA: mla_text(m, buf, cap); break;
+    case TSR_VAR_DS_ROUTER: ds_router_text(m, buf, cap); break;
     default: break;
     }
 }

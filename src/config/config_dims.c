@@ -13,6 +13,47 @@
 #include "config/config.h"
 #include "config/config_table.h"
 
+/* DeepSeek's router (docs/moe.md "DeepSeek's router") against the experts: whole groups, enough
+ * experts in the chosen groups for top_k, two experts a group for noaux_tc's group score, no
+ * z-loss over sigmoid scores, a MoE layer after the dense ones */
+static int router_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+    const int E = m->moe_experts, G = m->moe_n_group, per = G > 0 ? E / G : 0;
+    const int grouped = m->moe_topk_method != TSR_MOE_TOPK_GREEDY;
+    int moe_layers = 0;
+    for (int l = 0; l < m->n_layer; l++) moe_layers += config_moe_layer(m, l);
+    const struct { int bad; const char *key; } rules[] = {
+        {E % G != 0, "model.moe_n_group"},
+        {m->moe_topk_group > G, "model.moe_topk_group"},
+        {grouped && m->moe_top_k > m->moe_topk_group * per, "model.moe_topk_group"},
+        {!grouped && G != 1, "model.moe_n_group"},
+        {m->moe_topk_method == TSR_MOE_TOPK_NOAUX_TC && G > 1 && per < 2, "model.moe_n_group"},
+        {m->moe_scoring == TSR_MOE_SCORE_SIGMOID && m->moe_z_loss_coef != 0,
+         "model.moe_z_loss_coef"},
+        {moe_layers == 0, "model.moe_dense_layers"},
+    };
+    static const char *const reason[] = {
+        "model.moe_experts must be a multiple of model.moe_n_group (whole groups)",
+        "model.moe_topk_group must be at most model.moe_n_group",
+        "the chosen groups must hold at least model.moe_top_k experts "
+        "(model.moe_topk_group x model.moe_experts / model.moe_n_group)",
+        "groups need model.moe_topk_method = \"group_limited_greedy\" or \"noaux_tc\" (greedy "
+        "chooses over every expert)",
+        "noaux_tc ranks a group by the sum of its two highest scores: at least 2 experts a group",
+        "the z-loss is over softmax's logsumexp: with model.moe_scoring = \"sigmoid\" set it to 0",
+        "no MoE layer is left after the dense ones (model.moe_dense_layers with model.moe_every "
+        "and model.n_layer)",
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (rules[i].bad) {
+            *key = rules[i].key;
+            snprintf(why, cap, "%s: %s (model.moe_experts = %d, moe_n_group = %d, "
+                     "moe_topk_group = %d, moe_top_k = %d, moe_dense_layers = %d)", rules[i].key,
+                     reason[i], E, G, m->moe_topk_group, m->moe_top_k, m->moe_dense_layers);
+            return -1;
+        }
+    return 0;
+}
+
 /* The mixture-of-experts keys (docs/moe.md) into d (E, K, FE, S, LM; all 0 in a dense model, where
  * the structural MoE keys must keep their defaults). d->F is resolved already. */
 static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **key, char *why,
@@ -27,6 +68,12 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
             {m->moe_router_bias, "model.moe_router_bias"},
             {m->moe_expert_bias, "model.moe_expert_bias"},
             {m->moe_act != TSR_MOE_ACT_SWIGLU, "model.moe_act"},
+            {m->moe_scoring != TSR_MOE_SCORE_SOFTMAX, "model.moe_scoring"},
+            {m->moe_topk_method != TSR_MOE_TOPK_GREEDY, "model.moe_topk_method"},
+            {m->moe_n_group != 1, "model.moe_n_group"},
+            {m->moe_topk_group != 1, "model.moe_topk_group"},
+            {m->moe_routed_scaling != 1.0, "model.moe_routed_scaling"},
+            {m->moe_dense_layers != 0, "model.moe_dense_layers"},
         };
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
             if (dense[i].set) {
@@ -64,6 +111,7 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
                  "twice as wide)", *key, INT_MAX / 2);
         return -1;
     }
+    if (router_check(m, key, why, cap) != 0) return -1;
     if (m->moe_shared_gate && m->moe_shared_size == 0) {
         *key = "model.moe_shared_gate";
         snprintf(why, cap, "model.moe_shared_gate = true gates the shared expert, but "
@@ -75,8 +123,13 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
     d->K = m->moe_top_k;
     d->FE = m->moe_intermediate_size > 0 ? m->moe_intermediate_size : d->F;
     d->S = m->moe_shared_size;
-    d->LM = m->n_layer / m->moe_every;
+    for (int l = 0; l < m->n_layer; l++) d->LM += config_moe_layer(m, l);
     return 0;
+}
+
+int config_moe_layer(const tsr_model_config *m, int l) {
+    const int at = config_layer_at(m, l);
+    return m->moe_experts > 0 && at >= m->moe_dense_layers && (at + 1) % m->moe_every == 0;
 }
 
 /* the heads of config_model_dims: query and key/value heads, the head size and what it must
@@ -360,6 +413,15 @@ static const char *rope_key(const tsr_model_config *m, tsr_model_variant v) {
     }
 }
 
+/* DeepSeek's router (docs/moe.md "DeepSeek's router"): the first of its keys off its default */
+static const char *ds_router_key(const tsr_model_config *m) {
+    if (m->moe_scoring != TSR_MOE_SCORE_SOFTMAX) return "model.moe_scoring";
+    if (m->moe_topk_method != TSR_MOE_TOPK_GREEDY) return "model.moe_topk_method";
+    if (m->moe_n_group != 1) return "model.moe_n_group";
+    if (m->moe_routed_scaling != 1.0) return "model.moe_routed_scaling";
+    return m->moe_dense_layers ? "model.moe_dense_layers" : NULL;
+}
+
 static const char *moe_key(const tsr_model_config *m, tsr_model_variant v) {
     if (m->moe_experts == 0) return NULL;
     switch (v) {
@@ -367,6 +429,7 @@ static const char *moe_key(const tsr_model_config *m, tsr_model_variant v) {
     case TSR_VAR_EXPERT_BIAS: return m->moe_expert_bias ? "model.moe_expert_bias" : NULL;
     case TSR_VAR_MOE_ACT: return m->moe_act != TSR_MOE_ACT_SWIGLU ? "model.moe_act" : NULL;
     case TSR_VAR_SHARED_GATE: return m->moe_shared_gate ? "model.moe_shared_gate" : NULL;
+    case TSR_VAR_DS_ROUTER: return ds_router_key(m);
     default: return NULL;
     }
 }

@@ -417,3 +417,46 @@
      .doc = "Multi-token prediction: the objective is the loss plus this times the mean of the "
             "MTP depths' losses (DeepSeek-V3: 0.3 for its first 10T tokens, then 0.1).",
      RUNS},
+    {.name = "model.moe_scoring", .type = CFGK_ENUM, FIELD(model.moe_scoring), .def = "softmax",
+     ENUM(moe_scoring_names),
+     .doc = "The router's scores of the experts: `softmax` over the logits (Mixtral, Qwen, "
+            "DeepSeek-V2) or `sigmoid` of each logit (DeepSeek-V3, Kimi K2: Hugging Face's "
+            "scoring_func; docs/moe.md \"DeepSeek's router\"). A token's weights are its chosen "
+            "experts' scores (normalised with model.moe_norm_topk).",
+     SHAPES_IF(cfgm_moe)},
+    {.name = "model.moe_topk_method", .type = CFGK_ENUM, FIELD(model.moe_topk_method),
+     .def = "greedy", ENUM(moe_topk_names),
+     .doc = "How the experts are chosen (DeepSeek's topk_method): `greedy` the top_k scores; "
+            "`group_limited_greedy` (V2) the top_k among the model.moe_topk_group groups of the "
+            "model.moe_n_group with the highest best score; `noaux_tc` (V3) with a per-expert bias "
+            "(tensor `routercorr`, Hugging Face's e_score_correction_bias) added to the scores "
+            "for the choice only, the groups ranked by the sum of their two highest, the bias "
+            "moved after each step towards balance (model.moe_bias_update_rate).",
+     SHAPES_IF(cfgm_moe)},
+    {.name = "model.moe_n_group", .type = CFGK_INT, FIELD(model.moe_n_group), .def = "1",
+     .ilo = 1, .ihi = 4096,
+     .doc = "Expert groups of group-limited routing (DeepSeek's n_group; V3: 8), dividing "
+            "model.moe_experts; 1 = none.",
+     SHAPES_IF(cfgm_moe)},
+    {.name = "model.moe_topk_group", .type = CFGK_INT, FIELD(model.moe_topk_group), .def = "1",
+     .ilo = 1, .ihi = 4096,
+     .doc = "The groups a token's experts come from (DeepSeek's topk_group; V3: 4), at most "
+            "model.moe_n_group.",
+     SHAPES_IF(cfgm_moe)},
+    {.name = "model.moe_routed_scaling", .type = CFGK_FLOAT, FIELD(model.moe_routed_scaling),
+     .def = "1", .lo = 0, .lo_open = 1, NO_MAX,
+     .doc = "The routed experts' weights times this (DeepSeek's routed_scaling_factor; V3: 2.5); "
+            "the shared expert's output is not scaled.",
+     SHAPES_IF(cfgm_moe)},
+    {.name = "model.moe_bias_update_rate", .type = CFGK_FLOAT,
+     FIELD(model.moe_bias_update_rate), .def = "0.001", .lo = 0, NO_MAX,
+     .doc = "Auxiliary-loss-free balancing (model.moe_topk_method = \"noaux_tc\"): after each "
+            "applied step every expert's correction bias moves by this towards balance, up when "
+            "it got fewer tokens than the layer's mean, down when more (DeepSeek-V3: 0.001); 0 = "
+            "frozen. Not a Hugging Face key; equal on every rank.",
+     RUNS},
+    {.name = "model.moe_dense_layers", .type = CFGK_INT, FIELD(model.moe_dense_layers),
+     .def = "0", .ilo = 0, INT32_ONLY,
+     .doc = "The first this many layers keep the dense MLP of model.mlp (DeepSeek's "
+            "first_k_dense_replace; V3: 3); the others are MoE as model.moe_every says.",
+     SHAPES_IF(cfgm_moe)},

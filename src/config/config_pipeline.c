@@ -205,6 +205,9 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
         {cfg->optim.name == TSR_OPTIM_MUON, "optim.name", "= \"muon\""},
         {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
         {cfg->sample.tokens > 0, "sample.tokens", "> 0"},
+        {cfg->model.moe_topk_method == TSR_MOE_TOPK_NOAUX_TC &&
+             cfg->model.moe_bias_update_rate > 0,
+         "model.moe_bias_update_rate", "> 0 (model.moe_topk_method = \"noaux_tc\")"},
     };
     if (cfg->pipeline <= 1) return NULL;
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)

@@ -36,6 +36,11 @@ static const char *const mlp_names[] = {"gelu", "swiglu", "geglu_tanh"};
 _Static_assert(NELEM(mlp_names) == TSR_MLP_COUNT, "mlp_names vs tsr_mlp_kind");
 static const char *const moe_act_names[] = {"swiglu", "gptoss"};
 _Static_assert(NELEM(moe_act_names) == TSR_MOE_ACT_COUNT, "moe_act_names vs tsr_moe_act_kind");
+static const char *const moe_scoring_names[] = {"softmax", "sigmoid"};
+_Static_assert(NELEM(moe_scoring_names) == TSR_MOE_SCORE_COUNT,
+               "moe_scoring_names vs tsr_moe_score_kind");
+static const char *const moe_topk_names[] = {"greedy", "group_limited_greedy", "noaux_tc"};
+_Static_assert(NELEM(moe_topk_names) == TSR_MOE_TOPK_COUNT, "moe_topk_names vs tsr_moe_topk_kind");
 static const char *const rope_scaling_names[] = {"none", "llama3", "linear", "yarn"};
 static const char *const tok_mismatch_names[] = {"error", "allow"};
 _Static_assert(NELEM(rope_scaling_names) == TSR_ROPE_SCALING_COUNT,

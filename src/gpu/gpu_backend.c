@@ -659,6 +659,8 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(moe_combine, c_moe_combine)                                                               \
     E(moe_combine_backward, c_moe_combine_backward)                                             \
     E(moe_router_backward, c_moe_router_backward)                                               \
+    E(moe_route_ds, NULL) /* no DeepSeek router yet (docs/cuda.md) */                         \
+    E(moe_router_ds_backward, NULL)                                                             \
     E(moe_bias_forward, c_moe_bias_forward)                                                     \
     E(moe_bias_backward, c_moe_bias_backward)                                                   \
     E(moe_gptoss_forward, c_moe_gptoss_forward)                                                 \

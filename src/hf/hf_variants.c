@@ -344,6 +344,7 @@ const char *hf_unexported_key(const tsr_model_config *c, const hf_family *f) {
     else if (c->partial_rotary_factor != 1.0 && !f->hybrid) k = "model.partial_rotary_factor";
     else if (c->no_rope_layers[0] && !f->nope) k = "model.no_rope_layers";
     if (!k && !f->gptoss) k = config_moe_variant_key(c);
+    if (!k) k = config_variant_key(c, TSR_VAR_DS_ROUTER); /* (no family exports it yet) */
     if (k && f->hybrid && !strcmp(k, "model.moe_shared_gate")) k = NULL; /* Qwen3-Next's */
     if (!k && !f->hybrid && config_linear_layers(c) > 0) k = "model.layer_types";
     if (!k && !f->hybrid && c->attn_output_gate) k = "model.attn_output_gate";

@@ -1,6 +1,8 @@
-/* mlp_moe.c — the mixture-of-experts MLP kind (layer_kind.h; docs/moe.md): a router, E routed
- * SwiGLU (or gpt-oss's) experts of which each token reaches K, and an optional shared expert
- * (with Qwen3-Next's gate), in every model.moe_every-th layer.
+/* mlp_moe.c — the mixture-of-experts MLP kind (layer_kind.h; docs/moe.md): a router (softmax,
+ * or DeepSeek's with its scores, groups, scale and correction bias), E routed SwiGLU (or
+ * gpt-oss's) experts of which each token reaches K, and an optional shared expert (with
+ * Qwen3-Next's gate), in every model.moe_every-th layer after the first model.moe_dense_layers;
+ * and the correction bias's balancing rule (model_moe_bias_step).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +21,8 @@
 static const tsr_param_row moe_params[] = {
     {TSR_P_ROUTERW, "routerw", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 19, TSR_SPLIT_REPLICATED, -1, 1, 0},
     {TSR_P_ROUTERB, "routerb", TSR_PK_BIAS, TSR_INIT_ZERO, 37, TSR_SPLIT_REPLICATED, -1, 1, 0},
+    {TSR_P_ROUTERCORR, "routercorr", TSR_PK_STATE, TSR_INIT_ZERO, 67, TSR_SPLIT_REPLICATED, -1, 1,
+     0},
     {TSR_P_EXPW1, "expw1", TSR_PK_WEIGHT, TSR_INIT_NORMAL, 20, TSR_SPLIT_EXPERTS, 0, 1, 0},
     {TSR_P_EXPB1, "expb1", TSR_PK_BIAS, TSR_INIT_ZERO, 38, TSR_SPLIT_EXPERTS, 0, 1, 0},
     {TSR_P_EXPW2, "expw2", TSR_PK_WEIGHT, TSR_INIT_RESIDUAL, 21, TSR_SPLIT_EXPERTS, 0, 1, 0},
@@ -32,7 +36,8 @@ static const char *const moe_keys[] = {
     "model.moe_experts", "model.moe_top_k", "model.moe_intermediate_size", "model.moe_every",
     "model.moe_norm_topk", "model.moe_shared_size", "model.moe_shared_gate",
     "model.moe_router_bias", "model.moe_expert_bias", "model.moe_act", "model.swiglu_limit",
-    NULL};
+    "model.moe_scoring", "model.moe_topk_method", "model.moe_n_group", "model.moe_topk_group",
+    "model.moe_routed_scaling", "model.moe_dense_layers", NULL};
 
 /* tensor parallelism inside each expert, as the dense MLP is split: [gate | up] (and its bias)
  * by rows of each part, the down projection by columns, its bias added once (the group's first
@@ -44,9 +49,7 @@ static void moe_within(tsr_param_id id, tsr_split_rule *split, int *dim, int *pa
     *parts = up ? 2 : 1;
 }
 
-static int moe_serves(const tsr_model_config *c, int l) {
-    return c->moe_experts > 0 && (config_layer_at(c, l) + 1) % c->moe_every == 0;
-}
+static int moe_serves(const tsr_model_config *c, int l) { return config_moe_layer(c, l); }
 
 /* stacked over the LM MoE layers: the router (LM, E, C) and its bias (LM, E); each expert's
  * [gate | up] rows (LM, E, 2FE, C) and down projection (LM, E, C, FE), their biases; the shared
@@ -57,6 +60,8 @@ static void moe_layout(tsr_model *m) {
     const int on = LM > 0, rb = on && c->moe_router_bias, xb = on && c->moe_expert_bias;
     model_param_shape(m, TSR_P_ROUTERW, on, 3, LM, E, C, 0);
     model_param_shape(m, TSR_P_ROUTERB, rb, 2, LM, E, 0, 0);
+    model_param_shape(m, TSR_P_ROUTERCORR, on && c->moe_topk_method == TSR_MOE_TOPK_NOAUX_TC, 2,
+                      LM, E, 0, 0);
     model_param_shape(m, TSR_P_EXPW1, on, 4, LM, E, 2 * FE, C);
     model_param_shape(m, TSR_P_EXPB1, xb, 3, LM, E, 2 * FE, 0);
     model_param_shape(m, TSR_P_EXPW2, on, 4, LM, E, C, FE);
@@ -68,6 +73,20 @@ static void moe_layout(tsr_model *m) {
 
 /* ---- the pass ---------------------------------------------------------------------------- */
 
+/* The layer's router: DeepSeek's (kernels/cpu/cpu_moe_route.h; its correction bias the weights'
+ * bias, noaux_tc) into *r, or NULL for the plain one (softmax, greedy, unscaled: moe_route's) */
+static const tsr_moe_router *moe_router(const tsr_model *m, const void *bias, tsr_moe_router *r) {
+    const tsr_model_config *c = &m->cfg;
+    if (c->moe_scoring == TSR_MOE_SCORE_SOFTMAX && c->moe_topk_method == TSR_MOE_TOPK_GREEDY &&
+        c->moe_routed_scaling == 1.0)
+        return NULL;
+    *r = (tsr_moe_router){.sigmoid = c->moe_scoring == TSR_MOE_SCORE_SIGMOID,
+                          .method = (int)c->moe_topk_method, .n_group = c->moe_n_group,
+                          .topk_group = c->moe_topk_group, .norm = c->moe_norm_topk,
+                          .scale = (float)c->moe_routed_scaling, .bias = bias};
+    return r;
+}
+
 /* A MoE layer's MLP up to the experts' outputs (docs/moe.md): router (with its bias: gpt-oss),
  * routing, the experts' units and down projections (experts_forward), the shared expert up to
  * its SwiGLU. moe_out adds them up afterwards (in the fcproj matmul's place). */
@@ -75,9 +94,15 @@ static void moe_forward(const dec_run *r, int l, const dec_layer *v, const void 
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     const int N = r->N, C = m->C, E = m->E, K = m->K, NK = N * K;
+    tsr_moe_router rr;
+    const tsr_moe_router *rt = moe_router(m, w[TSR_P_ROUTERCORR], &rr);
     dec_linear(r, -1, v->mlg, NULL, v->ln2, w[TSR_P_ROUTERW], w[TSR_P_ROUTERB], N, C, E);
-    be->moe_route(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot, v->stats,
-                  v->mlg, N, E, K, m->cfg.moe_norm_topk);
+    if (rt)
+        be->moe_route_ds(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot,
+                         v->stats, v->mlg, N, E, K, rt);
+    else
+        be->moe_route(be, v->probs, v->lse, v->idx, v->wts, v->offs, v->rows, v->slot, v->stats,
+                      v->mlg, N, E, K, m->cfg.moe_norm_topk);
     be->moe_gather(be, v->xg, v->ln2, v->rows, N, K, C);
     const tsr_experts x = experts_of(m, w, NULL);
     if (m->ep && ep_exchanging(m->ep)) { /* the experts live on other ranks too (model_ep.h) */
@@ -154,10 +179,16 @@ static void moe_backward(const dec_run *r, int l, const dec_layer *v, const dec_
     /* (tensor parallelism: the router's gradient is summed over the group, each rank's from its
      * experts' slices; the auxiliary losses, the same on every rank, once: the first's) */
     const double aw = d->tp && d->tp->t != 0 ? 0.0 : a->moe_w;
-    be->moe_router_backward(be, a->moe_dlogits, a->moe_dwts, v->probs, v->lse, v->idx, v->wts,
-                            v->offs, N, E, K, m->cfg.moe_norm_topk,
-                            (float)(m->cfg.moe_aux_loss_coef * aw),
-                            (float)(m->cfg.moe_z_loss_coef * aw));
+    const float aux_w = (float)(m->cfg.moe_aux_loss_coef * aw);
+    const float z_w = (float)(m->cfg.moe_z_loss_coef * aw);
+    tsr_moe_router rr;
+    const tsr_moe_router *rt = moe_router(m, w[TSR_P_ROUTERCORR], &rr);
+    if (rt)
+        be->moe_router_ds_backward(be, a->moe_dlogits, a->moe_dwts, v->probs, v->lse, v->idx,
+                                   v->wts, v->offs, N, E, K, rt, aux_w, z_w);
+    else
+        be->moe_router_backward(be, a->moe_dlogits, a->moe_dwts, v->probs, v->lse, v->idx,
+                                v->wts, v->offs, N, E, K, m->cfg.moe_norm_topk, aux_w, z_w);
     be->matmul_backward(be, a->dln, g[TSR_P_ROUTERW], g[TSR_P_ROUTERB], a->moe_dlogits, v->ln2,
                         w[TSR_P_ROUTERW], N, C, E, TSR_GRAD_ADD);
 }
@@ -253,7 +284,10 @@ static const char *moe_missing(const tsr_model *m, const tsr_backend *be) {
     const tsr_model_config *c = &m->cfg;
     const int on = m->E > 0, gate = m->S > 0 && c->moe_shared_gate, xb = on && c->moe_expert_bias;
     const int oss = on && c->moe_act == TSR_MOE_ACT_GPTOSS;
-    const char *k = "model.moe_experts > 0";
+    tsr_moe_router rr;
+    const int ds = on && moe_router(m, NULL, &rr);
+    const char *k = "model.moe_experts > 0", *dk = "model.moe_scoring, moe_topk_method or "
+                                                  "moe_routed_scaling (DeepSeek's router)";
     const dec_need need[] = {
         {gate, be->moe_shgate_forward, "model.moe_shared_gate"},
         {gate, be->moe_shgate_grad, "model.moe_shared_gate"},
@@ -262,6 +296,7 @@ static const char *moe_missing(const tsr_model *m, const tsr_backend *be) {
         {xb, be->moe_bias_backward, "model.moe_expert_bias"},
         {oss, be->moe_gptoss_forward, "model.moe_act"},
         {oss, be->moe_gptoss_backward, "model.moe_act"},
+        {ds, be->moe_route_ds, dk},       {ds, be->moe_router_ds_backward, dk},
         {on, be->moe_route, k},           {on, be->moe_gather, k},
         {on, be->moe_gather_backward, k}, {on, be->moe_matmul_forward, k},
         {on, be->moe_matmul_backward, k}, {on, be->moe_combine, k},
@@ -320,6 +355,29 @@ void dec_moe_stats_add_host(const tsr_decoder *d, const float *stats, const int3
         x[0] += w * s[0];
         x[1] += w * s[1];
         for (int e = 0; e < E; e++) x[2 + e] += o[e + 1] - o[e];
+    }
+}
+
+/* ---- auxiliary-loss-free balancing (model.h) ----------------------------------------------- */
+
+/* the step of expert e of MoE layer k: rate sign(mean load - its load) (0 at the mean) */
+static float bias_delta(const double *moe, int E, size_t k, int e, float rate) {
+    const double *load = moe + k * (size_t)(2 + E) + 2;
+    double sum = 0.0;
+    for (int j = 0; j < E; j++) sum += load[j];
+    const double gap = sum / E - load[e];
+    return gap > 0 ? rate : gap < 0 ? -rate : 0.0f;
+}
+
+void model_moe_bias_step(const tsr_model *m, const double *moe, size_t flat, float *w, size_t n) {
+    const tsr_param_info *q = &m->params_info[TSR_P_ROUTERCORR];
+    const float rate = (float)m->cfg.moe_bias_update_rate;
+    if (!q->numel || rate == 0.0f || !moe) return;
+    const size_t a = q->offset > flat ? q->offset : flat;
+    const size_t b = q->offset + q->numel < flat + n ? q->offset + q->numel : flat + n;
+    for (size_t i = a; i < b; i++) {
+        const size_t at = i - q->offset;
+        w[i - flat] += bias_delta(moe, m->E, at / (size_t)m->E, (int)(at % (size_t)m->E), rate);
     }
 }
 

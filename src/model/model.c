@@ -330,7 +330,7 @@ void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last) {
 }
 
 int model_moe_layer(const tsr_model *m, int l) {
-    return m->E > 0 && (config_layer_at(&m->cfg, l) + 1) % m->cfg.moe_every == 0;
+    return m->E > 0 && config_moe_layer(&m->cfg, l);
 }
 
 int model_param_layers(const tsr_model *m, tsr_param_id id) { return m->depth[id]; }

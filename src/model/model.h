@@ -54,6 +54,8 @@ typedef enum {
      * tensors above (fcw .. fcprojb) are then stacked over the LD = L - LM other layers. */
     TSR_P_ROUTERW, /* (LM, E, C) the router */
     TSR_P_ROUTERB, /* (LM, E) its bias (model.moe_router_bias); size 0 without */
+    TSR_P_ROUTERCORR, /* (LM, E) the correction bias of the experts' choice (model.moe_topk_method
+                       * = noaux_tc; Hugging Face's e_score_correction_bias); size 0 without */
     TSR_P_EXPW1,   /* (LM, E, 2FE, C) each expert's [gate | up] rows, like SwiGLU's fcw */
     TSR_P_EXPB1,   /* (LM, E, 2FE) their biases (model.moe_expert_bias); size 0 without */
     TSR_P_EXPW2,   /* (LM, E, C, FE) each expert's down projection */
@@ -103,7 +105,12 @@ typedef enum {
     TSR_P_COUNT
 } tsr_param_id;
 
-typedef enum { TSR_PK_EMBEDDING = 0, TSR_PK_NORM, TSR_PK_BIAS, TSR_PK_WEIGHT, TSR_PK_COUNT } tsr_param_kind;
+/* TSR_PK_STATE: no gradient and no optimizer: a tensor moved by a rule of its own after each
+ * step (the router's correction bias of auxiliary-loss-free balancing, docs/moe.md), saved with
+ * the weights */
+typedef enum {
+    TSR_PK_EMBEDDING = 0, TSR_PK_NORM, TSR_PK_BIAS, TSR_PK_WEIGHT, TSR_PK_STATE, TSR_PK_COUNT
+} tsr_param_kind;
 
 typedef struct tsr_param_info {
     const char *name;    /* "wte", "qkvw", ... (also the dataset name in dumps and checkpoints) */
@@ -387,6 +394,13 @@ int model_fp8_linear(tsr_param_id id);
 void model_fp8_layers(int L, tsr_fp8_skip skip, int *first, int *last);
 /* Layer l is a mixture-of-experts layer: E > 0 and (l + 1) % moe_every == 0. */
 int model_moe_layer(const tsr_model *m, int l);
+/* Auxiliary-loss-free balancing (docs/moe.md "DeepSeek's router"): moves the router's correction
+ * bias (routercorr, model.moe_topk_method = "noaux_tc") by model.moe_bias_update_rate towards
+ * balance, bias[k, e] += rate sign(mean_e' load[k, e'] - load[k, e]), load[k, e] the tokens MoE
+ * layer k sent to expert e over the step (moe: the step's statistics, (LM, 2 + E) as
+ * model_moe_stats_add_w sums them, all ranks'). w holds the flat layout's elements
+ * [flat, flat + n); only those of routercorr move. */
+void model_moe_bias_step(const tsr_model *m, const double *moe, size_t flat, float *w, size_t n);
 /* Which slice of tensor id layer l uses: 0 .. (stack depth - 1), or -1 when layer l has no such
  * tensor (a dense layer's expert tensors, a MoE layer's dense MLP, an absent tensor, a tensor that
  * is not per layer). The slices are numel / depth floats each, in layer order. */

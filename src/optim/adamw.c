@@ -14,10 +14,12 @@ float adamw_decay(const tsr_optim_config *o, tsr_param_kind kind) {
     return decays(o, kind) ? (float)o->weight_decay : 0.0f;
 }
 
-/* n elements from offset at of p's buffers (w from w_at), with the decay of kind */
+/* n elements from offset at of p's buffers (w from w_at), with the decay of kind; none of a
+ * tensor the optimizer does not move (TSR_PK_STATE: its own rule does) */
 static void run(const tsr_optim *op, const optim_part *p, size_t w_at, size_t at, size_t n,
                 tsr_param_kind kind, double lr, float gscale, int64_t step) {
     const tsr_optim_config *o = &op->o;
+    if (kind == TSR_PK_STATE) return;
     op->ops->adamw_update(p->w + w_at, p->g + at, p->m + at, p->v + at, n, (float)lr,
                           (float)o->beta1, (float)o->beta2, (float)o->eps, adamw_decay(o, kind),
                           gscale, (int)step);

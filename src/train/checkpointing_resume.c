@@ -220,14 +220,14 @@ void checkpointing_set_aside_after(tsr_trainer *t) { ckpt_set_aside_after(t->cfg
 /* --init-from, layer l: 0 when it is of one kind in the run and the checkpoint, else the refusal */
 static int init_layer_kind(const tsr_model_config *x, const tsr_model_config *y, int l,
                            const char *path) {
-    const int mx = x->moe_experts > 0 && (l + 1) % x->moe_every == 0;
-    const int my = y->moe_experts > 0 && (l + 1) % y->moe_every == 0;
+    const int mx = config_moe_layer(x, l), my = config_moe_layer(y, l);
     if (mx != my) {
         tsr_error("--init-from %s: layer %d is %s in the checkpoint but %s in this run "
-                  "(model.moe_every %d vs %d there): the experts would load into other "
-                  "layers; use the checkpoint's model.moe_every", path, l,
+                  "(model.moe_every %d vs %d there, model.moe_dense_layers %d vs %d): the experts "
+                  "would load into other layers; use the checkpoint's model.moe_every and "
+                  "moe_dense_layers", path, l,
                   my ? "a mixture of experts" : "dense", mx ? "a mixture of experts" : "dense",
-                  x->moe_every, y->moe_every);
+                  x->moe_every, y->moe_every, x->moe_dense_layers, y->moe_dense_layers);
         return TSR_EXIT_USAGE;
     }
     const int lx = config_layer_linear(x, l), ly = config_layer_linear(y, l);

@@ -385,6 +385,26 @@ static float clip_scale(const tsr_optim_config *o, double norm) {
     return o->grad_clip > 0 && norm > o->grad_clip ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
 }
 
+/* Auxiliary-loss-free balancing (docs/moe.md "DeepSeek's router"): the router's correction bias
+ * moved by the step's expert loads (summed over the ranks above) in the part of the weights this
+ * rank updates, before the gather sends it on; the experts' store and LoRA's adapters hold none
+ * (under LoRA the bias stays frozen with the base) */
+static void moe_balance(tsr_trainer *t) {
+    const trainer_strategy *s = t->be.strategy;
+    if (!t->out.moe || !s->owned) return;
+    const optim_part p = s->owned(t);
+    if (p.kind == OPTIM_PART_FLAT) {
+        model_moe_bias_step(&t->model, t->out.moe, p.lo, p.w + p.lo, p.hi - p.lo);
+        return;
+    }
+    if (p.kind != OPTIM_PART_SHARD) return;
+    const tsr_fsdp *f = &t->part.fsdp;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const fsdp_piece *q = &f->pieces[f->grank][k];
+        model_moe_bias_step(&t->model, t->out.moe, q->flat, p.w + q->shard, q->len);
+    }
+}
+
 /* The step's data: the batch loaded, or the objective's rollouts made (grpo); the counted
  * targets (all ranks), -1 when the step failed (st->exit_code set) */
 static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stats *st) {
@@ -458,6 +478,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
         t->optim_step = (steps - 1) * U + 1 + pass; /* the update's bias-correction step */
         update(t, lr, clip_scale(o, *norm));
         t->optim_step = steps;
+        if (first) moe_balance(t);
         s->gather(t);
     }
     return apply;

@@ -536,7 +536,8 @@ def global_batch_backward(model, inputs, targets, micro):
 
 
 def grad_norm(model):
-    return math.sqrt(sum(float((p.grad ** 2).sum()) for p in model.parameters()))
+    return math.sqrt(sum(float((p.grad ** 2).sum()) for p in model.parameters()
+                         if p.grad is not None))  # (none: DeepSeek's correction bias)
 
 
 def clip_grads(params, norm, clip):
@@ -547,16 +548,18 @@ def clip_grads(params, norm, clip):
     if clipped:
         with torch.no_grad():
             for p in params:
-                p.grad.mul_(clip / (norm + 1e-6))
+                if p.grad is not None:  # (none: DeepSeek's correction bias)
+                    p.grad.mul_(clip / (norm + 1e-6))
     return clipped
 
 
 SCHEDULES = {0: "cosine", 1: "linear", 2: "constant", 3: "wsd"}  # tsr_sched_kind
 
 
-def torch_train(model, d):
+def torch_train(model, d, after_step=None):
     """STEPS AdamW steps on the dumped batches. Returns per-step (loss, grad_norm, lr, clipped,
-    moe) (moe: global_batch_backward's)."""
+    moe) (moe: global_batch_backward's). after_step(model, moe): called after each AdamW step
+    (DeepSeek's bias update, torch_moe.MoELlama.balance)."""
     a = d["attrs"]
     groups = model.param_groups(a["weight_decay"], bool(a["decay_norms_biases"]),
                                 bool(a["decay_embeddings"]))
@@ -574,6 +577,8 @@ def torch_train(model, d):
         norm = grad_norm(model)
         clipped = clip_grads(model.parameters(), norm, clip)
         opt.step()
+        if after_step is not None:
+            after_step(model, moe)
         hist.append((loss, norm, lr, clipped, moe))
     return hist
 

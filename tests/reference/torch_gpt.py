@@ -67,6 +67,7 @@ PARAMS = {
     "shw1": ("weight", True),
     "shw2": ("weight", True),
     "shgatew": ("weight", True),
+    "routercorr": ("state", True),  # DeepSeek's correction bias: no gradient, no optimizer
     "lnfw": ("norm", False),
     "lnfb": ("norm", False),
     "lm_head": ("weight", False),

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 import torch_llama
 
 # tessera names of the MoE tensors, in tessera's order (src/model/model.h), after the dense MLP's
-MOE_NAMES = ("routerw", "routerb", "expw1", "expb1", "expw2", "expb2", "shw1", "shw2",
+MOE_NAMES = ("routerw", "routerb", "routercorr", "expw1", "expb1", "expw2", "expb2", "shw1", "shw2",
              "shgatew")
 GPTOSS_ALPHA = 1.702  # GptOssExperts.alpha (fixed in transformers)
 
@@ -67,10 +67,18 @@ class MoEConfig(torch_llama.LlamaConfig):
     topk_softmax: bool = False  # GptOssTopKRouter's softmax over the K chosen logits
     attn_bias: bool = False     # o_proj's bias (q, k, v: qkv_bias)
     shared_gate: bool = False   # the shared expert times sigmoid(x . shgatew) (Qwen3-Next)
+    # DeepSeek's router (docs/moe.md "DeepSeek's router"; route_ds below)
+    sigmoid: bool = False       # scores sigmoid(logits), else softmax
+    method: str = "greedy"      # greedy, group_limited_greedy or noaux_tc
+    n_group: int = 1
+    topk_group: int = 1
+    scale: float = 1.0          # routed_scaling_factor
+    bias_rate: float = 0.0      # noaux_tc: the correction bias's step after each optimizer step
+    dense_layers: int = 0       # the first this many layers dense (first_k_dense_replace)
 
 
 def is_moe_layer(cfg, l):
-    return (l + 1) % cfg.moe_every == 0
+    return l >= getattr(cfg, "dense_layers", 0) and (l + 1) % cfg.moe_every == 0
 
 
 def param_names(cfg):
@@ -83,6 +91,7 @@ def param_names(cfg):
     absent = set() if cfg.S > 0 else {"shw1", "shw2"}
     absent |= set() if cfg.S > 0 and getattr(cfg, "shared_gate", False) else {"shgatew"}
     absent |= set() if getattr(cfg, "router_bias", False) else {"routerb"}
+    absent |= set() if getattr(cfg, "method", "greedy") == "noaux_tc" else {"routercorr"}
     absent |= set() if getattr(cfg, "expert_bias", False) else {"expb1", "expb2"}
     moe = [n for n in MOE_NAMES if n not in absent]
     at = names.index("lnfw")
@@ -132,6 +141,43 @@ def route(logits, K, norm_topk):
     return probs, idx, wts, margin
 
 
+def route_ds(logits, K, c, bias):
+    """DeepSeek's router (docs/moe.md "DeepSeek's router", from DeepSeek-V3's and V2's
+    definitions): -> scores (N,E), idx (N,K), wts (N,K), margin (N,).
+      s      = sigmoid(logits) or softmax(logits)
+      choice = s + bias (noaux_tc) or s, no gradient
+      groups (method != greedy): E/G experts each, a group's score its best choice (V2's
+             group_limited_greedy) or the sum of its two best (noaux_tc); the topk_group best
+             groups (ties to the lower group) stay, the others' experts are out (-inf)
+      idx    = the K best choices left, descending, ties to the lower expert
+      wts    = s[idx] (the unbiased scores), / (their sum (+ 1e-20 with sigmoid)) when norm_topk,
+               then times scale
+    margin: the smallest gap at a choice (K-th vs (K+1)-th expert, topk_group-th vs next group)"""
+    s = torch.sigmoid(logits) if c.sigmoid else F.softmax(logits, dim=-1)
+    choice = s.detach() + (bias if c.method == "noaux_tc" else 0.0)
+    N, E = s.shape
+    margin = torch.full((N,), math.inf, dtype=s.dtype)
+    if c.method != "greedy" and c.n_group > 1:
+        per = E // c.n_group
+        g = choice.view(N, c.n_group, per)
+        gs = g.topk(2, dim=-1).values.sum(-1) if c.method == "noaux_tc" else g.max(-1).values
+        granked, gorder = torch.sort(gs, dim=-1, descending=True, stable=True)
+        keep = torch.zeros(N, c.n_group, dtype=torch.bool)
+        keep.scatter_(1, gorder[:, :c.topk_group], True)
+        choice = choice.masked_fill(~keep.repeat_interleave(per, dim=1), -math.inf)
+        if c.topk_group < c.n_group:
+            margin = granked[:, c.topk_group - 1] - granked[:, c.topk_group]
+    ranked, order = torch.sort(choice, dim=-1, descending=True, stable=True)
+    idx = order[:, :K]
+    wts = s.gather(1, idx)
+    if c.norm_topk:
+        wts = wts / (wts.sum(dim=-1, keepdim=True) + (1e-20 if c.sigmoid else 0.0))
+    wts = wts * c.scale
+    if K < E:
+        margin = torch.minimum(margin, ranked[:, K - 1] - ranked[:, K])
+    return s, idx, wts, margin
+
+
 def router_losses(logits, probs, idx):
     """(aux, z, counts): Switch's load-balancing loss with Megatron's normalisation and ST-MoE's
     z-loss over the rows; the counts per expert enter aux as constants."""
@@ -144,19 +190,25 @@ def router_losses(logits, probs, idx):
 
 
 def moe_forward(x, router, w1, w2, shw1, shw2, K, norm_topk, routerb=None, b1=None, b2=None,
-                gptoss=False, limit=7.0, topk_softmax=False, shgatew=None):
+                gptoss=False, limit=7.0, topk_softmax=False, shgatew=None, ds=None, corr=None):
     """One MoE MLP on x (N,C). shw1/shw2 None without a shared expert, shgatew (1,C) None without
     its gate; routerb (E,), b1 (E,2FE),
     b2 (E,C) None without biases; gptoss, limit, topk_softmax as in MoEConfig. Returns
     (out, aux, z, info) with info.idx, info.wts, info.margin, info.counts."""
     logits = F.linear(x, router, routerb)
-    probs, idx, wts, margin = route(logits, K, norm_topk)
+    if ds is not None:  # DeepSeek's router (the aux loss over the scores normalised per row)
+        probs, idx, wts, margin = route_ds(logits, K, ds, corr)
+        q = probs / probs.sum(dim=-1, keepdim=True) if ds.sigmoid else probs
+        aux, z, counts = router_losses(logits, q, idx)
+    else:
+        probs, idx, wts, margin = route(logits, K, norm_topk)
     if topk_softmax:
         idx2, wts = route_topk_softmax(logits, K)
         if not torch.equal(idx2, idx):  # torch.topk's order on a tie (margin 0) is unspecified
             margin = torch.zeros_like(margin)
         idx = idx2
-    aux, z, counts = router_losses(logits, probs, idx)
+    if ds is None:
+        aux, z, counts = router_losses(logits, probs, idx)
     out = swiglu(x, shw1, shw2) if shw1 is not None else torch.zeros_like(x)
     if shgatew is not None:
         out = torch.sigmoid(F.linear(x, shgatew)) * out
@@ -185,6 +237,10 @@ class MoE(nn.Module):
         self.routerb = nn.Parameter(torch.zeros(c.E)) if c.router_bias else None
         self.b1 = nn.Parameter(torch.zeros(c.E, 2 * c.FE)) if c.expert_bias else None
         self.b2 = nn.Parameter(torch.zeros(c.E, c.C)) if c.expert_bias else None
+        ds = c.sigmoid or c.method != "greedy" or c.scale != 1.0
+        self.ds = c if ds else None
+        self.corr = nn.Parameter(torch.zeros(c.E), requires_grad=False) \
+            if c.method == "noaux_tc" else None
         self.min_margin = math.inf
 
     def forward(self, x):
@@ -193,7 +249,7 @@ class MoE(nn.Module):
         out, self.aux, self.z, info = moe_forward(
             x.reshape(B * T, C), self.router, self.w1, self.w2, self.shw1, self.shw2, c.K,
             c.norm_topk, self.routerb, self.b1, self.b2, c.gptoss, c.limit, c.topk_softmax,
-            self.shgatew)
+            self.shgatew, self.ds, self.corr)
         self.counts = info.counts
         self.min_margin = min(self.min_margin, float(info.margin.min()))
         return out.view(B, T, C)
@@ -219,6 +275,16 @@ class MoELlama(torch_llama.Llama):
         c = self.cfg
         return sum(c.aux_coef * m.aux + c.z_coef * m.z for m in self.moe_layers())
 
+    @torch.no_grad()
+    def balance(self, moe):
+        """auxiliary-loss-free balancing after an optimizer step: each layer's correction bias
+        += bias_rate sign(mean load - load), moe the step's [aux, z, load (E)] per MoE layer"""
+        if self.cfg.method != "noaux_tc":
+            return
+        for m, row in zip(self.moe_layers(), moe):
+            load = torch.as_tensor(row[2:], dtype=torch.float64)
+            m.corr += self.cfg.bias_rate * torch.sign(load.mean() - load)
+
     def router_stats(self):
         """Per MoE layer [aux, z, tokens per expert (E)] of the last forward, (LM, 2+E) numpy."""
         return torch.stack([torch.cat([torch.stack([m.aux, m.z]).detach(), m.counts])
@@ -240,6 +306,7 @@ class MoELlama(torch_llama.Llama):
             "attprojb": [[ly.self_attn.o_proj.bias] for ly in self.layers],
             "routerw": [[m.router] for m in moe],
             "routerb": [[m.routerb] for m in moe],
+            "routercorr": [[m.corr] for m in moe],
             "expw1": [[m.w1] for m in moe],
             "expb1": [[m.b1] for m in moe],
             "expw2": [[m.w2] for m in moe],

@@ -784,7 +784,7 @@ static void test_table_and_docs(void) {
         for (int j = 0; j < i; j++)
             if (!strcmp(cfgtab_keys[j].name, k->name)) ok = 0, tap_diag("%s twice", k->name);
     }
-    tap_ok(ok && cfgtab_n_keys == 202, "key table: %d keys, each documented, unique, default xor example",
+    tap_ok(ok && cfgtab_n_keys == 209, "key table: %d keys, each documented, unique, default xor example",
            cfgtab_n_keys);
     char *text = NULL;
     size_t len = 0;

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# DeepSeek's router through the real trainer (docs/moe.md "DeepSeek's router"): a tiny MoE of 8
+# experts, top 2, sigmoid scores and noaux_tc's correction bias, no auxiliary loss, on a skewed
+# corpus (a 32-token vocabulary), the weights all but frozen (lr 1e-9: the routing moves by the
+# bias alone, so the rank counts' runs see the same rows routed the same way). Its maths:
+# tests/reference/test_deepseek_moe.py.
+#  - auxiliary-loss-free balancing: at model.moe_bias_update_rate = 0.001 (the default) every
+#    layer's max/mean expert load is within 1.2 in each of steps 21..30, where with rate 0 (the
+#    bias frozen) some layer's is above 1.25 at every one of them;
+#  - the bias is equal bit for bit at 1 rank, 2 ranks, 2 ranks with parallel.expert = 2, with
+#    parallel.sharding = "zero3" or "zero1" and with parallel.tensor = 2 (the loads summed over
+#    every microbatch and rank, a tensor group's once); it moved; its optimizer moments stay 0 (no
+#    gradient, no AdamW);
+#  - rank 1 SIGKILLed after step 16: the rerun resumes from step 10 and its final checkpoint
+#    equals the uninterrupted run's tensor for tensor (routercorr included);
+#  - the first model.moe_dense_layers layers are dense: the checkpoint's MoE tensors stack
+#    n_layer - 1 layers, fcw one;
+#  - bad settings exit 1 naming the key and a valid value, nothing written: moe_n_group not
+#    dividing moe_experts, moe_topk_group > moe_n_group, an unknown moe_scoring and
+#    moe_topk_method, a negative moe_bias_update_rate, the rate with parallel.pipeline = 2;
+#    device = "cuda" names the router's keys; the Hugging Face export (no family has the router yet)
+#    is refused naming model.moe_scoring.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 13
+make_synth "$TMP/data" 32 60000
+tiny_llama_args "$TMP/data/train"
+args+=(--set model.vocab_size=32 --set model.n_head=4 --set model.n_kv_head=2
+       --set global_batch=64 --set micro_batch=16 --set optim.lr=1e-9 --set optim.warmup=0ba
+       --set model.moe_experts=8 --set model.moe_top_k=2 --set model.moe_intermediate_size=32
+       --set model.moe_aux_loss_coef=0 --set model.moe_z_loss_coef=0
+       --set model.moe_scoring=sigmoid --set model.moe_topk_method=noaux_tc
+       --set max_duration=30ba --set save_interval=10ba --set keep_last=5 --set watchdog.window=0)
+run() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+# ratios DIR: per step 21..30 the largest max/mean expert load over the layers
+ratios() {
+    $PY3 -c '
+import json, sys
+recs = {r["step"]: r for r in map(json.loads, open(sys.argv[1])) if "lr" in r}
+print(" ".join("%.3f" % max(l["max"] * 8 / l["tokens"] for l in recs[s]["moe_load"]) for s in range(21, 31)))' "$TMP/$1/metrics.jsonl"
+}
+# bias RUN_DIR: the final checkpoint's routercorr, bit for bit (hex), and its moments' largest |x|
+bias() {
+    /usr/bin/python3 - "$(ck "$TMP/$1" 30)" <<'PY'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+b = f["model/routercorr"][()]
+print(b.astype(np.float32).tobytes().hex(), float(np.abs(b).max()),
+      max(float(np.abs(f[f"optim/{k}/routercorr"][()]).max()) for k in "mv"))
+PY
+}
+
+run A 1
+rc=$?
+run F 1 --set model.moe_bias_update_rate=0
+rcf=$?
+ra=$(ratios A) rf=$(ratios F)
+tap_diag "max/mean load, steps 21..30, rate 0.001: $ra"
+tap_diag "max/mean load, steps 21..30, rate 0:     $rf"
+((rc == 0 && rcf == 0)) && grep -q "routercorr" <(h5ls -r "$(ck "$TMP/A" 30)") &&
+    $PY3 -c "import sys; a = [float(x) for x in '$ra'.split()]; f = [float(x) for x in '$rf'.split()]
+sys.exit(0 if len(a) == 10 and max(a) <= 1.2 and len(f) == 10 and min(f) > 1.25 else 1)"
+tap_check $? "balancing without an auxiliary loss: max/mean expert load <= 1.2 at every step 21..30 (rate 0: > 1.25 at each)"
+
+read -r hexa topa moma < <(bias A)
+tap_diag "bias at step 30: max |bias| $topa, its moments' max $moma"
+[[ -n $hexa && $topa != 0.0 && $moma == 0.0 ]] && read -r hexf topf _ < <(bias F) && [[ $topf == 0.0 ]]
+tap_check $? "the bias moved (max |bias| $topa), its AdamW moments stay 0; at rate 0 it stays 0"
+
+run B 2
+read -r hexb _ < <(bias B)
+[[ -n $hexb && $hexb == "$hexa" ]]
+tap_check $? "the bias after 30 steps on 2 ranks equals 1 rank's bit for bit"
+run E 2 --set parallel.expert=2
+read -r hexe _ < <(bias E)
+[[ -n $hexe && $hexe == "$hexa" ]] && grep -q "expert parallelism" "$TMP/E.txt"
+tap_check $? "with parallel.expert = 2 on 2 ranks: the same bias bit for bit"
+run Z 2 --set parallel.sharding=zero3
+read -r hexz _ < <(bias Z)
+[[ -n $hexz && $hexz == "$hexa" ]]
+tap_check $? "with parallel.sharding = \"zero3\" on 2 ranks (the bias moved in its shards): the same bias bit for bit"
+
+run Z1 2 --set parallel.sharding=zero1
+read -r hexz1 _ < <(bias Z1)
+run T 2 --set parallel.tensor=2
+read -r hext _ < <(bias T)
+[[ -n $hexz1 && $hexz1 == "$hexa" && -n $hext && $hext == "$hexa" ]]
+tap_check $? "with parallel.sharding = \"zero1\" and with parallel.tensor = 2 on 2 ranks: the same bias bit for bit"
+
+OMPI_MCA_odls_base_sigkill_timeout=0 TSR_FAULT=kill:16:1 run K 2 --set save_async=false
+rck=$?
+run K 2
+rck2=$?
+tap_diag "killed run: exit $rck, rerun: exit $rck2, $(grep -m1 -o "checkpoint resume step [0-9]*" "$TMP/K.txt")"
+((rck != 0 && rck2 == 0)) && grep -q "checkpoint resume step 10" "$TMP/K.txt" &&
+    same_tensors "$(ck "$TMP/B" 30)" "$(ck "$TMP/K" 30)"
+tap_check $? "rank 1 killed after step 16, resumed from step 10: the final checkpoint (routercorr included) equals the uninterrupted run's"
+
+run D 1 --set model.n_layer=3 --set model.moe_dense_layers=1 --set max_duration=2ba --set save_interval=2ba
+/usr/bin/python3 - "$(ck "$TMP/D" 2)" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+m = f["model"]
+ok = m["routerw"].shape[0] == 2 and m["routercorr"].shape == (2, 8) and m["fcw"].shape[0] == 1
+sys.exit(0 if ok else 1)
+PY
+tap_check $? "model.moe_dense_layers = 1 of 3 layers: routerw and routercorr stack 2 MoE layers, fcw 1 dense"
+
+refused() { start_refused "$@"; }
+refused g1 "model.moe_n_group: model.moe_experts must be a multiple of model.moe_n_group" --set model.moe_n_group=3 &&
+    refused g2 "model.moe_topk_group must be at most model.moe_n_group" --set model.moe_n_group=4 --set model.moe_topk_group=5 &&
+    refused g3 "model.moe_bias_update_rate" --set model.moe_bias_update_rate=-0.1
+tap_check $? "moe_n_group not dividing the experts, moe_topk_group > moe_n_group, a negative rate: exit 1 naming the key, nothing written"
+refused s1 "model.moe_scoring.*softmax.*sigmoid" --set model.moe_scoring=tanh &&
+    refused s2 "model.moe_topk_method.*noaux_tc" --set model.moe_topk_method=aux
+tap_check $? "an unknown moe_scoring and moe_topk_method: exit 1 naming the key and the valid values, nothing written"
+mkdir -p "$TMP/pp"
+ranks 2 "$TRAIN" "${args[@]}" --set parallel.pipeline=2 --set run_dir="$TMP/pp/run" >"$TMP/pp.txt" 2>&1
+rc=$?
+grep -m1 "moe_bias_update_rate" "$TMP/pp.txt" | sed 's/^/# /'
+((rc == 1)) && grep -q "parallel.pipeline = 2 with model.moe_bias_update_rate" "$TMP/pp.txt" && [[ -z $(ls -A "$TMP/pp") ]]
+tap_check $? "the bias update with parallel.pipeline = 2: exit 1 naming both keys, nothing written"
+cuda_refused cu "model.moe_scoring"
+tap_check $? "device = \"cuda\": refused naming the router's keys, nothing written"
+export_refused "$(ck "$TMP/A" 30)" "$TMP/hf" "model.moe_scoring"
+tap_check $? "ckpt export --format hf of the router's checkpoint: exit 1 naming model.moe_scoring, no weights written"
+tap_done
