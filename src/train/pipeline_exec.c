@@ -13,6 +13,7 @@
 #include "common.h"
 #include "model/decoder.h"
 #include "model/model_ring.h"
+#include "run/run.h"
 #include "train/pipeline.h"
 #include "train/pipeline_int.h"
 #include "watchdog/watchdog.h"
@@ -180,6 +181,7 @@ static void act_forward(tsr_trainer *t, int c, int mb, float scale, double *loss
     tsr_decoder d;
     pp_chunk_decoder(t, c, set, NULL, r.starts, &d);
     d.pp_x = g ? g->buf : NULL;
+    run_lora_pass(&t->run, (int64_t)mb * t->micro); /* (LoRA's dropout of these rows) */
     dec_forward(&d, r.in, r.tg, t->micro, t->T, -1.0f);
     if (g) g->held = 0;
     if (s == pp->S - 1) *loss += dec_loss_sum(&d, r.tg, t->micro, t->T);
@@ -209,6 +211,7 @@ static void act_backward(tsr_trainer *t, int c, int mb, float scale, int split) 
     }
     pp_chunk_decoder(t, c, set, split ? &x->zb.be : NULL, r.starts, &d);
     d.pp_dy = g ? g->buf : NULL;
+    run_lora_pass(&t->run, (int64_t)mb * t->micro);
     dec_backward(&d, r.in, r.tg, t->micro, t->T, scale, NULL, NULL);
     x->zb.into = NULL;
     if (g) g->held = 0;

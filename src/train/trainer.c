@@ -68,6 +68,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         loss_sum = t->objective->pass
                        ? t->objective->pass(&t->run, t->run.objective_state, scale)
                        : pipeline_compute(t, scale);
+        if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* (evaluations: none) */
         trainer_fault_nan(t);
         return loss_sum;
     }
