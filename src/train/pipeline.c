@@ -11,6 +11,7 @@
 #include "common.h"
 #include "model/decoder.h"
 #include "train/pipeline_int.h"
+#include "watchdog/watchdog.h"
 
 _Static_assert((int)TSR_PP_1F1B == (int)PP_1F1B && (int)TSR_PP_INTERLEAVED == (int)PP_INTERLEAVED &&
                (int)TSR_PP_ZB == (int)PP_ZB, "parallel.pipeline_schedule's order is pp_kind's");
@@ -63,6 +64,7 @@ void pipeline_open(tsr_trainer *t) {
     x->w = tsr_calloc((size_t)pp->V * (size_t)M, sizeof *x->w);
     t->part.ppx = x;
     t->model.fwd = pp_eval_forward, t->model.scores = pp_eval_scores, t->model.fwd_ctx = t;
+    t->model.bwd_weighted = pp_turn_backward, t->model.moe_stats = pp_turn_moe_stats;
 }
 
 void pipeline_free(tsr_trainer *t) {
@@ -107,6 +109,42 @@ void pipeline_free_acts(tsr_trainer *t) {
 int pipeline_acts_B(const tsr_trainer *t) {
     const pp_exec *x = t->part.ppx;
     return x && x->n_sets[0] ? x->B : 0;
+}
+
+/* ---- the stages in turn: DPO's pass -------------------------------------------------------- */
+
+void pp_turn_backward(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
+                      const float *dlosses, float moe_w) {
+    tsr_trainer *t = ctx;
+    pp_exec *x = t->part.ppx;
+    const tsr_pp *pp = &t->part.pp;
+    const size_t n = (size_t)B * (size_t)(T / t->model.cpN) * (size_t)t->model.C * sizeof(float);
+    x->phase = WD_COMPUTE;
+    for (int c = pp->V - 1; c >= 0; c--) {
+        const int s = pp_chunk_stage(pp, c);
+        pp_msg *g = s < pp->S - 1 ? pp_recv(t, n, (s + 1) % pp->P, pp_tag(1, c, 0),
+                                            "a pass's gradient", s + 1) : NULL;
+        tsr_decoder d;
+        pp_chunk_decoder(t, c, x->turn[c], NULL, t->model.starts, &d);
+        d.pp_dy = g ? g->buf : NULL;
+        dec_backward_weighted(&d, tokens, targets, B, T, dlosses, moe_w);
+        if (g) g->held = 0;
+        if (s > 0)
+            pp_send(t, x->turn[c]->a.dresidual, n, (s - 1) % pp->P, pp_tag(1, (s - 1) / pp->P, 0));
+    }
+    pp_sends_wait(x);
+}
+
+void pp_turn_moe_stats(void *ctx, double w, double *acc) {
+    tsr_trainer *t = ctx;
+    const tsr_pp *pp = &t->part.pp;
+    for (int c = 0; c < pp->V; c++) {
+        const tsr_model *m = &pp->chunk[c];
+        tsr_decoder d;
+        if (!m->LM) continue;
+        pp_chunk_decoder(t, c, t->part.ppx->turn[c], NULL, NULL, &d);
+        dec_moe_stats_add(&d, w, acc + (size_t)pp->moe_before[c] * (size_t)(2 + m->E));
+    }
 }
 
 /* ---- the gradients ------------------------------------------------------------------------- */

@@ -24,6 +24,7 @@ void pp_chunk_decoder(tsr_trainer *t, int c, pp_set *s, const tsr_backend *be,
                       const uint8_t *starts, tsr_decoder *d) {
     model_decoder_of(&t->part.pp.chunk[c], &s->a, be ? be : &s->be, d);
     d->starts = starts;
+    d->lora = t->model.lora; /* (DPO's reference pass runs the base without them) */
 }
 
 pp_set *pp_set_take(tsr_trainer *t, int c, int mb) {
@@ -295,7 +296,7 @@ static void eval_pass(tsr_trainer *t, const int32_t *tokens, const int32_t *targ
         if (g) g->held = 0;
         if (s < pp->S - 1) pp_send(t, dec_output(&d), n, (s + 1) % pp->P, pp_tag(0, (s + 1) / pp->P, 0));
         else *last = d;
-        set->mb = -1;
+        set->mb = -1, x->turn[c] = set;
     }
     pp_sends_wait(x);
 }

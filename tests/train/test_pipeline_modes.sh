@@ -8,10 +8,14 @@
 #    step within 1e-6 of one rank's; the P 2 checkpoint (the adapters and their moments) equals
 #    one rank's bit for bit and records the same base checksum; a P 2 LoRA run killed mid-run
 #    resumes bit-identical (losses, checkpoint);
+#  - DPO (a microbatch a pair, each through the stages in turn: the reference pass, the policy's
+#    forward, its weighted backward): full finetuning with the precomputed reference at P 2 (1f1b,
+#    interleaved), LoRA with the base as the reference at P 2 and P 2 x data 2, a MoE at P 2 (zb),
+#    each within 1e-6 of one rank, the stored reference and the DPO figures the same;
 #  - the modes still refused name both keys.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 3
+tap_plan 5
 parallel_args 4 8 1 6ba
 il=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2)
 zb=(--set parallel.pipeline_schedule=zb)
@@ -39,6 +43,28 @@ run AK 2 2 lora "${sv[@]}" && rc2=0 || rc2=1
     cmp -s <(final_lines "$TMP/A2/metrics.jsonl") <(final_lines "$TMP/AK/metrics.jsonl") &&
     same_tensors "$(ck "$TMP/A2" 6)" "$(ck "$TMP/AK" 6)"
 tap_check $? "LoRA at P 2, rank 1 SIGKILLed after step $k (exit $rc): the rerun resumes from step $((k / 2 * 2)) and equals the uninterrupted run bit for bit (losses, adapters and moments)"
+
+# ---- DPO ---------------------------------------------------------------------------------------
+# pairs of 16 tokens, a microbatch a pair (micro_batch = 2 rows): 8 microbatches a step
+mkdir -p "$TMP/pairs"
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP/pairs" 5)
+dpo=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+     --set sample.tokens=0 --set data.train="$pairs" --set data.val="$pairs" --set eval_samples=16
+     --set eval_interval=5ba --set model.n_layer=4 --set model.d_model=64 --set model.n_head=4
+     --set model.n_kv_head=2 --set model.intermediate_size=96 --set seq_len=16
+     --set global_batch=16 --set micro_batch=2 --set max_duration=5ba --set save_interval=0ba
+     --set save_final=false --set threads=1 --set log_interval=1 --set optim.warmup=2ba
+     --set watchdog.window=0 --set objective=dpo --set optim.lr=1e-3 --set dpo.beta=0.5)
+dpo_lora=("${dpo[@]}" --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
+dpo_moe=("${dpo[@]}" --set model.moe_experts=4 --set model.moe_intermediate_size=48 --set model.moe_top_k=4)
+figs() { grep -o '"\(dpo_[a-z_]*\|val_loss\|val_dpo_accuracy\|moe_[a-z_]*\)": [^,]*' "$TMP/$1/metrics.jsonl"; }
+[[ -n $pairs ]] && run F1 1 1 dpo && run F2 2 2 dpo && run Fi 2 2 dpo "${il[@]}" &&
+    runs_exact F1 F2 Fi && cmp -s "$TMP/F1/dpo-reference.bin" "$TMP/F2/dpo-reference.bin" &&
+    cmp -s <(figs F1) <(figs F2) && grep -q val_dpo_accuracy "$TMP/F2/metrics.jsonl"
+tap_check $? "DPO, full finetuning (the precomputed reference through the stages): at P = 2 with 1f1b and interleaved equals one rank within 1e-6; the stored reference, the rewards, accuracies and the validation pairs' loss the same"
+run G1 1 1 dpo_lora && run G2 2 2 dpo_lora && run Gd 4 2 dpo_lora && run M1 1 1 dpo_moe &&
+    run M2 2 2 dpo_moe "${zb[@]}" && runs_exact G1 G2 Gd && runs_exact M1 M2 && cmp -s <(figs M1) <(figs M2)
+tap_check $? "DPO with LoRA (the reference pass: the base through the stages, adapters off) at P 2 and P 2 x data 2, and a MoE (every expert a token; the router losses and routing statistics) at P 2 with zb, equal one rank within 1e-6"
 
 # ---- still refused -------------------------------------------------------------------------------
 # refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
