@@ -200,7 +200,6 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
         {cfg->sharding == TSR_SHARD_ZERO3, "parallel.sharding", "= \"zero3\""},
         {cfg->sharding == TSR_SHARD_HSDP, "parallel.sharding", "= \"hsdp\""},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
-        {cfg->optim.name == TSR_OPTIM_MUON, "optim.name", "= \"muon\""},
         {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
         {cfg->sample.tokens > 0, "sample.tokens", "> 0"},
     };

@@ -12,10 +12,12 @@
 #    forward, its weighted backward): full finetuning with the precomputed reference at P 2 (1f1b,
 #    interleaved), LoRA with the base as the reference at P 2 and P 2 x data 2, a MoE at P 2 (zb),
 #    each within 1e-6 of one rank, the stored reference and the DPO figures the same;
-#  - the modes still refused name both keys.
+#  - Muon at P 2 (1f1b, interleaved), P 2 x zero1 2 and on tied embeddings within 1e-6 of one
+#    rank, the P 2 checkpoint one rank's bit for bit;
+#  - the modes still refused (the end-of-run sample, zero3 / hsdp, ...) name both keys.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 5
+tap_plan 6
 parallel_args 4 8 1 6ba
 il=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2)
 zb=(--set parallel.pipeline_schedule=zb)
@@ -66,6 +68,14 @@ run G1 1 1 dpo_lora && run G2 2 2 dpo_lora && run Gd 4 2 dpo_lora && run M1 1 1 
     run M2 2 2 dpo_moe "${zb[@]}" && runs_exact G1 G2 Gd && runs_exact M1 M2 && cmp -s <(figs M1) <(figs M2)
 tap_check $? "DPO with LoRA (the reference pass: the base through the stages, adapters off) at P 2 and P 2 x data 2, and a MoE (every expert a token; the router losses and routing statistics) at P 2 with zb, equal one rank within 1e-6"
 
+# ---- Muon ----------------------------------------------------------------------------------------
+mu=(--set optim.name=muon)
+run U1 1 1 llama "${mu[@]}" "${sv[@]}" && run U2 2 2 llama "${mu[@]}" "${sv[@]}" &&
+    run Ui 2 2 llama "${mu[@]}" "${il[@]}" && run Uz 4 2 llama "${mu[@]}" --set parallel.sharding=zero1 &&
+    run V1 1 1 gpt "${mu[@]}" && run V2 2 2 gpt "${mu[@]}" && runs_exact U1 U2 Ui Uz && runs_exact V1 V2 &&
+    same_tensors "$(ck "$TMP/U1" 4)" "$(ck "$TMP/U2" 4)"
+tap_check $? "Muon at P = 2 (1f1b, interleaved), at P 2 x zero1 2 (each matrix whole in one rank's part of its stage) and on tied embeddings (GPT-2 style) equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit"
+
 # ---- still refused -------------------------------------------------------------------------------
 # refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
 refused() {
@@ -75,7 +85,10 @@ refused() {
     ((rc == 1)) && [[ ! -e $TMP/$dir ]] || { tap_diag "$dir: exit $rc"; return 1; }
 }
 err() { grep -m1 'error:' "$TMP/$1.txt"; }
-refused R1 --set parallel.pipeline=2 --set optim.name=muon &&
-    err R1 | grep -qF 'parallel.pipeline = 2 with optim.name = "muon": pipeline parallelism does not run with it yet (docs/pipeline.md "What composes with the pipeline"): set parallel.pipeline = 1, or change optim.name'
-tap_check $? "a mode the pipeline does not run with yet exits 1 naming both keys: $(err R1)"
+why='pipeline parallelism does not run with it yet (docs/pipeline.md "What composes with the pipeline"): set parallel.pipeline = 1, or change'
+refused R1 --set parallel.pipeline=2 --set sample.tokens=8 &&
+    err R1 | grep -qF "parallel.pipeline = 2 with sample.tokens > 0: $why sample.tokens" &&
+    refused R2 --set parallel.pipeline=2 --set parallel.sharding=hsdp &&
+    err R2 | grep -qF "parallel.pipeline = 2 with parallel.sharding = \"hsdp\": $why parallel.sharding"
+tap_check $? "a mode the pipeline does not run with yet exits 1 naming both keys, nothing written: $(err R1)"
 tap_done
