@@ -149,19 +149,41 @@ void pp_turn_moe_stats(void *ctx, double w, double *acc) {
 
 /* ---- the gradients ------------------------------------------------------------------------- */
 
+/* the part's wte gradients: in the flat buffer, or (zero3 / hsdp) in the root unit's, gathered
+ * for the step (model/fsdp.h) */
+static float *wte_grads(tsr_trainer *t) {
+    size_t lo, n;
+    pp_wte_range(&t->model, &lo, &n);
+    if (!t->part.fsdp_on) return t->model.grads + lo;
+    const fsdp_unit *root = &t->part.fsdp.units[0];
+    for (int k = 0; k < root->n_seg; k++)
+        if (root->seg[k].id == TSR_P_WTE) return t->part.fsdp.root_g + root->seg[k].at;
+    tsr_die(TSR_EXIT_INTERNAL, "pipeline: no wte in the sharded root");
+}
+
 void pipeline_tied_grads(tsr_trainer *t) {
     const tsr_pp *pp = &t->part.pp;
-    tsr_model *m = &t->model;
     size_t lo, n;
     if (!t->cfg.model.tie_embeddings || (pp->p != 0 && pp->p != pp->P - 1)) return;
-    pp_wte_range(m, &lo, &n);
-    float *other = tsr_malloc(n * sizeof *other);
+    pp_wte_range(&t->model, &lo, &n);
+    float *g = wte_grads(t), *other = tsr_malloc(n * sizeof *other);
     const int peer = pp->p == 0 ? pp->P - 1 : 0;
     /* each end sends its own and adds the other's: a + b on one, b + a on the other (the same
      * bits) */
-    dist_group_sendrecv(t->part.ppx->pipe, m->grads + lo, peer, other, peer, n * sizeof *other);
-    for (size_t i = 0; i < n; i++) m->grads[lo + i] += other[i];
+    dist_group_sendrecv(t->part.ppx->pipe, g, peer, other, peer, n * sizeof *other);
+    for (size_t i = 0; i < n; i++) g[i] += other[i];
     free(other);
+}
+
+double pipeline_shard_sumsq(const tsr_trainer *t) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    if (!pp_tied_copy(&t->part.pp, &t->model)) return t->be.ops->sumsq(f->grads, f->shard_n);
+    double sq = 0.0;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const fsdp_piece *p = &f->pieces[f->grank][k];
+        if (p->id != TSR_P_WTE) sq += t->be.ops->sumsq(f->grads + p->shard, p->len);
+    }
+    return sq;
 }
 
 double pipeline_sumsq(const tsr_trainer *t, const float *g, size_t lo, size_t hi) {

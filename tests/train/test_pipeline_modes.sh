@@ -12,12 +12,15 @@
 #    forward, its weighted backward): full finetuning with the precomputed reference at P 2 (1f1b,
 #    interleaved), LoRA with the base as the reference at P 2 and P 2 x data 2, a MoE at P 2 (zb),
 #    each within 1e-6 of one rank, the stored reference and the DPO figures the same;
-#  - Muon at P 2 (1f1b, interleaved), P 2 x zero1 2 and on tied embeddings within 1e-6 of one
+#  - zero3 and hsdp: P 2 x zero3 2 (1f1b, interleaved), P 2 x hsdp (2 replicas), tied embeddings
+#    and a LoRA base on zero3's shards within 1e-6 of one rank; the P 2 x zero3 2 checkpoint is
+#    zero3 on 2 ranks' bit for bit and resumes on one rank;
+#  - Muon at P 2 (1f1b, interleaved), P 2 x zero1 2, P 2 x zero3 2 and on tied embeddings within 1e-6 of one
 #    rank, the P 2 checkpoint one rank's bit for bit;
 #  - the modes still refused (the end-of-run sample, zero3 / hsdp, ...) name both keys.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 6
+tap_plan 8
 parallel_args 4 8 1 6ba
 il=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2)
 zb=(--set parallel.pipeline_schedule=zb)
@@ -68,13 +71,25 @@ run G1 1 1 dpo_lora && run G2 2 2 dpo_lora && run Gd 4 2 dpo_lora && run M1 1 1 
     run M2 2 2 dpo_moe "${zb[@]}" && runs_exact G1 G2 Gd && runs_exact M1 M2 && cmp -s <(figs M1) <(figs M2)
 tap_check $? "DPO with LoRA (the reference pass: the base through the stages, adapters off) at P 2 and P 2 x data 2, and a MoE (every expert a token; the router losses and routing statistics) at P 2 with zb, equal one rank within 1e-6"
 
+# ---- zero3 and hsdp --------------------------------------------------------------------------------
+z3=(--set parallel.sharding=zero3)
+run L1 1 1 llama && run Z2 4 2 llama "${z3[@]}" "${sv[@]}" && run Zi 4 2 llama "${z3[@]}" "${il[@]}" &&
+    run H2 4 2 llama --set parallel.sharding=hsdp --set parallel.replica_group=1 &&
+    run G1 1 1 gpt && run Zg 4 2 gpt "${z3[@]}" && run Zl 4 2 lora "${z3[@]}" &&
+    runs_exact L1 Z2 Zi H2 && runs_exact G1 Zg && runs_exact A1 Zl
+tap_check $? "P 2 x zero3 2 (1f1b, interleaved: each chunk's layers gathered from the stage's shards), P 2 x hsdp (2 replicas of a shard), tied embeddings at P 2 x zero3 2 (the two copies summed in the gathered root) and LoRA on a zero3 base at P 2 x zero3 2 equal one rank within 1e-6"
+run N2 2 1 llama "${z3[@]}" "${sv[@]}" && same_tensors "$(ck "$TMP/N2" 4)" "$(ck "$TMP/Z2" 4)" &&
+    run ZR 1 1 llama --resume "$(ck "$TMP/Z2" 2)" && metrics_close "$TMP/L1/metrics.jsonl" "$TMP/ZR/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "the P 2 x zero3 2 checkpoint equals zero3 on 2 ranks without a pipeline bit for bit (weights and moments at global shapes) and resumes on one rank within 1e-6"
+
 # ---- Muon ----------------------------------------------------------------------------------------
 mu=(--set optim.name=muon)
 run U1 1 1 llama "${mu[@]}" "${sv[@]}" && run U2 2 2 llama "${mu[@]}" "${sv[@]}" &&
     run Ui 2 2 llama "${mu[@]}" "${il[@]}" && run Uz 4 2 llama "${mu[@]}" --set parallel.sharding=zero1 &&
-    run V1 1 1 gpt "${mu[@]}" && run V2 2 2 gpt "${mu[@]}" && runs_exact U1 U2 Ui Uz && runs_exact V1 V2 &&
+    run U3 4 2 llama "${mu[@]}" "${z3[@]}" && run V1 1 1 gpt "${mu[@]}" && run V2 2 2 gpt "${mu[@]}" &&
+    runs_exact U1 U2 Ui Uz U3 && runs_exact V1 V2 &&
     same_tensors "$(ck "$TMP/U1" 4)" "$(ck "$TMP/U2" 4)"
-tap_check $? "Muon at P = 2 (1f1b, interleaved), at P 2 x zero1 2 (each matrix whole in one rank's part of its stage) and on tied embeddings (GPT-2 style) equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit"
+tap_check $? "Muon at P = 2 (1f1b, interleaved), at P 2 x zero1 2 (each matrix whole in one rank's part of its stage), at P 2 x zero3 2 (the matrices' owners in the stage's group) and on tied embeddings (GPT-2 style) equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit"
 
 # ---- still refused -------------------------------------------------------------------------------
 # refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
@@ -88,7 +103,10 @@ err() { grep -m1 'error:' "$TMP/$1.txt"; }
 why='pipeline parallelism does not run with it yet (docs/pipeline.md "What composes with the pipeline"): set parallel.pipeline = 1, or change'
 refused R1 --set parallel.pipeline=2 --set sample.tokens=8 &&
     err R1 | grep -qF "parallel.pipeline = 2 with sample.tokens > 0: $why sample.tokens" &&
-    refused R2 --set parallel.pipeline=2 --set parallel.sharding=hsdp &&
-    err R2 | grep -qF "parallel.pipeline = 2 with parallel.sharding = \"hsdp\": $why parallel.sharding"
-tap_check $? "a mode the pipeline does not run with yet exits 1 naming both keys, nothing written: $(err R1)"
+    refused R2 --set parallel.pipeline=2 --set parallel.expert=2 --set model.moe_experts=4 \
+        --set model.moe_intermediate_size=48 &&
+    err R2 | grep -qF "parallel.pipeline = 2 with parallel.expert > 1: $why parallel.expert" &&
+    refused R3 --set parallel.pipeline=2 --set parallel.sharding=zero3 --set parallel.pipeline_schedule=zb &&
+    err R3 | grep -qF 'parallel.pipeline_schedule = "zb" with parallel.sharding = "zero3": the zero-bubble schedule computes a layer'"'"'s weight gradients after its sharded gradients are summed; set parallel.pipeline_schedule = "1f1b" or "interleaved", or parallel.sharding = "zero1"'
+tap_check $? "a mode the pipeline does not run with yet (the end-of-run sample, expert parallelism) exits 1 naming both keys, and zb with zero3 naming both and valid values, nothing written: $(err R1)"
 tap_done
