@@ -166,6 +166,16 @@ int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, si
                  "parallel.pipeline_virtual = 1", V);
         return -1;
     }
+    if (cfg->pipeline_schedule == TSR_PP_ZB &&
+        (cfg->sharding == TSR_SHARD_ZERO3 || cfg->sharding == TSR_SHARD_HSDP)) {
+        *key = "parallel.pipeline_schedule";
+        snprintf(why, n, "parallel.pipeline_schedule = \"zb\" with parallel.sharding = \"%s\": "
+                 "the zero-bubble schedule computes a layer's weight gradients after its sharded "
+                 "gradients are summed; set parallel.pipeline_schedule = \"1f1b\" or "
+                 "\"interleaved\", or parallel.sharding = \"zero1\"",
+                 cfg->sharding == TSR_SHARD_ZERO3 ? "zero3" : "hsdp");
+        return -1;
+    }
     if (S > L) {
         *key = "parallel.pipeline";
         snprintf(why, n, "parallel.pipeline = %lld x parallel.pipeline_virtual = %lld makes %d "
@@ -197,12 +207,7 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
         {cfg->micro_batch == 0, "micro_batch", "= \"auto\""},
         {cfg->tensor > 1, "parallel.tensor", "> 1"},
         {cfg->expert > 1, "parallel.expert", "> 1"},
-        {cfg->sharding == TSR_SHARD_ZERO3, "parallel.sharding", "= \"zero3\""},
-        {cfg->sharding == TSR_SHARD_HSDP, "parallel.sharding", "= \"hsdp\""},
-        {cfg->lora.rank > 0, "lora.rank", "> 0"},
-        {cfg->objective == TSR_OBJ_DPO, "objective", "= \"dpo\""},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
-        {cfg->optim.name == TSR_OPTIM_MUON, "optim.name", "= \"muon\""},
         {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
         {cfg->sample.tokens > 0, "sample.tokens", "> 0"},
         {cfg->model.moe_topk_method == TSR_MOE_TOPK_NOAUX_TC &&

@@ -139,14 +139,16 @@ void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *
     else be->matmul_forward(be, out, pre_gelu, inp, w, bias, N, IC, OC, gk);
 }
 
+int dec_lora_layer(const dec_run *r, int l) { return config_layer_at(&r->d->m->cfg, l); }
+
 /* LoRA (model_lora.h): target t's adapter path of layer l */
 void dec_lora_fwd(const dec_run *r, int l, tsr_lora_target t, void *out, const void *inp) {
-    lora_forward_at(r->d->lora, r->d->be, l, t, out, inp, r->N);
+    lora_forward_at(r->d->lora, r->d->be, dec_lora_layer(r, l), t, out, inp, r->N);
 }
 
 void dec_lora_bwd(const dec_run *r, int l, tsr_lora_target t, void *dinp, const void *dout,
                   const void *inp) {
-    lora_backward_at(r->d->lora, r->d->be, l, t, dinp, dout, inp, r->N);
+    lora_backward_at(r->d->lora, r->d->be, dec_lora_layer(r, l), t, dinp, dout, inp, r->N);
 }
 
 void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *const *w, int mlp,

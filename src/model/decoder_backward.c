@@ -142,7 +142,7 @@ void dec_backward_weighted(const tsr_decoder *d, const int32_t *tokens, const in
     for (size_t i = 0; i < N; i++) h[i] = targets[i] >= 0 ? dlosses[i] : 0.0f;
     a->moe_w = moe_w;
     be->to_device(be, a->dlosses, h, N * sizeof(float));
-    xent_grad(d, targets, (int)N);
+    if (!d->m->cfg.part.no_head) xent_grad(d, targets, (int)N); /* (a pipeline stage: pp_dy) */
     backward_pass(d, tokens, B, T, NULL, NULL);
 }
 

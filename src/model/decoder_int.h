@@ -135,6 +135,9 @@ void dec_branch_out(const dec_run *r, int l, const dec_layer *v, const void *con
 /* out = inp @ w^T + bias for layer l's linear layer (l < 0: the router) */
 void dec_linear(const dec_run *r, int l, void *out, void *pre_gelu, const void *inp, const void *w,
                 const void *bias, int N, int IC, int OC);
+/* LoRA (model_lora.h): layer l's place in the adapters' stacks, which are the whole model's (a
+ * pipeline chunk's layer l is the whole model's config_layer_at(l); elsewhere l) */
+int dec_lora_layer(const dec_run *r, int l);
 /* LoRA (model_lora.h): target t's adapter path of layer l over the pass's N rows, added to out
  * (the projection's output) from inp, or its backward into dinp (+=) and the adapters' gradients */
 void dec_lora_fwd(const dec_run *r, int l, tsr_lora_target t, void *out, const void *inp);

@@ -158,15 +158,15 @@ static int dn_lora_part(dn_proj which) { return which == DN_PROJ_Z || which == D
 
 static void lora_hook_fwd(const dn_hook *h, dn_proj which, float *out, const float *in, int N) {
     const dec_run *r = h->ctx;
-    lora_forward_part(r->d->lora, r->d->be, h->l, dn_target[which], dn_lora_part(which), out, in,
-                      N);
+    lora_forward_part(r->d->lora, r->d->be, dec_lora_layer(r, h->l), dn_target[which],
+                      dn_lora_part(which), out, in, N);
 }
 
 static void lora_hook_bwd(const dn_hook *h, dn_proj which, float *din, const float *dout,
                           const float *in, int N) {
     const dec_run *r = h->ctx;
-    lora_backward_part(r->d->lora, r->d->be, h->l, dn_target[which], dn_lora_part(which), din,
-                       dout, in, N);
+    lora_backward_part(r->d->lora, r->d->be, dec_lora_layer(r, h->l), dn_target[which],
+                       dn_lora_part(which), din, dout, in, N);
 }
 
 /* p's adapters in h when the pass has LoRA */

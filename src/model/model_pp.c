@@ -221,10 +221,25 @@ void model_set_pipeline(tsr_model *m, tsr_pp *pp, int P, int V, int p, const int
     m->global = &pp->global;
 }
 
+/* a chunk's unit u as its part's (struct pp_chunk_src) */
+static int part_unit(const struct pp_chunk_src *s, int u) { return u ? u + s->l0 : 0; }
+
+static void chunk_get(void *ctx, int u, int backward, float **w, float **g) {
+    const struct pp_chunk_src *s = ctx;
+    s->part->get(s->part->ctx, part_unit(s, u), backward, w, g);
+}
+
+static void chunk_put(void *ctx, int u, int backward) {
+    const struct pp_chunk_src *s = ctx;
+    s->part->put(s->part->ctx, part_unit(s, u), backward);
+}
+
 void pp_attach(tsr_pp *pp, const tsr_model *m) {
     for (int c = 0; pp && c < pp->V; c++) {
         tsr_model *v = &pp->chunk[c];
-        v->params = m->params, v->grads = m->grads, v->src = m->src;
+        pp->chunk_map[c] = (struct pp_chunk_src){m->src, pp->chunk_l0[c]};
+        pp->chunk_src[c] = (tsr_param_source){&pp->chunk_map[c], chunk_get, chunk_put};
+        v->params = m->params, v->grads = m->grads, v->src = m->src ? &pp->chunk_src[c] : NULL;
         v->alibi_slopes = m->alibi_slopes, v->rope_freqs = m->rope_freqs;
         v->be = m->be;
         v->lora = m->lora, v->ring = m->ring, v->cpN = m->cpN;

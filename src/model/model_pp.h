@@ -13,8 +13,10 @@
  * norm and the head on rank P - 1 (an untied model's head, or a second copy of wte: tied
  * embeddings' two copies get the sum of their gradients, pp_tied_*). Its flat layout is the
  * usual one of its tensors, each stacked over its layers: the data-parallel machinery (ddp,
- * zero1 over the `stage` group, AdamW) runs on it as on a whole model. m->global keeps the whole
- * model's layout: the checkpoints' shapes, the initialisation's element numbers, the FLOPs.
+ * zero1, zero3 / hsdp over the `stage` group, AdamW, Muon) runs on it as on a whole model (a
+ * sharded part's chunks ask for their layers by the part's units: chunk_src). m->global keeps
+ * the whole model's layout: the checkpoints' shapes, the initialisation's element numbers, the
+ * FLOPs.
  *
  * The chunks. The decoder runs one chunk at a time: pp->chunk[c] is a model of chunk c's layers
  * alone (a part of one range, the embedding only in stage 0's, the head only in stage S - 1's),
@@ -54,6 +56,13 @@ typedef struct tsr_pp {
                                     * (model_tp.h tp_io) finds each rank's elements there */
     const tp_run *runs;            /* this rank's: parts[p]'s */
     size_t n_runs;
+    /* a sharded part (zero3 / hsdp: the part's m->src): chunk c's source hands its unit u >= 1
+     * to the part's unit chunk_l0[c] + u (the root, unit 0, is the part's) */
+    struct pp_chunk_src {
+        const tsr_param_source *part;
+        int l0;
+    } chunk_map[TSR_PART_MAX];
+    tsr_param_source chunk_src[TSR_PART_MAX];
 } tsr_pp;
 
 /* The cost model of the balanced cut (the plan's, per token of a sequence of T positions): a

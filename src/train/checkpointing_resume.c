@@ -410,13 +410,21 @@ static int load_weights(tsr_trainer *t, const char *arg) {
 
 /* LoRA: "crc32c:XXXXXXXX" of the base's weights as this run holds them: the CRC32C of the flat
  * layout's float32 bytes, each rank's part of a partition (the world's; zero3 / hsdp: the first
- * group's) combined in order. Collective. */
+ * group's; a pipeline's part: its part of the whole model's layout, as a checkpoint's, so that
+ * the sum does not depend on the layout) combined in order. Collective. */
 static void base_checksum(tsr_trainer *t, char *out, size_t cap) {
     const int W = t->dist.world;
     const float *part;
     float *tmp = NULL;
     size_t len;
-    if (t->part.fsdp_on) {
+    if (trainer_split(t)) {
+        size_t hi, origin[CKIO_SETS];
+        float *b[CKIO_SETS];
+        ckio_release(t);
+        ckio_layout(t, 0, &len, &hi, b, origin);
+        tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, CKIO_MODEL), b[CKIO_MODEL]);
+        part = b[CKIO_MODEL], len = hi - len;
+    } else if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
         len = f->part_counts[f->grank];
         tmp = t->be.ops->alloc((len ? len : 1) * sizeof(float));
@@ -435,6 +443,7 @@ static void base_checksum(tsr_trainer *t, char *out, size_t cap) {
         if (all[2 * r + 1]) crc = crc32c_combine(crc, (uint32_t)all[2 * r], all[2 * r + 1]);
     free(all);
     if (tmp) t->be.ops->free(tmp);
+    ckio_release(t);
     snprintf(out, cap, "crc32c:%08x", crc);
 }
 

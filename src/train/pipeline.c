@@ -11,6 +11,7 @@
 #include "common.h"
 #include "model/decoder.h"
 #include "train/pipeline_int.h"
+#include "watchdog/watchdog.h"
 
 _Static_assert((int)TSR_PP_1F1B == (int)PP_1F1B && (int)TSR_PP_INTERLEAVED == (int)PP_INTERLEAVED &&
                (int)TSR_PP_ZB == (int)PP_ZB, "parallel.pipeline_schedule's order is pp_kind's");
@@ -63,6 +64,7 @@ void pipeline_open(tsr_trainer *t) {
     x->w = tsr_calloc((size_t)pp->V * (size_t)M, sizeof *x->w);
     t->part.ppx = x;
     t->model.fwd = pp_eval_forward, t->model.scores = pp_eval_scores, t->model.fwd_ctx = t;
+    t->model.bwd_weighted = pp_turn_backward, t->model.moe_stats = pp_turn_moe_stats;
 }
 
 void pipeline_free(tsr_trainer *t) {
@@ -109,21 +111,79 @@ int pipeline_acts_B(const tsr_trainer *t) {
     return x && x->n_sets[0] ? x->B : 0;
 }
 
+/* ---- the stages in turn: DPO's pass -------------------------------------------------------- */
+
+void pp_turn_backward(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
+                      const float *dlosses, float moe_w) {
+    tsr_trainer *t = ctx;
+    pp_exec *x = t->part.ppx;
+    const tsr_pp *pp = &t->part.pp;
+    const size_t n = (size_t)B * (size_t)(T / t->model.cpN) * (size_t)t->model.C * sizeof(float);
+    x->phase = WD_COMPUTE;
+    for (int c = pp->V - 1; c >= 0; c--) {
+        const int s = pp_chunk_stage(pp, c);
+        pp_msg *g = s < pp->S - 1 ? pp_recv(t, n, (s + 1) % pp->P, pp_tag(1, c, 0),
+                                            "a pass's gradient", s + 1) : NULL;
+        tsr_decoder d;
+        pp_chunk_decoder(t, c, x->turn[c], NULL, t->model.starts, &d);
+        d.pp_dy = g ? g->buf : NULL;
+        dec_backward_weighted(&d, tokens, targets, B, T, dlosses, moe_w);
+        if (g) g->held = 0;
+        if (s > 0)
+            pp_send(t, x->turn[c]->a.dresidual, n, (s - 1) % pp->P, pp_tag(1, (s - 1) / pp->P, 0));
+    }
+    pp_sends_wait(x);
+}
+
+void pp_turn_moe_stats(void *ctx, double w, double *acc) {
+    tsr_trainer *t = ctx;
+    const tsr_pp *pp = &t->part.pp;
+    for (int c = 0; c < pp->V; c++) {
+        const tsr_model *m = &pp->chunk[c];
+        tsr_decoder d;
+        if (!m->LM) continue;
+        pp_chunk_decoder(t, c, t->part.ppx->turn[c], NULL, NULL, &d);
+        dec_moe_stats_add(&d, w, acc + (size_t)pp->moe_before[c] * (size_t)(2 + m->E));
+    }
+}
+
 /* ---- the gradients ------------------------------------------------------------------------- */
+
+/* the part's wte gradients: in the flat buffer, or (zero3 / hsdp) in the root unit's, gathered
+ * for the step (model/fsdp.h) */
+static float *wte_grads(tsr_trainer *t) {
+    size_t lo, n;
+    pp_wte_range(&t->model, &lo, &n);
+    if (!t->part.fsdp_on) return t->model.grads + lo;
+    const fsdp_unit *root = &t->part.fsdp.units[0];
+    for (int k = 0; k < root->n_seg; k++)
+        if (root->seg[k].id == TSR_P_WTE) return t->part.fsdp.root_g + root->seg[k].at;
+    tsr_die(TSR_EXIT_INTERNAL, "pipeline: no wte in the sharded root");
+}
 
 void pipeline_tied_grads(tsr_trainer *t) {
     const tsr_pp *pp = &t->part.pp;
-    tsr_model *m = &t->model;
     size_t lo, n;
     if (!t->cfg.model.tie_embeddings || (pp->p != 0 && pp->p != pp->P - 1)) return;
-    pp_wte_range(m, &lo, &n);
-    float *other = tsr_malloc(n * sizeof *other);
+    pp_wte_range(&t->model, &lo, &n);
+    float *g = wte_grads(t), *other = tsr_malloc(n * sizeof *other);
     const int peer = pp->p == 0 ? pp->P - 1 : 0;
     /* each end sends its own and adds the other's: a + b on one, b + a on the other (the same
      * bits) */
-    dist_group_sendrecv(t->part.ppx->pipe, m->grads + lo, peer, other, peer, n * sizeof *other);
-    for (size_t i = 0; i < n; i++) m->grads[lo + i] += other[i];
+    dist_group_sendrecv(t->part.ppx->pipe, g, peer, other, peer, n * sizeof *other);
+    for (size_t i = 0; i < n; i++) g[i] += other[i];
     free(other);
+}
+
+double pipeline_shard_sumsq(const tsr_trainer *t) {
+    const tsr_fsdp *f = &t->part.fsdp;
+    if (!pp_tied_copy(&t->part.pp, &t->model)) return t->be.ops->sumsq(f->grads, f->shard_n);
+    double sq = 0.0;
+    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+        const fsdp_piece *p = &f->pieces[f->grank][k];
+        if (p->id != TSR_P_WTE) sq += t->be.ops->sumsq(f->grads + p->shard, p->len);
+    }
+    return sq;
 }
 
 double pipeline_sumsq(const tsr_trainer *t, const float *g, size_t lo, size_t hi) {

@@ -45,6 +45,9 @@ void pipeline_tied_grads(tsr_trainer *t);
  * ranks hold the whole stage's). */
 double pipeline_sumsq(const tsr_trainer *t, const float *g, size_t lo, size_t hi);
 double pipeline_sum_stages(const tsr_trainer *t, double sq);
+/* zero3 / hsdp: the squared norm of this rank's gradient shard that the pipeline counts (a tied
+ * wte's second copy left out) */
+double pipeline_shard_sumsq(const tsr_trainer *t);
 /* The end of the run: the bubble measured against the schedule's, the bytes sent between the
  * stages. Collective. */
 void pipeline_report(tsr_trainer *t);

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "model/decoder.h"
 #include "model/model_ring.h"
+#include "run/run.h"
 #include "train/pipeline.h"
 #include "train/pipeline_int.h"
 #include "watchdog/watchdog.h"
@@ -23,6 +24,7 @@ void pp_chunk_decoder(tsr_trainer *t, int c, pp_set *s, const tsr_backend *be,
                       const uint8_t *starts, tsr_decoder *d) {
     model_decoder_of(&t->part.pp.chunk[c], &s->a, be ? be : &s->be, d);
     d->starts = starts;
+    d->lora = t->model.lora; /* (DPO's reference pass runs the base without them) */
 }
 
 pp_set *pp_set_take(tsr_trainer *t, int c, int mb) {
@@ -180,6 +182,7 @@ static void act_forward(tsr_trainer *t, int c, int mb, float scale, double *loss
     tsr_decoder d;
     pp_chunk_decoder(t, c, set, NULL, r.starts, &d);
     d.pp_x = g ? g->buf : NULL;
+    run_lora_pass(&t->run, (int64_t)mb * t->micro); /* (LoRA's dropout of these rows) */
     dec_forward(&d, r.in, r.tg, t->micro, t->T, -1.0f);
     if (g) g->held = 0;
     if (s == pp->S - 1) *loss += dec_loss_sum(&d, r.tg, t->micro, t->T);
@@ -209,6 +212,7 @@ static void act_backward(tsr_trainer *t, int c, int mb, float scale, int split) 
     }
     pp_chunk_decoder(t, c, set, split ? &x->zb.be : NULL, r.starts, &d);
     d.pp_dy = g ? g->buf : NULL;
+    run_lora_pass(&t->run, (int64_t)mb * t->micro);
     dec_backward(&d, r.in, r.tg, t->micro, t->T, scale, NULL, NULL);
     x->zb.into = NULL;
     if (g) g->held = 0;
@@ -292,7 +296,7 @@ static void eval_pass(tsr_trainer *t, const int32_t *tokens, const int32_t *targ
         if (g) g->held = 0;
         if (s < pp->S - 1) pp_send(t, dec_output(&d), n, (s + 1) % pp->P, pp_tag(0, (s + 1) / pp->P, 0));
         else *last = d;
-        set->mb = -1;
+        set->mb = -1, x->turn[c] = set;
     }
     pp_sends_wait(x);
 }

@@ -79,6 +79,8 @@ typedef struct pp_exec {
     int64_t steps;
     uint64_t sent;               /* bytes sent to the neighbours (steps and evaluations) */
     int phase;                   /* the watchdog's phase (tsr_wd_phase) a wait returns to */
+    pp_set *turn[TSR_PART_MAX];  /* each chunk's set of the last pass in turn (eval_pass): what
+                                  * pp_turn_backward and pp_turn_moe_stats read */
 } pp_exec;
 
 /* the decoder of chunk c over set s (its backend, or be when not NULL: the zero-bubble B's),
@@ -105,5 +107,11 @@ void pp_sends_wait(pp_exec *x);
 double pp_eval_forward(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T);
 void pp_eval_scores(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float *losses, int32_t *greedy);
+/* after pp_eval_scores' forward (DPO's pass: train/objective.h), its backward with each token's
+ * loss weighted (model.h bwd_weighted) through every stage in turn, the last first; and its MoE
+ * statistics (model.h moe_stats) at their places in the whole model's records (pipeline.c) */
+void pp_turn_backward(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
+                      const float *dlosses, float moe_w);
+void pp_turn_moe_stats(void *ctx, double w, double *acc);
 
 #endif

@@ -68,6 +68,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         loss_sum = t->objective->pass
                        ? t->objective->pass(&t->run, t->run.objective_state, scale)
                        : pipeline_compute(t, scale);
+        if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* (evaluations: none) */
         trainer_fault_nan(t);
         return loss_sum;
     }
@@ -150,6 +151,7 @@ static tp_span *shard_spans(tsr_trainer *t, size_t *n) {
 /* the layers' gradients are reduce-scattered already: the root's, and hsdp's replica sum; then
  * (tensor parallelism) the shard's partial gradients summed over the tensor group */
 static void fsdp_reduce(tsr_trainer *t) {
+    if (t->part.pp_on) pipeline_tied_grads(t); /* (in the gathered root's, before its sum) */
     fsdp_finish_grads(&t->part.fsdp);
     if (!t->part.tp_on) return;
     size_t n;
@@ -190,12 +192,14 @@ static double fsdp_sumsq(tsr_trainer *t) {
         tp_span *sp = shard_spans(t, &n);
         sq = tp_sumsq_spans(&t->part.tp, &t->model, sp, n);
         free(sp);
+    } else if (t->part.pp_on) { /* (a tied wte once) */
+        sq = pipeline_shard_sumsq(t);
     } else {
         sq = t->be.ops->sumsq(t->part.fsdp.grads, t->part.fsdp.shard_n);
     }
     dist_group_allreduce_sum_f64(t->part.fsdp.group, &sq, 1); /* replicas are equal */
     if (t->part.tp_on) dist_group_allreduce_sum_f64(t->part.tp.group, &sq, 1);
-    return sq;
+    return t->part.pp_on ? pipeline_sum_stages(t, sq) : sq;
 }
 
 /* the parts the optimizer slot updates (optim/optim.h) */

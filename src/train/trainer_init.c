@@ -409,6 +409,12 @@ static int init_schedule(tsr_trainer *t, const tsr_config *cfg, int dry_run) {
     return 0;
 }
 
+/* the model the adapters are laid out over: the whole model's layers under a pipeline (each
+ * rank holds every stage's adapters, replicated as elsewhere: docs/pipeline.md), else the run's */
+static tsr_model *lora_model(tsr_trainer *t) {
+    return t->part.pp_on ? &t->part.pp.global : &t->model;
+}
+
 /* lora.rank > 0: the adapters' layout now (the plan shows it), their store later */
 static void init_lora_plan(tsr_trainer *t, const tsr_config *cfg) {
     unsigned mask;
@@ -416,12 +422,12 @@ static void init_lora_plan(tsr_trainer *t, const tsr_config *cfg) {
     if (config_lora_targets(&cfg->model, cfg->lora.targets, &mask, why, sizeof why) != 0)
         tsr_die(TSR_EXIT_INTERNAL, "lora.targets: %s (the config check let it through)", why);
     t->part.lora_on = 1;
-    lora_plan(&t->part.lora, &t->model, (int)cfg->lora.rank, cfg->lora.alpha,
+    lora_plan(&t->part.lora, lora_model(t), (int)cfg->lora.rank, cfg->lora.alpha,
               cfg->lora.dropout, mask);
     /* MFU counts the work done (docs/lora.md): the base's weight-gradient products (2N of
      * 6N) are skipped, the adapters' three products (6 per adapter parameter) added */
     t->out.flops_per_token += 6.0 * (double)t->part.lora.n -
-                              2.0 * (double)t->model.n_params_counted;
+                              2.0 * (double)lora_model(t)->n_params_counted;
 }
 
 /* parallel.tensor = T > 1: the model becomes this rank's split of its tensor group's (the
@@ -486,7 +492,9 @@ static void init_weights(tsr_trainer *t, const tsr_config *cfg) {
     }
     if (t->part.lora_on) {
         const tsr_lora plan = t->part.lora;
-        lora_init(&t->part.lora, &t->model, plan.R, cfg->lora.alpha, cfg->lora.dropout, plan.mask);
+        lora_init(&t->part.lora, lora_model(t), plan.R, cfg->lora.alpha, cfg->lora.dropout,
+                  plan.mask);
+        t->model.lora = &t->part.lora; /* (a pipeline's chunks take it: pp_attach) */
         lora_set_context(&t->part.lora, t->mesh.N, mesh_group(&t->mesh, TSR_MESH_CONTEXT)->rank,
                          t->T);
         lora_init_weights(&t->part.lora, (uint64_t)cfg->seed);
