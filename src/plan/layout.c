@@ -44,17 +44,24 @@ static const char *not_yet(const tsr_config *c) {
     return k && !strcmp(k, "device") ? "parallel.pipeline with device" : k;
 }
 
+/* a before b: more tokens/s a GPU; at a tie (within 0.05 %), one that runs in tessera today, then
+ * the less memory */
+static int better(const lay *a, const lay *b) {
+    const double ta = a->f.tokens_gpu, tb = b->f.tokens_gpu;
+    if (ta > tb * 1.0005 || tb > ta * 1.0005) return ta > tb;
+    if (!a->not_yet != !b->not_yet) return !a->not_yet;
+    return a->mem < b->mem;
+}
+
 /* the best few, the best of each kind (with and without a pipeline) and the best that runs */
 static void keep(search *s, const lay *l) {
     const int k = l->P > 1;
-    if (!s->has_other[k] || l->f.tokens_gpu > s->other[k].f.tokens_gpu)
-        s->other[k] = *l, s->has_other[k] = 1;
-    if (!l->not_yet && (!s->has_today || l->f.tokens_gpu > s->today.f.tokens_gpu))
-        s->today = *l, s->has_today = 1;
+    if (!s->has_other[k] || better(l, &s->other[k])) s->other[k] = *l, s->has_other[k] = 1;
+    if (!l->not_yet && (!s->has_today || better(l, &s->today))) s->today = *l, s->has_today = 1;
     int i = s->n_best < TOP ? s->n_best++ : TOP;
-    if (i == TOP && l->f.tokens_gpu <= s->best[TOP - 1].f.tokens_gpu) return;
+    if (i == TOP && !better(l, &s->best[TOP - 1])) return;
     if (i == TOP) i = TOP - 1;
-    while (i > 0 && s->best[i - 1].f.tokens_gpu < l->f.tokens_gpu) s->best[i] = s->best[i - 1], i--;
+    while (i > 0 && better(l, &s->best[i - 1])) s->best[i] = s->best[i - 1], i--;
     s->best[i] = *l;
 }
 
@@ -84,7 +91,10 @@ static void try_layout(search *s, tsr_config *c, int naive) {
     memset(&l->f, 0, sizeof l->f);
     if (s->trial(c, s->d, use, s) != 0 || l->f.tokens_gpu <= 0) return;
     s->planned++;
-    if (naive) s->naive = *l, s->has_naive = 1;
+    if (naive) { /* (a row of its own; the search tries it again among the rest) */
+        s->naive = *l, s->has_naive = 1;
+        return;
+    }
     if (l->mem > s->gpu) return;
     s->fit++;
     keep(s, l);
@@ -187,12 +197,29 @@ static void print_row(int rank, const lay *l, int W) {
            l->not_yet ? l->not_yet : "yes");
 }
 
+/* the --set options of layout l */
+static void print_sets(const lay *l) {
+    static const char *const shard[] = {"ddp", "zero1", "zero3", "hsdp"};
+    printf("--set parallel.tensor=%d --set parallel.pipeline=%d ", l->T, l->P);
+    if (l->P > 1)
+        printf("--set parallel.pipeline_schedule=%s --set parallel.pipeline_virtual=%d ",
+               pp_kind_name(l->sched), l->V);
+    printf("--set parallel.context=%d --set parallel.expert=%d --set parallel.sharding=%s --set "
+           "micro_batch=%d --set model.activation_checkpointing=%s\n", l->N, l->EP,
+           shard[l->shard], l->micro, l->ckpt ? "block" : "none");
+}
+
 /* the part of the step where a wins most over b, in words */
 static void why_best(const lay *a, const lay *b, const char *bname, const char *what) {
     const double dc = b->f.compute_ms - a->f.compute_ms, di = b->f.idle_ms - a->f.idle_ms,
                  de = b->f.exposed_ms - a->f.exposed_ms;
     const char *part = dc >= di && dc >= de ? "compute" : di >= de ? "pipeline bubble"
                                                                    : "exposed communication";
+    if (!better(a, b) || a->f.tokens_gpu <= b->f.tokens_gpu * 1.0005) {
+        printf("  %s (%s) ties with it in the plan's model: %.0f tokens/s/GPU; %.1f / %.1f GiB a "
+               "GPU\n", what, bname, b->f.tokens_gpu, a->mem / GIB, b->mem / GIB);
+        return;
+    }
     printf("  against %s (%s): %.0f against %.0f tokens/s/GPU; the step %.1f ms against %.1f, most "
            "of the difference in %s (compute %.1f / %.1f ms, bubble %.1f / %.1f, exposed links "
            "%.1f / %.1f; %.1f / %.1f GiB a GPU)\n", what, bname, a->f.tokens_gpu, b->f.tokens_gpu,
@@ -240,9 +267,9 @@ static void report(const search *s) {
     if (s->has_naive) print_row(0, &s->naive, W);
     const lay *b = &s->best[0];
     name_of(b, W, name, sizeof name);
-    printf("best: %s: %.0f tokens/s/GPU, %.1f GiB a GPU; a run: --set parallel.tensor=%d --set "
-           "parallel.pipeline=%d --set parallel.context=%d\n", name, b->f.tokens_gpu, b->mem / GIB,
-           b->T, b->P, b->N);
+    printf("best: %s: %.0f tokens/s/GPU, %.1f GiB a GPU; a run: ", name, b->f.tokens_gpu,
+           b->mem / GIB);
+    print_sets(b);
     report_why(s, b);
 }
 
