@@ -469,6 +469,12 @@ static void pipeline_of(const plan_view *t, const timeplan_opts *o, int per_node
 
 /* W's data ranks by the trainer's mesh (mesh_build, as a plan); 0, or why they do not split */
 static int data_ranks(const plan_view *t, int per_node, tp_step *s) {
+    const int P = t->cfg.pipeline > 1 ? (int)t->cfg.pipeline : 1;
+    const long long TN = (t->cfg.tensor > 1 ? t->cfg.tensor : 1) * (t->cfg.context > 1 ? t->cfg.context : 1);
+    if (s->W % P || (P > 1 && (s->W / P) % TN)) /* (the mesh below needs whole stages) */
+        return snprintf(s->na, sizeof s->na, "parallel.pipeline = %d%s does not divide %d rank%s",
+                        P, TN > 1 ? " x parallel.tensor x parallel.context" : "", s->W,
+                        s->W > 1 ? "s" : ""), 1;
     tsr_mesh me;
     tsr_dist w = t->dist;
     w.rank = 0, w.world = s->W, w.local_world = s->W < per_node ? s->W : per_node, w.view = NULL;
