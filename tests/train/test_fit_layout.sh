@@ -9,11 +9,13 @@
 #     pipeline rows are printed, and each 1f1b / interleaved row's bubble is its schedule's
 #     formula, (P-1)/(M+P-1) and (P-1)/(V M+P-1) at M = global_batch / (DP x micro_batch); the
 #     trials are quiet (no warning of a layout tried: a dataset's open used to unmute them);
-#  5. bad input exits 1 naming the option: --plan W/G with G not dividing W, --fit layout without
+#  5. --time with a pipeline: a W its stages (x tensor x context) do not divide is a line saying
+#     so (it divided by zero before);
+#  6. bad input exits 1 naming the option: --plan W/G with G not dividing W, --fit layout without
 #     /PER_NODE, without --gpu-mem, device = cpu, an unknown --fit key; nothing written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 5
+tap_plan 6
 # fit NAME ARGS...: the search's output in $TMP/NAME.txt
 fit() {
     local n=$1; shift
@@ -79,6 +81,15 @@ print(f"# {checked} pipeline rows' bubbles equal their formulas")
 PY
 [[ $? == 0 ]] && ! grep -m3 "warning:" "$TMP/l70.txt"
 tap_check $? "Llama-3-70B on 64 GPUs: pipeline rows printed, each 1f1b / interleaved row's bubble is (P-1)/(V M+P-1), zb's under 1F1B's; the trials print nothing (their hsdp warnings stay quiet)"
+
+# --time with a pipeline: a W its stages do not divide is a line saying so (it divided by zero)
+"$TRAIN" --config llama-3.1-8b --set device=cpu --set parallel.sharding=zero1 --set parallel.pipeline=8 --set parallel.context=2 \
+    --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2 --plan 64/8 \
+    --time >"$TMP/pt.txt" 2>&1 &&
+    grep -qE "^ +1 +1  parallel.pipeline = 8 x parallel.tensor x parallel.context does not divide 1 rank$" "$TMP/pt.txt" &&
+    grep -qE "^ +8 +1  parallel.pipeline = 8 x parallel.tensor x parallel.context does not divide 8 ranks$" "$TMP/pt.txt" &&
+    grep -qE "^ +64 +8 +[0-9]+ +[0-9.]+ " "$TMP/pt.txt"
+tap_check $? "--time at parallel.pipeline = 8 x context 2: W = 1 and 8 are lines saying the stages do not divide them, W = 64 a row"
 
 bad() {
     local want=$1; shift
