@@ -12,7 +12,8 @@
 #  5. --time with a pipeline: a W its stages (x tensor x context) do not divide is a line saying
 #     so (it divided by zero before);
 #  6. bad input exits 1 naming the option: --plan W/G with G not dividing W, --fit layout without
-#     /PER_NODE, without --gpu-mem, device = cpu, an unknown --fit key; nothing written.
+#     /PER_NODE, without --gpu-mem, device = cpu, an unknown --fit key, --time=H100 (no table to time
+#     the layouts by); nothing written.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 6
@@ -103,6 +104,7 @@ bad "--plan 60/8: expected" --set device=cuda --plan 60/8 --gpu-mem 80 --fit lay
     bad "--fit needs --gpu-mem" --set device=cuda --plan 64/8 --fit layout &&
     bad 'device = "cpu"' --set device=cpu --plan 64/8 --gpu-mem 80 --fit layout &&
     bad "--fit layouts: expected seq_len or micro_batch" --set device=cuda --plan 64/8 --gpu-mem 80 --fit layouts &&
+    bad "--fit layout ranks layouts by the time plan, which cannot time" --set device=cuda --plan 16/8 --gpu-mem 80 --fit layout --time=H100 &&
     [[ ! -e $TMP/bad ]]
-tap_check $? "bad input exits 1 naming the option (--plan 60/8, --plan 64 without PER_NODE, no --gpu-mem, device = cpu, --fit layouts), nothing written"
+tap_check $? "bad input exits 1 naming the option (--plan 60/8, --plan 64 without PER_NODE, no --gpu-mem, device = cpu, --fit layouts, a GPU without a table), nothing written"
 tap_done
