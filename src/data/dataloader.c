@@ -169,9 +169,10 @@ int dataloader_tokenizer(tsr_config *c, const tsr_dist *d) {
     tsr_dataset *ds = NULL;
     const int automatic = !strcmp(c->data.tokenizer, "auto");
     if (automatic) c->data.tokenizer[0] = '\0'; /* none, unless the dataset names one */
+    const int was = tsr_log_muted(); /* (a quiet plan's trial, --fit: stays quiet) */
     tsr_log_mute(1); /* a dataset that does not open is dataloader_open's to report */
     int rc = dataset_open(&ds, path, 0);
-    tsr_log_mute(d->rank != 0);
+    tsr_log_mute(was || d->rank != 0);
     if (rc) return 0;
     const char *made = dataset_tokenizer(ds), *want = c->data.tokenizer;
     if (automatic && !made[0]) {

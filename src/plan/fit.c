@@ -25,10 +25,11 @@ int plan_fit_parse_mem(const char *s, double *bytes, char *why, size_t n) {
 
 int plan_fit_parse_key(const char *s, plan_fit_key *key, char *why, size_t n) {
     *key = !strcmp(s, "seq_len") ? PLAN_FIT_SEQ_LEN
-           : !strcmp(s, "micro_batch") ? PLAN_FIT_MICRO_BATCH : PLAN_FIT_NONE;
+           : !strcmp(s, "micro_batch") ? PLAN_FIT_MICRO_BATCH
+           : !strcmp(s, "layout") ? PLAN_FIT_LAYOUT : PLAN_FIT_NONE;
     if (*key == PLAN_FIT_NONE)
         snprintf(why, n, "--fit %s: expected seq_len or micro_batch (the key whose largest value "
-                 "that fits --gpu-mem is searched)", s);
+                 "that fits --gpu-mem is searched) or layout (the fastest layouts that fit)", s);
     return *key == PLAN_FIT_NONE ? -1 : 0;
 }
 

@@ -9,9 +9,12 @@
 #include "config/config.h"
 #include "dist/dist.h"
 
-typedef enum plan_fit_key { PLAN_FIT_NONE = 0, PLAN_FIT_SEQ_LEN, PLAN_FIT_MICRO_BATCH } plan_fit_key;
+/* PLAN_FIT_LAYOUT: the layout search (plan/layout.h), not a key's largest value */
+typedef enum plan_fit_key {
+    PLAN_FIT_NONE = 0, PLAN_FIT_SEQ_LEN, PLAN_FIT_MICRO_BATCH, PLAN_FIT_LAYOUT
+} plan_fit_key;
 
-/* --gpu-mem GIB: the GiB (0 < x <= 100000) into *bytes; --fit KEY: seq_len or micro_batch into
+/* --gpu-mem GIB: the GiB (0 < x <= 100000) into *bytes; --fit KEY: seq_len, micro_batch or layout into
  * *key. 0, or -1 with why. */
 int plan_fit_parse_mem(const char *s, double *bytes, char *why, size_t n);
 int plan_fit_parse_key(const char *s, plan_fit_key *key, char *why, size_t n);

@@ -48,6 +48,10 @@ double plan_device_bytes(const gpu_train_ctx *c, int micro);
  * parallel.pipeline_layout's spelling ("Et*2|t*2L") into out. */
 void plan_pipeline(const plan_view *t);
 void plan_pipeline_cut(const tsr_pp *pp, char *out, size_t n);
+/* The schedule's table of t's pipeline at M microbatches, equal action times (F = B = W): its
+ * bubble, and the microbatch chunks the first and the last rank hold in flight at most; -1 when
+ * the schedule does not build (the time plan's and --fit layout's bubble). */
+double plan_pipeline_table(const plan_view *t, int M, int *first, int *last);
 /* quiet 1: plan_print and plan_print_device print nothing (--fit's search plans quietly). */
 void plan_set_quiet(int quiet);
 

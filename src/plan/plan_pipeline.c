@@ -20,9 +20,9 @@ void plan_pipeline_cut(const tsr_pp *pp, char *out, size_t n) {
     }
 }
 
-/* the schedule's table at equal action times: its bubble, and the microbatches rank r holds in
+/* (plan.h) the schedule's table at equal action times: its bubble, and the microbatches rank r holds in
  * flight at most (chunks of a microbatch, V of them a whole one); -1 when it does not build */
-static double table_of(const plan_view *t, int M, int *first, int *last) {
+double plan_pipeline_table(const plan_view *t, int M, int *first, int *last) {
     const tsr_pp *pp = &t->part.pp;
     pp_schedule s;
     pp_timing tm;
@@ -45,7 +45,7 @@ void plan_pipeline(const plan_view *t) {
     const tsr_pp *pp = &t->part.pp;
     const int M = (int)(t->per_rank / t->micro);
     int first = 0, last = 0;
-    const double bubble = table_of(t, M, &first, &last);
+    const double bubble = plan_pipeline_table(t, M, &first, &last);
     char cut[512], acts[32], sent[32];
     plan_pipeline_cut(pp, cut, sizeof cut);
     /* a chunk's activations: the part's per microbatch over its V chunks */

@@ -15,6 +15,7 @@
 #include "fsutil.h"
 #include "mesh/mesh.h"
 #include "metrics_units.h"
+#include "pipeline/pp_schedule.h"
 
 #define TP_ROWS 512             /* rows of a table (TSR_PROFILE's own limit is 256 ops) */
 #define TP_FILE_MAX (1 << 20)   /* bytes of a table file */
@@ -250,9 +251,12 @@ typedef struct tp_step {
     int W, G, nodes;
     int N, D;                /* the mesh's context group and data ranks (mesh_build's) */
     int Tt;                  /* and its tensor group (parallel.tensor) */
+    int P;                   /* the pipeline's ranks (parallel.pipeline; 1: none) */
     int64_t per_rank, micro; /* sequences a data rank; a microbatch's (at most per_rank) */
     double fb, compute, overlap, bytes, comm, exposed;
     double att;              /* attention's part of fb, its recomputation aside (the ring's cover) */
+    double bubble, idle;     /* the pipeline's: the schedule's idle share, its ms (in exposed) */
+    double node, net;        /* bytes on the node's links and on the network's */
     char na[160]; /* why the row has no figures */
 } tp_step;
 
@@ -275,6 +279,25 @@ static double extra_units(const tsr_model *m) {
     return (double)m->LM * m->K * m->C + (double)m->LL * (cd + (double)m->HVl * m->dvl);
 }
 
+/* parallel.pipeline: the costliest pipeline rank's share of the forward and backward, its
+ * chunks' layers and the head on the last stage priced by the cut's own cost (model_pp.h); 1
+ * without a pipeline */
+static double stage_share(const plan_view *t) {
+    const tsr_pp *pp = &t->part.pp;
+    const tsr_model *g = t->model.global;
+    if (t->mesh.P <= 1 || !g || !pp->cut) return 1;
+    double most = 0, all = 0;
+    for (int r = 0; r < pp->P; r++) {
+        double c = 0;
+        for (int s = r; s < pp->S; s += pp->P) {
+            for (int l = pp->cut[s]; l < pp->cut[s + 1]; l++) c += pp_layer_cost(g, l, t->T);
+            if (s == pp->S - 1) c += pp_head_cost(g);
+        }
+        most = c > most ? c : most, all += c;
+    }
+    return all > 0 ? most / all : 1;
+}
+
 static void compute_of(const plan_view *t, const tp_rates *q, tp_step *s) {
     const tsr_model *m = t->model.global ? t->model.global : &t->model; /* (the whole model's) */
     /* a context group's N ranks share its sequences, each computing T / N positions of each (the
@@ -291,6 +314,7 @@ static void compute_of(const plan_view *t, const tp_rates *q, tp_step *s) {
                 att * tok / split * re / (q->att_flops / q->att_ms) +
                 tok * m->Vp / split / (q->xent_logits / q->xent_ms) +
                 tok * (m->L * m->C + extra_units(m)) / rest * re / (q->rest_units / q->rest_ms);
+    ms *= stage_share(t); /* (the pipeline's costliest rank) */
     m = &t->model; /* (a rank's parameters: its split's) */
     double owned = (double)m->n_params / (t->cfg.sharding == TSR_SHARD_DDP ? 1 : s->G);
     s->fb = ms, s->compute = ms + q->opt_ms * owned / q->params;
@@ -301,6 +325,14 @@ static void compute_of(const plan_view *t, const tp_rates *q, tp_step *s) {
 
 static double bw_of(int group, int per_node, const timeplan_opts *o) {
     return (group <= per_node ? o->link_node : o->link_net) * 1e9 / 1e3; /* bytes per ms */
+}
+
+/* b bytes over a group of `group` ranks: counted on its link (the node's when it fits one), their
+ * ms returned */
+static double link_add(tp_step *s, double b, int group, int per_node, const timeplan_opts *o) {
+    if (group <= per_node) s->node += b;
+    else s->net += b;
+    return b / bw_of(group, per_node, o);
 }
 
 /* the parameters of one layer, on average (ids whose (id) says which: model_param_per_layer or
@@ -333,11 +365,13 @@ static double fp8_gather_saved(const plan_view *t, int *first, int *last) {
 static void comm_of(const plan_view *t, const timeplan_opts *o, int per_node, tp_step *s) {
     const tsr_model *m = &t->model;
     /* (a split model's: its own parameters, summed over the W / Tt ranks that hold the same) */
-    double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer), W = s->W / s->Tt;
+    double N = (double)m->n_params, Pl = layer_params(m, model_param_per_layer);
+    /* the ranks that hold the same part; their groups span a stage's ranks (W / P) */
+    const int Wd = s->W / (s->Tt * s->P), span = s->W / s->P;
+    double W = Wd;
     double G = s->G, R = W / G;
     int f8a, f8b;
     double root = N - m->L * Pl, M = ceil((double)s->per_rank / s->micro), f = (W - 1) / W;
-    double bw = bw_of(s->W, per_node, o);
     s->bytes = s->comm = s->exposed = 0;
     if (W == 1) return;
     switch (t->cfg.sharding) {
@@ -345,22 +379,23 @@ static void comm_of(const plan_view *t, const timeplan_opts *o, int per_node, tp
     case TSR_SHARD_ZERO1: {
         double grads = (t->cfg.sharding == TSR_SHARD_DDP ? 2 : 1) * f * 4 * N;
         double gather = t->cfg.sharding == TSR_SHARD_DDP ? 0 : f * 2 * N; /* after AdamW */
-        s->bytes = grads + gather, s->comm = s->bytes / bw;
-        double g = grads / bw, hidden = g - g / m->L < s->overlap ? g - g / m->L : s->overlap;
+        s->bytes = grads + gather, s->comm = link_add(s, s->bytes, span, per_node, o);
+        double g = s->comm * grads / s->bytes, hidden = g - g / m->L < s->overlap ? g - g / m->L : s->overlap;
         s->exposed = s->comm - hidden;
         break;
     }
     default: { /* zero3 in groups of G (hsdp: then the shard over R replicas) */
-        double fg = (G - 1) / G, bg = bw_of(s->G, per_node, o);
+        double fg = (G - 1) / G;
         double layers = fg * (2 * M * (2 * m->L - 2) * Pl - M * fp8_gather_saved(t, &f8a, &f8b) +
                               4 * M * m->L * Pl);
         double roots = fg * 6 * root, reps = R > 1 ? 2 * (R - 1) / R * 4 * N / G : 0;
         s->bytes = layers + roots + reps;
-        double tl = layers / bg, fb = s->fb;
-        s->comm = tl + roots / bg + (reps ? reps / bw : 0);
+        double tl = link_add(s, layers, s->G, per_node, o), fb = s->fb;
+        double tr = link_add(s, roots, s->G, per_node, o) + link_add(s, reps, span, per_node, o);
+        s->comm = tl + tr;
         /* the first gather and the last reduce-scatter of a layer wait; the rest runs beside
          * the passes when they are longer */
-        s->exposed = (tl > fb ? tl - fb : 0) + tl / (M * m->L) + roots / bg + (reps ? reps / bw : 0);
+        s->exposed = (tl > fb ? tl - fb : 0) + tl / (M * m->L) + tr;
         break;
     }
     }
@@ -387,8 +422,9 @@ static void ring_of(const plan_view *t, const timeplan_opts *o, int per_node, tp
     double fw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 0);
     double bw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 1);
     const double LA = m->L - m->LL, sb = dn_state_bytes(m, s->N, s->micro);
-    double link = bw_of(s->N, per_node, o), tf = M * LA * (1 + re) * fw / link,
-           tb = M * LA * bw / link, ts = M * m->LL * (2 + re) * sb / link;
+    double tf = link_add(s, M * LA * (1 + re) * fw, s->N, per_node, o),
+           tb = link_add(s, M * LA * bw, s->N, per_node, o),
+           ts = link_add(s, M * m->LL * (2 + re) * sb, s->N, per_node, o);
     double af = s->att / 3 * (1 + re), ab = s->att * 2 / 3; /* attention's forward, backward */
     s->bytes += M * LA * ((1 + re) * fw + bw) + M * m->LL * (2 + re) * sb;
     s->comm += tf + tb + ts;
@@ -402,17 +438,48 @@ static void tensor_of(const plan_view *t, const timeplan_opts *o, int per_node, 
     if (s->Tt < 2 || !t->model.tp) return;
     const int M = (int)ceil((double)s->per_rank / s->micro);
     const double b = (double)tp_step_bytes(&t->model, M, (int)s->micro, t->T, 2);
-    const double ms = b / bw_of(s->Tt, per_node, o);
+    const double ms = link_add(s, b, s->Tt, per_node, o);
     s->bytes += b, s->comm += ms, s->exposed += ms;
+}
+
+/* parallel.pipeline = P (docs/planning.md "Choosing the layout"): the costliest rank's forward
+ * and backward (compute_of) stretched by the schedule's bubble (its table at equal action
+ * times, plan_pipeline_table), and the stage sends: each microbatch's activations forward and
+ * their gradients back at each of a rank's chunk boundaries (bf16; 1/T of the tokens with
+ * sequence parallelism), over the node's link when the pipeline's W ranks fit a node, else the
+ * network's (a conservative reading: some hops of a wide stage stay in a node); they run beside the
+ * compute but the pipeline's fill and drain, 2 (S - 1) messages on its critical path */
+static void pipeline_of(const plan_view *t, const timeplan_opts *o, int per_node, tp_step *s) {
+    if (s->P < 2 || !t->part.pp.cut) return;
+    const int M = (int)(s->per_rank / s->micro), V = t->part.pp.V;
+    int first, last;
+    s->bubble = plan_pipeline_table(t, M, &first, &last);
+    if (s->bubble < 0) {
+        snprintf(s->na, sizeof s->na, "the %s schedule does not build at P %d, V %d, M %d",
+                 pp_kind_name((pp_kind)t->cfg.pipeline_schedule), s->P, V, M);
+        return;
+    }
+    s->idle = s->fb * s->bubble / (1 - s->bubble);
+    const double msg = (double)s->micro * (t->T / s->N) * t->model.C * 2 /
+                       (t->cfg.sequence && s->Tt > 1 ? s->Tt : 1);
+    const double ms = link_add(s, 2.0 * M * V * msg, s->W, per_node, o);
+    s->bytes += 2.0 * M * V * msg, s->comm += ms;
+    s->exposed += s->idle + ms / (M * V) * (t->part.pp.S - 1);
 }
 
 /* W's data ranks by the trainer's mesh (mesh_build, as a plan); 0, or why they do not split */
 static int data_ranks(const plan_view *t, int per_node, tp_step *s) {
+    const int P = t->cfg.pipeline > 1 ? (int)t->cfg.pipeline : 1;
+    const long long TN = (t->cfg.tensor > 1 ? t->cfg.tensor : 1) * (t->cfg.context > 1 ? t->cfg.context : 1);
+    if (s->W % P || (P > 1 && (s->W / P) % TN)) /* (the mesh below needs whole stages) */
+        return snprintf(s->na, sizeof s->na, "parallel.pipeline = %d%s does not divide %d rank%s",
+                        P, TN > 1 ? " x parallel.tensor x parallel.context" : "", s->W,
+                        s->W > 1 ? "s" : ""), 1;
     tsr_mesh me;
     tsr_dist w = t->dist;
     w.rank = 0, w.world = s->W, w.local_world = s->W < per_node ? s->W : per_node, w.view = NULL;
     mesh_build(&me, &t->cfg, &w, 1);
-    s->N = me.N, s->D = me.D, s->Tt = me.T;
+    s->N = me.N, s->D = me.D, s->Tt = me.T, s->P = me.P > 1 ? me.P : 1;
     mesh_free(&me);
     const long long gb = t->cfg.global_batch;
     if (s->W % s->Tt)
@@ -439,10 +506,11 @@ static void plan_row(const plan_view *t, const tp_rates *q, const timeplan_opts 
     if (data_ranks(t, per_node, s)) return;
     s->per_rank = t->cfg.global_batch / s->D;
     s->micro = micro < s->per_rank ? micro : s->per_rank;
+    const int was = tsr_log_muted(); /* (--fit layout's trials are muted already) */
     tsr_log_mute(1); /* hsdp's group: its reason is said below */
-    const int Wt = s->W / s->Tt, pn = per_node / s->Tt > 0 ? per_node / s->Tt : 1;
+    const int Wt = s->W / (s->Tt * s->P), pn = per_node / s->Tt > 0 ? per_node / s->Tt : 1;
     int bad = run_shard_group(&t->cfg, Wt, Wt < pn ? Wt : pn, &s->G);
-    tsr_log_mute(0);
+    tsr_log_mute(was);
     if (bad) {
         snprintf(s->na, sizeof s->na, "parallel.replica_group = %lld does not divide %d ranks",
                  (long long)t->cfg.replica_group, s->W);
@@ -452,6 +520,7 @@ static void plan_row(const plan_view *t, const tp_rates *q, const timeplan_opts 
     comm_of(t, o, per_node, s);
     ring_of(t, o, per_node, s);
     tensor_of(t, o, per_node, s);
+    if (!missing) pipeline_of(t, o, per_node, s);
 }
 
 /* ---- printing ---- */
@@ -655,4 +724,20 @@ void timeplan_print(const timeplan *p, const plan_view *t, long long recipe_micr
     print_assumptions(t, &lo, per_node, micro, p->link_src);
     if (peak <= 0) printf("  - MFU: no peak FLOP/s for %s: set peak_flops\n", p->tb.gpu);
     fflush(stdout);
+}
+
+int timeplan_layout_of(const timeplan *p, const plan_view *t, timeplan_layout *r) {
+    memset(r, 0, sizeof *r);
+    if (!p->found || unmeasured(t, &p->tb)) return -1;
+    timeplan_opts lo = p->o;
+    if (!lo.link_node) lo.link_node = lo.link_net = 1;
+    const int per_node = t->dist.local_world > 0 ? t->dist.local_world : 8;
+    tp_step s = {.W = t->dist.world, .nodes = (t->dist.world + per_node - 1) / per_node};
+    plan_row(t, &p->q, &lo, per_node, t->micro, NULL, &s);
+    if (s.na[0]) return snprintf(r->na, sizeof r->na, "%s", s.na), 1;
+    r->step_ms = s.compute + s.exposed, r->compute_ms = s.compute;
+    r->idle_ms = s.idle, r->exposed_ms = s.exposed - s.idle, r->bubble = s.bubble;
+    r->node_bytes = s.node, r->net_bytes = s.net;
+    r->tokens_gpu = (double)t->cfg.global_batch * t->T / (r->step_ms / 1e3) / s.W;
+    return 0;
 }

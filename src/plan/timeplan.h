@@ -38,4 +38,18 @@ timeplan *timeplan_open(const timeplan_opts *o, int *rc);
 void timeplan_print(const timeplan *p, const plan_view *t, long long recipe_micro);
 void timeplan_close(timeplan *p);
 
+/* One layout's step by the same model (--fit layout, plan/layout.h): t planned on its own world
+ * (t->dist.world ranks, t->dist.local_world a node) at its micro_batch */
+typedef struct timeplan_layout {
+    double step_ms, compute_ms;   /* the step; its compute (the pipeline's costliest rank's) */
+    double exposed_ms, idle_ms;   /* the links' waits; the pipeline's bubble */
+    double bubble;                /* the schedule's idle share (0: no pipeline) */
+    double node_bytes, net_bytes; /* a rank's bytes a step on the node's links, the network's */
+    double tokens_gpu;            /* tokens/s a GPU */
+    char na[160];                 /* why the layout has no figures (its batch does not split) */
+} timeplan_layout;
+/* 0 with *r filled, 1 when the layout has no figures (r->na says why), -1 when the table cannot
+ * time the recipe (no table, or ops it has no rows for) */
+int timeplan_layout_of(const timeplan *p, const plan_view *t, timeplan_layout *r);
+
 #endif

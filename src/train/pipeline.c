@@ -209,9 +209,26 @@ static double schedule_bubble(const pp_schedule *s) {
     return b;
 }
 
+/* each stage's idle share of the measured steps' wall (its own timer, pipeline_exec.c), rank 0's
+ * line: "pipeline: idle per rank 0.2011 0.1934 ..." in stage order */
+static void report_idle(tsr_trainer *t) {
+    pp_exec *x = t->part.ppx;
+    const int P = t->part.pp.P;
+    double *idle = tsr_calloc((size_t)P, sizeof *idle);
+    idle[t->part.pp.p] = x->idle;
+    dist_group_allreduce_sum_f64(x->pipe, idle, (size_t)P);
+    if (t->dist.rank == 0 && x->sum_wall > 0) {
+        printf("pipeline: idle per rank (stage order, share of the measured steps' wall):");
+        for (int r = 0; r < P; r++) printf(" %.4f", idle[r] / (x->sum_wall / P));
+        printf("\n");
+    }
+    free(idle);
+}
+
 void pipeline_report(tsr_trainer *t) {
     pp_exec *x = t->part.ppx;
     if (!x) return;
+    report_idle(t);
     int64_t sent = (int64_t)x->sent;
     dist_allreduce_sum_i64(&sent, 1);
     if (t->dist.rank != 0) return;

@@ -228,6 +228,10 @@ static void act_weights(tsr_trainer *t, int c, int mb) {
     x->busy += tsr_now() - t0;
 }
 
+/* this rank's idle time in a measured step: the pipeline's slowest wall less its own busy
+ * (pipeline_report's idle per rank; bench/pp_bubble.sh) */
+static void idle_add(pp_exec *x, double wall) { x->idle += wall - x->busy; }
+
 /* the step's times over the pipeline: every rank's busy seconds, the slowest rank's wall (the
  * first step, which allocates the sets, not counted) */
 static void measure(tsr_trainer *t) {
@@ -237,6 +241,7 @@ static void measure(tsr_trainer *t) {
     dist_group_allreduce_max_f64(x->pipe, &wall, 1);
     if (x->steps++ == 0) return;
     x->sum_busy += busy, x->sum_wall += wall * t->part.pp.P;
+    idle_add(x, wall);
 }
 
 /* TSR_FAULT="stall_pipeline:STEP:RANK" (tests): RANK stops for good before step STEP's first

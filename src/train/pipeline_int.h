@@ -76,6 +76,8 @@ typedef struct pp_exec {
     /* the step's measurement: seconds computing, waiting for a neighbour, the schedule's wall */
     double busy, wait, wall;
     double sum_busy, sum_wall;   /* over the measured steps (the second on), all ranks' busy */
+    double idle;                 /* this rank's idle seconds over the measured steps: the
+                                  * slowest rank's wall less its own busy (pipeline_exec.c) */
     int64_t steps;
     uint64_t sent;               /* bytes sent to the neighbours (steps and evaluations) */
     int phase;                   /* the watchdog's phase (tsr_wd_phase) a wait returns to */

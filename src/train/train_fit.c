@@ -24,3 +24,21 @@ double trainer_plan_trial(const tsr_config *cfg, const tsr_dist *d, int64_t *per
     free(t);
     return b;
 }
+
+int trainer_layout_trial(const tsr_config *cfg, const tsr_dist *d, plan_layout_use use, void *ctx) {
+    tsr_trainer *t = tsr_malloc(sizeof *t);
+    plan_set_quiet(1);
+    tsr_log_mute(1);
+    int rc = trainer_init(t, cfg, d, 1, NULL);
+    if (!rc) {
+        const double acts = train_gpu_plan_acts(t);
+        plan_view *v = trainer_plan_view(t);
+        use(v, train_gpu_plan_total(t) - acts, acts, ctx);
+        free(v);
+        trainer_free(t);
+    }
+    tsr_log_mute(0);
+    plan_set_quiet(0);
+    free(t);
+    return rc ? -1 : 0;
+}

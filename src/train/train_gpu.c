@@ -85,6 +85,12 @@ double train_gpu_plan_total(const tsr_trainer *t) {
     return plan_device_bytes(&c, t->micro);
 }
 
+double train_gpu_plan_acts(const tsr_trainer *t) {
+    gpu_train_ctx c;
+    fill(&c, t);
+    return (double)gpu_train_acts_bytes(&c, t->micro);
+}
+
 /* The GPU's peak bf16 FLOP/s from its name ("NVIDIA H100 80GB HBM3" -> H100), else 0. */
 static double peak_of(const char *name) {
     const char *known[] = {"H100", "H200", "A100"};

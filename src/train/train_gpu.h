@@ -16,6 +16,9 @@ int train_gpu_switches(const struct tsr_trainer *t);
 void train_gpu_print_plan(const struct tsr_trainer *t);
 /* That plan's total per rank in bytes (plan_device_bytes; every rank, nothing printed). */
 double train_gpu_plan_total(const struct tsr_trainer *t);
+/* Its activations part: one microbatch's (gpu_train_acts_bytes; --fit layout adds the pipeline's
+ * microbatches in flight). */
+double train_gpu_plan_acts(const struct tsr_trainer *t);
 /* After the host weights are initialised: fills t->gpu and starts the library (gpu_train_init);
  * without optim peak_flops, the GPU's peak bf16 FLOP/s by its name. 0 or an exit code. */
 int train_gpu_init(struct tsr_trainer *t);

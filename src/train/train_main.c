@@ -56,7 +56,7 @@ static const cli_opt options[] = {
     {"time", CLI_NO_SHORT('t'), "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
     {"link", CLI_NO_SHORT('l'), "NODE[,NET]", "--time's bus bandwidth in GB/s within a node and between nodes (default: the health checker's expected figures for the GPU)"},
     {"gpu-mem", CLI_NO_SHORT('g'), "GIB", "--dry-run that says whether the device memory plan per rank (device = cuda) fits a GPU of GIB GiB: 'fits: X of GIB GiB' or 'does not fit: needs X' (docs/planning.md)"},
-    {"fit", CLI_NO_SHORT('f'), "seq_len|micro_batch", "with --gpu-mem: the longest seq_len (multiples of 128) or the largest micro_batch (divisors of the per-rank batch) whose plan fits, at --plan's world"},
+    {"fit", CLI_NO_SHORT('f'), "seq_len|micro_batch|layout", "with --gpu-mem: the longest seq_len (multiples of 128) or the largest micro_batch (divisors of the per-rank batch) whose plan fits, at --plan's world; layout: the fastest tensor/pipeline/context/expert/data splits that fit --plan W/PER_NODE, timed by --time's table (docs/planning.md \"Choosing the layout\")"},
     {"version", 'V', NULL, "print the version and exit"},
     {"help", 'h', NULL, "this help"},
     {"", CLI_TEXT, NULL,
@@ -160,6 +160,9 @@ static void parse_cli(cli *c, int argc, char **argv, int rank) {
         tsr_fail_all(TSR_EXIT_USAGE, "--link is --time's: give --time too (docs/planning.md)");
     if (c->fit && !c->gpu_mem)
         tsr_fail_all(TSR_EXIT_USAGE, "--fit needs --gpu-mem GIB: the memory it fits (docs/planning.md)");
+    if (c->fit == PLAN_FIT_LAYOUT && !c->per_node_given)
+        tsr_fail_all(TSR_EXIT_USAGE, "--fit layout needs --plan W/PER_NODE: the GPUs and the GPUs "
+                     "a node it lays out, e.g. --plan 64/8 (docs/planning.md)");
     if (c->time && c->per_node_given) c->tp.per_node = c->plan_per_node;
     c->tp.plan_world = c->plan_world;
     if (!c->config) {
@@ -329,6 +332,7 @@ int main(int argc, char **argv) {
     char recipe[4200];
     int rc = 0;
     timeplan *tp = c.time ? timeplan_open(&c.tp, &rc) : NULL; /* --time's table, read first */
+    timeplan *ftp = c.fit == PLAN_FIT_LAYOUT && !rc ? timeplan_open(&c.tp, &rc) : NULL; /* (its own) */
     if (!rc) rc = load_config(&c, find_recipe(c.config, recipe, sizeof recipe, d.rank), &cfg);
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */
@@ -347,7 +351,9 @@ int main(int argc, char **argv) {
     if (tp) trainer_plan_time(&t, tp, recipe_micro); /* (last: --dry-run --time and --plan W --time end alike) */
     timeplan_close(tp);
     if (c.gpu_mem > 0) plan_fit_print(&t.dist, train_gpu_plan_total(&t), c.gpu_mem);
-    if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem, trainer_plan_trial);
+    if (ftp) rc = plan_layout_search(&cfg, &pd, c.gpu_mem, ftp, trainer_layout_trial);
+    else if (c.fit) rc = plan_fit_search(&cfg, &pd, c.fit, c.gpu_mem, trainer_plan_trial);
+    timeplan_close(ftp);
     tsr_lock lock = {0}; /* held until exit (tsr_exit below): released then */
     if (!c.dry_run) {
         int made = 0;

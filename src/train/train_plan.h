@@ -4,6 +4,7 @@
 #ifndef TSR_TRAIN_PLAN_H
 #define TSR_TRAIN_PLAN_H
 
+#include "plan/layout.h"
 #include "plan/plan.h"
 #include "plan/timeplan.h"
 #include "train/train_state.h"
@@ -19,5 +20,8 @@ void trainer_plan_time(const tsr_trainer *t, const timeplan *p, long long recipe
 /* --fit's trial (plan/fit.h plan_fit_trial; train_fit.c): trainer_init of a dry run of cfg on d,
  * printing nothing, its device memory plan per rank, or -1 when the config is refused. */
 double trainer_plan_trial(const tsr_config *cfg, const tsr_dist *d, int64_t *per_rank, int *pairs);
+/* --fit layout's trial (plan/layout.h plan_layout_trial; train_fit.c): the same dry start, its view
+ * handed to use with its device memory (without the activations, one microbatch's); -1 refused. */
+int trainer_layout_trial(const tsr_config *cfg, const tsr_dist *d, plan_layout_use use, void *ctx);
 
 #endif

@@ -14,7 +14,8 @@
 #    interleaved schedule, attention checkpointing with zb;
 #  - evaluation: the validation loss and the ICL results through the stages equal one rank's;
 #  - the bytes the stages sent (activations and their gradients) equal 2 M (S - 1) B T C 4 a step
-#    and data rank; the end-of-run bubble line measured beside the table's (P - 1)/(M + P - 1);
+#    and data rank; the end-of-run bubble line measured beside the table's (P - 1)/(M + P - 1),
+#    and each stage's idle share (its own timer), their mean the bubble;
 #    the plan's line: the cut (balanced, or the hand layout's) and the table's bubble;
 #  - resume: a P 2 run killed mid-run resumes bit-identical; its checkpoint is the one-rank run's,
 #    bit for bit, and resumes on one rank, a one-rank checkpoint at P 2 (zb), within 1e-6;
@@ -97,8 +98,16 @@ msg=$((1 * 32 * 64 * 4))
    $(sent Dd) == $((4 * 2 * 4 * 1 * 2 * msg)) ]]
 tap_check $? "the bytes the stages sent (counted by the sends) equal 2 M (S - 1) D B T C 4 a step: P 2 (M 8, S 2), interleaved (S 4), P 2 x data 2 (M 4): $(sent L-f), $(sent L-i), $(sent Dd)"
 grep -qE "pipeline: bubble [0-9.]+ measured over 3 steps .*, 0\.1111 by the 1f1b schedule's table at equal action times \(P 2, V 1, M 8\)" "$TMP/L-f.txt" &&
-    grep -qE "pipeline: bubble [0-9.]+ measured over 3 steps .*, 0\.0588 by the interleaved schedule's table .*\(P 2, V 2, M 8\)" "$TMP/L-i.txt"
-tap_check $? "the end-of-run line: the bubble measured from the step's own timers beside the table's, (P-1)/(M+P-1) = 1/9 for 1f1b and 1/17 interleaved: $(grep -o 'bubble [0-9.]* measured' "$TMP/L-f.txt")"
+    grep -qE "pipeline: bubble [0-9.]+ measured over 3 steps .*, 0\.0588 by the interleaved schedule's table .*\(P 2, V 2, M 8\)" "$TMP/L-i.txt" &&
+    "$PY3" - "$TMP/L-f.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+b = float(re.search(r"pipeline: bubble ([0-9.]+) measured", t)[1])
+idle = [float(x) for x in re.search(r"pipeline: idle per rank \(stage order[^)]*\):((?: [0-9.]+)+)", t)[1].split()]
+assert len(idle) == 2 and all(0 <= x <= 1 for x in idle), idle
+assert abs(sum(idle) / len(idle) - b) < 2e-4, (idle, b)  # the stages' mean idle is the bubble
+PY
+tap_check $? "the end-of-run line: the bubble measured from the step's own timers beside the table's, (P-1)/(M+P-1) = 1/9 for 1f1b and 1/17 interleaved, and each stage's idle share, whose mean is the bubble: $(grep -o 'bubble [0-9.]* measured' "$TMP/L-f.txt")"
 plan=$("$TRAIN" "${llama[@]}" --set parallel.pipeline=2 "${il[@]}" --plan 4 2>&1) &&
     grep -qF "pipeline: 2 ranks a pipeline (each stage on 2 ranks), 2 model chunks a rank, 4 stages cut Et|t|t|tL (balanced by cost); 4 microbatches a step, schedule interleaved: bubble 0.1111 by its table" <<<"$plan" &&
     grep -qF "batch: global 8 = 2 data ranks x 4 per rank" <<<"$plan"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# tessera-train --fit layout (issue 82 item 5; src/plan/layout.c, docs/planning.md "Choosing the
+# layout"): the layout search, all dry runs (nothing trained, no data opened, nothing written):
+#  1-3. for llama-3.1-8b, olmo2-13b and qwen3-8b on 64 GPUs of 8 a node and 80 GiB: the best
+#     layout fits (its GiB a GPU at most 80), is the first row and the fastest of the rows, beats
+#     the naive one (ZeRO-3 over all 64 ranks, row 0) in the plan's own model (more tokens/s/GPU,
+#     or the naive one does not fit), and its `a run:` line sets every key of the layout;
+#  4. Llama-3-70B (the llama-3.1-8b recipe at 80 layers of 8192, as docs/planning.md's table):
+#     pipeline rows are printed, and each 1f1b / interleaved row's bubble is its schedule's
+#     formula, (P-1)/(M+P-1) and (P-1)/(V M+P-1) at M = global_batch / (DP x micro_batch); the
+#     trials are quiet (no warning of a layout tried: a dataset's open used to unmute them);
+#  5. --time with a pipeline: a W its stages (x tensor x context) do not divide is a line saying
+#     so (it divided by zero before);
+#  6. bad input exits 1 naming the option: --plan W/G with G not dividing W, --fit layout without
+#     /PER_NODE, without --gpu-mem, device = cpu, an unknown --fit key, --time=H100 (no table to time
+#     the layouts by); nothing written.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 6
+# fit NAME ARGS...: the search's output in $TMP/NAME.txt
+fit() {
+    local n=$1; shift
+    "$TRAIN" "$@" --set device=cuda --set run_dir="$TMP/run-$n" --plan 64/8 --gpu-mem 80 \
+        --fit layout >"$TMP/$n.txt" 2>&1 || { tap_diag "$n: exit $?: $(grep -m1 error "$TMP/$n.txt")"; return 1; }
+}
+# beats NAME: the checks 1-3 on NAME's output
+beats() {
+    "$PY3" - "$TMP/$1.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^ ?(\d+)  (TP\d+ PP\d+ .*?)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)  (.*)$", text, re.M)
+assert rows, "no rows"
+top = [r for r in rows if r[0] != "0"]
+naive = [r for r in rows if r[0] == "0"]
+best = top[0]
+assert float(best[2]) <= 80.0, f"the best does not fit: {best}"
+assert all(float(r[2]) <= 80.0 for r in top), "a row over 80 GiB"
+assert int(best[6]) == max(int(r[6]) for r in top), "the first row is not the fastest"
+assert naive and naive[0][1].startswith("TP1 PP1 CP1 DP64 zero3"), f"no naive row: {naive}"
+n = naive[0]
+assert float(n[2]) > 80.0 or int(best[6]) > int(n[6]), f"does not beat the naive: {best} vs {n}"
+m = re.search(r"^best: (.*?): (\d+) tokens/s/GPU, ([0-9.]+) GiB a GPU; a run: (.*)$", text, re.M)
+assert m and m.group(1) == best[1].strip(), (m and m.group(1), best[1])
+name, sets = m.group(1), m.group(4)
+want = {"parallel.tensor": re.search(r"TP(\d+)", name)[1], "parallel.pipeline": re.search(r"PP(\d+)", name)[1],
+        "parallel.context": re.search(r"CP(\d+)", name)[1],
+        "parallel.sharding": re.search(r"DP\d+ (\w+)", name)[1], "micro_batch": re.search(r"mb(\d+)", name)[1],
+        "model.activation_checkpointing": "block" if name.endswith("ckpt") else "none"}
+for k, v in want.items():
+    assert f"--set {k}={v}" in sets, f"{k}={v} not in {sets}"
+print(f"# best {name}: {best[6]} tokens/s/GPU at {best[2]} GiB; naive {n[6]} at {n[2]} GiB")
+PY
+}
+i=0
+for r in llama-3.1-8b olmo2-13b qwen3-8b; do
+    i=$((i + 1))
+    fit "$r" --config "$r" && beats "$r"
+    tap_check $? "$r on 64 GPUs (8 a node), 80 GiB: the best layout fits, is the fastest row and beats ZeRO-3 over all ranks in the plan's own model; its run line sets its keys"
+done
+
+fit l70 --config llama-3.1-8b --set model.n_layer=80 --set model.d_model=8192 --set model.n_head=64 \
+    --set model.n_kv_head=8 --set model.intermediate_size=28672 --set seq_len=8192 \
+    --set model.max_seq_len=8192 --set global_batch=128 --set micro_batch=1 \
+    --set parallel.sharding=zero1 --time=configs/profiles/H200.prof --link 460,350 &&
+    "$PY3" - "$TMP/l70.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^ ?\d+  TP\d+ PP(\d+) (1f1b|interleaved VP\d+|zb) CP\d+ DP(\d+) \w+ mb(\d+)(?: ckpt)?\s+[0-9.]+\s+([0-9.]+)\s", text, re.M)
+checked = 0
+for P, sched, D, mb, bubble in rows:
+    P, D, mb = int(P), int(D), int(mb)
+    M = 128 // (D * mb)
+    if sched == "zb":
+        assert float(bubble) < (P - 1) / (M + P - 1), (sched, P, M, bubble)
+        continue
+    V = int(sched.split("VP")[1]) if "VP" in sched else 1
+    want = (P - 1) / (V * M + P - 1)
+    assert abs(float(bubble) - want) < 6e-5, (P, sched, M, bubble, want)
+    checked += 1
+assert checked >= 1, "no 1f1b or interleaved row"
+print(f"# {checked} pipeline rows' bubbles equal their formulas")
+PY
+[[ $? == 0 ]] && ! grep -m3 "warning:" "$TMP/l70.txt"
+tap_check $? "Llama-3-70B on 64 GPUs: pipeline rows printed, each 1f1b / interleaved row's bubble is (P-1)/(V M+P-1), zb's under 1F1B's; the trials print nothing (their hsdp warnings stay quiet)"
+
+# --time with a pipeline: a W its stages do not divide is a line saying so (it divided by zero)
+"$TRAIN" --config llama-3.1-8b --set device=cpu --set parallel.sharding=zero1 --set parallel.pipeline=8 --set parallel.context=2 \
+    --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2 --plan 64/8 \
+    --time >"$TMP/pt.txt" 2>&1 &&
+    grep -qE "^ +1 +1  parallel.pipeline = 8 x parallel.tensor x parallel.context does not divide 1 rank$" "$TMP/pt.txt" &&
+    grep -qE "^ +8 +1  parallel.pipeline = 8 x parallel.tensor x parallel.context does not divide 8 ranks$" "$TMP/pt.txt" &&
+    grep -qE "^ +64 +8 +[0-9]+ +[0-9.]+ " "$TMP/pt.txt"
+tap_check $? "--time at parallel.pipeline = 8 x context 2: W = 1 and 8 are lines saying the stages do not divide them, W = 64 a row"
+
+bad() {
+    local want=$1; shift
+    "$TRAIN" --config llama-3.1-8b --set run_dir="$TMP/bad" "$@" >"$TMP/bad.txt" 2>&1
+    local rc=$?
+    [[ $rc == 1 ]] && grep -q -- "$want" "$TMP/bad.txt" ||
+        { tap_diag "$*: exit $rc, $(grep -m1 error "$TMP/bad.txt")"; return 1; }
+}
+bad "--plan 60/8: expected" --set device=cuda --plan 60/8 --gpu-mem 80 --fit layout &&
+    bad "--fit layout needs --plan W/PER_NODE" --set device=cuda --plan 64 --gpu-mem 80 --fit layout &&
+    bad "--fit needs --gpu-mem" --set device=cuda --plan 64/8 --fit layout &&
+    bad 'device = "cpu"' --set device=cpu --plan 64/8 --gpu-mem 80 --fit layout &&
+    bad "--fit layouts: expected seq_len or micro_batch" --set device=cuda --plan 64/8 --gpu-mem 80 --fit layouts &&
+    bad "--fit layout ranks layouts by the time plan, which cannot time" --set device=cuda --plan 16/8 --gpu-mem 80 --fit layout --time=H100 &&
+    [[ ! -e $TMP/bad ]]
+tap_check $? "bad input exits 1 naming the option (--plan 60/8, --plan 64 without PER_NODE, no --gpu-mem, device = cpu, --fit layouts, a GPU without a table), nothing written"
+tap_done
