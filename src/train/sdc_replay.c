@@ -128,6 +128,7 @@ void sdc_replay_whole(tsr_trainer *t, double loss) {
     s->rp.whole = fingerprint(t, loss);
     s->rp.whole_step = t->step + 1;
     s->rp.seconds += tsr_now() - t0;
+    t->out.health.step_s += tsr_now() - t0;
 }
 
 /* This rank's first `rows` rows (their tokens, targets, segment starts) into rp->mine */
