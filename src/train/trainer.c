@@ -468,16 +468,13 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
         checkpointing_before_update(t);
     }
     watchdog_phase(WD_OPTIMIZER, t->step);
-    /* the state at rest since the last comparison, checked before it changes (train/sdc.h) */
+    if (first) step_judge(t, *loss, *norm, st);
+    if (first && st->verdict != GUARD_OK && step_trip(t, st, *loss, scale, norm)) return 0;
+    /* the state at rest since the last comparison (a replay's too), checked before it changes
+     * (train/sdc.h) */
     if (first && (st->exit_code = sdc_before_update(t))) return 0;
-    int apply;
-    if (first) {
-        step_judge(t, *loss, *norm, st);
-        if (st->verdict != GUARD_OK && step_trip(t, st, *loss, scale, norm)) return 0;
-        apply = step_count(t, st);
-    } else { /* (grpo.updates: the step's verdict holds; a non-finite pass is not applied) */
-        apply = isfinite(*loss) && isfinite(*norm);
-    }
+    /* (grpo.updates: the step's verdict holds; a non-finite pass is not applied) */
+    const int apply = first ? step_count(t, st) : isfinite(*loss) && isfinite(*norm);
     if (apply) {
         const int64_t steps = t->optim_step, U = step_updates(t);
         t->optim_step = (steps - 1) * U + 1 + pass; /* the update's bias-correction step */

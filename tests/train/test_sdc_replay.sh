@@ -3,7 +3,8 @@
 #  - at once after the spike guard's outlier, before its response: a real spike (garbage data on
 #    every rank) is "the data": every rank's batch recomputed by its neighbour agrees, the guard
 #    skips the step as it would without replay, and the run ends with the weights of a run with
-#    replay off, bit for bit; a wrong product on the spike step is named (transient: the guard's
+#    replay off, bit for bit (under guard.action = warn too, which applies it: the step is
+#    computed again after the replay used the buffers); a wrong product on the spike step is named (transient: the guard's
 #    response follows; in every product: persistent, exit 87); a NaN one rank put into its
 #    gradients is that rank's transient fault;
 #  - under zero3 and hsdp every rank recomputes in lockstep (the layers' gathers are the group's),
@@ -13,7 +14,7 @@
 #  - the replay holds no second copy of the gradients: the memory plan counts two batches' tokens.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 11
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -40,6 +41,16 @@ rc2=$?
     grep -q '"event": "replay", "step": 9, "trigger": "outlier", "verdict": "data"' "$TMP/D/metrics.jsonl" &&
     same_tensors "$(ck "$TMP/D" 12)" "$(ck "$TMP/Doff" 12)"
 tap_check $? "a real spike (garbage in step 9 on every rank): replayed at once, every recomputation agrees: the data; the guard skips the step, and the weights equal a run with replay off bit for bit (exit $rc, $rc2)"
+
+w=(--set guard.window=4 --set guard.threshold=3 --set guard.action=warn)
+TSR_FAULT=garbage:8:9 run 3 DW "${w[@]}"
+rc=$?
+TSR_FAULT=garbage:8:9 run 3 DWoff "${w[@]}" --set health.replay_interval=0
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 && $(health DW replays) -ge 1 && $(health DW replay_mismatches) == 0 ]] && grep -q '"event": "guard", "action": "warn", "step": 9,' "$TMP/DW/metrics.jsonl" &&
+    grep -q '"event": "replay", "step": 9, "trigger": "outlier", "verdict": "data"' "$TMP/DW/metrics.jsonl" &&
+    same_tensors "$(ck "$TMP/DW" 12)" "$(ck "$TMP/DWoff" 12)"
+tap_check $? "guard.action = warn applies the spike's update after its replay: the step computed again, the weights equal a run with replay off bit for bit, and the replay's comparison raises no false alarm at rest (exit $rc, $rc2)"
 
 TSR_FAULT=garbage:8:9,matmul:9:1 run 3 DM "${g[@]}"
 rc=$?
