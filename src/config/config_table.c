@@ -660,10 +660,12 @@ const cfgtab_key cfgtab_keys[] = {
             "Every checkpoint save compares too. 0 = off (checkpoints then say not compared)."},
     {.name = "health.replay_interval", .type = CFGK_INT, FIELD(health.replay_interval),
      .def = "100", .ilo = 0, INT32_ONLY,
-     .doc = "Steps between deterministic replays (docs/health.md \"Replay\"): each rank's first "
-            "microbatch is recomputed by its neighbour and the gradients' fingerprints compared "
-            "bit for bit; a third rank and a second try tell a transient fault (the step goes on "
-            "with the microbatches recomputed) from a persistent one (exit 87). ddp, zero1 and "
-            "LoRA on the CPU, one rank per context, tensor and expert group, no pipeline; 0 = off."},
+     .doc = "Steps between deterministic replays (docs/health.md \"Deterministic replay\"): each "
+            "rank's first microbatch is recomputed by its neighbour and the gradients' "
+            "fingerprints compared bit for bit; a third rank and a second try tell a transient "
+            "fault (the step goes on with the microbatches recomputed) from a persistent one "
+            "(exit 87). A spike guard's outlier replays the step's whole batches at once (a real "
+            "spike: the data). ddp, zero1, zero3, hsdp and LoRA on the CPU, one rank per context, "
+            "tensor and expert group, no pipeline; 0 = off (neither)."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);

@@ -266,7 +266,10 @@ static void src_get(void *ctx, int u, int backward, float **w, float **g) {
 
 static void src_put(void *ctx, int u, int backward) {
     tsr_fsdp *f = ctx;
-    if (u > 0 && backward && !f->frozen) scatter_unit(f, u, f->layer_g); /* the layer's gradients are complete */
+    if (u == 0 || !backward || f->frozen) return;
+    const fsdp_unit *un = &f->units[u]; /* the layer's gradients are complete */
+    if (f->tap) f->tap(f->tap_ctx, f->layer_g, un->size);
+    if (!f->tap_only) scatter_unit(f, u, f->layer_g);
 }
 
 /* The flat range [*a, *b) of piece p inside the part [plo, phi); 0 when they do not meet */

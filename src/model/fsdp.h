@@ -87,6 +87,12 @@ typedef struct tsr_fsdp {
                                * (fsdp_exchange_floats each; at the first exchange, kept) */
     size_t xmost;             /* the exchange's longest stream between two ranks */
     int xmost_known;          /* (found at the first exchange) */
+    /* a deterministic replay's tap (train/sdc_replay.c): each layer's gradients of a microbatch
+     * as its backward completes them, before their reduce-scatter (NULL: none); tap_only: not
+     * reduce-scattered (a replay's recomputation: the shards keep the step's gradients) */
+    void (*tap)(void *ctx, const float *g, size_t n);
+    void *tap_ctx;
+    int tap_only;
 } tsr_fsdp;
 
 /* Floats a rank's checkpoint layout exchange sends to its peers in one round (at most

@@ -35,9 +35,9 @@ struct tsr_config;
 int sdc_configured(const struct tsr_config *cfg);
 
 /* The host memory a rank's deterministic replay holds beside the training state (sdc_replay.c):
- * the gradients it recomputes into (the flat buffer's size, or LoRA's adapters') and two
- * microbatches; 0 when health.replay_interval = 0 or the mode has no replay. The plan counts it
- * (plan/plan.h plan_view.sdc_bytes, filled by train_plan.c). Local; t's layout only. */
+ * two batches' tokens, targets and segment starts (a replay recomputes into the rank's own
+ * gradient buffers); 0 when health.replay_interval = 0 or the mode has no replay. The plan counts
+ * it (plan/plan.h plan_view.sdc_bytes, filled by train_plan.c). Local; t's layout only. */
 size_t sdc_plan_bytes(const struct tsr_trainer *t);
 
 /* The fault sites of a step (sdc_fault) */
@@ -60,12 +60,25 @@ int sdc_on(const struct tsr_trainer *t);
 int sdc_start(struct tsr_trainer *t);
 /* The injected fault of TSR_FAULT=flip:SITE:... due at this point, if any (sdc_fault.c). */
 void sdc_fault(struct tsr_trainer *t, sdc_when when);
-/* Deterministic replay (sdc_replay.c): after the first microbatch's backward, on a replay step,
- * its gradients' fingerprint (local); after the step's microbatches, before the reduction, the
- * replay and its verdict. Collective; *redo = 1 on the rank whose own first microbatch was
- * computed wrong once (transient): it computes its microbatches again before the reduction. */
-void sdc_replay_first(struct tsr_trainer *t);
+/* Deterministic replay (sdc_replay.c). In a rank's pass over its microbatches: begin before the
+ * first, first after the first one's backward (its loss given: on a replay step, its
+ * fingerprint), whole after the last (the batch's loss sum: the fingerprint of what the rank hands
+ * to the reduction, for a replay after the guard's outlier). Local. */
+void sdc_replay_begin(struct tsr_trainer *t);
+void sdc_replay_first(struct tsr_trainer *t, double loss);
+void sdc_replay_whole(struct tsr_trainer *t, double loss);
+/* A replay step, before the rank's own microbatches: the state compared, its right neighbour's
+ * first microbatch recomputed (into the rank's gradient buffers). Collective. */
+int sdc_replay_before(struct tsr_trainer *t, float scale);
+/* A replay step, after the microbatches, before the reduction: the verdict. Collective; *redo = 1
+ * on a rank whose gradients are not its microbatches' any more (its own first microbatch was
+ * computed wrong once: transient; or a tie-break used its buffers): it computes them again. */
 int sdc_replay(struct tsr_trainer *t, float scale, int *redo);
+/* After the spike guard found an outlier (trigger: "outlier" or "non-finite value"), before its
+ * response: every rank's batch recomputed by its left neighbour, the verdict (the data: rank 0
+ * says so; a fault: sdc_report's). Collective; *redo = 1: the gradient buffers hold a
+ * recomputation (an update applied after it needs the step's computed again). */
+int sdc_replay_trip(struct tsr_trainer *t, float scale, const char *trigger, int *redo);
 /* After the reduction of a step that compares: the reduced gradients' fingerprints. Local. */
 void sdc_grads(struct tsr_trainer *t);
 /* Before the step's first update. Collective. */

@@ -216,7 +216,7 @@ void sdc_fault(tsr_trainer *t, sdc_when when) {
 }
 
 /* TSR_FAULT="matmul:STEP:WHO[:every]" (test-only): the CPU backend's product is wrapped; WHO's
- * first product of step STEP (every: each of its products from STEP on, the replays' too) gets
+ * first product of its own work in step STEP (not a replay's recomputation; every: each of its products from STEP on, the replays' too) gets
  * bit 22 of its last element flipped, as a unit that computes wrong would (the last row's: the
  * first row of a layer's first product is the first position's query, which attends to itself
  * alone and changes nothing) */
@@ -234,6 +234,7 @@ static int wrong_now(void) {
     const tsr_trainer *t = wrong.t;
     const int64_t step = t->step + 1; /* (the step being computed) */
     if (wrong.every ? step < wrong.step : step != wrong.step || wrong.fired) return 0;
+    if (!wrong.every && t->sdc->rp.busy) return 0; /* (once: the rank's own products) */
     const char *node = t->sdc->hosts ? t->sdc->hosts[t->dist.rank] : t->dist.host;
     return wrong.rank >= 0 ? wrong.rank == t->dist.rank : !strcmp(wrong.node, node);
 }

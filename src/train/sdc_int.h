@@ -71,26 +71,30 @@ typedef struct sdc_verdict {
     int *rest_count;   /* and how many */
     uint32_t *rest_crc;/* (world x 2) that entry's stored and current fingerprints */
     int64_t suspect_from; /* checkpoints of this step and later may hold it: set aside */
-    /* replay: rank q's first microbatch, replayed by rank r, the suspect (-1: none), the kind;
+    /* replay: rank q's first microbatch (or batch), replayed by rank r, the suspect (-1: none), the kind;
      * the third rank and the rank of the (last) second try, -1 when none; the fingerprints: q's,
      * r's, the third's, the second try's */
     int rp_q, rp_r, rp_suspect, rp_third, rp_retry;
+    int rp_whole;      /* the ranks' whole batches were replayed (after a guard's outlier) */
     sdc_rp_kind rp_kind;
     uint32_t rp_crc[4];
 } sdc_verdict;
 
-/* Deterministic replay (sdc_replay.c; docs/health.md "Replay") */
+/* Deterministic replay (sdc_replay.c; docs/health.md "Deterministic replay") */
 typedef struct sdc_replay {
     int on;
     int64_t interval;
-    tsr_group *world;          /* every rank (mesh_group_open): the microbatches' transfers */
-    size_t bytes;              /* one microbatch: its tokens, targets and segment starts */
-    uint8_t *mine, *theirs;    /* this rank's first microbatch; the one it recomputes */
-    float *scratch;            /* the recomputation's gradients */
-    size_t n;                  /* floats of the gradients */
-    int64_t step;              /* the step whose first microbatch own is the fingerprint of */
+    tsr_group *world;          /* every rank (mesh_group_open): the rows' transfers */
+    size_t bytes;              /* a rank's batch: its tokens, targets and segment starts */
+    uint8_t *mine, *theirs;    /* this rank's rows sent; the ones it recomputes */
+    int64_t step;              /* the replay step whose first microbatch own is the fingerprint of */
     uint32_t own;
+    uint32_t theirs_crc;       /* the right neighbour's first microbatch recomputed (that step) */
+    int64_t whole_step;        /* the step whose batch whole is the fingerprint of */
+    uint32_t whole;
+    uint32_t tap;              /* zero3 / hsdp: the layers' gradients before their reduce-scatter */
     int busy;                  /* inside a recomputation: no fingerprint, no replay */
+    int clobbered;             /* a recomputation used this rank's gradient buffers */
     double seconds;
 } sdc_replay_state;
 

@@ -113,7 +113,8 @@ static const char *first_tensor(const tsr_sdc *s) {
     const sdc_verdict *v = &s->v;
     static char what[64];
     if (v->found == SDC_FOUND_REPLAY) {
-        snprintf(what, sizeof what, "grads/microbatch-0-of-rank-%d", v->rp_q);
+        snprintf(what, sizeof what, v->rp_whole ? "grads/batch-of-rank-%d"
+                                                : "grads/microbatch-0-of-rank-%d", v->rp_q);
         return what;
     }
     if (v->found == SDC_FOUND_REPLICAS) return s->e[v->votes[0].entry].name;
@@ -164,15 +165,17 @@ static void replay_lines(const tsr_sdc *s) {
     if (v->rp_retry >= 0)
         snprintf(second, sizeof second, "; rank %d's second try 0x%08x", v->rp_retry, v->rp_crc[3]);
     char what[400];
-    snprintf(what, sizeof what, "replay of step %lld: rank %d's first microbatch gives gradients "
+    snprintf(what, sizeof what, "replay of step %lld%s: rank %d's %s gives gradients "
              "0x%08x on rank %d (node %s), 0x%08x recomputed by rank %d (node %s)%s%s",
-             (long long)v->step, v->rp_q, v->rp_crc[0], v->rp_q, s->hosts[v->rp_q], v->rp_crc[1],
+             (long long)v->step, v->rp_whole ? " after the spike guard's outlier" : "", v->rp_q,
+             v->rp_whole ? "batch" : "first microbatch", v->rp_crc[0], v->rp_q, s->hosts[v->rp_q], v->rp_crc[1],
              v->rp_r, s->hosts[v->rp_r], third, second);
     if (v->rp_kind == SDC_RP_TRANSIENT)
         tsr_warn("%s: a transient fault of rank %d (node %s): its second try agrees%s", what,
                  v->rp_suspect, s->hosts[v->rp_suspect],
-                 v->rp_suspect == v->rp_q ? "; it computes its microbatches again before the "
-                                            "reduction" : "");
+                 v->rp_whole ? "; the guard's response to the step as computed follows"
+                 : v->rp_suspect == v->rp_q ? "; it computes its microbatches again before the "
+                                              "reduction" : "");
     else if (v->rp_kind == SDC_RP_PERSISTENT)
         tsr_error("silent data corruption in the %s: a persistent fault of rank %d (node %s): its "
                   "second try disagrees again", what, v->rp_suspect, s->hosts[v->rp_suspect]);

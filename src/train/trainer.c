@@ -72,7 +72,8 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         trainer_fault_nan(t);
         return loss_sum;
     }
-    model_mtp_reset(m);
+    sdc_replay_begin(t); /* (the fingerprints of a deterministic replay: train/sdc.h) */
+    model_mtp_reset(m);  /* (after a replay's recomputation, whose forwards add to it) */
     for (int64_t b = 0; b < t->per_rank; b += t->micro) {
         const int32_t *in = t->data.inputs + b * t->T, *tg = t->data.targets + b * t->T;
         run_lora_pass(&t->run, b);
@@ -80,11 +81,12 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         loss_sum += model_forward(m, in, tg, t->micro, t->T);
         moe_stats_add(t, tg, scale);
         model_backward(m, in, tg, t->micro, t->T, scale);
-        if (b == 0) sdc_replay_first(t); /* (a replay step: its gradients' fingerprint) */
+        if (b == 0) sdc_replay_first(t, loss_sum);
     }
     m->starts = NULL;
     if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* evaluations: no dropout */
     trainer_fault_nan(t);
+    sdc_replay_whole(t, loss_sum); /* (what the rank hands to the reduction) */
     return loss_sum;
 }
 
@@ -367,12 +369,16 @@ static double step_mtp_loss(tsr_trainer *t, double sum, int64_t counted) {
 
 /* The spike guard judges before the update, on rank 0's numbers (all-reduced, so equal on every
  * rank unless a reduction differed in the last bit): every rank's guard state and verdict are then
- * the same by construction. Counts the step; returns whether its update is applied. */
-static int step_judge(tsr_trainer *t, double loss, double norm, tsr_step_stats *st) {
+ * the same by construction. */
+static void step_judge(tsr_trainer *t, double loss, double norm, tsr_step_stats *st) {
     double judged[2] = {loss, norm};
     if (t->dist.world > 1) dist_bcast(judged, sizeof judged, 0);
     st->verdict = guard_judge(&t->guard, t->step + 1, judged[0], judged[1], st->why, sizeof st->why);
     st->rebaselined = t->guard.rebaselined;
+}
+
+/* Counts the judged step; returns whether its update is applied. */
+static int step_count(tsr_trainer *t, const tsr_step_stats *st) {
     t->step++;
     int apply = st->verdict == GUARD_OK || st->verdict == GUARD_WARN;
     if (apply) t->optim_step++;
@@ -422,22 +428,15 @@ static int64_t step_data(tsr_trainer *t, int64_t d, int64_t *sums, tsr_step_stat
     return counted;
 }
 
-/* One pass of the objective and its update (when applied); the step's first (pass 0) is judged
- * by the spike guard (its verdict applies to the step: a skipped step applies none). Returns
- * whether the update was applied; *loss, *norm the pass's. With grpo.updates = U a step applies
- * up to U AdamW updates but counts one in optim_step (so optim_step <= step, as checkpoints
- * check): pass k's bias-correction step is (optim_step - 1) U + 1 + k, the count of updates a
- * run applying every pass has made (a non-finite later pass, not applied, leaves its number
- * unused). */
-static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pass, double lr,
-                       double *loss, double *norm) {
-    const int first = pass == 0;
+/* The pass's gradients: computed (on a replay step, with the replay's verdict: a rank whose
+ * buffers lost its microbatches' gradients computes them again), reduced, fingerprinted on a
+ * fingerprint step; *norm their norm. Returns this rank's loss sum (st->exit_code set when a
+ * replay found a fault). */
+static double step_grads(tsr_trainer *t, tsr_step_stats *st, float scale, int first,
+                         double *norm) {
     const trainer_strategy *s = t->be.strategy;
-    const tsr_optim_config *o = &t->cfg.optim;
     const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
-    watchdog_phase(WD_COMPUTE, t->step);
     double tc = tsr_now();
-    const float scale = denom > 0 ? 1.0f / (float)denom : 0.0f;
     double loss_sum = s->compute(t, scale);
     double mtp_sum = model_mtp_loss_sum(&t->model); /* (before a replay's forwards add to it) */
     trainer_fault_compute(t);
@@ -445,7 +444,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     int redo = 0; /* (a replay step: another rank recomputed a microbatch: train/sdc.h) */
     if (first && (st->exit_code = sdc_replay(t, scale, &redo))) return 0;
     if (redo && t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
-    if (redo) { /* this rank erred once: its microbatches again */
+    if (redo) { /* its microbatches again */
         loss_sum = s->compute(t, scale);
         mtp_sum = model_mtp_loss_sum(&t->model);
     }
@@ -462,6 +461,43 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     sdc_fault(t, SDC_AFTER_REDUCE);
     sdc_grads(t); /* (a fingerprint step: the reduced gradients, before the update uses them) */
     *norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
+    return loss_sum;
+}
+
+/* The guard found an outlier: the step replayed before its response (train/sdc.h); an update
+ * the guard still applies (guard.action = warn) needs the step's gradients computed again, with
+ * the step's MoE statistics kept. Returns st->exit_code. */
+static int step_trip(tsr_trainer *t, tsr_step_stats *st, double loss, float scale,
+                     double *norm) {
+    int redo = 0;
+    const char *trigger = isfinite(loss) && isfinite(*norm) ? "outlier" : "non-finite value";
+    if ((st->exit_code = sdc_replay_trip(t, scale, trigger, &redo))) return st->exit_code;
+    if (!redo || (st->verdict != GUARD_OK && st->verdict != GUARD_WARN)) return 0;
+    const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
+    double *moe = t->out.moe ? tsr_malloc(n_moe * sizeof *moe) : NULL;
+    if (moe) memcpy(moe, t->out.moe, n_moe * sizeof *moe);
+    step_grads(t, st, scale, 0, norm);
+    if (moe) memcpy(t->out.moe, moe, n_moe * sizeof *moe), free(moe);
+    return st->exit_code;
+}
+
+/* One pass of the objective and its update (when applied); the step's first (pass 0) is judged
+ * by the spike guard (its verdict applies to the step: a skipped step applies none). Returns
+ * whether the update was applied; *loss, *norm the pass's. With grpo.updates = U a step applies
+ * up to U AdamW updates but counts one in optim_step (so optim_step <= step, as checkpoints
+ * check): pass k's bias-correction step is (optim_step - 1) U + 1 + k, the count of updates a
+ * run applying every pass has made (a non-finite later pass, not applied, leaves its number
+ * unused). */
+static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pass, double lr,
+                       double *loss, double *norm) {
+    const int first = pass == 0;
+    const trainer_strategy *s = t->be.strategy;
+    const tsr_optim_config *o = &t->cfg.optim;
+    watchdog_phase(WD_COMPUTE, t->step);
+    const float scale = denom > 0 ? 1.0f / (float)denom : 0.0f;
+    if (first && (st->exit_code = sdc_replay_before(t, scale))) return 0;
+    double loss_sum = step_grads(t, st, scale, first, norm);
+    if (st->exit_code) return 0;
     *loss = step_global_loss(t, loss_sum, denom, st);
     st->mtp_loss = t->model.D ? step_mtp_loss(t, mtp_sum, denom) : NAN;
     if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
@@ -469,14 +505,13 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
         checkpointing_before_update(t);
     }
     watchdog_phase(WD_OPTIMIZER, t->step);
-    /* the state at rest since the last comparison, checked before it changes (train/sdc.h) */
+    if (first) step_judge(t, *loss, *norm, st);
+    if (first && st->verdict != GUARD_OK && step_trip(t, st, *loss, scale, norm)) return 0;
+    /* the state at rest since the last comparison (a replay's too), checked before it changes
+     * (train/sdc.h) */
     if (first && (st->exit_code = sdc_before_update(t))) return 0;
-    int apply;
-    if (first) {
-        apply = step_judge(t, *loss, *norm, st);
-    } else { /* (grpo.updates: the step's verdict holds; a non-finite pass is not applied) */
-        apply = isfinite(*loss) && isfinite(*norm);
-    }
+    /* (grpo.updates: the step's verdict holds; a non-finite pass is not applied) */
+    const int apply = first ? step_count(t, st) : isfinite(*loss) && isfinite(*norm);
     if (apply) {
         const int64_t steps = t->optim_step, U = step_updates(t);
         t->optim_step = (steps - 1) * U + 1 + pass; /* the update's bias-correction step */

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Deterministic replay (docs/health.md "Deterministic replay"), on real MPI ranks:
+#  - at once after the spike guard's outlier, before its response: a real spike (garbage data on
+#    every rank) is "the data": every rank's batch recomputed by its neighbour agrees, the guard
+#    skips the step as it would without replay, and the run ends with the weights of a run with
+#    replay off, bit for bit (under guard.action = warn too, which applies it: the step is
+#    computed again after the replay used the buffers); a wrong product on the spike step is named (transient: the guard's
+#    response follows; in every product: persistent, exit 87); a NaN one rank put into its
+#    gradients is that rank's transient fault;
+#  - under zero3 and hsdp every rank recomputes in lockstep (the layers' gathers are the group's),
+#    the layers' gradients fingerprinted before their reduce-scatter: a clean replay agrees and
+#    changes no bit; a wrong product once is transient (the rank computes again: the clean run's
+#    weights), in every product persistent;
+#  - the replay holds no second copy of the gradients: the memory plan counts two batches' tokens.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 11
+make_synth "$TMP/data"
+tiny_args "$TMP/data/train"
+args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
+       --set max_duration=12ba --set save_interval=6ba --set optim.warmup=2ba --set keep_last=3)
+run() { local np=$1 dir=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+culprit() { # culprit DIR KEY: a field of DIR's sdc-culprit.json
+    "$PY3" -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(v if not isinstance(v, list) else ",".join(map(str, v)))' "$TMP/$1/sdc-culprit.json" "$2" 2>/dev/null
+}
+health() { # health DIR KEY: a field of DIR's {"event": "health"} record
+    "$PY3" -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1]) if "\"event\": \"health\"" in l]
+print(r[-1][sys.argv[2]] if r else "none")' "$TMP/$1/metrics.jsonl" "$2"
+}
+skipped9() { grep -q '"event": "guard", "action": "skip", "step": 9,' "$TMP/$1/metrics.jsonl"; }
+
+# the guard judges from step 5 (a window of 4); garbage in data batch 8 makes step 9 a spike
+g=(--set guard.window=4 --set guard.threshold=3 --set guard.action=skip)
+TSR_FAULT=garbage:8:9 run 3 D "${g[@]}"
+rc=$?
+TSR_FAULT=garbage:8:9 run 3 Doff "${g[@]}" --set health.replay_interval=0
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 && $(health D replays) == 1 && $(health D replay_mismatches) == 0 ]] && skipped9 D && skipped9 Doff &&
+    grep -q "^health: replay of step 9 after the spike guard's outlier: every rank's batch recomputed by its neighbour gives the same gradients: the data, not the hardware; the guard's response follows" "$TMP/D.txt" &&
+    grep -q '"event": "replay", "step": 9, "trigger": "outlier", "verdict": "data"' "$TMP/D/metrics.jsonl" &&
+    same_tensors "$(ck "$TMP/D" 12)" "$(ck "$TMP/Doff" 12)"
+tap_check $? "a real spike (garbage in step 9 on every rank): replayed at once, every recomputation agrees: the data; the guard skips the step, and the weights equal a run with replay off bit for bit (exit $rc, $rc2)"
+
+w=(--set guard.window=4 --set guard.threshold=3 --set guard.action=warn)
+TSR_FAULT=garbage:8:9 run 3 DW "${w[@]}"
+rc=$?
+TSR_FAULT=garbage:8:9 run 3 DWoff "${w[@]}" --set health.replay_interval=0
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 && $(health DW replays) -ge 1 && $(health DW replay_mismatches) == 0 ]] && grep -q '"event": "guard", "action": "warn", "step": 9,' "$TMP/DW/metrics.jsonl" &&
+    grep -q '"event": "replay", "step": 9, "trigger": "outlier", "verdict": "data"' "$TMP/DW/metrics.jsonl" &&
+    same_tensors "$(ck "$TMP/DW" 12)" "$(ck "$TMP/DWoff" 12)"
+tap_check $? "guard.action = warn applies the spike's update after its replay: the step computed again, the weights equal a run with replay off bit for bit, and the replay's comparison raises no false alarm at rest (exit $rc, $rc2)"
+
+TSR_FAULT=garbage:8:9,matmul:9:1 run 3 DM "${g[@]}"
+rc=$?
+[[ $rc == 0 && $(health DM replay_transients) == 1 ]] && skipped9 DM &&
+    grep -q "warning: replay of step 9 after the spike guard's outlier: rank 1's batch gives gradients 0x[0-9a-f]* on rank 1 (node .*), 0x[0-9a-f]* recomputed by rank 0 (node .*); rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees; the guard's response to the step as computed follows" "$TMP/DM.txt" &&
+    grep -q '"event": "sdc", "step": 9, "check": "replay", "verdict": "transient", "tensor": "grads/batch-of-rank-1"' "$TMP/DM/metrics.jsonl" &&
+    ! grep -q '"verdict": "data"' "$TMP/DM/metrics.jsonl"
+tap_check $? "a wrong product of rank 1 on the spike step: the replay names rank 1 (transient), not the data; the guard skips the step (exit $rc)"
+
+TSR_FAULT=garbage:8:9,matmul:9:1:every run 3 DP "${g[@]}"
+rc=$?
+[[ $rc == 87 && $(culprit DP check) == replay && $(culprit DP verdict) == persistent && $(culprit DP ranks) == 1 &&
+   $(culprit DP tensor) == grads/batch-of-rank-1 ]] && ! grep -q '"event": "guard"' "$TMP/DP/metrics.jsonl"
+tap_check $? "rank 1's products wrong from the spike step on: persistent, exit 87 before the guard responds, culprit rank 1 (exit $rc)"
+
+TSR_FAULT=nan:9:2 run 3 DN "${g[@]}"
+rc=$?
+[[ $rc == 0 && $(health DN replay_transients) == 1 ]] && skipped9 DN &&
+    grep -q "rank 2's batch gives gradients .*: a transient fault of rank 2" "$TMP/DN.txt"
+tap_check $? "a NaN rank 2 put into its gradients in step 9: replayed at once, rank 2's transient fault; the step is skipped (exit $rc)"
+
+# zero3 (3 ranks) and hsdp (2 x 2): a replay at step 7, every rank recomputing in lockstep
+rp=(--set health.replay_interval=7)
+run 3 Z "${rp[@]}" --set parallel.sharding=zero3
+rc=$?
+run 3 Zoff --set health.replay_interval=0 --set parallel.sharding=zero3
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 && $(health Z replays) == 1 && $(health Z replay_mismatches) == 0 && $(health Zoff replay_interval) == 0 ]] &&
+    same_tensors "$(ck "$TMP/Z" 12)" "$(ck "$TMP/Zoff" 12)"
+tap_check $? "zero3: each rank's first microbatch recomputed by its neighbour at step 7, all agree; the weights equal a run without replay bit for bit (exit $rc, $rc2)"
+
+TSR_FAULT=matmul:7:1 run 3 ZM "${rp[@]}" --set parallel.sharding=zero3
+rc=$?
+[[ $rc == 0 && $(health ZM replay_transients) == 1 ]] && same_tensors "$(ck "$TMP/Z" 12)" "$(ck "$TMP/ZM" 12)" &&
+    grep -q "replay of step 7: rank 1's first microbatch gives gradients .* rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees; it computes its microbatches again" "$TMP/ZM.txt"
+tap_check $? "zero3: rank 1's product wrong once in step 7: transient, rank 1 named; the run ends with the clean run's weights bit for bit (exit $rc)"
+
+TSR_FAULT=matmul:7:1:every run 3 ZP "${rp[@]}" --set parallel.sharding=zero3
+rc=$?
+[[ $rc == 87 && $(culprit ZP check) == replay && $(culprit ZP verdict) == persistent && $(culprit ZP ranks) == 1 ]]
+tap_check $? "zero3: rank 1's products wrong from step 7 on: persistent, exit 87, culprit rank 1 (exit $rc)"
+
+h=(--set parallel.sharding=hsdp --set parallel.replica_group=2 --set max_duration=8ba)
+TSR_FAULT=matmul:7:3 run 4 HM "${rp[@]}" "${h[@]}"
+rc=$?
+[[ $rc == 0 && $(health HM replay_transients) == 1 ]] &&
+    grep -q "replay of step 7: rank 3's first microbatch gives gradients .*: a transient fault of rank 3" "$TMP/HM.txt"
+tap_check $? "hsdp 2 x 2: rank 3's product wrong once in step 7: recomputed by rank 2, transient, rank 3 named (exit $rc)"
+
+TSR_FAULT=matmul:7:2:every run 4 HP "${rp[@]}" "${h[@]}"
+rc=$?
+[[ $rc == 87 && $(culprit HP verdict) == persistent && $(culprit HP ranks) == 2 ]]
+tap_check $? "hsdp 2 x 2: rank 2's products wrong from step 7 on: persistent, exit 87, culprit rank 2 (exit $rc)"
+
+# 8 sequences of 32 a rank: 8 x 32 x (4 + 4 + 1) bytes, twice
+grep -q "replay buffers 4.5 KiB (health.replay_interval)" "$TMP/D.txt" && ! grep -q "replay buffers" "$TMP/Doff.txt"
+tap_check $? "the memory plan counts two batches' tokens for the replay (4.5 KiB a rank), no second copy of the gradients"
+tap_done
