@@ -438,7 +438,9 @@ static double step_grads(tsr_trainer *t, tsr_step_stats *st, float scale, int fi
     const size_t n_moe = (size_t)t->out.moe_layers * (size_t)(2 + t->model.E);
     double tc = tsr_now();
     double loss_sum = s->compute(t, scale);
-    double mtp_sum = model_mtp_loss_sum(&t->model); /* (before a replay's forwards add to it) */
+    /* MTP's loss sum of this rank, before a replay's forwards add to it (step_update makes it
+     * the step's mean) */
+    st->mtp_loss = model_mtp_loss_sum(&t->model);
     trainer_fault_compute(t);
     st->compute_time += tsr_now() - tc;
     int redo = 0; /* (a replay step: another rank recomputed a microbatch: train/sdc.h) */
@@ -446,7 +448,7 @@ static double step_grads(tsr_trainer *t, tsr_step_stats *st, float scale, int fi
     if (redo && t->out.moe) memset(t->out.moe, 0, n_moe * sizeof(double));
     if (redo) { /* its microbatches again */
         loss_sum = s->compute(t, scale);
-        mtp_sum = model_mtp_loss_sum(&t->model);
+        st->mtp_loss = model_mtp_loss_sum(&t->model);
     }
     sdc_fault(t, SDC_BEFORE_REDUCE);
     if (t->out.moe && t->dist.world > 1 && first) dist_allreduce_sum_f64(t->out.moe, n_moe);
@@ -499,7 +501,7 @@ static int step_update(tsr_trainer *t, tsr_step_stats *st, int64_t denom, int pa
     double loss_sum = step_grads(t, st, scale, first, norm);
     if (st->exit_code) return 0;
     *loss = step_global_loss(t, loss_sum, denom, st);
-    st->mtp_loss = t->model.D ? step_mtp_loss(t, mtp_sum, denom) : NAN;
+    st->mtp_loss = t->model.D ? step_mtp_loss(t, st->mtp_loss, denom) : NAN;
     if (t->ck.pending) { /* the state changes from here: a background save's copy is done */
         watchdog_phase(WD_CHECKPOINT, t->step);
         checkpointing_before_update(t);
