@@ -408,15 +408,33 @@ static int load_weights(tsr_trainer *t, const char *arg) {
     return rc;
 }
 
-/* LoRA: "crc32c:XXXXXXXX" of the base's weights as this run holds them: the CRC32C of the flat
- * layout's float32 bytes, each rank's part of a partition (the world's; zero3 / hsdp: the first
- * group's) combined in order. Collective. */
+/* tensor parallelism: this rank's part of the whole model's flat layout (tp_io), gathered from
+ * the split ranks' weights into ckio's buffer (ckio_release frees it); its floats in *len */
+static const float *split_part(tsr_trainer *t, size_t *len) {
+    size_t lo, hi, origin[CKIO_SETS];
+    float *base[CKIO_SETS];
+    ckio_release(t);
+    ckio_layout(t, 0, &lo, &hi, base, origin);
+    tsr_fsdp *f = &t->part.fsdp;
+    if (t->part.fsdp_on && f->gindex == 0) /* (zero3 / hsdp: the first group's split parts) */
+        fsdp_shard_to_part(f, f->params, t->part.ckio[CKIO_MODEL]);
+    tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, CKIO_MODEL), base[CKIO_MODEL]);
+    *len = hi - lo;
+    return base[CKIO_MODEL];
+}
+
+/* LoRA: "crc32c:XXXXXXXX" of the base's weights as this run holds them: the CRC32C of the whole
+ * model's flat layout's float32 bytes, each rank's part of a partition (the world's; zero3 /
+ * hsdp: the first group's; tensor parallelism: the whole layout's parts, tp_io) combined in
+ * order, the same whatever the layout. Collective. */
 static void base_checksum(tsr_trainer *t, char *out, size_t cap) {
     const int W = t->dist.world;
     const float *part;
     float *tmp = NULL;
     size_t len;
-    if (t->part.fsdp_on) {
+    if (trainer_split(t)) {
+        part = split_part(t, &len);
+    } else if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
         len = f->part_counts[f->grank];
         tmp = t->be.ops->alloc((len ? len : 1) * sizeof(float));
@@ -435,6 +453,7 @@ static void base_checksum(tsr_trainer *t, char *out, size_t cap) {
         if (all[2 * r + 1]) crc = crc32c_combine(crc, (uint32_t)all[2 * r], all[2 * r + 1]);
     free(all);
     if (tmp) t->be.ops->free(tmp);
+    if (trainer_split(t)) ckio_release(t);
     snprintf(out, cap, "crc32c:%08x", crc);
 }
 

@@ -101,7 +101,8 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
     }
     for (int set = 0; ckio_ep_writer(t) && set < CKIO_SETS; set++)
         ep_to_part(&t->part.ep, ckio_ep_store(t, set), t->part.ep_io[set]);
-    for (int set = 0; trainer_split(t) && set < CKIO_SETS; set++) /* (into the global layout) */
+    /* (into the global layout; LoRA's adapters are whole on every rank, its base not saved) */
+    for (int set = 0; trainer_split(t) && !t->part.lora_on && set < CKIO_SETS; set++)
         tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, set), t->part.tp_gpart[set]);
     return n;
 }
