@@ -289,6 +289,20 @@ static void pass_collectives(const tsr_model *m, const tsr_tp *tp, int *xs, int 
     else *xs = 0;
 }
 
+/* model.qk_norm_scope = "projection": each attention layer's sums over the group (decoder_tp.c
+ * dec_tp_qknorm_forward / _backward), one forward and one backward, and the forward's again
+ * where a checkpointed layer reruns its mixer (block and attention modes) */
+static int qkn_reductions(const tsr_model *m) {
+    const tsr_actckpt_kind k = m->cfg.activation_checkpointing;
+    int n = 0;
+    if (!m->cfg.qk_norm || m->cfg.qk_norm_scope != TSR_QKN_PROJECTION) return 0;
+    for (int l = 0; l < m->L; l++)
+        if (!config_layer_linear(&m->cfg, l))
+            n += 2 + (model_ckpt_layer(m, l) &&
+                      (k == TSR_ACTCKPT_BLOCK || k == TSR_ACTCKPT_ATTENTION));
+    return n;
+}
+
 uint64_t tp_step_bytes(const tsr_model *m, int micro, int B, int T, size_t act) {
     const tsr_tp *tp = m->tp;
     if (!tp || tp->T <= 1) return 0;
@@ -300,6 +314,7 @@ uint64_t tp_step_bytes(const tsr_model *m, int micro, int B, int T, size_t act) 
     /* the cross-entropy: each row's maximum, then its sum of exponentials and target logit */
     one += tp_collective_bytes(tp->T, 1, N * sizeof(float)) +
            tp_collective_bytes(tp->T, 1, 2 * N * sizeof(double));
+    one += (uint64_t)qkn_reductions(m) * tp_collective_bytes(tp->T, 1, 2 * N * sizeof(double));
     size_t tensor, kv;
     tp_partial_floats(tp, m, &tensor, &kv);
     return (uint64_t)micro * one + tp_collective_bytes(tp->T, 1, tensor * sizeof(float)) +

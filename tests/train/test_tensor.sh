@@ -32,8 +32,8 @@
 #  - refused with exit 1 and nothing written: heads, key/value heads, MLP width, padded
 #    vocabulary, seq_len that T does not split (the valid values named), T across nodes without
 #    parallel.tensor_across_nodes, and each mode tensor parallelism does not run with yet (GRPO,
-#    expert parallelism, QK-norm over the projection; device = cuda at start; LoRA's and the
-#    others' compositions: test_tensor_modes.sh).
+#    expert parallelism; device = cuda at start; LoRA's and QK-norm over the projection's
+#    compositions: test_tensor_modes.sh).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 16
@@ -197,8 +197,7 @@ r2=$?
     grep -qF "parallel.tensor_across_nodes = true" <<<"$span"
 tap_check $? "a tensor group of 2 over nodes of 1 rank (--plan 4/1) refused with exit 1 naming parallel.tensor_across_nodes; accepted with it (exit $r1, $r2)"
 pairs=("objective=grpo|objective = \"grpo\""
-       "parallel.expert=2|parallel.expert > 1"
-       "model.qk_norm_scope=projection|model.qk_norm_scope = \"projection\"")
+       "parallel.expert=2|parallel.expert > 1")
 bad=0
 for p in "${pairs[@]}"; do
     refused Y 2 2 "parallel.tensor = 2 with ${p#*|}: tensor parallelism does not run with it yet" \
@@ -207,5 +206,5 @@ done
 refused Yc 2 2 'parallel.tensor = 2 with device = "cuda": tensor parallelism runs on the CPU only so far' \
     --set device=cuda --set model.n_head=2 || bad=1
 ((bad == 0))
-tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with GRPO, expert parallelism, QK-norm over the projection, and (at start) device = cuda"
+tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with GRPO, expert parallelism, and (at start) device = cuda"
 tap_done

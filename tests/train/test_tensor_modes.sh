@@ -12,11 +12,15 @@
 #    export equals one rank's within 1e-5;
 #  - resume: rank 1 SIGKILLed at a random step of a T = 2 LoRA run; the rerun equals the
 #    uninterrupted run bit for bit (losses and checkpoints);
+#  - QK-norm over the projection (model.qk_norm_scope = "projection": OLMo 2's), its sums over the
+#    tensor group: T = 2, T = 4 (key/value heads replicated, sequence parallelism off), T 2 x
+#    zero3 2 and T 2 x zero1 2 with block checkpointing equal one rank within 1e-6; the bytes the
+#    T = 4 and zero1 runs' tensor groups sent equal the plan's formula x ranks x steps;
 #  - refused with exit 1 naming both keys, nothing written: LoRA on a linear_attention layer's
 #    projections under tensor parallelism.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 4
+tap_plan 5
 parallel_args 2 4 2 6ba
 wide=("${llama[@]}" --set model.n_head=8) # head size 8: 8 query, 2 key/value heads
 # run DIR NP T MODEL-ARRAY-NAME ARGS...
@@ -74,6 +78,28 @@ run U2 2 2 wide "${lora[@]}" "${save[@]}" && run K2 2 2 wide "${lora[@]}" "${sav
     cmp -s <(final_lines "$TMP/U2/metrics.jsonl") <(final_lines "$TMP/K2/metrics.jsonl") &&
     same_tensors "$TMP/U2/step-00000006.h5" "$TMP/K2/step-00000006.h5"
 tap_check $? "LoRA at T = 2: rank 1 SIGKILLed after step $k (exit $rc): the rerun resumes from step $((k / 2 * 2)) and equals the uninterrupted run bit for bit"
+
+# ---- QK-norm over the projection ---------------------------------------------------------------
+# bytes_match DIR NP T MODEL-ARRAY-NAME ARGS...: DIR's run sent what its plan says: the plan's
+# bytes a rank and step (--dry-run) x NP ranks x 6 steps
+bytes_match() {
+    local dir=$1 np=$2
+    shift
+    run "$dir.plan" "$@" --dry-run || return 1
+    local per sent
+    per=$(grep -o 'sends [^(]*([0-9]* B) over its tensor group' "$TMP/$dir.plan.txt" | grep -o '([0-9]*' | tr -d '(')
+    sent=$(grep -o 'tensor parallelism: [0-9]* bytes sent' "$TMP/$dir.txt" | grep -o '[0-9]*')
+    tap_diag "$dir: sent $sent bytes, the plan $per a rank and step"
+    [[ -n $per && -n $sent && $sent == $((per * np * 6)) ]]
+}
+qp=(--set model.qk_norm=true --set model.qk_norm_scope=projection --set model.norm_placement=post)
+run Q1 1 1 wide "${qp[@]}" && run Q2 2 2 wide "${qp[@]}" &&
+    run Q4 4 4 wide "${qp[@]}" --set parallel.sequence=false &&
+    run Q22 4 2 wide "${qp[@]}" --set parallel.sharding=zero3 --set model.activation_checkpointing=block &&
+    run Q22z 4 2 wide "${qp[@]}" --set parallel.sharding=zero1 --set model.activation_checkpointing=block &&
+    runs_exact Q1 Q2 Q4 Q22 Q22z && bytes_match Q4 4 4 wide "${qp[@]}" --set parallel.sequence=false &&
+    bytes_match Q22z 4 2 wide "${qp[@]}" --set parallel.sharding=zero1 --set model.activation_checkpointing=block
+tap_check $? "QK-norm over the projection (its sums of squares and its backward's over the tensor group; OLMo 2's post norms) at T = 2, T = 4 (key/value heads replicated, no sequence parallelism), T 2 x zero3 2 and T 2 x zero1 2 with block checkpointing equal one rank within 1e-6; the bytes sent at T = 4 and T 2 x zero1 2 (the mixer rerun) equal the plan's formula"
 
 # ---- refusals --------------------------------------------------------------------------------
 refused() { # DIR NP T WANT ARGS...: exit 1, WANT in the output, nothing in DIR
