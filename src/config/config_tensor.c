@@ -85,7 +85,6 @@ static int lora_linear(const tsr_config *cfg) {
 const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const tsr_model_config *m = &cfg->model;
     const struct { int bad; const char *key, *value; } pairs[] = {
-        {cfg->expert > 1, "parallel.expert", "> 1"},
         {lora_linear(cfg), "lora.targets",
          "naming in_proj_qkvz, in_proj_ba or out_proj (a linear_attention layer's)"},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},

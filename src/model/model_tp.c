@@ -72,9 +72,10 @@ static int split_segs(const tsr_model *g, tsr_param_id id, size_t D, int T, int 
     return parts;
 }
 
-int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs) {
+/* tp_tensor_runs, an expert tensor under expert parallelism included */
+static int tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs) {
     const tsr_param_info *p = &g->params_info[id];
-    if (!p->numel || p->ep) return 0;
+    if (!p->numel) return 0;
     const tp_rule row = tp_rule_of(g, id);
     tp_seg s[TP_MAX_RUNS];
     int ns = 0;
@@ -97,6 +98,34 @@ int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp
                            s[i].g * inner, D * inner, (unsigned char)s[i].sum,
                            (unsigned char)s[i].counted};
     return ns;
+}
+
+int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs) {
+    return g->params_info[id].ep ? 0 : tensor_runs(g, T, t, sp, id, runs);
+}
+
+/* which 0: expw1, 1: expw2; the runs' blocks are one per expert (and row), so a buffer of
+ * `experts` experts a layer holds count / E x experts of them */
+void tp_expert_copy(const tsr_tp *tp, int experts, float *whole, float *split, int to_split) {
+    const tsr_model *g = &tp->global;
+    size_t wb = 0, sb = 0; /* each tensor's start in the two buffers */
+    for (int which = 0; which < 2; which++) {
+        const tsr_param_id id = which ? TSR_P_EXPW2 : TSR_P_EXPW1;
+        tp_run runs[TP_MAX_RUNS];
+        const int n = tensor_runs(g, tp->T, tp->t, tp->sp, id, runs);
+        size_t sn = 0;
+        for (int i = 0; i < n; i++) {
+            const tp_run *r = &runs[i];
+            const size_t count = r->count / (size_t)g->E * (size_t)experts;
+            for (size_t k = 0; k < count; k++) {
+                float *a = split + sb + r->local + k * r->lstride;
+                float *b = whole + wb + r->global + k * r->gstride;
+                memcpy(to_split ? a : b, to_split ? b : a, r->len * sizeof(float));
+            }
+            sn += count * r->len;
+        }
+        wb += g->params_info[id].numel / (size_t)g->E * (size_t)experts, sb += sn;
+    }
 }
 
 /* ---- the split model ----------------------------------------------------------------------- */

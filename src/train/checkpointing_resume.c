@@ -93,7 +93,7 @@ static void dense_gather(tsr_trainer *t, int with_optim) {
 
 static void base_gather(tsr_trainer *t, int with_optim) {
     for (int set = 0; t->part.ep_on && set < (with_optim ? CKIO_SETS : 1); set++) {
-        if (ckio_ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ckio_ep_store(t, set));
+        if (ckio_ep_io(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ckio_ep_store(t, set));
         ep_bcast(&t->part.ep, ckio_ep_store(t, set));
     }
     dense_gather(t, with_optim);
@@ -357,15 +357,17 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
         rc = imp->read(h, plain, at, at + (b - a), base[CKIO_MODEL] + (a - origin[CKIO_MODEL]),
                        &bytes);
     }
+    float *whole = t->part.ep_on ? ep_whole_begin(&t->part.ep) : NULL; /* (whole experts) */
     for (int which = 0; which < 2 && !rc && t->part.ep_on; which++) {
         const size_t off = plain->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1].offset;
         for (int s = 0; s < t->part.ep.LM && !rc; s++) {
             size_t in_tensor, in_store;
             const size_t n = ep_slot_span(&t->part.ep, which, s, &in_tensor, &in_store);
-            rc = imp->read(h, plain, off + in_tensor, off + in_tensor + n,
-                           t->part.ep.w + in_store, &bytes);
+            rc = imp->read(h, plain, off + in_tensor, off + in_tensor + n, whole + in_store,
+                           &bytes);
         }
     }
+    if (whole) ep_whole_end(&t->part.ep, whole);
     imp->close(h);
     if (own) {
         model_free(own);

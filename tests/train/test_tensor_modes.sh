@@ -16,11 +16,16 @@
 #    tensor group: T = 2, T = 4 (key/value heads replicated, sequence parallelism off), T 2 x
 #    zero3 2 and T 2 x zero1 2 with block checkpointing equal one rank within 1e-6; the bytes the
 #    T = 4 and zero1 runs' tensor groups sent equal the plan's formula x ranks x steps;
+#  - expert parallelism: a MoE (4 experts, gpt-oss's unit, biases, a gated shared expert) at
+#    T 2 x expert 2 (each rank 2 experts, each split inside): top 4 equals one rank within 1e-6
+#    over 6 steps; top 2 step 0's gradients within 1e-5 (a near tie may flip a routing); its
+#    checkpoint resumed on one rank and one rank's at T 2 x expert 2 within 1e-6, the experts'
+#    tensors at global shapes; --init-from a Hugging Face export at T 2 x expert 2;
 #  - refused with exit 1 naming both keys, nothing written: LoRA on a linear_attention layer's
 #    projections under tensor parallelism.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 5
+tap_plan 8
 parallel_args 2 4 2 6ba
 wide=("${llama[@]}" --set model.n_head=8) # head size 8: 8 query, 2 key/value heads
 # run DIR NP T MODEL-ARRAY-NAME ARGS...
@@ -100,6 +105,49 @@ run Q1 1 1 wide "${qp[@]}" && run Q2 2 2 wide "${qp[@]}" &&
     runs_exact Q1 Q2 Q4 Q22 Q22z && bytes_match Q4 4 4 wide "${qp[@]}" --set parallel.sequence=false &&
     bytes_match Q22z 4 2 wide "${qp[@]}" --set parallel.sharding=zero1 --set model.activation_checkpointing=block
 tap_check $? "QK-norm over the projection (its sums of squares and its backward's over the tensor group; OLMo 2's post norms) at T = 2, T = 4 (key/value heads replicated, no sequence parallelism), T 2 x zero3 2 and T 2 x zero1 2 with block checkpointing equal one rank within 1e-6; the bytes sent at T = 4 and T 2 x zero1 2 (the mixer rerun) equal the plan's formula"
+
+# close3 A B: B's run (a resume of step 2) within 1e-6 of A's from step 3 on
+close3() {
+    local out rc
+    out=$(metrics_close "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" 3 1e-6 1e-5)
+    rc=$?
+    tap_diag "$2 vs $1: $out"
+    return $rc
+}
+
+# ---- expert parallelism -----------------------------------------------------------------------
+moe=(--set model.moe_experts=4 --set model.moe_intermediate_size=48 --set model.moe_shared_size=32
+     --set model.moe_shared_gate=true --set model.moe_router_bias=true
+     --set model.moe_expert_bias=true --set model.moe_act=gptoss)
+ep=(--set parallel.expert=2)
+sv=(--set save_interval=2ba --set keep_last=5 --set save_final=true)
+g0=(--set max_duration=1ba --set save_final=true --set optim.grad_clip=0)
+run E1 1 1 llama "${moe[@]}" --set model.moe_top_k=4 "${sv[@]}" &&
+    run E22 4 2 llama "${moe[@]}" --set model.moe_top_k=4 "${ep[@]}" "${sv[@]}" && runs_exact E1 E22 &&
+    run e1 1 1 llama "${moe[@]}" --set model.moe_top_k=2 "${g0[@]}" &&
+    run e22 4 2 llama "${moe[@]}" --set model.moe_top_k=2 "${ep[@]}" "${g0[@]}" && moments_close e1 e22
+tap_check $? "MoE at T 2 x expert 2 (each rank 2 of the 4 experts, each split inside; gpt-oss's unit, biases, a gated shared expert): every expert a token (top 4) equals one rank within 1e-6 over 6 steps; top 2: step 0's gradients within 1e-5"
+run ER1 1 1 llama "${moe[@]}" --set model.moe_top_k=4 --resume "$(ck "$TMP/E22" 2)" &&
+    run ER22 4 2 llama "${moe[@]}" --set model.moe_top_k=4 "${ep[@]}" --resume "$(ck "$TMP/E1" 2)" &&
+    close3 E1 ER1 && close3 E1 ER22 &&
+    /usr/bin/python3 - "$(ck "$TMP/E1" 6)" "$(ck "$TMP/E22" 6)" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+bad = [n for n in names if n not in b or a[n].shape != b[n].shape]
+exp = [n for n in names if "/expw" in n and n not in bad]
+worst = max(float(np.max(np.abs(a[n][()] - b[n][()]))) / max(float(np.max(np.abs(a[n][()]))), 1e-30) for n in exp)
+print(f"# {len(names)} tensors, shapes differing: {bad}; the experts' {len(exp)} within {worst:.1e} of one rank's")
+sys.exit(0 if names and not bad and len(exp) == 6 and worst < 1e-4 else 1)
+PY
+tap_check $? "T 2 x expert 2's checkpoint of step 2 resumed on one rank, and one rank's at T 2 x expert 2, continue within 1e-6; the experts' tensors (weights, moments) at global shapes within 1e-4 of one rank's after 6 steps"
+plain=(--set model.moe_experts=4 --set model.moe_intermediate_size=48 --set model.moe_top_k=4)
+run X1 1 1 llama "${plain[@]}" --set max_duration=2ba --set save_final=true &&
+    "$TOOL" ckpt export --format hf "$TMP/X1" "$TMP/hf.moe" >"$TMP/export.moe.txt" 2>&1 &&
+    run XF1 1 1 llama "${plain[@]}" --init-from "$TMP/hf.moe" &&
+    run XF22 4 2 llama "${plain[@]}" "${ep[@]}" --init-from "$TMP/hf.moe" && runs_exact XF1 XF22
+tap_check $? "--init-from a Hugging Face export of a MoE at T 2 x expert 2 (each rank's experts read whole, then split) trains as one rank within 1e-6"
 
 # ---- refusals --------------------------------------------------------------------------------
 refused() { # DIR NP T WANT ARGS...: exit 1, WANT in the output, nothing in DIR
