@@ -65,7 +65,8 @@ static void split_of(tsr_lora *lo, const tsr_model *m, int t) {
         tsr_die(TSR_EXIT_INTERNAL, "lora: target %s under tensor parallelism (the config check "
                 "let it through)", config_lora_target_name(t));
     if (t == TSR_LORA_O || t == TSR_LORA_DOWN) lo->a0[t] = tp->t * l.in;
-    else if (t == TSR_LORA_K || t == TSR_LORA_V) lo->b0[t] = (tp->R > 1 ? tp->t / tp->R : tp->t) * l.out;
+    else if (t == TSR_LORA_K || t == TSR_LORA_V)
+        lo->b0[t] = (tp->R > 1 ? tp->t / tp->R : tp->t) * l.out;
     else lo->b0[t] = tp->t * l.out;
 }
 
