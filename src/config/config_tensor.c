@@ -71,13 +71,22 @@ int config_tensor_valid(const tsr_config *cfg, char *list, size_t n) {
     return found;
 }
 
+/* LoRA on a linear_attention layer's projections (in_proj_qkvz, in_proj_ba, out_proj): their
+ * adapters' split (B's rows over the q, k, v channels and z of the rank's heads) is not built */
+static int lora_linear(const tsr_config *cfg) {
+    unsigned mask = 0;
+    char why[400];
+    const unsigned linear = 1u << TSR_LORA_QKVZ | 1u << TSR_LORA_BA | 1u << TSR_LORA_OUTPROJ;
+    return cfg->lora.rank > 0 &&
+           config_lora_targets(&cfg->model, cfg->lora.targets, &mask, why, sizeof why) == 0 &&
+           (mask & linear) != 0;
+}
+
 const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const tsr_model_config *m = &cfg->model;
     const struct { int bad; const char *key, *value; } pairs[] = {
-        {cfg->expert > 1, "parallel.expert", "> 1"},
-        {m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION, "model.qk_norm_scope",
-         "= \"projection\""},
-        {cfg->lora.rank > 0, "lora.rank", "> 0"},
+        {lora_linear(cfg), "lora.targets",
+         "naming in_proj_qkvz, in_proj_ba or out_proj (a linear_attention layer's)"},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
         {m->kv_lora_rank > 0, "model.kv_lora_rank", "> 0 (multi-head latent attention)"},
     };

@@ -184,5 +184,15 @@ void dec_tp_xent(const tsr_decoder *d, const int32_t *targets, const float *dlos
 void dec_tp_xent_grad(const tsr_decoder *d, const int32_t *targets, const float *dlosses, int N);
 /* each row's greedy token over the group's probabilities (the lower id on ties) */
 void dec_tp_argmax(const tsr_decoder *d, int32_t *greedy, int N);
+/* model.qk_norm_scope = "projection" on the split's qkv rows (N of them, as the backend's
+ * qknorm_proj_forward / _backward: rstd (N, 2), the value columns copied / passed): each row's
+ * sums over the query and the key projection (its squares; in the backward of w g norm) summed
+ * over the group, so that the norm spans every head; dqw, dkw (this rank's heads) += over the
+ * rows, either NULL (frozen) */
+void dec_tp_qknorm_forward(const tsr_decoder *d, float *out, float *rstd, const float *inp,
+                           const float *qw, const float *kw, int N);
+void dec_tp_qknorm_backward(const tsr_decoder *d, float *dinp, float *dqw, float *dkw,
+                            const float *dout, const float *inp, const float *qw, const float *kw,
+                            const float *rstd, int N);
 
 #endif

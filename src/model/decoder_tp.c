@@ -227,3 +227,79 @@ void dec_tp_argmax(const tsr_decoder *d, int32_t *greedy, int Ni) {
     for (size_t n = 0; n < N; n++) greedy[n] = idx[n];
     free(mine);
 }
+
+/* ---- QK-norm over the projection (model.qk_norm_scope = "projection") ----------------------- */
+
+/* the query (p 0) or key (p 1) columns of a qkv row of the split: their first column and width,
+ * and the whole projection's width; a key/value head replicated over R ranks counts 1 / R of its
+ * squares on each, so that the group's sum counts it once */
+typedef struct qkn_part { size_t c0, w; double W, share; } qkn_part;
+
+static qkn_part qkn_of(const tsr_decoder *d, int p) {
+    const tsr_model *m = d->m, *g = &d->tp->global;
+    const size_t hs = (size_t)m->hs;
+    if (p == 0) return (qkn_part){0, (size_t)m->NH * hs, (double)g->NH * (double)hs, 1.0};
+    return (qkn_part){(size_t)m->NH * hs, (size_t)m->KVH * hs, (double)g->KVH * (double)hs,
+                      1.0 / d->tp->R};
+}
+
+/* s (2 N): each row's sums f(x, y) over its query and key columns, times the part's share,
+ * summed over the group */
+static void qkn_sums(const tsr_decoder *d, double *s, const float *a, const float *b,
+                     const float *qw, const float *kw, const float *rstd, int N) {
+    tsr_tp *tp = d->tp;
+    const size_t row = (size_t)d->m->QKV;
+    for (int n = 0; n < N; n++)
+        for (int p = 0; p < 2; p++) {
+            const qkn_part q = qkn_of(d, p);
+            const float *x = a + n * row + q.c0, *y = b ? b + n * row + q.c0 : NULL;
+            const float *w = p ? kw : qw, r = rstd ? rstd[2 * n + p] : 0.0f;
+            double sum = 0.0;
+            for (size_t c = 0; c < q.w; c++)
+                sum += y ? (double)(w[c] * y[c]) * (x[c] * r) : (double)x[c] * x[c];
+            s[2 * n + p] = sum * q.share;
+        }
+    dist_group_allreduce_sum_f64(tp->group, s, 2 * (size_t)N);
+    tp->sent += tp_collective_bytes(tp->T, 1, 2 * (size_t)N * sizeof(double));
+}
+
+void dec_tp_qknorm_forward(const tsr_decoder *d, float *out, float *rstd, const float *inp,
+                           const float *qw, const float *kw, int N) {
+    const size_t row = (size_t)d->m->QKV, vcol = row - (size_t)d->m->KVH * d->m->hs;
+    double *s = xent_scratch(d->tp, (size_t)N);
+    qkn_sums(d, s, inp, NULL, qw, kw, NULL, N);
+    for (int n = 0; n < N; n++) {
+        for (int p = 0; p < 2; p++) {
+            const qkn_part q = qkn_of(d, p);
+            const float *x = inp + n * row + q.c0, *w = p ? kw : qw;
+            const float r = (float)(1.0 / sqrt(s[2 * n + p] / q.W + d->m->cfg.norm_eps));
+            float *o = out + n * row + q.c0;
+            for (size_t c = 0; c < q.w; c++) o[c] = x[c] * r * w[c];
+            rstd[2 * n + p] = r;
+        }
+        if (out != inp)
+            memcpy(out + n * row + vcol, inp + n * row + vcol, (row - vcol) * sizeof(float));
+    }
+}
+
+void dec_tp_qknorm_backward(const tsr_decoder *d, float *dinp, float *dqw, float *dkw,
+                            const float *dout, const float *inp, const float *qw, const float *kw,
+                            const float *rstd, int N) {
+    const size_t row = (size_t)d->m->QKV, vcol = row - (size_t)d->m->KVH * d->m->hs;
+    double *s = xent_scratch(d->tp, (size_t)N);
+    qkn_sums(d, s, inp, dout, qw, kw, rstd, N); /* (the sums of w g norm) */
+    for (int n = 0; n < N; n++) {
+        for (int p = 0; p < 2; p++) {
+            const qkn_part q = qkn_of(d, p);
+            const size_t o = n * row + q.c0;
+            const float *x = inp + o, *g = dout + o, *w = p ? kw : qw, r = rstd[2 * n + p];
+            float *dw = p ? dkw : dqw;
+            const float mean = (float)(s[2 * n + p] / q.W);
+            for (size_t c = 0; c < q.w; c++) {
+                dinp[o + c] += (w[c] * g[c] - x[c] * r * mean) * r;
+                if (dw) dw[c] += g[c] * (x[c] * r);
+            }
+        }
+        for (size_t c = vcol; c < row; c++) dinp[n * row + c] += dout[n * row + c];
+    }
+}

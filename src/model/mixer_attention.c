@@ -168,7 +168,9 @@ static void qkv_forward(const dec_run *r, int l, const dec_layer *v, const void 
     void *proj = qk ? v->qkvr : v->qkv;
     dec_linear(r, l, proj, NULL, v->ln1, w[TSR_P_QKVW], w[TSR_P_QKVB], r->N, m->C, m->QKV);
     for (int t = TSR_LORA_Q; t <= TSR_LORA_V; t++) dec_lora_fwd(r, l, t, proj, v->ln1);
-    if (qk) /* per head, or over the whole projections (model.qk_norm_scope) */
+    if (qk && m->cfg.qk_norm_scope == TSR_QKN_PROJECTION && d->tp) /* (its sums over the group) */
+        dec_tp_qknorm_forward(d, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N);
+    else if (qk) /* per head, or over the whole projections (model.qk_norm_scope) */
         (m->cfg.qk_norm_scope == TSR_QKN_PROJECTION ? be->qknorm_proj_forward : be->qknorm_forward)(
             be, v->qkv, v->qknr, v->qkvr, w[TSR_P_QNORMW], w[TSR_P_KNORMW], r->N, m->NH, m->KVH,
             m->hs, (float)m->cfg.norm_eps);
@@ -246,7 +248,10 @@ static void qkv_backward(const dec_run *r, int l, const dec_layer *v, const dec_
     void *dproj = a->dqkv; /* the gradient of the projection's output */
     if (m->cfg.qk_norm) {
         be->zero(be, a->dqkvr, (size_t)N * m->QKV * tsr_dtype_size(be->act));
-        (m->cfg.qk_norm_scope == TSR_QKN_PROJECTION ? be->qknorm_proj_backward
+        if (m->cfg.qk_norm_scope == TSR_QKN_PROJECTION && d->tp)
+            dec_tp_qknorm_backward(d, a->dqkvr, u->g[TSR_P_QNORMW], u->g[TSR_P_KNORMW], a->dqkv,
+                                   v->qkvr, u->w[TSR_P_QNORMW], u->w[TSR_P_KNORMW], v->qknr, N);
+        else (m->cfg.qk_norm_scope == TSR_QKN_PROJECTION ? be->qknorm_proj_backward
                                                     : be->qknorm_backward)(
             be, a->dqkvr, u->g[TSR_P_QNORMW], u->g[TSR_P_KNORMW], a->dqkv, v->qkvr,
             u->w[TSR_P_QNORMW], u->w[TSR_P_KNORMW], v->qknr, N, m->NH, m->KVH, m->hs);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/model_tp.h"
 
 /* What one MoE layer's forward left for its backward. Rows received are ordered by local expert,
  * then by source rank: offl (El + 1) over R rows. */
@@ -78,6 +79,11 @@ void ep_init(tsr_ep *ep, tsr_model *m, const tsr_mesh *mesh) {
     ep->x2 = (size_t)m->C * m->FE;
     ep->n1 = (size_t)m->LM * ep->El * ep->x1;
     ep->n = ep->n1 + (size_t)m->LM * ep->El * ep->x2;
+    ep->tp = m->tp; /* (whole experts: the global model's width) */
+    const int FE = m->tp ? m->tp->global.FE : m->FE;
+    ep->gx1 = (size_t)2 * FE * m->C, ep->gx2 = (size_t)m->C * FE;
+    ep->gn1 = (size_t)m->LM * ep->El * ep->gx1;
+    ep->gn = ep->gn1 + (size_t)m->LM * ep->El * ep->gx2;
     float **bufs[] = {&ep->w, &ep->g, &ep->m, &ep->v};
     for (int i = 0; i < 4; i++) *bufs[i] = ep->ops->alloc(ep->n * sizeof(float)); /* zeroed */
     ep->n_slots = m->L;
@@ -133,24 +139,39 @@ static size_t local_at(const tsr_ep *ep, int which, int s, int el) {
 }
 
 void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed) {
+    float *whole = ep_whole_begin(ep); /* (the weights of the global tensors, by their numbers) */
     for (int which = 0; which < 2; which++) {
         tsr_param_id id = which ? TSR_P_EXPW2 : TSR_P_EXPW1;
         for (int s = 0; s < ep->LM; s++) {
-            size_t k0, at; /* the slot's experts: global element k0.., store offset at.. */
+            size_t k0, at; /* the slot's experts: global element k0.., offset at.. */
             const size_t n = ep_slot_span(ep, which, s, &k0, &at);
-            float *w = ep->w + at;
+            float *w = whole + at;
             /* (as model_init_weights: the same bits on any number of threads) */
 #pragma omp parallel for schedule(static) if (n >= (1u << 16))
             for (size_t k = 0; k < n; k++) w[k] = model_init_weight(m, id, seed, k0 + k);
         }
     }
+    ep_whole_end(ep, whole);
 }
 
 size_t ep_slot_span(const tsr_ep *ep, int which, int s, size_t *in_tensor, size_t *in_store) {
-    const size_t x = which ? ep->x2 : ep->x1;
+    const size_t x = which ? ep->gx2 : ep->gx1;
     *in_tensor = ((size_t)s * ep->E + (size_t)ep->e0) * x;
-    *in_store = local_at(ep, which, s, 0);
+    *in_store = (which ? ep->gn1 : 0) + (size_t)s * ep->El * x;
     return (size_t)ep->El * x;
+}
+
+float *ep_whole_begin(tsr_ep *ep) {
+    if (!ep->tp) return ep->w;
+    float *whole = ep->ops->alloc(ep->gn * sizeof(float));
+    ep->ops->zero(whole, ep->gn * sizeof(float));
+    return whole;
+}
+
+void ep_whole_end(tsr_ep *ep, float *whole) {
+    if (!ep->tp) return;
+    tp_expert_copy(ep->tp, ep->El, whole, ep->w, 1);
+    ep->ops->free(whole);
 }
 
 int ep_exchanging(const tsr_ep *ep) { return ep->full == NULL; }
@@ -379,6 +400,7 @@ void ep_reduce(tsr_ep *ep) {
 double ep_sumsq(const tsr_ep *ep, const tsr_ops *ops) {
     double sq = ops->sumsq(ep->g, ep->n);
     dist_group_allreduce_sum_f64(ep->group, &sq, 1); /* the group holds every expert once */
+    if (ep->tp) dist_group_allreduce_sum_f64(ep->tp->group, &sq, 1); /* (each its share) */
     return sq;
 }
 
@@ -411,10 +433,10 @@ void ep_full(tsr_ep *ep, int on) {
  * (of group rank p) is blocks [p B, (p + 1) B) with B = LM El; rank q holds the blocks
  * s E + q El + el. Both orders increase together, so what a rank sends to one part is one run of
  * its store and what a part sends back to one rank is one run of that rank's store. */
-size_t ep_part_floats(const tsr_ep *ep) { return ep->n; }
+size_t ep_part_floats(const tsr_ep *ep) { return ep->gn; }
 
 void ep_part_range(const tsr_ep *ep, int which, uint64_t *lo, uint64_t *hi) {
-    size_t len = which ? ep->n - ep->n1 : ep->n1;
+    size_t len = which ? ep->gn - ep->gn1 : ep->gn1;
     *lo = (uint64_t)ep->j * len;
     *hi = *lo + len;
 }
@@ -441,9 +463,10 @@ static void part_exchange(tsr_ep *ep, const float *in, float *out, int to_part) 
     const int P = ep->EP, me = ep->j;
     const size_t B = (size_t)ep->LM * ep->El;
     size_t *sc = tsr_malloc(4 * (size_t)P * sizeof(size_t)), *sd = sc + P, *rc = sd + P, *rd = rc + P;
-    float *stage = tsr_malloc((size_t)ep->E * (ep->x1 > ep->x2 ? ep->x1 : ep->x2) * sizeof(float));
-    for (int which = 0; which < 2; which++) {
-        const size_t x = which ? ep->x2 : ep->x1, base = which ? ep->n1 : 0;
+    float *stage = tsr_malloc((size_t)ep->E * (ep->gx1 > ep->gx2 ? ep->gx1 : ep->gx2) *
+                              sizeof(float));
+    for (int which = 0; which < 2; which++) { /* (whole experts: gx, gn) */
+        const size_t x = which ? ep->gx2 : ep->gx1, base = which ? ep->gn1 : 0;
         for (int s = 0; s < ep->LM; s++) {
             /* the store's run of layer s (its El experts); the part whole (its blocks of layer s
              * are where their global index says) */
@@ -491,10 +514,29 @@ static void part_exchange(tsr_ep *ep, const float *in, float *out, int to_part) 
     free(sc);
 }
 
-void ep_to_part(tsr_ep *ep, const float *store, float *part) { part_exchange(ep, store, part, 1); }
+void ep_to_part(tsr_ep *ep, const float *store, float *part) {
+    if (!ep->tp) {
+        part_exchange(ep, store, part, 1);
+        return;
+    }
+    float *whole = ep->ops->alloc(ep->gn * sizeof(float)); /* (each share into zeros, summed) */
+    ep->ops->zero(whole, ep->gn * sizeof(float));
+    tp_expert_copy(ep->tp, ep->El, whole, (float *)store, 0);
+    dist_group_allreduce_sum_f32(ep->tp->group, whole, ep->gn);
+    if (ep->tp->t == 0) part_exchange(ep, whole, part, 1);
+    ep->ops->free(whole);
+}
 
 void ep_from_part(tsr_ep *ep, const float *part, float *store) {
-    part_exchange(ep, part, store, 0);
+    if (!ep->tp) {
+        part_exchange(ep, part, store, 0);
+        return;
+    }
+    float *whole = ep->ops->alloc(ep->gn * sizeof(float));
+    if (ep->tp->t == 0) part_exchange(ep, part, whole, 0);
+    dist_group_bcast_f32(ep->tp->group, whole, ep->gn, 0);
+    tp_expert_copy(ep->tp, ep->El, whole, store, 1);
+    ep->ops->free(whole);
 }
 
 void ep_bcast(tsr_ep *ep, float *store) {

@@ -66,6 +66,10 @@ typedef struct tsr_ep {
     tsr_group *group, *edp;    /* the EP group, the EDP group (the mesh's: borrowed) */
     size_t x1, x2;             /* floats of one expert's expw1 (2FE C) and expw2 (C FE) */
     size_t n1, n;              /* floats of the local expw1 (LM El x1); of the store */
+    const struct tsr_tp *tp;   /* tensor parallelism (model_tp.h; NULL without): the store holds
+                                * this rank's split of each expert (FE its share) */
+    size_t gx1, gx2, gn1, gn;  /* x1, x2, n1, n of whole experts (the checkpoint's; = x1 .. without
+                                * tensor parallelism) */
     float *w, *g, *m, *v;      /* the store (n each): weights, gradients, AdamW moments */
     float *full;               /* ep_full on: every expert, [expw1 (LM,E,..) | expw2 (LM,E,..)] */
     ep_slot *slots;            /* (L) the exchange's record of the last forward in each MLP
@@ -120,9 +124,14 @@ int ep_layer_offsets(const tsr_ep *ep, const tsr_model *m, int u, int full, size
                      size_t *o2);
 /* Where this rank's El experts of MoE slot s (0 .. LM-1) of tensor which (0: expw1 (LM, E, 2FE,
  * C), 1: expw2 (LM, E, C, FE)) sit: *in_tensor, the element offset of the first in the global
- * tensor, and *in_store, in the store (ep->w and its gradients and moments); returns their floats,
- * contiguous in both (--init-from a Hugging Face directory reads them straight into the store). */
+ * tensor, and *in_store, in the whole experts' layout (gn floats: the store itself without tensor
+ * parallelism; ep_whole_begin); returns their floats, contiguous in both (--init-from a Hugging
+ * Face directory reads them straight into it). */
 size_t ep_slot_span(const tsr_ep *ep, int which, int s, size_t *in_tensor, size_t *in_store);
+/* A buffer of this rank's El whole experts (gn floats): ep->w itself without tensor parallelism,
+ * else a zeroed one, which ep_whole_end splits into ep->w (the rank's share) and frees. */
+float *ep_whole_begin(tsr_ep *ep);
+void ep_whole_end(tsr_ep *ep, float *whole);
 /* Whether the decoder exchanges rows (1), or runs all E experts locally (0: ep_full). */
 int ep_exchanging(const tsr_ep *ep);
 
@@ -156,8 +165,12 @@ double ep_sumsq(const tsr_ep *ep, const tsr_ops *ops);
 void ep_full(tsr_ep *ep, int on);
 
 /* Checkpoint layout: the part of each expert tensor written by world rank j < EP (ep_part_range);
- * ep_to_part fills part (n floats: expw1's part then expw2's) from a store-shaped buffer
- * (w, m or v), ep_from_part the reverse. Collective over the EP group. */
+ * ep_to_part fills part (gn floats: expw1's part then expw2's) from a store-shaped buffer
+ * (w, m or v), ep_from_part the reverse. Collective over the EP group. Under tensor parallelism
+ * the writers are the first EP group of tensor rank 0 and the calls collective over the tensor
+ * groups of the first EP groups (every tensor rank's: expert_data rank 0): ep_to_part gathers
+ * each expert whole on tensor rank 0 first (its shares summed into zeros), ep_from_part sends the
+ * whole experts over the group after (part unread on the other tensor ranks). */
 void ep_part_range(const tsr_ep *ep, int which, uint64_t *lo, uint64_t *hi);
 size_t ep_part_floats(const tsr_ep *ep);
 void ep_to_part(tsr_ep *ep, const float *store, float *part);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/model_tp.h"
 
 /* the random stream of target t's A (tsr_rand_uniform): apart from the model's streams */
 #define LORA_STREAM 0x4C6F5241ull
@@ -50,8 +51,28 @@ static int stack_layers(const tsr_model *m, tsr_param_id id) {
            : id == TSR_P_FCW || id == TSR_P_FCPROJW ? m->L : m->L - m->LL;
 }
 
+/* tensor parallelism (model_tp.h): target t's share of m's split (m's widths are the rank's): a
+ * row-parallel target (o, down) reads A's columns a0 .. of its input's, a column-parallel one
+ * B's rows b0 .. of its output's (k, v: the key/value heads the rank holds, one replicated over
+ * tp->R ranks when fewer than T); the linear layers' targets are refused with tensor parallelism
+ * (config_tensor_pair) */
+static void split_of(tsr_lora *lo, const tsr_model *m, int t) {
+    const lora_dims l = dims_of(m, t);
+    const tsr_tp *tp = m->tp;
+    lo->lin[t] = l.in, lo->lout[t] = l.out, lo->a0[t] = lo->b0[t] = 0;
+    if (!tp || tp->T <= 1) return;
+    if (t >= TSR_LORA_QKVZ && t != TSR_LORA_AGATE)
+        tsr_die(TSR_EXIT_INTERNAL, "lora: target %s under tensor parallelism (the config check "
+                "let it through)", config_lora_target_name(t));
+    if (t == TSR_LORA_O || t == TSR_LORA_DOWN) lo->a0[t] = tp->t * l.in;
+    else if (t == TSR_LORA_K || t == TSR_LORA_V)
+        lo->b0[t] = (tp->R > 1 ? tp->t / tp->R : tp->t) * l.out;
+    else lo->b0[t] = tp->t * l.out;
+}
+
 void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dropout,
                unsigned mask) {
+    const tsr_model *g = m->tp ? m->global : m; /* (the store: the whole model's widths) */
     memset(lo, 0, sizeof *lo);
     lo->ops = m->ops;
     lo->model = m;
@@ -62,13 +83,15 @@ void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dro
     lo->p = (float)dropout;
     size_t at = 0, r = (size_t)R;
     for (int t = 0; t < TSR_LORA_COUNT; t++) {
-        const lora_dims d = dims_of(m, t);
-        lo->in[t] = d.in, lo->out[t] = d.out, lo->col[t] = d.col, lo->ld[t] = d.ld;
-        lo->rows0[t] = d.rows0, lo->ld1[t] = d.ld1;
+        const lora_dims d = dims_of(g, t), l = dims_of(m, t);
+        lo->in[t] = d.in, lo->out[t] = d.out, lo->col[t] = l.col, lo->ld[t] = l.ld;
+        lo->rows0[t] = l.rows0, lo->ld1[t] = l.ld1;
+        lo->lin[t] = l.in, lo->lout[t] = l.out;
         if (!(mask & (1u << t))) {
             lo->a_at[t] = lo->b_at[t] = SIZE_MAX;
             continue;
         }
+        split_of(lo, m, t);
         const size_t L = (size_t)(lo->Lt[t] = stack_layers(m, base_of(t, 0)));
         lo->a_at[t] = at;
         at += L * r * (size_t)d.in;
@@ -90,6 +113,7 @@ void lora_free(tsr_lora *lo) {
     for (int k = 0; k < 4; k++)
         if (bufs[k]) lo->ops->free(bufs[k]);
     lora_free_scratch(lo);
+    if (lo->slice) lo->ops->free(lo->slice);
     memset(lo, 0, sizeof *lo);
 }
 
@@ -165,7 +189,7 @@ void lora_merge(const tsr_lora *lo, const float *w, tsr_model *m) {
         float *at = m->ops->alloc(in * (size_t)lo->R * sizeof(float));
         float *ba = m->ops->alloc(out * in * sizeof(float));
         merge_part(lo, w, m, t, 0, at, ba);
-        if (lo->rows0[t] < lo->out[t]) merge_part(lo, w, m, t, 1, at, ba);
+        if (lo->ld1[t] > 0) merge_part(lo, w, m, t, 1, at, ba); /* (two outputs) */
         m->ops->free(at);
         m->ops->free(ba);
     }
@@ -177,7 +201,7 @@ size_t lora_scratch_bytes(const tsr_lora *lo, const tsr_backend *be, int N) {
     size_t most = 0;
     for (int t = 0; t < TSR_LORA_COUNT; t++) {
         if (lo->a_at[t] == SIZE_MAX || !be->lora_scratch) continue;
-        size_t b = be->lora_scratch(N, lo->in[t], lo->out[t], lo->R);
+        size_t b = be->lora_scratch(N, lo->lin[t], lo->lout[t], lo->R);
         if (b > most) most = b;
     }
     return most;
@@ -207,23 +231,6 @@ static uint64_t pass_key(const tsr_lora *lo, int l, int t) {
 
 int lora_target_on(const tsr_lora *lo, int t) { return lo && lo->a_at[t] != SIZE_MAX; }
 
-/* A pass's rows in runs whose global row numbers are consecutive: all N rows at row0, or
- * (context parallelism with dropout) each chunk of each sequence at its position in the whole
- * sequence (model_ring.h's zig-zag: local chunk k of rank r is chunk r, or 2 cpN - 1 - r).
- * run(ctx, first row of the run, its rows, its global row number) for each. */
-static void row_runs(const tsr_lora *lo, int N, void (*run)(void *, int, int, int64_t),
-                     void *ctx) {
-    if (lo->cpN <= 1 || pass_p(lo) == 0.0f) {
-        run(ctx, 0, N, lo->row0);
-        return;
-    }
-    const int Tl = lo->cpT / lo->cpN, c = Tl / 2;
-    for (int n0 = 0; n0 < N; n0 += c) {
-        const int b = n0 / Tl, k = n0 % Tl / c, chunk = k ? 2 * lo->cpN - 1 - lo->cpR : lo->cpR;
-        run(ctx, n0, c, lo->row0 + (int64_t)b * lo->cpT + (int64_t)chunk * c);
-    }
-}
-
 typedef struct lora_call {
     tsr_lora *lo;
     const tsr_backend *be;
@@ -231,7 +238,42 @@ typedef struct lora_call {
     int part;                  /* 1: the second output of a target over two */
     void *out;                 /* forward: the projection output; backward: dinp */
     const void *inp, *dout;
+    const float *A;            /* the slot's A (R, lin): the store's, or its columns a0 .. */
+    float *dA;                 /* and its gradient (backward) */
+    void (*run)(const struct lora_call *c, int n0, int n, int64_t row0);
 } lora_call;
+
+/* one run of rows of call c at global row row0: a row-parallel target's dropout under tensor
+ * parallelism draws an element's mask by its place in the whole input, row row0 + n of in
+ * columns, column a0 + c: row ((row0 + n) in + a0) / lin of the rank's lin columns (in = T lin,
+ * a0 a multiple of lin), so its rows go one a call */
+static void emit(void *ctx, int n0, int n, int64_t row0) {
+    const lora_call *c = ctx;
+    const tsr_lora *lo = c->lo;
+    const int t = c->t, in = lo->in[t], lin = lo->lin[t];
+    if (lin == in || pass_p(lo) == 0.0f) {
+        c->run(c, n0, n, row0);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        c->run(c, n0 + i, 1, ((row0 + i) * (int64_t)in + lo->a0[t]) / lin);
+}
+
+/* A pass's rows in runs whose global row numbers are consecutive: all N rows at row0, or
+ * (context parallelism with dropout) each chunk of each sequence at its position in the whole
+ * sequence (model_ring.h's zig-zag: local chunk k of rank r is chunk r, or 2 cpN - 1 - r).
+ * emit(c, first row of the run, its rows, its global row number) for each. */
+static void row_runs(const tsr_lora *lo, int N, lora_call *c) {
+    if (lo->cpN <= 1 || pass_p(lo) == 0.0f) {
+        emit(c, 0, N, lo->row0);
+        return;
+    }
+    const int Tl = lo->cpT / lo->cpN, h = Tl / 2;
+    for (int n0 = 0; n0 < N; n0 += h) {
+        const int b = n0 / Tl, k = n0 % Tl / h, chunk = k ? 2 * lo->cpN - 1 - lo->cpR : lo->cpR;
+        emit(c, n0, h, lo->row0 + (int64_t)b * lo->cpT + (int64_t)chunk * h);
+    }
+}
 
 /* the call's output: its rows of B (from row b0), their count, the output's row width and
  * first column */
@@ -241,34 +283,64 @@ static lora_out out_of(const lora_call *c) {
     const tsr_lora *lo = c->lo;
     const int t = c->t, r0 = lo->rows0[t];
     if (c->part) return (lora_out){(size_t)r0, lo->out[t] - r0, lo->ld1[t], 0};
-    return (lora_out){0, r0, lo->ld[t], lo->col[t]};
+    return (lora_out){(size_t)lo->b0[t], r0, lo->ld[t], lo->col[t]};
 }
 
-static void forward_run(void *ctx, int n0, int n, int64_t row0) {
-    const lora_call *c = ctx;
+/* the call's slot of A and its gradient: the store's, or (a row-parallel target under tensor
+ * parallelism) its columns a0 .. copied into lo->slice, the gradient's zeroed beside them */
+static void a_of(lora_call *c, int grad) {
     tsr_lora *lo = c->lo;
-    const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t;
+    const int t = c->t;
+    const size_t R = (size_t)lo->R, in = (size_t)lo->in[t], lin = (size_t)lo->lin[t];
+    const size_t at = lo->a_at[t] + (size_t)c->l * R * in;
+    c->A = lo->w + at, c->dA = lo->g + at;
+    if (lin == in) return;
+    if (lo->slice_cap < 2 * R * lin) {
+        if (lo->slice) lo->ops->free(lo->slice);
+        lo->slice = lo->ops->alloc(2 * R * lin * sizeof(float)), lo->slice_cap = 2 * R * lin;
+    }
+    for (size_t k = 0; k < R; k++)
+        memcpy(lo->slice + k * lin, lo->w + at + k * in + lo->a0[t], lin * sizeof(float));
+    c->A = lo->slice, c->dA = lo->slice + R * lin;
+    if (grad) memset(c->dA, 0, R * lin * sizeof(float));
+}
+
+/* a sliced A's gradient into the store's columns a0 .. */
+static void a_back(const lora_call *c) {
+    tsr_lora *lo = c->lo;
+    const int t = c->t;
+    const size_t R = (size_t)lo->R, in = (size_t)lo->in[t], lin = (size_t)lo->lin[t];
+    if (lin == in) return;
+    float *g = lo->g + lo->a_at[t] + (size_t)c->l * R * in + lo->a0[t];
+    for (size_t k = 0; k < R; k++)
+        for (size_t i = 0; i < lin; i++) g[k * in + i] += c->dA[k * lin + i];
+}
+
+/* B's rows of the call's output (the store's, or its gradient's: g) */
+static size_t b_at(const lora_call *c) {
+    const tsr_lora *lo = c->lo;
+    return lo->b_at[c->t] + ((size_t)c->l * lo->out[c->t] + out_of(c).b0) * lo->R;
+}
+
+static void forward_run(const lora_call *c, int n0, int n, int64_t row0) {
+    tsr_lora *lo = c->lo;
+    const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t, lin = (size_t)lo->lin[t];
     const lora_out o = out_of(c);
-    const float *A = lo->w + lo->a_at[t] + (size_t)c->l * lo->R * lo->in[t];
-    const float *B = lo->w + lo->b_at[t] + ((size_t)c->l * lo->out[t] + o.b0) * lo->R;
     c->be->lora_forward(c->be, (char *)c->out + ((size_t)n0 * o.ld + o.col) * e, o.ld,
-                        (const char *)c->inp + (size_t)n0 * lo->in[t] * e, A, B, lo->scale,
-                        pass_p(lo), pass_key(lo, c->l, c->t), row0,
-                        scratch_for(lo, c->be, c->N), n, lo->in[t], o.rows, lo->R);
+                        (const char *)c->inp + (size_t)n0 * lin * e, c->A, lo->w + b_at(c),
+                        lo->scale, pass_p(lo), pass_key(lo, c->l, c->t), row0,
+                        scratch_for(lo, c->be, c->N), n, (int)lin, o.rows, lo->R);
 }
 
-static void backward_run(void *ctx, int n0, int n, int64_t row0) {
-    const lora_call *c = ctx;
+static void backward_run(const lora_call *c, int n0, int n, int64_t row0) {
     tsr_lora *lo = c->lo;
-    const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t;
+    const size_t e = tsr_dtype_size(c->be->act), t = (size_t)c->t, lin = (size_t)lo->lin[t];
     const lora_out o = out_of(c);
-    const size_t ao = lo->a_at[t] + (size_t)c->l * lo->R * lo->in[t];
-    const size_t bo = lo->b_at[t] + ((size_t)c->l * lo->out[t] + o.b0) * lo->R;
-    c->be->lora_backward(c->be, (char *)c->out + (size_t)n0 * lo->in[t] * e, lo->g + ao,
-                         lo->g + bo, (const char *)c->dout + ((size_t)n0 * o.ld + o.col) * e,
-                         o.ld, (const char *)c->inp + (size_t)n0 * lo->in[t] * e, lo->w + ao,
-                         lo->w + bo, lo->scale, pass_p(lo), pass_key(lo, c->l, c->t), row0,
-                         scratch_for(lo, c->be, c->N), n, lo->in[t], o.rows, lo->R);
+    c->be->lora_backward(c->be, (char *)c->out + (size_t)n0 * lin * e, c->dA, lo->g + b_at(c),
+                         (const char *)c->dout + ((size_t)n0 * o.ld + o.col) * e, o.ld,
+                         (const char *)c->inp + (size_t)n0 * lin * e, c->A, lo->w + b_at(c),
+                         lo->scale, pass_p(lo), pass_key(lo, c->l, c->t), row0,
+                         scratch_for(lo, c->be, c->N), n, (int)lin, o.rows, lo->R);
 }
 
 int lora_slot(const tsr_lora *lo, int l, int t) {
@@ -278,15 +350,20 @@ int lora_slot(const tsr_lora *lo, int l, int t) {
 void lora_forward_part(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *out,
                        const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
-    lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, out, inp, NULL};
-    row_runs(lo, N, forward_run, &c);
+    lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, out, inp, NULL, NULL, NULL,
+                   forward_run};
+    a_of(&c, 0);
+    row_runs(lo, N, &c);
 }
 
 void lora_backward_part(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *dinp,
                         const void *dout, const void *inp, int N) {
     if (!lora_target_on(lo, t)) return;
-    lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, dinp, inp, dout};
-    row_runs(lo, N, backward_run, &c);
+    lora_call c = {lo, be, lora_slot(lo, l, t), t, N, part, dinp, inp, dout, NULL, NULL,
+                   backward_run};
+    a_of(&c, 1);
+    row_runs(lo, N, &c);
+    a_back(&c);
 }
 
 void lora_forward_at(tsr_lora *lo, const tsr_backend *be, int l, int t, void *out,

@@ -14,8 +14,11 @@
  * each target's A stacked over the layers of its projection's kind (Lt: the attention layers, the
  * linear ones, or all; model_layer_slot) (Lt, r, in), then its B (Lt, out, r); the checkpoint
  * names them lora/<t>_A, lora/<t>_B at those shapes. The store is replicated on every rank
- * whatever parallel.sharding says (the base is what sharding splits; the adapters are small):
- * gradients are all-reduced over the world, AdamW runs on every rank.
+ * whatever parallel.sharding or parallel.tensor say (the base is what they split; the adapters
+ * are small): gradients are all-reduced over the world, AdamW runs on every rank. Under tensor
+ * parallelism a pass computes with its base's share of each adapter (below: lin, lout); the
+ * gradient entries a rank does not touch stay zero, those it computes in part are partial sums,
+ * so the world's sum is the whole gradient.
  *
  * Initialisation (PEFT's default): A uniform in [-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform with
  * a = sqrt(5)), B zero, so the adapted model starts as the base; a pure function of the seed.
@@ -44,9 +47,20 @@ typedef struct tsr_lora {
                                   * (column 0, row width ld1); rows0 = out: one output */
     unsigned mask;               /* bit t: target t has adapters */
     float scale, p;              /* alpha / r; dropout */
-    int in[TSR_LORA_COUNT], out[TSR_LORA_COUNT]; /* the target's input and output widths */
+    int in[TSR_LORA_COUNT], out[TSR_LORA_COUNT]; /* the target's input and output widths (the
+                                                  * store's: the whole model's) */
     int col[TSR_LORA_COUNT], ld[TSR_LORA_COUNT]; /* its first column in the (fused) output, and
-                                                  * that output's row width */
+                                                  * that output's row width (the pass's: under
+                                                  * tensor parallelism, the rank's split) */
+    /* Tensor parallelism (model_tp.h; docs/lora.md "Tensor parallelism"): the pass's share of
+     * each target, its base's split. A column-parallel target (q, k, v, gate, up, attn_gate)
+     * takes its input whole and gives lout of its out rows, B's rows b0 ..; a row-parallel one
+     * (o, down) takes lin of its in columns, A's columns a0 .., and gives a partial sum. Without
+     * tensor parallelism lin = in, lout = out, a0 = b0 = 0. */
+    int lin[TSR_LORA_COUNT], lout[TSR_LORA_COUNT], a0[TSR_LORA_COUNT], b0[TSR_LORA_COUNT];
+    float *slice;                /* a row-parallel target's A columns (R, lin) and their
+                                  * gradient, grown */
+    size_t slice_cap;
     size_t a_at[TSR_LORA_COUNT], b_at[TSR_LORA_COUNT]; /* the A and B stacks in the store */
     size_t n;                    /* floats in the store */
     float *w, *g, *m, *v;        /* weights, gradients, AdamW moments */

@@ -72,9 +72,10 @@ static int split_segs(const tsr_model *g, tsr_param_id id, size_t D, int T, int 
     return parts;
 }
 
-int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs) {
+/* tp_tensor_runs, an expert tensor under expert parallelism included */
+static int tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs) {
     const tsr_param_info *p = &g->params_info[id];
-    if (!p->numel || p->ep) return 0;
+    if (!p->numel) return 0;
     const tp_rule row = tp_rule_of(g, id);
     tp_seg s[TP_MAX_RUNS];
     int ns = 0;
@@ -97,6 +98,34 @@ int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp
                            s[i].g * inner, D * inner, (unsigned char)s[i].sum,
                            (unsigned char)s[i].counted};
     return ns;
+}
+
+int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs) {
+    return g->params_info[id].ep ? 0 : tensor_runs(g, T, t, sp, id, runs);
+}
+
+/* which 0: expw1, 1: expw2; the runs' blocks are one per expert (and row), so a buffer of
+ * `experts` experts a layer holds count / E x experts of them */
+void tp_expert_copy(const tsr_tp *tp, int experts, float *whole, float *split, int to_split) {
+    const tsr_model *g = &tp->global;
+    size_t wb = 0, sb = 0; /* each tensor's start in the two buffers */
+    for (int which = 0; which < 2; which++) {
+        const tsr_param_id id = which ? TSR_P_EXPW2 : TSR_P_EXPW1;
+        tp_run runs[TP_MAX_RUNS];
+        const int n = tensor_runs(g, tp->T, tp->t, tp->sp, id, runs);
+        size_t sn = 0;
+        for (int i = 0; i < n; i++) {
+            const tp_run *r = &runs[i];
+            const size_t count = r->count / (size_t)g->E * (size_t)experts;
+            for (size_t k = 0; k < count; k++) {
+                float *a = split + sb + r->local + k * r->lstride;
+                float *b = whole + wb + r->global + k * r->gstride;
+                memcpy(to_split ? a : b, to_split ? b : a, r->len * sizeof(float));
+            }
+            sn += count * r->len;
+        }
+        wb += g->params_info[id].numel / (size_t)g->E * (size_t)experts, sb += sn;
+    }
 }
 
 /* ---- the split model ----------------------------------------------------------------------- */
@@ -289,6 +318,20 @@ static void pass_collectives(const tsr_model *m, const tsr_tp *tp, int *xs, int 
     else *xs = 0;
 }
 
+/* model.qk_norm_scope = "projection": each attention layer's sums over the group (decoder_tp.c
+ * dec_tp_qknorm_forward / _backward), one forward and one backward, and the forward's again
+ * where a checkpointed layer reruns its mixer (block and attention modes) */
+static int qkn_reductions(const tsr_model *m) {
+    const tsr_actckpt_kind k = m->cfg.activation_checkpointing;
+    int n = 0;
+    if (!m->cfg.qk_norm || m->cfg.qk_norm_scope != TSR_QKN_PROJECTION) return 0;
+    for (int l = 0; l < m->L; l++)
+        if (!config_layer_linear(&m->cfg, l))
+            n += 2 + (model_ckpt_layer(m, l) &&
+                      (k == TSR_ACTCKPT_BLOCK || k == TSR_ACTCKPT_ATTENTION));
+    return n;
+}
+
 uint64_t tp_step_bytes(const tsr_model *m, int micro, int B, int T, size_t act) {
     const tsr_tp *tp = m->tp;
     if (!tp || tp->T <= 1) return 0;
@@ -300,6 +343,7 @@ uint64_t tp_step_bytes(const tsr_model *m, int micro, int B, int T, size_t act) 
     /* the cross-entropy: each row's maximum, then its sum of exponentials and target logit */
     one += tp_collective_bytes(tp->T, 1, N * sizeof(float)) +
            tp_collective_bytes(tp->T, 1, 2 * N * sizeof(double));
+    one += (uint64_t)qkn_reductions(m) * tp_collective_bytes(tp->T, 1, 2 * N * sizeof(double));
     size_t tensor, kv;
     tp_partial_floats(tp, m, &tensor, &kv);
     return (uint64_t)micro * one + tp_collective_bytes(tp->T, 1, tensor * sizeof(float)) +

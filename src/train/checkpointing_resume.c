@@ -93,7 +93,7 @@ static void dense_gather(tsr_trainer *t, int with_optim) {
 
 static void base_gather(tsr_trainer *t, int with_optim) {
     for (int set = 0; t->part.ep_on && set < (with_optim ? CKIO_SETS : 1); set++) {
-        if (ckio_ep_writer(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ckio_ep_store(t, set));
+        if (ckio_ep_io(t)) ep_from_part(&t->part.ep, t->part.ep_io[set], ckio_ep_store(t, set));
         ep_bcast(&t->part.ep, ckio_ep_store(t, set));
     }
     dense_gather(t, with_optim);
@@ -357,15 +357,17 @@ static int init_from_hf(tsr_trainer *t, const char *dir) {
         rc = imp->read(h, plain, at, at + (b - a), base[CKIO_MODEL] + (a - origin[CKIO_MODEL]),
                        &bytes);
     }
+    float *whole = t->part.ep_on ? ep_whole_begin(&t->part.ep) : NULL; /* (whole experts) */
     for (int which = 0; which < 2 && !rc && t->part.ep_on; which++) {
         const size_t off = plain->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1].offset;
         for (int s = 0; s < t->part.ep.LM && !rc; s++) {
             size_t in_tensor, in_store;
             const size_t n = ep_slot_span(&t->part.ep, which, s, &in_tensor, &in_store);
-            rc = imp->read(h, plain, off + in_tensor, off + in_tensor + n,
-                           t->part.ep.w + in_store, &bytes);
+            rc = imp->read(h, plain, off + in_tensor, off + in_tensor + n, whole + in_store,
+                           &bytes);
         }
     }
+    if (whole) ep_whole_end(&t->part.ep, whole);
     imp->close(h);
     if (own) {
         model_free(own);
@@ -408,22 +410,32 @@ static int load_weights(tsr_trainer *t, const char *arg) {
     return rc;
 }
 
-/* LoRA: "crc32c:XXXXXXXX" of the base's weights as this run holds them: the CRC32C of the flat
- * layout's float32 bytes, each rank's part of a partition (the world's; zero3 / hsdp: the first
- * group's; a pipeline's part: its part of the whole model's layout, as a checkpoint's, so that
- * the sum does not depend on the layout) combined in order. Collective. */
+/* tensor parallelism: this rank's part of the whole model's flat layout (tp_io), gathered from
+ * the split ranks' weights into ckio's buffer (ckio_release frees it); its floats in *len */
+static const float *split_part(tsr_trainer *t, size_t *len) {
+    size_t lo, hi, origin[CKIO_SETS];
+    float *base[CKIO_SETS];
+    ckio_release(t);
+    ckio_layout(t, 0, &lo, &hi, base, origin);
+    tsr_fsdp *f = &t->part.fsdp;
+    if (t->part.fsdp_on && f->gindex == 0) /* (zero3 / hsdp: the first group's split parts) */
+        fsdp_shard_to_part(f, f->params, t->part.ckio[CKIO_MODEL]);
+    tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, CKIO_MODEL), base[CKIO_MODEL]);
+    *len = hi - lo;
+    return base[CKIO_MODEL];
+}
+
+/* LoRA: "crc32c:XXXXXXXX" of the base's weights as this run holds them: the CRC32C of the whole
+ * model's flat layout's float32 bytes, each rank's part of a partition (the world's; zero3 /
+ * hsdp: the first group's; tensor parallelism and a pipeline: their parts of the whole layout,
+ * tp_io) combined in order, the same whatever the layout. Collective. */
 static void base_checksum(tsr_trainer *t, char *out, size_t cap) {
     const int W = t->dist.world;
     const float *part;
     float *tmp = NULL;
     size_t len;
     if (trainer_split(t)) {
-        size_t hi, origin[CKIO_SETS];
-        float *b[CKIO_SETS];
-        ckio_release(t);
-        ckio_layout(t, 0, &len, &hi, b, origin);
-        tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, CKIO_MODEL), b[CKIO_MODEL]);
-        part = b[CKIO_MODEL], len = hi - len;
+        part = split_part(t, &len);
     } else if (t->part.fsdp_on) {
         tsr_fsdp *f = &t->part.fsdp;
         len = f->part_counts[f->grank];

@@ -99,9 +99,9 @@ static int save_tensors(tsr_trainer *t, ckpt_tensor *ts, char (*names)[64]) {
         fsdp_shard_to_part(&t->part.fsdp, t->part.m, t->part.ckio[CKIO_M]);
         fsdp_shard_to_part(&t->part.fsdp, t->part.v, t->part.ckio[CKIO_V]);
     }
-    for (int set = 0; ckio_ep_writer(t) && set < CKIO_SETS; set++)
+    for (int set = 0; ckio_ep_io(t) && set < CKIO_SETS; set++)
         ep_to_part(&t->part.ep, ckio_ep_store(t, set), t->part.ep_io[set]);
-    /* (into the global layout; LoRA's adapters are the whole model's already) */
+    /* (into the global layout; LoRA's adapters are whole on every rank, its base not saved) */
     for (int set = 0; trainer_split(t) && !t->part.lora_on && set < CKIO_SETS; set++)
         tp_to_global(&t->part.tpio, &t->model, ckio_tp_held(t, set), t->part.tp_gpart[set]);
     return n;

@@ -82,7 +82,13 @@ void ckio_release(tsr_trainer *t) {
     }
 }
 
-int ckio_ep_writer(const tsr_trainer *t) { return t->part.ep_on && t->dist.rank < t->part.ep.EP; }
+int ckio_ep_io(const tsr_trainer *t) {
+    return t->part.ep_on && mesh_group(&t->mesh, TSR_MESH_EXPERT_DATA)->rank == 0;
+}
+
+int ckio_ep_writer(const tsr_trainer *t) {
+    return ckio_ep_io(t) && (!t->part.tp_on || t->part.tp.t == 0);
+}
 
 float *ckio_ep_store(tsr_trainer *t, int set) {
     tsr_ep *ep = &t->part.ep;
@@ -104,7 +110,7 @@ void ckio_param_tensor(ckpt_tensor *c, char *name, const tsr_optim_config *o, in
 /* parallel.expert: the two stacked expert tensors of a set, this rank's part of each (the
  * writers') or none */
 static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64]) {
-    const tsr_model *m = &t->model;
+    const tsr_model *m = trainer_split(t) ? t->model.global : &t->model; /* (global shapes) */
     int n = 0;
     for (int which = 0; which < 2; which++) {
         const tsr_param_info *p = &m->params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1];
@@ -114,7 +120,7 @@ static int ep_tensors(tsr_trainer *t, int set, ckpt_tensor *ts, char (*names)[64
             if (!t->part.ep_io[set])
                 t->part.ep_io[set] = tsr_calloc(ep_part_floats(&t->part.ep), sizeof(float));
             ep_part_range(&t->part.ep, which, &c->lo, &c->hi);
-            c->data = t->part.ep_io[set] + (which ? t->part.ep.n1 : 0);
+            c->data = t->part.ep_io[set] + (which ? t->part.ep.gn1 : 0);
         }
         n++;
     }

@@ -33,8 +33,13 @@ float *ckio_tp_held(tsr_trainer *t, int set);
  * tp_gpart). */
 void ckio_release(tsr_trainer *t);
 /* parallel.expert: this rank writes and reads the expert tensors (the first EP group, world ranks
- * 0 .. EP - 1, rank j its part: model_ep.h); the other ranks name them with empty ranges. */
+ * 0 .. EP - 1, rank j its part: model_ep.h; under tensor parallelism that of tensor rank 0); the
+ * other ranks name them with empty ranges. */
 int ckio_ep_writer(const tsr_trainer *t);
+/* parallel.expert: this rank takes part in the experts' exchange with the checkpoint's parts
+ * (ep_to_part, ep_from_part): the first EP group's ranks (expert_data rank 0) of every tensor
+ * rank; the writers without tensor parallelism */
+int ckio_ep_io(const tsr_trainer *t);
 /* The experts' store of a set (weights, m, v). */
 float *ckio_ep_store(tsr_trainer *t, int set);
 /* A set's name prefix: the weights' ("model/", LoRA's "lora/"), or the optimizer slot's state set
