@@ -10,7 +10,7 @@
 # what, the expected exit, the message (a fixed string, grep -F), the command.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 57
+tap_plan 62
 
 make_synth "$TMP/data" 512 20000
 "$TOOL" synth --out "$TMP/short" --vocab 512 --tokens 20 --seed 1 >/dev/null
@@ -57,6 +57,20 @@ dry "model.norm_placement = post with LayerNorm" 'needs model.norm = "rmsnorm"' 
     --set model.norm_placement=post
 dry "model.embed_scale with learned positions" "Gemma scales the token embedding alone" \
     --set model.embed_scale=sqrt_d_model
+moe8=("${llama[@]}" --set model.moe_experts=8 --set model.moe_top_k=2)
+dry "DeepSeek's router: chosen groups with fewer than top_k experts" \
+    "the chosen groups must hold at least" "${moe8[@]}" --set model.moe_topk_method=noaux_tc \
+    --set model.moe_scoring=sigmoid --set model.moe_n_group=4 --set model.moe_topk_group=1 \
+    --set model.moe_top_k=3
+dry "DeepSeek's router: groups with greedy" "groups need model.moe_topk_method" "${moe8[@]}" \
+    --set model.moe_n_group=2
+dry "DeepSeek's router: noaux_tc's groups of one expert" "at least 2 experts a group" \
+    "${moe8[@]}" --set model.moe_topk_method=noaux_tc --set model.moe_scoring=sigmoid \
+    --set model.moe_n_group=8 --set model.moe_topk_group=2
+dry "DeepSeek's router: a z-loss with sigmoid scores" "the z-loss is over softmax's logsumexp" \
+    "${moe8[@]}" --set model.moe_scoring=sigmoid --set model.moe_z_loss_coef=0.001
+dry "DeepSeek's router: no MoE layer after the dense ones" "no MoE layer is left after the dense ones" \
+    "${moe8[@]}" --set model.n_layer=2 --set model.moe_dense_layers=2
 dry "model.layer_types longer than model.n_layer" "entries with model.n_layer" \
     --set model.layer_types=full_attention,full_attention,full_attention,full_attention,full_attention
 more=()
