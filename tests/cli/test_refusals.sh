@@ -10,7 +10,7 @@
 # what, the expected exit, the message (a fixed string, grep -F), the command.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 62
+tap_plan 63
 
 make_synth "$TMP/data" 512 20000
 "$TOOL" synth --out "$TMP/short" --vocab 512 --tokens 20 --seed 1 >/dev/null
@@ -132,6 +132,10 @@ dry "GRPO's KL term on device = cuda" "a KL term to the initial weights is not s
 # ---- parallelism ----
 dry "parallel.expert = 2 with a dense model" "expert parallelism needs a mixture-of-experts model" \
     --set parallel.expert=2
+
+refused "parallel.pipeline = 3 on 4 ranks (--plan 4)" 1 "does not divide the 4 ranks" "$TRAIN" \
+    "${base[@]}" "${llama[@]}" --set parallel.pipeline=3 --set model.n_layer=3 \
+    --set sample.tokens=0 --plan 4
 
 warned "one layer's experts past MPI's int counts under expert parallelism (--plan 2)" \
     "more than MPI's int counts" "$TRAIN" "${base[@]}" "${llama[@]}" --set model.d_model=8192 \
