@@ -26,14 +26,7 @@ tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
        --set max_duration=12ba --set save_interval=5ba --set optim.warmup=2ba --set keep_last=3)
 run() { local np=$1 dir=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
-culprit() { # culprit DIR KEY: a field of DIR's sdc-culprit.json
-    "$PY3" -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(v if not isinstance(v, list) else ",".join(map(str, v)))' "$TMP/$1/sdc-culprit.json" "$2" 2>/dev/null
-}
-health() { # health DIR KEY: a field of DIR's {"event": "health"} record
-    "$PY3" -c 'import json,sys
-r=[json.loads(l) for l in open(sys.argv[1]) if "\"event\": \"health\"" in l]
-print(r[-1][sys.argv[2]] if r else "none")' "$TMP/$1/metrics.jsonl" "$2"
-}
+source "$(dirname "$0")/sdc_lib.sh"
 
 run 2 A
 rc=$?

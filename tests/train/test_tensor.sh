@@ -53,18 +53,7 @@ run() {
     ranks "$np" "$TRAIN" "${!m}" --set parallel.tensor="$t" --set run_dir="$TMP/$dir" "$@" \
         >"$TMP/$dir.txt" 2>&1
 }
-# bytes_match DIR NP T MODEL-ARRAY-NAME ARGS...: DIR's run sent what its plan says: the plan's
-# bytes a rank and step (--dry-run) x NP ranks x 6 steps
-bytes_match() {
-    local dir=$1 np=$2
-    shift
-    run "$dir.plan" "$@" --dry-run || return 1
-    local per sent
-    per=$(grep -o 'sends [^(]*([0-9]* B) over its tensor group' "$TMP/$dir.plan.txt" | grep -o '([0-9]*' | tr -d '(')
-    sent=$(grep -o 'tensor parallelism: [0-9]* bytes sent' "$TMP/$dir.txt" | grep -o '[0-9]*')
-    tap_diag "$dir: sent $sent bytes, the plan $per a rank and step"
-    [[ -n $per && -n $sent && $sent == $((per * np * 6)) ]]
-}
+source "$(dirname "$0")/tensor_lib.sh" # (bytes_match)
 
 # ---- exactness, 6 steps ------------------------------------------------------------------------
 run L1 1 1 llama && run L2 2 2 llama && run G1 1 1 gpt && run G2 2 2 gpt &&

@@ -85,18 +85,7 @@ run U2 2 2 wide "${lora[@]}" "${save[@]}" && run K2 2 2 wide "${lora[@]}" "${sav
 tap_check $? "LoRA at T = 2: rank 1 SIGKILLed after step $k (exit $rc): the rerun resumes from step $((k / 2 * 2)) and equals the uninterrupted run bit for bit"
 
 # ---- QK-norm over the projection ---------------------------------------------------------------
-# bytes_match DIR NP T MODEL-ARRAY-NAME ARGS...: DIR's run sent what its plan says: the plan's
-# bytes a rank and step (--dry-run) x NP ranks x 6 steps
-bytes_match() {
-    local dir=$1 np=$2
-    shift
-    run "$dir.plan" "$@" --dry-run || return 1
-    local per sent
-    per=$(grep -o 'sends [^(]*([0-9]* B) over its tensor group' "$TMP/$dir.plan.txt" | grep -o '([0-9]*' | tr -d '(')
-    sent=$(grep -o 'tensor parallelism: [0-9]* bytes sent' "$TMP/$dir.txt" | grep -o '[0-9]*')
-    tap_diag "$dir: sent $sent bytes, the plan $per a rank and step"
-    [[ -n $per && -n $sent && $sent == $((per * np * 6)) ]]
-}
+source "$(dirname "$0")/tensor_lib.sh" # (bytes_match)
 qp=(--set model.qk_norm=true --set model.qk_norm_scope=projection --set model.norm_placement=post)
 run Q1 1 1 wide "${qp[@]}" && run Q2 2 2 wide "${qp[@]}" &&
     run Q4 4 4 wide "${qp[@]}" --set parallel.sequence=false &&
