@@ -17,7 +17,10 @@
 #    a model without them gets none;
 #  - the start says when no Hugging Face class holds the model (issue 79, item 12): of the recipes
 #    only dbrx-132b (LayerNorm: no class tessera exports), and SmolLM3 shrunk by --set without its
-#    head_dim, once, naming model.head_dim.
+#    head_dim, once, naming model.head_dim; the DeepSeek-V3-architecture recipes (model.kv_lora_rank)
+#    are left out of that check until their classes' export lands (issue 84 item 5);
+#  - configs/deepseek-tiny.cfg (MLA, DeepSeekMoE, MTP; issue 84 item 8) trains 3 steps on a
+#    synthetic corpus: every step's loss and MTP loss finite, the correction bias moved.
 # The sizes of one issue-67 family (gemma3-*, gpt-oss-*, olmo2-*, olmo3-*) share every key but
 # the sizes: the family's first recipe (in glob order) dry-runs each of its sharding values, the
 # others their own setting only (sizes do not change which shardings load; CI's time).
@@ -27,7 +30,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 recipes=("$TSR_ROOT"/configs/*.cfg)
-tap_plan 10
+tap_plan 11
 # dry NAME ARGS...: tessera-train ARGS... --dry-run in the background (at most four at once); its
 # exit status goes to $TMP/NAME.rc
 dry() {
@@ -162,11 +165,35 @@ tap_check $? "the model line names the variants of ${#want[@]} models (gemma3, g
 
 # the start's no-class warning (docs/hf.md "Export"): which recipes say it
 warned=()
-for f in "${recipes[@]}"; do grep -q 'no Hugging Face class holds this model' "$TMP/${f##*/}.out" && warned+=("${f##*/}"); done
+for f in "${recipes[@]}"; do
+    grep -qE '^\s*kv_lora_rank\s*=\s*[1-9]' "$f" && continue # (issue 84 item 5: not exported yet)
+    grep -q 'no Hugging Face class holds this model' "$TMP/${f##*/}.out" && warned+=("${f##*/}"); done
 [[ ${warned[*]} == dbrx-132b.cfg ]] &&
     grep -q 'which needs model.norm = "rmsnorm" and a gated MLP' "$TMP/dbrx-132b.cfg.out"
 tap_check $? "of the recipes only dbrx-132b says that no Hugging Face class holds its model (${warned[*]:-none})"
 n=$(grep -c 'no Hugging Face class holds this model' "$TMP/smollm3-shrunk.out")
 ran smollm3-shrunk && ((n == 1)) && grep -q 'model.no_rope_layers exports as SmolLM3ForCausalLM (model_type "smollm3"), which needs model.head_dim = d_model / n_head' "$TMP/smollm3-shrunk.out"
 tap_check $? "smollm3-3b shrunk by --set without its head_dim: --dry-run says once ($n) that no Hugging Face class holds it, naming model.head_dim"
+
+# the tiny DeepSeek recipe trains: 3 steps on a synthetic corpus of 512 ids, its own model block
+make_synth "$TMP/ds" 512 20000
+"$TRAIN" --config "$TSR_ROOT/configs/deepseek-tiny.cfg" --set data.train="$TMP/ds/train" \
+    --set data.val= --set data.tokenizer= --set model.vocab_size=512 --set max_duration=3ba \
+    --set optim.warmup=1ba --set eval_interval=0ba --set save_interval=3ba --set sample.tokens=0 \
+    --set log_interval=1 --set global_batch=4 --set micro_batch=4 \
+    --set run_dir="$TMP/tiny-ds" >"$TMP/tiny-ds.out" 2>&1
+rc=$?
+n=$(grep -cE '^step +[1-3]/3 \| loss [0-9]+\.[0-9]+ \| mtp [0-9]+\.[0-9]+ \|' "$TMP/tiny-ds.out")
+"$PY3" - "$(ck "$TMP/tiny-ds" 3)" <<'PY'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+found = []
+f.visititems(lambda n, o: found.append(o[()]) if n.endswith("routercorr") else None)
+b = found[0] if found else np.zeros(1)
+print(f"# routercorr {b.shape}: {np.abs(b).max() if b.size else 0}")
+sys.exit(0 if found and b.shape == (3, 16) and np.abs(b).max() > 0 else 1)
+PY
+b=$?
+((rc == 0 && n == 3 && b == 0))
+tap_check $? "deepseek-tiny trains 3 steps (exit $rc): $n step lines with a finite loss and MTP loss; its 3 MoE layers' correction bias moved"
 tap_done

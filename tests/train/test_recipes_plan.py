@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_recipes_plan.py — the Llama / Qwen / MoE / OLMo / Gemma 3 / SmolLM3 / gpt-oss recipes'
-`--plan` figures against a hand calculation.
+`--plan` figures against a hand calculation (and the DeepSeek-V3-architecture ones: issue 84).
 
 For each recipe of configs/ named below, `tessera-train --config R --plan 1` (ddp, nothing
 allocated, no data opened) prints the parameter count, FLOPs per token and the fp32 weight memory.
@@ -20,6 +20,11 @@ tessera) and compares:
     adds q/k/v/o biases (model.bias), a sink per head, the router's bias and each expert's
     (2 moe_intermediate_size + d_model); tessera counts those biases as active (dense tensors),
     and gpt-oss's card's active figure leaves out the input embedding;
+  - DeepSeek-V3's architecture (docs/models.md "DeepSeek", docs/moe.md "DeepSeek's router"): an
+    MLA layer's q_a_proj, its norm and q_b_proj (or q_proj), kv_a_proj_with_mqa, its norm,
+    kv_b_proj and o_proj; the first moe_dense_layers layers dense; noaux_tc's correction bias
+    (E a MoE layer); the total within 1 % of the published one, the active count within one unit
+    of the card's figure; attention's FLOPs 6 n_head (dqk + dv) a key instead of 12 n_head hs;
   - FLOPs per token: 6 N + 12 L (n_head head_dim) T, N the active parameters without an untied
     input embedding (docs/mfu.md); a sliding layer counts min(W, T) keys instead of T (OLMo 3);
     a MoE model's plan also prints the active count, checked too;
@@ -78,6 +83,16 @@ PUBLISHED_CARD = {
     "gemma3-27b": "27B",
     "smollm3-3b": "3B",
 }
+# DeepSeek-V3-architecture recipe (issue 84) -> (total, active, active without the input embedding)
+# as published: the total within 1 % (DeepSeek-V3's card: 671B, 37B active; V2-Lite's: 15.7B,
+# 2.4B active; Kimi K2's hub page 1.03T (its card's nominal 1T), 32B active; Moonlight's card: 16B,
+# 3B active), the active figure within one unit of its last digit
+PUBLISHED_DS = {
+    "deepseek-v3": (671.0e9, "37B", False),
+    "deepseek-v2-lite": (15.7e9, "2.4B", True),
+    "kimi-k2": (1.03e12, "32B", True),
+    "moonlight-16b-a3b": (16.0e9, "3B", False),
+}
 # recipes without a published model: the hand count alone
 UNPUBLISHED = ["dbrx-tiny"]
 
@@ -100,6 +115,16 @@ def model_keys(path):
     return keys
 
 
+def mla_layer(k, C, NH):
+    """(parameters of one multi-head latent attention layer, its attention width NH (dqk + dv) / 2)
+    (docs/models.md "DeepSeek"): q_a_proj, its norm and q_b_proj (or q_proj), kv_a_proj_with_mqa,
+    its norm, kv_b_proj, o_proj"""
+    qr, kvr = int(k.get("q_lora_rank", 0)), int(k["kv_lora_rank"])
+    dn, dr, dv = int(k["qk_nope_head_dim"]), int(k["qk_rope_head_dim"]), int(k["v_head_dim"])
+    q = (C * qr + qr + qr * NH * (dn + dr)) if qr else C * NH * (dn + dr)
+    return q + C * (kvr + dr) + kvr + kvr * NH * (dn + dv) + NH * dv * C, NH * (dn + dr + dv) / 2
+
+
 def by_hand(k):
     """(total parameters, active parameters per token, FLOPs per token) from the model keys."""
     L, C, NH = int(k["n_layer"]), int(k["d_model"]), int(k["n_head"])
@@ -110,7 +135,11 @@ def by_hand(k):
     E, K = int(k.get("moe_experts", 0)), int(k.get("moe_top_k", 2))
     FE, S = int(k.get("moe_intermediate_size", 0)) or F, int(k.get("moe_shared_size", 0))
     LM = L // int(k.get("moe_every", 1)) if E else 0  # layers l with (l + 1) % moe_every == 0
+    LM -= int(k.get("moe_dense_layers", 0))               # the first layers dense (DeepSeek)
     per = C * NH * hs + 2 * C * KVH * hs + NH * hs * C  # q, k, v, o
+    width = NH * hs                                       # attention's FLOPs: 12 width a key
+    if int(k.get("kv_lora_rank", 0)):
+        per, width = mla_layer(k, C, NH)
     per += (4 if k.get("norm_placement") == "sandwich" else 2) * C  # norm weights (no biases)
     bias = k.get("bias") == "true"
     if k.get("qkv_bias") == "true" or bias:
@@ -124,6 +153,7 @@ def by_hand(k):
     dense = 3 * C * F + ((2 * F + C) if bias else 0)     # gate, up, down (+ their biases)
     moe = E * C + 3 * C * S                               # router, shared expert
     moe += E if k.get("moe_router_bias") == "true" else 0
+    moe += E if k.get("moe_topk_method") == "noaux_tc" else 0  # the correction bias (routercorr)
     expert = 3 * C * FE + ((2 * FE + C) if k.get("moe_expert_bias") == "true" else 0)
     n = V * C * (1 if tied else 2) + L * per + C + (L - LM) * dense + LM * (moe + E * expert)
     active = n - LM * (E - K) * 3 * C * FE                # a token passes through K of the E
@@ -132,7 +162,7 @@ def by_hand(k):
     types = [t.strip() for t in k.get("layer_types", "").split(",") if t.strip()]
     keys = sum(min(W, T) if types and types[l % len(types)] == "sliding_attention" else T
                for l in range(L))
-    flops = 6 * (active - lookup) + 12 * NH * hs * keys
+    flops = 6 * (active - lookup) + 12 * width * keys
     return n, active, flops
 
 
@@ -152,12 +182,13 @@ def near_card(n, figure):
 
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
-RECIPES = list(PUBLISHED) + list(PUBLISHED_MOE) + list(PUBLISHED_CARD) + UNPUBLISHED
-tap = Tap(3 * len(RECIPES) + len(PUBLISHED_MOE))
+RECIPES = (list(PUBLISHED) + list(PUBLISHED_MOE) + list(PUBLISHED_CARD) + list(PUBLISHED_DS)
+           + UNPUBLISHED)
+tap = Tap(3 * len(RECIPES) + len(PUBLISHED_MOE) + len(PUBLISHED_DS))
 for name in RECIPES:
     cfg = os.path.join(ROOT, "configs", f"{name}.cfg")
     n, active, flops = by_hand(model_keys(cfg))
-    checks = 3 + (name in PUBLISHED_MOE)
+    checks = 3 + (name in PUBLISHED_MOE or name in PUBLISHED_DS)
     r = subprocess.run([TRAIN, "--config", cfg, "--plan", "1", "--set", "data.tokenizer=",
                         "--set", "parallel.sharding=ddp"], capture_output=True, text=True)
     out = r.stdout + r.stderr
@@ -181,6 +212,14 @@ for name in RECIPES:
         tap.ok(got_active == active and near_card(card_active, act),
                f"{name}: {got_active} active parameters per token printed, {active} by hand, "
                f"{act} on the model card")
+    elif name in PUBLISHED_DS:
+        total, act, no_emb = PUBLISHED_DS[name]
+        tap.ok(got_n == n and abs(n / total - 1) < 0.01,
+               f"{name}: {got_n} parameters printed, {n} by hand, {total:.4g} published (1 %)")
+        card_active = active - (V_C(cfg) if no_emb else 0)
+        tap.ok(got_active == active and near_card(card_active, act),
+               f"{name}: {got_active} active parameters per token printed, {active} by hand, "
+               f"{act} on the model card{' (without the input embedding)' if no_emb else ''}")
     elif name in PUBLISHED_CARD:
         tap.ok(got_n == n and near_card(n, PUBLISHED_CARD[name]),
                f"{name}: {got_n} parameters printed, {n} by hand, {PUBLISHED_CARD[name]} on the model card")
