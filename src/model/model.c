@@ -521,7 +521,7 @@ double model_active_params(const tsr_model *m) {
     /* MoE: a token passes through K of the E experts; the others' weights do no work for it
      * (each layer's MLP row says how many: its idle slot) */
     double idle = 0.0;
-    for (int l = 0; l < m->L; l++) {
+    for (int l = 0; l < m->L + m->D; l++) { /* (multi-token prediction's layers: L + k - 1) */
         const tsr_layer_kind *k = model_mlp(&m->cfg, l);
         if (k->idle) idle += k->idle(m);
     }
@@ -532,13 +532,15 @@ double model_flops_per_token(const tsr_model *m, int T) {
     if (m->global) m = m->global; /* (a split model: the whole one's) */
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
     double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C, own = 0.0;
-    /* beyond the parameters': each layer's mixer's products (attention's 12 (NH hs) keys, a
+    /* beyond the parameters': each layer's mixer's products (the MTP modules' layers too) (attention's 12 (NH hs) keys, a
      * linear layer's state) and its MLP's (none so far; docs/mfu.md) */
-    for (int l = 0; l < m->L; l++) {
+    for (int l = 0; l < m->L + m->D; l++) {
         const tsr_layer_kind *mix = model_mixer(&m->cfg, l), *mlp = model_mlp(&m->cfg, l);
         if (mix->flops) own += mix->flops(m, l, T);
         if (mlp->flops) own += mlp->flops(m, l, T);
     }
+    /* each multi-token prediction depth runs the shared head once more (docs/models.md) */
+    own += 6.0 * (double)m->D * (double)m->V * (double)m->C;
     return 6.0 * (model_active_params(m) - lookup) + own;
 }
 
