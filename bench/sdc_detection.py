@@ -8,6 +8,7 @@ steps after the injection, and whether the culprit it named is the rank the faul
   python3 bench/sdc_detection.py --write-doc       ... and into docs/health.md between its markers
   python3 bench/sdc_detection.py --modes zero1 --write-doc
                                                    those modes' cells only, their rows replaced
+                                                   (--sites acts,sent: those sites' cells)
   python3 bench/sdc_detection.py --ci --check docs/health.md
                                                    one cell per site (ddp) and one per mode
                                                    (weights); each row must equal the doc's
@@ -19,7 +20,8 @@ health.replay_interval = 10, one thread a rank, no watchdog; the fault on rank 1
 (weights, m, v) and the reduced gradients' go in after step 7, between two fingerprint steps (the
 common case: a flip inside the at-rest window after a fingerprint step is caught by every mode at
 once, tests/train/test_sdc.sh); the local gradients' in step 7; a wrong product in step 10, a replay
-step. Nothing in a row is assumed: each is what the trainer printed, wrote and exited with."""
+step, and an activation flipped there too; the reduction's data (sent, received) in step 7.
+Nothing in a row is assumed: each is what the trainer printed, wrote and exited with."""
 import argparse
 import json
 import os
@@ -53,8 +55,11 @@ SITES = [
     ("v", "flip:v:{t}:20:{w}:{s}", "optimizer state (v), at rest"),
     ("grads", "flip:grads:wte:20:{w}:{s}", "gradients before the reduction"),
     ("rgrads", "flip:rgrads:{t}:20:{w}:{s}", "reduced gradients"),
+    ("sent", "flip:sent:{t}:20:{w}:{s}", "the reduction's data, as rank 1 sends it"),
+    ("received", "flip:received:{t}:20:{w}:{s}", "the reduction's data, as rank 1 receives it"),
     ("matmul", "matmul:10:{w}", "a wrong matrix product, once (step 10)"),
     ("matmul-every", "matmul:10:{w}:every", "wrong matrix products from step 10 on"),
+    ("acts", "flip:acts:layer1:20:{w}:10", "an activation: layer 1's output (step 10)"),
     ("loaded", "flip:loaded:{t}:20:{w}:5", "the read path of a resume (step 5)"),
     ("ckpt-file", None, "a checkpoint file on disk (step 10's)"),
 ]
@@ -72,11 +77,15 @@ MODES = [
     ("LoRA", 3, G12 + ["--set", "lora.rank=4", "--set", "lora.alpha=8"], "base"),
     ("DPO", 3, G12 + ["--set", "objective=dpo", "--set", "lora.rank=4", "--set", "lora.alpha=8"], "dpo"),
     ("GRPO", 2, [], "grpo"),
+    ("tensor", 4, G8 + ["--set", "parallel.tensor=2"], None),
+    ("pipeline", 4, G8 + ["--set", "parallel.pipeline=2"], None),
 ]
 CI_MODE_SITE = "weights"    # --ci: every site on ddp, every mode with this site
 # the tensor flipped: wte (every rank holds some of it, in every mode's layout), but under zero1
-# fcw, which lies in rank 1's part of the flat layout (wte is all rank 0's)
-TENSOR = {"zero1": "fcw"}
+# fcw, which lies in rank 1's part of the flat layout (wte is all rank 0's), and under tensor in
+# lnfw, which every rank of a tensor group holds whole (compared over the group) and which lies in
+# the part rank 1 receives from the other data rank (wte is in its own)
+TENSOR = {"zero1": "fcw", "tensor": "lnfw"}
 
 
 def mpirun(np_, args, env, out):
@@ -199,7 +208,7 @@ def judge(run_dir, rc, out, site):
     if not ev:
         return ("no" + ("" if rc == 0 else f" (exit {rc})"), "-", "-")
     e = ev[0]
-    start = 5 if site == "loaded" else (10 if site.startswith("matmul") else AT)
+    start = 5 if site == "loaded" else (10 if site.startswith("matmul") or site == "acts" else AT)
     steps = "at the resume" if site == "loaded" else str(e["step"] - start)
     how = {"transient": "yes (transient: the run went on)"}.get(e["verdict"], f"yes (exit {rc})")
     if e["verdict"] == "unattributed":
@@ -245,9 +254,10 @@ def table(cells, results):
     return "\n".join(head + [row(s, m, results[(s, m)]) for s, m in cells])
 
 
-def cells_of(ci, modes=None):
-    if modes:
-        return [(s[0], m) for s in SITES for m in modes]
+def cells_of(ci, modes=None, sites=None):
+    if modes or sites:
+        return [(s, m) for s in (sites or [x[0] for x in SITES])
+                for m in (modes or [x[0] for x in MODES])]
     if not ci:
         return [(s[0], m[0]) for s in SITES for m in MODES]
     return [(s[0], "ddp") for s in SITES] + [(CI_MODE_SITE, m[0]) for m in MODES if m[0] != "ddp"]
@@ -286,11 +296,14 @@ def main():
     ap.add_argument("--write-doc", action="store_true", help="write the table into docs/health.md")
     ap.add_argument("--check", metavar="DOC", help="every row generated must be in DOC's table")
     ap.add_argument("--modes", help="comma-separated modes: their cells only")
+    ap.add_argument("--sites", help="comma-separated sites: their cells only (with --modes: both)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tessera-sdc-table.")
     try:
         fx = Fixtures(tmp)
-        cells, results = cells_of(a.ci, a.modes.split(",") if a.modes else None), {}
+        cells = cells_of(a.ci, a.modes.split(",") if a.modes else None,
+                         a.sites.split(",") if a.sites else None)
+        results = {}
         for s, m in cells:
             results[(s, m)] = cell(fx, s, m, tmp)
             print("# " + row(s, m, results[(s, m)]), flush=True)

@@ -217,6 +217,9 @@ void dec_layers_forward(const dec_run *r, const dec_unit *root) {
         dec_layer v = dec_run_layer(r, l);
         dec_layer_steps(r, l, &v, cur.w, ST_MIX, ST_MLP);
         dec_branch_out(r, l, &v, cur.w, 1, 1);
+        if (d->m->act_fault) /* (test-only: model.h) */
+            d->m->act_fault(d->m->act_fault_ctx, l, r->scratch, (size_t)N * d->m->C,
+                            tsr_dtype_size(d->be->act));
         /* before the next layer's ln1 takes the working copy (a decode step keeps none) */
         if (!r->kv) dec_comp_move(d, l, r->N, 1);
         /* the residual add fused with the next LayerNorm: layer l+1's LN1, or the final one

@@ -339,6 +339,11 @@ typedef struct tsr_model {
     const uint8_t *starts;
     int D;                   /* multi-token prediction's depths (model.num_nextn_predict_layers) */
     struct tsr_mtp *mtp;     /* D > 0: the modules' one-layer models and buffers (src/model/mtp.h) */
+    /* Test-only (TSR_FAULT's activation flips, train/sdc_fault.c): called as a forward computes
+     * layer l's output (its MLP branch's, before the residual add: n elements of elem bytes,
+     * on the host), which it may change; NULL: none */
+    void (*act_fault)(void *ctx, int layer, void *out, size_t n, size_t elem);
+    void *act_fault_ctx;
 } tsr_model;
 
 /* Activation checkpointing (docs/model.md): the per-layer activations come in groups that a mode

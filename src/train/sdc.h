@@ -60,6 +60,11 @@ int sdc_on(const struct tsr_trainer *t);
 int sdc_start(struct tsr_trainer *t);
 /* The injected fault of TSR_FAULT=flip:SITE:... due at this point, if any (sdc_fault.c). */
 void sdc_fault(struct tsr_trainer *t, sdc_when when);
+/* The step's all-reduce of the flat gradients buf (ddp's, over its data group), done here as
+ * a reduce-scatter and an all-gather when TSR_FAULT's flip of the reduction's data (sent,
+ * received) is due in this step, its bit flipped in what the rank sends or receives: 1; else 0,
+ * the caller reduces. Collective (every rank answers alike). */
+int sdc_fault_reduce(struct tsr_trainer *t, float *buf);
 /* Deterministic replay (sdc_replay.c). In a rank's pass over its microbatches: begin before the
  * first, first after the first one's backward (its loss given: on a replay step, its
  * fingerprint), whole after the last (the batch's loss sum: the fingerprint of what the rank hands

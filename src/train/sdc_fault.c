@@ -9,6 +9,13 @@
  *   rgrads          in step STEP, the reduced gradients (before the update)
  *   loaded          the weights of a run resumed at step STEP, as the load left them (before
  *                   the start's checks: the read path)
+ *   acts            in step STEP, the output of layer L (TENSOR layerL: its MLP branch's, before
+ *                   the residual add) in the rank's first forward of its own work
+ *   sent, received  in step STEP, TENSOR's gradients as the rank sends them into the reduction
+ *                   or receives them reduced: that step's all-reduce is done as a reduce-scatter
+ *                   and an all-gather (ddp's flat gradients: sdc_fault_reduce), the bit flipped
+ *                   in the rank's reduce-scatter input or in what its all-gather brought (the
+ *                   middle float outside the rank's own part)
  * The float is the middle one of the rank's holding of the tensor in that set (its whole copy,
  * its part or its shard's pieces). TSR_FAULT is a test switch (src/base/common.h tsr_fault):
  * unset, nothing here runs; set to a malformed flip, the run is refused (exit 1) rather than
@@ -21,10 +28,11 @@
 #include "train/sdc_int.h"
 
 static const char *const site_names[SDC_N_SITES] = {"weights", "m", "v", "grads", "rgrads",
-                                                     "loaded"};
+                                                     "loaded", "acts", "sent", "received"};
 
-#define FLIP_FORM "flip:SITE:TENSOR:BIT:WHO:STEP (SITE weights, m, v, grads, rgrads or loaded; " \
-                  "BIT 0..31; WHO a rank or node=NAME; docs/health.md)"
+#define FLIP_FORM "flip:SITE:TENSOR:BIT:WHO:STEP (SITE weights, m, v, grads, rgrads, loaded, " \
+                  "acts, sent or received; TENSOR a parameter, or layerL for acts; BIT 0..31; " \
+                  "WHO a rank or node=NAME; docs/health.md)"
 
 /* rank 0 names what is wrong with the flip */
 static int refuse(const tsr_trainer *t, const char *flip, const char *why) {
@@ -50,11 +58,32 @@ static int in_root(const tsr_fsdp *f, int id) {
     return 0;
 }
 
+/* Why the flip of the reduction's data (sent, received) cannot be reached in this run, or NULL */
+static const char *unreachable_comm(const tsr_trainer *t, int id) {
+    const tsr_train_part *pt = &t->part;
+    if (pt->zero1 || pt->fsdp_on || pt->lora_on || t->model.params_info[id].ep)
+        return "sent and received act on the all-reduce of the flat gradients (ddp, context, "
+               "tensor, pipeline): under zero1, zero3, hsdp, LoRA and for the experts the "
+               "reduction is another";
+    if (pt->flat_world < 2) return "one data-parallel rank: the gradients are not reduced";
+    return NULL;
+}
+
+/* Why the flip of an activation cannot be reached in this run, or NULL */
+static const char *unreachable_acts(const tsr_trainer *t, const sdc_flip *f) {
+    if (t->part.pp_on) return "a pipeline stage's layers run in its chunks' own models: not built";
+    if ((size_t)f->bit >= 8 * tsr_dtype_size(t->model.be.act))
+        return "BIT exceeds the activations' type (16 bits)";
+    return NULL;
+}
+
 /* Why the flip's site cannot be reached in this run, or NULL */
 static const char *unreachable(const tsr_trainer *t, const sdc_flip *f, int id) {
+    if (t->be.gpu) return "the flips act on the host's state: device = cpu only";
+    if (f->site == SDC_SITE_ACTS) return unreachable_acts(t, f);
+    if (f->site == SDC_SITE_SENT || f->site == SDC_SITE_RECEIVED) return unreachable_comm(t, id);
     const int ep = t->model.params_info[id].ep;
     const int grads = f->site == SDC_SITE_GRADS || f->site == SDC_SITE_RGRADS;
-    if (t->be.gpu) return "the flips act on the host's state: device = cpu only";
     if (t->part.lora_on && (grads || f->site == SDC_SITE_M || f->site == SDC_SITE_V))
         return "LoRA's base is frozen: it has weights only (no gradients, no optimizer state)";
     if (f->site == SDC_SITE_GRADS && t->part.fsdp_on && !ep && !in_root(&t->part.fsdp, id))
@@ -88,6 +117,17 @@ static const char *parse_fields(char *buf, sdc_flip *f) {
     return NULL;
 }
 
+/* acts' TENSOR layerL: L into f->layer; NULL or why not */
+static const char *parse_layer(const tsr_trainer *t, sdc_flip *f) {
+    int64_t v;
+    if (strncmp(f->tensor, "layer", 5) != 0 || tsr_parse_i64(f->tensor + 5, 0, t->model.L - 1, &v))
+        return "acts' TENSOR is not layerL with L a layer of this model (0 .. n_layer - 1)";
+    f->layer = (int)v;
+    return NULL;
+}
+
+static void act_flip(void *ctx, int layer, void *out, size_t n, size_t elem);
+
 int sdc_fault_parse(tsr_trainer *t, sdc_flip *f) {
     memset(f, 0, sizeof *f);
     const char *a = tsr_fault("flip");
@@ -98,11 +138,15 @@ int sdc_fault_parse(tsr_trainer *t, sdc_flip *f) {
     memcpy(buf, flip, sizeof buf);
     const char *why = parse_fields(buf, f);
     if (why) return refuse(t, flip, why);
-    const int id = param_id(t, f->tensor);
+    const int acts = f->site == SDC_SITE_ACTS;
+    if (acts && ((why = unreachable(t, f, 0)) || (why = parse_layer(t, f))))
+        return refuse(t, flip, why);
+    const int id = acts ? 0 : param_id(t, f->tensor);
     if (id < 0) return refuse(t, flip, "no such TENSOR in this model (docs/model.md names them)");
     if (f->rank >= t->dist.world) return refuse(t, flip, "WHO is not a rank of this run");
     if ((why = unreachable(t, f, id))) return refuse(t, flip, why);
     f->on = 1;
+    if (acts) t->model.act_fault = act_flip, t->model.act_fault_ctx = t;
     return 0;
 }
 
@@ -194,15 +238,15 @@ static void flip_middle(holding *h, int bit, size_t *at) {
     }
 }
 
-void sdc_fault(tsr_trainer *t, sdc_when when) {
-    sdc_flip *f = t->sdc ? &t->sdc->flip : NULL;
-    if (!f || !f->on || f->done || !due_now(t, f, when)) return;
-    f->done = 1; /* (once per process, on every rank: a later step is not hit again) */
+/* This rank is the flip's WHO (a rank, or every rank on node=NAME) */
+static int is_who(const tsr_trainer *t, const sdc_flip *f) {
     const tsr_sdc *s = t->sdc; /* (the node names: Slurm's, gathered at sdc_start) */
     const char *node = s->hosts ? s->hosts[t->dist.rank] : t->dist.host;
-    if (f->rank >= 0 ? f->rank != t->dist.rank : strcmp(f->node, node) != 0) return;
-    holding *h = tsr_calloc(1, sizeof *h);
-    holding_of(t, f, param_id(t, f->tensor), h);
+    return f->rank >= 0 ? f->rank == t->dist.rank : strcmp(f->node, node) == 0;
+}
+
+/* The flip of the middle element of h, said on stderr (or that h is empty) */
+static void flip_holding(const tsr_trainer *t, const sdc_flip *f, holding *h) {
     size_t at = 0;
     if (h->total) flip_middle(h, f->bit, &at);
     if (h->total)
@@ -212,7 +256,56 @@ void sdc_fault(tsr_trainer *t, sdc_when when) {
     else
         tsr_warn("TSR_FAULT: rank %d holds no element of %s in its %s: nothing flipped",
                  t->dist.rank, f->tensor, site_names[f->site]);
+}
+
+void sdc_fault(tsr_trainer *t, sdc_when when) {
+    sdc_flip *f = t->sdc ? &t->sdc->flip : NULL;
+    if (!f || !f->on || f->done || !due_now(t, f, when)) return;
+    f->done = 1; /* (once per process, on every rank: a later step is not hit again) */
+    if (!is_who(t, f)) return;
+    holding *h = tsr_calloc(1, sizeof *h);
+    holding_of(t, f, param_id(t, f->tensor), h);
+    flip_holding(t, f, h);
     free(h);
+}
+
+/* TSR_FAULT's acts: layer L's output in WHO's first forward of its own work in step STEP (not
+ * a replay's recomputation), bit BIT of its middle element */
+static void act_flip(void *ctx, int layer, void *out, size_t n, size_t elem) {
+    tsr_trainer *t = ctx;
+    sdc_flip *f = &t->sdc->flip;
+    if (f->done || layer != f->layer || t->step + 1 != f->step || t->sdc->rp.busy || !is_who(t, f))
+        return;
+    f->done = 1;
+    uint8_t *e = (uint8_t *)out + n / 2 * elem;
+    e[f->bit / 8] ^= (uint8_t)(1u << (f->bit % 8)); /* (little-endian: bit b of the element) */
+    fprintf(stderr, "tessera-train: [rank %d %s] TSR_FAULT: flipped bit %d of layer %d's output "
+            "element %zu of %zu (acts, step %lld)\n", t->dist.rank, t->dist.host, f->bit, layer,
+            n / 2, n, (long long)f->step);
+}
+
+int sdc_fault_reduce(tsr_trainer *t, float *buf) {
+    sdc_flip *f = t->sdc ? &t->sdc->flip : NULL;
+    const int sent = f && f->site == SDC_SITE_SENT;
+    if (!f || !f->on || f->done || (!sent && f->site != SDC_SITE_RECEIVED) ||
+        t->step + 1 != f->step)
+        return 0;
+    f->done = 1; /* (every rank: the step's reduction is done here by all) */
+    const tsr_param_info *p = &t->model.params_info[param_id(t, f->tensor)];
+    const size_t lo = t->part.part_displs[t->part.flat_rank];
+    const size_t n = t->part.part_counts[t->part.flat_rank], N = t->model.n_params;
+    holding *h = tsr_calloc(1, sizeof *h);
+    if (sent) hold_flat(h, buf, 0, 0, N, p);
+    else hold_flat(h, buf, 0, 0, lo, p), hold_flat(h, buf, 0, lo + n, N, p); /* (not its own) */
+    if (sent && is_who(t, f)) flip_holding(t, f, h);
+    float *slice = tsr_malloc(n * sizeof *slice + 1);
+    trainer_flat_reduce_scatter(t, buf, slice);
+    memcpy(buf + lo, slice, n * sizeof *slice);
+    free(slice);
+    trainer_flat_allgather(t, buf);
+    if (!sent && is_who(t, f)) flip_holding(t, f, h);
+    free(h);
+    return 1;
 }
 
 /* TSR_FAULT="matmul:STEP:WHO[:every]" (test-only): the CPU backend's product is wrapped; WHO's

@@ -37,12 +37,16 @@ typedef struct sdc_entry {
 typedef enum {
     SDC_SITE_WEIGHTS = 0, SDC_SITE_M, SDC_SITE_V, SDC_SITE_GRADS, SDC_SITE_RGRADS,
     SDC_SITE_LOADED, /* the weights as a resume left them, before the start's checks */
+    SDC_SITE_ACTS,   /* a layer's output in the rank's first forward of the step */
+    SDC_SITE_SENT,   /* the gradients a rank sends into the step's reduction (its reduce-scatter) */
+    SDC_SITE_RECEIVED, /* the reduced gradients a rank receives (the reduction's all-gather) */
     SDC_N_SITES
 } sdc_site;
 typedef struct sdc_flip {
     int on, done;
     sdc_site site;
-    char tensor[48];   /* a parameter's name (wte, qkvw, ...) */
+    char tensor[48];   /* a parameter's name (wte, qkvw, ...); acts: layerL */
+    int layer;         /* acts: L */
     int bit;           /* 0..31 of the float's bits */
     int rank;          /* the world rank, or -1 with node */
     char node[64];     /* the node's name (every rank on it), or "" */

@@ -31,17 +31,40 @@
 #include "run/objective.h"
 #include "train/sdc_int.h"
 
-/* Replay runs in this mode (see the top), the thread counts aside. Local. */
-static int mode_covered(const tsr_trainer *t) {
-    return !t->be.gpu && t->cfg.device != TSR_DEVICE_CUDA && !t->part.ep_on &&
-           !t->part.pp_on && t->mesh.N == 1 && t->mesh.T == 1 && !t->objective->pass;
+/* Why replay does not run in this mode (see the top), the thread counts aside, or NULL. Local. */
+static const char *not_covered(const tsr_trainer *t) {
+    if (t->be.gpu || t->cfg.device == TSR_DEVICE_CUDA) return "device = cuda (not built)";
+    if (t->part.pp_on)
+        return "parallel.pipeline: a microbatch's forward and backward run through every stage, "
+               "so a neighbour cannot recompute it alone, and a lockstep recomputation of every "
+               "stage's neighbour's work is not built";
+    if (t->mesh.T > 1)
+        return "parallel.tensor: a microbatch's forward is a collective of its tensor group, "
+               "whose ranks hold other parts of the layers (a lockstep recomputation is not "
+               "built)";
+    if (t->mesh.N > 1)
+        return "parallel.context: a microbatch's forward is a ring over its context group (not "
+               "built)";
+    if (t->part.ep_on)
+        return "parallel.expert: a microbatch's tokens are exchanged with the expert group (not "
+               "built)";
+    if (t->objective->pass) return "the objective's passes are its own (dpo, grpo; not built)";
+    return NULL;
 }
 
-/* Replay runs in this mode, the same threads on every rank (collective: every rank asks) */
+static int mode_covered(const tsr_trainer *t) { return not_covered(t) == NULL; }
+
+/* Replay runs in this mode, the same threads on every rank (collective: every rank asks); rank
+ * 0 says why not where health.replay_interval asks for it */
 static int covered(const tsr_trainer *t) {
     int threads[2] = {t->be.threads, -t->be.threads};
     dist_allreduce_max_int(threads, 2);
-    return mode_covered(t) && threads[0] == -threads[1];
+    const char *why = threads[0] != -threads[1] ? "the ranks' thread counts differ" : not_covered(t);
+    if (why && t->dist.rank == 0)
+        printf("health: no deterministic replay in this run (health.replay_interval = %lld): "
+               "%s%s\n", (long long)t->cfg.health.replay_interval, why,
+               t->sdc->on ? "; the fingerprints' comparisons still run" : "");
+    return why == NULL;
 }
 
 /* Every rank recomputes at once: the layers are gathered from the shard group (zero3, hsdp) */

@@ -17,7 +17,10 @@
  * its mode says). Tensor and pipeline parallelism (model/model_tp.h, model/model_pp.h) narrow
  * each: the ranks of one tensor_data group hold the same split, the ranks of one stage the same
  * layers, so only ranks at the same place of their tensor groups and pipelines compare; a tensor
- * the split or the cut divides is not held whole (its total is the whole model's tensor's). */
+ * the split or the cut divides is not held whole (its total is the whole model's tensor's). A
+ * tensor every rank of a tensor group holds whole (the norms, the row-split projections' biases,
+ * a key/value tensor whose one head every rank reads) is compared over the tensor group too:
+ * between all the ranks of its stage that hold it, as the whole model's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,15 +44,18 @@ static void grow(void **p, int *cap, int need, size_t elem) {
 typedef struct builder {
     tsr_sdc *s;
     int cap_e, cap_r;
-    int places, place; /* the parts the model is split and cut into (tensor x pipeline ranks;
-                        * 1: whole), this rank's */
+    int T, tp, P, pp;  /* the tensor group's ranks and this rank's place in it; the pipeline's
+                        * stages and this rank's (1, 0: none) */
     const tsr_model *global; /* and the whole model's layout, else NULL */
 } builder;
 
 /* A replica set's color under tensor or pipeline parallelism: the ranks of one color at this
- * rank's place (the others hold another split or other layers) */
-static int split_color(const builder *b, int color) {
-    return color < 0 || b->places <= 1 ? color : color * b->places + b->place;
+ * rank's place (the others hold another split or other layers); a tensor every rank of the
+ * tensor group holds whole (tensor = 1: a norm, a row-split projection's bias) is the same on
+ * every tensor rank of the stage */
+static int split_color(const builder *b, int color, int tensor) {
+    const int T = tensor ? 1 : b->T, places = T * b->P, place = (tensor ? 0 : b->tp) + T * b->pp;
+    return color < 0 || places <= 1 ? color : color * places + place;
 }
 
 static void add_entry(builder *b, const char *name, sdc_set set, int color, int frozen,
@@ -59,7 +65,7 @@ static void add_entry(builder *b, const char *name, sdc_set set, int color, int 
     sdc_entry *e = &s->e[s->n++];
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
-    e->set = set, e->color = split_color(b, color), e->frozen = frozen, e->total = total;
+    e->set = set, e->color = color, e->frozen = frozen, e->total = total;
     e->run0 = s->n_runs;
 }
 
@@ -94,7 +100,9 @@ static void param_entry(builder *b, const tsr_trainer *t, int set, int i,
                         const tsr_param_info *g, int color, int frozen) {
     char name[64];
     param_name(t, set, g, name);
-    add_entry(b, name, (sdc_set)set, t->model.params_info[i].numel ? color : -1, frozen, g->numel);
+    const size_t numel = t->model.params_info[i].numel;
+    const int whole = b->T > 1 && numel == g->numel; /* (replicated over the tensor group) */
+    add_entry(b, name, (sdc_set)set, numel ? split_color(b, color, whole) : -1, frozen, g->numel);
 }
 
 /* The flat layout's tensors of set `set` in buf, whose first float is flat element origin, as
@@ -137,7 +145,7 @@ static void lora_set(builder *b, const tsr_trainer *t, int set, const float *sto
         if (set == SDC_GRADS) snprintf(prefix, sizeof prefix, "grads/lora/");
         else ckio_set_prefix(prefix, sizeof prefix, &t->cfg.optim, set, 1);
         snprintf(name, sizeof name, "%s%s", prefix, tname);
-        add_entry(b, name, (sdc_set)set, 0, 0, numel);
+        add_entry(b, name, (sdc_set)set, split_color(b, 0, 0), 0, numel);
         add_run(b, store + at, 0, numel);
     }
 }
@@ -152,7 +160,7 @@ static void expert_set(builder *b, const tsr_trainer *t, int set, const float *s
         const tsr_param_info *p = &t->model.params_info[which ? TSR_P_EXPW2 : TSR_P_EXPW1];
         char name[64];
         param_name(t, set, p, name);
-        add_entry(b, name, (sdc_set)set, color, t->part.lora_on, p->numel);
+        add_entry(b, name, (sdc_set)set, split_color(b, color, 0), t->part.lora_on, p->numel);
         add_run(b, store + (which ? ep->n1 : 0), 0, which ? ep->n - ep->n1 : ep->n1);
     }
 }
@@ -190,9 +198,9 @@ static void base_sets(builder *b, const tsr_trainer *t) {
 }
 
 void sdc_build(tsr_trainer *t, tsr_sdc *s) {
-    builder b = {s, 0, 0, 1, 0, t->model.global};
-    if (t->part.tp_on) b.places = t->part.tp.T, b.place = t->part.tp.t;
-    if (t->part.pp_on) b.place += b.places * t->part.pp.p, b.places *= t->part.pp.P;
+    builder b = {s, 0, 0, 1, 0, 1, 0, t->model.global};
+    if (t->part.tp_on) b.T = t->part.tp.T, b.tp = t->part.tp.t;
+    if (t->part.pp_on) b.P = t->part.pp.P, b.pp = t->part.pp.p;
     grad_sets(&b, t);
     base_sets(&b, t);
     if (t->part.lora_on) {

@@ -129,7 +129,8 @@ static void tp_finish(tsr_trainer *t) {
 
 static void ddp_reduce(tsr_trainer *t) {
     tp_finish(t);
-    trainer_flat_allreduce(t, t->model.grads, t->model.n_params);
+    if (!sdc_fault_reduce(t, t->model.grads)) /* (test-only: a flipped bit on the wire) */
+        trainer_flat_allreduce(t, t->model.grads, t->model.n_params);
 }
 
 static void zero1_reduce(tsr_trainer *t) {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The detection table of docs/health.md ("The detection table, measured") against the trainer:
 # bench/sdc_detection.py --ci runs one cell per injection site (every site on ddp: weights, moments
-# at rest, gradients before and after the reduction, a wrong product once and from a step on, the
-# read path of a resume, a checkpoint file flipped on disk) and one per mode (weights at rest under
-# zero1, zero3, hsdp, context, expert, Muon, LoRA, DPO, GRPO), and every row it measures must be
+# at rest, gradients before and after the reduction, the reduction's data as a rank sends and
+# receives it, a wrong product once and from a step on, an activation, the read path of a resume,
+# a checkpoint file flipped on disk) and one per mode (weights at rest under zero1, zero3, hsdp,
+# context, expert, Muon, LoRA, DPO, GRPO, tensor, pipeline), and every row it measures must be
 # a row of the table: the generated table stays what the trainer does.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
@@ -13,8 +14,8 @@ BUILD=$BUILD /usr/bin/python3 "$TSR_ROOT/bench/sdc_detection.py" --ci --check "$
 rc=$?
 grep '^# ' "$TMP/out.txt"
 rows=$(grep -c '^# | ' "$TMP/out.txt")   # (one line per cell as it ends)
-[[ $rows == 18 ]]
-tap_check $? "18 cells measured: 9 sites on ddp, 9 other modes ($rows)"
+[[ $rows == 23 ]]
+tap_check $? "23 cells measured: 12 sites on ddp, 11 other modes ($rows)"
 ((rc == 0))
 tap_check $? "each measured row is a row of docs/health.md's detection table (exit $rc)"
 tap_done
