@@ -435,7 +435,7 @@ typedef struct tsr_config {
 int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets);
 /* Values of keys that a model's own files state (a Hugging Face directory's config.json: src/hf
  * hf_config_fill), for config_load_filled. */
-#define TSR_FILL_MAX 48
+#define TSR_FILL_MAX 64
 typedef struct tsr_config_fill {
     char source[1100];     /* "DIR/config.json", named in messages */
     int n;

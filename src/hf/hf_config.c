@@ -58,18 +58,44 @@ static int open_config(hf_reader *c, json_doc *doc, char **text, const hf_family
     return c->rc;
 }
 
-/* quantization_config: absent or null, or MXFP4 experts of a class that reads them (gpt-oss's:
- * out->mxfp4; hf_gptoss.h). */
+/* quantization_config's fp8 (DeepSeek's published weights): E4M3 in blocks of weight_block_size
+ * (two integers from 1 to 65536; [128, 128] in every release), dynamic activations (not read:
+ * tessera trains from the dequantised weights). */
+static void check_fp8(hf_reader *c, const json_value *q, hf_config *out) {
+    const json_value *bs = hfr_member(q, "weight_block_size"), *e;
+    const char *fmt = hfr_str(c, q, "fmt", "e4m3");
+    char got[96];
+    int ok = bs && bs->type == JSON_ARRAY && bs->len == 2, i = 0;
+    for (e = ok ? bs->child : NULL; e; e = e->next, i++) {
+        ok = ok && e->type == JSON_NUMBER && e->num >= 1 && e->num <= 65536 && e->num == (int64_t)e->num;
+        out->fp8_block[i] = ok ? (int64_t)e->num : 0;
+    }
+    if (!ok && !c->rc)
+        hfr_fault(c, TSR_EXIT_DATA, "quantization_config.weight_block_size = %s: expected two "
+                  "integers from 1 to 65536 (DeepSeek's [128, 128])",
+                  bs ? json_describe(bs, got, sizeof got) : "(absent)");
+    if (strcmp(fmt, "e4m3") != 0 && !c->rc)
+        hfr_fault(c, TSR_EXIT_DATA, "quantization_config.fmt = \"%s\": tessera reads FP8 weights "
+                  "in e4m3 only", fmt);
+    out->fp8 = !c->rc;
+}
+
+/* quantization_config: absent or null, MXFP4 experts of a class that reads them (gpt-oss's:
+ * out->mxfp4; hf_gptoss.h), or block-scaled FP8 weights of one that reads those (DeepSeek's:
+ * out->fp8; fp8block.h). */
 static void check_quant(hf_reader *c, const hf_family *f, hf_config *out) {
     const json_value *q = hfr_member(c->root, "quantization_config");
-    out->mxfp4 = 0;
+    out->mxfp4 = out->fp8 = 0;
     if (!q || q->type == JSON_NULL) return;
     const char *how = hfr_str(c, q, "quant_method", "");
     if (f->mxfp4 && !strcmp(how, "mxfp4"))
         out->mxfp4 = 1;
+    else if (f->fp8 && !strcmp(how, "fp8"))
+        check_fp8(c, q, out);
     else if (!c->rc)
         hfr_fault(c, TSR_EXIT_DATA, "quantization_config.quant_method = \"%s\": tessera reads "
-                  "unquantised weights, and gpt-oss's MXFP4 experts (\"mxfp4\") only", how);
+                  "unquantised weights, gpt-oss's MXFP4 experts (\"mxfp4\") and DeepSeek's "
+                  "block-scaled FP8 (\"fp8\") only", how);
 }
 
 /* tie_word_embeddings (the text's, where the class nests it) against the run's. */

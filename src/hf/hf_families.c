@@ -21,13 +21,14 @@ const hf_family *const hf_families[] = {
     &hf_qwen3next,                                                      /* hf_qwen3next.c */
     &hf_gptoss,                                                         /* hf_gptoss.c */
     &hf_qwen35, &hf_qwen35_text, &hf_qwen35_moe, &hf_qwen35_moe_text,   /* hf_qwen3next.c */
+    &hf_deepseek_v3, &hf_deepseek_v2, &hf_kimi_k2,                      /* hf_deepseek.c */
     NULL,
 };
 
 /* The rows an export asks, in this order, whether a RoPE model's features name them (their
  * claims): the first that does is the model's class. */
 static const hf_family *const chosen_first[] = {
-    &hf_gemma3, &hf_gemma2, &hf_olmo3, &hf_olmo2, &hf_qwen3next, &hf_gptoss, &hf_qwen3_moe,
+    &hf_deepseek_v2, &hf_deepseek_v3, &hf_gemma3, &hf_gemma2, &hf_olmo3, &hf_olmo2, &hf_qwen3next, &hf_gptoss, &hf_qwen3_moe,
     &hf_mixtral, &hf_smollm3, &hf_qwen3, &hf_qwen2, &hf_llama,
 };
 

@@ -6,7 +6,7 @@
  * Each family's rows and code are a file of their own: hf_gpt2.c (GPT-2, MPT), hf_llama.c (Llama,
  * Mistral, Qwen 2, Qwen 3, and LlamaConfig's keys the Llama family shares), hf_moe.c (Mixtral,
  * Qwen3-MoE), hf_olmo.c, hf_gemma.c, hf_smollm3.c, hf_gptoss.c, hf_qwen3next.c (Qwen3-Next and
- * Qwen 3.5); hf_families.c lists the rows and makes the export's choice; hf_config.c drives
+ * Qwen 3.5), hf_deepseek.c (DeepSeek V2 and V3, Kimi K2); hf_families.c lists the rows and makes the export's choice; hf_config.c drives
  * config.json through a row; hf_reader.h is the one reader of config.json they all use. What the
  * Llama family's classes share (LlamaConfig's keys, RoPE, the issue-67 variants, the tensor table)
  * is read from the row's data, so that a class of that family is mostly data: docs/hf.md "How to
@@ -134,6 +134,8 @@ struct hf_family {
     int hybrid;                 /* linear_attention layers, the attention output gate, partial
                                  * rotary and the shared expert's gate (hf_qwen3next.c) */
     int gptoss;                 /* gpt-oss: sinks, YaRN, router and expert biases, the clamped unit */
+    int mla;                    /* DeepSeek: MLA, YaRN with mscales, DeepSeekMoE's router, MTP
+                                 * (hf_deepseek.c) */
     int variant_keys;           /* the variants are filled as the run's keys (the issue-67 classes;
                                  * the older ones leave them to the check) */
 
@@ -141,6 +143,7 @@ struct hf_family {
     hf_bias bias;
     hf_window window;
     int mxfp4;                       /* quantization_config's "mxfp4" experts are read (gpt-oss) */
+    int fp8;                         /* its "fp8" block-scaled weights are read (DeepSeek: fp8block.h) */
     const hf_moe_keys *experts;      /* its mixture's keys, or NULL (a dense class) */
     hf_defaults def;
     const hf_unmapped *unmapped;     /* keys refused unless null ({NULL}-ended), or NULL */
@@ -161,6 +164,7 @@ extern const hf_family hf_smollm3;                                       /* hf_s
 extern const hf_family hf_gptoss;                                        /* hf_gptoss.c */
 extern const hf_family hf_qwen3next, hf_qwen35, hf_qwen35_text, hf_qwen35_moe,
     hf_qwen35_moe_text;                                                  /* hf_qwen3next.c */
+extern const hf_family hf_deepseek_v3, hf_deepseek_v2, hf_kimi_k2;      /* hf_deepseek.c */
 
 /* Every row, NULL-ended, in the order messages list them. */
 extern const hf_family *const hf_families[];
@@ -172,7 +176,8 @@ const hf_family *hf_family_named(const char *s);
 void hf_family_list(char *buf, size_t cap, int rope, int quoted, const char *last);
 
 /* The export's choice (hf_families.c): which class m exports to: learned positions -> GPT-2,
- * ALiBi -> MPT (hf_gpt2.c), RoPE -> the first row that claims m (gemma3_text, gemma2, olmo3,
+ * ALiBi -> MPT (hf_gpt2.c), RoPE -> the first row that claims m (deepseek_v2, deepseek_v3,
+ * gemma3_text, gemma2, olmo3,
  * olmo2, qwen3_next, gpt_oss, qwen3_moe, mixtral, smollm3, qwen3, qwen2, llama), or want (NULL:
  * choose; model.hf_model_type's when m has one) when it can hold m: its needs, and a place in its
  * tensor table for every tensor of m (so that no key a class lacks is dropped unsaid). 0, or

@@ -22,6 +22,7 @@
 #include "hf/hf.h"
 #include "hf/hf_family.h"
 #include "hf/hf_gptoss.h"
+#include "hf/fp8block.h"
 
 struct hf_import {
     char dir[1024];          /* the Hugging Face directory */
@@ -33,7 +34,7 @@ struct hf_import {
     int n;
     const st_entry **src;    /* the file's entry of each row (an MXFP4 row's NAME_blocks) */
     int *src_file;           /* and the file that holds it */
-    const st_entry **scl;    /* an MXFP4 row's NAME_scales, and its file */
+    const st_entry **scl;    /* an MXFP4 row's NAME_scales, an FP8 one's NAME_scale_inv; its file */
     int *scl_file;
     int bare;                /* names lack the "transformer." / "model." prefix */
     long not_read[2];        /* tensors of mtp.* and model.visual.* skipped (hf_skipped) */
@@ -115,6 +116,38 @@ static int match_mxfp4(hf_import *h, int k, unsigned char **used) {
     return hf_gptoss_mxfp4_check(&h->f[fb], b, s, t);
 }
 
+/* An FP8 weight e of row k (fp8block.h): NAME_scale_inv found, F32, one scale per block. */
+static int match_fp8(hf_import *h, int k, int fi, const st_entry *e, unsigned char **used) {
+    const hf_tensor *t = &h->tab[k];
+    char sn[128], why[256];
+    int fs = 0;
+    snprintf(sn, sizeof sn, "%s_scale_inv", e->name);
+    const st_entry *s = find_any(h, sn, &fs);
+    if (!s) {
+        tsr_error("%s: tensor \"%s\" is F8_E4M3 but there is no \"%s\" (its block scales)",
+                  h->f[fi].path, e->name, sn);
+        return TSR_EXIT_DATA;
+    }
+    used[fs][s - h->f[fs].t] = 1;
+    h->scl[k] = s, h->scl_file[k] = fs;
+    if (s->dtype == ST_F32 && !fp8_block_shape(t->shape[0], t->shape[1], h->hc.fp8_block[0],
+                                               h->hc.fp8_block[1], s->shape, s->ndim, why,
+                                               sizeof why))
+        return 0;
+    if (s->dtype != ST_F32) snprintf(why, sizeof why, "FP8 block scales are F32");
+    tsr_error("%s: tensor \"%s\" is %s with %d dimensions [%lld, ...]: %s", h->f[fs].path, s->name,
+              st_dtype_name(s->dtype), s->ndim, s->ndim ? (long long)s->shape[0] : 0LL, why);
+    return TSR_EXIT_DATA;
+}
+
+/* A row's dtype: a float, or with FP8 weights (hc.fp8) a 2-D weight in E4M3 with its scales. */
+static int match_dtype(hf_import *h, int k, int fi, const st_entry *e, unsigned char **used) {
+    if (e->dtype == ST_F32 || e->dtype == ST_BF16 || e->dtype == ST_F16) return 0;
+    if (e->dtype == ST_F8_E4M3 && h->hc.fp8 && h->tab[k].ndim == 2)
+        return match_fp8(h, k, fi, e, used);
+    return -1;
+}
+
 /* Every row's tensor is there with its shape and a float dtype; nothing unknown is there. */
 static int match_tensors(hf_import *h, const tsr_model *m) {
     char want[64], got[64];
@@ -142,14 +175,18 @@ static int match_tensors(hf_import *h, const tsr_model *m) {
         shape_str(got, sizeof got, e->ndim, e->shape);
         int same = e->ndim == t->ndim;
         for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
-        if (!same || (e->dtype != ST_F32 && e->dtype != ST_BF16 && e->dtype != ST_F16)) {
-            tsr_error("%s: tensor \"%s\" is %s %s, the model of config.json needs %s in F32, BF16 "
-                      "or F16", h->f[fi].path, e->name, st_dtype_name(e->dtype), got, want);
-            rc = TSR_EXIT_DATA;
-        }
         used[fi][e - h->f[fi].t] = 1;
         h->src[k] = e;
         h->src_file[k] = fi;
+        int typed = same ? match_dtype(h, k, fi, e, used) : -1;
+        if (typed < 0) {
+            tsr_error("%s: tensor \"%s\" is %s %s, the model of config.json needs %s in F32, BF16 "
+                      "or F16%s", h->f[fi].path, e->name, st_dtype_name(e->dtype), got, want,
+                      h->hc.fp8 ? " (or a 2-D weight in F8_E4M3 with its _scale_inv)" : "");
+            rc = TSR_EXIT_DATA;
+        } else {
+            rc = typed;
+        }
     }
     for (int j = 0; j < h->nf && !rc; j++)
         for (int i = 0; i < h->f[j].n && !rc; i++) {
@@ -331,7 +368,10 @@ static int sizes_agree(const hf_import *h, const tsr_model *m) {
     const hf_names *nm = h->hc.fam->names;
     const char *const *k = nm->keys; /* layers, width, vocabulary, MLP width */
     int fi = 0;
-    TSR_CHECK(size_agrees(h, k[0], m->L, weights_layers(h), "the layers their tensor names number"));
+    /* (DeepSeek's MTP modules are layers L .. L + D - 1 of the files) */
+    TSR_CHECK(size_agrees(h, k[0], m->L, weights_layers(h) - m->D,
+                          m->D ? "the layers their tensor names number, less the MTP layers"
+                               : "the layers their tensor names number"));
     const st_entry *e = lookup(h, h->tab[0].name, &fi); /* row 0: the token embedding */
     if (!e || e->ndim != 2) return 0; /* the match names it */
     TSR_CHECK(size_agrees(h, k[1], m->C, (long)e->shape[1], e->name));
@@ -376,11 +416,74 @@ static int open_headers(hf_import *h, const char *dir, const tsr_model *m) {
     return match_tensors(h, m);
 }
 
+/* Row k's FP8 weight dequantised into x (t->numel floats). */
+static int read_fp8(hf_import *h, int k, float *x) {
+    const st_entry *e = h->src[k], *s = h->scl[k];
+    const st_file *fw = &h->f[h->src_file[k]], *fs = &h->f[h->scl_file[k]];
+    uint8_t *w = tsr_malloc(e->numel ? e->numel : 1);
+    float *sc = tsr_malloc((s->numel ? s->numel : 1) * sizeof *sc);
+    char why[256];
+    int rc = st_read_raw(fw, e, w);
+    if (!rc) rc = st_read_f32(fs, s, sc);
+    if (!rc && fp8_block_to_f32(w, e->numel, sc, s->numel, e->shape[0], e->shape[1],
+                                h->hc.fp8_block[0], h->hc.fp8_block[1], x, h->tab[k].numel, why,
+                                sizeof why)) {
+        tsr_error("%s: tensors \"%s\" and \"%s\": %s", fw->path, e->name, s->name, why);
+        rc = TSR_EXIT_DATA;
+    }
+    free(w);
+    free(sc);
+    return rc;
+}
+
+/* Row k's HF tensor as float32 into x: plain, MXFP4 or FP8. */
+static int read_tensor(hf_import *h, int k, float *x, uint64_t *bytes) {
+    const hf_tensor *t = &h->tab[k];
+    const st_entry *e = h->src[k];
+    *bytes += e->end - e->begin + (h->scl[k] ? h->scl[k]->end - h->scl[k]->begin : 0);
+    if (t->mxfp4)
+        return hf_gptoss_mxfp4_read(&h->f[h->src_file[k]], e, &h->f[h->scl_file[k]], h->scl[k],
+                                    t, x);
+    if (h->scl[k]) return read_fp8(h, k, x);
+    return st_read_f32_finite(&h->f[h->src_file[k]], e, x);
+}
+
+/* Row k's tensor as float32 (malloc'd), or NULL after tsr_error. */
+static float *read_copy(hf_import *h, int k) {
+    uint64_t bytes = 0;
+    float *x = tsr_malloc((h->tab[k].numel ? h->tab[k].numel : 1) * sizeof *x);
+    if (read_tensor(h, k, x, &bytes) == 0) return x;
+    free(x);
+    return NULL;
+}
+
+/* Every copy row (hf_tensor.copy) equals the row whose block it names. */
+static int check_copies(hf_import *h) {
+    for (int k = 0; k < h->n; k++) {
+        int j = 0;
+        if (!h->tab[k].copy) continue;
+        while (j < h->n && (h->tab[j].copy || h->tab[j].offset != h->tab[k].offset)) j++;
+        if (j == h->n) return TSR_EXIT_INTERNAL; /* (the table names the block it copies) */
+        float *a = read_copy(h, j), *b = a ? read_copy(h, k) : NULL;
+        int same = b && !memcmp(a, b, h->tab[k].numel * sizeof *a);
+        free(a);
+        free(b);
+        if (same) continue;
+        if (a && b)
+            tsr_error("%s: tensor \"%s\" differs from \"%s\": the multi-token-prediction module "
+                      "shares the model's embedding and head (docs/hf.md \"DeepSeek\")", h->st_path,
+                      h->tab[k].name, h->tab[j].name);
+        return TSR_EXIT_DATA;
+    }
+    return 0;
+}
+
 int hf_import_open(hf_import **out, const char *dir, const tsr_model *m) {
     hf_import *h = tsr_calloc(1, sizeof *h);
     *out = h;
     TSR_CHECK(open_headers(h, dir, m));
     TSR_CHECK(check_untaken(h, m));
+    TSR_CHECK(check_copies(h));
     float add = h->hc.fam->norm_add;
     if (add != 0.0f && tsr_log_rank() == 0) /* said once, not a warning */
         fprintf(stderr, "%s: %s's RMSNorm weights are w of (1 + w): imported as w + %g, tessera's "
@@ -410,17 +513,27 @@ static int read_runs(hf_import *h, int k, size_t lo, size_t hi, float *dst, uint
     int any = 0;
     for (int i = 0; !hf_tensor_runs(t, i, &at, &hf, &len); i++) any |= at < hi && at + len > lo;
     if (!any) return 0;
-    const st_entry *e = h->src[k];
     float *x = buffer(h, t->numel);
-    TSR_CHECK(st_read_f32_finite(&h->f[h->src_file[k]], e, x));
-    *bytes += e->end - e->begin;
+    TSR_CHECK(read_tensor(h, k, x, bytes));
     for (int i = 0; !hf_tensor_runs(t, i, &at, &hf, &len); i++)
         for (size_t j = at > lo ? at : lo; j < at + len && j < hi; j++) dst[j - lo] = x[hf + j - at];
     return 0;
 }
 
+/* The MTP modules' layer blocks (mtp_layer_w, mtp_layer_n) in [lo, hi) zeroed: their tensors'
+ * rows fill them, the 16-float alignment gaps between stay 0, as at initialisation. */
+static void zero_mtp_blocks(const tsr_model *m, size_t lo, size_t hi, float *dst) {
+    static const tsr_param_id blocks[] = {TSR_P_MTPW, TSR_P_MTPN};
+    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
+        const tsr_param_info *w = &m->params_info[blocks[k]];
+        for (size_t i = w->offset > lo ? w->offset : lo; i < w->offset + w->numel && i < hi; i++)
+            dst[i - lo] = 0.0f;
+    }
+}
+
 int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float *dst,
                    uint64_t *bytes) {
+    zero_mtp_blocks(m, lo, hi, dst);
     for (int k = 0; k < h->n; k++) {
         const hf_tensor *t = &h->tab[k];
         if (t->groups) {
@@ -428,15 +541,9 @@ int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float
             continue;
         }
         size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
-        if (!t->present || a >= b) continue;
-        const st_entry *e = h->src[k];
+        if (!t->present || t->copy || a >= b) continue;
         float *x = buffer(h, t->numel);
-        if (t->mxfp4)
-            TSR_CHECK(hf_gptoss_mxfp4_read(&h->f[h->src_file[k]], e, &h->f[h->scl_file[k]],
-                                           h->scl[k], t, x));
-        else
-            TSR_CHECK(st_read_f32_finite(&h->f[h->src_file[k]], e, x));
-        *bytes += e->end - e->begin + (t->mxfp4 ? h->scl[k]->end - h->scl[k]->begin : 0);
+        TSR_CHECK(read_tensor(h, k, x, bytes));
         size_t R = (size_t)t->rows, Cc = (size_t)t->cols;
         for (size_t i = a - t->offset; i < b - t->offset; i++) /* HF (in, out) -> (out, in) */
             dst[t->offset + i - lo] = (t->experts ? x[hf_gptoss_hf_index(t, i)]

@@ -37,6 +37,9 @@ typedef struct hf_tensor {
                              rows [gate | up] interleaved when interleave (gpt-oss: hf_gptoss.h) */
     int interleave;
     int mxfp4;            /* stored as NAME_blocks + NAME_scales (hf_gptoss.h), read dequantised */
+    int copy;             /* a second name of an earlier row's block (DeepSeek's MTP layer's
+                             embed_tokens and shared_head.head: the model's own): exported from the
+                             block, imported only when equal to that row's tensor, never read in */
 } hf_tensor;
 
 /* Contiguous run i of tensor t: *len elements at tessera flat offset *at, from element *hf of the
@@ -52,6 +55,8 @@ typedef struct hf_config {
     int tied;             /* tie_word_embeddings (default true for GPT-2 and MPT, false for the
                              Llama family, as in transformers) */
     int mxfp4;            /* quantization_config.quant_method = "mxfp4" (gpt-oss's experts) */
+    int fp8;              /* quant_method "fp8": F8_E4M3 weights with block scales (DeepSeek's) */
+    int64_t fp8_block[2]; /* its weight_block_size (rows, cols) */
 } hf_config;
 
 /* Writes config.json for m as class f; bos, eos = token ids or -1 (then left out).

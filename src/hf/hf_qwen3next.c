@@ -28,6 +28,8 @@
 
 #include "common.h"
 #include "hf/hf_llama.h"
+#include "hf/hf_rows.h"
+#include "hf/hf_runkeys.h"
 
 /* ---- the classes ---------------------------------------------------------------------------- */
 
@@ -47,49 +49,15 @@ const hf_hybrid *hf_hybrid_of(const hf_family *f) {
 
 /* ---- the tensor table ---------------------------------------------------------------------- */
 
+/* Qwen3-Next's rows: the table (hf_rows.h) and the class's layout flags */
 typedef struct table {
-    const tsr_model *m;
+    hf_rows r;
     const hf_hybrid *hy;
-    hf_tensor *t;
-    int n;
-    int l;           /* the layer of the rows being added (-1: global) */
-    const char *pre; /* of the names: the class's prefix, "" for lm_head */
 } table;
 
-static hf_tensor *next(table *tb, const char *fmt, int e) {
-    hf_tensor *h = &tb->t[tb->n++];
-    char sub[64];
-    snprintf(sub, sizeof sub, fmt, e);
-    if (tb->l >= 0) snprintf(h->name, sizeof h->name, "%slayers.%d.%.60s", tb->pre, tb->l, sub);
-    else snprintf(h->name, sizeof h->name, "%s%.60s", tb->pre, sub);
-    h->present = 1;
-    return h;
-}
-
-/* tensor p's slice of this layer (expert e of it when e >= 0), at SIZE_MAX when m lacks it */
-static size_t slice(const table *tb, tsr_param_id p, int e, size_t *len) {
-    const tsr_model *m = tb->m;
-    const tsr_param_info *pi = &m->params_info[p];
-    const int slot = tb->l >= 0 ? model_layer_slot(m, p, tb->l) : 0;
-    if (!pi->numel || slot < 0) return SIZE_MAX;
-    const size_t n = pi->numel / (size_t)(tb->l >= 0 ? model_param_layers(m, p) : 1);
-    *len = e >= 0 ? n / (size_t)m->E : n;
-    return pi->offset + (size_t)slot * n + (e >= 0 ? (size_t)e * *len : 0);
-}
-
-/* A plain tensor: rows [r0, r0 + rows) of p's slice, (rows, cols) or 1-D when cols = 0. */
 static void plain(table *tb, const char *fmt, int e, tsr_param_id p, int64_t r0, int64_t rows,
                   int64_t cols, float add) {
-    size_t len, at = slice(tb, p, e, &len);
-    if (at == SIZE_MAX) return;
-    hf_tensor *h = next(tb, fmt, e);
-    const int64_t c = cols ? cols : 1;
-    h->ndim = cols ? 2 : 1;
-    h->shape[0] = rows, h->shape[1] = cols;
-    h->offset = at + (size_t)(r0 * c);
-    h->numel = (size_t)(rows * c);
-    h->rows = rows, h->cols = c;
-    h->add = add;
+    hf_rows_plain(&tb->r, fmt, e, p, r0, rows, cols, add);
 }
 
 int hf_qwen3next_fused(const tsr_model *m, hf_fused which, hf_piece ps[4], int *groups) {
@@ -109,12 +77,12 @@ int hf_qwen3next_fused(const tsr_model *m, hf_fused which, hf_piece ps[4], int *
 static void interleaved(table *tb, const char *fmt, hf_fused which, int64_t cols) {
     hf_piece ps[4];
     int groups;
-    const int np = hf_qwen3next_fused(tb->m, which, ps, &groups);
-    hf_tensor *h = next(tb, fmt, 0);
+    const int np = hf_qwen3next_fused(tb->r.m, which, ps, &groups);
+    hf_tensor *h = hf_rows_next(&tb->r, fmt, 0);
     int64_t rows = 0;
     for (int i = 0; i < np; i++) {
         size_t len;
-        h->piece[i].offset = slice(tb, ps[i].p, -1, &len) + (size_t)(ps[i].r0 * cols);
+        h->piece[i].offset = hf_rows_slice(&tb->r, ps[i].p, -1, &len) + (size_t)(ps[i].r0 * cols);
         h->piece[i].rows = ps[i].rows;
         rows += ps[i].rows * groups;
     }
@@ -126,18 +94,11 @@ static void interleaved(table *tb, const char *fmt, hf_fused which, int64_t cols
     h->offset = h->piece[0].offset;
 }
 
-/* The last row (r, c) viewed as (a, b, c2): conv1d's (CD, 1, K), the stacked experts' (E, ., .) */
-static void view3(table *tb, int64_t a, int64_t b, int64_t c) {
-    hf_tensor *h = &tb->t[tb->n - 1];
-    h->ndim = 3;
-    h->shape[0] = a, h->shape[1] = b, h->shape[2] = c;
-}
-
 static void linear_layer(table *tb) {
-    const tsr_model *m = tb->m;
+    const tsr_model *m = tb->r.m;
     const int64_t C = m->C, HV = m->HVl, dv = m->dvl, CD = 2 * m->HKl * m->dkl + HV * dv;
     plain(tb, "linear_attn.conv1d.weight", -1, TSR_P_DNCONV, 0, CD, m->Kc, 0);
-    view3(tb, CD, 1, m->Kc);
+    hf_rows_view3(&tb->r, CD, 1, m->Kc);
     if (tb->hy->unfused) { /* Qwen 3.5: one tensor each, tessera's rows as they are */
         plain(tb, "linear_attn.in_proj_qkv.weight", -1, TSR_P_DNQKVW, 0, CD, C, 0);
         plain(tb, "linear_attn.in_proj_z.weight", -1, TSR_P_DNZW, 0, HV * dv, C, 0);
@@ -154,7 +115,7 @@ static void linear_layer(table *tb) {
 }
 
 static void full_layer(table *tb) {
-    const tsr_model *m = tb->m;
+    const tsr_model *m = tb->r.m;
     const int64_t C = m->C, hs = m->hs, QD = m->QD, KV = (int64_t)m->KVH * hs;
     interleaved(tb, "self_attn.q_proj.weight", HF_FUSED_Q, C);
     plain(tb, "self_attn.k_proj.weight", -1, TSR_P_QKVW, QD, KV, C, 0);
@@ -165,9 +126,9 @@ static void full_layer(table *tb) {
 }
 
 static void mlp(table *tb) {
-    const tsr_model *m = tb->m;
+    const tsr_model *m = tb->r.m;
     const int64_t C = m->C, F = m->F, FE = m->FE, S = m->S;
-    if (!model_moe_layer(m, tb->l)) {
+    if (!model_moe_layer(m, tb->r.l)) {
         plain(tb, "mlp.gate_proj.weight", -1, TSR_P_FCW, 0, F, C, 0);
         plain(tb, "mlp.up_proj.weight", -1, TSR_P_FCW, F, F, C, 0);
         plain(tb, "mlp.down_proj.weight", -1, TSR_P_FCPROJW, 0, C, F, 0);
@@ -176,9 +137,9 @@ static void mlp(table *tb) {
     plain(tb, "mlp.gate.weight", -1, TSR_P_ROUTERW, 0, m->E, C, 0);
     if (tb->hy->stacked) { /* Qwen 3.5's MoE: the layer's experts in one tensor each, as tessera's */
         plain(tb, "mlp.experts.gate_up_proj", -1, TSR_P_EXPW1, 0, m->E * 2 * FE, C, 0);
-        view3(tb, m->E, 2 * FE, C);
+        hf_rows_view3(&tb->r, m->E, 2 * FE, C);
         plain(tb, "mlp.experts.down_proj", -1, TSR_P_EXPW2, 0, m->E * C, FE, 0);
-        view3(tb, m->E, C, FE);
+        hf_rows_view3(&tb->r, m->E, C, FE);
     }
     for (int e = 0; e < m->E && !tb->hy->stacked; e++) {
         plain(tb, "mlp.experts.%d.gate_proj.weight", e, TSR_P_EXPW1, 0, FE, C, 0);
@@ -197,22 +158,22 @@ static void mlp(table *tb) {
 static hf_tensor *hybrid_table(const tsr_model *m, const hf_family *f, int *n) {
     const int per = 9 + 5 + 3 * m->E + 2; /* a linear layer, the MoE, the norms: the most a layer has */
     const hf_hybrid *hy = hf_hybrid_of(f);
-    table tb = {m, hy, tsr_calloc((size_t)per * (size_t)m->L + 3, sizeof(hf_tensor)), 0, -1,
-                f->prefix};
+    table tb = {{m, tsr_calloc((size_t)per * (size_t)m->L + 3, sizeof(hf_tensor)), 0, -1, -1,
+                 f->prefix}, hy};
     plain(&tb, "embed_tokens.weight", -1, TSR_P_WTE, 0, m->V, m->C, 0);
-    for (tb.l = 0; tb.l < m->L; tb.l++) {
-        if (config_layer_linear(&m->cfg, tb.l)) linear_layer(&tb);
+    for (tb.r.l = 0; tb.r.l < m->L; tb.r.l++) {
+        if (config_layer_linear(&m->cfg, tb.r.l)) linear_layer(&tb);
         else full_layer(&tb);
         mlp(&tb);
         plain(&tb, "input_layernorm.weight", -1, TSR_P_LN1W, 0, m->C, 0, 1.0f);
         plain(&tb, "post_attention_layernorm.weight", -1, TSR_P_LN2W, 0, m->C, 0, 1.0f);
     }
-    tb.l = -1;
+    tb.r.l = -1;
     plain(&tb, "norm.weight", -1, TSR_P_LNFW, 0, m->C, 0, 1.0f);
-    tb.pre = "";
+    tb.r.pre = "";
     plain(&tb, "lm_head.weight", -1, TSR_P_LMHEAD, 0, m->V, m->C, 0);
-    *n = tb.n;
-    return tb.t;
+    *n = tb.r.n;
+    return tb.r.t;
 }
 
 /* ---- what the class holds ------------------------------------------------------------------ */
@@ -568,53 +529,6 @@ static void hybrid_fill(hf_reader *c, const hf_family *f) {
 
 /* ---- config.json: checking against a run's model ------------------------------------------- */
 
-/* The run's value of key, in the fill's format ("" when the table has no such key). */
-static void run_value(const tsr_model *m, const char *key, char *v, size_t cap) {
-    const tsr_model_config *c = &m->cfg;
-    const struct { const char *key; double x; } nums[] = {
-        {"model.n_layer", m->L}, {"model.d_model", m->C}, {"model.n_head", m->NH},
-        {"model.n_kv_head", m->KVH}, {"model.head_dim", m->hs},
-        {"model.intermediate_size", m->F}, {"model.vocab_size", m->V},
-        {"model.norm_eps", c->norm_eps}, {"model.linear_conv_kernel_dim", m->LL ? m->Kc : c->linear_conv_kernel_dim},
-        {"model.linear_key_head_dim", c->linear_key_head_dim},
-        {"model.linear_value_head_dim", c->linear_value_head_dim},
-        {"model.linear_num_key_heads", c->linear_num_key_heads},
-        {"model.linear_num_value_heads", c->linear_num_value_heads},
-        {"model.rope_theta", c->rope_theta}, {"model.partial_rotary_factor", c->partial_rotary_factor},
-        {"model.moe_experts", m->E}, {"model.moe_top_k", m->K},
-        {"model.moe_intermediate_size", m->FE}, {"model.moe_shared_size", m->S},
-        {"model.moe_every", c->moe_every}};
-    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
-        if (!strcmp(key, nums[i].key)) {
-            hfr_double(v, cap, nums[i].x);
-            return;
-        }
-    const struct { const char *key; const char *word; } words[] = {
-        {"model.pos", c->pos == TSR_POS_ROPE ? "rope" : c->pos == TSR_POS_ALIBI ? "alibi" : "learned"},
-        {"model.norm", c->norm == TSR_NORM_RMSNORM ? "rmsnorm" : "layernorm"},
-        {"model.mlp", hf_mlp_word[c->mlp]}, {"model.bias", c->bias ? "true" : "false"},
-        {"model.qkv_bias", c->qkv_bias ? "true" : "false"},
-        {"model.qk_norm", c->qk_norm ? "true" : "false"},
-        {"model.qk_norm_scope", c->qk_norm_scope == TSR_QKN_PROJECTION ? "projection" : "head"},
-        {"model.norm_placement", hf_place_word[c->norm_placement]},
-        {"model.embed_scale", c->embed_scale ? "sqrt_d_model" : "none"},
-        {"model.rope_scaling", c->rope_scaling == TSR_ROPE_SCALING_NONE ? "none" : "another"},
-        {"model.attn_output_gate", c->attn_output_gate ? "true" : "false"},
-        {"model.tie_embeddings", c->tie_embeddings ? "true" : "false"},
-        {"model.moe_shared_gate", c->moe_shared_gate ? "true" : "false"},
-        {"model.moe_norm_topk", c->moe_norm_topk ? "true" : "false"}};
-    v[0] = 0;
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (!strcmp(key, words[i].key)) snprintf(v, cap, "%s", words[i].word);
-}
-
-static int same_value(const char *a, const char *b) {
-    char *ea, *eb;
-    double x = strtod(a, &ea), y = strtod(b, &eb);
-    if (*a && *b && !*ea && !*eb) return fabs(x - y) <= 1e-6 * fabs(y);
-    return !strcmp(a, b);
-}
-
 /* Each layer's kind against the run's (model.layer_types). */
 static void check_types(hf_reader *c, const hyread *rd, const tsr_model *m) {
     for (long l = 0; l < rd->L && l < m->L && !c->rc; l++)
@@ -630,19 +544,11 @@ static void hybrid_check(hf_reader *c, const tsr_model *m, const hf_family *f) {
     tsr_config_fill *fl = tsr_calloc(1, sizeof *fl);
     hyread *rd = tsr_calloc(1, sizeof *rd);
     hf_reader text = *c;
-    char run[64];
     text.fill = fl;
     start(rd, &text, f);
     if (!rd->c.rc) fill(rd);
     if (!c->rc) c->rc = rd->c.rc;
-    for (int i = 0; i < fl->n && !c->rc; i++) {
-        if (fl->kv[i].soft || !strcmp(fl->kv[i].key, "model.layer_types")) continue;
-        if (!strcmp(fl->kv[i].key, "model.intermediate_size") && m->E && !m->LD) continue;
-        run_value(m, fl->kv[i].key, run, sizeof run);
-        if (same_value(fl->kv[i].value, run)) continue;
-        hfr_fault(c, TSR_EXIT_USAGE, "%s, but this run has %s = %s: set --set %s=%s",
-                  fl->kv[i].from + 16, fl->kv[i].key, run, fl->kv[i].key, fl->kv[i].value);
-    }
+    hf_fill_check(c, m, fl, "model.layer_types");
     check_types(c, rd, m);
     free(rd);
     free(fl);

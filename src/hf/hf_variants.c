@@ -337,14 +337,14 @@ const char *hf_unexported_key(const tsr_model_config *c, const hf_family *f) {
     const char *k = NULL;
     if (!f->softcap && c->attn_logit_softcapping > 0) k = "model.attn_logit_softcapping";
     else if (!f->softcap && c->final_logit_softcapping > 0) k = "model.final_logit_softcapping";
-    else if ((c->rope_scaling == TSR_ROPE_SCALING_YARN && !f->gptoss) ||
+    else if ((c->rope_scaling == TSR_ROPE_SCALING_YARN && !f->gptoss && !f->mla) ||
              (c->rope_scaling == TSR_ROPE_SCALING_LINEAR && !f->rope_linear))
         k = "model.rope_scaling";
     else if (c->rope_local_theta > 0 && !f->local_theta) k = "model.rope_local_theta";
     else if (c->partial_rotary_factor != 1.0 && !f->hybrid) k = "model.partial_rotary_factor";
     else if (c->no_rope_layers[0] && !f->nope) k = "model.no_rope_layers";
     if (!k && !f->gptoss) k = config_moe_variant_key(c);
-    if (!k) k = config_variant_key(c, TSR_VAR_DS_ROUTER); /* (no family exports it yet) */
+    if (!k && !f->mla) k = config_variant_key(c, TSR_VAR_DS_ROUTER); /* (DeepSeek's only) */
     if (k && f->hybrid && !strcmp(k, "model.moe_shared_gate")) k = NULL; /* Qwen3-Next's */
     if (!k && !f->hybrid && config_linear_layers(c) > 0) k = "model.layer_types";
     if (!k && !f->hybrid && c->attn_output_gate) k = "model.attn_output_gate";
