@@ -17,9 +17,9 @@
 #    a model without them gets none;
 #  - the start says when no Hugging Face class holds the model (issue 79, item 12): of the recipes
 #    only dbrx-132b (LayerNorm: no class tessera exports), and SmolLM3 shrunk by --set without its
-#    head_dim, once, naming model.head_dim; the DeepSeek-V3-architecture recipes (model.kv_lora_rank)
-#    are left out of that check until their classes' export lands (issue 84 item 5);
-#  - configs/deepseek-tiny.cfg (MLA, DeepSeekMoE, MTP; issue 84 item 8) trains 3 steps on a
+#    head_dim, once, naming model.head_dim (the DeepSeek-V3-architecture recipes export as their
+#    own classes);
+#  - configs/tiny-deepseek.cfg (MLA, DeepSeekMoE, MTP; issue 84 item 8) trains 3 steps on a
 #    synthetic corpus: every step's loss and MTP loss finite, the correction bias moved.
 # The sizes of one issue-67 family (gemma3-*, gpt-oss-*, olmo2-*, olmo3-*) share every key but
 # the sizes: the family's first recipe (in glob order) dry-runs each of its sharding values, the
@@ -166,7 +166,6 @@ tap_check $? "the model line names the variants of ${#want[@]} models (gemma3, g
 # the start's no-class warning (docs/hf.md "Export"): which recipes say it
 warned=()
 for f in "${recipes[@]}"; do
-    grep -qE '^\s*kv_lora_rank\s*=\s*[1-9]' "$f" && continue # (issue 84 item 5: not exported yet)
     grep -q 'no Hugging Face class holds this model' "$TMP/${f##*/}.out" && warned+=("${f##*/}"); done
 [[ ${warned[*]} == dbrx-132b.cfg ]] &&
     grep -q 'which needs model.norm = "rmsnorm" and a gated MLP' "$TMP/dbrx-132b.cfg.out"
@@ -177,7 +176,7 @@ tap_check $? "smollm3-3b shrunk by --set without its head_dim: --dry-run says on
 
 # the tiny DeepSeek recipe trains: 3 steps on a synthetic corpus of 512 ids, its own model block
 make_synth "$TMP/ds" 512 20000
-"$TRAIN" --config "$TSR_ROOT/configs/deepseek-tiny.cfg" --set data.train="$TMP/ds/train" \
+"$TRAIN" --config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set data.train="$TMP/ds/train" \
     --set data.val= --set data.tokenizer= --set model.vocab_size=512 --set max_duration=3ba \
     --set optim.warmup=1ba --set eval_interval=0ba --set save_interval=3ba --set sample.tokens=0 \
     --set log_interval=1 --set global_batch=4 --set micro_batch=4 \
@@ -195,5 +194,5 @@ sys.exit(0 if found and b.shape == (3, 16) and np.abs(b).max() > 0 else 1)
 PY
 b=$?
 ((rc == 0 && n == 3 && b == 0))
-tap_check $? "deepseek-tiny trains 3 steps (exit $rc): $n step lines with a finite loss and MTP loss; its 3 MoE layers' correction bias moved"
+tap_check $? "tiny-deepseek trains 3 steps (exit $rc): $n step lines with a finite loss and MTP loss; its 3 MoE layers' correction bias moved"
 tap_done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tiny recipes of the 2026 families (issue 79, items 12 and 15; docs/models.md "Tiny
 # recipes"): configs/tiny-gemma3, tiny-gpt-oss, tiny-olmo2, tiny-olmo3, tiny-smollm3,
-# tiny-qwen3-next and tiny-qwen3.5, each its family's variants at a toy size on GPT-2's BPE:
+# tiny-qwen3-next, tiny-qwen3.5 and tiny-deepseek (issue 84), each its family's variants at a toy size on GPT-2's BPE:
 #  - each trains one step from the recipe as it is (only where it runs and what it reads changed:
 #    a text in GPT-2's BPE in place of data/brown, no evaluation, no sample, no warmup), its loss
 #    about ln(50257) (an untrained model), with no warning at start; and `tessera ckpt export
@@ -25,9 +25,10 @@ tsr_tmpdir
 # recipe -> the model_type its export writes
 declare -A class=([tiny-gemma3]=gemma3_text [tiny-gpt-oss]=gpt_oss [tiny-olmo2]=olmo2
                   [tiny-olmo3]=olmo3 [tiny-smollm3]=smollm3 [tiny-qwen3-next]=qwen3_next
-                  [tiny-qwen3.5]=qwen3_5_text)
-names=(tiny-gemma3 tiny-gpt-oss tiny-olmo2 tiny-olmo3 tiny-smollm3 tiny-qwen3-next tiny-qwen3.5)
-tap_plan $((${#names[@]} + 3))
+                  [tiny-qwen3.5]=qwen3_5_text [tiny-deepseek]=deepseek_v3)
+names=(tiny-gemma3 tiny-gpt-oss tiny-olmo2 tiny-olmo3 tiny-smollm3 tiny-qwen3-next tiny-qwen3.5
+       tiny-deepseek)
+tap_plan $((${#names[@]} + 4))
 
 "$TOOL" prep -q --out "$TMP/data" --tokenizer gpt2 --val-fraction 0 "$TSR_ROOT/README.md" || exit 1
 # the recipe's own keys but where it runs and reads, and one step: what a test can afford
@@ -97,4 +98,16 @@ irc=$?
 ng=$(grep -c router_aux_loss_coef "$TMP/gen.err") ni=$(grep -c router_aux_loss_coef "$TMP/init.log")
 ((grc == 0 && irc == 0 && ng == 0 && ni == 1)) && [[ -s $TMP/gen.out ]]
 tap_check $? "generate on the exported tiny gpt-oss: no aux-loss warning ($ng; exit $grc); --init-from it with the default coefficient: the warning once ($ni; exit $irc)"
+# the exported tiny DeepSeek (MLA, DeepSeekMoE, MTP) read back: greedy generation from the HF
+# directory equals the tessera checkpoint's token for token (the same model after import), and
+# --init-from it with no model block trains a step at an untrained loss
+gen_of() { "$TOOL" generate --ckpt "$1" --prompt "The" --max-tokens 8 --temperature 0 --set threads=1 2>/dev/null; }
+ga=$(gen_of "$TMP/tiny-deepseek") gb=$(gen_of "$TMP/tiny-deepseek.hf")
+sed -e "s|$TMP/init\"|$TMP/init-ds\"|" "$TMP/init.cfg" >"$TMP/init-ds.cfg"
+"$TRAIN" --config "$TMP/init-ds.cfg" --init-from "$TMP/tiny-deepseek.hf" >"$TMP/init-ds.log" 2>&1
+drc=$? dl=$(loss_of "$TMP/init-ds.log")
+tap_diag "generate: tessera '$ga', HF '$gb'; --init-from: exit $drc, loss ${dl:-none}"
+[[ -n $ga && $ga == "$gb" ]] && ((drc == 0)) && grep -q 'kv_lora_rank' "$TMP/init-ds/config.cfg" &&
+    awk -v l="$dl" 'BEGIN { exit !(l >= 9.8 && l <= 11.8) }'
+tap_check $? "the exported tiny DeepSeek: generate from its HF directory equals the checkpoint's (8 greedy tokens); --init-from it with no model block takes MLA's keys and trains a step (exit $drc)"
 tap_done
