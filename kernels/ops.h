@@ -61,14 +61,17 @@ typedef struct tsr_attn_var {
     int dv;        /* the value heads' size where it is not hs (multi-head latent attention:
                     * v_head_dim): a qkv row is [q NH hs | k KVH hs | v KVH dv] and the output
                     * NH dv wide; 0 = hs. The training entries take it (attention_forward and
-                    * _backward); the decode and ring entries do not (0 there) */
+                    * _backward) and the CPU's ring blocks (ring_forward, _backward: value head
+                    * g at kv + KVH hs + g dv, the output and acc rows NH dv wide); the decode
+                    * entries and the CUDA ring's do not (0 there) */
 } tsr_attn_var;
 
 /* One block of ring attention (context parallelism: src/model/model_ring.c,
  * docs/parallelism.md): Tq query rows of each of B sequences against Tk key/value rows, with
  * their positions in the whole sequence. Query row i of sequence b is the sequence's position
  * qoff + i and has query head h at q + (b qbs + i) ldq + h hs; key row j is position koff + j,
- * with key head g at kv + (b kbs + j) ldkv + g hs and value head g at that + KVH hs. Query head h
+ * with key head g at kv + (b kbs + j) ldkv + g hs and value head g at that + KVH hs (with the
+ * variants' dv: at kv + (b kbs + j) ldkv + KVH hs + g dv). Query head h
  * reads key/value head h / (NH/KVH). Row i sees row j iff
  *   lo[b T + qoff + i] <= koff + j <= qoff + i     (lo NULL: 0, a causal mask alone),
  * with s[i,j] = q_i.k_j / sqrt(hs) - slope_h (qoff + i - koff - j) (ALiBi with slopes). lo and hi

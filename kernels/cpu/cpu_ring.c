@@ -17,7 +17,9 @@
  * derivative 1 - tanh^2 recomputed in the backward; a row started with sinks (merge = 0) starts
  * from the sink's logit, so it counts once in the merged log-sum-exp, and the sink gradient of a
  * row, -exp(sink - lse) D, is taken in the one block the caller marks (sink_grad), summed per
- * (sequence, head) and then over the sequences in order.
+ * (sequence, head) and then over the sequences in order. The variants' dv gives value heads of
+ * their own size (multi-head latent attention's ring: KVH hs key columns, then KVH dv value ones;
+ * the output, acc, dout rows NH dv wide).
  */
 #include <math.h>
 #include <omp.h>
@@ -50,6 +52,8 @@ static float blk_scale(const tsr_ring_block *k) {
     return k->var && k->var->scale > 0.0f ? k->var->scale : 1.0f / sqrtf((float)k->hs);
 }
 static float blk_cap(const tsr_ring_block *k) { return k->var ? k->var->softcap : 0.0f; }
+/* the value heads' size: the variants' dv (multi-head latent attention), else hs */
+static int blk_dv(const tsr_ring_block *k) { return k->var && k->var->dv > 0 ? k->var->dv : k->hs; }
 
 /* s[j - jlo] = c(q.k_j scale) - slope (position distance), for the keys jlo..jhi of row i, c the
  * soft cap (cap tanh(x / cap)) or none; with th, th[j - jlo] = that tanh (the backward's) */
@@ -70,63 +74,64 @@ static void row_scores(float *s, float *th, const float *q, const tsr_ring_block
 }
 
 /* acc, lse of one row and head (a, L) merged with the block's (o, l) */
-static void merge_row(float *a, float *L, const float *o, float l, int hs, int merge) {
+static void merge_row(float *a, float *L, const float *o, float l, int dv, int merge) {
     if (!merge) {
-        memcpy(a, o, (size_t)hs * sizeof *a);
+        memcpy(a, o, (size_t)dv * sizeof *a);
         *L = l;
         return;
     }
     if (l == -INFINITY) return;
     const float m = *L > l ? *L : l, w1 = cpu_expf(*L - m), w2 = cpu_expf(l - m);
     const float inv = 1.0f / (w1 + w2);
-    for (int d = 0; d < hs; d++) a[d] = (w1 * a[d] + w2 * o[d]) * inv;
+    for (int d = 0; d < dv; d++) a[d] = (w1 * a[d] + w2 * o[d]) * inv;
     *L = m + logf(w1 + w2);
 }
 
-/* One query row's attention over its keys in the block: o (hs) and its log-sum-exp */
+/* One query row's attention over its keys in the block: o (dv) and its log-sum-exp */
 static float row_forward(float *o, float *s, const float *q, const tsr_ring_block *k, int b, int h,
                          int i, int jlo, int jhi) {
-    const int hs = k->hs, g = h / (k->NH / k->KVH), n = jhi - jlo + 1;
+    const int dv = blk_dv(k), g = h / (k->NH / k->KVH), n = jhi - jlo + 1;
     const float *kv = k->kv;
     row_scores(s, NULL, q, k, b, g, i, jlo, jhi, k->slopes ? k->slopes[h] : 0.0f);
     float mx = -INFINITY, sum = 0.0f;
     for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
     for (int j = 0; j < n; j++) sum += s[j] = cpu_expf(s[j] - mx);
-    memset(o, 0, (size_t)hs * sizeof *o);
+    memset(o, 0, (size_t)dv * sizeof *o);
     for (int j = 0; j < n; j++) {
-        const float *vj = kv + ((size_t)b * k->kbs + jlo + j) * k->ldkv + (size_t)(k->KVH + g) * hs;
-        for (int d = 0; d < hs; d++) o[d] = fmaf(s[j], vj[d], o[d]);
+        const float *vj = kv + ((size_t)b * k->kbs + jlo + j) * k->ldkv + (size_t)k->KVH * k->hs +
+                          (size_t)g * dv;
+        for (int d = 0; d < dv; d++) o[d] = fmaf(s[j], vj[d], o[d]);
     }
     const float inv = 1.0f / sum;
-    for (int d = 0; d < hs; d++) o[d] *= inv;
+    for (int d = 0; d < dv; d++) o[d] *= inv;
     return mx + logf(sum);
 }
 
 void cpu_ring_forward(float *acc, float *lse, const tsr_ring_block *k, int merge) {
-    const int NH = k->NH, hs = k->hs, C = NH * hs;
+    const int NH = k->NH, hs = k->hs, dv = blk_dv(k), C = NH * dv;
     const float *q = k->q;
 #pragma omp parallel
     {
-        float *s = tsr_malloc(((size_t)k->Tk + (size_t)hs) * sizeof *s), *o = s + k->Tk;
+        float *s = tsr_malloc(((size_t)k->Tk + (size_t)dv) * sizeof *s), *o = s + k->Tk;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < k->B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
             for (int i = 0; i < k->Tq; i++) {
                 int jlo, jhi;
                 key_range(k, b, i, &jlo, &jhi);
-                float *a = acc + ((size_t)b * k->qbs + i) * C + (size_t)h * hs;
+                float *a = acc + ((size_t)b * k->qbs + i) * C + (size_t)h * dv;
                 float *L = lse + ((size_t)b * NH + h) * k->qbs + i;
                 float l = -INFINITY;
                 if (jhi >= jlo)
                     l = row_forward(o, s, q + ((size_t)b * k->qbs + i) * k->ldq + (size_t)h * hs,
                                     k, b, h, i, jlo, jhi);
-                else memset(o, 0, (size_t)hs * sizeof *o);
+                else memset(o, 0, (size_t)dv * sizeof *o);
                 const float *sink = k->var && k->var->sinks ? k->var->sinks + h : NULL;
                 if (!merge && sink) { /* the row starts from its sink: e^sink joins once */
-                    memset(a, 0, (size_t)hs * sizeof *a);
+                    memset(a, 0, (size_t)dv * sizeof *a);
                     *L = *sink;
                 }
-                merge_row(a, L, o, l, hs, merge || sink);
+                merge_row(a, L, o, l, dv, merge || sink);
             }
         }
         free(s);
@@ -138,22 +143,23 @@ void cpu_ring_forward(float *acc, float *lse, const tsr_ring_block *k, int merge
 static void row_backward(float *dq, float *dkv, int lddkv, const float *q, const float *gi,
                          float D, float L, float *s, float *th, const tsr_ring_block *k, int b,
                          int h, int i, int jlo, int jhi) {
-    const int hs = k->hs, g = h / (k->NH / k->KVH);
+    const int hs = k->hs, g = h / (k->NH / k->KVH), vd = blk_dv(k);
+    const size_t vo = (size_t)k->KVH * hs + (size_t)g * vd - (size_t)g * hs; /* k head -> v head */
     const float *kv = k->kv, scale = blk_scale(k), cap = blk_cap(k);
     row_scores(s, th, q, k, b, g, i, jlo, jhi, k->slopes ? k->slopes[h] : 0.0f);
     for (int j = jlo; j <= jhi; j++) {
         const float *kj = kv + ((size_t)b * k->kbs + j) * k->ldkv + (size_t)g * hs;
-        const float *vj = kj + (size_t)k->KVH * hs;
+        const float *vj = kj + vo;
         float *dk = dkv + ((size_t)b * k->kbs + j) * lddkv + (size_t)g * hs;
-        float *dv = dk + (size_t)k->KVH * hs;
+        float *dv = dk + vo;
         const float p = cpu_expf(s[j - jlo] - L);
-        float ds = p * (dot(gi, vj, hs) - D) * scale;
+        float ds = p * (dot(gi, vj, vd) - D) * scale;
         if (cap > 0.0f) ds *= 1.0f - th[j - jlo] * th[j - jlo]; /* the cap's derivative */
         for (int d = 0; d < hs; d++) {
             dq[d] = fmaf(ds, kj[d], dq[d]);
             dk[d] = fmaf(ds, q[d], dk[d]);
-            dv[d] = fmaf(p, gi[d], dv[d]);
         }
+        for (int d = 0; d < vd; d++) dv[d] = fmaf(p, gi[d], dv[d]);
     }
 }
 
@@ -174,7 +180,7 @@ static void sink_grads_add(const tsr_ring_block *k, float *dsk) {
 
 void cpu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, const float *dout,
                        const float *out, const float *lse, const tsr_ring_block *k) {
-    const int NH = k->NH, KVH = k->KVH, hs = k->hs, C = NH * hs, R = NH / KVH;
+    const int NH = k->NH, KVH = k->KVH, dv = blk_dv(k), C = NH * dv, R = NH / KVH;
     const float *q = k->q;
     float *dsk = sink_grads(k);
 #pragma omp parallel
@@ -189,13 +195,13 @@ void cpu_ring_backward(float *dq, int lddq, float *dkv, int lddkv, const float *
                     key_range(k, b, i, &jlo, &jhi);
                     const size_t row = (size_t)b * k->qbs + i;
                     const float L = lse[((size_t)b * NH + h) * k->qbs + i];
-                    const float *gi = dout + row * C + (size_t)h * hs;
-                    const float D = dot(gi, out + row * C + (size_t)h * hs, hs);
+                    const float *gi = dout + row * C + (size_t)h * dv;
+                    const float D = dot(gi, out + row * C + (size_t)h * dv, dv);
                     if (dsk) /* the row's sink probability times D */
                         dsk[(size_t)b * NH + h] -= expf(k->var->sinks[h] - L) * D;
                     if (jhi < jlo || L == -INFINITY) continue;
-                    row_backward(dq + row * lddq + (size_t)h * hs, dkv, lddkv,
-                                 q + row * k->ldq + (size_t)h * hs, gi, D, L, s, th, k, b, h, i,
+                    row_backward(dq + row * lddq + (size_t)h * k->hs, dkv, lddkv,
+                                 q + row * k->ldq + (size_t)h * k->hs, gi, D, L, s, th, k, b, h, i,
                                  jlo, jhi);
                 }
         }

@@ -371,13 +371,12 @@ static void validate_linear_cuda(load_ctx *c) {
 
 /* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes it
  * does not run with yet, each refused naming both keys (tensor parallelism's is
- * config_tensor_pair's) */
+ * config_tensor_pair's; context parallelism runs, ringing the latent: docs/parallelism.md) */
 static void validate_mla(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
     if (g->model.kv_lora_rank == 0) return;
     const struct { int bad; const char *key, *value, *alt; } rules[] = {
-        {g->context > 1, "parallel.context", "> 1", "parallel.context = 1"},
         {g->lora.rank > 0, "lora.rank", "> 0", "lora.rank = 0 (full finetuning)"},
         {g->pipeline > 1, "parallel.pipeline", "> 1", "parallel.pipeline = 1"},
     };

@@ -176,9 +176,11 @@ static void act_plan(const tsr_model *m, const tsr_backend *be, int B, int Tw,
     for (const tsr_layer_kind *const *k = tsr_layer_kinds; *k; k++)
         if ((*k)->acts && model_kind_on(m, *k)) (*k)->acts(&p, bytes);
     if (p.comp) comp_acts(&p, bytes);
-    if (cp)
-        ring_act_plan(be, m->cpN, B, Tw, m->NH, m->KVH, m->hs,
-                      m->cfg.attn_mask == TSR_MASK_DOCUMENT, bytes + TSR_A_RING_KV);
+    if (cp) {
+        const tsr_ring_dims rd = ring_dims_of(m);
+        ring_act_plan(be, m->cpN, B, Tw, &rd, m->cfg.attn_mask == TSR_MASK_DOCUMENT,
+                      bytes + TSR_A_RING_KV);
+    }
     if (stacked) memcpy(stacked, p.stacked, sizeof p.stacked);
 }
 

@@ -14,6 +14,13 @@
  * The two latents and the attention's input and output are kept for the backward (stacked with
  * the attention group, so activation checkpointing reruns them); the projections' outputs before
  * the assembly are scratch.
+ *
+ * Under context parallelism (parallel.context = N; docs/parallelism.md "Multi-head latent
+ * attention") the ring carries each rank's normed latent and turned RoPE key (kvr + dr numbers a
+ * token) instead of the expanded keys and values: each rank expands a block it receives with its
+ * own kv_b_proj (mla_expand), and in the backward turns the block's key and value gradients back
+ * into the latent's and the RoPE key's (mla_contract), which travel on to the block's owner;
+ * kv_b_proj's weight gradient accumulates on every rank, reduced like every weight gradient.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +29,7 @@
 #include "model/decoder.h"
 #include "model/decoder_int.h"
 #include "model/layer_kind.h"
+#include "model/model_ring.h"
 
 #define MLA_EPS 1e-6f /* the latent norms' (Hugging Face's DeepseekV3RMSNorm default) */
 
@@ -90,6 +98,13 @@ typedef struct mla_parts {
     size_t q, kv, kpe, scratch;          /* the scratch: q .. kpe, then the gradients */
 } mla_parts;
 
+/* the attention's saved floats: the ring's log-sum-exp (N NH) under context parallelism, else
+ * the backend's */
+static size_t mla_saved(const dec_plan *p) {
+    const tsr_model *m = p->m;
+    return m->cpN > 1 ? p->N * (size_t)m->NH : p->be->attention_saved(p->B, p->T, m->NH);
+}
+
 static mla_parts mla_parts_of(const dec_plan *p) {
     const tsr_model *m = p->m;
     const size_t N = p->N, e = p->e, f = sizeof(float), NH = (size_t)m->NH;
@@ -97,7 +112,7 @@ static mla_parts mla_parts_of(const dec_plan *p) {
     mla_parts s = {
         .cq = m->qr ? dec_stride(p, N * m->qr, e) : 0, .c = dec_stride(p, N * m->kvr, e),
         .qkv = dec_stride(p, N * NH * (2 * dqk + dv), e), .atty = dec_stride(p, N * NH * dv, e),
-        .r = dec_stride(p, N, f), .att = dec_stride(p, p->be->attention_saved(p->B, p->T, m->NH), f),
+        .r = dec_stride(p, N, f), .att = dec_stride(p, mla_saved(p), f),
         .q = dec_stride(p, N * NH * dqk, e), .kv = dec_stride(p, N * NH * (m->dn + dv), e),
         .kpe = dec_stride(p, N * m->dr, e)};
     s.act = 2 * s.cq + 2 * s.c + s.qkv + s.atty;
@@ -218,6 +233,99 @@ static void mla_decode(const dec_run *r, int l, const dec_layer *v, const void *
                    (float)model_mla_scale(m), m->kvr, &sh, &rows, kv->mla.scratch, kv->nthreads);
 }
 
+/* ---- context parallelism: the latent round the ring (tsr_ring_payload) -------------------- */
+
+/* A layer's latent ring: the pass, the layer, its activations, weights and (the backward) their
+ * gradients, its scratch. A block is [cn (rows, kvr) | turned kpe (rows, dr)], rows = r->N. */
+typedef struct mla_ring_ctx {
+    const dec_run *r;
+    int l;
+    const dec_layer *v;
+    const void *const *w;
+    float *const *g; /* NULL in the forward */
+    const mla_work *s;
+} mla_ring_ctx;
+
+/* this rank's block: the normed latent, the RoPE key turned (key head 0's of qkv) */
+static void mla_pack(void *ctx, void *send) {
+    const mla_ring_ctx *c = ctx;
+    const tsr_backend *be = c->r->d->be;
+    const tsr_model *m = c->r->d->m;
+    const size_t e = tsr_dtype_size(be->act), n = (size_t)c->r->N * m->kvr * e;
+    const size_t dqk = (size_t)(m->dn + m->dr), QKV = (size_t)m->NH * (2 * dqk + m->dv);
+    be->copy_rows(be, send, n, c->v->mla.cn, n, n, 1);
+    be->copy_rows(be, (char *)send + n, (size_t)m->dr * e,
+                  (const char *)c->v->mla.qkv + ((size_t)m->NH * dqk + m->dn) * e, QKV * e,
+                  (size_t)m->dr * e, (size_t)c->r->N);
+}
+
+/* one head's columns of the key/value rows kv (rows KVW = NH (dqk + dv)) and of kv_b's output
+ * (rows KW = NH (dn + dv)): key nope, value, RoPE key; in element offsets */
+typedef struct mla_cols { size_t kvw, kw, k, v, pe, bk, bv; } mla_cols;
+
+static mla_cols mla_cols_of(const tsr_model *m, int h) {
+    const size_t dqk = (size_t)(m->dn + m->dr), NH = (size_t)m->NH;
+    return (mla_cols){.kvw = NH * (dqk + m->dv), .kw = NH * (size_t)(m->dn + m->dv),
+                      .k = h * dqk, .v = NH * dqk + (size_t)h * m->dv, .pe = h * dqk + m->dn,
+                      .bk = (size_t)h * (m->dn + m->dv), .bv = (size_t)h * (m->dn + m->dv) + m->dn};
+}
+
+/* a received block's key/value rows kv (rows, NH (dqk + dv)): kv_b_proj of its latent, each key
+ * head's RoPE part the block's turned RoPE key */
+static void mla_expand(void *ctx, void *kv, const void *blk) {
+    const mla_ring_ctx *c = ctx;
+    const tsr_backend *be = c->r->d->be;
+    const tsr_model *m = c->r->d->m;
+    const size_t e = tsr_dtype_size(be->act), rows = (size_t)c->r->N;
+    const char *pe = (const char *)blk + rows * m->kvr * e, *x = c->s->kv;
+    char *o = kv;
+    dec_linear(c->r, c->l, c->s->kv, NULL, blk, c->w[TSR_P_MLAKVBW], NULL, c->r->N, m->kvr,
+               m->NH * (m->dn + m->dv));
+    for (int h = 0; h < m->NH; h++) {
+        const mla_cols k = mla_cols_of(m, h);
+        be->copy_rows(be, o + k.k * e, k.kvw * e, x + k.bk * e, k.kw * e, m->dn * e, rows);
+        be->copy_rows(be, o + k.pe * e, k.kvw * e, pe, m->dr * e, m->dr * e, rows);
+        be->copy_rows(be, o + k.v * e, k.kvw * e, x + k.bv * e, k.kw * e, m->dv * e, rows);
+    }
+}
+
+/* a block's gradient dblk (fp32: the activations are, context parallelism with MLA running on
+ * the CPU alone) from its key/value rows' dkv: kv_b_proj's backward (its weight gradient +=), the
+ * RoPE key's the sum of the heads' */
+static void mla_contract(void *ctx, float *dblk, const float *dkv, const void *blk) {
+    const mla_ring_ctx *c = ctx;
+    const tsr_backend *be = c->r->d->be;
+    const tsr_model *m = c->r->d->m;
+    const size_t f = sizeof(float), rows = (size_t)c->r->N;
+    float *dx = c->s->kv, *dpe = dblk + rows * m->kvr, *tmp = c->s->kpe;
+    for (int h = 0; h < m->NH; h++) {
+        const mla_cols k = mla_cols_of(m, h);
+        be->copy_rows(be, dx + k.bk, k.kw * f, dkv + k.k, k.kvw * f, m->dn * f, rows);
+        be->copy_rows(be, dx + k.bv, k.kw * f, dkv + k.v, k.kvw * f, m->dv * f, rows);
+        be->copy_rows(be, h ? tmp : dpe, m->dr * f, dkv + k.pe, k.kvw * f, m->dr * f, rows);
+        if (h) be->add_f32(be, dpe, tmp, rows * m->dr);
+    }
+    be->matmul_backward(be, dblk, c->g[TSR_P_MLAKVBW], NULL, dx, blk, c->w[TSR_P_MLAKVBW],
+                        c->r->N, m->kvr, m->NH * (m->dn + m->dv), TSR_GRAD_SET);
+}
+
+static tsr_ring_payload mla_payload(mla_ring_ctx *c) {
+    const tsr_model *m = c->r->d->m;
+    return (tsr_ring_payload){m->kvr + m->dr, c, mla_pack, mla_expand, mla_contract};
+}
+
+/* the attention round the ring into mla.atty, its log-sum-exp into mla.att */
+static void mla_ring_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w,
+                             const mla_work *s) {
+    const tsr_decoder *d = r->d;
+    const tsr_model *m = d->m;
+    const tsr_attn_var var = mla_var(m);
+    mla_ring_ctx c = {r, l, v, w, NULL, s};
+    const tsr_ring_payload pay = mla_payload(&c);
+    ring_latent_forward(d->ring, d->be, d->a, v->mla.atty, v->mla.att, v->mla.qkv, &var, &pay,
+                        r->B, r->T * d->ring->N, m->NH, m->dn + m->dr);
+}
+
 /* ln1 -> the queries, the latent, the keys and values, the attention into mla.atty; a decode
  * chunk's over the compressed caches (mla_decode) */
 static void mla_forward(const dec_run *r, int l, const dec_layer *v, const void *const *w) {
@@ -238,6 +346,10 @@ static void mla_forward(const dec_run *r, int l, const dec_layer *v, const void 
     dec_linear(r, l, s.kv, NULL, v->mla.cn, w[TSR_P_MLAKVBW], NULL, r->N, m->kvr,
                m->NH * (m->dn + m->dv));
     be->mla_qkv_forward(be, v->mla.qkv, s.q, s.kv, s.kpe, pos, p0, d->rope, r->B, r->T, &sh);
+    if (d->ring) { /* context parallelism: the latent round the ring */
+        mla_ring_forward(r, l, v, w, &s);
+        return;
+    }
     be->attention_forward(be, v->mla.atty, v->mla.att, v->mla.qkv, NULL, d->a->seq, &var, r->B,
                           r->T, m->NH, m->NH, m->dn + m->dr);
 }
@@ -254,23 +366,58 @@ static float *kpe_grad(const tsr_model *m, float *g) {
     return g ? g + (size_t)m->kvr * m->C : NULL;
 }
 
-/* from the keys' and values' gradient (s->kv) and the RoPE key's (s->kpe): kv_b's, the latent
- * norm's, kv_a's (both parts) backward into a->dln (written) */
-static void kv_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
-                        const mla_work *s) {
+/* from the normed latent's gradient dcn and the RoPE key's (s->kpe): the latent norm's, kv_a's
+ * (both parts) backward into a->dln (written) */
+static void latent_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
+                            const void *dcn, const mla_work *s) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     const int N = r->N, C = m->C, kvr = m->kvr;
     void *dln = r->d->a->dln;
-    be->matmul_backward(be, s->dcn, u->g[TSR_P_MLAKVBW], NULL, s->kv, v->mla.cn,
-                        u->w[TSR_P_MLAKVBW], N, kvr, m->NH * (m->dn + m->dv), TSR_GRAD_SET);
     be->zero(be, s->dc, (size_t)N * kvr * tsr_dtype_size(be->act));
-    be->rmsnorm_backward(be, s->dc, u->g[TSR_P_MLAKVANORMW], s->dcn, v->mla.c,
+    be->rmsnorm_backward(be, s->dc, u->g[TSR_P_MLAKVANORMW], dcn, v->mla.c,
                          u->w[TSR_P_MLAKVANORMW], v->mla.rkv, N, kvr);
     be->matmul_backward(be, dln, u->g[TSR_P_MLAKVAW], NULL, s->dc, v->ln1, u->w[TSR_P_MLAKVAW], N,
                         C, kvr, TSR_GRAD_SET);
     be->matmul_backward(be, dln, kpe_grad(m, u->g[TSR_P_MLAKVAW]), NULL, s->kpe, v->ln1,
                         kpe_rows(m, be, u->w[TSR_P_MLAKVAW]), N, C, m->dr, TSR_GRAD_ADD);
+}
+
+/* from the keys' and values' gradient (s->kv) and the RoPE key's (s->kpe): kv_b's backward,
+ * then latent_backward's */
+static void kv_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
+                        const mla_work *s) {
+    const tsr_backend *be = r->d->be;
+    const tsr_model *m = r->d->m;
+    be->matmul_backward(be, s->dcn, u->g[TSR_P_MLAKVBW], NULL, s->kv, v->mla.cn,
+                        u->w[TSR_P_MLAKVBW], r->N, m->kvr, m->NH * (m->dn + m->dv), TSR_GRAD_SET);
+    latent_backward(r, v, u, s->dcn, s);
+}
+
+/* The attention's and the latent's backward round the ring (kv_b_proj's inside mla_contract),
+ * from s->datty into s->q (the queries' gradient), the latent path's into a->dln. The RoPE key's
+ * gradient that comes home goes into key head 0's RoPE columns of dqkv, the other key and value
+ * columns zero, so that the assembly's transpose turns it back with the queries'. */
+static void mla_ring_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
+                              const mla_work *s) {
+    const tsr_decoder *d = r->d;
+    const tsr_backend *be = d->be;
+    const tsr_model *m = d->m;
+    const tsr_attn_var var = mla_var(m);
+    const tsr_mla_shape sh = mla_shape(m);
+    const size_t rows = (size_t)r->N, f = sizeof(float), dqk = (size_t)(m->dn + m->dr);
+    const size_t QKV = (size_t)m->NH * (2 * dqk + m->dv);
+    mla_ring_ctx c = {r, l, v, u->w, u->g, s};
+    const tsr_ring_payload pay = mla_payload(&c);
+    int p0;
+    const int32_t *pos = dec_rope_pos(r, &p0);
+    const float *home = ring_latent_backward(d->ring, be, d->a, s->dqkv, s->datty, v->mla.qkv,
+                                             v->mla.atty, v->mla.att, &var, &pay, r->B,
+                                             r->T * d->ring->N, m->NH, (int)dqk);
+    be->copy_rows(be, (float *)s->dqkv + (size_t)m->NH * dqk + m->dn, QKV * f,
+                  home + rows * m->kvr, m->dr * f, m->dr * f, rows);
+    be->mla_qkv_backward(be, s->q, s->kv, s->kpe, s->dqkv, pos, p0, d->rope, r->B, r->T, &sh);
+    latent_backward(r, v, u, home, s);
 }
 
 /* from the queries' gradient (s->q): q_proj's, or q_b's, its norm's and q_a's, added into
@@ -298,7 +445,6 @@ static void q_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
 /* from dout = d(the output projection's output) to a->dln = d(ln1) */
 static void mla_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
                          const void *dout) {
-    (void)l;
     const tsr_decoder *d = r->d;
     const tsr_backend *be = d->be;
     const tsr_model *m = d->m;
@@ -309,6 +455,11 @@ static void mla_backward(const dec_run *r, int l, const dec_layer *v, const dec_
     const int32_t *pos = dec_rope_pos(r, &p0);
     be->matmul_backward(be, s.datty, u->g[TSR_P_MLAOW], NULL, dout, v->mla.atty, u->w[TSR_P_MLAOW],
                         r->N, m->NH * m->dv, m->C, TSR_GRAD_SET);
+    if (d->ring) { /* context parallelism: round the ring */
+        mla_ring_backward(r, l, v, u, &s);
+        q_backward(r, v, u, &s);
+        return;
+    }
     be->attention_backward(be, s.dqkv, s.datty, v->mla.qkv, v->mla.atty, v->mla.att, NULL,
                            d->a->seq, &var, d->a->mla_scratch, r->B, r->T, m->NH, m->NH,
                            m->dn + m->dr, TSR_GRAD_SET);
@@ -330,7 +481,7 @@ static void mla_acts(dec_plan *p, size_t b[TSR_A_COUNT]) {
     dec_plan_stack(p, b, TSR_A_MLA, on, Lat, s.act, e);
     dec_plan_stack(p, b, TSR_A_MLA_F, on, Lat, s.f, f);
     dec_plan_buffer(p, b, TSR_A_MLA_BWD, on, s.scratch * e);
-    dec_plan_buffer(p, b, TSR_A_MLA_SCRATCH, on,
+    dec_plan_buffer(p, b, TSR_A_MLA_SCRATCH, on && m->cpN < 2, /* (the ring has its own) */
                     p->be->attention_scratch(p->B, p->T, m->NH, m->NH, m->dn + m->dr));
 }
 
@@ -380,6 +531,8 @@ static const char *mla_missing(const tsr_model *m, const tsr_backend *be) {
         {on, be->rmsnorm_forward, k}, {on, be->rmsnorm_backward, k},
         {on && be->attention_decode, be->mla_decode, k},
     };
+    if (on && m->cpN > 1 && tsr_dtype_size(be->act) != sizeof(float)) /* (mla_contract's) */
+        return "parallel.context > 1 with model.kv_lora_rank > 0";
     return dec_need_missing(need, sizeof need / sizeof need[0]);
 }
 

@@ -125,39 +125,57 @@ void ring_gather(tsr_ring *g, void *full, const void *local, int B, int T) {
 
 /* ---- the activations' share ----------------------------------------------------------------- */
 
-void ring_act_plan(const tsr_backend *be, int N, int B, int T, int NH, int KVH, int hs, int doc,
+tsr_ring_dims ring_dims_attn(int NH, int KVH, int hs) {
+    return (tsr_ring_dims){.NH = NH, .KVH = KVH, .hs = hs, .dv = hs, .width = 2 * KVH * hs};
+}
+
+tsr_ring_dims ring_dims_of(const tsr_model *m) {
+    if (m->cfg.kv_lora_rank == 0) return ring_dims_attn(m->NH, m->KVH, m->hs);
+    return (tsr_ring_dims){.NH = m->NH, .KVH = m->NH, .hs = m->dn + m->dr, .dv = m->dv,
+                           .width = m->kvr + m->dr, .latent = 1};
+}
+
+void ring_act_plan(const tsr_backend *be, int N, int B, int T, const tsr_ring_dims *rd, int doc,
                    size_t *bytes) {
     const size_t Tl = (size_t)(T / N), rows = (size_t)B * Tl, e = tsr_dtype_size(be->act);
-    const size_t KVW = (size_t)2 * KVH * hs, QKV = (size_t)(NH + 2 * KVH) * hs;
-    const size_t b[] = {2 * rows * KVW * e, rows * QKV * sizeof(float),
-                        3 * rows * KVW * sizeof(float), doc ? (size_t)B * T * sizeof(int32_t) : 0,
+    const size_t W = (size_t)rd->width, KVW = (size_t)rd->KVH * (rd->hs + rd->dv);
+    const size_t QKV = (size_t)rd->NH * rd->hs + KVW, x = rd->latent ? rows * KVW : 0;
+    const size_t b[] = {(2 * rows * W + x) * e, rows * QKV * sizeof(float),
+                        (3 * rows * W + x) * sizeof(float),
                         doc ? (size_t)B * T * sizeof(int32_t) : 0,
-                        be->ring_scratch ? be->ring_scratch(B, (int)Tl, NH, KVH, hs) : 0};
+                        doc ? (size_t)B * T * sizeof(int32_t) : 0,
+                        be->ring_scratch ? be->ring_scratch(B, (int)Tl, rd->NH, rd->KVH, rd->hs)
+                                         : 0};
     _Static_assert(TSR_A_RING_SCRATCH - TSR_A_RING_KV + 1 == sizeof b / sizeof b[0],
                    "ring_act_plan vs tsr_act_id");
     memcpy(bytes, b, sizeof b);
 }
 
-uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int KVH, int hs, int backward) {
-    const uint64_t blk = (uint64_t)B * (uint64_t)(T / N) * 2 * (uint64_t)KVH * (uint64_t)hs;
+uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int width, int backward) {
+    const uint64_t blk = (uint64_t)B * (uint64_t)(T / N) * (uint64_t)width;
     const uint64_t kv = (uint64_t)(N - 1) * blk * act;
     return backward ? kv + (uint64_t)N * blk * sizeof(float) : kv;
 }
 
 /* ---- ring attention ------------------------------------------------------------------------- */
 
-/* One layer's shapes on this rank */
+/* One layer's shapes on this rank: rows of qkv QKV wide ([q NH hs | k KVH hs | v KVH dv]), of
+ * the key/value rows KVW, of the output C (NH dv); QW the queries' part of a qkv row; W the
+ * elements of a row that travel (KVW, or a payload's) */
 typedef struct ring_shape {
     int B, T, Tl, c, NH, KVH, hs;
-    size_t e, QKV, KVW, C; /* act bytes; row widths in elements */
+    size_t e, QKV, KVW, QW, C, W; /* act bytes; row widths in elements */
+    const tsr_ring_payload *pay;  /* what travels for a latent ring, or NULL: the key/value rows */
 } ring_shape;
 
 static ring_shape shape_of(const tsr_ring *g, const tsr_backend *be, int B, int T, int NH,
-                           int KVH, int hs) {
+                           int KVH, int hs, const tsr_attn_var *var,
+                           const tsr_ring_payload *pay) {
+    const size_t dv = (size_t)(var && var->dv > 0 ? var->dv : hs), KVW = (size_t)KVH * (hs + dv);
     return (ring_shape){.B = B, .T = T, .Tl = T / g->N, .c = T / (2 * g->N), .NH = NH, .KVH = KVH,
-                        .hs = hs, .e = tsr_dtype_size(be->act),
-                        .QKV = (size_t)(NH + 2 * KVH) * hs, .KVW = (size_t)2 * KVH * hs,
-                        .C = (size_t)NH * hs};
+                        .hs = hs, .e = tsr_dtype_size(be->act), .QKV = (size_t)NH * hs + KVW,
+                        .KVW = KVW, .QW = (size_t)NH * hs, .C = (size_t)NH * dv,
+                        .W = pay ? (size_t)pay->width : KVW, .pay = pay};
 }
 
 /* Whether local chunk qk's queries see any key of chunk kc: not when every key lies after every
@@ -190,39 +208,78 @@ static tsr_ring_block block_of(tsr_ring *g, const ring_shape *s, const tsr_acts 
         .sink_grad = kc == qc}; /* the diagonal block: once per query row */
 }
 
-/* The key/value rows of qkv into kv (B, Tl, KVW), to send */
-static void pack_kv(const tsr_backend *be, const ring_shape *s, void *kv, const void *qkv) {
-    be->copy_rows(be, kv, s->KVW * s->e, (const char *)qkv + s->C * s->e, s->QKV * s->e,
+/* This rank's block into send: the key/value rows of qkv (B, Tl, KVW), or the payload's */
+static void pack_block(const tsr_backend *be, const ring_shape *s, void *send, const void *qkv) {
+    if (s->pay) {
+        s->pay->pack(s->pay->ctx, send);
+        return;
+    }
+    be->copy_rows(be, send, s->KVW * s->e, (const char *)qkv + s->QW * s->e, s->QKV * s->e,
                   s->KVW * s->e, (size_t)s->B * s->Tl);
+}
+
+/* The key/value rows of step's block and (*ldkv) their stride: the own ones in qkv, a received
+ * block's as they arrived in got, or expanded from it into x (a latent ring) */
+static const void *block_rows(const ring_shape *s, const void *qkv, const void *got, void *x,
+                              int step, int *ldkv) {
+    *ldkv = step ? (int)s->KVW : (int)s->QKV;
+    if (!step) return (const char *)qkv + s->QW * s->e;
+    if (!s->pay) return got;
+    s->pay->expand(s->pay->ctx, x, got);
+    return x;
+}
+
+/* The blocks in flight in a->ring_kv: two of rows x W, then (a latent ring) the expanded one */
+typedef struct ring_bufs {
+    char *blk[2];
+    void *x;
+    size_t bytes; /* of one block in flight */
+} ring_bufs;
+
+static ring_bufs bufs_of(const tsr_acts *a, const ring_shape *s) {
+    const size_t bytes = (size_t)s->B * s->Tl * s->W * s->e;
+    char *b = a->ring_kv;
+    return (ring_bufs){{b, b + bytes}, b + 2 * bytes, bytes};
+}
+
+static void ring_fwd(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *atty, float *lse,
+                     const void *qkv, const float *slopes, const tsr_attn_var *var,
+                     const ring_shape *s) {
+    const ring_bufs bf = bufs_of(a, s);
+    int cur = 0, started[2] = {0, 0};
+    pack_block(be, s, bf.blk[0], qkv);
+    for (int step = 0; step < g->N; step++) {
+        const int src = (g->r - step + g->N) % g->N, more = step + 1 < g->N;
+        void *h = more ? g->comm.start(g->comm.ctx, bf.blk[cur], bf.blk[cur ^ 1], bf.bytes) : NULL;
+        if (more) g->sent += bf.bytes;
+        int ldkv; /* the own block from qkv itself, the others as they arrived */
+        const void *kv = block_rows(s, qkv, bf.blk[cur], bf.x, step, &ldkv);
+        for (int qk = 0; qk < 2; qk++)
+            for (int kk = 0; kk < 2; kk++) {
+                int ok;
+                tsr_ring_block k = block_of(g, s, a, qkv, kv, ldkv, qk, kk, src, slopes, var, &ok);
+                if (ok)
+                    be->ring_forward(be, a->ring_acc + (size_t)qk * s->c * s->C,
+                                     lse + (size_t)qk * s->c, &k, started[qk]++ > 0,
+                                     a->ring_scratch);
+            }
+        if (more) g->comm.wait(g->comm.ctx, h), cur ^= 1;
+    }
+    be->f32_to_act(be, atty, a->ring_acc, (size_t)s->B * s->Tl * s->C);
 }
 
 void ring_attention_forward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *atty,
                             float *lse, const void *qkv, const float *slopes,
                             const tsr_attn_var *var, int B, int T, int NH, int KVH, int hs) {
-    const ring_shape s = shape_of(g, be, B, T, NH, KVH, hs);
-    const size_t kvb = (size_t)B * s.Tl * s.KVW * s.e;
-    char *kvbuf[2] = {a->ring_kv, (char *)a->ring_kv + kvb};
-    int cur = 0, started[2] = {0, 0};
-    pack_kv(be, &s, kvbuf[0], qkv);
-    for (int step = 0; step < g->N; step++) {
-        const int src = (g->r - step + g->N) % g->N, more = step + 1 < g->N;
-        void *h = more ? g->comm.start(g->comm.ctx, kvbuf[cur], kvbuf[cur ^ 1], kvb) : NULL;
-        if (more) g->sent += kvb;
-        /* the own block from qkv itself, the others as they arrived */
-        const void *kv = step ? kvbuf[cur] : (const char *)qkv + s.C * s.e;
-        const int ldkv = step ? (int)s.KVW : (int)s.QKV;
-        for (int qk = 0; qk < 2; qk++)
-            for (int kk = 0; kk < 2; kk++) {
-                int ok;
-                tsr_ring_block k = block_of(g, &s, a, qkv, kv, ldkv, qk, kk, src, slopes, var, &ok);
-                if (ok)
-                    be->ring_forward(be, a->ring_acc + (size_t)qk * s.c * s.C,
-                                     lse + (size_t)qk * s.c, &k, started[qk]++ > 0,
-                                     a->ring_scratch);
-            }
-        if (more) g->comm.wait(g->comm.ctx, h), cur ^= 1;
-    }
-    be->f32_to_act(be, atty, a->ring_acc, (size_t)B * s.Tl * s.C);
+    const ring_shape s = shape_of(g, be, B, T, NH, KVH, hs, var, NULL);
+    ring_fwd(g, be, a, atty, lse, qkv, slopes, var, &s);
+}
+
+void ring_latent_forward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *atty,
+                         float *lse, const void *qkv, const tsr_attn_var *var,
+                         const tsr_ring_payload *pay, int B, int T, int NH, int hs) {
+    const ring_shape s = shape_of(g, be, B, T, NH, NH, hs, var, pay);
+    ring_fwd(g, be, a, atty, lse, qkv, NULL, var, &s);
 }
 
 /* Step `step`'s blocks of the backward: dq into dq (rows QKV apart), the key/value gradients of
@@ -245,42 +302,68 @@ static void blocks_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, con
         }
 }
 
-void ring_attention_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *dqkv,
-                             const void *datty, const void *qkv, const void *atty,
-                             const float *lse, const float *slopes, const tsr_attn_var *var,
-                             int B, int T, int NH, int KVH, int hs) {
-    const ring_shape s = shape_of(g, be, B, T, NH, KVH, hs);
-    const size_t rows = (size_t)B * s.Tl, kvb = rows * s.KVW * s.e;
-    const size_t dkb = rows * s.KVW * sizeof(float);
-    char *kvbuf[2] = {a->ring_kv, (char *)a->ring_kv + kvb};
-    /* the gradients travelling (sent from travel, arriving in spare) and this step's own terms */
-    float *travel = a->ring_dkv + rows * s.KVW, *spare = a->ring_dkv, *mine = travel + rows * s.KVW;
+/* The backward's passes: dq into a->ring_acc (rows QKV, the key/value columns zero); returns the
+ * own block's gradient summed over the group (rows W fp32, home after the last hop). Each step's
+ * key/value gradients of the block held (a latent ring's turned into its payload's) join the sum
+ * that arrived with it and go on. */
+static const float *ring_bwd(tsr_ring *g, const tsr_backend *be, tsr_acts *a, const void *datty,
+                             const void *qkv, const void *atty, const float *lse,
+                             const float *slopes, const tsr_attn_var *var, const ring_shape *s) {
+    const ring_bufs bf = bufs_of(a, s);
+    const size_t rows = (size_t)s->B * s->Tl, dkb = rows * s->W * sizeof(float);
+    /* the gradients travelling (sent from travel, arriving in spare) and this step's own terms;
+     * a latent ring's key/value gradients of the block held after them */
+    float *travel = a->ring_dkv + rows * s->W, *spare = a->ring_dkv, *mine = travel + rows * s->W;
+    float *dkv = mine + rows * s->W;
     void *hd = NULL;
     int cur = 0;
-    be->zero(be, a->ring_acc, rows * s.QKV * sizeof(float));
-    pack_kv(be, &s, kvbuf[0], qkv);
+    be->zero(be, a->ring_acc, rows * s->QKV * sizeof(float));
+    pack_block(be, s, bf.blk[0], qkv);
     for (int step = 0; step < g->N; step++) {
         const int src = (g->r - step + g->N) % g->N, more = step + 1 < g->N;
-        void *hk = more ? g->comm.start(g->comm.ctx, kvbuf[cur], kvbuf[cur ^ 1], kvb) : NULL;
-        if (more) g->sent += kvb;
+        void *hk = more ? g->comm.start(g->comm.ctx, bf.blk[cur], bf.blk[cur ^ 1], bf.bytes) : NULL;
+        if (more) g->sent += bf.bytes;
         float *dst = step ? mine : travel; /* the own block's terms start the travelling sum */
-        be->zero(be, dst, dkb);
-        blocks_backward(g, be, a, &s, dst, step ? kvbuf[cur] : (const char *)qkv + s.C * s.e,
-                        step ? (int)s.KVW : (int)s.QKV, src, datty, qkv, atty, lse, slopes, var);
+        float *d = s->pay ? dkv : dst;
+        int ldkv;
+        const void *kv = block_rows(s, qkv, bf.blk[cur], bf.x, step, &ldkv);
+        be->zero(be, d, rows * s->KVW * sizeof(float));
+        blocks_backward(g, be, a, s, d, kv, ldkv, src, datty, qkv, atty, lse, slopes, var);
+        if (s->pay) s->pay->contract(s->pay->ctx, dst, dkv, bf.blk[cur]);
         if (step) { /* src's sum so far arrived from the previous rank: add this rank's terms */
             g->comm.wait(g->comm.ctx, hd);
             float *in = spare;
             spare = travel, travel = in;
-            be->add_f32(be, travel, mine, rows * s.KVW);
+            be->add_f32(be, travel, mine, rows * s->W);
         }
         hd = g->comm.start(g->comm.ctx, travel, spare, dkb); /* on to the next rank */
         g->sent += dkb;
         if (more) g->comm.wait(g->comm.ctx, hk), cur ^= 1;
     }
     g->comm.wait(g->comm.ctx, hd); /* this rank's block, summed over the group, is home */
-    be->copy_rows(be, a->ring_acc + s.C, s.QKV * sizeof(float), spare, s.KVW * sizeof(float),
+    return spare;
+}
+
+void ring_attention_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *dqkv,
+                             const void *datty, const void *qkv, const void *atty,
+                             const float *lse, const float *slopes, const tsr_attn_var *var,
+                             int B, int T, int NH, int KVH, int hs) {
+    const ring_shape s = shape_of(g, be, B, T, NH, KVH, hs, var, NULL);
+    const size_t rows = (size_t)B * s.Tl;
+    const float *home = ring_bwd(g, be, a, datty, qkv, atty, lse, slopes, var, &s);
+    be->copy_rows(be, a->ring_acc + s.QW, s.QKV * sizeof(float), home, s.KVW * sizeof(float),
                   s.KVW * sizeof(float), rows);
     be->f32_to_act(be, dqkv, a->ring_acc, rows * s.QKV);
+}
+
+const float *ring_latent_backward(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *dqkv,
+                                  const void *datty, const void *qkv, const void *atty,
+                                  const float *lse, const tsr_attn_var *var,
+                                  const tsr_ring_payload *pay, int B, int T, int NH, int hs) {
+    const ring_shape s = shape_of(g, be, B, T, NH, NH, hs, var, pay);
+    const float *home = ring_bwd(g, be, a, datty, qkv, atty, lse, NULL, var, &s);
+    be->f32_to_act(be, dqkv, a->ring_acc, (size_t)B * s.Tl * s.QKV);
+    return home;
 }
 
 struct tsr_group *ring_mpi_group(const tsr_ring *g) {

@@ -31,6 +31,7 @@
 
 struct tsr_acts;
 struct tsr_group;
+struct tsr_model;
 
 /* Position in the whole sequence of local position t of rank r (T positions, N ranks). */
 int ring_position(int N, int r, int T, int t);
@@ -92,18 +93,33 @@ void ring_stage(tsr_ring *g, const int32_t *tokens, const int32_t *targets, int 
  * collective over the group */
 void ring_gather(tsr_ring *g, void *full, const void *local, int B, int T);
 
+/* The shapes of a model's ring: NH query heads, KVH key/value heads, keys of hs and values of dv;
+ * width, the elements of a row that travel: the keys and values (KVH (hs + dv)), or with latent
+ * a compressed form each rank expands into them itself (multi-head latent attention: the normed
+ * latent and the turned RoPE key, kv_lora_rank + qk_rope_head_dim; tsr_ring_payload). */
+typedef struct tsr_ring_dims {
+    int NH, KVH, hs, dv, width, latent;
+} tsr_ring_dims;
+/* the model's: its MLA layers' (model.kv_lora_rank > 0: KVH = NH, hs = dn + dr) or its
+ * attention layers' */
+tsr_ring_dims ring_dims_of(const struct tsr_model *m);
+/* plain attention's, values of hs */
+tsr_ring_dims ring_dims_attn(int NH, int KVH, int hs);
+
 /* Bytes of the ring's activation buffers for microbatches of B x T (T the whole sequence):
- * the key/value blocks in flight, the fp32 accumulators, the document bounds, the backend's
- * scratch (docs/parallelism.md); buf ids in model.h's tsr_act_id order from TSR_A_RING_KV. */
-void ring_act_plan(const tsr_backend *be, int N, int B, int T, int NH, int KVH, int hs, int doc,
+ * the blocks in flight (a latent ring's expanded block beside them), the fp32 accumulators (a
+ * latent ring's block gradient among them), the document bounds, the backend's scratch
+ * (docs/parallelism.md); buf ids in model.h's tsr_act_id order from TSR_A_RING_KV. */
+void ring_act_plan(const tsr_backend *be, int N, int B, int T, const tsr_ring_dims *rd, int doc,
                    size_t *bytes);
 
 /* The bytes each rank sends round the ring for one layer's attention of a microbatch of B x T,
- * activations of act bytes (4 on the CPU, 2 on the GPU):
- * the forward passes the key/value blocks N - 1 hops, (N - 1) B (T/N) 2 KVH hs act elements;
- * the backward passes them again and their fp32 gradients N hops, (N - 1) B (T/N) 2 KVH hs act
- * elements + N B (T/N) 2 KVH hs floats (a checkpointed layer's recomputation adds a forward's). */
-uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int KVH, int hs, int backward);
+ * width elements a row (tsr_ring_dims: 2 KVH hs for attention, kv_lora_rank + qk_rope_head_dim
+ * for multi-head latent attention), activations of act bytes (4 on the CPU, 2 on the GPU):
+ * the forward passes the blocks N - 1 hops, (N - 1) B (T/N) width act elements; the backward
+ * passes them again and their fp32 gradients N hops, (N - 1) B (T/N) width act elements +
+ * N B (T/N) width floats (a checkpointed layer's recomputation adds a forward's). */
+uint64_t ring_layer_bytes(size_t act, int N, int B, int T, int width, int backward);
 
 /* One layer's attention over the group: atty (B, T/N, NH hs) act and lse (B, NH, T/N) fp32 (kept
  * for the backward) from qkv (B, T/N, QKV) act; slopes (NH) or NULL; var the layer's variants
@@ -122,5 +138,32 @@ void ring_attention_backward(tsr_ring *g, const tsr_backend *be, struct tsr_acts
                              const void *datty, const void *qkv, const void *atty,
                              const float *lse, const float *slopes, const tsr_attn_var *var,
                              int B, int T, int NH, int KVH, int hs);
+
+/* What a latent ring sends instead of the key/value rows (multi-head latent attention,
+ * src/model/mixer_mla.c; docs/parallelism.md "Multi-head latent attention"): width elements a
+ * row of the B x T/N local rows. pack writes this rank's block (rows x width act) into send;
+ * expand writes the key/value rows kv (rows, KVW = KVH (hs + dv)) act of a block blk received;
+ * contract writes dblk (rows x width) fp32, the gradient of blk, from the gradient dkv (rows,
+ * KVW) fp32 of the rows expand made from it (and adds what it owes the weights' gradients). */
+typedef struct tsr_ring_payload {
+    int width;
+    void *ctx;
+    void (*pack)(void *ctx, void *send);
+    void (*expand)(void *ctx, void *kv, const void *blk);
+    void (*contract)(void *ctx, float *dblk, const float *dkv, const void *blk);
+} tsr_ring_payload;
+
+/* ring_attention_forward with pay's blocks going round: the own block's keys and values still
+ * from qkv (KVH = NH), the others expanded from what arrives. var->dv the value heads' size. */
+void ring_latent_forward(tsr_ring *g, const tsr_backend *be, struct tsr_acts *a, void *atty,
+                         float *lse, const void *qkv, const tsr_attn_var *var,
+                         const tsr_ring_payload *pay, int B, int T, int NH, int hs);
+/* Its backward: dqkv (B, T/N, QKV) act written, the queries' columns (the key/value ones zero);
+ * returns this rank's block's gradient (rows x width fp32, summed over the group: the ring's
+ * buffer, valid until its next pass). Collective over the group. */
+const float *ring_latent_backward(tsr_ring *g, const tsr_backend *be, struct tsr_acts *a,
+                                  void *dqkv, const void *datty, const void *qkv,
+                                  const void *atty, const float *lse, const tsr_attn_var *var,
+                                  const tsr_ring_payload *pay, int B, int T, int NH, int hs);
 
 #endif

@@ -229,22 +229,35 @@ static void plan_memory(const plan_view *t, int lora, double sb) {
            share, snap, tot);
 }
 
-/* the plan's context-parallel line (docs/parallelism.md); the ring's activations bf16 on the GPU */
+/* the plan's context-parallel line (docs/parallelism.md); the ring's activations bf16 on the GPU:
+ * per rank, layer and microbatch, and a step's over the ring layers (every layer but the linear
+ * ones, whose state passes along the group apart) without activation checkpointing's reruns;
+ * with multi-head latent attention, what the latent ring sends a token against the expanded
+ * keys and values */
 static void plan_context(const plan_view *t) {
     const int N = t->mesh.N;
     char fw[32], bw[32];
     const tsr_model *mm = &t->model;
     const size_t act = t->cfg.device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
-    metrics_human_bytes(fw, sizeof fw, (double)ring_layer_bytes(act, N, t->micro, t->T,
-                                                                mm->KVH, mm->hs, 0));
-    metrics_human_bytes(bw, sizeof bw, (double)ring_layer_bytes(act, N, t->micro, t->T,
-                                                                mm->KVH, mm->hs, 1));
+    const tsr_ring_dims rd = ring_dims_of(mm);
+    const uint64_t f = ring_layer_bytes(act, N, t->micro, t->T, rd.width, 0);
+    const uint64_t b = ring_layer_bytes(act, N, t->micro, t->T, rd.width, 1);
+    const uint64_t step = (uint64_t)(t->per_rank / t->micro) * (uint64_t)(mm->L - mm->LL) * (f + b);
+    metrics_human_bytes(fw, sizeof fw, (double)f);
+    metrics_human_bytes(bw, sizeof bw, (double)b);
     printf("context parallelism: each sequence split over %d ranks (%d group%s of %d "
            "consecutive ranks) in %d chunks of %d positions, zig-zag (rank r of a group holds "
            "chunks r and %d-r); attention runs as a ring, sending per rank, layer and "
-           "microbatch %s forward and %s backward\n",
+           "microbatch %s forward and %s backward, %llu B per rank and step over %d ring "
+           "layers\n",
            N, t->mesh.D, t->mesh.D == 1 ? "" : "s", N, 2 * N, t->T / (2 * N), 2 * N - 1, fw,
-           bw);
+           bw, (unsigned long long)step, mm->L - mm->LL);
+    if (!rd.latent) return;
+    const int kvw = rd.KVH * (rd.hs + rd.dv);
+    printf("  multi-head latent attention rings its latent: %d numbers a token (kv_lora_rank + "
+           "qk_rope_head_dim) instead of the expanded keys and values' %d (n_head x "
+           "(qk_nope_head_dim + qk_rope_head_dim + v_head_dim)), %.1fx fewer\n",
+           rd.width, kvw, (double)kvw / rd.width);
 }
 
 /* the plan's tensor-parallel line (docs/parallelism.md "Tensor parallelism"): the split, and

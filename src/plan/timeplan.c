@@ -419,8 +419,9 @@ static void ring_of(const plan_view *t, const timeplan_opts *o, int per_node, tp
     const tsr_model *m = &t->model;
     if (s->N < 2) return;
     double M = ceil((double)s->per_rank / s->micro), re = recompute_share(&t->cfg);
-    double fw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 0);
-    double bw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, m->KVH, m->hs, 1);
+    const int w = ring_dims_of(m).width;
+    double fw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, w, 0);
+    double bw = (double)ring_layer_bytes(2, s->N, (int)s->micro, t->T, w, 1);
     const double LA = m->L - m->LL, sb = dn_state_bytes(m, s->N, s->micro);
     double tf = link_add(s, M * LA * (1 + re) * fw, s->N, per_node, o),
            tb = link_add(s, M * LA * bw, s->N, per_node, o),
@@ -639,8 +640,9 @@ void timeplan_close(timeplan *p) { free(p); }
 static void print_context(const plan_view *t, long long micro) {
     const tsr_model *m = &t->model;
     const int N = t->mesh.N;
-    double fw = (double)ring_layer_bytes(2, N, (int)micro, t->T, m->KVH, m->hs, 0);
-    double bw = (double)ring_layer_bytes(2, N, (int)micro, t->T, m->KVH, m->hs, 1);
+    const int w = ring_dims_of(m).width;
+    double fw = (double)ring_layer_bytes(2, N, (int)micro, t->T, w, 0);
+    double bw = (double)ring_layer_bytes(2, N, (int)micro, t->T, w, 1);
     char a[32], b[32], c[32];
     metrics_human_bytes(a, sizeof a, fw + bw);
     metrics_human_bytes(b, sizeof b, 2 * fw);

@@ -107,7 +107,8 @@ int main(int argc, char **argv) {
     tsr_acts a;
     memset(&a, 0, sizeof a);
     size_t bytes[TSR_A_COUNT - TSR_A_RING_KV] = {0}; /* ring_act_plan fills the ring's only */
-    ring_act_plan(&be, N, B, T, s.NH, s.KVH, s.hs, s.eot >= 0, bytes);
+    const tsr_ring_dims rd = ring_dims_attn(s.NH, s.KVH, s.hs);
+    ring_act_plan(&be, N, B, T, &rd, s.eot >= 0, bytes);
     for (int i = 0; i < TSR_A_COUNT - TSR_A_RING_KV; i++)
         if (bytes[i]) a.buf[TSR_A_RING_KV + i] = tsr_calloc(1, bytes[i]);
     if (a.ring_lo) memcpy(a.ring_lo, g.lo, n * 4), memcpy(a.ring_hi, g.hi, n * 4);

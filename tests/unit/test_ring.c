@@ -17,7 +17,9 @@
  *     with the document mask and ALiBi, and sinks alone on the causal mask: the merged output,
  *     the summed dq, dk, dv and the sink gradients (taken in one block per row) equal
  *     cpu_attention_forward/backward with the same variants; the blocks without the sinks (each
- *     row's denominator without e^sink) miss by more than 1e-2.
+ *     row's denominator without e^sink) miss by more than 1e-2;
+ *   - value heads of their own size (tsr_attn_var.dv, multi-head latent attention's ring): the
+ *     blocks' output and gradients equal the whole-sequence attention's with the same dv.
  */
 #include <math.h>
 #include <stdint.h>
@@ -217,8 +219,42 @@ static void check_variants(int all) {
     tap_ok(e > 1e-2, "the blocks without the sinks move the output by %.2g", e);
 }
 
+/* Value heads of DV unlike the keys' HS (ops.h tsr_attn_var.dv: multi-head latent attention's
+ * ring), the document mask, keys in 4 blocks against the whole-sequence attention with the same
+ * dv: rows [q NH HS | k KVH HS | v KVH DV], outputs NH DV */
+static void check_dv(void) {
+    enum { DV = 6, QW = NH * HS + KVH * (HS + DV), CW = NH * DV };
+    static float qkv[B * T * QW], dout[B * T * CW], att[B * NH * T * T], ref[B * T * CW],
+        dref[B * T * QW], out[B * T * CW], lse[B * NH * T], dqkv[B * T * QW];
+    static int32_t seq[B * T], lo[B * T], hi[B * T];
+    for (int i = 0; i < B * T * QW; i++) qkv[i] = urand();
+    for (int i = 0; i < B * T * CW; i++) dout[i] = urand();
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) seq[b * T + t] = (t >= 5 + b) + (t >= 14);
+    segments(lo, hi, seq);
+    const tsr_attn_var var = {.dv = DV, .scale = 0.3f};
+    tsr_cpu_ops.attention_forward(ref, att, qkv, NULL, seq, &var, B, T, NH, KVH, HS);
+    tsr_cpu_ops.attention_backward(dref, dout, qkv, att, seq, &var, B, T, NH, KVH, HS);
+    tsr_ring_block k = {.B = B, .NH = NH, .KVH = KVH, .hs = HS, .Tq = T, .q = qkv, .ldq = QW,
+                        .ldkv = QW, .qbs = T, .kbs = T, .lo = lo, .hi = hi, .T = T, .var = &var};
+    const int cut[5] = {0, 3, 12, 13, T};
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 4; i++) {
+            k.koff = cut[i], k.Tk = cut[i + 1] - cut[i];
+            k.kv = qkv + (size_t)cut[i] * QW + NH * HS;
+            if (pass == 0) tsr_cpu_ops.ring_forward(out, lse, &k, i > 0);
+            else tsr_cpu_ops.ring_backward(dqkv, QW, dqkv + (size_t)cut[i] * QW + NH * HS, QW,
+                                           dout, out, lse, &k);
+        }
+    const double eo = worst(out, ref, B * T * CW, 2e-6, 2e-6);
+    const double eg = worst(dqkv, dref, B * T * QW, max_abs(dref, B * T * QW), 0) / 1e-5;
+    tap_ok(eo <= 1.0 && eg <= 1.0, "value heads of %d (keys %d), document mask, keys in 4 blocks: "
+           "merged output and summed dq, dk, dv = the whole-sequence attention's (worst %.2f, "
+           "%.2f of the tolerance)", DV, HS, eo, eg);
+}
+
 int main(void) {
-    tap_plan(3 + 1 + 4 * 4 + 1 + 2 * 2 + 1);
+    tap_plan(3 + 1 + 4 * 4 + 1 + 2 * 2 + 1 + 1);
     check_layout();
     check_blocks(0, 0);
     check_blocks(1, 0);
@@ -226,5 +262,6 @@ int main(void) {
     check_blocks(1, 1);
     check_variants(1);
     check_variants(0);
+    check_dv();
     return tap_done();
 }
