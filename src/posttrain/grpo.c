@@ -210,7 +210,7 @@ void grpo_free(tsr_grpo *g) {
 /* The rollouts' weights (model/model_rollout.h): the training model's, full and merged; none on
  * device = cuda (the device's weights: gpu_train_generate) */
 static void rollout_model(const tsr_run *run, model_rollout *w) {
-    w->own = NULL;
+    memset(w, 0, sizeof *w); /* (nothing to free on the device) */
     if (run->be->gpu) return;
     const tsr_train_part *p = run->part;
     model_rollout_open(w, run->model, p->fsdp_on ? &run->part->fsdp : NULL,
