@@ -87,7 +87,6 @@ const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const struct { int bad; const char *key, *value; } pairs[] = {
         {lora_linear(cfg), "lora.targets",
          "naming in_proj_qkvz, in_proj_ba or out_proj (a linear_attention layer's)"},
-        {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
         {m->kv_lora_rank > 0, "model.kv_lora_rank", "> 0 (multi-head latent attention)"},
     };
     if (cfg->tensor <= 1) return NULL;

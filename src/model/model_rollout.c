@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "dist/dist.h"
+#include "model/model_tp.h"
 
 void model_gather_full(tsr_fsdp *f, float *flat) {
     const int S = f->G; /* the shard group's ranks */
@@ -17,12 +18,47 @@ void model_gather_full(tsr_fsdp *f, float *flat) {
     free(part), free(counts);
 }
 
+/* the hooks of training off (the view decodes on the weights it is given) */
+static void hooks_off(tsr_model *v) {
+    v->src = NULL, v->lora = NULL, v->fwd = NULL, v->scores = NULL;
+    v->bwd_weighted = NULL, v->moe_stats = NULL;
+}
+
+/* A split model (tensor parallelism): the whole model's struct over whole weights made from
+ * every rank's split (the shard gathered first under zero3 / hsdp), its ALiBi slopes every
+ * head's, the adapters merged by a plan of the whole model over the same (whole) store */
+static void open_whole(model_rollout *w, const tsr_model *m, tsr_fsdp *fsdp, const tsr_lora *lora,
+                       const tsr_ops *ops) {
+    const tsr_tp *tp = m->tp;
+    const size_t n = tp->global.n_params;
+    float *split = m->params;
+    if (fsdp) model_gather_full(fsdp, split = ops->alloc(m->n_params * sizeof(float)));
+    w->m = tp->global;
+    hooks_off(&w->m);
+    w->m.ops = m->ops, w->m.be = m->be, w->m.rope_freqs = m->rope_freqs;
+    w->m.tp = NULL, w->m.global = NULL, w->m.alibi_slopes = NULL;
+    w->own = ops->alloc(n * sizeof(float));
+    tp_whole(tp, m, 0, m->n_params, split, w->own, 0, n);
+    if (fsdp) ops->free(split);
+    w->m.params = w->own;
+    model_alloc_slopes(&w->m); /* (ALiBi: the whole model's; NULL otherwise) */
+    w->slopes = w->m.alibi_slopes;
+    if (!lora) return;
+    tsr_lora whole;
+    lora_plan(&whole, &w->m, lora->R, 1.0, 0.0, lora->mask);
+    whole.scale = lora->scale;
+    lora_merge(&whole, lora->w, &w->m);
+}
+
 void model_rollout_open(model_rollout *w, const tsr_model *m, tsr_fsdp *fsdp, const tsr_lora *lora,
                         const tsr_ops *ops) {
+    w->own = NULL, w->slopes = NULL, w->ops = ops;
+    if (m->tp && m->tp->T > 1) {
+        open_whole(w, m, fsdp, lora, ops);
+        return;
+    }
     w->m = *m;
-    w->m.src = NULL, w->m.lora = NULL, w->m.fwd = NULL, w->m.scores = NULL;
-    w->m.bwd_weighted = NULL, w->m.moe_stats = NULL;
-    w->own = NULL, w->ops = ops;
+    hooks_off(&w->m);
     const size_t bytes = m->n_params * sizeof(float);
     if (fsdp || lora) w->own = ops->alloc(bytes);
     if (fsdp) model_gather_full(fsdp, w->own);
@@ -33,5 +69,6 @@ void model_rollout_open(model_rollout *w, const tsr_model *m, tsr_fsdp *fsdp, co
 
 void model_rollout_close(model_rollout *w) {
     if (w->own) w->ops->free(w->own);
-    w->own = NULL;
+    if (w->slopes) w->m.ops->free(w->slopes);
+    w->own = NULL, w->slopes = NULL;
 }

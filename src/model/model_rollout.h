@@ -20,12 +20,16 @@ typedef struct model_rollout {
                           * training hooks (the sharded source, the adapters, the pass hooks,
                           * the MoE statistics) off */
     float *own;          /* the full copy of the weights, when one was made */
+    float *slopes;       /* a split model's: the whole model's ALiBi slopes (else NULL) */
     const tsr_ops *ops;  /* where own came from */
 } model_rollout;
 
 /* The view of m for generation: fsdp (zero3 / hsdp, else NULL): the weights gathered into a copy
  * (model_gather_full; collective over its group); lora (else NULL): the adapters merged into a
- * copy of the base (lora_merge); neither: m's own weights. ops: the host ops a copy comes from. */
+ * copy of the base (lora_merge); neither: m's own weights. ops: the host ops a copy comes from.
+ * A split model (tensor parallelism, model_tp.h): the whole model, its weights made whole over
+ * the tensor group (tp_whole; collective over it, after fsdp's gather): a whole model a rank
+ * while the view is open. */
 void model_rollout_open(model_rollout *w, const tsr_model *m, tsr_fsdp *fsdp, const tsr_lora *lora,
                         const tsr_ops *ops);
 void model_rollout_close(model_rollout *w);

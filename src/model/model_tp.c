@@ -1,6 +1,7 @@
 /* model_tp.c — tensor parallelism's split of a model (model_tp.h): the split sizes and layout,
  * each tensor's runs from its row's split rule, the initial weights, the ALiBi slopes, the
- * partial gradients' sums and the gradient norm's share, the bytes of a step. The decoder's
+ * partial gradients' sums and the gradient norm's share, the whole weights made from the split
+ * (tp_whole: Muon's matrices, GRPO's rollouts), the bytes of a step. The decoder's
  * communication points are decoder_tp.c's, the checkpoints' exchange model_tp_io.c's.
  */
 #include "model/model_tp.h"
@@ -198,6 +199,32 @@ void tp_pieces(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi,
             if (x < y) f(ctx, x, gb + r->global + k * r->gstride + (x - a), y - x, r->counted);
         }
     }
+}
+
+typedef struct whole_move {
+    float *whole, *split;
+    size_t l0, w0; /* the flat elements split[0] and whole[0] are (split, global) */
+    int fill;
+} whole_move;
+
+static void move_whole(void *ctx, size_t l, size_t g, size_t n, int counted) {
+    whole_move *w = ctx;
+    if (w->fill && counted) memcpy(w->whole + (g - w->w0), w->split + (l - w->l0), n * sizeof(float));
+    else if (!w->fill) memcpy(w->split + (l - w->l0), w->whole + (g - w->w0), n * sizeof(float));
+}
+
+void tp_whole(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi, const float *split,
+              float *whole, size_t w0, size_t n) {
+    memset(whole, 0, n * sizeof *whole);
+    whole_move mv = {whole, (float *)split, lo, w0, 1};
+    tp_pieces(tp, m, lo, hi, move_whole, &mv);
+    dist_group_allreduce_sum_f32(tp->group, whole, n);
+}
+
+void tp_take(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi, const float *whole,
+             size_t w0, float *split) {
+    whole_move mv = {(float *)whole, split, lo, w0, 0};
+    tp_pieces(tp, m, lo, hi, move_whole, &mv);
 }
 
 /* ---- the gradients --------------------------------------------------------------------------- */

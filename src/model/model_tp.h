@@ -106,6 +106,16 @@ void tp_expert_copy(const tsr_tp *tp, int experts, float *whole, float *split, i
  * this rank counts them (model_tp.h's runs); in run order. (Muon's whole matrices: optim/muon.c) */
 void tp_pieces(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi,
                void (*f)(void *ctx, size_t l, size_t g, size_t n, int counted), void *ctx);
+/* The split flat range [lo, hi) held at split (split[0] is element lo) made whole: whole's n
+ * floats (whole[0] the whole model's flat element w0) zeroed, each rank of the group puts the
+ * elements it counts at their places, the group sums them: every rank gets the whole, the same
+ * bits (each element from one rank). Collective over the tensor group. (Muon's whole matrices;
+ * the whole weights of GRPO's rollouts and its reference file: model_rollout.h) tp_take is the
+ * way back, no communication: this rank's elements of [lo, hi) from whole. */
+void tp_whole(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi, const float *split,
+              float *whole, size_t w0, size_t n);
+void tp_take(const tsr_tp *tp, const tsr_model *m, size_t lo, size_t hi, const float *whole,
+             size_t w0, float *split);
 
 /* The bytes one rank sends in a collective over n ranks of bytes in all (the ring algorithm's:
  * an all-gather or a reduce-scatter of pieces of bytes / n sends (n - 1) pieces; an all-reduce

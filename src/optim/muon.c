@@ -147,18 +147,6 @@ static void muon_orthogonalize(tsr_muon *mu, const tsr_ops *ops, float *u, int r
 }
 
 /* a split matrix's pieces into its whole matrix (fill: the ones this rank counts) or back */
-typedef struct whole_move {
-    float *whole, *u;
-    size_t q0, w0; /* the flat elements u[0] and whole[0] are (split, global) */
-    int fill;
-} whole_move;
-
-static void move_whole(void *ctx, size_t l, size_t g, size_t n, int counted) {
-    whole_move *w = ctx;
-    if (w->fill && counted) memcpy(w->whole + (g - w->w0), w->u + (l - w->q0), n * sizeof(float));
-    else if (!w->fill) memcpy(w->u + (l - w->q0), w->whole + (g - w->w0), n * sizeof(float));
-}
-
 /* O = NS(u) of the matrix q (u: its elements): under tensor parallelism the whole matrix's, its
  * slices all-reduced over the tensor group (each element from the one rank counting it: the sum
  * is the matrix), orthogonalised on every rank of the group (the same bits), u its slice after.
@@ -173,13 +161,9 @@ static void orthogonalize_at(tsr_muon *mu, const tsr_ops *ops, const muon_matrix
     const muon_matrix *w = whole_of(mu, q);
     const size_t n = (size_t)w->rows * (size_t)w->cols, lo = q->flat;
     const size_t hi = lo + (size_t)q->rows * (size_t)q->cols;
-    memset(mu->whole, 0, n * sizeof(float));
-    whole_move mv = {mu->whole, u, lo, w->flat, 1};
-    tp_pieces(m->tp, m, lo, hi, move_whole, &mv);
-    dist_group_allreduce_sum_f32(m->tp->group, mu->whole, n);
+    tp_whole(m->tp, m, lo, hi, u, mu->whole, w->flat, n);
     muon_orthogonalize(mu, ops, mu->whole, w->rows, w->cols);
-    mv.fill = 0;
-    tp_pieces(m->tp, m, lo, hi, move_whole, &mv);
+    tp_take(m->tp, m, lo, hi, mu->whole, w->flat, u);
 }
 
 /* buf = momentum buf + g gscale; u = nesterov ? g gscale + momentum buf : buf (n elements) */

@@ -2,7 +2,7 @@
  * (grpo.h; docs/rl.md). The objective's pass is in grpo_loss.c, the KL reference in grpo_ref.c.
  *
  * The step's story, in order:
- *   1. rollout    (rollout)      this rank's prompts of a round, G completions each, generated
+ *   1. rollout    (rollout)      this data rank's prompts of a round, G completions each, generated
  *   2. reward     (reward)       their rewards, agreed over the ranks, the overlong penalty; the
  *                                round's groups all-gathered and kept (with dynamic sampling
  *                                the tied ones dropped, and further rounds drawn)
@@ -35,6 +35,28 @@
 
 #define REFILL_STREAM 0x7265666cull /* "refl": dynamic sampling's further prompts */
 #define MAX_RECORDS_BYTES (1ull << 34)
+
+/* ---- the ranks --------------------------------------------------------------------------------- */
+
+/* The rollouts are a data rank's (docs/rl.md "Under tensor parallelism"): its prompts, its
+ * completions, their rewards and its share of the policy's rows. A tensor group's ranks share a
+ * data rank; its tensor rank 0 (the lead) generates and scores them, once, and sends them to the
+ * others; the policy's passes run split on every rank. */
+static int lead(const tsr_run *run) {
+    return run->mesh->T <= 1 || mesh_group(run->mesh, TSR_MESH_TENSOR)->rank == 0;
+}
+
+/* the lead's rows (bytes) to the other ranks of its tensor group */
+static void share_rows(const tsr_run *run, void *rows, size_t bytes) {
+    if (run->mesh->T > 1) dist_group_bcast(mesh_group(run->mesh, TSR_MESH_TENSOR)->cpu, rows, bytes, 0);
+}
+
+/* every data rank's rows (bytes each) into all, in data-rank order; collective over the data
+ * group (the world when it is the world) */
+static void gather_rows(const tsr_run *run, const void *mine, void *all, size_t bytes) {
+    if (run->mesh->data.view) dist_group_allgather(run->mesh->data.view, mine, all, bytes);
+    else dist_allgather(mine, all, bytes);
+}
 
 /* ---- the prompts ----------------------------------------------------------------------------- */
 
@@ -156,7 +178,8 @@ static void warn_hang_timeout(const tsr_run *run) {
 int grpo_init(const tsr_run *run, tsr_grpo *g) {
     warn_hang_timeout(run);
     int rc = check_prompts(run, g);
-    if (!rc) rc = reward_open(&g->rw, run->cfg, run->dist->rank, run->dist->world);
+    if (!rc && lead(run)) /* (one reward program a data rank) */
+        rc = reward_open(&g->rw, run->cfg, run->mesh->data.rank, run->mesh->data.world);
     int worst = rc;
     dist_allreduce_max_int(&worst, 1);
     if (worst) return worst;
@@ -187,7 +210,7 @@ void grpo_free(tsr_grpo *g) {
 /* The rollouts' weights (model/model_rollout.h): the training model's, full and merged; none on
  * device = cuda (the device's weights: gpu_train_generate) */
 static void rollout_model(const tsr_run *run, model_rollout *w) {
-    w->own = NULL;
+    memset(w, 0, sizeof *w); /* (nothing to free on the device) */
     if (run->be->gpu) return;
     const tsr_train_part *p = run->part;
     model_rollout_open(w, run->model, p->fsdp_on ? &run->part->fsdp : NULL,
@@ -319,7 +342,7 @@ static void rollout(const tsr_run *run, tsr_grpo *g, const model_rollout *w, int
                     char *rows, double *gen_tokens) {
     const int64_t per = *run->per_rank, G = g->G;
     for (int64_t p = 0; p < per; p++) {
-        const int64_t j = run->dist->rank * per + p;
+        const int64_t j = run->mesh->data.rank * per + p;
         const uint64_t idx = prompt_index(run, d, k, j);
         for (int64_t s = 0; s < G; s++) {
             grpo_row *r = grpo_row_at(g, rows, (size_t)(p * G + s));
@@ -334,14 +357,14 @@ static void rollout(const tsr_run *run, tsr_grpo *g, const model_rollout *w, int
     watchdog_phase(WD_ROLLOUT, *run->step);
     watchdog_slow_fault("slow_rollout", run->dist->rank);
     watchdog_hang_fault("hang_rollout", *run->step + 1, run->dist->rank);
-    *gen_tokens += (double)generate(run, g, w, rows, (int)(per * G), &how, (uint64_t)d);
+    if (lead(run)) *gen_tokens += (double)generate(run, g, w, rows, (int)(per * G), &how, (uint64_t)d);
 }
 
 /* 2. reward: the rows' (mine of them) rewards, every rank's status agreed on, the overlong
  * penalty added. Returns 0 or the agreed failure. */
 static int reward(const tsr_run *run, tsr_grpo *g, char *rows, size_t mine) {
     watchdog_phase(WD_REWARD, *run->step);
-    int rc = score(run, g, rows, (int)mine, 0, *run->step + 1);
+    int rc = lead(run) ? score(run, g, rows, (int)mine, 0, *run->step + 1) : 0;
     watchdog_phase(WD_EXCHANGE, *run->step);
     rc = agree(g, rc);
     for (size_t i = 0; i < mine && !rc; i++) {
@@ -351,15 +374,16 @@ static int reward(const tsr_run *run, tsr_grpo *g, char *rows, size_t mine) {
     return rc;
 }
 
-/* Round k's groups: this rank's prompts of it rolled out and rewarded, then every rank's
- * all-gathered into g->round. Returns 0 or the agreed failure. */
+/* Round k's groups: this data rank's prompts of it rolled out and rewarded (by the lead of its
+ * tensor group, which shares them), then every data rank's all-gathered into g->round. Returns 0
+ * or the agreed failure. */
 static int round_rows(const tsr_run *run, tsr_grpo *g, const model_rollout *w, int64_t d, int k,
                       double *gen_tokens) {
     const size_t mine = (size_t)(*run->per_rank * g->G);
     char *rows = tsr_malloc(mine * g->rec);
     rollout(run, g, w, d, k, rows, gen_tokens);
     int rc = reward(run, g, rows, mine);
-    if (!rc) dist_allgather(rows, g->round, mine * g->rec);
+    if (!rc) share_rows(run, rows, mine * g->rec), gather_rows(run, rows, g->round, mine * g->rec);
     free(rows);
     return rc;
 }
@@ -504,8 +528,8 @@ double grpo_eval(const tsr_run *run, tsr_grpo *g, double *reward) {
     uint64_t n = g->recs[1].n;
     if (run->cfg->grpo.eval_prompts > 0 && (uint64_t)run->cfg->grpo.eval_prompts < n)
         n = (uint64_t)run->cfg->grpo.eval_prompts;
-    const uint64_t W = (uint64_t)run->dist->world, r0 = (uint64_t)run->dist->rank;
-    const int mine = (int)(n / W + (r0 < n % W ? 1 : 0));
+    const uint64_t W = (uint64_t)run->mesh->data.world, r0 = (uint64_t)run->mesh->data.rank;
+    const int mine = lead(run) ? (int)(n / W + (r0 < n % W ? 1 : 0)) : 0; /* (the lead's) */
     char *rows = tsr_malloc((size_t)(mine ? mine : 1) * g->rec);
     for (int i = 0; i < mine; i++) { /* prompt i W + rank: greedy, one completion each */
         grpo_row *r = grpo_row_at(g, rows, (size_t)i);

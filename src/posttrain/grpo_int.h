@@ -4,7 +4,8 @@
  * A row record: the header below, then the context (ctx_max int32: the EOT the prompt follows,
  * the prompt, the completion), then the completion's log-probabilities at the rollout (N floats);
  * rec bytes in all. A step's rows live in kept (global_batch x G records, every rank the same);
- * this rank trains on groups [rank per_rank, (rank + 1) per_rank) of them.
+ * this rank trains on groups [q per_rank, (q + 1) per_rank) of them, q its data rank (a tensor
+ * group's ranks share one: the rows are the same on each, the passes split).
  */
 #ifndef TSR_GRPO_INT_H
 #define TSR_GRPO_INT_H

@@ -80,7 +80,7 @@ double grpo_compute(const tsr_run *run, tsr_grpo *g) {
     const int update = g->update++;
     tsr_model *m = run->model;
     const int B = *run->micro, T = *run->T;
-    const int64_t rows = *run->per_rank * g->G, first = run->dist->rank * rows;
+    const int64_t rows = *run->per_rank * g->G, first = run->mesh->data.rank * rows;
     const double R = (double)run->cfg->global_batch * g->G;
     const float moe_w = m->E ? (float)B / (float)R : 0.0f; /* the router losses: their mean */
     double loss = 0.0, st[2] = {0.0, 0.0};
@@ -90,7 +90,7 @@ double grpo_compute(const tsr_run *run, tsr_grpo *g) {
         if (run->cfg->grpo.kl_coef > 0) grpo_ref_logps(run, g, g->in, g->tg, B, g->ref);
         if (run->part->lora_on)
             lora_set_pass(&run->part->lora, 1, run_lora_key(run),
-                          lora_pass_row0(run->dist->rank, rows, b, T));
+                          lora_pass_row0(run->mesh->data.rank, rows, b, T));
         model_token_scores(m, g->in, g->tg, B, T, g->losses, NULL);
         if (run->out->moe) model_moe_stats_add_w(m, moe_w, run->out->moe);
         loss += weigh(run, g, first + b, B, st);
@@ -98,7 +98,7 @@ double grpo_compute(const tsr_run *run, tsr_grpo *g) {
     }
     if (run->part->lora_on) lora_set_pass(&run->part->lora, 0, 0, 0); /* evaluations: no dropout */
     if (update == 0) {
-        dist_allreduce_sum_f64(st, 2);
+        dist_view_sum_f64(&run->mesh->data, st, 2); /* (a tensor group's ranks: its rows once) */
         g->stats[GRPO_KL] = st[0], g->stats[GRPO_CLIPPED] = st[1];
     }
     return loss;

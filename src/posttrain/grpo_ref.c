@@ -6,7 +6,9 @@
  * same plan as the weights', gathered unit by unit in the reference's forward). A fresh start
  * stores them in run_dir/grpo-reference.bin (they cannot be made again once the run has moved
  * on) and records the file's checksum in the run's config (grpo.reference_checksum, so in every
- * checkpoint); a resume reads them back, each rank its part, and checks the checksums.
+ * checkpoint); a resume reads them back, each rank its part, and checks the checksums. Under
+ * tensor parallelism the file holds the whole model in one part (made whole over each tensor
+ * group, written by rank 0; read whole by every rank, which keeps its split): it resumes at any T.
  *
  * The file is a reference file (checkpoint/ckpt_ref.h): kind "grpo-initial", f32 values, the
  * n_params floats of the flat layout cut in G parts (the flat layout's checkpoint partition over
@@ -26,6 +28,8 @@
 #include "common.h"
 #include "crc32c.h"
 #include "fsutil.h"
+#include "model/model_rollout.h"
+#include "model/model_tp.h"
 #include "posttrain/grpo_int.h"
 #include "telemetry/metrics.h"
 
@@ -54,16 +58,58 @@ void grpo_ref_logps(const tsr_run *run, tsr_grpo *g, const int32_t *in, const in
     for (size_t i = 0; i < (size_t)B * (size_t)T; i++) ref[i] = tg[i] >= 0 ? -g->losses[i] : 0.0f;
 }
 
+/* tensor parallelism: the file holds the whole model (one part, its flat layout), made whole
+ * over each tensor group by every rank and written by rank 0; read whole by every rank, which
+ * keeps its split (a resume at T = 1 without sharding reads the same file) */
+static const tsr_tp *split_of(const tsr_run *run) {
+    return run->model->tp && run->model->tp->T > 1 ? run->model->tp : NULL;
+}
+
 /* the parts of the flat layout the file is cut in: the sharding group's checkpoint partition */
 static int parts_of(const tsr_run *run) {
-    return run->part->fsdp_on ? run->part->fsdp.G : 1;
+    return run->part->fsdp_on && !split_of(run) ? run->part->fsdp.G : 1;
+}
+
+/* the floats the file holds: the whole model's */
+static size_t whole_n(const tsr_run *run) {
+    return split_of(run) ? split_of(run)->global.n_params : run->model->n_params;
+}
+
+/* the reference's split flat layout, whole on this rank: its copy, or its shard gathered into a
+ * new buffer (zero3 / hsdp; collective over the sharding group) */
+static float *split_flat(const tsr_run *run, tsr_grpo *g) {
+    if (!g->ref_fsdp) return g->ref_params;
+    float *flat = tsr_malloc(run->model->n_params * sizeof *flat);
+    model_gather_full(g->ref_fsdp, flat);
+    return flat;
+}
+
+/* tensor parallelism: the whole model, on rank 0 (NULL elsewhere). Collective. */
+static float *whole_part(const tsr_run *run, tsr_grpo *g) {
+    const tsr_tp *tp = split_of(run);
+    float *split = split_flat(run, g), *whole = tsr_malloc(whole_n(run) * sizeof *whole);
+    tp_whole(tp, run->model, 0, run->model->n_params, split, whole, 0, whole_n(run));
+    if (split != g->ref_params) free(split);
+    if (run->dist->rank == 0) return whole;
+    free(whole);
+    return NULL;
+}
+
+/* tensor parallelism: this rank's split of the whole model read (whole) into the reference */
+static void take_split(const tsr_run *run, tsr_grpo *g, const float *whole) {
+    float *split = g->ref_fsdp ? tsr_malloc(run->model->n_params * sizeof *split) : g->ref_params;
+    tp_take(split_of(run), run->model, 0, run->model->n_params, whole, 0, split);
+    if (!g->ref_fsdp) return;
+    fsdp_part_to_shard(g->ref_fsdp, split + g->ref_fsdp->part_displs[g->ref_fsdp->grank],
+                       g->ref_fsdp->params);
+    free(split);
 }
 
 static size_t hdr_bytes(int G) { return HDR_FIXED + (size_t)G * 4; }
 
 static void hdr_fill(const tsr_run *run, unsigned char *h, const uint32_t *crc) {
     const uint32_t v = REF_VERSION, G = (uint32_t)parts_of(run);
-    const uint64_t n = run->model->n_params;
+    const uint64_t n = whole_n(run);
     memcpy(h, REF_MAGIC, 8), memcpy(h + 8, &v, 4), memcpy(h + 12, &G, 4), memcpy(h + 16, &n, 8);
     memcpy(h + HDR_FIXED, crc, (size_t)G * 4);
 }
@@ -75,6 +121,10 @@ static void ref_path(const tsr_run *run, char *out, size_t cap, const char *suff
 /* this rank's part of the flat layout and where it starts (the whole of it without sharding);
  * NULL on the ranks that write none (other hsdp groups, ranks but 0 without sharding) */
 static float *my_part(const tsr_run *run, tsr_grpo *g, size_t *at, size_t *n) {
+    if (split_of(run)) {
+        *at = 0, *n = whole_n(run);
+        return whole_part(run, g);
+    }
     if (!run->part->fsdp_on) {
         *at = 0, *n = run->model->n_params;
         return run->dist->rank == 0 ? g->ref_params : NULL;
@@ -92,7 +142,7 @@ static float *my_part(const tsr_run *run, tsr_grpo *g, size_t *at, size_t *n) {
 static void describe(const tsr_run *run, ckpt_ref *r, uint32_t *part_crc) {
     memset(r, 0, sizeof *r);
     snprintf(r->kind, sizeof r->kind, "%s", REF_KIND);
-    r->elem = sizeof(float), r->parts = (uint32_t)parts_of(run), r->n = run->model->n_params;
+    r->elem = sizeof(float), r->parts = (uint32_t)parts_of(run), r->n = whole_n(run);
     r->part_crc = part_crc;
 }
 
@@ -171,13 +221,14 @@ static int load(const tsr_run *run, tsr_grpo *g) {
         snprintf(want, sizeof want, "%s", ck->grpo.reference_checksum);
     free(ck);
     dist_bcast(want, sizeof want, 0);
-    size_t at = 0, n = run->model->n_params;
+    size_t at = 0, n = whole_n(run);
     int grank = 0;
-    if (run->part->fsdp_on) {
+    if (run->part->fsdp_on && !split_of(run)) {
         const tsr_fsdp *f = g->ref_fsdp;
         grank = f->grank, at = f->part_displs[grank], n = f->part_counts[grank];
     }
-    float *part = run->part->fsdp_on ? tsr_malloc((n + 1) * sizeof *part) : g->ref_params;
+    float *part = run->part->fsdp_on || split_of(run) ? tsr_malloc((n + 1) * sizeof *part)
+                                                      : g->ref_params;
     g->ref_crc = 0;
     int bad = ckpt_ref_is_one(path) == 1
                   ? read_ref(run, g, path, grank, at, n, part, why, sizeof why)
@@ -185,7 +236,8 @@ static int load(const tsr_run *run, tsr_grpo *g) {
     char got[32];
     snprintf(got, sizeof got, "crc32c:%08x", g->ref_crc);
     bad = bad || (want[0] && strcmp(got, want) != 0);
-    if (!bad && run->part->fsdp_on) fsdp_part_to_shard(g->ref_fsdp, part, g->ref_fsdp->params);
+    if (!bad && split_of(run)) take_split(run, g, part);
+    else if (!bad && run->part->fsdp_on) fsdp_part_to_shard(g->ref_fsdp, part, g->ref_fsdp->params);
     if (part != g->ref_params) free(part);
     int worst = bad;
     dist_allreduce_max_int(&worst, 1);

@@ -31,9 +31,9 @@
 #    checkpoint's tensors at their global shapes, `tessera ckpt export --format hf` of it;
 #  - refused with exit 1 and nothing written: heads, key/value heads, MLP width, padded
 #    vocabulary, seq_len that T does not split (the valid values named), T across nodes without
-#    parallel.tensor_across_nodes, and each mode tensor parallelism does not run with yet (GRPO;
-#    device = cuda at start; LoRA's, QK-norm over the projection's and expert parallelism's
-#    compositions: test_tensor_modes.sh).
+#    parallel.tensor_across_nodes, and each mode tensor parallelism does not run with yet
+#    (multi-head latent attention; device = cuda at start; LoRA's, QK-norm over the projection's,
+#    expert parallelism's and GRPO's compositions: test_tensor_modes.sh).
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 16
@@ -185,14 +185,11 @@ r2=$?
 [[ $r1 == 1 && $r2 == 0 ]] && grep -qF "a tensor group of 2 consecutive ranks would span nodes (1 rank on this node" <<<"$span" &&
     grep -qF "parallel.tensor_across_nodes = true" <<<"$span"
 tap_check $? "a tensor group of 2 over nodes of 1 rank (--plan 4/1) refused with exit 1 naming parallel.tensor_across_nodes; accepted with it (exit $r1, $r2)"
-pairs=("objective=grpo|objective = \"grpo\"")
 bad=0
-for p in "${pairs[@]}"; do
-    refused Y 2 2 "parallel.tensor = 2 with ${p#*|}: tensor parallelism does not run with it yet" \
-        --set "${p%%|*}" --set model.qk_norm=true --set model.moe_experts=4 || bad=1
-done
+refused Y 2 2 "parallel.tensor = 2 with model.kv_lora_rank > 0 (multi-head latent attention): tensor parallelism does not run with it yet" \
+    --set model.n_kv_head=0 --set model.kv_lora_rank=32 --set model.qk_rope_head_dim=8 || bad=1
 refused Yc 2 2 'parallel.tensor = 2 with device = "cuda": tensor parallelism runs on the CPU only so far' \
     --set device=cuda --set model.n_head=2 || bad=1
 ((bad == 0))
-tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with GRPO, and (at start) device = cuda"
+tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with multi-head latent attention, and (at start) device = cuda"
 tap_done

@@ -21,11 +21,21 @@
 #    over 6 steps; top 2 step 0's gradients within 1e-5 (a near tie may flip a routing); its
 #    checkpoint resumed on one rank and one rank's at T 2 x expert 2 within 1e-6, the experts'
 #    tensors at global shapes; --init-from a Hugging Face export at T 2 x expert 2;
+#  - GRPO (docs/rl.md "Under tensor parallelism"): a fresh tiny GPT-2 on grpo_prompts' arithmetic
+#    prompts, rewarded by a regular expression (a digit: about one completion in 5), with the KL
+#    term to the initial weights, 2 updates a step, 4 steps: T = 2 equals one rank, and T 2 x data
+#    2 and T 2 x zero3 2 equal 2 data ranks: the same completions token for token at every step
+#    (their rewards the same, their rollout log-probabilities within 1e-5), the loss (a sum of
+#    terms that cancel over each group's advantages, ~1e-5 here) within 1e-7 absolute, the
+#    gradient norm within 1e-6 and the KL within 1e-5 relative; LoRA (q, k, v, o, down; dropout
+#    0.1; the base reference) at T = 2 likewise (the KL, ~7e-7, within 1e-4); the initial
+#    reference's file written at T = 2 resumes on one rank, one rank's at T = 2, both within those
+#    bounds of the uninterrupted run;
 #  - refused with exit 1 naming both keys, nothing written: LoRA on a linear_attention layer's
 #    projections under tensor parallelism.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 10
 parallel_args 2 4 2 6ba
 wide=("${llama[@]}" --set model.n_head=8) # head size 8: 8 query, 2 key/value heads
 # run DIR NP T MODEL-ARRAY-NAME ARGS...
@@ -137,6 +147,45 @@ run X1 1 1 llama "${plain[@]}" --set max_duration=2ba --set save_final=true &&
     run XF1 1 1 llama "${plain[@]}" --init-from "$TMP/hf.moe" &&
     run XF22 4 2 llama "${plain[@]}" "${ep[@]}" --init-from "$TMP/hf.moe" && runs_exact XF1 XF22
 tap_check $? "--init-from a Hugging Face export of a MoE at T 2 x expert 2 (each rank's experts read whole, then split) trains as one rank within 1e-6"
+
+# ---- GRPO ------------------------------------------------------------------------------------
+grpo_prompts "$TMP/rl" 400 || tap_diag "grpo_prompts failed"
+grpo_small_args "$TMP/rl"
+rl=("${small[@]}" --set max_duration=4ba --set reward.kind=regex --set 'reward.regex=[0-9]'
+    --set grpo.kl_coef=0.04 --set grpo.log_completions=64 --set optim.lr=1e-3 --set grpo.updates=2
+    --set save_interval=2ba --set keep_last=5)
+lora_rl=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set lora.targets=q,k,v,o,down)
+# grpo_same REF DIR KL_TOL [FROM]: DIR's steps (from FROM on, default 1) as REF's: the completions
+# (tokens, rewards; log-probabilities within 1e-5), the loss within 1e-7 absolute, the gradient norm
+# within 1e-6 and the KL within KL_TOL relative
+grpo_same() {
+    "$PY3" - "$TMP/$1" "$TMP/$2" "$3" "${4:-1}" <<'PY'
+import json, sys
+a, b, kl_tol, lo = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+def steps(d): return {j["step"]: j for j in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in j and j["step"] >= lo}
+def comps(d): return {(j["step"], j["position"], j["sample"]): j for j in map(json.loads, open(d + "/completions.jsonl")) if j["step"] >= lo}
+A, B, ca, cb = steps(a), steps(b), comps(a), comps(b)
+rel = lambda x, y: abs(x - y) / max(abs(x), abs(y), 1e-300)
+same = sorted(ca) == sorted(cb) and all(ca[k]["tokens"] == cb[k]["tokens"] and ca[k]["reward"] == cb[k]["reward"] and abs(ca[k]["logprob"] - cb[k]["logprob"]) <= 1e-5 for k in ca)
+dl = max(abs(A[s]["loss"] - B[s]["loss"]) for s in A) if A and sorted(A) == sorted(B) else 1
+dn = max(rel(A[s]["grad_norm"], B[s]["grad_norm"]) for s in A) if not isinstance(dl, int) else 1
+dk = max(rel(A[s]["grpo_kl"], B[s]["grpo_kl"]) for s in A if s > 1) if not isinstance(dl, int) else 1
+moved = len({tuple(ca[k]["tokens"]) for k in ca}) > 1 and any(A[s]["grpo_reward_std"] > 0 for s in A)
+print(f"# {b.split('/')[-1]} vs {a.split('/')[-1]}: {len(cb)} completions the same: {same}; loss {dl:.1e} abs, grad norm {dn:.1e}, KL {dk:.1e}")
+sys.exit(0 if same and moved and len(A) >= 2 and dl <= 1e-7 and dn <= 1e-6 and dk <= kl_tol else 1)
+PY
+}
+run G1 1 1 rl && run G2 2 2 rl && run G21 2 1 rl && run G22 4 2 rl && run G22z 4 2 rl --set parallel.sharding=zero3 &&
+    run GL1 1 1 rl "${lora_rl[@]}" && run GL2 2 2 rl "${lora_rl[@]}" &&
+    grpo_same G1 G2 1e-5 && grpo_same G21 G22 1e-5 && grpo_same G21 G22z 1e-5 && grpo_same GL1 GL2 1e-4
+tap_check $? "GRPO at T = 2 equals one rank, T 2 x data 2 and T 2 x zero3 2 equal 2 data ranks, LoRA at T = 2 one rank's: the same completions at every step, the loss within 1e-7 absolute, the gradient norm within 1e-6"
+# resumed from step 2 in a copy of the run directory (the checkpoint and grpo-reference.bin)
+resumed() { # SRC DIR NP T
+    mkdir -p "$TMP/$2" && cp "$TMP/$1/grpo-reference.bin" "$TMP/$1/step-00000002.h5" "$TMP/$2/" &&
+        run "$2" "$3" "$4" rl --resume "$TMP/$2/step-00000002.h5"
+}
+resumed G2 GR1 1 1 && resumed G1 GR2 2 2 && grpo_same G1 GR1 1e-5 3 && grpo_same G1 GR2 1e-5 3
+tap_check $? "GRPO's initial reference at global shapes: T = 2's grpo-reference.bin resumes on one rank, one rank's at T = 2, and steps 3-4 equal the uninterrupted run's"
 
 # ---- refusals --------------------------------------------------------------------------------
 refused() { # DIR NP T WANT ARGS...: exit 1, WANT in the output, nothing in DIR
