@@ -205,7 +205,6 @@ int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, si
 const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
     const struct { int bad; const char *key, *value; } pairs[] = {
         {cfg->micro_batch == 0, "micro_batch", "= \"auto\""},
-        {cfg->tensor > 1, "parallel.tensor", "> 1"},
         {cfg->expert > 1, "parallel.expert", "> 1"},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
         {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},

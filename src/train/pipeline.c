@@ -37,12 +37,13 @@ int pipeline_init(tsr_trainer *t) {
     const int P = t->mesh.P, V = (int)t->cfg.pipeline_virtual, S = P * V;
     TSR_CHECK(check_microbatches(t, P, V));
     int *cut = tsr_malloc((size_t)(S + 1) * sizeof *cut);
-    pp_cut(&t->model, &t->cfg, t->T, S, cut);
+    pp_cut(t->model.global ? t->model.global : &t->model, &t->cfg, t->T, S, cut);
     const tsr_mesh_group *pg = mesh_group(&t->mesh, TSR_MESH_PIPELINE);
     const tsr_mesh_group *sg = mesh_group(&t->mesh, TSR_MESH_STAGE);
     model_set_pipeline(&t->model, &t->part.pp, P, V, pg->rank, cut);
     free(cut);
     t->part.pp_on = 1;
+    if (t->part.tp_on) return 0; /* (the flat layout's ranks: tensor_data's, within the stage) */
     t->part.flat = sg->cpu; /* (NULL in a plan) */
     t->part.flat_rank = sg->rank, t->part.flat_world = sg->size;
     return 0;
@@ -118,7 +119,7 @@ void pp_turn_backward(void *ctx, const int32_t *tokens, const int32_t *targets, 
     tsr_trainer *t = ctx;
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
-    const size_t n = (size_t)B * (size_t)(T / t->model.cpN) * (size_t)t->model.C * sizeof(float);
+    const size_t n = pp_out_bytes(t, B);
     x->phase = WD_COMPUTE;
     for (int c = pp->V - 1; c >= 0; c--) {
         const int s = pp_chunk_stage(pp, c);

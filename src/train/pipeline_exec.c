@@ -140,10 +140,10 @@ static mb_rows rows_of(const tsr_trainer *t, int mb) {
                      t->data.starts ? t->data.starts + at : NULL};
 }
 
-/* the bytes of a stage's output for B sequences (this rank's T / N positions of each under
- * context parallelism) */
-static size_t out_bytes(const tsr_trainer *t, int B) {
-    return (size_t)B * (size_t)(t->T / t->model.cpN) * (size_t)t->model.C * sizeof(float);
+size_t pp_out_bytes(const tsr_trainer *t, int B) {
+    const tsr_tp *tp = t->model.tp;
+    const size_t N = (size_t)B * (size_t)(t->T / t->model.cpN);
+    return N / (tp && tp->sp ? (size_t)tp->T : 1) * (size_t)t->model.C * sizeof(float);
 }
 
 /* MoE: the microbatch's routing statistics of chunk c's layers, at their place in the whole
@@ -167,7 +167,7 @@ static pp_msg *act_wait(tsr_trainer *t, int c, int mb, int bw) {
     if (from < 0 || from >= pp->S) return NULL;
     char what[64];
     snprintf(what, sizeof what, "microbatch %d's %s", mb, bw ? "gradient" : "activations");
-    return pp_recv(t, out_bytes(t, t->micro), from % pp->P, pp_tag(bw, c, mb), what, from);
+    return pp_recv(t, pp_out_bytes(t, t->micro), from % pp->P, pp_tag(bw, c, mb), what, from);
 }
 
 static void act_forward(tsr_trainer *t, int c, int mb, float scale, double *loss) {
@@ -178,7 +178,7 @@ static void act_forward(tsr_trainer *t, int c, int mb, float scale, double *loss
     const double t0 = tsr_now();
     pp_set *set = pp_set_take(t, c, mb);
     const mb_rows r = rows_of(t, mb);
-    const size_t n = out_bytes(t, t->micro);
+    const size_t n = pp_out_bytes(t, t->micro);
     tsr_decoder d;
     pp_chunk_decoder(t, c, set, NULL, r.starts, &d);
     d.pp_x = g ? g->buf : NULL;
@@ -196,7 +196,7 @@ static void act_backward(tsr_trainer *t, int c, int mb, float scale, int split) 
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
     const int s = pp_chunk_stage(pp, c), P = pp->P;
-    const size_t n = out_bytes(t, t->micro);
+    const size_t n = pp_out_bytes(t, t->micro);
     pp_msg *g = act_wait(t, c, mb, 1);
     const double t0 = tsr_now();
     const mb_rows r = rows_of(t, mb);
@@ -287,7 +287,7 @@ static void eval_pass(tsr_trainer *t, const int32_t *tokens, const int32_t *targ
                       tsr_decoder *last) {
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
-    const size_t n = out_bytes(t, B);
+    const size_t n = pp_out_bytes(t, B);
     x->phase = WD_EVAL;
     for (int c = 0; c < pp->V; c++) {
         const int s = pp_chunk_stage(pp, c);

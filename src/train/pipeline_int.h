@@ -95,6 +95,10 @@ pp_set *pp_set_take(tsr_trainer *t, int c, int mb);
 /* the set of chunk c holding microbatch mb */
 pp_set *pp_set_of(pp_exec *x, int c, int mb);
 void pp_sets_free(pp_exec *x, int V);
+/* the bytes of a stage's output (and of its gradient) for B sequences: this rank's T / N
+ * positions of each under context parallelism, its 1 / T of those tokens under sequence
+ * parallelism (the tensor rank's frame, sent to the same tensor rank of the next stage) */
+size_t pp_out_bytes(const tsr_trainer *t, int B);
 /* the message's tag: direction (0 forward, 1 backward), the receiving chunk, the microbatch */
 int pp_tag(int dir, int c, int mb);
 /* waits for n bytes from group rank `from` under tag into a free buffer (held until the caller

@@ -17,10 +17,13 @@
 #    zero3 on 2 ranks' bit for bit and resumes on one rank;
 #  - Muon at P 2 (1f1b, interleaved), P 2 x zero1 2, P 2 x zero3 2 and on tied embeddings within 1e-6 of one
 #    rank, the P 2 checkpoint one rank's bit for bit;
+#  - tensor parallelism at P 2 x T 2 (4 ranks): 1f1b, interleaved, zb, with and without sequence
+#    parallelism, tied embeddings, a MoE, LoRA, zero3 and Muon within 1e-6 of one rank; the
+#    checkpoint T 2's bit for bit, resumed at data 4 and back within 1e-6;
 #  - the modes still refused (the end-of-run sample, zero3 / hsdp, ...) name both keys.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 10
 parallel_args 4 8 1 6ba
 il=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2)
 zb=(--set parallel.pipeline_schedule=zb)
@@ -90,6 +93,29 @@ run U1 1 1 llama "${mu[@]}" "${sv[@]}" && run U2 2 2 llama "${mu[@]}" "${sv[@]}"
     runs_exact U1 U2 Ui Uz U3 && runs_exact V1 V2 &&
     same_tensors "$(ck "$TMP/U1" 4)" "$(ck "$TMP/U2" 4)"
 tap_check $? "Muon at P = 2 (1f1b, interleaved), at P 2 x zero1 2 (each matrix whole in one rank's part of its stage), at P 2 x zero3 2 (the matrices' owners in the stage's group) and on tied embeddings (GPT-2 style) equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit"
+
+# ---- tensor parallelism ----------------------------------------------------------------------------
+# P 2 x T 2 at 4 ranks: each stage's layers split over its tensor group (ranks 0-1 stage 0, 2-3
+# stage 1); with sequence parallelism each tensor rank sends its half of the tokens to the same
+# tensor rank of the next stage
+pt=(--set parallel.pipeline=2 --set parallel.tensor=2)
+moe=("${llama[@]}" --set model.moe_experts=4 --set model.moe_intermediate_size=48 --set model.moe_top_k=4)
+sent() { grep -o 'pipeline: [0-9]* bytes sent between stages' "$TMP/$1.txt" | grep -o '[0-9]*' | head -1; }
+run X1 1 1 llama && run T1 4 2 llama "${pt[@]}" && run Ti 4 2 llama "${pt[@]}" "${il[@]}" &&
+    run Tz 4 2 llama "${pt[@]}" "${zb[@]}" && run Tn 4 2 llama "${pt[@]}" --set parallel.sequence=false &&
+    run XG 1 1 gpt && run Tg 4 2 gpt "${pt[@]}" && run XM 1 1 moe && run Tm 4 2 moe "${pt[@]}" &&
+    run XL 1 1 lora && run Tl 4 2 lora "${pt[@]}" && run T3 4 2 llama "${pt[@]}" "${z3[@]}" &&
+    run XU 1 1 llama "${mu[@]}" && run Tu 4 2 llama "${pt[@]}" "${mu[@]}" &&
+    runs_exact X1 T1 Ti Tz Tn T3 && runs_exact XG Tg && runs_exact XM Tm && runs_exact XL Tl &&
+    runs_exact XU Tu && [[ $(sent Tn) == $((2 * $(sent T1))) ]]
+tap_check $? "P 2 x T 2 (the stages' layers split over their tensor groups) with 1f1b, interleaved and zb, without sequence parallelism (each message whole: twice the bytes, $(sent Tn) against $(sent T1)), on tied embeddings, a MoE, LoRA, zero3 and Muon equals one rank within 1e-6"
+run TS 4 2 llama "${pt[@]}" --set parallel.sequence=false "${sv[@]}" &&
+    run T2 2 1 llama --set parallel.tensor=2 --set parallel.sequence=false "${sv[@]}" &&
+    run D4 4 1 llama "${sv[@]}" && same_tensors "$(ck "$TMP/T2" 6)" "$(ck "$TMP/TS" 6)" &&
+    run TR 4 1 llama --resume "$(ck "$TMP/TS" 2)" && run DR 4 2 llama "${pt[@]}" --resume "$(ck "$TMP/D4" 2)" &&
+    metrics_close "$TMP/X1/metrics.jsonl" "$TMP/TR/metrics.jsonl" 3 1e-6 1e-5 &&
+    metrics_close "$TMP/X1/metrics.jsonl" "$TMP/DR/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "checkpoints stay layout-free: the P 2 x T 2 checkpoint is T 2's bit for bit, resumes at data 4 (no P, no T) within 1e-6 of one rank, and data 4's resumes at P 2 x T 2 within 1e-6"
 
 # ---- still refused -------------------------------------------------------------------------------
 # refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
