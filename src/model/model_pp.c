@@ -291,6 +291,7 @@ void pp_attach(tsr_pp *pp, const tsr_model *m) {
         v->alibi_slopes = m->alibi_slopes, v->rope_freqs = m->rope_freqs;
         v->be = m->be;
         v->lora = m->lora, v->ring = m->ring, v->cpN = m->cpN;
+        v->ep = m->ep; /* (the store of the part's MoE layers: its chunks' found by place) */
     }
 }
 

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
+#include "model/model_ep.h"
 #include "train/pipeline_int.h"
 #include "watchdog/watchdog.h"
 
@@ -60,6 +61,7 @@ void pipeline_open(tsr_trainer *t) {
                           sizeof why) != 0)
         tsr_die(TSR_EXIT_INTERNAL, "pipeline: %s (checked at start)", why);
     x->pipe = mesh_group(&t->mesh, TSR_MESH_PIPELINE)->cpu;
+    x->ep = t->part.ep_on ? &t->part.ep : NULL;
     x->B = t->micro;
     x->msg_bytes = (size_t)x->B * (size_t)t->T * (size_t)t->model.C * sizeof(float);
     x->w = tsr_calloc((size_t)pp->V * (size_t)M, sizeof *x->w);
@@ -89,10 +91,9 @@ int pipeline_try_acts(tsr_trainer *t) {
     for (int c = 0; c < t->part.pp.V; c++) {
         tsr_model *m = &t->part.pp.chunk[c];
         if (x->n_sets[c]) continue;
-        pp_set *s = tsr_calloc(1, sizeof *s);
-        s->be = m->be, s->mb = -1;
-        if (m->be.capped) s->be.capped = &s->capped;
+        pp_set *s = pp_set_new(x, m);
         if (dec_try_alloc_acts(m, &m->be, &s->a, x->B, t->T) != 0) {
+            if (x->ep) ep_slots_free(x->ep, s->ep_slots, s->n_ep_slots);
             free(s);
             pipeline_free_acts(t);
             return -1;

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
+#include "model/model_ep.h"
 #include "model/model_ring.h"
 #include "run/run.h"
 #include "train/pipeline.h"
@@ -22,6 +23,7 @@
 
 void pp_chunk_decoder(tsr_trainer *t, int c, pp_set *s, const tsr_backend *be,
                       const uint8_t *starts, tsr_decoder *d) {
+    if (t->part.ppx->ep) ep_slots_use(t->part.ppx->ep, s->ep_slots, s->n_ep_slots);
     model_decoder_of(&t->part.pp.chunk[c], &s->a, be ? be : &s->be, d);
     d->starts = starts;
     d->lora = t->model.lora; /* (DPO's reference pass runs the base without them) */
@@ -35,9 +37,7 @@ pp_set *pp_set_take(tsr_trainer *t, int c, int mb) {
             return x->sets[c][i];
         }
     tsr_model *m = &t->part.pp.chunk[c];
-    pp_set *s = tsr_calloc(1, sizeof *s);
-    s->be = m->be;
-    if (m->be.capped) s->be.capped = &s->capped;
+    pp_set *s = pp_set_new(x, m);
     if (dec_try_alloc_acts(m, &m->be, &s->a, x->B, t->T) != 0)
         tsr_die(TSR_EXIT_USAGE, "pipeline: out of memory allocating the activations of chunk %d "
                 "(stage %d) for its microbatch in flight number %d (%.1f MiB a microbatch of %d "
@@ -57,10 +57,20 @@ pp_set *pp_set_of(pp_exec *x, int c, int mb) {
             "backward before its forward)", c, mb);
 }
 
+pp_set *pp_set_new(pp_exec *x, const tsr_model *m) {
+    pp_set *s = tsr_calloc(1, sizeof *s);
+    s->be = m->be, s->mb = -1;
+    if (m->be.capped) s->be.capped = &s->capped;
+    if (x->ep) s->ep_slots = ep_slots_new(x->ep, m->L), s->n_ep_slots = m->L;
+    return s;
+}
+
 void pp_sets_free(pp_exec *x, int V) {
+    if (x->ep) ep_slots_use(x->ep, NULL, 0);
     for (int c = 0; c < V; c++) {
         for (int i = 0; i < x->n_sets[c]; i++) {
             pp_set *s = x->sets[c][i];
+            if (x->ep) ep_slots_free(x->ep, s->ep_slots, s->n_ep_slots);
             dec_free_acts(&s->be, &s->a);
             free(s->capped.z);
             free(s);

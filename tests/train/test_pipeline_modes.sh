@@ -20,10 +20,13 @@
 #  - tensor parallelism at P 2 x T 2 (4 ranks): 1f1b, interleaved, zb, with and without sequence
 #    parallelism, tied embeddings, a MoE, LoRA, zero3 and Muon within 1e-6 of one rank; the
 #    checkpoint T 2's bit for bit, resumed at data 4 and back within 1e-6;
+#  - expert parallelism at P 2 x E 2 (4 ranks; a MoE routing every token to every expert):
+#    1f1b, zb and with zero3 within 1e-6 of one rank; the checkpoint E 2's bit for bit, resumed
+#    at data 4 and back within 1e-6;
 #  - the modes still refused (the end-of-run sample, zero3 / hsdp, ...) name both keys.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 10
+tap_plan 12
 parallel_args 4 8 1 6ba
 il=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2)
 zb=(--set parallel.pipeline_schedule=zb)
@@ -117,6 +120,21 @@ run TS 4 2 llama "${pt[@]}" --set parallel.sequence=false "${sv[@]}" &&
     metrics_close "$TMP/X1/metrics.jsonl" "$TMP/DR/metrics.jsonl" 3 1e-6 1e-5
 tap_check $? "checkpoints stay layout-free: the P 2 x T 2 checkpoint is T 2's bit for bit, resumes at data 4 (no P, no T) within 1e-6 of one rank, and data 4's resumes at P 2 x T 2 within 1e-6"
 
+# ---- expert parallelism ----------------------------------------------------------------------------
+# P 2 x E 2 at 4 ranks on the tiny MoE (every expert a token: no near-tie flips): each stage's
+# experts over its EP group, the store the stage's MoE layers, an activation set's own records of
+# the exchange (two microbatches in flight at stage 0)
+pe=(--set parallel.pipeline=2 --set parallel.expert=2)
+run MS 1 1 moe "${sv[@]}" && run E1 4 2 moe "${pe[@]}" "${sv[@]}" && run Ez 4 2 moe "${pe[@]}" "${zb[@]}" &&
+    run E3 4 2 moe "${pe[@]}" "${z3[@]}" && runs_exact MS E1 Ez E3
+tap_check $? "P 2 x E 2 (1f1b, zb, and with zero3 over each stage's 2 ranks) on a MoE equals one rank within 1e-6"
+run E2 2 1 moe --set parallel.expert=2 "${sv[@]}" && same_tensors "$(ck "$TMP/E2" 6)" "$(ck "$TMP/E1" 6)" &&
+    run D5 4 1 moe "${sv[@]}" &&
+    run ER 4 1 moe --resume "$(ck "$TMP/E1" 2)" && run DE 4 2 moe "${pe[@]}" --resume "$(ck "$TMP/D5" 2)" &&
+    metrics_close "$TMP/MS/metrics.jsonl" "$TMP/ER/metrics.jsonl" 3 1e-6 1e-5 &&
+    metrics_close "$TMP/MS/metrics.jsonl" "$TMP/DE/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "the P 2 x E 2 checkpoint is E 2's bit for bit (each stage's first EP group writes its layers' experts), resumes at data 4 within 1e-6 of one rank, and data 4's at P 2 x E 2"
+
 # ---- still refused -------------------------------------------------------------------------------
 # refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
 refused() {
@@ -130,9 +148,10 @@ why='pipeline parallelism does not run with it yet (docs/pipeline.md "What compo
 refused R1 --set parallel.pipeline=2 --set sample.tokens=8 &&
     err R1 | grep -qF "parallel.pipeline = 2 with sample.tokens > 0: $why sample.tokens" &&
     refused R2 --set parallel.pipeline=2 --set parallel.expert=2 --set model.moe_experts=4 \
-        --set model.moe_intermediate_size=48 &&
-    err R2 | grep -qF "parallel.pipeline = 2 with parallel.expert > 1: $why parallel.expert" &&
+        --set model.moe_intermediate_size=48 --set parallel.pipeline_schedule=interleaved \
+        --set parallel.pipeline_virtual=2 &&
+    err R2 | grep -qF 'parallel.pipeline_schedule = "interleaved" with parallel.expert = 2: a rank'"'"'s experts are the MoE layers of one stage (their checkpoint one run of each expert tensor); set parallel.pipeline_schedule = "1f1b" or "zb", or parallel.expert = 1' &&
     refused R3 --set parallel.pipeline=2 --set parallel.sharding=zero3 --set parallel.pipeline_schedule=zb &&
     err R3 | grep -qF 'parallel.pipeline_schedule = "zb" with parallel.sharding = "zero3": the zero-bubble schedule computes a layer'"'"'s weight gradients after its sharded gradients are summed; set parallel.pipeline_schedule = "1f1b" or "interleaved", or parallel.sharding = "zero1"'
-tap_check $? "a mode the pipeline does not run with yet (the end-of-run sample, expert parallelism) exits 1 naming both keys, and zb with zero3 naming both and valid values, nothing written: $(err R1)"
+tap_check $? "a mode the pipeline does not run with yet (the end-of-run sample) exits 1 naming both keys, interleaved with expert parallelism and zb with zero3 naming both and valid values, nothing written: $(err R1)"
 tap_done
