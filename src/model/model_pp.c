@@ -93,7 +93,9 @@ static void part_layout(tsr_model *m, const tsr_model_part *part, int glo, int g
         m->LL += config_layer_linear(&m->cfg, l);
         if (g >= glo && g < glo + gn && m->n_ckpt++ == 0) m->ckpt_lo = l;
     }
-    m->LD = m->L - m->LM, m->LA = m->L - m->LL;
+    m->LD = m->L - m->LM;
+    m->LX = m->cfg.kv_lora_rank > 0 ? m->L - m->LL : 0; /* (as model_init: MLA's layers) */
+    m->LA = m->L - m->LL - m->LX;
     model_relayout(m);
     m->n_params_counted = 0;
     for (int id = 0; id < TSR_P_COUNT; id++)

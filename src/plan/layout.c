@@ -165,7 +165,7 @@ static void try_splits(search *s, tsr_config *c) {
     const int W = s->d->world, G = s->d->local_world;
     const int mla = c->model.kv_lora_rank > 0, moe = c->model.moe_experts > 0;
     int Ts[MAX_OPT], Ps[MAX_OPT], Ns[MAX_OPT], Es[MAX_OPT];
-    const int nt = divisors(G, G, Ts), np = divisors(W, mla ? 1 : c->model.n_layer, Ps);
+    const int nt = divisors(G, G, Ts), np = divisors(W, c->model.n_layer, Ps);
     const int nn = divisors(W, mla ? 1 : 8, Ns), ne = divisors(moe ? c->model.moe_experts : 1, W, Es);
     const char *key;
     char why[400];

@@ -23,10 +23,12 @@
 #  - expert parallelism at P 2 x E 2 (4 ranks; a MoE routing every token to every expert):
 #    1f1b, zb and with zero3 within 1e-6 of one rank; the checkpoint E 2's bit for bit, resumed
 #    at data 4 and back within 1e-6;
+#  - multi-head latent attention at P 2 (1f1b, interleaved, zb) within 1e-6 of one rank, the
+#    checkpoint one rank's bit for bit and resumed on one rank;
 #  - the modes still refused (the end-of-run sample, zero3 / hsdp, ...) name both keys.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 12
+tap_plan 13
 parallel_args 4 8 1 6ba
 il=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2)
 zb=(--set parallel.pipeline_schedule=zb)
@@ -134,6 +136,17 @@ run E2 2 1 moe --set parallel.expert=2 "${sv[@]}" && same_tensors "$(ck "$TMP/E2
     metrics_close "$TMP/MS/metrics.jsonl" "$TMP/ER/metrics.jsonl" 3 1e-6 1e-5 &&
     metrics_close "$TMP/MS/metrics.jsonl" "$TMP/DE/metrics.jsonl" 3 1e-6 1e-5
 tap_check $? "the P 2 x E 2 checkpoint is E 2's bit for bit (each stage's first EP group writes its layers' experts), resumes at data 4 within 1e-6 of one rank, and data 4's at P 2 x E 2"
+
+# ---- multi-head latent attention ----------------------------------------------------------------
+# (a stage's part counts its MLA layers as model_init counts a whole model's: a P 2 run died of
+# SIGFPE before)
+mla=("${llama[@]}" --set model.n_kv_head=0 --set model.kv_lora_rank=32 --set model.q_lora_rank=24
+     --set model.qk_nope_head_dim=16 --set model.qk_rope_head_dim=8 --set model.v_head_dim=12
+     --set model.rope_interleave=true)
+run K1 1 1 mla "${sv[@]}" && run K2 2 2 mla "${sv[@]}" && run Ki 2 2 mla "${il[@]}" &&
+    run Kz 2 2 mla "${zb[@]}" && runs_exact K1 K2 Ki Kz && same_tensors "$(ck "$TMP/K1" 6)" "$(ck "$TMP/K2" 6)" &&
+    run KR 1 1 mla --resume "$(ck "$TMP/K2" 2)" && metrics_close "$TMP/K1/metrics.jsonl" "$TMP/KR/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "multi-head latent attention (q and kv low-rank) at P = 2 with 1f1b, interleaved and zb equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit and resumes on one rank"
 
 # ---- still refused -------------------------------------------------------------------------------
 # refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
