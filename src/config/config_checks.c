@@ -378,7 +378,6 @@ static void validate_mla(load_ctx *c) {
     if (g->model.kv_lora_rank == 0) return;
     const struct { int bad; const char *key, *value, *alt; } rules[] = {
         {g->lora.rank > 0, "lora.rank", "> 0", "lora.rank = 0 (full finetuning)"},
-        {g->pipeline > 1, "parallel.pipeline", "> 1", "parallel.pipeline = 1"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (rules[k].bad) {

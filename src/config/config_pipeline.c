@@ -176,6 +176,15 @@ int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, si
                  cfg->sharding == TSR_SHARD_ZERO3 ? "zero3" : "hsdp");
         return -1;
     }
+    if (cfg->pipeline_schedule == TSR_PP_INTERLEAVED && cfg->expert > 1 &&
+        cfg->model.moe_experts > 0) {
+        *key = "parallel.pipeline_schedule";
+        snprintf(why, n, "parallel.pipeline_schedule = \"interleaved\" with parallel.expert = "
+                 "%lld: a rank's experts are the MoE layers of one stage (their checkpoint one "
+                 "run of each expert tensor); set parallel.pipeline_schedule = \"1f1b\" or "
+                 "\"zb\", or parallel.expert = 1", (long long)cfg->expert);
+        return -1;
+    }
     if (S > L) {
         *key = "parallel.pipeline";
         snprintf(why, n, "parallel.pipeline = %lld x parallel.pipeline_virtual = %lld makes %d "
@@ -205,8 +214,6 @@ int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, si
 const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
     const struct { int bad; const char *key, *value; } pairs[] = {
         {cfg->micro_batch == 0, "micro_batch", "= \"auto\""},
-        {cfg->tensor > 1, "parallel.tensor", "> 1"},
-        {cfg->expert > 1, "parallel.expert", "> 1"},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
         {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
         {cfg->sample.tokens > 0, "sample.tokens", "> 0"},

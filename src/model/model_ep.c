@@ -59,6 +59,32 @@ static void *scratch(tsr_ep *ep, int k, size_t bytes) {
 /* the element size of the exchanged activations */
 static size_t esize(const tsr_ep *ep) { return tsr_dtype_size(ep->xbe.act); }
 
+/* a pipeline rank's part (model_pp.h): the whole model's MoE slot of each of the store's */
+static void store_layers(tsr_ep *ep, const tsr_model *m) {
+    if (!m->pp) return;
+    ep->gslot = tsr_malloc((size_t)(ep->LM ? ep->LM : 1) * sizeof *ep->gslot);
+    for (int l = 0, s = 0; l < m->L; l++)
+        if (model_layer_slot(m, TSR_P_EXPW1, l) >= 0)
+            ep->gslot[s++] = model_layer_slot(m->global, TSR_P_EXPW1, config_layer_at(&m->cfg, l));
+}
+
+/* the store's slot of model m's (the part's, or a pipeline chunk's) layer l; -1 when l is no
+ * MoE layer */
+static int store_slot(const tsr_ep *ep, const tsr_model *m, int l) {
+    const int s = model_layer_slot(m, TSR_P_EXPW1, l);
+    if (s < 0 || !ep->gslot) return s;
+    const int g = model_layer_slot(m->global, TSR_P_EXPW1, config_layer_at(&m->cfg, l));
+    for (int k = 0; k < ep->LM; k++)
+        if (ep->gslot[k] == g) return k;
+    tsr_die(TSR_EXIT_INTERNAL, "expert parallelism: layer %d's experts are not in this rank's "
+            "store", config_layer_at(&m->cfg, l));
+}
+
+/* the whole model's MoE slot of the store's slot s */
+static size_t whole_slot(const tsr_ep *ep, int s) {
+    return (size_t)(ep->gslot ? ep->gslot[s] : s);
+}
+
 void ep_init(tsr_ep *ep, tsr_model *m, const tsr_mesh *mesh) {
     const tsr_mesh_group *expert = mesh_group(mesh, TSR_MESH_EXPERT);
     const tsr_mesh_group *edp = mesh_group(mesh, TSR_MESH_EXPERT_DATA);
@@ -86,30 +112,58 @@ void ep_init(tsr_ep *ep, tsr_model *m, const tsr_mesh *mesh) {
     ep->gn = ep->gn1 + (size_t)m->LM * ep->El * ep->gx2;
     float **bufs[] = {&ep->w, &ep->g, &ep->m, &ep->v};
     for (int i = 0; i < 4; i++) *bufs[i] = ep->ops->alloc(ep->n * sizeof(float)); /* zeroed */
-    ep->n_slots = m->L;
-    ep->slots = tsr_calloc((size_t)m->L, sizeof *ep->slots);
+    ep->n_slots0 = m->L;
+    ep->slots0 = ep_slots_new(ep, m->L);
+    ep_slots_use(ep, NULL, 0);
     ep->offs_h = tsr_malloc((size_t)(m->E + 1) * sizeof(int32_t));
-    for (int s = 0; s < m->L; s++) {
-        ep_slot *q = &ep->slots[s];
-        q->allo = tsr_malloc((size_t)EP * (size_t)(m->E + 1) * sizeof(int32_t));
-        q->offs_local = tsr_malloc((size_t)(ep->El + 1) * sizeof(int32_t));
-        q->offs_dev = NULL;
-        size_t **c[] = {&q->sc, &q->sd, &q->rc, &q->rd};
-        for (int i = 0; i < 4; i++) *c[i] = tsr_malloc((size_t)EP * sizeof(size_t));
-    }
+    store_layers(ep, m);
     m->ep = ep;
 }
 
-void ep_release(tsr_ep *ep) {
-    if (!ep->xbe_set) return;
+ep_slot *ep_slots_new(const tsr_ep *ep, int n) {
+    ep_slot *slots = tsr_calloc((size_t)(n > 0 ? n : 1), sizeof *slots);
+    for (int s = 0; s < n; s++) {
+        ep_slot *q = &slots[s];
+        q->allo = tsr_malloc((size_t)ep->EP * (size_t)(ep->E + 1) * sizeof(int32_t));
+        q->offs_local = tsr_malloc((size_t)(ep->El + 1) * sizeof(int32_t));
+        q->offs_dev = NULL;
+        size_t **c[] = {&q->sc, &q->sd, &q->rc, &q->rd};
+        for (int i = 0; i < 4; i++) *c[i] = tsr_malloc((size_t)ep->EP * sizeof(size_t));
+    }
+    return slots;
+}
+
+/* the slots' buffers in the exchange backend's memory freed */
+static void slots_release(tsr_ep *ep, ep_slot *slots, int n) {
     const tsr_backend *be = &ep->xbe;
-    for (int s = 0; s < ep->n_slots; s++) {
-        ep_slot *q = &ep->slots[s];
+    for (int s = 0; ep->xbe_set && s < n; s++) {
+        ep_slot *q = &slots[s];
         void *bufs[] = {q->xr, q->h, q->hg, q->offs_dev};
         for (int i = 0; i < 4; i++)
             if (bufs[i]) be->free(be, bufs[i]);
         q->xr = q->h = q->hg = NULL, q->offs_dev = NULL, q->cap = 0;
     }
+}
+
+void ep_slots_free(tsr_ep *ep, ep_slot *slots, int n) {
+    if (!slots) return;
+    slots_release(ep, slots, n);
+    for (int s = 0; s < n; s++) {
+        ep_slot *q = &slots[s];
+        free(q->allo), free(q->offs_local), free(q->sc), free(q->sd), free(q->rc), free(q->rd);
+    }
+    free(slots);
+}
+
+void ep_slots_use(tsr_ep *ep, ep_slot *slots, int n) {
+    ep->slots = slots ? slots : ep->slots0;
+    ep->n_slots = slots ? n : ep->n_slots0;
+}
+
+void ep_release(tsr_ep *ep) {
+    if (!ep->xbe_set) return;
+    const tsr_backend *be = &ep->xbe;
+    slots_release(ep, ep->slots0, ep->n_slots0);
     for (int k = 0; k < 4; k++) {
         if (ep->scratch[k]) be->free(be, ep->scratch[k]);
         ep->scratch[k] = NULL, ep->scratch_cap[k] = 0;
@@ -118,14 +172,11 @@ void ep_release(tsr_ep *ep) {
 }
 
 void ep_free(tsr_ep *ep) {
-    if (!ep->slots) return;
+    if (!ep->slots0) return;
     ep_release(ep);
-    for (int s = 0; s < ep->n_slots; s++) {
-        ep_slot *q = &ep->slots[s];
-        free(q->allo), free(q->offs_local), free(q->sc), free(q->sd), free(q->rc), free(q->rd);
-    }
-    free(ep->slots);
+    ep_slots_free(ep, ep->slots0, ep->n_slots0);
     free(ep->offs_h);
+    free(ep->gslot);
     float *own[] = {ep->w, ep->g, ep->m, ep->v, ep->full};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (own[i]) ep->ops->free(own[i]);
@@ -140,6 +191,7 @@ static size_t local_at(const tsr_ep *ep, int which, int s, int el) {
 
 void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed) {
     float *whole = ep_whole_begin(ep); /* (the weights of the global tensors, by their numbers) */
+    const tsr_model *g = m->global ? m->global : m; /* (the whole model's: its depth's scale) */
     for (int which = 0; which < 2; which++) {
         tsr_param_id id = which ? TSR_P_EXPW2 : TSR_P_EXPW1;
         for (int s = 0; s < ep->LM; s++) {
@@ -148,7 +200,7 @@ void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed) {
             float *w = whole + at;
             /* (as model_init_weights: the same bits on any number of threads) */
 #pragma omp parallel for schedule(static) if (n >= (1u << 16))
-            for (size_t k = 0; k < n; k++) w[k] = model_init_weight(m, id, seed, k0 + k);
+            for (size_t k = 0; k < n; k++) w[k] = model_init_weight(g, id, seed, k0 + k);
         }
     }
     ep_whole_end(ep, whole);
@@ -156,7 +208,7 @@ void ep_init_weights(tsr_ep *ep, const tsr_model *m, uint64_t seed) {
 
 size_t ep_slot_span(const tsr_ep *ep, int which, int s, size_t *in_tensor, size_t *in_store) {
     const size_t x = which ? ep->gx2 : ep->gx1;
-    *in_tensor = ((size_t)s * ep->E + (size_t)ep->e0) * x;
+    *in_tensor = (whole_slot(ep, s) * ep->E + (size_t)ep->e0) * x;
     *in_store = (which ? ep->gn1 : 0) + (size_t)s * ep->El * x;
     return (size_t)ep->El * x;
 }
@@ -170,7 +222,7 @@ float *ep_whole_begin(tsr_ep *ep) {
 
 void ep_whole_end(tsr_ep *ep, float *whole) {
     if (!ep->tp) return;
-    tp_expert_copy(ep->tp, ep->El, whole, ep->w, 1);
+    tp_expert_copy(ep->tp, ep->LM, ep->El, whole, ep->w, 1);
     ep->ops->free(whole);
 }
 
@@ -179,7 +231,7 @@ int ep_exchanging(const tsr_ep *ep) { return ep->full == NULL; }
 int ep_layer_offsets(const tsr_ep *ep, const tsr_model *m, int u, int full, size_t *o1,
                      size_t *o2) {
     if (u < 1) return 0;
-    int s = model_layer_slot(m, TSR_P_EXPW1, u - 1);
+    const int s = store_slot(ep, m, u - 1);
     if (s < 0) return 0;
     if (full) { /* every expert: [expw1 (LM, E, ..) | expw2 (LM, E, ..)] */
         *o1 = (size_t)s * ep->E * ep->x1;
@@ -437,7 +489,9 @@ size_t ep_part_floats(const tsr_ep *ep) { return ep->gn; }
 
 void ep_part_range(const tsr_ep *ep, int which, uint64_t *lo, uint64_t *hi) {
     size_t len = which ? ep->gn - ep->gn1 : ep->gn1;
-    *lo = (uint64_t)ep->j * len;
+    /* (a pipeline stage's layers: consecutive MoE slots of the whole model from gslot[0]) */
+    const size_t at = ep->LM ? whole_slot(ep, 0) * (size_t)ep->E * (which ? ep->gx2 : ep->gx1) : 0;
+    *lo = at + (uint64_t)ep->j * len;
     *hi = *lo + len;
 }
 
@@ -521,7 +575,7 @@ void ep_to_part(tsr_ep *ep, const float *store, float *part) {
     }
     float *whole = ep->ops->alloc(ep->gn * sizeof(float)); /* (each share into zeros, summed) */
     ep->ops->zero(whole, ep->gn * sizeof(float));
-    tp_expert_copy(ep->tp, ep->El, whole, (float *)store, 0);
+    tp_expert_copy(ep->tp, ep->LM, ep->El, whole, (float *)store, 0);
     dist_group_allreduce_sum_f32(ep->tp->group, whole, ep->gn);
     if (ep->tp->t == 0) part_exchange(ep, whole, part, 1);
     ep->ops->free(whole);
@@ -535,7 +589,7 @@ void ep_from_part(tsr_ep *ep, const float *part, float *store) {
     float *whole = ep->ops->alloc(ep->gn * sizeof(float));
     if (ep->tp->t == 0) part_exchange(ep, part, whole, 0);
     dist_group_bcast_f32(ep->tp->group, whole, ep->gn, 0);
-    tp_expert_copy(ep->tp, ep->El, whole, store, 1);
+    tp_expert_copy(ep->tp, ep->LM, ep->El, whole, store, 1);
     ep->ops->free(whole);
 }
 

@@ -24,6 +24,11 @@
  * d(input) back. Per MoE layer and microbatch a rank sends what it routes to the other ranks'
  * experts and receives their outputs back (forward), as much again in the backward.
  *
+ * Under a pipeline (model_pp.h) the store holds the rank's part's MoE layers (gslot: their places
+ * in the whole model; a pipeline chunk finds its layers' experts by them) and every group above
+ * is formed within the stage's ranks; a stage's MoE layers are consecutive in the whole model
+ * (one chunk a rank), so its first EP group writes their run of each expert tensor.
+ *
  * Checkpoints keep global shapes: the experts are written by the first EP group (world ranks
  * 0 .. EP - 1), rank j its 1/EP of each expert tensor's flat elements (whole experts), after an
  * all-to-all within the group (ep_to_part); a load reads that part, sends the experts to their
@@ -72,8 +77,13 @@ typedef struct tsr_ep {
                                 * tensor parallelism) */
     float *w, *g, *m, *v;      /* the store (n each): weights, gradients, AdamW moments */
     float *full;               /* ep_full on: every expert, [expw1 (LM,E,..) | expw2 (LM,E,..)] */
-    ep_slot *slots;            /* (L) the exchange's record of the last forward in each MLP
-                                * activation slot */
+    ep_slot *slots;            /* (n_slots) the exchange's record of the last forward in each
+                                * MLP activation slot: the store's own (slots0, one a layer) or
+                                * a pipeline's activation set's (ep_slots_use) */
+    ep_slot *slots0;
+    int n_slots0;
+    int *gslot;                /* (LM) a pipeline rank's part (model_pp.h): the whole model's MoE
+                                * slot of each of the store's; NULL: the same */
     void *scratch[4];          /* backward and staging buffers, grown as needed (bytes) */
     size_t scratch_cap[4];
     int32_t *offs_h;           /* (E + 1) host copy of a layer's expert offsets */
@@ -155,6 +165,13 @@ void ep_backward(tsr_ep *ep, const tsr_backend *be, int slot, void *dxy, const t
 /* The exchange's buffers freed (they live on the backend of the first ep_forward: call before
  * that backend shuts down); the next ep_forward may use another backend. */
 void ep_release(tsr_ep *ep);
+/* The records of n activation slots, each a layer's last forward for its backward: a pipeline
+ * (src/train/pipeline*.c) holds several microbatches of a chunk in flight, each activation set
+ * with records of its own, made current (ep_slots_use; NULL: the store's own) before the chunk's
+ * pass over that set. ep_slots_free before ep_free. */
+ep_slot *ep_slots_new(const tsr_ep *ep, int n);
+void ep_slots_free(tsr_ep *ep, ep_slot *slots, int n);
+void ep_slots_use(tsr_ep *ep, ep_slot *slots, int n);
 
 void ep_zero_grads(tsr_ep *ep);
 /* The experts' gradients summed over the EDP group. */

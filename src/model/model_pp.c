@@ -93,7 +93,9 @@ static void part_layout(tsr_model *m, const tsr_model_part *part, int glo, int g
         m->LL += config_layer_linear(&m->cfg, l);
         if (g >= glo && g < glo + gn && m->n_ckpt++ == 0) m->ckpt_lo = l;
     }
-    m->LD = m->L - m->LM, m->LA = m->L - m->LL;
+    m->LD = m->L - m->LM;
+    m->LX = m->cfg.kv_lora_rank > 0 ? m->L - m->LL : 0; /* (as model_init: MLA's layers) */
+    m->LA = m->L - m->LL - m->LX;
     model_relayout(m);
     m->n_params_counted = 0;
     for (int id = 0; id < TSR_P_COUNT; id++)
@@ -197,12 +199,58 @@ int pp_part_runs(const tsr_pp *pp, int q, tsr_param_id id, tp_run *runs, size_t 
     return n;
 }
 
+/* tensor run tr of split model s's tensor id as blocks of one layer's slice each: a replicated
+ * tensor's one run of all its layers cut at them */
+static tp_run layer_blocks(const tsr_model *s, tsr_param_id id, const tp_run *tr) {
+    const size_t depth = (size_t)s->depth[id], slice = s->params_info[id].numel / depth;
+    if (tr->count != 1 || depth == 1) return *tr;
+    return (tp_run){tr->id, depth, slice, 0, slice, 0, slice, tr->sum, tr->counted};
+}
+
+/* part run pr (of the split model s: layers whole, model_pp.h) after tensor run tr (the split's
+ * elements in the whole model): the part's elements in the whole model */
+static tp_run compose(const tsr_model *s, tsr_param_id id, const tp_run *pr, const tp_run *tr) {
+    tp_run r = *tr;
+    r.counted = (unsigned char)(pr->counted && tr->counted);
+    if (!model_param_per_layer(id)) return r;
+    r = layer_blocks(s, id, tr), r.counted = (unsigned char)(pr->counted && tr->counted);
+    const size_t slice = s->params_info[id].numel / (size_t)s->depth[id];
+    const size_t per = r.count / (size_t)s->depth[id]; /* (blocks a layer) */
+    const size_t lf = pr->local / slice, gf = pr->global / slice, k = pr->len / slice;
+    r.count = k * per;
+    r.local += lf * slice;
+    r.global += gf * per * r.gstride;
+    return r;
+}
+
+int pp_tp_runs(const tsr_pp *pp, const tsr_tp *tp, int q, tsr_param_id id, tp_run *runs,
+               size_t *lbase) {
+    tp_run pr[TSR_PART_MAX], tr[TP_MAX_RUNS];
+    const int np = pp_part_runs(pp, q / tp->T, id, pr, lbase);
+    const int nt = tp_tensor_runs(&tp->global, tp->T, q % tp->T, tp->sp, id, tr);
+    int n = 0;
+    for (int i = 0; i < np; i++)
+        for (int j = 0; j < nt; j++) runs[n++] = compose(&pp->global, id, &pr[i], &tr[j]);
+    return n;
+}
+
+/* tensor parallelism's runs of this rank (model_tp.h: its split tensors in the whole model)
+ * become its part's (pp_tp_runs) */
+static void tensor_runs_of_part(const tsr_pp *pp, tsr_tp *tp) {
+    tp_run *runs = tsr_malloc((size_t)TSR_P_COUNT * PP_TP_MAX_RUNS * sizeof *runs);
+    size_t n = 0, lbase;
+    for (int id = 0; id < TSR_P_COUNT; id++)
+        n += (size_t)pp_tp_runs(pp, tp, pp->p * tp->T + tp->t, (tsr_param_id)id, runs + n, &lbase);
+    free(tp->runs);
+    tp->runs = runs, tp->n_runs = n;
+}
+
 void model_set_pipeline(tsr_model *m, tsr_pp *pp, int P, int V, int p, const int *cut) {
     memset(pp, 0, sizeof *pp);
     if (P <= 1) return;
-    if (m->tp || V > TSR_PART_MAX)
-        tsr_die(TSR_EXIT_INTERNAL, "pipeline: with a tensor split or %d chunks a rank (the "
-                "config check let it through)", V);
+    if (V > TSR_PART_MAX)
+        tsr_die(TSR_EXIT_INTERNAL, "pipeline: %d chunks a rank (the config check let it "
+                "through)", V);
     pp->P = P, pp->V = V, pp->S = P * V, pp->p = p;
     pp->cut = tsr_malloc((size_t)(pp->S + 1) * sizeof *pp->cut);
     memcpy(pp->cut, cut, (size_t)(pp->S + 1) * sizeof *cut);
@@ -218,7 +266,9 @@ void model_set_pipeline(tsr_model *m, tsr_pp *pp, int P, int V, int p, const int
     all_parts(pp, glo, gn);
     pp->runs = pp->parts[p].runs, pp->n_runs = pp->parts[p].n_runs;
     m->pp = pp;
-    m->global = &pp->global;
+    m->global = m->tp ? &m->tp->global : &pp->global;
+    for (int c = 0; c < V; c++) pp->chunk[c].global = m->global;
+    if (m->tp) tensor_runs_of_part(pp, m->tp);
 }
 
 /* a chunk's unit u as its part's (struct pp_chunk_src) */
@@ -243,6 +293,7 @@ void pp_attach(tsr_pp *pp, const tsr_model *m) {
         v->alibi_slopes = m->alibi_slopes, v->rope_freqs = m->rope_freqs;
         v->be = m->be;
         v->lora = m->lora, v->ring = m->ring, v->cpN = m->cpN;
+        v->ep = m->ep; /* (the store of the part's MoE layers: its chunks' found by place) */
     }
 }
 

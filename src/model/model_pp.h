@@ -77,8 +77,8 @@ double pp_head_cost(const tsr_model *m);
 void pp_cut(const tsr_model *m, const tsr_config *cfg, int T, int S, int *cut);
 /* After model_init (and before anything is allocated): m becomes pipeline rank p's part of a
  * pipeline of P ranks, V chunks a rank, cut `cut` (S + 1 entries); pp filled, m->pp and m->global
- * set. P = 1 changes nothing. Tensor parallelism's split is not combined with it (refused at
- * load). */
+ * set. P = 1 changes nothing. On a split model (model_set_tensor first) the part is of the
+ * split, m->global stays the whole model and tp->runs become the part's (pp_tp_runs). */
 void model_set_pipeline(tsr_model *m, tsr_pp *pp, int P, int V, int p, const int *cut);
 /* The chunks' buffers from m's (its weights, gradients, ALiBi slopes, RoPE tables): after they
  * are allocated, and again whenever they change. */
@@ -87,6 +87,14 @@ void pp_free(tsr_pp *pp);
 /* Pipeline rank q's runs of tensor id (at most TSR_PART_MAX), each run's local offset from
  * *lbase in q's flat layout: its count */
 int pp_part_runs(const tsr_pp *pp, int q, tsr_param_id id, tp_run *runs, size_t *lbase);
+/* Under tensor parallelism as well (pp->global the split model, model_tp.h): layout q = p T + t,
+ * tensor rank t of pipeline rank p's part; its runs of tensor id in the whole model (at most
+ * PP_TP_MAX_RUNS), each run's local offset from *lbase in the part's flat layout: its count.
+ * model_set_pipeline makes this rank's the tensor split's runs (tp->runs): the gradient sums,
+ * the norm's share and the initial weights read the part through them. */
+#define PP_TP_MAX_RUNS (TP_MAX_RUNS * TSR_PART_MAX)
+int pp_tp_runs(const tsr_pp *pp, const tsr_tp *tp, int q, tsr_param_id id, tp_run *runs,
+               size_t *lbase);
 /* The stage of chunk c (c P + p) */
 int pp_chunk_stage(const tsr_pp *pp, int c);
 /* Tied embeddings under a pipeline: the part holds a second copy of wte (the head's, on the last

@@ -105,10 +105,12 @@ int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp
     return g->params_info[id].ep ? 0 : tensor_runs(g, T, t, sp, id, runs);
 }
 
-/* which 0: expw1, 1: expw2; the runs' blocks are one per expert (and row), so a buffer of
- * `experts` experts a layer holds count / E x experts of them */
-void tp_expert_copy(const tsr_tp *tp, int experts, float *whole, float *split, int to_split) {
+/* which 0: expw1, 1: expw2; the runs' blocks are one per expert and layer (and row), so a
+ * buffer of `experts` experts of `layers` MoE layers holds count / (LM E) x layers x experts */
+void tp_expert_copy(const tsr_tp *tp, int layers, int experts, float *whole, float *split,
+                    int to_split) {
     const tsr_model *g = &tp->global;
+    const size_t per = (size_t)g->LM * (size_t)g->E, mine = (size_t)layers * (size_t)experts;
     size_t wb = 0, sb = 0; /* each tensor's start in the two buffers */
     for (int which = 0; which < 2; which++) {
         const tsr_param_id id = which ? TSR_P_EXPW2 : TSR_P_EXPW1;
@@ -117,7 +119,7 @@ void tp_expert_copy(const tsr_tp *tp, int experts, float *whole, float *split, i
         size_t sn = 0;
         for (int i = 0; i < n; i++) {
             const tp_run *r = &runs[i];
-            const size_t count = r->count / (size_t)g->E * (size_t)experts;
+            const size_t count = r->count / per * mine;
             for (size_t k = 0; k < count; k++) {
                 float *a = split + sb + r->local + k * r->lstride;
                 float *b = whole + wb + r->global + k * r->gstride;
@@ -125,7 +127,7 @@ void tp_expert_copy(const tsr_tp *tp, int experts, float *whole, float *split, i
             }
             sn += count * r->len;
         }
-        wb += g->params_info[id].numel / (size_t)g->E * (size_t)experts, sb += sn;
+        wb += g->params_info[id].numel / per * mine, sb += sn;
     }
 }
 

@@ -95,11 +95,13 @@ void tp_free(tsr_tp *tp);
 #define TP_MAX_RUNS 4
 int tp_tensor_runs(const tsr_model *g, int T, int t, int sp, tsr_param_id id, tp_run *runs);
 
-/* Expert parallelism's store (model_ep.h) under a split: `experts` whole experts of every MoE
- * layer, [expw1 (LM, experts, 2FE, C) | expw2 (LM, experts, C, FE)] at whole, and this rank's
- * split of them (FE / T of each, the experts' rule) at split, laid out alike: to_split copies
- * the rank's elements whole -> split, else split -> whole (the other elements untouched). */
-void tp_expert_copy(const tsr_tp *tp, int experts, float *whole, float *split, int to_split);
+/* Expert parallelism's store (model_ep.h) under a split: `experts` whole experts of `layers`
+ * MoE layers (every one, or a pipeline stage's), [expw1 (layers, experts, 2FE, C) | expw2
+ * (layers, experts, C, FE)] at whole, and this rank's split of them (FE / T of each, the
+ * experts' rule) at split, laid out alike: to_split copies the rank's elements whole -> split,
+ * else split -> whole (the other elements untouched). */
+void tp_expert_copy(const tsr_tp *tp, int layers, int experts, float *whole, float *split,
+                    int to_split);
 
 /* The pieces of this rank's runs within the split flat range [lo, hi): f(ctx, l, g, n, counted)
  * for split flat elements [l, l + n) that are the whole model's flat elements [g, g + n), counted:

@@ -47,19 +47,23 @@ static void run_pieces(const tp_run *r, size_t lb, size_t gb, size_t hlo, size_t
  * split; a pipeline: a pipeline rank's part, model_pp.h), their local offsets from *lbase */
 static int layout_runs(const tsr_model *m, int layout, tsr_param_id id, tp_run *runs,
                        size_t *lbase) {
+    if (m->pp && m->tp) return pp_tp_runs(m->pp, m->tp, layout, id, runs, lbase);
     if (m->pp) return pp_part_runs(m->pp, layout, id, runs, lbase);
     *lbase = m->params_info[id].offset; /* (every tensor rank's split is laid out alike) */
     return tp_tensor_runs(&m->tp->global, m->tp->T, layout, m->tp->sp, id, runs);
 }
 
 /* this rank's layout among them */
-static int layout_of(const tsr_model *m) { return m->pp ? m->pp->p : m->tp->t; }
+static int layout_of(const tsr_model *m) {
+    const int T = m->tp ? m->tp->T : 1, t = m->tp ? m->tp->t : 0;
+    return m->pp ? m->pp->p * T + t : t;
+}
 
 /* the pieces of the runs of layout `layout` (those it counts, or all) within its held range
  * [hlo, hhi) of its flat layout and the global range [glo, ghi), in run order */
 static void each_piece(const tsr_model *m, int layout, int counted, size_t hlo, size_t hhi,
                        size_t glo, size_t ghi, piece_fn f, void *ctx) {
-    tp_run runs[TP_MAX_RUNS > TSR_PART_MAX ? TP_MAX_RUNS : TSR_PART_MAX];
+    tp_run runs[PP_TP_MAX_RUNS];
     if (hlo >= hhi || glo >= ghi) return;
     for (int id = 0; id < TSR_P_COUNT; id++) {
         size_t lbase;

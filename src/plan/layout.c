@@ -28,8 +28,9 @@ typedef struct search {
     const timeplan *p;
     plan_layout_trial trial;
     lay cur, best[TOP], naive;
-    lay other[2], today;       /* the fastest without a pipeline and with one; that runs today */
-    int has_other[2], has_today;
+    lay other[3], today;       /* the fastest without a pipeline, with one, with a pipeline and
+                                * tensor parallelism together; the fastest that runs today */
+    int has_other[3], has_today;
     int n_best, tried, planned, fit, has_naive, untimed;
 } search;
 
@@ -53,10 +54,16 @@ static int better(const lay *a, const lay *b) {
     return a->mem < b->mem;
 }
 
-/* the best few, the best of each kind (with and without a pipeline) and the best that runs */
-static void keep(search *s, const lay *l) {
-    const int k = l->P > 1;
+/* the best of kind k (search's other) */
+static void keep_kind(search *s, const lay *l, int k) {
     if (!s->has_other[k] || better(l, &s->other[k])) s->other[k] = *l, s->has_other[k] = 1;
+}
+
+/* the best few, the best of each kind (without a pipeline, with one, with one and tensor
+ * parallelism) and the best that runs */
+static void keep(search *s, const lay *l) {
+    keep_kind(s, l, l->P > 1);
+    if (l->P > 1 && l->T > 1) keep_kind(s, l, 2);
     if (!l->not_yet && (!s->has_today || better(l, &s->today))) s->today = *l, s->has_today = 1;
     int i = s->n_best < TOP ? s->n_best++ : TOP;
     if (i == TOP && !better(l, &s->best[TOP - 1])) return;
@@ -152,13 +159,13 @@ static void try_shards(search *s, tsr_config *c) {
 }
 
 /* the tensor (within a node), pipeline, context and expert splits that divide the world and the
- * model; not tensor and pipeline together (the trainer's part holds one split: model_pp.h) */
+ * model */
 static void try_splits(search *s, tsr_config *c) {
     lay *l = &s->cur;
     const int W = s->d->world, G = s->d->local_world;
     const int mla = c->model.kv_lora_rank > 0, moe = c->model.moe_experts > 0;
     int Ts[MAX_OPT], Ps[MAX_OPT], Ns[MAX_OPT], Es[MAX_OPT];
-    const int nt = divisors(G, G, Ts), np = divisors(W, mla ? 1 : c->model.n_layer, Ps);
+    const int nt = divisors(G, G, Ts), np = divisors(W, c->model.n_layer, Ps);
     const int nn = divisors(W, mla ? 1 : 8, Ns), ne = divisors(moe ? c->model.moe_experts : 1, W, Es);
     const char *key;
     char why[400];
@@ -167,7 +174,7 @@ static void try_splits(search *s, tsr_config *c) {
             for (int e = 0; e < nn; e++)
                 for (int x = 0; x < ne; x++) {
                     l->T = Ts[a], l->P = Ps[b], l->N = Ns[e], l->EP = Es[x];
-                    if (W % (l->T * l->P * l->N) || (l->P > 1 && l->T > 1) ||
+                    if (W % (l->T * l->P * l->N) ||
                         c->seq_len % (2 * l->N * l->T) || (W / (l->T * l->P)) % l->EP ||
                         config_tensor_split(c, l->T, &key, why, sizeof why))
                         continue;
@@ -235,6 +242,12 @@ static void report_why(const search *s, const lay *b) {
         name_of(&s->other[k], W, name, sizeof name);
         why_best(b, &s->other[k], name, b->P > 1 ? "the fastest without a pipeline"
                                                  : "the fastest with one");
+    }
+    /* (tensor and pipeline together: unless the best is such a layout or the line above was) */
+    if (s->has_other[2] && (b->P == 1 || b->T == 1) && (!s->has_other[k] || s->other[k].T == 1 ||
+                                                         s->other[k].P == 1)) {
+        name_of(&s->other[2], W, name, sizeof name);
+        why_best(b, &s->other[2], name, "the fastest with tensor and pipeline parallelism");
     }
     if (s->has_today && b->not_yet) {
         name_of(&s->today, W, name, sizeof name);

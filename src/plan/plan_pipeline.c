@@ -53,7 +53,9 @@ void plan_pipeline(const plan_view *t) {
     metrics_human_bytes(acts, sizeof acts, chunk * first);
     /* each microbatch's output forward and its gradient back, at every chunk boundary a rank has */
     const size_t act = t->cfg.device == TSR_DEVICE_CUDA ? 2 : sizeof(float);
-    const double msg = (double)t->micro * (t->T / t->model.cpN) * t->model.C * act;
+    /* (sequence parallelism: a tensor rank sends its 1 / T of the tokens) */
+    const int sp = t->model.tp && t->model.tp->sp ? t->model.tp->T : 1;
+    const double msg = (double)t->micro * (t->T / t->model.cpN) / sp * t->model.C * act;
     metrics_human_bytes(sent, sizeof sent, 2.0 * M * pp->V * msg);
     const int Wp = t->dist.world / pp->P;
     printf("pipeline: %d ranks a pipeline (each stage on %d rank%s), %d model chunk%s a rank, %d "

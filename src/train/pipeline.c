@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
+#include "model/model_ep.h"
 #include "train/pipeline_int.h"
 #include "watchdog/watchdog.h"
 
@@ -37,12 +38,13 @@ int pipeline_init(tsr_trainer *t) {
     const int P = t->mesh.P, V = (int)t->cfg.pipeline_virtual, S = P * V;
     TSR_CHECK(check_microbatches(t, P, V));
     int *cut = tsr_malloc((size_t)(S + 1) * sizeof *cut);
-    pp_cut(&t->model, &t->cfg, t->T, S, cut);
+    pp_cut(t->model.global ? t->model.global : &t->model, &t->cfg, t->T, S, cut);
     const tsr_mesh_group *pg = mesh_group(&t->mesh, TSR_MESH_PIPELINE);
     const tsr_mesh_group *sg = mesh_group(&t->mesh, TSR_MESH_STAGE);
     model_set_pipeline(&t->model, &t->part.pp, P, V, pg->rank, cut);
     free(cut);
     t->part.pp_on = 1;
+    if (t->part.tp_on) return 0; /* (the flat layout's ranks: tensor_data's, within the stage) */
     t->part.flat = sg->cpu; /* (NULL in a plan) */
     t->part.flat_rank = sg->rank, t->part.flat_world = sg->size;
     return 0;
@@ -59,6 +61,7 @@ void pipeline_open(tsr_trainer *t) {
                           sizeof why) != 0)
         tsr_die(TSR_EXIT_INTERNAL, "pipeline: %s (checked at start)", why);
     x->pipe = mesh_group(&t->mesh, TSR_MESH_PIPELINE)->cpu;
+    x->ep = t->part.ep_on ? &t->part.ep : NULL;
     x->B = t->micro;
     x->msg_bytes = (size_t)x->B * (size_t)t->T * (size_t)t->model.C * sizeof(float);
     x->w = tsr_calloc((size_t)pp->V * (size_t)M, sizeof *x->w);
@@ -88,10 +91,9 @@ int pipeline_try_acts(tsr_trainer *t) {
     for (int c = 0; c < t->part.pp.V; c++) {
         tsr_model *m = &t->part.pp.chunk[c];
         if (x->n_sets[c]) continue;
-        pp_set *s = tsr_calloc(1, sizeof *s);
-        s->be = m->be, s->mb = -1;
-        if (m->be.capped) s->be.capped = &s->capped;
+        pp_set *s = pp_set_new(x, m);
         if (dec_try_alloc_acts(m, &m->be, &s->a, x->B, t->T) != 0) {
+            if (x->ep) ep_slots_free(x->ep, s->ep_slots, s->n_ep_slots);
             free(s);
             pipeline_free_acts(t);
             return -1;
@@ -118,7 +120,7 @@ void pp_turn_backward(void *ctx, const int32_t *tokens, const int32_t *targets, 
     tsr_trainer *t = ctx;
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
-    const size_t n = (size_t)B * (size_t)(T / t->model.cpN) * (size_t)t->model.C * sizeof(float);
+    const size_t n = pp_out_bytes(t, B);
     x->phase = WD_COMPUTE;
     for (int c = pp->V - 1; c >= 0; c--) {
         const int s = pp_chunk_stage(pp, c);

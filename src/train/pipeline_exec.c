@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "model/decoder.h"
+#include "model/model_ep.h"
 #include "model/model_ring.h"
 #include "run/run.h"
 #include "train/pipeline.h"
@@ -22,6 +23,7 @@
 
 void pp_chunk_decoder(tsr_trainer *t, int c, pp_set *s, const tsr_backend *be,
                       const uint8_t *starts, tsr_decoder *d) {
+    if (t->part.ppx->ep) ep_slots_use(t->part.ppx->ep, s->ep_slots, s->n_ep_slots);
     model_decoder_of(&t->part.pp.chunk[c], &s->a, be ? be : &s->be, d);
     d->starts = starts;
     d->lora = t->model.lora; /* (DPO's reference pass runs the base without them) */
@@ -35,9 +37,7 @@ pp_set *pp_set_take(tsr_trainer *t, int c, int mb) {
             return x->sets[c][i];
         }
     tsr_model *m = &t->part.pp.chunk[c];
-    pp_set *s = tsr_calloc(1, sizeof *s);
-    s->be = m->be;
-    if (m->be.capped) s->be.capped = &s->capped;
+    pp_set *s = pp_set_new(x, m);
     if (dec_try_alloc_acts(m, &m->be, &s->a, x->B, t->T) != 0)
         tsr_die(TSR_EXIT_USAGE, "pipeline: out of memory allocating the activations of chunk %d "
                 "(stage %d) for its microbatch in flight number %d (%.1f MiB a microbatch of %d "
@@ -57,10 +57,20 @@ pp_set *pp_set_of(pp_exec *x, int c, int mb) {
             "backward before its forward)", c, mb);
 }
 
+pp_set *pp_set_new(pp_exec *x, const tsr_model *m) {
+    pp_set *s = tsr_calloc(1, sizeof *s);
+    s->be = m->be, s->mb = -1;
+    if (m->be.capped) s->be.capped = &s->capped;
+    if (x->ep) s->ep_slots = ep_slots_new(x->ep, m->L), s->n_ep_slots = m->L;
+    return s;
+}
+
 void pp_sets_free(pp_exec *x, int V) {
+    if (x->ep) ep_slots_use(x->ep, NULL, 0);
     for (int c = 0; c < V; c++) {
         for (int i = 0; i < x->n_sets[c]; i++) {
             pp_set *s = x->sets[c][i];
+            if (x->ep) ep_slots_free(x->ep, s->ep_slots, s->n_ep_slots);
             dec_free_acts(&s->be, &s->a);
             free(s->capped.z);
             free(s);
@@ -140,10 +150,10 @@ static mb_rows rows_of(const tsr_trainer *t, int mb) {
                      t->data.starts ? t->data.starts + at : NULL};
 }
 
-/* the bytes of a stage's output for B sequences (this rank's T / N positions of each under
- * context parallelism) */
-static size_t out_bytes(const tsr_trainer *t, int B) {
-    return (size_t)B * (size_t)(t->T / t->model.cpN) * (size_t)t->model.C * sizeof(float);
+size_t pp_out_bytes(const tsr_trainer *t, int B) {
+    const tsr_tp *tp = t->model.tp;
+    const size_t N = (size_t)B * (size_t)(t->T / t->model.cpN);
+    return N / (tp && tp->sp ? (size_t)tp->T : 1) * (size_t)t->model.C * sizeof(float);
 }
 
 /* MoE: the microbatch's routing statistics of chunk c's layers, at their place in the whole
@@ -167,7 +177,7 @@ static pp_msg *act_wait(tsr_trainer *t, int c, int mb, int bw) {
     if (from < 0 || from >= pp->S) return NULL;
     char what[64];
     snprintf(what, sizeof what, "microbatch %d's %s", mb, bw ? "gradient" : "activations");
-    return pp_recv(t, out_bytes(t, t->micro), from % pp->P, pp_tag(bw, c, mb), what, from);
+    return pp_recv(t, pp_out_bytes(t, t->micro), from % pp->P, pp_tag(bw, c, mb), what, from);
 }
 
 static void act_forward(tsr_trainer *t, int c, int mb, float scale, double *loss) {
@@ -178,7 +188,7 @@ static void act_forward(tsr_trainer *t, int c, int mb, float scale, double *loss
     const double t0 = tsr_now();
     pp_set *set = pp_set_take(t, c, mb);
     const mb_rows r = rows_of(t, mb);
-    const size_t n = out_bytes(t, t->micro);
+    const size_t n = pp_out_bytes(t, t->micro);
     tsr_decoder d;
     pp_chunk_decoder(t, c, set, NULL, r.starts, &d);
     d.pp_x = g ? g->buf : NULL;
@@ -196,7 +206,7 @@ static void act_backward(tsr_trainer *t, int c, int mb, float scale, int split) 
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
     const int s = pp_chunk_stage(pp, c), P = pp->P;
-    const size_t n = out_bytes(t, t->micro);
+    const size_t n = pp_out_bytes(t, t->micro);
     pp_msg *g = act_wait(t, c, mb, 1);
     const double t0 = tsr_now();
     const mb_rows r = rows_of(t, mb);
@@ -287,7 +297,7 @@ static void eval_pass(tsr_trainer *t, const int32_t *tokens, const int32_t *targ
                       tsr_decoder *last) {
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
-    const size_t n = out_bytes(t, B);
+    const size_t n = pp_out_bytes(t, B);
     x->phase = WD_EVAL;
     for (int c = 0; c < pp->V; c++) {
         const int s = pp_chunk_stage(pp, c);

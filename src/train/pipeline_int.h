@@ -53,6 +53,9 @@ typedef struct pp_set {
     int mb;
     tsr_backend be;
     tsr_capped_logits capped;
+    struct ep_slot *ep_slots; /* expert parallelism: the exchange's records of this microbatch's
+                               * forward for its backward (model_ep.h ep_slots_new), NULL without */
+    int n_ep_slots;
 } pp_set;
 
 /* A message buffer: the send in flight from it (NULL: none), or a received message being read */
@@ -65,6 +68,7 @@ typedef struct pp_msg {
 typedef struct pp_exec {
     pp_schedule sched;           /* this run's tables (M microbatches) */
     tsr_group *pipe;             /* the mesh's pipeline group */
+    struct tsr_ep *ep;           /* expert parallelism's store (NULL without) */
     int B;                       /* sequences a set holds (the microbatch) */
     size_t msg_bytes;            /* an activation or its gradient: B T C floats */
     pp_set **sets[TSR_PART_MAX]; /* each chunk's sets */
@@ -89,12 +93,18 @@ typedef struct pp_exec {
  * its rows' segment starts (attn_mask = document) at starts or NULL */
 void pp_chunk_decoder(tsr_trainer *t, int c, pp_set *s, const tsr_backend *be,
                       const uint8_t *starts, struct tsr_decoder *d);
+/* a new set of chunk model m, its activations not yet allocated, free (mb -1) */
+pp_set *pp_set_new(pp_exec *x, const tsr_model *m);
 /* a set of chunk c for microbatch mb (a free one, or a new one of x->B sequences); dies when
  * memory is out */
 pp_set *pp_set_take(tsr_trainer *t, int c, int mb);
 /* the set of chunk c holding microbatch mb */
 pp_set *pp_set_of(pp_exec *x, int c, int mb);
 void pp_sets_free(pp_exec *x, int V);
+/* the bytes of a stage's output (and of its gradient) for B sequences: this rank's T / N
+ * positions of each under context parallelism, its 1 / T of those tokens under sequence
+ * parallelism (the tensor rank's frame, sent to the same tensor rank of the next stage) */
+size_t pp_out_bytes(const tsr_trainer *t, int B);
 /* the message's tag: direction (0 forward, 1 backward), the receiving chunk, the microbatch */
 int pp_tag(int dir, int c, int mb);
 /* waits for n bytes from group rank `from` under tag into a free buffer (held until the caller

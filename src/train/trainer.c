@@ -463,7 +463,9 @@ static double step_grads(tsr_trainer *t, tsr_step_stats *st, float scale, int fi
     if (ep_host) ep_reduce(&t->part.ep);
     sdc_fault(t, SDC_AFTER_REDUCE);
     sdc_grads(t); /* (a fingerprint step: the reduced gradients, before the update uses them) */
-    *norm = sqrt(s->sumsq(t) + (ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0));
+    double ep_sq = ep_host ? ep_sumsq(&t->part.ep, t->be.ops) : 0.0;
+    if (ep_host && t->part.pp_on) ep_sq = pipeline_sum_stages(t, ep_sq); /* (each stage's own) */
+    *norm = sqrt(s->sumsq(t) + ep_sq);
     return loss_sum;
 }
 

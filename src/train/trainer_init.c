@@ -606,10 +606,10 @@ void trainer_free(tsr_trainer *t) {
     if (t->part.v) t->be.ops->free(t->part.v);
     optim_free(&t->part.optim); /* (before the fsdp plan it points to) */
     fsdp_free(&t->part.fsdp);
+    pipeline_free(t); /* (its activation sets' records of the experts' exchange first) */
     ep_free(&t->part.ep);
     lora_free(&t->part.lora);
     if (t->objective && t->objective->release) t->objective->release(t->run.objective_state);
-    pipeline_free(t);
     model_free(&t->model);
     tp_io_free(&t->part.tpio);
     tp_free(&t->part.tp);

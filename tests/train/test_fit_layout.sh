@@ -8,7 +8,8 @@
 #  4. Llama-3-70B (the llama-3.1-8b recipe at 80 layers of 8192, as docs/planning.md's table):
 #     pipeline rows are printed, and each 1f1b / interleaved row's bubble is its schedule's
 #     formula, (P-1)/(M+P-1) and (P-1)/(V M+P-1) at M = global_batch / (DP x micro_batch); the
-#     trials are quiet (no warning of a layout tried: a dataset's open used to unmute them);
+#     trials are quiet (no warning of a layout tried: a dataset's open used to unmute them); a
+#     tensor x pipeline layout is tried (a row, or the best's comparison with the fastest such);
 #  5. --time with a pipeline: a W its stages (x tensor x context) do not divide is a line saying
 #     so (it divided by zero before);
 #  6. bad input exits 1 naming the option: --plan W/G with G not dividing W, --fit layout without
@@ -78,10 +79,14 @@ for P, sched, D, mb, bubble in rows:
     assert abs(float(bubble) - want) < 6e-5, (P, sched, M, bubble, want)
     checked += 1
 assert checked >= 1, "no 1f1b or interleaved row"
+tp_pp = [m[0] for m in re.finditer(r"TP(\d+) PP(\d+) [^)]*?(?= {2,}|\)|:)", text)
+         if int(m[1]) > 1 and int(m[2]) > 1]
+assert tp_pp, "no tensor x pipeline layout among the rows and the best's comparisons"
+print(f"# tensor x pipeline: {tp_pp[0]}")
 print(f"# {checked} pipeline rows' bubbles equal their formulas")
 PY
 [[ $? == 0 ]] && ! grep -m3 "warning:" "$TMP/l70.txt"
-tap_check $? "Llama-3-70B on 64 GPUs: pipeline rows printed, each 1f1b / interleaved row's bubble is (P-1)/(V M+P-1), zb's under 1F1B's; the trials print nothing (their hsdp warnings stay quiet)"
+tap_check $? "Llama-3-70B on 64 GPUs: pipeline rows printed, a tensor x pipeline layout among the rows or compared with the best, each 1f1b / interleaved row's bubble is (P-1)/(V M+P-1), zb's under 1F1B's; the trials print nothing (their hsdp warnings stay quiet)"
 
 # --time with a pipeline: a W its stages do not divide is a line saying so (it divided by zero)
 "$TRAIN" --config llama-3.1-8b --set device=cpu --set parallel.sharding=zero1 --set parallel.pipeline=8 --set parallel.context=2 \

@@ -17,10 +17,18 @@
 #    zero3 on 2 ranks' bit for bit and resumes on one rank;
 #  - Muon at P 2 (1f1b, interleaved), P 2 x zero1 2, P 2 x zero3 2 and on tied embeddings within 1e-6 of one
 #    rank, the P 2 checkpoint one rank's bit for bit;
+#  - tensor parallelism at P 2 x T 2 (4 ranks): 1f1b, interleaved, zb, with and without sequence
+#    parallelism, tied embeddings, a MoE, LoRA, zero3 and Muon within 1e-6 of one rank; the
+#    checkpoint T 2's bit for bit, resumed at data 4 and back within 1e-6;
+#  - expert parallelism at P 2 x E 2 (4 ranks; a MoE routing every token to every expert):
+#    1f1b, zb and with zero3 within 1e-6 of one rank; the checkpoint E 2's bit for bit, resumed
+#    at data 4 and back within 1e-6;
+#  - multi-head latent attention at P 2 (1f1b, interleaved, zb) within 1e-6 of one rank, the
+#    checkpoint one rank's bit for bit and resumed on one rank;
 #  - the modes still refused (the end-of-run sample, zero3 / hsdp, ...) name both keys.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 13
 parallel_args 4 8 1 6ba
 il=(--set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2)
 zb=(--set parallel.pipeline_schedule=zb)
@@ -91,6 +99,55 @@ run U1 1 1 llama "${mu[@]}" "${sv[@]}" && run U2 2 2 llama "${mu[@]}" "${sv[@]}"
     same_tensors "$(ck "$TMP/U1" 4)" "$(ck "$TMP/U2" 4)"
 tap_check $? "Muon at P = 2 (1f1b, interleaved), at P 2 x zero1 2 (each matrix whole in one rank's part of its stage), at P 2 x zero3 2 (the matrices' owners in the stage's group) and on tied embeddings (GPT-2 style) equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit"
 
+# ---- tensor parallelism ----------------------------------------------------------------------------
+# P 2 x T 2 at 4 ranks: each stage's layers split over its tensor group (ranks 0-1 stage 0, 2-3
+# stage 1); with sequence parallelism each tensor rank sends its half of the tokens to the same
+# tensor rank of the next stage
+pt=(--set parallel.pipeline=2 --set parallel.tensor=2)
+moe=("${llama[@]}" --set model.moe_experts=4 --set model.moe_intermediate_size=48 --set model.moe_top_k=4)
+sent() { grep -o 'pipeline: [0-9]* bytes sent between stages' "$TMP/$1.txt" | grep -o '[0-9]*' | head -1; }
+run X1 1 1 llama && run T1 4 2 llama "${pt[@]}" && run Ti 4 2 llama "${pt[@]}" "${il[@]}" &&
+    run Tz 4 2 llama "${pt[@]}" "${zb[@]}" && run Tn 4 2 llama "${pt[@]}" --set parallel.sequence=false &&
+    run XG 1 1 gpt && run Tg 4 2 gpt "${pt[@]}" && run XM 1 1 moe && run Tm 4 2 moe "${pt[@]}" &&
+    run XL 1 1 lora && run Tl 4 2 lora "${pt[@]}" && run T3 4 2 llama "${pt[@]}" "${z3[@]}" &&
+    run XU 1 1 llama "${mu[@]}" && run Tu 4 2 llama "${pt[@]}" "${mu[@]}" &&
+    runs_exact X1 T1 Ti Tz Tn T3 && runs_exact XG Tg && runs_exact XM Tm && runs_exact XL Tl &&
+    runs_exact XU Tu && [[ $(sent Tn) == $((2 * $(sent T1))) ]]
+tap_check $? "P 2 x T 2 (the stages' layers split over their tensor groups) with 1f1b, interleaved and zb, without sequence parallelism (each message whole: twice the bytes, $(sent Tn) against $(sent T1)), on tied embeddings, a MoE, LoRA, zero3 and Muon equals one rank within 1e-6"
+run TS 4 2 llama "${pt[@]}" --set parallel.sequence=false "${sv[@]}" &&
+    run T2 2 1 llama --set parallel.tensor=2 --set parallel.sequence=false "${sv[@]}" &&
+    run D4 4 1 llama "${sv[@]}" && same_tensors "$(ck "$TMP/T2" 6)" "$(ck "$TMP/TS" 6)" &&
+    run TR 4 1 llama --resume "$(ck "$TMP/TS" 2)" && run DR 4 2 llama "${pt[@]}" --resume "$(ck "$TMP/D4" 2)" &&
+    metrics_close "$TMP/X1/metrics.jsonl" "$TMP/TR/metrics.jsonl" 3 1e-6 1e-5 &&
+    metrics_close "$TMP/X1/metrics.jsonl" "$TMP/DR/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "checkpoints stay layout-free: the P 2 x T 2 checkpoint is T 2's bit for bit, resumes at data 4 (no P, no T) within 1e-6 of one rank, and data 4's resumes at P 2 x T 2 within 1e-6"
+
+# ---- expert parallelism ----------------------------------------------------------------------------
+# P 2 x E 2 at 4 ranks on the tiny MoE (every expert a token: no near-tie flips): each stage's
+# experts over its EP group, the store the stage's MoE layers, an activation set's own records of
+# the exchange (two microbatches in flight at stage 0)
+pe=(--set parallel.pipeline=2 --set parallel.expert=2)
+run MS 1 1 moe "${sv[@]}" && run E1 4 2 moe "${pe[@]}" "${sv[@]}" && run Ez 4 2 moe "${pe[@]}" "${zb[@]}" &&
+    run E3 4 2 moe "${pe[@]}" "${z3[@]}" && runs_exact MS E1 Ez E3
+tap_check $? "P 2 x E 2 (1f1b, zb, and with zero3 over each stage's 2 ranks) on a MoE equals one rank within 1e-6"
+run E2 2 1 moe --set parallel.expert=2 "${sv[@]}" && same_tensors "$(ck "$TMP/E2" 6)" "$(ck "$TMP/E1" 6)" &&
+    run D5 4 1 moe "${sv[@]}" &&
+    run ER 4 1 moe --resume "$(ck "$TMP/E1" 2)" && run DE 4 2 moe "${pe[@]}" --resume "$(ck "$TMP/D5" 2)" &&
+    metrics_close "$TMP/MS/metrics.jsonl" "$TMP/ER/metrics.jsonl" 3 1e-6 1e-5 &&
+    metrics_close "$TMP/MS/metrics.jsonl" "$TMP/DE/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "the P 2 x E 2 checkpoint is E 2's bit for bit (each stage's first EP group writes its layers' experts), resumes at data 4 within 1e-6 of one rank, and data 4's at P 2 x E 2"
+
+# ---- multi-head latent attention ----------------------------------------------------------------
+# (a stage's part counts its MLA layers as model_init counts a whole model's: a P 2 run died of
+# SIGFPE before)
+mla=("${llama[@]}" --set model.n_kv_head=0 --set model.kv_lora_rank=32 --set model.q_lora_rank=24
+     --set model.qk_nope_head_dim=16 --set model.qk_rope_head_dim=8 --set model.v_head_dim=12
+     --set model.rope_interleave=true)
+run K1 1 1 mla "${sv[@]}" && run K2 2 2 mla "${sv[@]}" && run Ki 2 2 mla "${il[@]}" &&
+    run Kz 2 2 mla "${zb[@]}" && runs_exact K1 K2 Ki Kz && same_tensors "$(ck "$TMP/K1" 6)" "$(ck "$TMP/K2" 6)" &&
+    run KR 1 1 mla --resume "$(ck "$TMP/K2" 2)" && metrics_close "$TMP/K1/metrics.jsonl" "$TMP/KR/metrics.jsonl" 3 1e-6 1e-5
+tap_check $? "multi-head latent attention (q and kv low-rank) at P = 2 with 1f1b, interleaved and zb equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit and resumes on one rank"
+
 # ---- still refused -------------------------------------------------------------------------------
 # refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
 refused() {
@@ -104,9 +161,10 @@ why='pipeline parallelism does not run with it yet (docs/pipeline.md "What compo
 refused R1 --set parallel.pipeline=2 --set sample.tokens=8 &&
     err R1 | grep -qF "parallel.pipeline = 2 with sample.tokens > 0: $why sample.tokens" &&
     refused R2 --set parallel.pipeline=2 --set parallel.expert=2 --set model.moe_experts=4 \
-        --set model.moe_intermediate_size=48 &&
-    err R2 | grep -qF "parallel.pipeline = 2 with parallel.expert > 1: $why parallel.expert" &&
+        --set model.moe_intermediate_size=48 --set parallel.pipeline_schedule=interleaved \
+        --set parallel.pipeline_virtual=2 &&
+    err R2 | grep -qF 'parallel.pipeline_schedule = "interleaved" with parallel.expert = 2: a rank'"'"'s experts are the MoE layers of one stage (their checkpoint one run of each expert tensor); set parallel.pipeline_schedule = "1f1b" or "zb", or parallel.expert = 1' &&
     refused R3 --set parallel.pipeline=2 --set parallel.sharding=zero3 --set parallel.pipeline_schedule=zb &&
     err R3 | grep -qF 'parallel.pipeline_schedule = "zb" with parallel.sharding = "zero3": the zero-bubble schedule computes a layer'"'"'s weight gradients after its sharded gradients are summed; set parallel.pipeline_schedule = "1f1b" or "interleaved", or parallel.sharding = "zero1"'
-tap_check $? "a mode the pipeline does not run with yet (the end-of-run sample, expert parallelism) exits 1 naming both keys, and zb with zero3 naming both and valid values, nothing written: $(err R1)"
+tap_check $? "a mode the pipeline does not run with yet (the end-of-run sample) exits 1 naming both keys, interleaved with expert parallelism and zb with zero3 naming both and valid values, nothing written: $(err R1)"
 tap_done
