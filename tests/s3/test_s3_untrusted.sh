@@ -51,8 +51,12 @@ first_error TI
 stop_proxy
 
 # ---- sizes from the server ----
+# logged KEY: the proxy logs an oversize GET when its writes fail, after the client hung up: wait
+# up to 10 s for KEY's line (a loaded machine), so that the count is of finished GETs
+logged() { for _ in {1..100}; do grep -q "^$1 oversize" "$TMP/over.log" && return; sleep 0.1; done; }
 PROXY_KEYS=.bin start_proxy oversize "$TMP/over.log"
 vd OC
+logged /tsr/ds/shard-00000.bin
 n_get=$(grep -c '^/tsr/ds/shard-00000.bin oversize' "$TMP/over.log")
 [[ $rc == 2 && $n_get == 1 && -z $(ls -A "$TMP/tmpdir") ]] &&
     grep -q "error: GET s3://tsr/ds/shard-00000.bin at .*: the answer is larger than the $shard_bytes bytes asked for (Content-Length 1000000000000000): stopped there, not fetched again" "$TMP/OC.txt"
@@ -62,6 +66,7 @@ stop_proxy
 : >"$TMP/over.log"
 PROXY_KEYS=.bin PROXY_CHUNKED=1 start_proxy oversize "$TMP/over.log"
 vd OB
+logged /tsr/ds/shard-00000.bin
 sent=$(sed -n 's|^/tsr/ds/shard-00000.bin oversize ||p' "$TMP/over.log")
 [[ $rc == 2 && $(wc -l <<<"$sent") == 1 && ${sent:-0} -lt $((64 << 20)) ]] &&
     grep -q "error: GET s3://tsr/ds/shard-00000.bin at .*: the answer is larger than the $shard_bytes bytes asked for (more than that sent): stopped there" "$TMP/OB.txt"
@@ -70,6 +75,7 @@ stop_proxy
 : >"$TMP/over.log"
 PROXY_KEYS=index.tsv start_proxy oversize "$TMP/over.log"
 vd OI
+logged /tsr/ds/index.tsv
 n_get=$(grep -c '^/tsr/ds/index.tsv oversize' "$TMP/over.log")
 [[ $rc == 2 && $n_get == 1 ]] &&
     grep -q "error: GET s3://tsr/ds/index.tsv at .*: the answer is larger than the 268435456 bytes this object may hold (Content-Length 1000000000000000): stopped there, not fetched again" "$TMP/OI.txt"
