@@ -217,7 +217,7 @@ def others(tap, tmp, dirs):
         ("a qwen3_5_moe config.json without text_config",
          edited(tmp, vl, "q_notext", lambda cj: cj.pop("text_config")), ["text_config"]),
         ("model_type falcon", edited(tmp, text, "q_falcon", lambda cj: cj.update(model_type="falcon")),
-         ['model_type = "falcon"', '"qwen3_5_moe_text" only']),
+         ['model_type = "falcon"', '"qwen3_5_moe_text", ']),
     ]
     t3n.import_refusals(tap, tmp, cases)
 
