@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_hf_export as hfe  # noqa: E402  (skips with 77 without torch/h5py or the programs)
 import test_hf_families as fam  # noqa: E402
-import h5py  # noqa: E402
+import test_hf_qwen3next as t3n  # noqa: E402  (ckpt_params, import_refusals)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from hf_fixture import write_safetensors  # noqa: E402
@@ -178,14 +178,6 @@ def fp8_forms(sd):
     return fp8, twin
 
 
-def ckpt_params(path):
-    with h5py.File(path, "r") as f:
-        g = f["model"] if "model" in f else f
-        out = {}
-        g.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
-        return out
-
-
 def import_dir(tmp, d, name):
     ck = os.path.join(tmp, name + ".h5")
     rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", d, ck])
@@ -230,8 +222,8 @@ def fp8_check(tap, tmp):
     write_dir(dt, config_json(fx), twin)
     rc1, out1, c1 = import_dir(tmp, d8, "fp8")
     rc2, out2, c2 = import_dir(tmp, dt, "fp8_twin")
-    p1 = ckpt_params(c1) if rc1 == 0 else {}
-    p2 = ckpt_params(c2) if rc2 == 0 else {}
+    p1 = t3n.ckpt_params(c1) if rc1 == 0 else {}
+    p2 = t3n.ckpt_params(c2) if rc2 == 0 else {}
     same = p1 and p1.keys() == p2.keys() and all(np.array_equal(p1[k], p2[k]) for k in p1)
     if rc1 or rc2:
         tap.diag((out1 + out2)[-1500:])
@@ -289,15 +281,7 @@ def refusals(tap, tmp, d8):
          with_tensor(tmp, v3, "r_copy", emb, lambda dt, shp, raw: (dt, shp, bytes(len(raw)))),
          [emb, "differs"]),
     ]
-    for what, d, needles in cases:
-        out_h5 = os.path.join(tmp, "refused.h5")
-        rc, out = hfe.run([hfe.TESSERA, "ckpt", "import", d, out_h5])
-        missing = [n for n in needles if n not in out]
-        tap.ok(rc == 2 and not missing and not os.path.exists(out_h5),
-               f"refused at import: {what}: exit {rc} (want 2), names {needles} (missing "
-               f"{missing}), no checkpoint written")
-        if missing or rc != 2:
-            tap.diag(out[-800:])
+    t3n.import_refusals(tap, tmp, cases)
     return len(cases)
 
 
