@@ -474,6 +474,13 @@ int config_tensor_split(const tsr_config *cfg, int T, const char **key, char *wh
 /* The values of parallel.tensor in 1 .. 256 that split cfg's model, listed into list ("1, 2, 4");
  * returns their count. */
 int config_tensor_valid(const tsr_config *cfg, char *list, size_t n);
+/* A setting a mode does not run with yet: bad when it is set, its key and its value's words */
+typedef struct {
+    int bad;
+    const char *key, *value;
+} tsr_cfg_pair;
+/* The first of the n pairs that is bad: its key (its value's words in *value), or NULL */
+const char *config_first_pair(const tsr_cfg_pair *pairs, size_t n, const char **value);
 /* With parallel.tensor > 1: the first key whose setting tensor parallelism does not run with yet
  * (its value's words in *value), or NULL. (device = "cuda" is the trainer's to refuse, at start:
  * a plan, --plan and --time, prices it.) */

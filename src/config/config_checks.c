@@ -375,18 +375,12 @@ static void validate_linear_cuda(load_ctx *c) {
 static void validate_mla(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
-    if (g->model.kv_lora_rank == 0) return;
-    const struct { int bad; const char *key, *value, *alt; } rules[] = {
-        {g->lora.rank > 0, "lora.rank", "> 0", "lora.rank = 0 (full finetuning)"},
-    };
-    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
-        if (rules[k].bad) {
-            tsr_error("%s%s %s with model.kv_lora_rank = %d: multi-head latent attention does "
-                      "not run with it yet (docs/models.md \"DeepSeek\"): set %s, or use a "
-                      "model without MLA", cfgload_where(c, rules[k].key, at, sizeof at),
-                      rules[k].key, rules[k].value, g->model.kv_lora_rank, rules[k].alt);
-            c->errors++;
-        }
+    if (g->model.kv_lora_rank == 0 || g->lora.rank == 0) return;
+    tsr_error("%slora.rank > 0 with model.kv_lora_rank = %d: multi-head latent attention does not "
+              "run with it yet (docs/models.md \"DeepSeek\"): set lora.rank = 0 (full "
+              "finetuning), or use a model without MLA",
+              cfgload_where(c, "lora.rank", at, sizeof at), g->model.kv_lora_rank);
+    c->errors++;
 }
 
 /* model.num_nextn_predict_layers > 0 (multi-token prediction; docs/models.md "Multi-token
@@ -396,7 +390,7 @@ static void validate_mtp(load_ctx *c) {
     char at[1200];
     const int D = g->model.num_nextn_predict_layers;
     if (D == 0) return;
-    const struct { int bad; const char *key, *value; } rules[] = {
+    const tsr_cfg_pair rules[] = {
         {g->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
         {g->tensor > 1, "parallel.tensor", "> 1"},
         {g->pipeline > 1, "parallel.pipeline", "> 1"},

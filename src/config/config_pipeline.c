@@ -212,7 +212,7 @@ int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, si
 }
 
 const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
-    const struct { int bad; const char *key, *value; } pairs[] = {
+    const tsr_cfg_pair pairs[] = {
         {cfg->micro_batch == 0, "micro_batch", "= \"auto\""},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
         {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
@@ -221,11 +221,6 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
              cfg->model.moe_bias_update_rate > 0,
          "model.moe_bias_update_rate", "> 0 (model.moe_topk_method = \"noaux_tc\")"},
     };
-    if (cfg->pipeline <= 1) return NULL;
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
-        if (pairs[k].bad) {
-            *value = pairs[k].value;
-            return pairs[k].key;
-        }
-    return NULL;
+    return cfg->pipeline > 1 ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value)
+                             : NULL;
 }

@@ -82,18 +82,21 @@ static int lora_linear(const tsr_config *cfg) {
            (mask & linear) != 0;
 }
 
-const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
-    const tsr_model_config *m = &cfg->model;
-    const struct { int bad; const char *key, *value; } pairs[] = {
-        {lora_linear(cfg), "lora.targets",
-         "naming in_proj_qkvz, in_proj_ba or out_proj (a linear_attention layer's)"},
-        {m->kv_lora_rank > 0, "model.kv_lora_rank", "> 0 (multi-head latent attention)"},
-    };
-    if (cfg->tensor <= 1) return NULL;
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
+const char *config_first_pair(const tsr_cfg_pair *pairs, size_t n, const char **value) {
+    for (size_t k = 0; k < n; k++)
         if (pairs[k].bad) {
             *value = pairs[k].value;
             return pairs[k].key;
         }
     return NULL;
+}
+
+const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
+    const tsr_model_config *m = &cfg->model;
+    const tsr_cfg_pair pairs[] = {
+        {lora_linear(cfg), "lora.targets",
+         "naming in_proj_qkvz, in_proj_ba or out_proj (a linear_attention layer's)"},
+        {m->kv_lora_rank > 0, "model.kv_lora_rank", "> 0 (multi-head latent attention)"},
+    };
+    return cfg->tensor > 1 ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value) : NULL;
 }
