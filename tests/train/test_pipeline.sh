@@ -130,14 +130,7 @@ run S1 1 1 llama "${sv[@]}" && same_tensors "$(ck "$TMP/S1" 2)" "$(ck "$TMP/UP" 
 tap_check $? "layout-free checkpoints: P 2's step-2 checkpoint equals one rank's bit for bit; it resumes on one rank, and one rank's at P 2 with zb, within 1e-6"
 
 # ---- refusals ----------------------------------------------------------------------------------
-# refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
-refused() {
-    local dir=$1; shift
-    "$TRAIN" "${llama[@]}" --set run_dir="$TMP/$dir" "$@" --dry-run >"$TMP/$dir.txt" 2>&1
-    local rc=$?
-    ((rc == 1)) && [[ ! -e $TMP/$dir ]] || { tap_diag "$dir: exit $rc"; return 1; }
-}
-err() { grep -m1 'error:' "$TMP/$1.txt"; }
+source "$(dirname "$0")/pipeline_lib.sh" # (refused, err)
 refused B1 --set parallel.pipeline=8 && err B1 | grep -qF "makes 8 stages, more than the model's 4 layers (model.n_layer): every stage runs at least one; the most is parallel.pipeline = 4" &&
     refused B2 --set parallel.pipeline=2 --set "parallel.pipeline_layout=Et*2|tL" &&
     err B2 | grep -qF 'parallel.pipeline_layout = "Et*2|tL": it places 3 layers (t), the model has model.n_layer = 4; for example "Et*2|t*2L"' &&

@@ -149,14 +149,7 @@ run K1 1 1 mla "${sv[@]}" && run K2 2 2 mla "${sv[@]}" && run Ki 2 2 mla "${il[@
 tap_check $? "multi-head latent attention (q and kv low-rank) at P = 2 with 1f1b, interleaved and zb equals one rank within 1e-6; the P 2 checkpoint is one rank's bit for bit and resumes on one rank"
 
 # ---- still refused -------------------------------------------------------------------------------
-# refused RUN ARGS...: a dry run (one rank) that must exit 1 and write nothing; its error line
-refused() {
-    local dir=$1; shift
-    "$TRAIN" "${llama[@]}" --set run_dir="$TMP/$dir" "$@" --dry-run >"$TMP/$dir.txt" 2>&1
-    local rc=$?
-    ((rc == 1)) && [[ ! -e $TMP/$dir ]] || { tap_diag "$dir: exit $rc"; return 1; }
-}
-err() { grep -m1 'error:' "$TMP/$1.txt"; }
+source "$(dirname "$0")/pipeline_lib.sh" # (refused, err)
 why='pipeline parallelism does not run with it yet (docs/pipeline.md "What composes with the pipeline"): set parallel.pipeline = 1, or change'
 refused R1 --set parallel.pipeline=2 --set sample.tokens=8 &&
     err R1 | grep -qF "parallel.pipeline = 2 with sample.tokens > 0: $why sample.tokens" &&

@@ -53,7 +53,7 @@ run() {
     ranks "$np" "$TRAIN" "${!m}" --set parallel.tensor="$t" --set run_dir="$TMP/$dir" "$@" \
         >"$TMP/$dir.txt" 2>&1
 }
-source "$(dirname "$0")/tensor_lib.sh" # (bytes_match)
+source "$(dirname "$0")/tensor_lib.sh" # (bytes_match, refused)
 
 # ---- exactness, 6 steps ------------------------------------------------------------------------
 run L1 1 1 llama && run L2 2 2 llama && run G1 1 1 gpt && run G2 2 2 gpt &&
@@ -165,13 +165,6 @@ ok=$?
 tap_check $? "a T 2 x data 2 checkpoint holds every tensor at its global shape, the weights those of one rank's run (1e-4 after 2 AdamW steps); ckpt export --format hf writes it, and --init-from that export at T = 2 and from the checkpoint at T 2 x zero3 2 train as one rank from the export"
 
 # ---- refusals --------------------------------------------------------------------------------
-refused() { # DIR NP T WANT ARGS...: exit 1, WANT in the output, nothing in DIR
-    local dir=$1 np=$2 t=$3 want=$4; shift 4
-    run "$dir" "$np" "$t" llama "$@"
-    local rc=$?
-    [[ $rc == 1 && ! -e $TMP/$dir ]] && grep -qF -- "$want" "$TMP/$dir.txt" ||
-        { tap_diag "$dir: exit $rc; $(grep -m1 error "$TMP/$dir.txt")"; return 1; }
-}
 refused X1 4 4 "the query heads, model.n_head = 6, do not split over parallel.tensor = 4 ranks (each rank holds whole heads, rows or tokens of model.n_head); the values of parallel.tensor that split this model: 1, 2" --set model.n_head=6 --set model.head_dim=8 &&
     refused X2 4 4 "key/value heads (a multiple of them is a multiple of T, or they divide T: replicated), model.n_kv_head = 3" --set model.n_head=12 --set model.d_model=96 --set model.n_kv_head=3 &&
     refused X3 4 4 "the MLP width, model.intermediate_size = 90, do not split over parallel.tensor = 4" --set model.intermediate_size=90 &&

@@ -95,7 +95,7 @@ run U2 2 2 wide "${lora[@]}" "${save[@]}" && run K2 2 2 wide "${lora[@]}" "${sav
 tap_check $? "LoRA at T = 2: rank 1 SIGKILLed after step $k (exit $rc): the rerun resumes from step $((k / 2 * 2)) and equals the uninterrupted run bit for bit"
 
 # ---- QK-norm over the projection ---------------------------------------------------------------
-source "$(dirname "$0")/tensor_lib.sh" # (bytes_match)
+source "$(dirname "$0")/tensor_lib.sh" # (bytes_match, refused)
 qp=(--set model.qk_norm=true --set model.qk_norm_scope=projection --set model.norm_placement=post)
 run Q1 1 1 wide "${qp[@]}" && run Q2 2 2 wide "${qp[@]}" &&
     run Q4 4 4 wide "${qp[@]}" --set parallel.sequence=false &&
@@ -188,13 +188,6 @@ resumed G2 GR1 1 1 && resumed G1 GR2 2 2 && grpo_same G1 GR1 1e-5 3 && grpo_same
 tap_check $? "GRPO's initial reference at global shapes: T = 2's grpo-reference.bin resumes on one rank, one rank's at T = 2, and steps 3-4 equal the uninterrupted run's"
 
 # ---- refusals --------------------------------------------------------------------------------
-refused() { # DIR NP T WANT ARGS...: exit 1, WANT in the output, nothing in DIR
-    local dir=$1 np=$2 t=$3 want=$4; shift 4
-    run "$dir" "$np" "$t" llama "$@"
-    local rc=$?
-    [[ $rc == 1 && ! -e $TMP/$dir ]] && grep -qF -- "$want" "$TMP/$dir.txt" ||
-        { tap_diag "$dir: exit $rc; $(grep -m1 error "$TMP/$dir.txt")"; return 1; }
-}
 hyb=(--set model.layer_types=linear_attention,full_attention --set model.linear_num_key_heads=2
      --set model.linear_num_value_heads=4 --set model.linear_key_head_dim=8
      --set model.linear_value_head_dim=8 --set model.linear_conv_kernel_dim=4)
