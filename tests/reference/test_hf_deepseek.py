@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_hf_export as hfe  # noqa: E402  (skips with 77 without torch/h5py or the programs)
 import test_hf_families as fam  # noqa: E402
-import test_hf_qwen3next as t3n  # noqa: E402  (ckpt_params, import_refusals)
+import test_hf_qwen3next as t3n  # noqa: E402  (ckpt_params, import_refusals, replace_tensor)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from hf_fixture import write_safetensors  # noqa: E402
@@ -242,21 +242,6 @@ def edited(tmp, src, name, **changes):
     return d
 
 
-def with_tensor(tmp, src, name, tensor, value):
-    d = os.path.join(tmp, name)
-    shutil.copytree(src, d)
-    p = os.path.join(d, "model.safetensors")
-    _, meta, names, ents = hfe.parse_st(p)
-    tensors = []
-    for n in names:
-        dt, shp, raw = ents[n]
-        if n == tensor:
-            dt, shp, raw = value(dt, shp, raw)
-        tensors.append((n, dt, shp, raw))
-    write_safetensors(p, tensors, meta)
-    return d
-
-
 def refusals(tap, tmp, d8):
     v3 = os.path.join(tmp, "v3")
     s = "model.layers.0.self_attn.q_a_proj.weight_scale_inv"
@@ -274,11 +259,11 @@ def refusals(tap, tmp, d8):
         ("scoring_func = relu", edited(tmp, v3, "r_score", scoring_func="relu"),
          ["scoring_func", "relu"]),
         ("a scale tensor of the wrong shape",
-         with_tensor(tmp, d8, "r_sshape", s, lambda dt, shp, raw: (dt, (1, 1), raw[:4])),
+         t3n.replace_tensor(tmp, d8, "r_sshape", s, lambda dt, shp, raw: (dt, (1, 1), raw[:4])),
          [s, "[2, 2]"]),
-        ("a NaN scale", with_tensor(tmp, d8, "r_snan", kv, nan_first), [kv, "nan"]),
+        ("a NaN scale", t3n.replace_tensor(tmp, d8, "r_snan", kv, nan_first), [kv, "nan"]),
         ("an MTP embed_tokens unlike the model's",
-         with_tensor(tmp, v3, "r_copy", emb, lambda dt, shp, raw: (dt, shp, bytes(len(raw)))),
+         t3n.replace_tensor(tmp, v3, "r_copy", emb, lambda dt, shp, raw: (dt, shp, bytes(len(raw)))),
          [emb, "differs"]),
     ]
     t3n.import_refusals(tap, tmp, cases)

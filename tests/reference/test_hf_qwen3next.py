@@ -133,8 +133,9 @@ def run_fixture(tap, fx, fdir, tmp):
                               f"checkpoint datasets bit for bit")
 
 
-def with_tensor(tmp, src, name, tensor, shape):
-    """src with tensor replaced by zeros of shape (F32 fixtures)."""
+def replace_tensor(tmp, src, name, tensor, value):
+    """A copy of src (into tmp/name) whose tensor's (dtype, shape, raw bytes) are value(dtype,
+    shape, raw)'s (test_hf_deepseek.py too)."""
     d = os.path.join(tmp, name)
     shutil.copytree(src, d)
     p = os.path.join(d, "model.safetensors")
@@ -143,11 +144,17 @@ def with_tensor(tmp, src, name, tensor, shape):
     for n in names:
         dt, shp, raw = ents[n]
         if n == tensor:
-            shp, raw = shape, bytes(4 * int(np.prod(shape)))
+            dt, shp, raw = value(dt, shp, raw)
         tensors.append((n, dt, shp, raw))
     from hf_fixture import write_safetensors
     write_safetensors(p, tensors, meta)
     return d
+
+
+def with_tensor(tmp, src, name, tensor, shape):
+    """src with tensor replaced by zeros of shape (F32 fixtures)."""
+    return replace_tensor(tmp, src, name, tensor,
+                          lambda dt, shp, raw: (dt, shape, bytes(4 * int(np.prod(shape)))))
 
 
 def refusals(tap, tmp, src):
