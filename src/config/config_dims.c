@@ -16,11 +16,10 @@
 /* DeepSeek's router (docs/moe.md "DeepSeek's router") against the experts: whole groups, enough
  * experts in the chosen groups for top_k, two experts a group for noaux_tc's group score, no
  * z-loss over sigmoid scores, a MoE layer after the dense ones */
-static int router_check(const tsr_model_config *m, const char **key, char *why, size_t cap) {
+static int router_check(const tsr_model_config *m, int moe_layers, const char **key, char *why,
+                        size_t cap) {
     const int E = m->moe_experts, G = m->moe_n_group, per = G > 0 ? E / G : 0;
     const int grouped = m->moe_topk_method != TSR_MOE_TOPK_GREEDY;
-    int moe_layers = 0;
-    for (int l = 0; l < m->n_layer; l++) moe_layers += config_moe_layer(m, l);
     const struct { int bad; const char *key; } rules[] = {
         {E % G != 0, "model.moe_n_group"},
         {m->moe_topk_group > G, "model.moe_topk_group"},
@@ -111,7 +110,8 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
                  "twice as wide)", *key, INT_MAX / 2);
         return -1;
     }
-    if (router_check(m, key, why, cap) != 0) return -1;
+    for (int l = 0; l < m->n_layer; l++) d->LM += config_moe_layer(m, l);
+    if (router_check(m, d->LM, key, why, cap) != 0) return -1;
     if (m->moe_shared_gate && m->moe_shared_size == 0) {
         *key = "model.moe_shared_gate";
         snprintf(why, cap, "model.moe_shared_gate = true gates the shared expert, but "
@@ -123,7 +123,6 @@ static int moe_dims(const tsr_model_config *m, tsr_model_dims *d, const char **k
     d->K = m->moe_top_k;
     d->FE = m->moe_intermediate_size > 0 ? m->moe_intermediate_size : d->F;
     d->S = m->moe_shared_size;
-    for (int l = 0; l < m->n_layer; l++) d->LM += config_moe_layer(m, l);
     return 0;
 }
 

@@ -532,8 +532,9 @@ double model_flops_per_token(const tsr_model *m, int T) {
     if (m->global) m = m->global; /* (a split model: the whole one's) */
     /* an untied model's input embedding is a lookup, not a matmul: only the head's V x C count */
     double lookup = m->cfg.tie_embeddings ? 0.0 : (double)m->V * m->C, own = 0.0;
-    /* beyond the parameters': each layer's mixer's products (the MTP modules' layers too) (attention's 12 (NH hs) keys, a
-     * linear layer's state) and its MLP's (none so far; docs/mfu.md) */
+    /* beyond the parameters': each layer's mixer's products (attention's 12 (NH hs) keys, a
+     * linear layer's state) and its MLP's (none so far; docs/mfu.md), the MTP modules' layers
+     * too */
     for (int l = 0; l < m->L + m->D; l++) {
         const tsr_layer_kind *mix = model_mixer(&m->cfg, l), *mlp = model_mlp(&m->cfg, l);
         if (mix->flops) own += mix->flops(m, l, T);
