@@ -82,15 +82,6 @@ static int lora_linear(const tsr_config *cfg) {
            (mask & linear) != 0;
 }
 
-const char *config_first_pair(const tsr_cfg_pair *pairs, size_t n, const char **value) {
-    for (size_t k = 0; k < n; k++)
-        if (pairs[k].bad) {
-            *value = pairs[k].value;
-            return pairs[k].key;
-        }
-    return NULL;
-}
-
 const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     const tsr_model_config *m = &cfg->model;
     const tsr_cfg_pair pairs[] = {

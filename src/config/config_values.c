@@ -1,6 +1,7 @@
 /* config_values.c — what the key table (config_table.c) drives alone: finding a key (and the
  * nearest one to a misspelt name), the defaults, converting and range-checking a value into its
- * field, formatting a value back, sizes and durations. */
+ * field, formatting a value back, sizes and durations; the first set entry of a table of settings a
+ * mode does not run with (config_first_pair). */
 #include "config/config_table.h"
 
 #include <ctype.h>
@@ -557,4 +558,13 @@ int64_t duration_to_steps(tsr_duration d, int64_t global_batch, int64_t seq_len,
     case TSR_DUR_COUNT: break;
     }
     return -1;
+}
+
+const char *config_first_pair(const tsr_cfg_pair *pairs, size_t n, const char **value) {
+    for (size_t k = 0; k < n; k++)
+        if (pairs[k].bad) {
+            *value = pairs[k].value;
+            return pairs[k].key;
+        }
+    return NULL;
 }
