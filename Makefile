@@ -201,7 +201,9 @@ GPU_TRAIN_PARTS := src/gpu/gpu_train_mem.c src/gpu/gpu_train_eval.c src/gpu/gpu_
 # src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
-GPU_SRC  := src/gpu/gpu_backend.c src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
+# the CUDA backend's composed entries (multi-head latent attention, DeepSeek's router: gpu_mla.h)
+GPU_BACKEND_PARTS := src/gpu/gpu_mla.c src/gpu/gpu_route_ds.c
+GPU_SRC  := src/gpu/gpu_backend.c $(GPU_BACKEND_PARTS) src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
             $(GPU_TRAIN_PARTS) src/gpu/gpu_profile.c src/gpu/gpu_muon.c src/gpu/gpu_ring.c src/gpu/gpu_comm.c \
             src/gpu/gpu_comm_staged.c
 GPU_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o)
@@ -409,6 +411,7 @@ $(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
 	$(CXX) $(filter-out -std=c11,$(CFLAGS)) -o $@ $^ $(ALL_LIBS) -ldl
 
 $(BUILD)/tests/tessera-train-cuemu: $(BUILD)/obj/src/train/train_main.o $(BUILD)/obj/src/gpu/gpu_backend.o \
+                $(GPU_BACKEND_PARTS:%.c=$(BUILD)/obj/%.o) \
                 $(BUILD)/obj/src/gpu/gpu_model.o \
                 $(BUILD)/obj/src/gpu/gpu_shard.o $(BUILD)/obj/src/gpu/gpu_ep.o $(BUILD)/obj/src/gpu/gpu_train_emu.o $(BUILD)/obj/src/gpu/gpu_comm_mpi.o \
                 $(BUILD)/obj/src/gpu/gpu_profile.o $(BUILD)/obj/src/gpu/gpu_muon.o \

@@ -90,6 +90,12 @@ const char *cfgload_where(const load_ctx *c, const char *name, char *buf, size_t
     return buf;
 }
 
+/* multi-head latent attention's heads, which the CUDA backend pads to a kernel's size (src/gpu/
+ * gpu_mla.c): any up to the largest, 256 */
+static int mla_padded(const tsr_model_config *m, int hs) {
+    return m->kv_lora_rank > 0 && hs <= 256 && m->v_head_dim <= 256;
+}
+
 /* The model's and the batch's sizes against each other. */
 static void validate_shapes(load_ctx *c) {
     const tsr_config *g = c->cfg;
@@ -101,7 +107,8 @@ static void validate_shapes(load_ctx *c) {
     if (config_model_dims(m, &dims, &dkey, dwhy, sizeof dwhy) != 0) {
         tsr_error("%s%s", cfgload_where(c, dkey, at, sizeof at), dwhy);
         c->errors++;
-    } else if (g->device == TSR_DEVICE_CUDA && !tcu_attention_head_size_ok(dims.hs)) {
+    } else if (g->device == TSR_DEVICE_CUDA && !tcu_attention_head_size_ok(dims.hs) &&
+               !mla_padded(m, dims.hs)) {
         /* here, not at the GPU's start: --plan on a login node says so before the job queues */
         char how[96];
         if (m->head_dim > 0) snprintf(how, sizeof how, "model.head_dim = %d", dims.hs);
@@ -312,7 +319,7 @@ static const struct {
     {TSR_VAR_ATTN_SOFTCAP, 1},   {TSR_VAR_FINAL_SOFTCAP, 1},  {TSR_VAR_ROPE_SCALING, 1},
     {TSR_VAR_ROPE_LOCAL, 1},     {TSR_VAR_PARTIAL_ROTARY, 1}, {TSR_VAR_NOPE, 1},
     {TSR_VAR_ROUTER_BIAS, 1},    {TSR_VAR_EXPERT_BIAS, 1},    {TSR_VAR_MOE_ACT, 1},
-    {TSR_VAR_SHARED_GATE, 1},    {TSR_VAR_MLA, 0},            {TSR_VAR_DS_ROUTER, 0},
+    {TSR_VAR_SHARED_GATE, 1},    {TSR_VAR_MLA, 1},            {TSR_VAR_DS_ROUTER, 1},
 };
 
 /* The first variant of the model that device = "cuda" does not run yet, refused with its key */
@@ -329,6 +336,32 @@ static void validate_attn_variants(load_ctx *c) {
         c->errors++;
         return;
     }
+}
+
+/* device = "cuda" with multi-head latent attention or DeepSeek's router (docs/cuda.md "Multi-head
+ * latent attention", "DeepSeek's router"): training and evaluation run there; decoding over the
+ * compressed caches (GRPO's rollouts) and the correction bias's balancing step are the CPU's so far */
+static void validate_mla_cuda(load_ctx *c) {
+    const tsr_config *g = c->cfg;
+    const tsr_model_config *m = &g->model;
+    char at[1200];
+    if (g->device != TSR_DEVICE_CUDA) return;
+    const struct { int bad; const char *key, *what, *alt; } rules[] = {
+        {m->kv_lora_rank > 0 && g->objective == TSR_OBJ_GRPO, "objective",
+         "decoding over multi-head latent attention's compressed caches (model.kv_lora_rank > 0)",
+         ""},
+        {m->moe_topk_method == TSR_MOE_TOPK_NOAUX_TC && m->moe_bias_update_rate != 0.0,
+         "model.moe_bias_update_rate",
+         "the correction bias's balancing step (model.moe_topk_method = \"noaux_tc\")",
+         "set it to 0 (the bias kept as loaded), or "},
+    };
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+        if (rules[k].bad) {
+            tsr_error("%s%s: device = \"cuda\" does not run %s yet (docs/cuda.md): %suse device = "
+                      "\"cpu\"", cfgload_where(c, rules[k].key, at, sizeof at), rules[k].key,
+                      rules[k].what, rules[k].alt);
+            c->errors++;
+        }
 }
 
 /* device = "cuda" with linear_attention layers (docs/deltanet.md "CUDA"): training and
@@ -506,6 +539,7 @@ static void validate_options(load_ctx *c) {
     validate_fp8(c);
     validate_attn_variants(c);
     validate_linear_cuda(c);
+    validate_mla_cuda(c);
     validate_tensor(c);
     validate_pipeline(c);
     validate_mla(c);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "gpu/gpu_mla.h"   /* multi-head latent attention, DeepSeek's router: composed */
 #include "gpu/gpu_model.h" /* tsr_gpu_model: the FP8 forward's gathered weights */
 #include "gpu/gpu_profile.h"
 #include "tcu_index.h" /* TCU_DN_CHUNK */
@@ -321,6 +322,11 @@ static size_t c_attention_saved(int B, int T, int NH) { return (size_t)B * NH * 
 static void c_attention_forward(const tsr_backend *be, void *out, float *saved, const void *qkv,
                                 const float *slopes, const int32_t *seq, const tsr_attn_var *var,
                                 int B, int T, int NH, int KVH, int hs) {
+    if (gpu_attn_padded(var, hs)) { /* (value heads of dv != hs, MLA's: gpu_mla.h) */
+        PROF(be, "attention_forward_padded", B, T, NH,
+             gpu_attn_padded_forward(be, out, saved, qkv, slopes, seq, var, B, T, NH, KVH, hs));
+        return;
+    }
     PROF(be, "attention_forward", B, T, NH,
          tcu_attention_forward_var(out, saved, qkv, slopes, seq, var, B, T, NH, KVH, hs,
                                    STREAM(be)));
@@ -331,6 +337,12 @@ static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *
                                  const float *slopes, const int32_t *seq, const tsr_attn_var *var,
                                  void *scratch, int B, int T, int NH, int KVH, int hs,
                                  tsr_grad_mode mode) {
+    if (gpu_attn_padded(var, hs)) {
+        PROF(be, "attention_backward_padded", B, T, NH,
+             gpu_attn_padded_backward(be, dqkv, dout, qkv, out, saved, slopes, seq, var, B, T, NH,
+                                      KVH, hs, mode));
+        return;
+    }
     mode = grad_mode(be, dqkv, (size_t)B * T * (NH + 2 * KVH) * hs, mode);
     PROF(be, "attention_backward", B, T, NH,
          tcu_attention_backward_var(dqkv, dout, qkv, out, saved, slopes, seq, var, scratch, B, T,
@@ -659,8 +671,8 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(moe_combine, c_moe_combine)                                                               \
     E(moe_combine_backward, c_moe_combine_backward)                                             \
     E(moe_router_backward, c_moe_router_backward)                                               \
-    E(moe_route_ds, NULL) /* no DeepSeek router yet (docs/cuda.md) */                         \
-    E(moe_router_ds_backward, NULL)                                                             \
+    E(moe_route_ds, gpu_moe_route_ds) /* on the host (gpu_route_ds.c) */                        \
+    E(moe_router_ds_backward, gpu_moe_router_ds_backward)                                       \
     E(moe_bias_forward, c_moe_bias_forward)                                                     \
     E(moe_bias_backward, c_moe_bias_backward)                                                   \
     E(moe_gptoss_forward, c_moe_gptoss_forward)                                                 \
@@ -678,7 +690,7 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(matmul_backward_gelu, c_matmul_backward_gelu) /* unless TSR_DGELU_FUSION=0 */             \
     E(gelu_backward, c_gelu_backward)                                                           \
     E(attention_saved, c_attention_saved)                                                       \
-    E(attention_scratch, tcu_attention_scratch_bytes)                                           \
+    E(attention_scratch, gpu_attn_scratch_bytes)                                                \
     E(attention_forward, c_attention_forward)                                                   \
     E(attention_backward, c_attention_backward)                                                 \
     E(ring_forward, c_ring_forward)                                                             \
@@ -704,8 +716,8 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(dn_core_forward, c_dn_core_forward)                                                       \
     E(dn_core_backward, c_dn_core_backward)                                                     \
     E(copy_rows, c_copy_rows)                                                                   \
-    E(mla_qkv_forward, NULL) /* no multi-head latent attention yet (docs/cuda.md) */            \
-    E(mla_qkv_backward, NULL)                                                                   \
+    E(mla_qkv_forward, gpu_mla_qkv_forward) /* composed (gpu_mla.c) */                          \
+    E(mla_qkv_backward, gpu_mla_qkv_backward)                                                   \
     E(mla_decode, NULL)                                                                         \
     E(attention_decode_rows, c_attention_decode_rows)                                           \
     E(attention_decode, c_attention_decode)                                                     \

@@ -229,6 +229,10 @@ static void mla_decode(const dec_run *r, int l, const dec_layer *v, const void *
     const size_t slots = r->ks ? (size_t)r->ks->slots : 1;
     const size_t lx = (size_t)model_layer_slot(m, TSR_P_MLAKVAW, l);
     void *cache = (char *)kv->mla.cache + lx * slots * rows.slot_stride * tsr_dtype_size(be->act);
+    if (!be->mla_decode) /* (CUDA: the config refuses the runs that decode there, docs/cuda.md) */
+        tsr_die(TSR_EXIT_USAGE, "model.kv_lora_rank > 0: decoding over its compressed caches on "
+                "the %s backend: not yet (docs/cuda.md \"Multi-head latent attention\")",
+                be->name);
     be->mla_decode(be, v->mla.atty, cache, s->q, v->mla.cn, s->kpe, w[TSR_P_MLAKVBW], d->rope,
                    (float)model_mla_scale(m), m->kvr, &sh, &rows, kv->mla.scratch, kv->nthreads);
 }
@@ -529,7 +533,6 @@ static const char *mla_missing(const tsr_model *m, const tsr_backend *be) {
     const dec_need need[] = {
         {on, be->mla_qkv_forward, k}, {on, be->mla_qkv_backward, k},
         {on, be->rmsnorm_forward, k}, {on, be->rmsnorm_backward, k},
-        {on && be->attention_decode, be->mla_decode, k},
     };
     if (on && m->cpN > 1 && tsr_dtype_size(be->act) != sizeof(float)) /* (mla_contract's) */
         return "parallel.context > 1 with model.kv_lora_rank > 0";

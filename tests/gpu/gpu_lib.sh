@@ -160,3 +160,25 @@ peer_refused() {
 peer_row_ok() {
     awk -F'|' '{ gsub(/ /, ""); exit !($5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5 + 0 > 0 && $6 + 0 > 0) }' <<<"$1"
 }
+
+# updates INIT A B: every parameter tensor of B's checkpoint of step UPD_STEP (default 10) within
+# UPD_TOL of A's, relative to A's update from INIT's weights (INIT's step-1 checkpoint, the
+# initialisation); prints the largest (test_cuda_families.sh, test_cuda_mla.sh)
+updates() {
+    "$PY3" - "$TMP/$1/step-00000001.h5" "$TMP/$2/step-$(printf %08d "${UPD_STEP:-10}").h5" \
+        "$TMP/$3/step-$(printf %08d "${UPD_STEP:-10}").h5" \
+        "$UPD_TOL" <<'PY'
+import sys, h5py, numpy as np
+z, a, b = (h5py.File(p, "r") for p in sys.argv[1:4])
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and n.startswith("model/") else None)
+worst, wn = 0.0, "-"
+for n in names:
+    w0, wa, wb = (np.asarray(f[n][()], dtype=np.float64) for f in (z, a, b))
+    u, d = np.linalg.norm(wa - w0), np.linalg.norm(wb - wa)
+    r = d / u if u > 0 else (0.0 if d == 0 else np.inf)
+    if r > worst: worst, wn = r, n
+print(f"updates: worst {worst:.2g} of the CPU's ({wn}) over {len(names)} tensors")
+sys.exit(0 if names and worst <= float(sys.argv[4]) else 1)
+PY
+}

@@ -84,26 +84,6 @@ sys.exit(0 if wl <= float(sys.argv[3]) and wn <= float(sys.argv[4]) else 1)
 PY
 }
 
-# updates INIT A B: every parameter tensor of B's step-10 checkpoint within UPD_TOL of A's,
-# relative to A's update from INIT's weights (the initialisation); prints the largest
-updates() {
-    "$PY3" - "$TMP/$1/step-00000001.h5" "$TMP/$2/step-00000010.h5" "$TMP/$3/step-00000010.h5" \
-        "$UPD_TOL" <<'PY'
-import sys, h5py, numpy as np
-z, a, b = (h5py.File(p, "r") for p in sys.argv[1:4])
-names = []
-a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and n.startswith("model/") else None)
-worst, wn = 0.0, "-"
-for n in names:
-    w0, wa, wb = (np.asarray(f[n][()], dtype=np.float64) for f in (z, a, b))
-    u, d = np.linalg.norm(wa - w0), np.linalg.norm(wb - wa)
-    r = d / u if u > 0 else (0.0 if d == 0 else np.inf)
-    if r > worst: worst, wn = r, n
-print(f"updates: worst {worst:.2g} of the CPU's ({wn}) over {len(names)} tensors")
-sys.exit(0 if names and worst <= float(sys.argv[4]) else 1)
-PY
-}
-
 ok=0
 for f in "${FAMILIES[@]}"; do
     fam "$f"

@@ -18,7 +18,8 @@
 #  - bad settings exit 1 naming the key and a valid value, nothing written: moe_n_group not
 #    dividing moe_experts, moe_topk_group > moe_n_group, an unknown moe_scoring and
 #    moe_topk_method, a negative moe_bias_update_rate, the rate with parallel.pipeline = 2;
-#    device = "cuda" names the router's keys; the Hugging Face export (no family has the router yet)
+#    device = "cuda" with the balancing step names model.moe_bias_update_rate (the router itself
+#    runs there: tests/gpu/test_cuda_mla.sh); the Hugging Face export (no family has the router yet)
 #    is refused naming model.moe_scoring.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
@@ -120,8 +121,8 @@ rc=$?
 grep -m1 "moe_bias_update_rate" "$TMP/pp.txt" | sed 's/^/# /'
 ((rc == 1)) && grep -q "parallel.pipeline = 2 with model.moe_bias_update_rate" "$TMP/pp.txt" && [[ -z $(ls -A "$TMP/pp") ]]
 tap_check $? "the bias update with parallel.pipeline = 2: exit 1 naming both keys, nothing written"
-cuda_refused cu "model.moe_scoring"
-tap_check $? "device = \"cuda\": refused naming the router's keys, nothing written"
+cuda_refused cu "model.moe_bias_update_rate"
+tap_check $? "device = \"cuda\" with the correction bias's balancing step: refused naming model.moe_bias_update_rate and model.moe_topk_method, nothing written (the router runs there: tests/gpu/test_cuda_mla.sh)"
 export_refused "$(ck "$TMP/A" 30)" "$TMP/hf" "model.moe_scoring"
 tap_check $? "ckpt export --format hf of the router's checkpoint: exit 1 naming model.moe_scoring, no weights written"
 tap_done

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# device = cuda on DeepSeek's family (docs/cuda.md "Multi-head latent attention", "DeepSeek's
+# router"): configs/tiny-deepseek.cfg cut to 2 layers (one dense, one DeepSeekMoE) against the CPU
+# backend on the same 8 steps, its losses and gradient norms within the bf16 tolerances of
+# test_cuda_families.sh and every parameter tensor's 8-step update within UPD_TOL of the CPU's
+# (gpu_lib.sh updates: a loss barely tells RoPE's pairs apart at these sizes, the attention's
+# weights' updates do):
+#  - v3: V3's shape: heads of 16 + 8 (24: no attention kernel, padded to 32 with the values of
+#    12), interleaved RoPE with YaRN's mscale, the queries through their latent, sigmoid scores
+#    with the correction bias in groups ranked by their two best (noaux_tc);
+#  - v2: V2-Lite's: heads of 24 + 8 (32, a kernel's size) with values of 16 (padded: dv != dqk),
+#    RoPE's halves, the queries by q_proj alone, softmax scores group-limited, scaled;
+# and the modes device = cuda refuses with MLA or the router, naming both keys (exit 1): GRPO's
+# decoding over the compressed caches, the correction bias's balancing step. It runs on the host
+# emulator of the CUDA backend (build/tests/tessera-train-cuemu) and on the real backend when a
+# GPU is present (tests/gpu/device.sh's train stage; skipped loudly otherwise).
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/gpu_lib.sh"
+EMU=$BUILD/tests/tessera-train-cuemu
+[[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
+tsr_tmpdir
+CASES=(v3 v2)
+PER=${#CASES[@]}
+tap_plan $((1 + 2 + 2 * PER + 1))
+make_synth "$TMP/data" 512 30000
+
+args=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=512
+      --set model.vocab_multiple=64 --set data.tokenizer= --set sample.tokens=0
+      --set data.train="$TMP/data/train" --set data.val= --set eval_interval=0ba --set seq_len=32
+      --set model.max_seq_len=32 --set global_batch=8 --set micro_batch=2 --set threads=1
+      --set log_interval=1 --set optim.warmup=2ba --set max_duration=8ba --set save_interval=8ba
+      --set watchdog.window=0 --set model.n_layer=2 --set model.num_nextn_predict_layers=0
+      --set model.moe_bias_update_rate=0 "${GPU_COMM_ARGS[@]}")
+v3=()
+v2=(--set model.qk_nope_head_dim=24 --set model.v_head_dim=16 --set model.q_lora_rank=0
+    --set model.rope_interleave=false --set model.rope_scaling=none --set model.moe_scoring=softmax
+    --set model.moe_topk_method=group_limited_greedy --set model.moe_routed_scaling=1.5)
+fam() { local -n f=$1; opts=("${f[@]}"); }
+# run BIN DIR OPTIONS...: one rank, output in DIR.txt
+run() {
+    local bin=$1 dir=$2; shift 2
+    OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}" \
+        "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+}
+
+ok=0
+for f in "${CASES[@]}"; do
+    fam "$f"
+    run "$TRAIN" "cpu_$f" "${opts[@]}" && run "$TRAIN" "init_$f" "${opts[@]}" --set optim.lr=1e-30 \
+        --set max_duration=1ba --set save_interval=1ba || ok=1
+done
+tap_check $ok "CPU reference runs and initial weights: ${CASES[*]}"
+
+# refused BIN WHAT PATTERN OPTIONS...: device = cuda with OPTIONS exits 1 saying PATTERN, and
+# writes nothing into its run directory
+refused() {
+    local bin=$1 what=$2 pat=$3; shift 3
+    run "$bin" refused --set device=cuda "$@"
+    local rc=$?
+    tap_diag "$(head -c 400 "$TMP/refused.txt")"
+    ((rc == 1)) && grep -qF "$pat" "$TMP/refused.txt" && [[ ! -e $TMP/refused ]]
+    tap_check $? "device = cuda refuses $what (exit $rc, want 1)"
+}
+refused "$TRAIN" "GRPO's decoding over MLA's caches" \
+    'objective: device = "cuda" does not run decoding over multi-head latent attention'"'"'s compressed caches (model.kv_lora_rank > 0)' \
+    --set objective=grpo
+refused "$TRAIN" "the correction bias's balancing step" \
+    'model.moe_bias_update_rate: device = "cuda" does not run the correction bias'"'"'s balancing step (model.moe_topk_method = "noaux_tc")' \
+    --set model.moe_bias_update_rate=0.001
+
+# suite BIN LABEL LOSS_TOL NORM_TOL: each case with device = cuda on BIN against its CPU run
+suite() {
+    local bin=$1 l=$2 f d=""
+    for f in "${CASES[@]}"; do
+        fam "$f"
+        run "$bin" "$l.$f" "${opts[@]}" --set device=cuda
+        runs_close $? "$l: $f" "cpu_$f" "$l.$f" "$3" "$4" &&
+            d=$(UPD_STEP=8 updates "init_$f" "cpu_$f" "$l.$f")
+        tap_check $? "$l: DeepSeek $f-like (${opts[*]}) within the CPU's tolerance: $d"
+    done
+}
+
+# the emulator: test_cuda_families.sh's losses and norms (measured: loss 6.5e-5, norm 3.8e-3), the
+# updates at 0.35 (measured at most 0.18, the router's; RoPE's pairs taken as halves instead of
+# interleaved gives 0.58 on q_a_proj)
+if emulator_half "$PER"; then
+    UPD_TOL=0.35 suite "$EMU" emulator 5e-4 1e-2
+    emulator_half_end
+fi
+
+# the real backend: the issue's 0.5% on the loss, test_cuda_train.sh's 5e-2 on the norm
+real_backend
+if [[ -z $why ]]; then
+    UPD_TOL=0.5 suite "$TRAIN" cuda 5e-3 5e-2
+else
+    without_gpu "loads for a DeepSeek-like run and reports no CUDA device" "$PER" \
+        run "$TRAIN" nodev --set device=cuda
+fi
+tap_done
