@@ -8,7 +8,8 @@ the families of issues 67 and 68: OLMo 2, OLMo 3 with sliding layers, Gemma 3 (s
 linear scaling, local base), Gemma 2 (soft caps), SmolLM3 (NoPE layers) with the keys of
 tests/reference/hf_fixture.py's FAMILY_FIXTURES, the models test_hf_families.py imports and exports,
 and gpt-oss (experts, sinks, YaRN), Qwen3-Next (Gated DeltaNet + gated full layers, MoE with a
-shared expert) and Qwen 3.5's text classes (the same layers, dense, and MoE with stacked experts);
+shared expert), Qwen 3.5's text classes (the same layers, dense, and MoE with stacked experts) and
+DeepSeek-V3 (multi-head latent attention, the DeepSeekMoE router with groups and its bias);
 a 250-token synthetic vocabulary padded to 256 rows), trained STEPS steps on the
 synthetic corpus by tessera-train (one process):
   OUT_DIR/NAME/hf/          `tessera ckpt export --format hf --tokenizer none` of the last checkpoint
@@ -18,7 +19,7 @@ synthetic corpus by tessera-train (one process):
   OUT_DIR/tb-run/           the GPT-2 run's metrics.jsonl and tb/ (eval every 2 steps)
   OUT_DIR/manifest.json     {"models": [{name, class, model_type, V, B, T, sets, tol}], "tb_run": ...,
                             "left_out": [{name, class, why}], "made": {"tessera": git describe, "time": ...}}
-A model of OPTIONAL (gpt-oss, Qwen3-Next, Qwen 3.5: the newest exporters) whose export tessera
+A model of OPTIONAL (gpt-oss, Qwen3-Next, Qwen 3.5, DeepSeek-V3: the newest exporters) whose export tessera
 refuses is left out, with tessera's error line as "why" (real_clients.py says it as a SKIP line);
 any other failure fails. tol "rel": real_clients.py compares at 1e-4 x max(1, max |logit|).
 About 3 MB in all. Needs h5py and numpy; BUILD (default build) holds tessera, tessera-train and
@@ -107,6 +108,23 @@ OPTIONAL = [
         "model.moe_shared_size": "32", "model.moe_shared_gate": "true",
         "model.hf_model_type": "qwen3_5_moe_text"}))),
 ]
+# DeepSeek-V3's family (configs/tiny-deepseek.cfg's keys at this size): multi-head latent attention
+# (heads of 16 + 8, values of 12, the queries through a latent of 24, interleaved RoPE with YaRN
+# over an original context of 8), the first layer dense, the second DeepSeekMoE (8 routed experts of
+# 32, 2 a token, sigmoid scores with the correction bias, moved during the steps, in 4 groups of
+# which 2 are kept, times 2.5; a shared expert of 32)
+DEEPSEEK = {"model.n_kv_head": "0", "model.kv_lora_rank": "32", "model.q_lora_rank": "24",
+            "model.qk_nope_head_dim": "16", "model.qk_rope_head_dim": "8", "model.v_head_dim": "12",
+            "model.rope_interleave": "true", "model.rope_scaling": "yarn", "model.rope_factor": "4.0",
+            "model.rope_beta_fast": "32.0", "model.rope_beta_slow": "1.0", "model.rope_original_max_pos": "8",
+            "model.rope_mscale": "1.0", "model.rope_mscale_all_dim": "1.0", "model.norm_eps": "1e-06",
+            "model.moe_experts": "8", "model.moe_top_k": "2", "model.moe_intermediate_size": "32",
+            "model.moe_every": "1", "model.moe_dense_layers": "1", "model.moe_shared_size": "32",
+            "model.moe_scoring": "sigmoid", "model.moe_topk_method": "noaux_tc", "model.moe_n_group": "4",
+            "model.moe_topk_group": "2", "model.moe_norm_topk": "true", "model.moe_routed_scaling": "2.5",
+            "model.moe_bias_update_rate": "0.01", "model.moe_aux_loss_coef": "0.001",
+            "model.tie_embeddings": "false"}
+OPTIONAL.append(("deepseek_v3", "DeepseekV3ForCausalLM", dict(ROPE, **DEEPSEEK)))
 FAMILIES = [m[0] for m in family_models() + OPTIONAL]  # compared at a tolerance relative to the logits
 MODELS += family_models() + OPTIONAL
 TB_MODEL = "gpt2"  # its run's tb/ and metrics.jsonl go to tb-run/ (with eval every 2 steps)

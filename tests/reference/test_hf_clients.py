@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_hf_export as hfe  # noqa: E402  (skips with 77 without torch/h5py or the programs)
 import hf_fixture as fxm  # noqa: E402
+import hf_fixture_deepseek as fxd  # noqa: E402  (DeepSeek-V3's float64 forward)
 import hf_fixture_gptoss as fxo  # noqa: E402
 import hf_fixture_qwen35 as fxq  # noqa: E402  (Qwen3-Next's and Qwen 3.5's float64 forward)
 import numpy as np  # noqa: E402
@@ -65,6 +66,7 @@ def reference_logits(hf_dir, tokens):
     with torch.no_grad():
         fwd = (hfe.hf_forward if cj["model_type"] in ("gpt2", "mpt")
                else fxo.forward if cj["model_type"] == "gpt_oss"
+               else fxd.forward if cj["model_type"] == "deepseek_v3"
                else fxq.forward_hf if cj["model_type"].startswith(("qwen3_next", "qwen3_5"))
                else fxm.forward)
         return problems, cj, fwd(sd, cj, idx).numpy()
