@@ -29,6 +29,7 @@
 #include "common.h"
 #include "cuda_ops.h"
 #include "cuda_shapes.h"
+#include "gpu/gpu_profile.h"
 
 #define STREAM(be) ((tcu_stream)(be)->ctx)
 #define EL sizeof(tsr_bf16)
@@ -146,6 +147,7 @@ static void parts_out(const tsr_backend *be, const mla_dims *d, const mla_buf *b
 void gpu_mla_qkv_forward(const tsr_backend *be, void *qkv, const void *q, const void *kv,
                          const void *kpe, const int32_t *pos, int p0, const float *inv_freq,
                          int B, int T, const tsr_mla_shape *s) {
+    const int prof = gpu_prof_begin(STREAM(be), "mla_qkv_forward", B, T, s->NH);
     const mla_dims d = dims_of(s, B, T);
     const mla_buf b = bufs_of(be, &d);
     const perms p = perms_of(be, s->dr, s->NH, s->interleave);
@@ -163,11 +165,13 @@ void gpu_mla_qkv_forward(const tsr_backend *be, void *qkv, const void *q, const 
         cp(be, at(qkv, k + d.dn), d.W, b.k2, d.dr, d.dr, d.N);
         cp(be, at(qkv, 2 * d.QW + h * d.dv), d.W, at(kv, x + d.dn), d.KW, d.dv, d.N);
     }
+    gpu_prof_end(STREAM(be), prof);
 }
 
 void gpu_mla_qkv_backward(const tsr_backend *be, void *dq, void *dkv, void *dkpe,
                           const void *dqkv, const int32_t *pos, int p0, const float *inv_freq,
                           int B, int T, const tsr_mla_shape *s) {
+    const int prof = gpu_prof_begin(STREAM(be), "mla_qkv_backward", B, T, s->NH);
     const mla_dims d = dims_of(s, B, T);
     const mla_buf b = bufs_of(be, &d);
     const perms p = perms_of(be, s->dr, s->NH, s->interleave);
@@ -188,6 +192,7 @@ void gpu_mla_qkv_backward(const tsr_backend *be, void *dq, void *dkv, void *dkpe
         cp(be, at(dkv, x), d.KW, at(dqkv, d.QW + h * d.dqk), d.W, d.dn, d.N);
         cp(be, at(dkv, x + d.dn), d.KW, at(dqkv, 2 * d.QW + h * d.dv), d.W, d.dv, d.N);
     }
+    gpu_prof_end(STREAM(be), prof);
 }
 
 /* ---- attention over padded heads ------------------------------------------------------------ */

@@ -11,6 +11,7 @@
 #include "cpu/cpu_moe_route.h"
 #include "cuda_ops.h"
 #include "gpu/gpu_mla.h"
+#include "gpu/gpu_profile.h"
 
 #define STREAM(be) ((tcu_stream)(be)->ctx)
 
@@ -68,6 +69,7 @@ void gpu_moe_route_ds(const tsr_backend *be, float *probs, float *lse, int32_t *
                       int32_t *offs, int32_t *rows, int32_t *slot, float *stats,
                       const void *logits, int N, int E, int K, const tsr_moe_router *r) {
     const size_t n = (size_t)N, e = (size_t)E, NK = n * K, f = sizeof(float), i = sizeof(int32_t);
+    const int prof = gpu_prof_begin(STREAM(be), "moe_route_ds", N, E, K);
     float *tmp = dev_f32(be, n * e > e ? n * e : e);
     float *hl = host_f32(be, tmp, logits, n * e);
     tsr_moe_router hr = *r;
@@ -83,6 +85,7 @@ void gpu_moe_route_ds(const tsr_backend *be, float *probs, float *lse, int32_t *
     tcu_sync(STREAM(be)); /* (the host buffers are freed next) */
     route_free(&h);
     free(hl), free(hb);
+    gpu_prof_end(STREAM(be), prof);
 }
 
 void gpu_moe_router_ds_backward(const tsr_backend *be, void *dlogits, const float *dwts,
@@ -90,6 +93,7 @@ void gpu_moe_router_ds_backward(const tsr_backend *be, void *dlogits, const floa
                                 const float *wts, const int32_t *offs, int N, int E, int K,
                                 const tsr_moe_router *r, float aux_w, float z_w) {
     const size_t n = (size_t)N, e = (size_t)E, NK = n * K, f = sizeof(float), i = sizeof(int32_t);
+    const int prof = gpu_prof_begin(STREAM(be), "moe_router_ds_backward", N, E, K);
     float *hdw = host_copy(be, dwts, NK * f), *hp = host_copy(be, probs, n * e * f);
     float *hlse = host_copy(be, lse, n * f), *hw = host_copy(be, wts, NK * f);
     int32_t *hidx = host_copy(be, idx, NK * i), *hoffs = host_copy(be, offs, (e + 1) * i);
@@ -101,4 +105,5 @@ void gpu_moe_router_ds_backward(const tsr_backend *be, void *dlogits, const floa
     tcu_f32_to_bf16(dlogits, tmp, n * e, STREAM(be));
     tcu_sync(STREAM(be));
     free(hdw), free(hp), free(hlse), free(hw), free(hidx), free(hoffs), free(hd);
+    gpu_prof_end(STREAM(be), prof);
 }

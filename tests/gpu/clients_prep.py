@@ -22,7 +22,7 @@ synthetic corpus by tessera-train (one process):
 A model of OPTIONAL (gpt-oss, Qwen3-Next, Qwen 3.5, DeepSeek-V3: the newest exporters) whose export tessera
 refuses is left out, with tessera's error line as "why" (real_clients.py says it as a SKIP line);
 any other failure fails. tol "rel": real_clients.py compares at 1e-4 x max(1, max |logit|).
-About 3 MB in all. Needs h5py and numpy; BUILD (default build) holds tessera, tessera-train and
+About 8 MB in all. Needs h5py and numpy; BUILD (default build) holds tessera, tessera-train and
 tests/ref_dump. Exit 0 made, 1 a step failed (its output printed).
 """
 import json
