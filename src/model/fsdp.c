@@ -7,7 +7,8 @@
 
 #include "common.h"
 
-/* unit 0: the tensors that are not per layer; unit l+1: layer l's slices of the others */
+/* unit 0: the tensors that are not per layer; unit l+1: layer l's slices of the others; unit
+ * L+1+d: multi-token prediction's depth d's layer (model_unit_slice) */
 static void build_unit(const tsr_model *m, int u, fsdp_unit *un) {
     memset(un, 0, sizeof *un);
     for (int i = 0; i < TSR_P_COUNT; i++) {
@@ -24,7 +25,7 @@ size_t fsdp_piece_len(size_t size, int G) {
 }
 
 static void plan_units(const tsr_model *m, int G, fsdp_unit *units) {
-    for (int u = 0; u <= m->L; u++) {
+    for (int u = 0; u <= m->L + m->D; u++) {
         build_unit(m, u, &units[u]);
         units[u].counts = tsr_malloc((size_t)G * sizeof(int));
         units[u].displs = tsr_malloc((size_t)G * sizeof(int));
@@ -43,7 +44,7 @@ void fsdp_plan_bytes(const tsr_model *m, int G, int frozen, double *weights, dou
                      double *optim, double *comm) {
     size_t root = 0, layer = 0, total = 0;
     fsdp_unit un;
-    for (int u = 0; u <= m->L; u++) {
+    for (int u = 0; u <= m->L + m->D; u++) {
         build_unit(m, u, &un);
         total += un.size;
         if (u == 0) root = un.size;
@@ -103,7 +104,7 @@ void fsdp_layout(tsr_fsdp *f, const tsr_model *m, int G, int grank) {
     f->G = G;
     f->R = 1;
     f->grank = grank;
-    f->n_units = m->L + 1;
+    f->n_units = m->L + 1 + m->D;
     f->units = tsr_calloc((size_t)f->n_units, sizeof *f->units);
     plan_units(m, G, f->units);
     f->unit_at = tsr_malloc((size_t)f->n_units * sizeof(size_t));

@@ -2,8 +2,9 @@
  * (docs/sharding.md).
  *
  * Units: unit 0 is the root (wte, wpe, lnfw, lnfb), unit l+1 is layer l's slices of the per-layer
- * tensors; a unit's elements are its tensors' slices concatenated in tsr_param_id order. The ranks
- * of a sharding group (G ranks: the world under zero3, parallel.replica_group under hsdp) split
+ * tensors, unit L+1+d multi-token prediction's depth d's decoder layer (its frame's norms and
+ * eh_proj are root tensors); a unit's elements are its tensors' slices concatenated in
+ * tsr_param_id order. The ranks of a sharding group (G ranks: the world under zero3, parallel.replica_group under hsdp) split
  * every unit into G contiguous pieces, rank order, of fsdp_piece_len floats each (the last ones
  * short or empty): a rank's shard is its piece of each unit, units in order. Equal pieces are what
  * NCCL's reduce-scatter and all-gather need, so the CUDA path (src/gpu/gpu_shard.c) uses this
@@ -65,7 +66,7 @@ typedef struct tsr_fsdp {
     tsr_group *group, *replicas; /* the mesh's shard and replica groups (mesh/mesh.h; borrowed,
                                   * NULL in a layout): replicas holds the ranks with the same
                                   * grank in every group */
-    int n_units;              /* L + 1 */
+    int n_units;              /* L + 1 + D (D: the multi-token prediction depths) */
     fsdp_unit *units;
     size_t *unit_at;          /* (n_units) where this rank's piece of each unit starts in its shard */
     size_t shard_n;           /* floats in this rank's shard */

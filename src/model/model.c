@@ -335,9 +335,21 @@ int model_moe_layer(const tsr_model *m, int l) {
 
 int model_param_layers(const tsr_model *m, tsr_param_id id) { return m->depth[id]; }
 
+/* model_unit_slice of mtp_layer_w and mtp_layer_n (a unit of its own a depth, after the layers':
+ * sharded and gathered as a decoder layer is, fsdp.h) and of the units past L: depth
+ * u - L - 1's row of each (mtp.c) */
+static size_t mtp_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len) {
+    const int d = u - m->L - 1;
+    const tsr_param_info *q = &m->params_info[id];
+    if ((id != TSR_P_MTPW && id != TSR_P_MTPN) || !q->numel || d < 0 || d >= m->D) return SIZE_MAX;
+    *len = q->numel / (size_t)m->D;
+    return q->offset + (size_t)d * *len;
+}
+
 size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len) {
     const tsr_param_info *p = &m->params_info[id];
     *len = 0;
+    if (u > m->L || id == TSR_P_MTPW || id == TSR_P_MTPN) return mtp_unit_slice(m, id, u, len);
     if (!p->numel || p->ep || model_param_per_layer(id) != (u > 0)) return SIZE_MAX;
     if (u == 0) {
         *len = p->numel;

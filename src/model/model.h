@@ -412,7 +412,8 @@ void model_moe_bias_step(const tsr_model *m, const double *moe, size_t flat, flo
 int model_layer_slot(const tsr_model *m, tsr_param_id id, int l);
 /* The stack depth of per-layer tensor id: L, LD or LM (0 for the others). */
 int model_param_layers(const tsr_model *m, tsr_param_id id);
-/* Unit u's slice of tensor id (unit 0 the root's tensors whole, unit l+1 layer l's slice):
+/* Unit u's slice of tensor id (unit 0 the root's tensors whole, unit l+1 layer l's slice, unit
+ * L+1+d multi-token prediction's depth d's decoder layer, its rows of mtp_layer_w and mtp_layer_n):
  * its offset in the flat layout, and *len its floats; SIZE_MAX (and *len 0) when the unit has
  * none of it. The one place the decoder, the ZeRO-3 shards and the CUDA model learn this. */
 size_t model_unit_slice(const tsr_model *m, tsr_param_id id, int u, size_t *len);

@@ -181,6 +181,6 @@ void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t 
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale) {
     tsr_decoder d = decoder_of(m);
-    d.pp_dy = mtp_train(m, tokens, targets, B, T, loss_scale); /* (the MTP modules' gradient) */
+    d.pp_dy = mtp_train(m, &d.params, tokens, targets, B, T, loss_scale); /* (MTP's gradient) */
     dec_backward(&d, tokens, targets, B, T, loss_scale, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "model/decoder.h"
 #include "model/layer_kind.h"
+#include "model/model_ring.h"
 
 /* One depth's module: its one-layer model (its activations and RoPE tables; its tensors are the
  * model's), where its layer's tensors lie in the packed blocks, and the frame's buffers. */
@@ -20,9 +21,12 @@ typedef struct mtp_depth {
     tsr_model sub;
     size_t off[TSR_P_COUNT]; /* a layer tensor's offset in its block (mtp_w or mtp_n), SIZE_MAX */
     int w[TSR_P_COUNT];      /* 1: in mtp_w (a weight), 0: in mtp_n */
-    const tsr_model *main;   /* the model whose flat buffers hold the tensors (set by each pass) */
+    tsr_model *main;         /* the model whose units hold the tensors (set by each pass) */
     int d;
     int32_t *tok, *tg;       /* (B,T) t_{i+k}, t_{i+k+1} (-1: not counted) */
+    int32_t *tokl;           /* tok at this rank's positions (context parallelism's share) */
+    tsr_ring ring;           /* context parallelism: the module's ring over the model's group
+                              * (its own staged rows: the model's stay the main pass's) */
     float *e, *en, *hn, *cat, *x, *dh; /* (N,C) .. cat (N,2C); dh: d(h_{k-1}) */
     float *enr, *hnr;        /* (N) the norms' rstd */
 } mtp_depth;
@@ -33,6 +37,7 @@ typedef struct tsr_mtp {
     mtp_depth *dep;
     float *dcat, *dpart;     /* (N,2C), (N,C) the frame's backward scratch */
     double loss;             /* the step's sum of the depths' loss sums */
+    tsr_dec_params src;      /* the model's decoder's units (mtp_train's caller's) */
 } tsr_mtp;
 
 /* the one-layer model of depth d: the whole model's layer L + d, without the embedding */
@@ -135,43 +140,71 @@ _Static_assert(sizeof mtp_params / sizeof *mtp_params == 6, "mtp_params");
 
 /* ---- the pass ------------------------------------------------------------------------------ */
 
-/* the model's tensor id: its weights (and gradients) at offset off into it */
-static void tensor_at(const tsr_model *m, int id, size_t off, const void **w, float **g) {
-    *w = m->params + m->params_info[id].offset + off;
-    *g = m->grads ? m->grads + m->params_info[id].offset + off : NULL;
+/* the model's unit u (its root 0; depth d's layer L + 1 + d) as its decoder takes it: gathered
+ * from the sharded source (zero3, hsdp) or in the flat buffers; backward: with its gradients */
+static void main_unit(tsr_model *m, int u, int backward, const void **w, float **g) {
+    const tsr_dec_params *x = &m->mtp->src;
+    for (int i = 0; i < TSR_P_COUNT; i++) w[i] = NULL, g[i] = NULL;
+    x->get(x->ctx, u, backward, w, g);
+}
+
+/* a root tensor of the model: its weights (and gradients) at offset off into it */
+static void tensor_at(tsr_model *m, int id, size_t off, int backward, const void **w, float **g) {
+    const void *rw[TSR_P_COUNT];
+    float *rg[TSR_P_COUNT];
+    main_unit(m, 0, backward, rw, rg);
+    *w = rw[id] ? (const float *)rw[id] + off : NULL;
+    *g = rg[id] ? rg[id] + off : NULL;
 }
 
 /* The module's decoder's units: the root its head's norm and the model's head (and a tied
- * head's wte), unit 1 its layer's tensors from the blocks */
+ * head's wte), unit 1 its layer's tensors from its rows of the blocks (the model's unit
+ * L + 1 + d) */
 static void sub_get(void *ctx, int u, int backward, const void **w, float **g) {
-    (void)backward;
     const mtp_depth *p = ctx;
-    const tsr_model *m = p->main, *sub = &p->sub;
-    const tsr_mtp *s = m->mtp;
+    tsr_model *m = p->main;
+    const tsr_model *sub = &p->sub;
     if (u == 0) {
         const int ids[] = {TSR_P_WTE, TSR_P_LMHEAD};
         for (size_t i = 0; i < 2; i++)
-            if (sub->params_info[ids[i]].numel) tensor_at(m, ids[i], 0, &w[ids[i]], &g[ids[i]]);
-        tensor_at(m, TSR_P_MTPNORMW, (size_t)p->d * m->C, &w[TSR_P_LNFW], &g[TSR_P_LNFW]);
+            if (sub->params_info[ids[i]].numel)
+                tensor_at(m, ids[i], 0, backward, &w[ids[i]], &g[ids[i]]);
+        tensor_at(m, TSR_P_MTPNORMW, (size_t)p->d * m->C, backward, &w[TSR_P_LNFW], &g[TSR_P_LNFW]);
         return;
     }
-    for (int i = 0; i < TSR_P_COUNT; i++)
-        if (p->off[i] != SIZE_MAX)
-            tensor_at(m, p->w[i] ? TSR_P_MTPW : TSR_P_MTPN,
-                      (size_t)p->d * (p->w[i] ? s->PW : s->PN) + p->off[i], &w[i], &g[i]);
+    const void *bw[TSR_P_COUNT];
+    float *bg[TSR_P_COUNT];
+    main_unit(m, m->L + 1 + p->d, backward, bw, bg);
+    for (int i = 0; i < TSR_P_COUNT; i++) {
+        if (p->off[i] == SIZE_MAX) continue;
+        const int b = p->w[i] ? TSR_P_MTPW : TSR_P_MTPN;
+        w[i] = (const float *)bw[b] + p->off[i];
+        g[i] = bg[b] ? bg[b] + p->off[i] : NULL;
+    }
 }
 
-static tsr_decoder sub_decoder(mtp_depth *p, const tsr_model *m) {
+/* after the module's decoder's last use of its unit u: the model's (a sharded layer's gradients
+ * reduce-scattered) */
+static void sub_put(void *ctx, int u, int backward) {
+    const mtp_depth *p = ctx;
+    const tsr_dec_params *x = &p->main->mtp->src;
+    if (x->put) x->put(x->ctx, u ? p->main->L + 1 + p->d : 0, backward);
+}
+
+static tsr_decoder sub_decoder(mtp_depth *p, tsr_model *m) {
     p->main = m;
     return (tsr_decoder){.m = &p->sub, .be = &p->sub.be, .a = &p->sub.acts,
-                         .params = {p, sub_get, NULL}, .slopes = p->sub.alibi_slopes,
-                         .rope = p->sub.rope_freqs, .starts = m->starts};
+                         .params = {p, sub_get, sub_put}, .slopes = p->sub.alibi_slopes,
+                         .rope = p->sub.rope_freqs, .starts = m->starts,
+                         .ring = m->ring ? &p->ring : NULL};
 }
 
 static void depth_free(mtp_depth *p) {
-    void *bufs[] = {p->tok, p->tg, p->e, p->en, p->hn, p->cat, p->x, p->dh, p->enr, p->hnr};
+    void *bufs[] = {p->tok, p->tg, p->tokl, p->e, p->en, p->hn, p->cat, p->x, p->dh, p->enr,
+                    p->hnr};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     dec_free_acts(&p->sub.be, &p->sub.acts);
+    ring_free(&p->ring);
 }
 
 /* the one-layer model's own allocations: its activations, its RoPE or ALiBi tables, its soft
@@ -193,10 +226,13 @@ static void mtp_alloc(tsr_mtp *s, const tsr_model *m, int B, int T) {
         mtp_depth *p = &s->dep[d];
         depth_free(p);
         model_alloc_slopes(&p->sub);
+        model_set_context(&p->sub, m->cpN); /* (its activations: this rank's share) */
+        if (m->ring) p->ring = (tsr_ring){.N = m->ring->N, .r = m->ring->r, .comm = m->ring->comm};
         if (dec_try_alloc_acts(&p->sub, &p->sub.be, &p->sub.acts, B, T) != 0)
             tsr_die(TSR_EXIT_INTERNAL, "out of memory allocating multi-token prediction's "
                     "activations for a microbatch of %d x %d", B, T);
         p->tok = tsr_malloc(N * sizeof(int32_t)), p->tg = tsr_malloc(N * sizeof(int32_t));
+        p->tokl = tsr_malloc(N * sizeof(int32_t));
         float **bufs[] = {&p->e, &p->en, &p->hn, &p->x, &p->dh};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) *bufs[i] = tsr_malloc(N * C * f);
         p->cat = tsr_malloc(2 * N * C * f);
@@ -206,7 +242,9 @@ static void mtp_alloc(tsr_mtp *s, const tsr_model *m, int B, int T) {
 }
 
 /* depth k's inputs and targets: t_{i+k} (0 past the row: its target is not counted) and the main
- * target at i + k where it counts and i + k is in i's document (seq: the segments, or NULL) */
+ * target at i + k where it counts and i + k is in i's document (seq: the segments, or NULL), of
+ * the whole rows (every rank of a context group has them: position i + k may lie in another's
+ * share), and the inputs at this rank's positions */
 static void depth_rows(mtp_depth *p, const int32_t *tokens, const int32_t *targets,
                        const int32_t *seq, int B, int T) {
     const int k = p->d + 1;
@@ -217,18 +255,23 @@ static void depth_rows(mtp_depth *p, const int32_t *tokens, const int32_t *targe
             p->tok[n] = in ? tokens[j] : 0;
             p->tg[n] = in && (!seq || seq[j] == seq[n]) ? targets[j] : -1;
         }
+    if (p->ring.N > 1) ring_split(p->tokl, p->tok, sizeof(int32_t), B, p->ring.N, p->ring.r, T);
+    else memcpy(p->tokl, p->tok, (size_t)B * T * sizeof(int32_t));
 }
 
 /* x = eh_proj [RMSNorm_e(wte[tok]) | RMSNorm_h(h)] */
-static void frame_forward(mtp_depth *p, const tsr_model *m, const float *h, int B, int T) {
+static void frame_forward(mtp_depth *p, tsr_model *m, const float *h, int B, int T) {
     const tsr_backend *be = &m->be;
-    const int C = m->C, N = B * T, d = p->d;
+    const int C = m->C, N = B * T;
+    const size_t dC = (size_t)p->d * C;
     const float eps = (float)m->cfg.norm_eps;
-    const float *wte = m->params + m->params_info[TSR_P_WTE].offset;
-    const float *enw = m->params + m->params_info[TSR_P_MTPENORMW].offset + (size_t)d * C;
-    const float *hnw = m->params + m->params_info[TSR_P_MTPHNORMW].offset + (size_t)d * C;
-    const float *eh = m->params + m->params_info[TSR_P_MTPEHW].offset + (size_t)d * 2 * C * C;
-    be->encoder_forward(be, p->e, p->tok, wte, NULL, NULL, B, T, C);
+    const void *wte, *enw, *hnw, *eh;
+    float *g;
+    tensor_at(m, TSR_P_WTE, 0, 0, &wte, &g);
+    tensor_at(m, TSR_P_MTPENORMW, dC, 0, &enw, &g);
+    tensor_at(m, TSR_P_MTPHNORMW, dC, 0, &hnw, &g);
+    tensor_at(m, TSR_P_MTPEHW, dC * 2 * C, 0, &eh, &g);
+    be->encoder_forward(be, p->e, p->tokl, wte, NULL, NULL, B, T, C);
     be->rmsnorm_forward(be, p->en, p->enr, p->e, enw, N, C, eps);
     be->rmsnorm_forward(be, p->hn, p->hnr, h, hnw, N, C, eps);
     for (size_t n = 0; n < (size_t)N; n++) {
@@ -239,16 +282,17 @@ static void frame_forward(mtp_depth *p, const tsr_model *m, const float *h, int 
 }
 
 /* the frame's backward from dx = d(x): eh_proj's, the two norms' (into wte's gradient and dh) */
-static void frame_backward(tsr_mtp *s, mtp_depth *p, const tsr_model *m, const float *h,
+static void frame_backward(tsr_mtp *s, mtp_depth *p, tsr_model *m, const float *h,
                            const float *dx, int B, int T) {
     const tsr_backend *be = &m->be;
     const int C = m->C, N = B * T;
     const size_t dC = (size_t)p->d * C, nC = (size_t)N * C;
-    const void *w[3];
-    float *g[3], *gwte = m->grads + m->params_info[TSR_P_WTE].offset;
-    tensor_at(m, TSR_P_MTPEHW, dC * 2 * C, &w[0], &g[0]);
-    tensor_at(m, TSR_P_MTPENORMW, dC, &w[1], &g[1]);
-    tensor_at(m, TSR_P_MTPHNORMW, dC, &w[2], &g[2]);
+    const void *w[4];
+    float *g[4], *gwte;
+    tensor_at(m, TSR_P_MTPEHW, dC * 2 * C, 1, &w[0], &g[0]);
+    tensor_at(m, TSR_P_MTPENORMW, dC, 1, &w[1], &g[1]);
+    tensor_at(m, TSR_P_MTPHNORMW, dC, 1, &w[2], &g[2]);
+    tensor_at(m, TSR_P_WTE, 0, 1, &w[3], &gwte);
     be->matmul_backward(be, s->dcat, g[0], NULL, dx, p->cat, w[0], N, 2 * C, C, TSR_GRAD_SET);
     for (int half = 0; half < 2; half++) {
         for (size_t n = 0; n < (size_t)N; n++)
@@ -257,7 +301,7 @@ static void frame_backward(tsr_mtp *s, mtp_depth *p, const tsr_model *m, const f
         memset(dinp, 0, nC * sizeof(float));
         be->rmsnorm_backward(be, dinp, g[1 + half], s->dpart, half ? h : p->e, w[1 + half],
                              half ? p->hnr : p->enr, N, C);
-        if (!half) be->encoder_backward(be, gwte, NULL, dinp, p->tok, p->tok, NULL, B, T, C);
+        if (!half) be->encoder_backward(be, gwte, NULL, dinp, p->tokl, p->tokl, NULL, B, T, C);
     }
 }
 
@@ -274,18 +318,21 @@ static const float *depth_input(tsr_model *m, int d) {
     return dec_output(&x);
 }
 
-const float *mtp_train(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
-                       float loss_scale) {
+const float *mtp_train(tsr_model *m, const tsr_dec_params *src, const int32_t *tokens,
+                       const int32_t *targets, int B, int T, float loss_scale) {
     tsr_mtp *s = m->mtp;
-    if (!s || !m->grads) return NULL;
+    if (!s || (!m->grads && !m->src)) return NULL; /* (gradients: flat, or the shards') */
+    s->src = *src;
     mtp_alloc(s, m, B, T);
     const float scale = (float)(loss_scale * m->cfg.mtp_loss_weight / s->D);
-    const int32_t *seq = m->cfg.attn_mask == TSR_MASK_DOCUMENT ? m->acts.seq : NULL;
+    const int32_t *seq = m->cfg.attn_mask != TSR_MASK_DOCUMENT ? NULL
+                         : m->ring ? m->ring->seq : m->acts.seq; /* (the whole rows') */
+    const int Tl = m->ring ? T / m->ring->N : T; /* the frame's: this rank's positions */
     for (int d = 0; d < s->D; d++) { /* forward, depth by depth */
         mtp_depth *p = &s->dep[d];
         tsr_decoder dd = sub_decoder(p, m);
         depth_rows(p, tokens, targets, seq, B, T);
-        frame_forward(p, m, depth_input(m, d), B, T);
+        frame_forward(p, m, depth_input(m, d), B, Tl);
         dd.pp_x = p->x;
         dec_forward(&dd, tokens, p->tg, B, T, scale);
         s->loss += dec_loss_sum(&dd, p->tg, B, T);
@@ -295,7 +342,8 @@ const float *mtp_train(tsr_model *m, const int32_t *tokens, const int32_t *targe
         tsr_decoder dd = sub_decoder(p, m);
         dd.pp_dy = d + 1 < s->D ? s->dep[d + 1].dh : NULL;
         dec_backward(&dd, tokens, p->tg, B, T, scale, NULL, NULL);
-        frame_backward(s, p, m, depth_input(m, d), p->sub.acts.dresidual, B, T);
+        frame_backward(s, p, m, depth_input(m, d), p->sub.acts.dresidual, B, Tl);
+        if (m->ring) m->ring->sent += p->ring.sent, p->ring.sent = 0; /* (the ring's bytes) */
     }
     return s->dep[0].dh;
 }

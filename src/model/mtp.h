@@ -21,14 +21,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/decoder.h"
 #include "model/model.h"
 
 /* After model_forward over tokens, targets (B,T): the modules' forward and backward at
- * loss_scale x mtp_loss_weight / D, their gradients added to m->grads (the module tensors, wte,
- * the head), their loss sums to the step's (model_mtp_loss_sum). Returns d(objective)/d(the last
+ * loss_scale x mtp_loss_weight / D, their gradients added to the model's (the module tensors, wte,
+ * the head), their loss sums to the step's (model_mtp_loss_sum). src: the model's decoder's
+ * units (unit 0 the root with the frame's tensors, unit L + 1 + d depth d's layer: flat, or
+ * gathered from the shards, model_unit_slice). Returns d(objective)/d(the last
  * layer's output) (B,T,C) for the main backward to add (the decoder's pp_dy), or NULL when m has
  * no modules (or no gradients). */
-const float *mtp_train(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
-                       float loss_scale);
+const float *mtp_train(tsr_model *m, const tsr_dec_params *src, const int32_t *tokens,
+                       const int32_t *targets, int B, int T, float loss_scale);
 
 #endif
