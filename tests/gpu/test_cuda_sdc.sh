@@ -13,7 +13,8 @@
 #    comparison (the host mirror is not refreshed between fingerprint steps: only a hash of the
 #    device's copy sees it);
 #  - zero3, clean: all agreed; a bit of rank 0's device shard of optim/m/wte flipped after step 2:
-#    rank 0 named.
+#    rank 0 named;
+#  - the flips the device path cannot reach (the gradients; zero1's weights) refused at start.
 # The flips go through the backend's copy (TSR_FAULT, pulled, flipped, pushed, the mirror
 # restored: the device alone holds the flipped bit). On the host emulator of the CUDA backend
 # (build/tests/tessera-train-cuemu) and on the real backend with 2 GPUs (skipped loudly otherwise).
@@ -21,7 +22,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 source "$(dirname "$0")/../train/sdc_lib.sh"
 tsr_tmpdir
-PER=5
+PER=6
 tap_plan $((2 * PER))
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
@@ -74,6 +75,15 @@ suite() {
     rc=$?
     ((rc == 87)) && named "$l.z3f" changed_at_rest 0 optim/m/wte
     tap_check $? "$l: zero3: clean, all agreed; rank 0's device shard of optim/m/wte flipped after step 2: rank 0 named (exit $rc)"
+
+    TSR_FAULT=flip:rgrads:wte:3:1:2 run "$bin" "$l.grads"
+    rc=$?
+    TSR_FAULT=flip:weights:wte:3:1:2 run "$bin" "$l.z1w" --set parallel.sharding=zero1
+    local rc2=$?
+    ((rc == 1 && rc2 == 1)) && [[ ! -e $TMP/$l.grads/metrics.jsonl ]] &&
+        grep -q "on device = cuda the flips reach the device's weights, m and v (and loaded)" "$TMP/$l.grads.txt" &&
+        grep -q "under zero1 on device = cuda a rank's fp32 weights are its part: flip m or v" "$TMP/$l.z1w.txt"
+    tap_check $? "$l: a flip of the gradients, and of zero1's weights, refused on the device: exit 1, nothing written (exit $rc, $rc2)"
 }
 
 MPI_OK=0
