@@ -16,6 +16,12 @@
 # of the compute at interval k.
 #
 #   bash bench/sdc_overhead.sh                (after make; STEPS=101 REPS=3 by default)
+#
+# DEVICE=cuda (tests/gpu/device.sh's sdc stage, docs/health.md "On the GPU"): the same with
+# device = cuda on CONFIG (default configs/gpt2-124m.cfg there: a step long enough to weigh a
+# copy against), micro_batch MICRO (default 4), on RANKS ranks (default 2; 1 where MPI is
+# missing), in the settings off, default and fp1 (replay is not built on the GPU): what the
+# fingerprints cost there, the device-to-host copy of the state included.
 # Results: docs/benchmarks.md "Silent data corruption: the checks' cost".
 set -uo pipefail
 TSR_ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,11 +29,20 @@ source "$TSR_ROOT/tests/lib.sh"
 STEPS=${STEPS:-101} REPS=${REPS:-3}
 TMP=$(mktemp -d /tmp/tessera-sdc-overhead.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+DEVICE=${DEVICE:-cpu} RANKS=${RANKS:-2} TRAIN=${BENCH_TRAIN:-$TRAIN} # (the emulator's, to try it)
 make_synth "$TMP/data" 50257 2000000
-base=(--config "$TSR_ROOT/configs/tiny.cfg" --set data.tokenizer= --set data.train="$TMP/data/train"
+if [[ $DEVICE == cuda ]]; then
+    CONFIG=${CONFIG:-$TSR_ROOT/configs/gpt2-124m.cfg}
+    dev=(--set device=cuda --set micro_batch="${MICRO:-4}")
+    mpi_ok() { command -v mpirun >/dev/null && [[ $(ldd "$1" 2>/dev/null) == *libmpi* ]]; }
+    mpi_ok "$TRAIN" || RANKS=1
+else
+    CONFIG=${CONFIG:-$TSR_ROOT/configs/tiny.cfg} dev=()
+fi
+base=(--config "$CONFIG" --set data.tokenizer= --set data.train="$TMP/data/train"
       --set data.val= --set sample.tokens=0 --set eval_interval=0ba --set save_interval=0ba
       --set save_final=false --set threads=1 --set watchdog.window=0 --set log_interval=1000
-      --set max_duration="${STEPS}ba")
+      --set max_duration="${STEPS}ba" "${dev[@]}")
 declare -A sets=(
     [off]="--set health.fingerprint_interval=0 --set health.replay_interval=0"
     [default]=""
@@ -35,6 +50,8 @@ declare -A sets=(
     [replay10]="--set health.fingerprint_interval=0 --set health.replay_interval=10"
 )
 order=(off default fp1 replay10)
+[[ $DEVICE == cuda ]] && order=(off default fp1)
+echo "# $DEVICE, $RANKS ranks, $(basename "$CONFIG"), $STEPS steps, $REPS repetitions" >&2
 # figures RUN_DIR: "mean_step_ms health_s_share hash_s replay_s" of one run
 figures() {
     "$PY3" - "$1/metrics.jsonl" <<'PY'
@@ -51,7 +68,7 @@ PY
 for rep in $(seq 1 "$REPS"); do
     for k in "${order[@]}"; do
         # shellcheck disable=SC2086
-        ranks 2 "$TRAIN" "${base[@]}" ${sets[$k]} --set run_dir="$TMP/$k-$rep" >"$TMP/$k-$rep.txt" 2>&1 ||
+        ranks "$RANKS" "$TRAIN" "${base[@]}" ${sets[$k]} --set run_dir="$TMP/$k-$rep" >"$TMP/$k-$rep.txt" 2>&1 ||
             { echo "bench: $k run $rep failed:"; tail -5 "$TMP/$k-$rep.txt"; exit 1; }
         echo "# $k run $rep: $(figures "$TMP/$k-$rep")" >&2
     done
@@ -66,4 +83,5 @@ for k in "${order[@]}"; do
     awk -v k="$k" -v ms="$ms" -v off="$off_ms" -v sh="$share" \
         'BEGIN { printf "| %s | %.1f | %+.1f%% | %.2f%% |\n", k, ms, 100 * (ms / off - 1), 100 * sh }'
 done
-echo "replay's prediction: m = 16 / 2 ranks / 4 = 2 microbatches a rank, k = 10: 1 / (m k) = 5.0% of the compute, plus the hashes"
+[[ $DEVICE == cuda ]] ||
+    echo "replay's prediction: m = 16 / 2 ranks / 4 = 2 microbatches a rank, k = 10: 1 / (m k) = 5.0% of the compute, plus the hashes"

@@ -99,6 +99,7 @@ void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step) {
 }
 void gpu_train_pull(gpu_train_ctx *c) { A()->pull(c); }
 void gpu_train_push(gpu_train_ctx *c, int with_optim) { A()->push(c, with_optim); }
+int gpu_train_pull_grads(gpu_train_ctx *c) { return A()->pull_grads(c); }
 void gpu_train_host_model(gpu_train_ctx *c, int on) { A()->host_model(c, on); }
 size_t gpu_train_pin_host(gpu_train_ctx *c) { return A()->pin_host(c); }
 size_t gpu_train_mem_peak(void) { return A()->mem_peak(); }

@@ -422,4 +422,5 @@ const gpu_train_api tsr_gpu_train_api = {
     .free = lib_free,
     .switches = gtrain_switches,
     .generate = lib_generate,
+    .pull_grads = gtrain_pull_grads,
 };

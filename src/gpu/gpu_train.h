@@ -55,6 +55,7 @@ typedef struct gpu_train_api {
     int (*switches)(const gpu_train_ctx *c);
     int64_t (*generate)(gpu_train_ctx *c, const struct gen_batch_opts *o, struct gen_seq *seqs,
                         int n);
+    int (*pull_grads)(gpu_train_ctx *c);
 } gpu_train_api;
 #define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
 #define GPU_TRAIN_SYMBOL "tsr_gpu_train_api"
@@ -102,6 +103,11 @@ void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step);
  * when with_optim). */
 void gpu_train_pull(gpu_train_ctx *c);
 void gpu_train_push(gpu_train_ctx *c, int with_optim);
+/* The reduced gradients device -> host (the trainer's fingerprints, src/train/sdc.h): ddp's
+ * dense ones into model->grads, LoRA's adapters' into lora->g, after the step's reduction is
+ * done; 1, or 0 where the mode mirrors none (zero1, zero3, hsdp: the reduced gradients are a
+ * shard on the device; the experts' are not copied). Local. */
+int gpu_train_pull_grads(gpu_train_ctx *c);
 /* save_async (docs/checkpoint-format.md): pins the host buffers gpu_train_pull copies the
  * device's state into (the host mirror: the weights and moments, or the shard of them, the
  * zero1 staging buffer, the experts' store, the adapters), so the device-to-host copy of a

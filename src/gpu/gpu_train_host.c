@@ -1,6 +1,7 @@
 /* gpu_train_host.c — the CUDA trainer's state to and from the host (gpu_train_int.h): its
- * pull for a checkpoint, its push after a resume, the host buffers pinned for the pull, and the
- * host model for sampling on the host weights. */
+ * pull for a checkpoint, its push after a resume, the reduced gradients for the fingerprints
+ * (src/train/sdc.h), the host buffers pinned for the pull, and the host model for sampling on
+ * the host weights. */
 #include <stddef.h>
 
 #include "gpu/gpu_train_int.h"
@@ -59,6 +60,16 @@ void gtrain_push(gpu_train_ctx *c, int with_optim) {
         tcu_memcpy_h2d(gt->v, c->v, bytes, gt->s);
         tcu_sync(gt->s);
     }
+}
+
+/* ddp's dense gradients or LoRA's adapters' (the reduction waited for) */
+int gtrain_pull_grads(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    if (gt->sharded && !gt->lora_on) return 0;
+    if (gt->comm) gpu_comm_wait(gt->comm);
+    if (gt->lora_on) tcu_memcpy_d2h(c->lora->g, gt->lora.g, gt->lora.n * sizeof(float), gt->s);
+    else tcu_memcpy_d2h(c->model->grads, gt->g.grads, c->model->n_params * sizeof(float), gt->s);
+    return 1;
 }
 
 /* The host buffers gtrain_pull copies the device's state into, and their bytes: into p[], b[] (at

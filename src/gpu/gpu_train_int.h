@@ -100,6 +100,7 @@ void gtrain_update(gpu_train_ctx *c, double lr, float gscale, int step);
 
 void gtrain_pull(gpu_train_ctx *c);
 void gtrain_push(gpu_train_ctx *c, int with_optim);
+int gtrain_pull_grads(gpu_train_ctx *c);
 size_t gtrain_pin_host(gpu_train_ctx *c);
 void gtrain_host_model(gpu_train_ctx *c, int on);
 

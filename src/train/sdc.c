@@ -19,9 +19,7 @@
 #include "common.h"
 #include "train/sdc_int.h"
 
-int sdc_configured(const tsr_config *cfg) {
-    return cfg->health.fingerprint_interval > 0 && cfg->device != TSR_DEVICE_CUDA;
-}
+int sdc_configured(const tsr_config *cfg) { return cfg->health.fingerprint_interval > 0; }
 
 int sdc_init(tsr_trainer *t) {
     tsr_sdc *s = tsr_calloc(1, sizeof *s);
@@ -30,8 +28,8 @@ int sdc_init(tsr_trainer *t) {
     s->compared = s->grads_step = s->reduced_step = s->window_step = -1;
     s->v.suspect_from = -1;
     TSR_CHECK(sdc_fault_parse(t, &s->flip));
-    /* device = cuda: the state lives on the device, the host's buffers are a mirror filled at a
-     * save (docs/health.md "On the GPU") */
+    /* device = cuda: the state lives on the device; each check copies it into the host's mirror
+     * first and hashes it there (sdc_state.c; docs/health.md "On the GPU") */
     s->on = sdc_configured(&t->cfg);
     if (s->on) sdc_build(t, s);
     TSR_CHECK(sdc_fault_matmul(t));

@@ -29,9 +29,9 @@
 struct tsr_trainer;
 struct tsr_config;
 
-/* A run of this config compares fingerprints: health.fingerprint_interval > 0 and the state on
- * the host (device = cpu; docs/health.md "On the GPU"). Its resume takes the newest checkpoint
- * whose fingerprints agreed (ckpt_resume's agreed). */
+/* A run of this config compares fingerprints: health.fingerprint_interval > 0 (device = cuda
+ * too: the device's state copied to the host and hashed there, docs/health.md "On the GPU").
+ * Its resume takes the newest checkpoint whose fingerprints agreed (ckpt_resume's agreed). */
 int sdc_configured(const struct tsr_config *cfg);
 
 /* The host memory a rank's deterministic replay holds beside the training state (sdc_replay.c):
@@ -52,7 +52,7 @@ typedef enum {
  * TSR_EXIT_USAGE after rank 0 named a malformed flip. Local (the same on every rank). */
 int sdc_init(struct tsr_trainer *t);
 void sdc_free(struct tsr_trainer *t);
-/* The fingerprint comparisons are on (health.fingerprint_interval > 0, a host state) */
+/* The fingerprint comparisons are on (health.fingerprint_interval > 0) */
 int sdc_on(const struct tsr_trainer *t);
 /* Once the state is loaded or initialised, before the first step: every rank's node gathered,
  * the state compared (replicas agree after a load's exchange), the frozen base's fingerprints

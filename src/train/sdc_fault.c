@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "gpu/gpu_train.h"
 #include "train/sdc_int.h"
 
 static const char *const site_names[SDC_N_SITES] = {"weights", "m", "v", "grads", "rgrads",
@@ -77,9 +78,21 @@ static const char *unreachable_acts(const tsr_trainer *t, const sdc_flip *f) {
     return NULL;
 }
 
+/* device = cuda: the flip reaches the device's weights and optimizer state through the
+ * backend's copy (pulled, flipped on the host, pushed back); NULL, or why not */
+static const char *unreachable_gpu(const tsr_trainer *t, const sdc_flip *f) {
+    if (f->site > SDC_SITE_V && f->site != SDC_SITE_LOADED)
+        return "on device = cuda the flips reach the device's weights, m and v (and loaded): the "
+               "gradients, activations and the reduction's data are the device's own";
+    if (t->part.lora_on) return "on device = cuda LoRA's base is bf16 on the device only";
+    if (t->part.zero1 && f->site != SDC_SITE_M && f->site != SDC_SITE_V)
+        return "under zero1 on device = cuda a rank's fp32 weights are its part: flip m or v";
+    return NULL;
+}
+
 /* Why the flip's site cannot be reached in this run, or NULL */
 static const char *unreachable(const tsr_trainer *t, const sdc_flip *f, int id) {
-    if (t->be.gpu) return "the flips act on the host's state: device = cpu only";
+    if (t->be.gpu) return unreachable_gpu(t, f);
     if (f->site == SDC_SITE_ACTS) return unreachable_acts(t, f);
     if (f->site == SDC_SITE_SENT || f->site == SDC_SITE_RECEIVED) return unreachable_comm(t, id);
     const int ep = t->model.params_info[id].ep;
@@ -258,14 +271,25 @@ static void flip_holding(const tsr_trainer *t, const sdc_flip *f, holding *h) {
                  t->dist.rank, f->tensor, site_names[f->site]);
 }
 
+/* device = cuda: the flip through the backend's copy (every rank pulls and pushes: zero1's pull
+ * gathers), the host mirror then restored: the device alone holds the flipped bit */
+static void device_flip(tsr_trainer *t, const sdc_flip *f, holding *h, int who) {
+    size_t at;
+    gpu_train_pull(t->be.gpu);
+    if (who) flip_holding(t, f, h);
+    gpu_train_push(t->be.gpu, 1);
+    if (h->total) flip_middle(h, f->bit, &at);
+}
+
 void sdc_fault(tsr_trainer *t, sdc_when when) {
     sdc_flip *f = t->sdc ? &t->sdc->flip : NULL;
     if (!f || !f->on || f->done || !due_now(t, f, when)) return;
     f->done = 1; /* (once per process, on every rank: a later step is not hit again) */
-    if (!is_who(t, f)) return;
+    const int who = is_who(t, f);
     holding *h = tsr_calloc(1, sizeof *h);
-    holding_of(t, f, param_id(t, f->tensor), h);
-    flip_holding(t, f, h);
+    if (who) holding_of(t, f, param_id(t, f->tensor), h);
+    if (t->be.gpu) device_flip(t, f, h, who);
+    else if (who) flip_holding(t, f, h);
     free(h);
 }
 

@@ -28,6 +28,7 @@
 #include "ckpt.h"
 #include "common.h"
 #include "crc32c.h"
+#include "gpu/gpu_train.h"
 #include "train/checkpointing_tensors.h"
 #include "train/sdc_int.h"
 
@@ -175,10 +176,11 @@ static int shard_color(const tsr_trainer *t) {
  * that a report names the cause (a gradient that differs) before its effects on the state */
 static void grad_sets(builder *b, const tsr_trainer *t) {
     const tsr_train_part *pt = &t->part;
+    const int gpu = t->be.gpu != NULL; /* (the library mirrors ddp's and LoRA's only) */
     if (pt->lora_on) lora_set(b, t, SDC_GRADS, pt->lora.g);
-    else if (pt->fsdp_on && shard_color(t) >= 0) shard_set(b, t, SDC_GRADS, pt->fsdp.grads, shard_color(t), 0);
+    else if (pt->fsdp_on && shard_color(t) >= 0 && !gpu) shard_set(b, t, SDC_GRADS, pt->fsdp.grads, shard_color(t), 0);
     else if (!pt->fsdp_on && !pt->zero1) flat_set(b, t, SDC_GRADS, t->model.grads, 0, 0, t->model.n_params, 0, 0);
-    if (pt->ep_on && !pt->lora_on) expert_set(b, t, SDC_GRADS, pt->ep.g);
+    if (pt->ep_on && !pt->lora_on && !gpu) expert_set(b, t, SDC_GRADS, pt->ep.g);
 }
 
 /* The base model's weights and optimizer state as the mode holds them */
@@ -191,8 +193,10 @@ static void base_sets(builder *b, const tsr_trainer *t) {
         shard_set(b, t, SDC_V, pt->v, shard_color(t), 0);
         return;
     }
-    flat_set(b, t, SDC_WEIGHTS, t->model.params, 0, 0, t->model.n_params, 0, frozen);
     const int part_color = pt->zero1 ? -1 : 0;
+    if (t->be.gpu && pt->zero1 && !frozen) /* (the device's fp32 weights: the rank's part) */
+        flat_set(b, t, SDC_WEIGHTS, t->model.params, 0, pt->shard_lo, pt->shard_hi, -1, 0);
+    else flat_set(b, t, SDC_WEIGHTS, t->model.params, 0, 0, t->model.n_params, 0, frozen);
     flat_set(b, t, SDC_M, pt->m, pt->shard_lo, pt->shard_lo, pt->shard_hi, part_color, 0);
     flat_set(b, t, SDC_V, pt->v, pt->shard_lo, pt->shard_lo, pt->shard_hi, part_color, 0);
 }
@@ -280,8 +284,18 @@ uint32_t sdc_crc_floats(const tsr_trainer *t, const float *p, size_t n) {
     return crc;
 }
 
+/* device = cuda: the device's state copied into the host mirror first (the weights and the
+ * optimizer state as a checkpoint's pull takes them; the reduced gradients where the library
+ * mirrors them), hashed there as on the CPU. Collective when rest (zero1's pull gathers). */
+static void from_device(tsr_trainer *t, int rest, int grads) {
+    if (!t->be.gpu) return;
+    if (rest) gpu_train_pull(t->be.gpu);
+    if (grads) gpu_train_pull_grads(t->be.gpu);
+}
+
 void sdc_hash_sets(tsr_trainer *t, tsr_sdc *s, int rest, int grads) {
     const double t0 = tsr_now();
+    from_device(t, rest, grads);
     int *pick = tsr_calloc((size_t)(s->n ? s->n : 1), sizeof *pick);
     for (int k = 0; k < s->n; k++) pick[k] = sdc_at_rest(&s->e[k]) ? rest : grads;
     hash_picked(t, s, pick);

@@ -23,7 +23,7 @@
 #             ops        the op test as it runs in a training step (no sanitizer, asynchronous)
 #             train      tests/gpu/test_cuda_train.sh, test_cuda_lora.sh, test_cuda_dpo.sh, test_cuda_moe_ep.sh,
 #                        test_cuda_muon.sh, test_cuda_context.sh, test_cuda_fp8.sh,
-#                        test_cuda_families.sh (issue 67/68's variants): their GPU halves
+#                        test_cuda_families.sh (issue 67/68's variants), test_cuda_sdc.sh: their GPU halves
 #                        (the emulator's with TSR_TEST_EMULATOR=1; CI runs them); TRAIN_TESTS="..."
 #                        names others
 #             ckpt       tests/gpu/ckpt_async_gpu.sh: gpt2-124m on the GPU with save_async and without
@@ -37,6 +37,9 @@
 #                        that shape beside them (bench/gpu/ring_torch.py) (a table; the goal:
 #                        the blocks within 10% of the kernel; docs/benchmarks.md). Not yet run
 #                        on a GPU
+#             sdc        bench/sdc_overhead.sh with DEVICE=cuda (~2 min): gpt2-124m's step with the
+#                        fingerprints off, at the default interval and at every step, side by
+#                        side (the device-to-host copy and the hash; docs/health.md "On the GPU")
 #             account    tests/gpu/test_account_gpu.sh: a run's GPU energy from NVML (the cost
 #                        accounting, docs/site.md), its average power in range, the rank's GPU
 #                        in the banner (~30 s)
@@ -386,7 +389,7 @@ ring_stage() {
 }
 
 # the stages of `check`, in their order
-STAGES=(memcheck racecheck synccheck ops train ckpt ring account)
+STAGES=(memcheck racecheck synccheck ops train ckpt ring account sdc)
 
 check() {
     setup
@@ -418,11 +421,12 @@ check() {
                 rm -f "$logs/race.txt" ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
-                       TESTS="${TRAIN_TESTS:-test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context test_cuda_fp8 test_cuda_families test_cuda_mla}" \
+                       TESTS="${TRAIN_TESTS:-test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context test_cuda_fp8 test_cuda_families test_cuda_mla test_cuda_sdc}" \
                        bash tests/run.sh || r=$? ;;
             ckpt) limited "$logs/$st.txt" bash tests/gpu/ckpt_async_gpu.sh || r=$? ;;
             ring) ring_stage "$logs/$st.txt" || r=$? ;;
             account) limited "$logs/$st.txt" env TESTS="test_account_gpu" bash tests/run.sh || r=$? ;;
+            sdc) limited "$logs/$st.txt" env DEVICE=cuda STEPS=21 REPS=1 bash bench/sdc_overhead.sh || r=$? ;;
         esac
         if ((r == 125)); then not_run+=("$st"); continue; fi
         ((r == 0)) || rc=1
@@ -431,7 +435,7 @@ check() {
           outcome "$logs/$st.txt"
           # (an if, not `[[ ]] &&`: a false test ended the group with status 1, and set -e the
           # whole call after the first stage that is not ring: seen on the H200, 2026-11-27)
-          if [[ $st == ring ]]; then grep -E '^\|' "$logs/$st.txt" | sed 's/^/    /' || true; fi
+          if [[ $st == ring || $st == sdc ]]; then grep -E '^\|' "$logs/$st.txt" | sed 's/^/    /' || true; fi
         } | tee -a "$summary"
     done
     if ((${#not_run[@]})); then
