@@ -11,7 +11,10 @@
 #    outputs at other points than the whole ones); the sequence-parallel run's final checkpoint at
 #    the whole model's shapes with the norms' weights within 1e-3 of one rank's (norms_close); the
 #    bytes the tensor group sent equal to the plan's count (sent_as_planned); the communicator and
-#    the split said at start;
+#    the split said at start; without sequence parallelism also the validation losses (the
+#    evaluations' forwards on the device through the split) within the loss bar of one rank's
+#    (measured 3.4e-5), and the end-of-run sample (the host's split model, every rank of the
+#    group running it) printed;
 #  - tensor x data = 2 x 2 on 4 ranks: the gradients summed over the tensor_data group (the ranks
 #    holding the same split), not the world, within the same tolerance (measured: the same
 #    3.3e-5, 3.0e-4); the device plan (the rank's slices and the collectives' scratch) within
@@ -38,6 +41,9 @@ args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=64
       --set model.intermediate_size=128 --set seq_len=64 --set global_batch=4 --set micro_batch=2
       --set max_duration=6ba --set save_interval=0ba --set save_final=false --set threads=1
       --set log_interval=1 --set watchdog.window=0 --set device=cuda "${GPU_COMM_ARGS[@]}")
+# the validation split every 3 steps and an 8-token sample at the end
+evals=(--set data.val="$TMP/data/val" --set eval_interval=3ba --set eval_samples=4
+       --set sample.tokens=8)
 # run BIN DIR NP T ARGS...: output in DIR.txt
 run() {
     local bin=$1 dir=$2 np=$3 t=$4; shift 4
@@ -64,6 +70,17 @@ print(f"norms' weights {w:.1e} ({len(norms)} tensors), shapes differ: {bad}")
 sys.exit(0 if names and norms and not bad and w <= float(sys.argv[3]) else 1)
 PY
 }
+# val_close A B: the runs' validation losses (steps 3 and 6) within LOSS_TOL of each other, relative
+val_close() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
+import json, sys
+def vals(p): return {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
+a, b = vals(sys.argv[1]), vals(sys.argv[2])
+w = max((abs(b[k] - a[k]) / abs(a[k]) for k in a if k in b), default=-1)
+print(f"val loss {w:.1e} at steps {sorted(a)}")
+sys.exit(0 if sorted(a) == sorted(b) == [3, 6] and 0 <= w <= float(sys.argv[3]) else 1)
+PY
+}
 # sent_as_planned RUN: the bytes the tensor groups sent in 6 steps (the decoder's collectives and
 # the gradients' sums, counted where they are called) = 6 x 2 ranks x the plan's bytes per rank
 # and step (model_tp.h tp_step_bytes at bf16 activations)
@@ -81,14 +98,17 @@ suite() {
     local bin=$1 l=$2 d= e= f=
     LOSS_TOL=$3 NORM_TOL=$4 WTOL=$5 MEM_SLACK=$6
     if gpus 2 "$l: parallel.tensor = 2, with and without sequence parallelism"; then
-        run "$bin" "$l.1" 1 1 --set save_final=true &&
+        run "$bin" "$l.1" 1 1 --set save_final=true "${evals[@]}" &&
             run "$bin" "$l.sp" 2 2 --set save_final=true && d=$(close "$l.1" "$l.sp") &&
             said "$l.sp" "sequence parallel" && e=$(norms_close "$l.1" "$l.sp") &&
             f=$(sent_as_planned "$l.sp")
         tap_check $? "$l: parallel.tensor = 2 (sequence parallel): every step within $LOSS_TOL (loss), $NORM_TOL (norm) of one rank's ($d); its checkpoint at the whole model's shapes, the norms' weights close to one rank's ($e); the bytes sent as planned ($f); the tensor group's communicator said"
-        run "$bin" "$l.nosp" 2 2 --set parallel.sequence=false && e=$(close "$l.1" "$l.nosp") &&
-            said "$l.nosp" "without sequence parallelism"
-        tap_check $? "$l: parallel.tensor = 2, parallel.sequence = false: within the tolerance of one rank's ($e)"
+        e= f=
+        run "$bin" "$l.nosp" 2 2 --set parallel.sequence=false "${evals[@]}" &&
+            e=$(close "$l.1" "$l.nosp") && said "$l.nosp" "without sequence parallelism" &&
+            f=$(val_close "$l.1" "$l.nosp") && grep -A1 "^sample (8 tokens" "$TMP/$l.nosp.txt" |
+            grep -qE "^[0-9]+( [0-9]+){7}$"
+        tap_check $? "$l: parallel.tensor = 2, parallel.sequence = false: within the tolerance of one rank's ($e); the evaluations on the device through the split ($f); the end-of-run sample on the host's split model, every rank of the group in it"
     else
         _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - $l: parallel.sequence = false # SKIP needs 2 GPUs"
     fi
