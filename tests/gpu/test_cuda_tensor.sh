@@ -20,8 +20,9 @@
 #    holding the same split), not the world, within the same tolerance (measured: the same
 #    3.3e-5, 3.0e-4); the device plan (the rank's slices and the collectives' scratch) within
 #    peak_in_plan's bounds of the allocator's peak;
-#  - (once, whatever the backend) a mode the GPU's split does not run with (activation
-#    checkpointing) refused at start, exit 1, naming both keys, nothing written.
+#  - (once, whatever the backend) --plan prices the sharded modes over the tensor_data group (the
+#    ranks holding one split), not the world; a mode the GPU's split does not run with
+#    (activation checkpointing) refused at start, exit 1, naming both keys, nothing written.
 # On the real backend the bars are 2e-3 (loss), 2e-2 (norm), 2e-3 (the norms' weights), 64 MiB of
 # slack over the plan (cuBLASLt's workspace): not yet measured on a GPU.
 # It runs on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu: the trainer's
@@ -33,7 +34,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=3
-tap_plan $((2 * PER + 1))
+tap_plan $((2 * PER + 2))
 make_synth "$TMP/data" 64 60000
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=64
       --set model.vocab_multiple=16 --set data.tokenizer= --set sample.tokens=0
@@ -150,6 +151,22 @@ else
     for ((i = 0; i < PER; i++)); do
         _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $PER # SKIP $why"
     done
+fi
+
+# --plan with the CUDA library (no GPU needed; a sharded mode is priced, with a warning, though a
+# run refuses it): under T = 2 the state is sharded over the tensor_data group, not the world
+# (src/train/train_gpu.c fill): zero1 on 2 ranks (one split, one rank holding it) is ddp's plan;
+# on 4 ranks zero1 and zero3 are over 2 ranks, said as themselves
+if [[ -f $BUILD/libtessera-cuda-train.so ]]; then
+    plan() { # RANKS SHARDING: the device plan's line
+        "$TRAIN" "${args[@]}" --set parallel.tensor=2 --set parallel.sharding="$2" --plan "$1" 2>&1 |
+            grep "^device memory per rank (cuda"
+    }
+    ddp=$(plan 2 ddp) && z1=$(plan 2 zero1) && [[ -n $ddp && $ddp == "$z1" ]] &&
+        plan 4 zero1 | grep -q "zero1 over 2 ranks" && plan 4 zero3 | grep -q "zero3 over 2 ranks"
+    tap_check $? "--plan under parallel.tensor = 2 with device = cuda: zero1 on 2 ranks priced as ddp, zero1 and zero3 on 4 over the 2 ranks of a tensor_data group"
+else
+    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the device plan under T = 2 # SKIP no $BUILD/libtessera-cuda-train.so (built where the CUDA toolkit is)"
 fi
 
 # refused at start whatever the backend (the trainer's check, before the GPU library loads)
