@@ -485,6 +485,9 @@ const char *config_first_pair(const tsr_cfg_pair *pairs, size_t n, const char **
  * (its value's words in *value), or NULL. (device = "cuda" is the trainer's to refuse, at start:
  * a plan, --plan and --time, prices it.) */
 const char *config_tensor_pair(const tsr_config *cfg, const char **value);
+/* The same for device = "cuda" (src/gpu/gpu_tp.h): what its tensor parallelism does not run with
+ * yet (docs/parallelism.md "Tensor parallelism on the GPU"), or NULL (and NULL on the CPU) */
+const char *config_tensor_cuda_pair(const tsr_config *cfg, const char **value);
 /* --plan W where the recipe's micro_batch does not divide the per-rank batch of W's data ranks:
  * the largest micro_batch that does (an even one for dpo: whole pairs), else 0 (it divides, it is
  * auto, or none fits: config_check_world then says why) */

@@ -91,3 +91,34 @@ const char *config_tensor_pair(const tsr_config *cfg, const char **value) {
     };
     return cfg->tensor > 1 ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value) : NULL;
 }
+
+/* the key/value heads (model.n_kv_head; 0: one per query head) */
+static int kv_heads(const tsr_model_config *m) { return m->n_kv_head > 0 ? m->n_kv_head : m->n_head; }
+
+const char *config_tensor_cuda_pair(const tsr_config *cfg, const char **value) {
+    const tsr_model_config *m = &cfg->model;
+    const tsr_cfg_pair pairs[] = {
+        {cfg->sharding != TSR_SHARD_DDP, "parallel.sharding", "other than \"ddp\""},
+        {cfg->context > 1, "parallel.context", "> 1"},
+        {cfg->pipeline > 1, "parallel.pipeline", "> 1"},
+        {m->moe_experts > 0, "model.moe_experts", "> 0 (a mixture of experts)"},
+        {config_linear_layers(m) > 0, "model.layer_types", "naming linear_attention layers"},
+        {cfg->lora.rank > 0, "lora.rank", "> 0"},
+        {cfg->objective != TSR_OBJ_LM, "objective", "other than \"lm\""},
+        {cfg->optim.name == TSR_OPTIM_MUON, "optim.name", "= \"muon\""},
+        {cfg->precision.fp8 != TSR_FP8_NONE, "precision.fp8", "other than \"none\""},
+        {m->activation_compression != TSR_ACTCOMP_NONE, "model.activation_compression",
+         "other than \"none\""},
+        {m->activation_checkpointing != TSR_ACTCKPT_NONE, "model.activation_checkpointing",
+         "other than \"none\""},
+        {m->pos != TSR_POS_ROPE, "model.pos", "other than \"rope\" (learned positions, ALiBi)"},
+        {m->final_logit_softcapping > 0, "model.final_logit_softcapping", "> 0"},
+        {m->qk_norm && m->qk_norm_scope == TSR_QKN_PROJECTION, "model.qk_norm_scope",
+         "= \"projection\""},
+        {kv_heads(m) < cfg->tensor, "model.n_kv_head",
+         "below parallel.tensor (key/value heads replicated over the group)"},
+    };
+    return cfg->tensor > 1 && cfg->device == TSR_DEVICE_CUDA
+               ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value)
+               : NULL;
+}

@@ -210,7 +210,8 @@ static void unit_put(void *ctx, int u, int backward) {
 static tsr_decoder decoder_of(tsr_gpu_model *g) {
     return (tsr_decoder){.m = g->m, .be = &g->be, .a = &g->a, .params = {g, unit_get, unit_put},
                          .slopes = g->slopes, .rope = g->rope, .lora = g->lora,
-                         .ring = g->ring, .starts = g->starts};
+                         .ring = g->ring, .starts = g->starts, .tp = g->tp ? g->m->tp : NULL,
+                         .tpdev = g->tp};
 }
 
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,

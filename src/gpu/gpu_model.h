@@ -64,6 +64,8 @@ typedef struct tsr_gpu_model {
     int B, T;           /* activations allocated for B x T (0: none; = a.B, a.T) */
     struct tsr_lora *lora; /* LoRA: the adapters with w, g on the device (model_lora.h), or NULL */
     struct tsr_ring *ring; /* context parallelism: the ring over the device (gpu_ring.h), or NULL */
+    const struct tsr_tp_dev *tp; /* tensor parallelism: the collectives over the device (m->tp
+                                  * split; gpu_tp.h), or NULL */
     tsr_backend be;     /* the CUDA backend (bf16) on stream s: the decoder's interface */
     tsr_acts a;         /* activations (bf16, statistics fp32), laid out by src/model/decoder.c */
 } tsr_gpu_model;

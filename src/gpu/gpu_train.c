@@ -125,7 +125,10 @@ static int open_replicated_comm(gpu_train_ctx *c, const char *what) {
     struct tsr_gpu_train *gt = c->state;
     const tsr_dist *d = c->dist;
     char why[512] = "";
-    gt->comm = gpu_comm_open(mesh_group(c->mesh, TSR_MESH_WORLD), gt->s, why, sizeof why);
+    /* (tensor parallelism: the ranks that hold the same split) */
+    gt->comm = gpu_comm_open(mesh_group(c->mesh, c->model->tp ? TSR_MESH_TENSOR_DATA
+                                                               : TSR_MESH_WORLD), gt->s, why,
+                             sizeof why);
     if (!gt->comm && d->world > 1) {
         if (d->rank == 0) tsr_error("device = \"cuda\" on %d ranks: %s", d->world, why);
         return TSR_EXIT_USAGE;
@@ -243,6 +246,18 @@ static int init_ring(gpu_train_ctx *c) {
     return 0;
 }
 
+/* parallel.tensor: the decoder's collectives over a communicator of the tensor group, each
+ * after ddp's queued collectives, and ddp's after its (unit_ready) */
+static int init_tp(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    if (!c->model->tp) return 0;
+    TSR_CHECK(gpu_tp_init(&gt->tp, c->model, c->mesh, gt->s));
+    gt->tp.after = gt->comm;
+    gt->tp_on = 1;
+    gt->g.tp = &gt->tp.dev;
+    return 0;
+}
+
 static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
@@ -281,6 +296,7 @@ static int lib_init(gpu_train_ctx *c) {
     TSR_CHECK(c->lora ? init_lora(c) : gt->sharded ? init_sharded(c) : init_replicated(c));
     TSR_CHECK(init_experts(c)); /* (parallel.expert; never with LoRA: refused at load) */
     TSR_CHECK(init_ring(c));
+    TSR_CHECK(init_tp(c));
     gtrain_route_model(c->model, &gt->g);
     return 0;
 }
@@ -356,6 +372,7 @@ static void lib_free(gpu_train_ctx *c) {
     for (int k = 0; k < 8 && gt->pinned[k]; k++) tcu_host_unregister(gt->pinned[k]);
     gpu_ep_free(&gt->ep);
     gpu_ring_free(&gt->ring);
+    gpu_tp_free(&gt->tp);
     free(gt->ring_tg);
     gpu_comm_close(gt->comm);
     if (gt->lora_on) {

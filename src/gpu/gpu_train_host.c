@@ -120,7 +120,8 @@ size_t gtrain_pin_host(gpu_train_ctx *c) {
 void gtrain_host_model(gpu_train_ctx *c, int on) {
     struct tsr_gpu_train *gt = c->state;
     tsr_model *m = c->model;
-    int sampler = c->dist->rank == 0 || (gt->sharded && !gt->sh.zero1);
+    /* (tensor parallelism: every rank of a group runs the sample's split forwards) */
+    int sampler = c->dist->rank == 0 || (gt->sharded && !gt->sh.zero1) || m->tp;
     if (on) {
         if (gt->lora_on && sampler) lora_pull(gt, c->lora, 0); /* (the base is the host's) */
         else if (gt->sharded) gpu_shard_pull(&gt->sh, c, 0);

@@ -20,6 +20,7 @@
 #include "gpu/gpu_muon.h"
 #include "gpu/gpu_ring.h"
 #include "gpu/gpu_shard.h"
+#include "gpu/gpu_tp.h"
 #include "gpu/gpu_train.h"
 #include "model/model_lora.h"
 
@@ -61,6 +62,9 @@ struct tsr_gpu_train {
     int ring_on;
     gpu_ring ring;
     int32_t *ring_tg;
+    /* parallel.tensor (gpu_tp.h): the decoder's collectives over the tensor group */
+    int tp_on;
+    gpu_tp tp;
 };
 
 /* ---- the device memory plan (gpu_train_mem.c) ---- */

@@ -58,5 +58,6 @@ size_t gtrain_acts_bytes(const gpu_train_ctx *c, int B) {
     return gpu_model_acts_bytes(c->model, B, c->T) +
            (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0) +
            (c->lora ? gpu_model_lora_scratch_bytes(c->lora, B * c->T) : 0) +
-           (c->fp8 != TSR_FP8_NONE ? gpu_model_fp8_scratch_bytes(c->model, B * c->T, c->fp8_skip) : 0);
+           (c->fp8 != TSR_FP8_NONE ? gpu_model_fp8_scratch_bytes(c->model, B * c->T, c->fp8_skip) : 0) +
+           gpu_tp_scratch_bytes(c->model, B, c->T);
 }

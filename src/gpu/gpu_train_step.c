@@ -13,6 +13,7 @@
 static void unit_ready(void *ctx, int u) {
     struct tsr_gpu_train *gt = ctx;
     if (gt->ring_on) gpu_comm_after(gt->comm, gt->ring.comm);
+    if (gt->tp_on) gpu_comm_after(gt->comm, gt->tp.comm);
     gpu_comm_allreduce(gt->comm, gt->g.grads, gt->off + (size_t)u * TSR_P_COUNT,
                        gt->len + (size_t)u * TSR_P_COUNT, gt->n_slices[u]);
 }
@@ -160,6 +161,7 @@ static double dense_compute(gpu_train_ctx *c, float scale) {
     const double loss_sum = staged_sums(c, scale);
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
     if (gt->ep_on) gpu_ep_reduce(&gt->ep);
+    if (gt->tp_on) gpu_tp_finish_grads(&gt->tp, gt->g.grads); /* (the replicated tensors') */
     return loss_sum;
 }
 
@@ -172,7 +174,7 @@ static double dense_sumsq(gpu_train_ctx *c) {
     if (gt->lora_on) tcu_sumsq(gt->acc, gt->lora.g, gt->lora.n, gt->s);
     else tcu_sumsq(gt->acc, gt->g.grads, c->model->n_params, gt->s);
     tcu_memcpy_d2h(&sq, gt->acc, sizeof sq, gt->s);
-    return sq;
+    return gt->tp_on ? gpu_tp_sumsq(&gt->tp, sq, gt->g.grads, gt->acc) : sq;
 }
 
 /* the dense tensors', plus the experts' (every expert once) under parallel.expert */

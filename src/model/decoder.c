@@ -260,9 +260,10 @@ dec_run dec_train_run(const tsr_decoder *d, int B, int T, const char *what) {
     if (B > a->B || Tl != a->T || (d->ring && T % (2 * d->ring->N)))
         tsr_die(TSR_EXIT_INTERNAL, "%s: batch %dx%d exceeds the allocated %dx%d", what, B, Tl,
                 a->B, a->T);
-    if (d->tp && (!d->be->host || (d->tp->sp && Tl % d->tp->T)))
-        tsr_die(TSR_EXIT_INTERNAL, "%s: tensor parallelism runs on host memory, over sequences of "
-                "a multiple of %d positions (the %s backend, %d)", what, d->tp->T, d->be->name, Tl);
+    if (d->tp && ((!d->be->host && !d->tpdev) || (d->tp->sp && Tl % d->tp->T)))
+        tsr_die(TSR_EXIT_INTERNAL, "%s: tensor parallelism runs on host memory or through the "
+                "device's hooks, over sequences of a multiple of %d positions (the %s backend, %d)",
+                what, d->tp->T, d->be->name, Tl);
     const int Nf = d->tp && d->tp->sp ? B * Tl / d->tp->T : B * Tl;
     return (dec_run){.d = d, .B = B, .T = Tl, .N = B * Tl, .Nf = Nf, .scratch = a->scratch,
                      .lnf = a->lnf, .lnfm = a->lnf_mean, .lnfr = a->lnf_rstd};

@@ -47,7 +47,10 @@ typedef struct tsr_decoder {
                               * or NULL */
     struct tsr_tp *tp;       /* tensor parallelism (m->tp; model_tp.h): m is this rank's share of
                               * a split over a tensor group, and the decoder sums the split
-                              * halves over it (host memory: the CPU backend), else NULL */
+                              * halves over it, else NULL */
+    const struct tsr_tp_dev *tpdev; /* with tp on a device backend: the group's collectives on
+                              * its memory (model_tp.h; device = cuda: src/gpu/gpu_tp.h); NULL on
+                              * the host */
     /* Pipeline parallelism (model_pp.h): m is a chunk of a pipeline stage's layers. Without the
      * embedding (m->cfg.part.no_embed) the forward starts from pp_x, the previous stage's output
      * (the frame's rows x C, act on be); without the head (no_head) it ends with the last

@@ -184,6 +184,20 @@ void dec_tp_xent(const tsr_decoder *d, const int32_t *targets, const float *dlos
 void dec_tp_xent_grad(const tsr_decoder *d, const int32_t *targets, const float *dlosses, int N);
 /* each row's greedy token over the group's probabilities (the lower id on ties) */
 void dec_tp_argmax(const tsr_decoder *d, int32_t *greedy, int N);
+/* (decoder_tp_dev.c: each of the five above is decoder_tp.c's on the host; on a device backend,
+ * d->tpdev, the embedding runs the backend's encoder over this rank's vocabulary rows, the
+ * other tokens' rows zeroed, summed through the hooks; the cross-entropy and the greedy choice
+ * take the logits staged through the host, tsr_tp.hlogits, kept for dec_tp_xent_grad, which
+ * reads the loss weights from the backend's dlosses.) decoder_tp.c's host halves: */
+void dec_tp_embed_forward_host(const dec_run *r, const dec_unit *root, const int32_t *tokens);
+void dec_tp_embed_backward_host(const dec_run *r, const dec_unit *root, const int32_t *tokens);
+/* the cross-entropy, its gradient and the greedy choice on host fp32 rows p (N, Vp / T), losses
+ * (N) and dlosses host: the CPU's buffers, or a device's rows staged on the host */
+void dec_tp_xent_rows(const tsr_decoder *d, float *p, float *losses, const int32_t *targets,
+                      const float *dlosses, int N);
+void dec_tp_xent_grad_rows(const tsr_decoder *d, float *p, const int32_t *targets,
+                           const float *dlosses, int N);
+void dec_tp_argmax_rows(const tsr_decoder *d, const float *p, int32_t *greedy, int N);
 /* model.qk_norm_scope = "projection" on the split's qkv rows (N of them, as the backend's
  * qknorm_proj_forward / _backward: rstd (N, 2), the value columns copied / passed): each row's
  * sums over the query and the key projection (its squares; in the backward of w g norm) summed

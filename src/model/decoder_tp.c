@@ -2,8 +2,9 @@
  * decoder_int.h; docs/parallelism.md "Tensor parallelism"): a half's input gathered and its
  * partial output summed over the tensor group, the vocabulary-parallel embedding, and the
  * cross-entropy and greedy choice over the vocabulary-parallel logits. Host memory, fp32 (the
- * CPU backend). Without a split (d->tp NULL) each is the identity or the backend's own op, so a
- * whole model runs as before (the same bits).
+ * CPU backend); on a device backend the collectives go through d->tpdev, and
+ * decoder_tp_dev.c, which dispatches the vocabulary-parallel ends, stages the rest. Without a split (d->tp NULL) each is the identity or the backend's own op,
+ * so a whole model runs as before (the same bits).
  */
 #include <math.h>
 #include <stdint.h>
@@ -18,15 +19,23 @@
 /* the group's sizes of a pass: its tokens' rows, C floats each */
 static size_t row_floats(const dec_run *r) { return (size_t)r->d->m->C; }
 
+/* bytes of an activation element (4 on the CPU, 2 on the GPU) */
+static size_t act_bytes(const dec_run *r) { return tsr_dtype_size(r->d->be->act); }
+
 /* all = every rank's x (r->Nf rows each, in rank order): an all-gather over the group */
 static void *gather_rows(const dec_run *r, const void *x, void *all) {
     tsr_tp *tp = r->d->tp;
+    const tsr_tp_dev *dev = r->d->tpdev;
     const size_t piece = (size_t)r->Nf * row_floats(r);
+    tp->sent += tp_collective_bytes(tp->T, 0, (uint64_t)piece * tp->T * act_bytes(r));
+    if (dev) {
+        dev->gather(dev->ctx, x, all, piece);
+        return all;
+    }
     int *counts = tsr_malloc(2 * (size_t)tp->T * sizeof *counts);
     for (int k = 0; k < tp->T; k++) counts[k] = (int)piece, counts[tp->T + k] = k * (int)piece;
     dist_group_allgatherv_f32(tp->group, x, all, counts, counts + tp->T);
     free(counts);
-    tp->sent += tp_collective_bytes(tp->T, 0, (uint64_t)piece * tp->T * sizeof(float));
     return all;
 }
 
@@ -44,16 +53,19 @@ void dec_tp_out(const dec_run *r, void *buf) {
     tsr_tp *tp = r->d->tp;
     if (!tp) return;
     const size_t n = (size_t)r->N * row_floats(r);
+    const tsr_tp_dev *dev = r->d->tpdev;
+    tp->sent += tp_collective_bytes(tp->T, !tp->sp, n * act_bytes(r));
+    if (dev && tp->sp) dev->sum_scatter(dev->ctx, buf, buf, n);
+    else if (dev) dev->sum(dev->ctx, buf, n);
+    if (dev) return;
     if (!tp->sp) {
         dist_group_allreduce_sum_f32(tp->group, buf, n);
-        tp->sent += tp_collective_bytes(tp->T, 1, n * sizeof(float));
         return;
     }
     int *counts = tsr_malloc((size_t)tp->T * sizeof *counts);
     for (int k = 0; k < tp->T; k++) counts[k] = (int)(n / (size_t)tp->T);
     dist_group_reduce_scatter_f32(tp->group, buf, buf, counts); /* (in place: the first rows) */
     free(counts);
-    tp->sent += tp_collective_bytes(tp->T, 0, n * sizeof(float));
 }
 
 /* the whole pass's row of this rank's frame row i (its first under sequence parallelism) */
@@ -68,7 +80,7 @@ static size_t row_pos(const dec_run *r, size_t n) {
     return pos ? (size_t)pos[n] : n % (size_t)r->T;
 }
 
-void dec_tp_embed_forward(const dec_run *r, const dec_unit *root, const int32_t *tokens) {
+void dec_tp_embed_forward_host(const dec_run *r, const dec_unit *root, const int32_t *tokens) {
     const tsr_tp *tp = r->d->tp;
     tsr_acts *a = r->d->a;
     const size_t C = row_floats(r), N = (size_t)r->N;
@@ -96,7 +108,7 @@ void dec_tp_embed_forward(const dec_run *r, const dec_unit *root, const int32_t 
     }
 }
 
-void dec_tp_embed_backward(const dec_run *r, const dec_unit *root, const int32_t *tokens) {
+void dec_tp_embed_backward_host(const dec_run *r, const dec_unit *root, const int32_t *tokens) {
     const tsr_tp *tp = r->d->tp;
     tsr_acts *a = r->d->a;
     const size_t C = row_floats(r), N = (size_t)r->N;
@@ -158,12 +170,12 @@ static void softcap_grad(const tsr_decoder *d, float *dlogits, size_t N, size_t 
         d->m->ops->softcap_backward(dlogits, d->tp->capped, (int)N, d->tp->Vl, (int)Vp, cap);
 }
 
-void dec_tp_xent(const tsr_decoder *d, const int32_t *targets, const float *dlosses, int Ni) {
+void dec_tp_xent_rows(const tsr_decoder *d, float *p, float *losses, const int32_t *targets,
+                      const float *dlosses, int Ni) {
     tsr_tp *tp = d->tp;
-    tsr_acts *a = d->a;
     const size_t N = (size_t)Ni, Vp = (size_t)d->m->Vp;
     double *s = xent_scratch(tp, N); /* [sum of exponentials | target logit] per row, then mx */
-    float *mx = (float *)(s + 2 * N), *p = a->probs;
+    float *mx = (float *)(s + 2 * N);
     softcap_keep(d, p, N, Vp);
     xent_max(tp, p, mx, N, Vp);
 #pragma omp parallel for schedule(static) if (N * Vp >= 65536)
@@ -182,16 +194,15 @@ void dec_tp_xent(const tsr_decoder *d, const int32_t *targets, const float *dlos
         const float inv = (float)(1.0 / s[n]);
         for (int j = 0; j < tp->Vl; j++) x[j] *= inv;
         for (size_t j = (size_t)tp->Vl; j < Vp; j++) x[j] = 0.0f;
-        a->losses[n] = targets[n] >= 0 ? (float)(log(s[n]) - (s[N + n] - (double)mx[n])) : 0.0f;
+        losses[n] = targets[n] >= 0 ? (float)(log(s[n]) - (s[N + n] - (double)mx[n])) : 0.0f;
     }
-    if (dlosses) dec_tp_xent_grad(d, targets, dlosses, Ni);
+    if (dlosses) dec_tp_xent_grad_rows(d, p, targets, dlosses, Ni);
 }
 
-void dec_tp_xent_grad(const tsr_decoder *d, const int32_t *targets, const float *dlosses,
-                      int Ni) {
+void dec_tp_xent_grad_rows(const tsr_decoder *d, float *p, const int32_t *targets,
+                           const float *dlosses, int Ni) {
     const tsr_tp *tp = d->tp;
     const size_t N = (size_t)Ni, Vp = (size_t)d->m->Vp;
-    float *p = d->a->probs;
     for (size_t n = 0; n < N; n++) {
         float *x = p + n * Vp;
         const int32_t v = targets[n] - tp->v0;
@@ -206,14 +217,14 @@ void dec_tp_xent_grad(const tsr_decoder *d, const int32_t *targets, const float 
     softcap_grad(d, p, N, Vp);
 }
 
-void dec_tp_argmax(const tsr_decoder *d, int32_t *greedy, int Ni) {
+void dec_tp_argmax_rows(const tsr_decoder *d, const float *p, int32_t *greedy, int Ni) {
     tsr_tp *tp = d->tp;
     const size_t N = (size_t)Ni, Vp = (size_t)d->m->Vp;
     double *s = xent_scratch(tp, N);
     float *best = (float *)s;
     int *idx = (int *)(s + N);
     for (size_t n = 0; n < N; n++) { /* this rank's best real row, the lower id on ties */
-        const float *x = d->a->probs + n * Vp;
+        const float *x = p + n * Vp;
         int b = 0;
         for (int j = 1; j < tp->Vl; j++)
             if (x[j] > x[b]) b = j;

@@ -187,6 +187,8 @@ void tp_free(tsr_tp *tp) {
     free(tp->red);
     free(tp->xent);
     free(tp->capped);
+    free(tp->hlogits);
+    free(tp->hrow);
     memset(tp, 0, sizeof *tp);
 }
 

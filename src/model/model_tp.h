@@ -27,7 +27,9 @@
  * column-parallel half, a reduce-scatter after its row-parallel end, the reverse in the
  * backward; without it one all-reduce per half each way. The embedding and the head are split
  * by vocabulary rows; the cross-entropy never gathers the logits (the max and the sums of
- * exponentials all-reduced). Host memory, fp32: the CPU backend only (device = cuda refused).
+ * exponentials all-reduced). On the CPU backend the collectives run on host fp32 buffers
+ * (dist.h); on a device backend (device = cuda) through the hooks its owner sets (tsr_tp_dev:
+ * src/gpu/gpu_tp.h), the cross-entropy's rows staged through the host (decoder_tp_dev.c).
  */
 #ifndef TSR_MODEL_TP_H
 #define TSR_MODEL_TP_H
@@ -72,7 +74,26 @@ typedef struct tsr_tp {
     size_t capped_cap;
     uint64_t sent;           /* bytes this rank sent in the group's collectives (the ring
                               * algorithm's count: tp_collective_bytes) */
+    /* a device backend (tsr_tp_dev): the logits' rows staged on the host (N, Vp / T) fp32, kept
+     * from the forward for the backward; the rows' losses, token ids or loss weights (N); grown */
+    float *hlogits, *hrow;
+    size_t hlogits_cap, hrow_cap;
 } tsr_tp;
+
+/* The decoder's collectives over the tensor group on a device backend's activations (act
+ * elements; set by the device model's owner, src/gpu/gpu_tp.c, on tsr_decoder.tpdev): gather:
+ * all (T n) = every rank's x (n), in rank order; sum: buf (n) summed over the group in place;
+ * sum_scatter: out (n / T) = this rank's block of the group's sum of buf (n); to_host and
+ * to_device: n act elements of the backend to fp32 host memory and back (the cross-entropy's
+ * rows). Each completes before the backend's later work reads its result. */
+typedef struct tsr_tp_dev {
+    void *ctx;
+    void (*gather)(void *ctx, const void *x, void *all, size_t n);
+    void (*sum)(void *ctx, void *buf, size_t n);
+    void (*sum_scatter)(void *ctx, const void *buf, void *out, size_t n);
+    void (*to_host)(void *ctx, float *host, const void *x, size_t n);
+    void (*to_device)(void *ctx, void *x, const float *host, size_t n);
+} tsr_tp_dev;
 
 /* Tensor id's split as tensor parallelism takes it: its row's rule, dimension and parts, or
  * under TSR_SPLIT_EXPERTS its kind's cut inside each expert (layer_kind.h `within`) */

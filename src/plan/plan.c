@@ -402,7 +402,9 @@ static void device_memory(const plan_view *t, gpu_train_ctx c) {
         printf("device memory per rank (cuda, bf16 activations, %s%s over %d ranks): shards, "
                "gathered weights and communication buffers %s, %sactivations %s per microbatch of "
                "%d x %d%s; total %s\n",
-               c.mode == GPU_SHARD_ZERO1 ? "zero1" : c.G < t->dist.world ? "hsdp" : "zero3",
+               c.mode == GPU_SHARD_ZERO1              ? "zero1"
+               : t->cfg.sharding == TSR_SHARD_HSDP ? "hsdp" /* (tensor parallelism: zero3 over */
+                                                  : "zero3", /* tensor_data, G < the world) */
                c.lora ? ", lora: frozen bf16 base" : "", c.G, st, ex, a, t->micro, t->T, share,
                tot);
         return;

@@ -33,13 +33,14 @@ static void fill(gpu_train_ctx *c, const tsr_trainer *t) {
     c->model = (tsr_model *)&t->model;
     /* zero1 on one rank is ddp, as on the CPU; under LoRA on any rank count (the adapters are
      * replicated and the frozen base has no optimizer state: nothing for zero1 to shard) */
+    /* (tensor parallelism: the state is sharded over the ranks of one split, tensor_data's) */
+    const int Tp = cfg->tensor > 1 ? (int)cfg->tensor : 1, Wt = t->dist.world / Tp;
     c->mode = cfg->sharding == TSR_SHARD_DDP ? GPU_SHARD_DDP
               : cfg->sharding != TSR_SHARD_ZERO1 ? GPU_SHARD_FSDP
-              : t->dist.world > 1 && !t->part.lora_on ? GPU_SHARD_ZERO1 : GPU_SHARD_DDP;
-    c->G = t->dist.world;
-    int G = t->dist.world;
-    if (c->mode == GPU_SHARD_FSDP &&
-        run_shard_group(cfg, t->dist.world, t->dist.local_world, &G) == 0)
+              : Wt > 1 && !t->part.lora_on ? GPU_SHARD_ZERO1 : GPU_SHARD_DDP;
+    c->G = Wt;
+    int G = Wt;
+    if (c->mode == GPU_SHARD_FSDP && run_shard_group(cfg, Wt, t->dist.local_world / Tp, &G) == 0)
         c->G = G;
     c->comm_staged = cfg->gpu_comm == TSR_GPU_COMM_MPI;
     c->fp8 = cfg->precision.fp8, c->fp8_skip = cfg->precision.fp8_skip;

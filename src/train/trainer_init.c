@@ -320,17 +320,19 @@ static void mesh_close(tsr_trainer *t) {
     mesh_free(&t->mesh);
 }
 
-/* parallel.tensor on device = cuda: the CUDA path has no split model yet; a plan (--dry-run,
- * --plan, --time) prices it, a run is refused (docs/parallelism.md "Tensor parallelism") */
+/* parallel.tensor on device = cuda with a mode its split model does not run with yet
+ * (config_tensor_cuda_pair): a plan (--dry-run, --plan, --time) prices it, a run is refused
+ * (docs/parallelism.md "Tensor parallelism on the GPU") */
 static int tensor_device_check(const tsr_config *cfg, int rank, int dry_run) {
-    if (cfg->tensor <= 1 || cfg->device != TSR_DEVICE_CUDA) return 0;
+    const char *value, *key = config_tensor_cuda_pair(cfg, &value);
+    if (!key) return 0;
     if (rank == 0)
         (dry_run ? tsr_warn : tsr_error)(
-            "parallel.tensor = %lld with device = \"cuda\": tensor parallelism runs on the CPU "
-            "only so far%s", (long long)cfg->tensor,
+            "parallel.tensor = %lld with device = \"cuda\" and %s %s: tensor parallelism on "
+            "the GPU does not run with it yet%s", (long long)cfg->tensor, key, value,
             dry_run ? "; the plan below prices it as the GPU would run it"
-                    : ": set parallel.tensor = 1 or device = \"cpu\" (docs/parallelism.md "
-                      "\"What composes with tensor parallelism\")");
+                    : ": change it, or set parallel.tensor = 1 or device = \"cpu\" "
+                      "(docs/parallelism.md \"Tensor parallelism on the GPU\")");
     return dry_run ? 0 : TSR_EXIT_USAGE;
 }
 

@@ -181,8 +181,8 @@ tap_check $? "a tensor group of 2 over nodes of 1 rank (--plan 4/1) refused with
 bad=0
 refused Y 2 2 "parallel.tensor = 2 with model.kv_lora_rank > 0 (multi-head latent attention): tensor parallelism does not run with it yet" \
     --set model.n_kv_head=0 --set model.kv_lora_rank=32 --set model.qk_rope_head_dim=8 || bad=1
-refused Yc 2 2 'parallel.tensor = 2 with device = "cuda": tensor parallelism runs on the CPU only so far' \
-    --set device=cuda --set model.n_head=2 || bad=1
+refused Yc 2 2 'parallel.tensor = 2 with device = "cuda" and parallel.sharding other than "ddp": tensor parallelism on the GPU does not run with it yet' \
+    --set device=cuda --set model.n_head=2 --set parallel.sharding=zero1 || bad=1
 ((bad == 0))
-tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with multi-head latent attention, and (at start) device = cuda"
+tap_check $? "refused with exit 1 naming both keys, nothing written: parallel.tensor with multi-head latent attention, and (at start) device = cuda with zero1 (tests/gpu/test_cuda_tensor.sh runs ddp)"
 tap_done
