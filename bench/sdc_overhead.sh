@@ -5,7 +5,7 @@
 # 4) on the synthetic corpus, 2 ranks of ddp, one thread each, STEPS steps, no evaluation, no save,
 # in four settings run in turn REPS times:
 #   off       health.fingerprint_interval = 0, health.replay_interval = 0
-#   default   fingerprints every 10 steps, replay every 100 (the defaults)
+#   default   the defaults: fingerprints every 10 steps ("auto" on the CPU), replay every 100
 #   fp1       fingerprints every step, no replay (the worst case of the hashing)
 #   replay10  no fingerprints, replay every 10 steps
 # For each: the median over the repetitions of the mean step time (steps 2..STEPS, metrics.jsonl's
@@ -20,8 +20,9 @@
 # DEVICE=cuda (tests/gpu/device.sh's sdc stage, docs/health.md "On the GPU"): the same with
 # device = cuda on CONFIG (default configs/gpt2-124m.cfg there: a step long enough to weigh a
 # copy against), micro_batch MICRO (default 4), on RANKS ranks (default 2; 1 where MPI is
-# missing), in the settings off, default and fp1 (replay is not built on the GPU): what the
-# fingerprints cost there, the device-to-host copy of the state included.
+# missing), in the settings off, default (there "auto": at start and at saves only, none here),
+# fp10 (every 10 steps) and fp1 (replay is not built on the GPU): what the fingerprints cost
+# there, the device-to-host copy of the state included.
 # Results: docs/benchmarks.md "Silent data corruption: the checks' cost".
 set -uo pipefail
 TSR_ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,11 +47,12 @@ base=(--config "$CONFIG" --set data.tokenizer= --set data.train="$TMP/data/train
 declare -A sets=(
     [off]="--set health.fingerprint_interval=0 --set health.replay_interval=0"
     [default]=""
+    [fp10]="--set health.fingerprint_interval=10 --set health.replay_interval=0"
     [fp1]="--set health.fingerprint_interval=1 --set health.replay_interval=0"
     [replay10]="--set health.fingerprint_interval=0 --set health.replay_interval=10"
 )
 order=(off default fp1 replay10)
-[[ $DEVICE == cuda ]] && order=(off default fp1)
+[[ $DEVICE == cuda ]] && order=(off default fp10 fp1)
 echo "# $DEVICE, $RANKS ranks, $(basename "$CONFIG"), $STEPS steps, $REPS repetitions" >&2
 # figures RUN_DIR: "mean_step_ms health_s_share hash_s replay_s" of one run
 figures() {

@@ -425,7 +425,8 @@ typedef struct tsr_config {
         int64_t max_rollbacks;
     } guard;
     struct {                  /* silent data corruption caught inside the job (docs/health.md) */
-        int64_t fingerprint_interval; /* steps between fingerprint comparisons; 0 = off */
+        int64_t fingerprint_interval; /* steps between fingerprint comparisons; 0 = off, -1 =
+                                       * auto (sdc_interval) */
         int64_t replay_interval;      /* steps between deterministic replays; 0 = off */
     } health;
 } tsr_config;

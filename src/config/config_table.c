@@ -652,12 +652,15 @@ const cfgtab_key cfgtab_keys[] = {
             "with exit 2 and a report in run_dir/guard-report.json."},
 
     {.name = "health.fingerprint_interval", .type = CFGK_INT, FIELD(health.fingerprint_interval),
-     .def = "10", .ilo = 0, INT32_ONLY,
+     .def = "auto", .ilo = 0, INT32_ONLY, .auto_word = "auto", .auto_as = -1,
      .doc = "Steps between fingerprint comparisons (docs/health.md): every rank hashes (CRC32C) "
             "its weights, optimizer state and reduced gradients, the ranks that hold the same "
             "bytes compare, and state without a replica is hashed again before the next update; "
             "a mismatch names tensor, step, ranks and nodes and stops the run with exit 87. "
-            "Every checkpoint save compares too. 0 = off (checkpoints then say not compared)."},
+            "Every checkpoint save compares too. 0 = off (checkpoints then say not compared). "
+            "`\"auto\"`: 10 with `device = \"cpu\"`; with `device = \"cuda\"` only at start and "
+            "at every save (each check copies the state to the host: docs/health.md \"On the "
+            "GPU\")."},
     {.name = "health.replay_interval", .type = CFGK_INT, FIELD(health.replay_interval),
      .def = "100", .ilo = 0, INT32_ONLY,
      .doc = "Steps between deterministic replays (docs/health.md \"Deterministic replay\"): each "

@@ -45,7 +45,9 @@ typedef struct cfgtab_key {
     unsigned char lo_open, hi_open; /* float bounds exclusive */
     const char *const *names; /* CFGK_ENUM */
     const char *auto_word;  /* CFGK_INT: this word (bare or quoted) is also accepted and stored
-                             * as 0, "decided at run time" (micro_batch = auto); NULL = none */
+                             * as auto_as, "decided at run time" (micro_batch = auto); NULL = none */
+    int64_t auto_as;        /* the value the auto word is stored as (0 unless the key sets it:
+                             * where 0 already means something, e.g. off) */
     int n_names;
     const char *doc;       /* one line, markdown */
     /* the model's keys (config_model.c): */

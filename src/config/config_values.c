@@ -209,7 +209,7 @@ const char *cfgtab_accepted(const cfgtab_key *k, char *buf, size_t n) {
 /* The assign_* steps of cfgtab_assign: each stores a value of its key type into field, or returns
  * why the value is refused (a literal, or why[n] filled). */
 
-/* CFGK_INT: an integer in [ilo, ihi], or the key's auto word (stored as 0). str: the value when
+/* CFGK_INT: an integer in [ilo, ihi], or the key's auto word (stored as auto_as). str: the value when
  * it is a string. */
 static const char *assign_int(const cfgtab_key *k, char *field, const cfgtab_value *v,
                               const char *str, char *why, size_t n) {
@@ -218,7 +218,7 @@ static const char *assign_int(const cfgtab_key *k, char *field, const cfgtab_val
     if (k->auto_word && v->kind == CFGV_TEXT && unquote(v->s, text, sizeof text) == 0)
         str = text; /* --set micro_batch=auto or ="auto" */
     if (k->auto_word && str && strcmp(str, k->auto_word) == 0) {
-        x = 0; /* decided at run time */
+        x = k->auto_as; /* decided at run time */
     } else {
         if (v->kind == CFGV_INT) {
             x = v->i;
@@ -414,7 +414,7 @@ void cfgtab_format(const cfgtab_key *k, const tsr_config *cfg, char *buf, size_t
         } else {
             memcpy(&x, field, sizeof x);
         }
-        if (k->auto_word && x == 0) cfgtab_quote(buf, n, k->auto_word);
+        if (k->auto_word && x == k->auto_as) cfgtab_quote(buf, n, k->auto_word);
         else format_int_literal(buf, n, x);
         return;
     }

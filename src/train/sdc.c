@@ -19,12 +19,17 @@
 #include "common.h"
 #include "train/sdc_int.h"
 
-int sdc_configured(const tsr_config *cfg) { return cfg->health.fingerprint_interval > 0; }
+int sdc_configured(const tsr_config *cfg) { return cfg->health.fingerprint_interval != 0; }
+
+int64_t sdc_interval(const tsr_config *cfg) {
+    const int64_t v = cfg->health.fingerprint_interval;
+    return v >= 0 ? v : cfg->device == TSR_DEVICE_CUDA ? 0 : 10;
+}
 
 int sdc_init(tsr_trainer *t) {
     tsr_sdc *s = tsr_calloc(1, sizeof *s);
     t->sdc = s;
-    s->interval = t->cfg.health.fingerprint_interval;
+    s->interval = sdc_interval(&t->cfg);
     s->compared = s->grads_step = s->reduced_step = s->window_step = -1;
     s->v.suspect_from = -1;
     TSR_CHECK(sdc_fault_parse(t, &s->flip));
@@ -51,7 +56,7 @@ int sdc_on(const tsr_trainer *t) { return t->sdc && t->sdc->on; }
 
 /* a fingerprint step: health.fingerprint_interval divides it */
 static int due(const tsr_sdc *s, int64_t step) {
-    return s->on && step > 0 && step % s->interval == 0;
+    return s->on && s->interval > 0 && step > 0 && step % s->interval == 0;
 }
 
 int sdc_start(tsr_trainer *t) {

@@ -29,10 +29,14 @@
 struct tsr_trainer;
 struct tsr_config;
 
-/* A run of this config compares fingerprints: health.fingerprint_interval > 0 (device = cuda
+/* A run of this config compares fingerprints: health.fingerprint_interval not 0 (device = cuda
  * too: the device's state copied to the host and hashed there, docs/health.md "On the GPU").
  * Its resume takes the newest checkpoint whose fingerprints agreed (ckpt_resume's agreed). */
 int sdc_configured(const struct tsr_config *cfg);
+/* The steps between comparisons: health.fingerprint_interval, its "auto" (-1) 10 with device =
+ * "cpu" and 0 with device = "cuda" (compared at start and at every save only: each check copies
+ * the state over the bus, docs/health.md "On the GPU") */
+int64_t sdc_interval(const struct tsr_config *cfg);
 
 /* The host memory a rank's deterministic replay holds beside the training state (sdc_replay.c):
  * two batches' tokens, targets and segment starts (a replay recomputes into the rank's own
@@ -52,7 +56,7 @@ typedef enum {
  * TSR_EXIT_USAGE after rank 0 named a malformed flip. Local (the same on every rank). */
 int sdc_init(struct tsr_trainer *t);
 void sdc_free(struct tsr_trainer *t);
-/* The fingerprint comparisons are on (health.fingerprint_interval > 0) */
+/* The fingerprint comparisons are on (health.fingerprint_interval not 0) */
 int sdc_on(const struct tsr_trainer *t);
 /* Once the state is loaded or initialised, before the first step: every rank's node gathered,
  * the state compared (replicas agree after a load's exchange), the frozen base's fingerprints

@@ -254,13 +254,15 @@ void sdc_summary(tsr_trainer *t) {
     const double steps = t->out.time_sum, share = steps > 0 ? sec[0] / steps : 0.0;
     const int found = s->v.found != SDC_FOUND_NONE;
     if (t->dist.rank != 0) return;
-    char rp[256];
+    char rp[256], every[64];
     replay_summary(t, sec[2], rp, sizeof rp);
+    if (s->interval > 0) snprintf(every, sizeof every, "%lld", (long long)s->interval);
+    else snprintf(every, sizeof every, "auto: at start and every save");
     if (s->on)
         printf("health: fingerprints compared %lld times and checked at rest %lld times "
-               "(health.fingerprint_interval = %lld), %s; hashing %.3f s (%.2f%% of the step "
+               "(health.fingerprint_interval = %s), %s; hashing %.3f s (%.2f%% of the step "
                "time), collectives %.3f s%s%s\n", (long long)t->out.health.comparisons,
-               (long long)t->out.health.rest_checks, (long long)s->interval,
+               (long long)t->out.health.rest_checks, every,
                found ? "then a corruption stopped the run" : "all agreed", sec[0], 100.0 * share,
                sec[1], rp[0] ? "; " : "", rp);
     else

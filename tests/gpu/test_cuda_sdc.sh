@@ -4,7 +4,8 @@
 # there with the CPU's CRC32C. A tiny GPT-2 (2 layers, head size 32) on 2 ranks, fingerprints
 # every 2 steps:
 #  - ddp, clean: compared at start and after steps 2, 4, 6, all agreed (no false alarm), the
-#    checkpoints say "fingerprints agreed";
+#    checkpoints say "fingerprints agreed"; and at the default ("auto": on the device, at start
+#    and at every save only) compared 3 times (start, the saves of steps 4 and 6);
 #  - a checkpoint the CPU wrote, resumed on the device: every tensor a rank holds whole, hashed
 #    from the device after the load's upload, equals the file's crc32c (the CPU's fingerprint of
 #    the same bytes); one bit of rank 1's wte flipped on the device after the load: named;
@@ -47,8 +48,10 @@ suite() {
     run "$bin" "$l.ddp"
     rc=$?
     ((rc == 0)) && agreed "$l.ddp" 4 &&
-        grep -q "fingerprints agreed)" <("$TOOL" ckpt verify "$TMP/$l.ddp" 2>&1)
-    tap_check $? "$l: ddp, clean: compared at start and after steps 2, 4, 6 from the device's state, all agreed; the checkpoint says so (exit $rc)"
+        grep -q "fingerprints agreed)" <("$TOOL" ckpt verify "$TMP/$l.ddp" 2>&1) &&
+        run "$bin" "$l.auto" --set health.fingerprint_interval=auto && agreed "$l.auto" 3 &&
+        grep -q "(health.fingerprint_interval = auto: at start and every save)" "$TMP/$l.auto.txt"
+    tap_check $? "$l: ddp, clean: compared at start and after steps 2, 4, 6 from the device's state, all agreed; the checkpoint says so; the default (\"auto\") on the device: at start and at the saves of steps 4 and 6 only (exit $rc)"
 
     ranks 2 "$TRAIN" "${args[@]}" --set max_duration=4ba --set run_dir="$TMP/$l.cpu" >"$TMP/$l.cpu.txt" 2>&1 &&
         cp -r "$TMP/$l.cpu" "$TMP/$l.cpuflip" && run "$bin" "$l.cpu"
