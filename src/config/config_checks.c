@@ -45,10 +45,13 @@ const char *const cfgload_cross_rules[] = {
     "\"base\"` needs `lora.rank` > 0; `grpo.reference_checksum` is \"\" or `crc32c:` and 8 "
     "lowercase hex digits.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down, "
-    "in_proj_qkvz, in_proj_ba, out_proj, attn_gate at most once (gate and up with `model.mlp = "
-    "\"swiglu\"`; no MLP target in a MoE model; the in_proj/out_proj ones with linear_attention "
-    "layers, attn_gate with `model.attn_output_gate`), with "
-    "`parallel.expert = 1`. "
+    "in_proj_qkvz, in_proj_ba, out_proj, attn_gate, q_a_proj, q_b_proj, kv_a_proj_with_mqa, "
+    "kv_b_proj at most once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE "
+    "model; the in_proj/out_proj ones with linear_attention layers, attn_gate with "
+    "`model.attn_output_gate`; the last four with `model.kv_lora_rank` > 0, which has no k or v, "
+    "and q_a_proj/q_b_proj in place of q with `model.q_lora_rank` > 0), with "
+    "`parallel.expert = 1`; on multi-head latent attention not with `parallel.context` or "
+    "`parallel.pipeline` > 1 or an `objective` other than \"lm\". "
     "`lora.base_checksum` is \"\" or "
     "`crc32c:` and 8 lowercase hex digits.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
@@ -369,17 +372,25 @@ static void validate_linear_cuda(load_ctx *c) {
         }
 }
 
-/* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes it
- * does not run with yet, each refused naming both keys (tensor parallelism's is
- * config_tensor_pair's; context parallelism runs, ringing the latent: docs/parallelism.md) */
+/* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes
+ * LoRA on it does not run with yet, each refused naming both keys (tensor parallelism's is
+ * config_tensor_pair's; context parallelism without LoRA runs, ringing the latent:
+ * docs/parallelism.md; docs/lora.md "Multi-head latent attention") */
 static void validate_mla(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
     if (g->model.kv_lora_rank == 0 || g->lora.rank == 0) return;
-    tsr_error("%slora.rank > 0 with model.kv_lora_rank = %d: multi-head latent attention does not "
-              "run with it yet (docs/models.md \"DeepSeek\"): set lora.rank = 0 (full "
-              "finetuning), or use a model without MLA",
-              cfgload_where(c, "lora.rank", at, sizeof at), g->model.kv_lora_rank);
+    const tsr_cfg_pair rules[] = {
+        {g->context > 1, "parallel.context", "> 1"},
+        {g->pipeline > 1, "parallel.pipeline", "> 1"},
+        {g->objective != TSR_OBJ_LM, "objective", "other than \"lm\""},
+    };
+    const char *value, *key = config_first_pair(rules, sizeof rules / sizeof rules[0], &value);
+    if (!key) return;
+    tsr_error("%s%s %s with lora.rank > 0 and model.kv_lora_rank = %d: LoRA on multi-head latent "
+              "attention does not run with it yet (docs/lora.md \"Multi-head latent attention\"): "
+              "change %s, or set lora.rank = 0", cfgload_where(c, key, at, sizeof at), key, value,
+              g->model.kv_lora_rank, key);
     c->errors++;
 }
 
