@@ -430,6 +430,12 @@ typedef struct tsr_config {
     } health;
 } tsr_config;
 
+/* --plan, --time, --gpu-mem and --fit (plans, nothing runs; docs/planning.md): on 1 the loads
+ * that follow price a multi-head latent attention model (model.kv_lora_rank > 0) on device =
+ * "cuda" before its kernels are built, so the refusals for a missing kernel (a model variant
+ * without CUDA kernels, MLA's head size) are warnings there; a start (0, the default) refuses
+ * them, and so does a plan of any other model. */
+void config_plan_only(int on);
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
  * Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets);
