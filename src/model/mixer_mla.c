@@ -244,6 +244,9 @@ static void mla_decode(const dec_run *r, int l, const dec_layer *v, const void *
     const tsr_mla_shape sh = mla_shape(m);
     const size_t slots = r->ks ? (size_t)r->ks->slots : 1;
     const size_t lx = (size_t)model_layer_slot(m, TSR_P_MLAKVAW, l);
+    if (lora_target_on(d->lora, TSR_LORA_KVB)) /* (decoding reads merged weights: lora_merge) */
+        tsr_die(TSR_EXIT_INTERNAL, "mla: decoding with kv_b_proj's adapter beside the base (the "
+                "absorbed kv_b_proj would leave it out): merge the adapters first");
     void *cache = (char *)kv->mla.cache + lx * slots * rows.slot_stride * tsr_dtype_size(be->act);
     be->mla_decode(be, v->mla.atty, cache, s->q, v->mla.cn, s->kpe, w[TSR_P_MLAKVBW], d->rope,
                    (float)model_mla_scale(m), m->kvr, &sh, &rows, kv->mla.scratch, kv->nthreads);

@@ -18,12 +18,17 @@
 #    W + (alpha / r) B A from the PEFT files (rel err <= 1e-6: fp32 rounding of the merge), every
 #    other tensor the base's bit for bit; the same with no model.q_lora_rank (V2-Lite's shape: q
 #    is q_proj);
+#  - `--init-from` the PEFT directory (lora.base the base), one step at lr 1e-30: exported again,
+#    the same 40 tensors bit for bit (the DeepSeek module names read back);
+#  - zero1 and zero3 on 2 ranks, and hsdp on 2 x 2 against ddp on 4 ranks (microbatches of 2):
+#    every step's loss and grad norm equal ddp's within 1e-6 (the dropout masks follow the
+#    global row);
 #  - refused at start (exit 1), naming both keys, nothing written: parallel.context = 2 and
 #    objective = "dpo" with lora.rank > 0 on MLA; k (no k_proj in MLA) and q with
 #    model.q_lora_rank > 0 name lora.targets.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 7
+tap_plan 9
 make_synth "$TMP/data" 512 30000
 "$TOOL" synth --out "$TMP/small" --vocab 512 --tokens 400 --seed 3 >/dev/null
 args=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -131,6 +136,41 @@ PY
 }
 merge_check L base
 tap_check $? "PEFT export: DeepSeek's module names per layer; the merged export equals W + (alpha/r) B A in float64 for each MLA target, the rest the base's"
+
+rm -rf "$TMP/P.peft"
+"$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/L.peft" --set lora.base="$TMP/base" \
+    --set run_dir="$TMP/P" --set max_duration=1ba --set save_interval=1ba --set optim.lr=1e-30 \
+    --set lora.dropout=0 >"$TMP/P.txt" 2>&1 &&
+    "$TOOL" ckpt export -f hf -t none --adapter "$TMP/P" "$TMP/P.peft" >/dev/null 2>&1 &&
+    "$PY3" - "$TSR_ROOT/tests/reference" "$TMP/L.peft" "$TMP/P.peft" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_hf_export import st_arrays
+_, _, a = st_arrays(sys.argv[2] + "/adapter_model.safetensors")
+_, _, b = st_arrays(sys.argv[3] + "/adapter_model.safetensors")
+same = set(a) == set(b) and all(a[n].tobytes() == b[n].tobytes() for n in a)
+print(f"# {len(a)} PEFT tensors; read back and written again the same: {same}")
+sys.exit(0 if same and len(a) == 40 else 1)
+PY
+tap_check $? "--init-from the PEFT directory (lora.base the base), 1 step at lr 1e-30: its export holds the same 40 tensors bit for bit"
+
+for sh in zero1 zero3; do
+    ranks 2 "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base" --set run_dir="$TMP/$sh" \
+        --set parallel.sharding=$sh >"$TMP/$sh.txt" 2>&1 || echo "$sh exit $?"
+done >"$TMP/shard.err"
+for sh in ddp hsdp; do # (4 ranks, microbatches of 2: the router's balancing loss is a microbatch's)
+    ranks 4 "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base" --set run_dir="$TMP/${sh}4" \
+        --set parallel.sharding=$sh --set parallel.replica_group=2 --set micro_batch=2 \
+        >"$TMP/${sh}4.txt" 2>&1 || echo "$sh on 4 exit $?"
+done >>"$TMP/shard.err"
+ok=0
+for p in L:zero1 L:zero3 ddp4:hsdp4; do
+    a=${p%%:*} b=${p##*:}
+    tap_diag "$b vs $a: $(metrics_close "$TMP/$a/metrics.jsonl" "$TMP/$b/metrics.jsonl" 1 1e-6 1e-6)"
+    metrics_close "$TMP/$a/metrics.jsonl" "$TMP/$b/metrics.jsonl" 1 1e-6 1e-6 >/dev/null || ok=1
+done
+[[ ! -s $TMP/shard.err ]]
+tap_check $((ok | $?)) "zero1 and zero3 on 2 ranks, hsdp on 2 x 2 (against ddp on 4): every step's loss and grad norm equal ddp's within 1e-6 ($(cat "$TMP/shard.err"))"
 
 base base2 --set model.q_lora_rank=0 &&
     "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base2" --set run_dir="$TMP/L2" \
