@@ -24,8 +24,8 @@
 #    every step's loss and grad norm equal ddp's within 1e-6 (the dropout masks follow the
 #    global row);
 #  - refused at start (exit 1), naming both keys, nothing written: parallel.context = 2 and
-#    objective = "dpo" with lora.rank > 0 on MLA; k (no k_proj in MLA) and q with
-#    model.q_lora_rank > 0 name lora.targets.
+#    objective = "dpo" with lora.rank > 0 on MLA; k (no k_proj in MLA), q with
+#    model.q_lora_rank > 0, and kv_b_proj on a model without MLA name lora.targets.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 9
@@ -191,6 +191,10 @@ start_refused K 'lora.targets = "o,k": k: the model has no such projection (mult
 k=$?
 start_refused Q 'lora.targets = "q": q: the model has no such projection (with model.q_lora_rank > 0' \
     --set lora.targets=q
+q=$?
+tiny_llama_args "$TMP/data/train"
+start_refused N 'lora.targets = "q,kv_b_proj": kv_b_proj: the model has no such projection (q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj are multi-head latent attention' \
+    --set lora.rank=4 --set lora.targets=q,kv_b_proj
 args=("${ref[@]}")
-tap_check $((c | d | k | $?)) "refused at start (exit 1, nothing written): parallel.context = 2 and objective = dpo with LoRA on MLA naming both keys; k, and q beside q_lora_rank, naming lora.targets"
+tap_check $((c | d | k | q | $?)) "refused at start (exit 1, nothing written): parallel.context = 2 and objective = dpo with LoRA on MLA naming both keys; k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
 tap_done
