@@ -431,6 +431,12 @@ typedef struct tsr_config {
     } health;
 } tsr_config;
 
+/* --plan, --time, --gpu-mem and --fit (plans, nothing runs; docs/planning.md): on 1 the loads
+ * that follow price a multi-head latent attention model (model.kv_lora_rank > 0) on device =
+ * "cuda" before its kernels are built, so the refusals for a missing kernel (a model variant
+ * without CUDA kernels, MLA's head size) are warnings there; a start (0, the default) refuses
+ * them, and so does a plan of any other model. */
+void config_plan_only(int on);
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
  * Returns 0 or TSR_EXIT_USAGE after printing the error. */
 int config_load(tsr_config *cfg, const char *path, const char *const *sets, int n_sets);
@@ -512,18 +518,23 @@ int config_lora_base_find(const tsr_config *cfg, const char *run_dir, char *out,
  * why and the offending key in *key. */
 /* LoRA's target projections (lora.targets; docs/lora.md), in the order of a block's matmuls;
  * then the hybrid layers' (issue 68): a Gated DeltaNet layer's fused in-projections and output
- * projection (PEFT's Qwen3-Next names) and the gated attention's gate (model.attn_output_gate). */
+ * projection (PEFT's Qwen3-Next names) and the gated attention's gate (model.attn_output_gate);
+ * then multi-head latent attention's (issue 84, PEFT's DeepSeek names; its q_proj and o_proj are
+ * q and o). */
 typedef enum {
     TSR_LORA_Q = 0, TSR_LORA_K, TSR_LORA_V, TSR_LORA_O, TSR_LORA_GATE, TSR_LORA_UP, TSR_LORA_DOWN,
     TSR_LORA_QKVZ, TSR_LORA_BA, TSR_LORA_OUTPROJ, TSR_LORA_AGATE,
+    TSR_LORA_QA, TSR_LORA_QB, TSR_LORA_KVA, TSR_LORA_KVB,
     TSR_LORA_COUNT
 } tsr_lora_target;
 /* "q", "k", "v", "o", "gate", "up", "down", "in_proj_qkvz", "in_proj_ba", "out_proj",
- * "attn_gate" */
+ * "attn_gate", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj" */
 const char *config_lora_target_name(int t);
 /* Parses lora.targets into a bit mask (bit t: target t) and checks it against the model: a
  * name list without repeats; gate and up need a SwiGLU MLP; no MLP target in a model with MoE
- * layers; the DeltaNet targets need linear_attention layers, attn_gate model.attn_output_gate.
+ * layers; the DeltaNet targets need linear_attention layers, attn_gate model.attn_output_gate;
+ * with multi-head latent attention (model.kv_lora_rank > 0) k and v are none, q is q_proj (no
+ * model.q_lora_rank; with one q_a_proj and q_b_proj), kv_a_proj_with_mqa and kv_b_proj are there.
  * Returns 0, or -1 with the reason in why. */
 int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask, char *why,
                         size_t cap);

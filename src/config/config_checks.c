@@ -45,10 +45,13 @@ const char *const cfgload_cross_rules[] = {
     "\"base\"` needs `lora.rank` > 0; `grpo.reference_checksum` is \"\" or `crc32c:` and 8 "
     "lowercase hex digits.",
     "With `lora.rank` above 0: `lora.targets` names each of q, k, v, o, gate, up, down, "
-    "in_proj_qkvz, in_proj_ba, out_proj, attn_gate at most once (gate and up with `model.mlp = "
-    "\"swiglu\"`; no MLP target in a MoE model; the in_proj/out_proj ones with linear_attention "
-    "layers, attn_gate with `model.attn_output_gate`), with "
-    "`parallel.expert = 1`. "
+    "in_proj_qkvz, in_proj_ba, out_proj, attn_gate, q_a_proj, q_b_proj, kv_a_proj_with_mqa, "
+    "kv_b_proj at most once (gate and up with `model.mlp = \"swiglu\"`; no MLP target in a MoE "
+    "model; the in_proj/out_proj ones with linear_attention layers, attn_gate with "
+    "`model.attn_output_gate`; the last four with `model.kv_lora_rank` > 0, which has no k or v, "
+    "and q_a_proj/q_b_proj in place of q with `model.q_lora_rank` > 0), with "
+    "`parallel.expert = 1`; on multi-head latent attention not with `parallel.context` or "
+    "`parallel.pipeline` > 1 or an `objective` other than \"lm\". "
     "`lora.base_checksum` is \"\" or "
     "`crc32c:` and 8 lowercase hex digits.",
     "Exactly one of `data.train` and `data.mix`; `data.curriculum` needs `data.mix`, its phases "
@@ -96,6 +99,50 @@ static int mla_padded(const tsr_model_config *m, int hs) {
     return m->kv_lora_rank > 0 && hs <= 256 && m->v_head_dim <= 256;
 }
 
+static int plan_only; /* config_plan_only */
+
+void config_plan_only(int on) { plan_only = on; }
+
+/* A device = "cuda" refusal for a kernel not built yet: an error at a start, and a warning (the
+ * plan prices the GPU target) under config_plan_only for a model of the kind whose CUDA path is
+ * being built, multi-head latent attention's (issue 84 item 9); a plain model's head size
+ * without a kernel is refused by --plan too (the user's to change, said before the job queues) */
+static void kernel_missing(load_ctx *c, const char *where, const char *what) {
+    if (plan_only && c->cfg->model.kv_lora_rank > 0) {
+        tsr_warn("%s%s; planned anyway (--plan/--time/--gpu-mem/--fit price the GPU target), a "
+                 "start refuses it", where, what);
+        return;
+    }
+    tsr_error("%s%s", where, what);
+    c->errors++;
+}
+
+/* device = "cuda": the attention kernels' head sizes (dims.hs: MLA's query/key heads of
+ * qk_nope_head_dim + qk_rope_head_dim) */
+static void cuda_head_size(load_ctx *c, const tsr_model_dims *dims) {
+    const tsr_model_config *m = &c->cfg->model;
+    char at[1200], how[128], what[400];
+    if (c->cfg->device != TSR_DEVICE_CUDA || tcu_attention_head_size_ok(dims->hs) ||
+        mla_padded(m, dims->hs))
+        return;
+    /* here, not at the GPU's start: --plan on a login node says so before the job queues */
+    const char *key = m->kv_lora_rank      ? "model.qk_nope_head_dim"
+                      : m->head_dim > 0 ? "model.head_dim" : "model.n_head";
+    if (m->kv_lora_rank)
+        snprintf(how, sizeof how, "model.qk_nope_head_dim + model.qk_rope_head_dim = %d + %d = %d",
+                 m->qk_nope_head_dim, m->qk_rope_head_dim, dims->hs);
+    else if (m->head_dim > 0) snprintf(how, sizeof how, "model.head_dim = %d", dims->hs);
+    else snprintf(how, sizeof how, "model.d_model / model.n_head = %d / %d = %d", m->d_model,
+                  m->n_head, dims->hs);
+    snprintf(what, sizeof what, "device = \"cuda\": head size %s has no attention kernel on the "
+             "GPU: it must be %s (change %s, or use device = \"cpu\")", how,
+             m->kv_lora_rank ? "at most 256, as model.v_head_dim (multi-head latent attention's "
+                               "heads are padded to " TCU_ATTENTION_HEAD_SIZES ")"
+                             : TCU_ATTENTION_HEAD_SIZES,
+             m->kv_lora_rank ? "the MLA head sizes" : "model.head_dim or model.n_head");
+    kernel_missing(c, cfgload_where(c, key, at, sizeof at), what);
+}
+
 /* The model's and the batch's sizes against each other. */
 static void validate_shapes(load_ctx *c) {
     const tsr_config *g = c->cfg;
@@ -107,19 +154,7 @@ static void validate_shapes(load_ctx *c) {
     if (config_model_dims(m, &dims, &dkey, dwhy, sizeof dwhy) != 0) {
         tsr_error("%s%s", cfgload_where(c, dkey, at, sizeof at), dwhy);
         c->errors++;
-    } else if (g->device == TSR_DEVICE_CUDA && !tcu_attention_head_size_ok(dims.hs) &&
-               !mla_padded(m, dims.hs)) {
-        /* here, not at the GPU's start: --plan on a login node says so before the job queues */
-        char how[96];
-        if (m->head_dim > 0) snprintf(how, sizeof how, "model.head_dim = %d", dims.hs);
-        else snprintf(how, sizeof how, "model.d_model / model.n_head = %d / %d = %d", m->d_model,
-                      m->n_head, dims.hs);
-        tsr_error("%sdevice = \"cuda\": head size %s has no attention kernel on the GPU: it must "
-                  "be " TCU_ATTENTION_HEAD_SIZES " (change model.head_dim or model.n_head, or use "
-                  "device = \"cpu\")", cfgload_where(c, m->head_dim > 0 ? "model.head_dim" : "model.n_head",
-                  at, sizeof at), how);
-        c->errors++;
-    }
+    } else cuda_head_size(c, &dims);
     if (g->micro_batch > 0 && g->global_batch % g->micro_batch != 0) { /* 0 = auto */
         tsr_error("%sglobal_batch = %lld is not divisible by micro_batch = %lld: choose a "
                   "global_batch that is a multiple of micro_batch (times the number of ranks)",
@@ -329,11 +364,12 @@ static void validate_attn_variants(load_ctx *c) {
     if (g->device != TSR_DEVICE_CUDA) return;
     for (int i = 0; i < TSR_VAR_COUNT; i++) {
         const char *key = config_variant_key(&g->model, cuda_variants[i].v);
+        char what[300];
         if (!key || cuda_variants[i].cuda) continue;
-        tsr_error("%s%s: device = \"cuda\" does not run this model variant yet (no CUDA kernel "
-                  "for it: docs/cuda.md \"Model variants\"): use device = \"cpu\", or a model "
-                  "without it", cfgload_where(c, key, at, sizeof at), key);
-        c->errors++;
+        snprintf(what, sizeof what, "%s: device = \"cuda\" does not run this model variant yet "
+                 "(no CUDA kernel for it: docs/cuda.md \"Model variants\"): use device = "
+                 "\"cpu\", or a model without it", key);
+        kernel_missing(c, cfgload_where(c, key, at, sizeof at), what);
         return;
     }
 }
@@ -357,10 +393,10 @@ static void validate_mla_cuda(load_ctx *c) {
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (rules[k].bad) {
-            tsr_error("%s%s: device = \"cuda\" does not run %s yet (docs/cuda.md): %suse device = "
-                      "\"cpu\"", cfgload_where(c, rules[k].key, at, sizeof at), rules[k].key,
-                      rules[k].what, rules[k].alt);
-            c->errors++;
+            char what[400];
+            snprintf(what, sizeof what, "%s: device = \"cuda\" does not run %s yet (docs/cuda.md): "
+                     "%suse device = \"cpu\"", rules[k].key, rules[k].what, rules[k].alt);
+            kernel_missing(c, cfgload_where(c, rules[k].key, at, sizeof at), what);
         }
 }
 
@@ -402,17 +438,25 @@ static void validate_linear_cuda(load_ctx *c) {
         }
 }
 
-/* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes it
- * does not run with yet, each refused naming both keys (tensor parallelism's is
- * config_tensor_pair's; context parallelism runs, ringing the latent: docs/parallelism.md) */
+/* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes
+ * LoRA on it does not run with yet, each refused naming both keys (tensor parallelism's is
+ * config_tensor_pair's; context parallelism without LoRA runs, ringing the latent:
+ * docs/parallelism.md; docs/lora.md "Multi-head latent attention") */
 static void validate_mla(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
     if (g->model.kv_lora_rank == 0 || g->lora.rank == 0) return;
-    tsr_error("%slora.rank > 0 with model.kv_lora_rank = %d: multi-head latent attention does not "
-              "run with it yet (docs/models.md \"DeepSeek\"): set lora.rank = 0 (full "
-              "finetuning), or use a model without MLA",
-              cfgload_where(c, "lora.rank", at, sizeof at), g->model.kv_lora_rank);
+    const tsr_cfg_pair rules[] = {
+        {g->context > 1, "parallel.context", "> 1"},
+        {g->pipeline > 1, "parallel.pipeline", "> 1"},
+        {g->objective != TSR_OBJ_LM, "objective", "other than \"lm\""},
+    };
+    const char *value, *key = config_first_pair(rules, sizeof rules / sizeof rules[0], &value);
+    if (!key) return;
+    tsr_error("%s%s %s with lora.rank > 0 and model.kv_lora_rank = %d: LoRA on multi-head latent "
+              "attention does not run with it yet (docs/lora.md \"Multi-head latent attention\"): "
+              "change %s, or set lora.rank = 0", cfgload_where(c, key, at, sizeof at), key, value,
+              g->model.kv_lora_rank, key);
     c->errors++;
 }
 

@@ -577,10 +577,19 @@ int config_model_dims(const tsr_model_config *m, tsr_model_dims *d, const char *
 
 static const char *const lora_target_names[TSR_LORA_COUNT] = {
     "q", "k", "v", "o", "gate", "up", "down", "in_proj_qkvz", "in_proj_ba", "out_proj",
-    "attn_gate"};
+    "attn_gate", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
+
+/* multi-head latent attention's absent targets (a bit mask): without MLA its own four; with it
+ * k and v (its keys and values come from kv_a and kv_b), and q_proj or the low-rank pair,
+ * whichever model.q_lora_rank leaves out */
+static unsigned lora_absent_mla(const tsr_model_config *m) {
+    const unsigned low = 1u << TSR_LORA_QA | 1u << TSR_LORA_QB;
+    if (m->kv_lora_rank == 0) return low | 1u << TSR_LORA_KVA | 1u << TSR_LORA_KVB;
+    return 1u << TSR_LORA_K | 1u << TSR_LORA_V | (m->q_lora_rank > 0 ? 1u << TSR_LORA_Q : low);
+}
 
 /* the targets the model has no projection for (a bit mask): the MLP's in a MoE model, gate and
- * up in a GELU one, the DeltaNet's without linear layers, attn_gate without the gate */
+ * up in a GELU one, the DeltaNet's without linear layers, attn_gate without the gate, MLA's */
 static unsigned lora_absent(const tsr_model_config *m) {
     const unsigned mlp = 1u << TSR_LORA_GATE | 1u << TSR_LORA_UP | 1u << TSR_LORA_DOWN;
     const unsigned dn = 1u << TSR_LORA_QKVZ | 1u << TSR_LORA_BA | 1u << TSR_LORA_OUTPROJ;
@@ -588,7 +597,23 @@ static unsigned lora_absent(const tsr_model_config *m) {
                   : !config_mlp_gated(m) ? (1u << TSR_LORA_GATE | 1u << TSR_LORA_UP) : 0;
     if (config_linear_layers(m) == 0) no |= dn;
     if (!m->attn_output_gate) no |= 1u << TSR_LORA_AGATE;
-    return no;
+    return no | lora_absent_mla(m);
+}
+
+/* why target t is absent (lora_absent, not an MLP target) */
+static const char *lora_absent_why(const tsr_model_config *m, int t) {
+    if (t == TSR_LORA_AGATE) return "attn_gate needs model.attn_output_gate = true";
+    if (t == TSR_LORA_QKVZ || t == TSR_LORA_BA || t == TSR_LORA_OUTPROJ)
+        return "the DeltaNet targets need linear_attention layers in model.layer_types";
+    if (m->kv_lora_rank == 0) return "q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj are "
+                                     "multi-head latent attention's: model.kv_lora_rank > 0";
+    if (t == TSR_LORA_K || t == TSR_LORA_V)
+        return "multi-head latent attention (model.kv_lora_rank > 0) has no k_proj or v_proj: "
+               "name kv_a_proj_with_mqa and kv_b_proj";
+    return m->q_lora_rank > 0 ? "with model.q_lora_rank > 0 the queries go through q_a_proj and "
+                                "q_b_proj, not q (q_proj)"
+                              : "q_a_proj and q_b_proj need model.q_lora_rank > 0 (without it "
+                                "the queries' projection is q, PEFT's q_proj)";
 }
 
 const char *config_lora_target_name(int t) {
@@ -614,7 +639,8 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
         if (t < 0) {
             snprintf(why, cap, "\"%.*s\" is not a target: expected \"all-linear\" or a "
                      "comma-separated list of q, k, v, o, gate, up, down, in_proj_qkvz, "
-                     "in_proj_ba, out_proj, attn_gate",
+                     "in_proj_ba, out_proj, attn_gate, q_a_proj, q_b_proj, kv_a_proj_with_mqa, "
+                     "kv_b_proj",
                      (int)(n < 64 ? n : 64), p);
             return -1;
         }
@@ -641,9 +667,7 @@ int config_lora_targets(const tsr_model_config *m, const char *s, unsigned *mask
     for (int t = 0; t < TSR_LORA_COUNT; t++)
         if (absent >> t & 1u) {
             snprintf(why, cap, "%s: the model has no such projection (%s)", lora_target_names[t],
-                     t == TSR_LORA_AGATE ? "attn_gate needs model.attn_output_gate = true"
-                                         : "the DeltaNet targets need linear_attention layers in "
-                                           "model.layer_types");
+                     lora_absent_why(m, t));
             return -1;
         }
     return 0;

@@ -17,14 +17,17 @@
 #include "model/model_lora.h"
 
 /* the transformers module a target is, and its parent in a decoder layer: the Llama family's
- * seven, Qwen3-Next's linear_attn modules, and attn_gate, the gate half of a gated attention's
- * q_proj (one PEFT module with q's adapter: peft_mod below, docs/lora.md "PEFT and the hybrid") */
+ * seven, Qwen3-Next's linear_attn modules, attn_gate, the gate half of a gated attention's
+ * q_proj (one PEFT module with q's adapter: peft_mod below, docs/lora.md "PEFT and the hybrid"),
+ * and DeepSeek's multi-head latent attention's (q and o its q_proj and o_proj) */
 static const char *const module_of[TSR_LORA_COUNT] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-    "in_proj_qkvz", "in_proj_ba", "out_proj", "q_proj"};
+    "in_proj_qkvz", "in_proj_ba", "out_proj", "q_proj",
+    "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
 static const char *const parent_of[TSR_LORA_COUNT] = {
     "self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp",
-    "linear_attn", "linear_attn", "linear_attn", "self_attn"};
+    "linear_attn", "linear_attn", "linear_attn", "self_attn",
+    "self_attn", "self_attn", "self_attn", "self_attn"};
 
 /* The class whose module names the PEFT files use: the model's (model.hf_model_type, else the
  * one its features choose; hf_family_for), so Qwen 3.5's imports and recipes get its names. */
@@ -391,7 +394,8 @@ static int check_targets(const char *path, const json_value *root, const tsr_con
         if (t < 0) {
             tsr_error("%s: target module %s is not one of q_proj, k_proj, v_proj, o_proj, "
                       "gate_proj, up_proj, down_proj, in_proj_qkvz, in_proj_ba, out_proj (Qwen 3.5: "
-                      "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)", path,
+                      "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a), q_a_proj, q_b_proj, "
+                      "kv_a_proj_with_mqa, kv_b_proj (DeepSeek)", path,
                       json_describe(e, got, sizeof got));
             return TSR_EXIT_USAGE;
         }

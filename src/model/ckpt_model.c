@@ -90,7 +90,7 @@ int ckpt_lora_read(const char *file, const tsr_config *cfg, tsr_model *m, tsr_lo
     hid_t f = open_file(file);
     int rc = f < 0 ? TSR_EXIT_DATA : 0;
     for (int k = 0; k < 2 * TSR_LORA_COUNT && !rc; k++) {
-        char name[16], ds[64];
+        char name[TSR_LORA_NAME], ds[64];
         int64_t shape[3];
         size_t at, numel;
         if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;

@@ -29,6 +29,7 @@
 #include "model/decoder.h"
 #include "model/decoder_int.h"
 #include "model/layer_kind.h"
+#include "model/model_lora.h"
 #include "model/model_ring.h"
 
 #define MLA_EPS 1e-6f /* the latent norms' (Hugging Face's DeepseekV3RMSNorm default) */
@@ -179,12 +180,25 @@ static void q_forward(const dec_run *r, int l, const dec_layer *v, const void *c
     const int N = r->N, C = m->C, qr = m->qr, QW = m->NH * (m->dn + m->dr);
     if (!qr) {
         dec_linear(r, l, s->q, NULL, v->ln1, w[TSR_P_MLAQW], NULL, N, C, QW);
+        dec_lora_fwd(r, l, TSR_LORA_Q, s->q, v->ln1);
         return;
     }
     dec_linear(r, l, v->mla.cq, NULL, v->ln1, w[TSR_P_MLAQAW], NULL, N, C, qr);
+    dec_lora_fwd(r, l, TSR_LORA_QA, v->mla.cq, v->ln1);
     be->rmsnorm_forward(be, v->mla.cqn, v->mla.rq, v->mla.cq, w[TSR_P_MLAQANORMW], N, qr,
                         MLA_EPS);
     dec_linear(r, l, s->q, NULL, v->mla.cqn, w[TSR_P_MLAQW], NULL, N, qr, QW);
+    dec_lora_fwd(r, l, TSR_LORA_QB, s->q, v->mla.cqn);
+}
+
+/* kv_a_proj_with_mqa's adapter (model_lora.h): part 0 the latent's rows (into c or its
+ * gradient's input), part 1 the RoPE key's; the backward adds into a->dln */
+static void kva_lora(const dec_run *r, int l, int part, void *out, const void *dout,
+                     const void *ln1) {
+    tsr_lora *lo = r->d->lora;
+    const int ll = dec_lora_layer(r, l);
+    if (!dout) lora_forward_part(lo, r->d->be, ll, TSR_LORA_KVA, part, out, ln1, r->N);
+    else lora_backward_part(lo, r->d->be, ll, TSR_LORA_KVA, part, out, dout, ln1, r->N);
 }
 
 /* the latent c, its RoPE key into w.kpe, its norm cn */
@@ -195,6 +209,8 @@ static void latent_forward(const dec_run *r, int l, const dec_layer *v, const vo
     const int N = r->N, C = m->C, kvr = m->kvr;
     dec_linear(r, l, v->mla.c, NULL, v->ln1, w[TSR_P_MLAKVAW], NULL, N, C, kvr);
     dec_linear(r, l, s->kpe, NULL, v->ln1, kpe_rows(m, be, w[TSR_P_MLAKVAW]), NULL, N, C, m->dr);
+    kva_lora(r, l, 0, v->mla.c, NULL, v->ln1);
+    kva_lora(r, l, 1, s->kpe, NULL, v->ln1);
     be->rmsnorm_forward(be, v->mla.cn, v->mla.rkv, v->mla.c, w[TSR_P_MLAKVANORMW], N, kvr,
                         MLA_EPS);
 }
@@ -228,6 +244,9 @@ static void mla_decode(const dec_run *r, int l, const dec_layer *v, const void *
     const tsr_mla_shape sh = mla_shape(m);
     const size_t slots = r->ks ? (size_t)r->ks->slots : 1;
     const size_t lx = (size_t)model_layer_slot(m, TSR_P_MLAKVAW, l);
+    if (lora_target_on(d->lora, TSR_LORA_KVB)) /* (decoding reads merged weights: lora_merge) */
+        tsr_die(TSR_EXIT_INTERNAL, "mla: decoding with kv_b_proj's adapter beside the base (the "
+                "absorbed kv_b_proj would leave it out): merge the adapters first");
     void *cache = (char *)kv->mla.cache + lx * slots * rows.slot_stride * tsr_dtype_size(be->act);
     if (!be->mla_decode) /* (CUDA: the config refuses the runs that decode there, docs/cuda.md) */
         tsr_die(TSR_EXIT_USAGE, "model.kv_lora_rank > 0: decoding over its compressed caches on "
@@ -349,6 +368,7 @@ static void mla_forward(const dec_run *r, int l, const dec_layer *v, const void 
     }
     dec_linear(r, l, s.kv, NULL, v->mla.cn, w[TSR_P_MLAKVBW], NULL, r->N, m->kvr,
                m->NH * (m->dn + m->dv));
+    dec_lora_fwd(r, l, TSR_LORA_KVB, s.kv, v->mla.cn);
     be->mla_qkv_forward(be, v->mla.qkv, s.q, s.kv, s.kpe, pos, p0, d->rope, r->B, r->T, &sh);
     if (d->ring) { /* context parallelism: the latent round the ring */
         mla_ring_forward(r, l, v, w, &s);
@@ -363,6 +383,7 @@ static void mla_out(const dec_run *r, int l, const dec_layer *v, const void *con
     const tsr_model *m = r->d->m;
     dec_linear(r, l, r->scratch, NULL, v->mla.atty, w[TSR_P_MLAOW], NULL, r->N, m->NH * m->dv,
                m->C);
+    dec_lora_fwd(r, l, TSR_LORA_O, r->scratch, v->mla.atty);
 }
 
 /* float gradient g's rows from the latent's on (kv_a's RoPE key), or NULL (frozen) */
@@ -372,7 +393,7 @@ static float *kpe_grad(const tsr_model *m, float *g) {
 
 /* from the normed latent's gradient dcn and the RoPE key's (s->kpe): the latent norm's, kv_a's
  * (both parts) backward into a->dln (written) */
-static void latent_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
+static void latent_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
                             const void *dcn, const mla_work *s) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
@@ -385,17 +406,20 @@ static void latent_backward(const dec_run *r, const dec_layer *v, const dec_unit
                         C, kvr, TSR_GRAD_SET);
     be->matmul_backward(be, dln, kpe_grad(m, u->g[TSR_P_MLAKVAW]), NULL, s->kpe, v->ln1,
                         kpe_rows(m, be, u->w[TSR_P_MLAKVAW]), N, C, m->dr, TSR_GRAD_ADD);
+    kva_lora(r, l, 0, dln, s->dc, v->ln1);
+    kva_lora(r, l, 1, dln, s->kpe, v->ln1);
 }
 
 /* from the keys' and values' gradient (s->kv) and the RoPE key's (s->kpe): kv_b's backward,
  * then latent_backward's */
-static void kv_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
+static void kv_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
                         const mla_work *s) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
     be->matmul_backward(be, s->dcn, u->g[TSR_P_MLAKVBW], NULL, s->kv, v->mla.cn,
                         u->w[TSR_P_MLAKVBW], r->N, m->kvr, m->NH * (m->dn + m->dv), TSR_GRAD_SET);
-    latent_backward(r, v, u, s->dcn, s);
+    dec_lora_bwd(r, l, TSR_LORA_KVB, s->dcn, s->kv, v->mla.cn);
+    latent_backward(r, l, v, u, s->dcn, s);
 }
 
 /* The attention's and the latent's backward round the ring (kv_b_proj's inside mla_contract),
@@ -421,12 +445,12 @@ static void mla_ring_backward(const dec_run *r, int l, const dec_layer *v, const
     be->copy_rows(be, (float *)s->dqkv + (size_t)m->NH * dqk + m->dn, QKV * f,
                   home + rows * m->kvr, m->dr * f, m->dr * f, rows);
     be->mla_qkv_backward(be, s->q, s->kv, s->kpe, s->dqkv, pos, p0, d->rope, r->B, r->T, &sh);
-    latent_backward(r, v, u, home, s);
+    latent_backward(r, l, v, u, home, s);
 }
 
 /* from the queries' gradient (s->q): q_proj's, or q_b's, its norm's and q_a's, added into
  * a->dln */
-static void q_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
+static void q_backward(const dec_run *r, int l, const dec_layer *v, const dec_unit *u,
                        const mla_work *s) {
     const tsr_backend *be = r->d->be;
     const tsr_model *m = r->d->m;
@@ -435,15 +459,18 @@ static void q_backward(const dec_run *r, const dec_layer *v, const dec_unit *u,
     if (!qr) {
         be->matmul_backward(be, dln, u->g[TSR_P_MLAQW], NULL, s->q, v->ln1, u->w[TSR_P_MLAQW], N,
                             C, QW, TSR_GRAD_ADD);
+        dec_lora_bwd(r, l, TSR_LORA_Q, dln, s->q, v->ln1);
         return;
     }
     be->matmul_backward(be, s->dcqn, u->g[TSR_P_MLAQW], NULL, s->q, v->mla.cqn,
                         u->w[TSR_P_MLAQW], N, qr, QW, TSR_GRAD_SET);
+    dec_lora_bwd(r, l, TSR_LORA_QB, s->dcqn, s->q, v->mla.cqn);
     be->zero(be, s->dcq, (size_t)N * qr * tsr_dtype_size(be->act));
     be->rmsnorm_backward(be, s->dcq, u->g[TSR_P_MLAQANORMW], s->dcqn, v->mla.cq,
                          u->w[TSR_P_MLAQANORMW], v->mla.rq, N, qr);
     be->matmul_backward(be, dln, u->g[TSR_P_MLAQAW], NULL, s->dcq, v->ln1, u->w[TSR_P_MLAQAW], N,
                         C, qr, TSR_GRAD_ADD);
+    dec_lora_bwd(r, l, TSR_LORA_QA, dln, s->dcq, v->ln1);
 }
 
 /* from dout = d(the output projection's output) to a->dln = d(ln1) */
@@ -459,9 +486,10 @@ static void mla_backward(const dec_run *r, int l, const dec_layer *v, const dec_
     const int32_t *pos = dec_rope_pos(r, &p0);
     be->matmul_backward(be, s.datty, u->g[TSR_P_MLAOW], NULL, dout, v->mla.atty, u->w[TSR_P_MLAOW],
                         r->N, m->NH * m->dv, m->C, TSR_GRAD_SET);
+    dec_lora_bwd(r, l, TSR_LORA_O, s.datty, dout, v->mla.atty);
     if (d->ring) { /* context parallelism: round the ring */
         mla_ring_backward(r, l, v, u, &s);
-        q_backward(r, v, u, &s);
+        q_backward(r, l, v, u, &s);
         return;
     }
     be->attention_backward(be, s.dqkv, s.datty, v->mla.qkv, v->mla.atty, v->mla.att, NULL,
@@ -469,8 +497,8 @@ static void mla_backward(const dec_run *r, int l, const dec_layer *v, const dec_
                            m->dn + m->dr, TSR_GRAD_SET);
     /* the gradients of q, kv and kpe over their forward buffers (free by now) */
     be->mla_qkv_backward(be, s.q, s.kv, s.kpe, s.dqkv, pos, p0, d->rope, r->B, r->T, &sh);
-    kv_backward(r, v, u, &s);
-    q_backward(r, v, u, &s);
+    kv_backward(r, l, v, u, &s);
+    q_backward(r, l, v, u, &s);
 }
 
 /* ---- its activations --------------------------------------------------------------------- */

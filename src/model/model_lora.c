@@ -12,10 +12,17 @@
 /* the random stream of target t's A (tsr_rand_uniform): apart from the model's streams */
 #define LORA_STREAM 0x4C6F5241ull
 
-/* the base tensor a target's rows live in (part 1: of a target over two outputs) */
-static tsr_param_id base_of(int t, int part) {
+/* the base tensor a target's rows live in (part 1: of a target over two outputs; both of
+ * kv_a_proj_with_mqa's, the latent's and the RoPE key's, are rows of one tensor); with
+ * multi-head latent attention q and o are its q_proj and o_proj */
+static tsr_param_id base_of(const tsr_model *m, int t, int part) {
     switch (t) {
-    case TSR_LORA_O: return TSR_P_ATTPROJW;
+    case TSR_LORA_Q: return m->kvr ? TSR_P_MLAQW : TSR_P_QKVW;
+    case TSR_LORA_O: return m->kvr ? TSR_P_MLAOW : TSR_P_ATTPROJW;
+    case TSR_LORA_QA: return TSR_P_MLAQAW;
+    case TSR_LORA_QB: return TSR_P_MLAQW;
+    case TSR_LORA_KVA: return TSR_P_MLAKVAW;
+    case TSR_LORA_KVB: return TSR_P_MLAKVBW;
     case TSR_LORA_GATE:
     case TSR_LORA_UP: return TSR_P_FCW;
     case TSR_LORA_DOWN: return TSR_P_FCPROJW;
@@ -31,7 +38,26 @@ static tsr_param_id base_of(int t, int part) {
  * two outputs (rows0 < out) the second's row width */
 typedef struct lora_dims { int in, out, col, ld, rows0, ld1; } lora_dims;
 
+/* multi-head latent attention's: q (q_proj) or q_a_proj and q_b_proj, kv_a_proj_with_mqa's
+ * two outputs (the latent, kvr, then the RoPE key, dr), kv_b_proj, o (o_proj) */
+static lora_dims mla_dims_of(const tsr_model *m, int t) {
+    const int C = m->C, QW = m->NH * (m->dn + m->dr), KW = m->NH * (m->dn + m->dv);
+    const int qr = m->qr, kvr = m->kvr, VD = m->NH * m->dv;
+    switch (t) {
+    case TSR_LORA_Q: return (lora_dims){C, QW, 0, QW, QW, 0};
+    case TSR_LORA_QA: return (lora_dims){C, qr, 0, qr, qr, 0};
+    case TSR_LORA_QB: return (lora_dims){qr, QW, 0, QW, QW, 0};
+    case TSR_LORA_KVA: return (lora_dims){C, kvr + m->dr, 0, kvr, kvr, m->dr};
+    case TSR_LORA_KVB: return (lora_dims){kvr, KW, 0, KW, KW, 0};
+    case TSR_LORA_O: return (lora_dims){VD, C, 0, C, C, 0};
+    default: return (lora_dims){0, 0, 0, 0, 0, 0};
+    }
+}
+
 static lora_dims dims_of(const tsr_model *m, int t) {
+    if (m->kvr && (t == TSR_LORA_Q || t == TSR_LORA_O || t >= TSR_LORA_QA))
+        return mla_dims_of(m, t);
+    if (t >= TSR_LORA_QA) return (lora_dims){0, 0, 0, 0, 0, 0}; /* (no MLA: absent) */
     const int C = m->C, QD = m->QD, KV = m->KVH * m->hs, F = m->F;
     const int VD = m->HVl * m->dvl, CD = 2 * m->HKl * m->dkl + VD, HV = m->HVl;
     const lora_dims d[TSR_LORA_COUNT] = {
@@ -61,7 +87,7 @@ static void split_of(tsr_lora *lo, const tsr_model *m, int t) {
     const tsr_tp *tp = m->tp;
     lo->lin[t] = l.in, lo->lout[t] = l.out, lo->a0[t] = lo->b0[t] = 0;
     if (!tp || tp->T <= 1) return;
-    if (t >= TSR_LORA_QKVZ && t != TSR_LORA_AGATE)
+    if (m->kvr || (t >= TSR_LORA_QKVZ && t != TSR_LORA_AGATE))
         tsr_die(TSR_EXIT_INTERNAL, "lora: target %s under tensor parallelism (the config check "
                 "let it through)", config_lora_target_name(t));
     if (t == TSR_LORA_O || t == TSR_LORA_DOWN) lo->a0[t] = tp->t * l.in;
@@ -92,7 +118,7 @@ void lora_plan(tsr_lora *lo, const tsr_model *m, int R, double alpha, double dro
             continue;
         }
         split_of(lo, m, t);
-        const size_t L = (size_t)(lo->Lt[t] = stack_layers(m, base_of(t, 0)));
+        const size_t L = (size_t)(lo->Lt[t] = stack_layers(m, base_of(m, t, 0)));
         lo->a_at[t] = at;
         at += L * r * (size_t)d.in;
         lo->b_at[t] = at;
@@ -136,11 +162,11 @@ void lora_init_weights(tsr_lora *lo, uint64_t seed) {
     }
 }
 
-int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size_t *offset,
+int lora_tensor(const tsr_lora *lo, int k, char name[TSR_LORA_NAME], int64_t shape[3], size_t *offset,
                 size_t *numel) {
     const int t = k / 2, is_b = k % 2;
     if (t >= TSR_LORA_COUNT || lo->a_at[t] == SIZE_MAX) return 0;
-    snprintf(name, 16, "%s_%c", config_lora_target_name(t), is_b ? 'B' : 'A');
+    snprintf(name, TSR_LORA_NAME, "%s_%c", config_lora_target_name(t), is_b ? 'B' : 'A');
     shape[0] = lo->Lt[t];
     shape[1] = is_b ? lo->out[t] : lo->R;
     shape[2] = is_b ? lo->R : lo->in[t];
@@ -170,14 +196,17 @@ static void merge_part(const tsr_lora *lo, const float *w, tsr_model *m, int t, 
                        float *at, float *ba) {
     const size_t R = (size_t)lo->R, in = (size_t)lo->in[t], Lt = (size_t)lo->Lt[t];
     const size_t r0 = (size_t)lo->rows0[t], rows = part ? (size_t)lo->out[t] - r0 : r0;
-    const tsr_param_info *p = &m->params_info[base_of(t, part)];
+    const tsr_param_id id = base_of(m, t, part);
+    const tsr_param_info *p = &m->params_info[id];
+    /* (the first row: part 0's column, part 1's 0, or rows0 when both parts share the tensor) */
+    const size_t row = part ? (id == base_of(m, t, 0) ? r0 : 0) : (size_t)lo->col[t];
     for (size_t s = 0; s < Lt; s++) {
         const float *A = w + lo->a_at[t] + s * R * in;
         const float *B = w + lo->b_at[t] + s * (size_t)lo->out[t] * R + (part ? r0 * R : 0);
         for (size_t i = 0; i < in; i++) /* A^T, so that matmul_forward gives B A */
             for (size_t k = 0; k < R; k++) at[i * R + k] = A[k * in + i];
         m->ops->matmul_forward(ba, B, at, NULL, (int)rows, (int)R, (int)in);
-        float *W = m->params + p->offset + s * (p->numel / Lt) + (part ? 0 : (size_t)lo->col[t] * in);
+        float *W = m->params + p->offset + s * (p->numel / Lt) + row * in;
         for (size_t i = 0; i < rows * in; i++) W[i] += lo->scale * ba[i];
     }
 }
@@ -344,7 +373,7 @@ static void backward_run(const lora_call *c, int n0, int n, int64_t row0) {
 }
 
 int lora_slot(const tsr_lora *lo, int l, int t) {
-    return model_layer_slot(lo->model, base_of(t, 0), l);
+    return model_layer_slot(lo->model, base_of(lo->model, t, 0), l);
 }
 
 void lora_forward_part(tsr_lora *lo, const tsr_backend *be, int l, int t, int part, void *out,

@@ -42,7 +42,8 @@ typedef struct tsr_lora {
     int Lt[TSR_LORA_COUNT];      /* the layers of target t's stack: those of its base tensor's
                                   * kind (LA attention, LL linear_attention, else L) */
     int rows0[TSR_LORA_COUNT], ld1[TSR_LORA_COUNT]; /* a target over two outputs (in_proj_qkvz:
-                                  * the DeltaNet's qkv and z; in_proj_ba: b and a): B's first
+                                  * the DeltaNet's qkv and z; in_proj_ba: b and a;
+                                  * kv_a_proj_with_mqa: the latent and the RoPE key): B's first
                                   * rows0 rows feed the first (col, ld), the rest the second
                                   * (column 0, row width ld1); rows0 = out: one output */
     unsigned mask;               /* bit t: target t has adapters */
@@ -88,9 +89,11 @@ void lora_free(tsr_lora *lo);
 void lora_free_scratch(tsr_lora *lo);
 /* The initial adapters (above) from seed. */
 void lora_init_weights(tsr_lora *lo, uint64_t seed);
+/* a store tensor's name's room ("kv_a_proj_with_mqa_B" and its NUL) */
+#define TSR_LORA_NAME 32
 /* Tensor k of the store, k = 0 .. 2 * TSR_LORA_COUNT - 1 (target k / 2, A when k is even):
  * 0 when that target has none; else 1 with its name ("q_A"), its shape (3 dims) and offset. */
-int lora_tensor(const tsr_lora *lo, int k, char name[16], int64_t shape[3], size_t *offset,
+int lora_tensor(const tsr_lora *lo, int k, char name[TSR_LORA_NAME], int64_t shape[3], size_t *offset,
                 size_t *numel);
 /* Layer l's slot in target t's stack (the index of its A and B among lo->Lt[t]), or -1 when
  * layer l has no such projection (an attention target on a linear layer, or the reverse). */

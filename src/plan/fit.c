@@ -26,10 +26,12 @@ int plan_fit_parse_mem(const char *s, double *bytes, char *why, size_t n) {
 int plan_fit_parse_key(const char *s, plan_fit_key *key, char *why, size_t n) {
     *key = !strcmp(s, "seq_len") ? PLAN_FIT_SEQ_LEN
            : !strcmp(s, "micro_batch") ? PLAN_FIT_MICRO_BATCH
-           : !strcmp(s, "layout") ? PLAN_FIT_LAYOUT : PLAN_FIT_NONE;
+           : !strcmp(s, "layout") ? PLAN_FIT_LAYOUT
+           : !strcmp(s, "world") ? PLAN_FIT_WORLD : PLAN_FIT_NONE;
     if (*key == PLAN_FIT_NONE)
         snprintf(why, n, "--fit %s: expected seq_len or micro_batch (the key whose largest value "
-                 "that fits --gpu-mem is searched) or layout (the fastest layouts that fit)", s);
+                 "that fits --gpu-mem is searched), layout (the fastest layouts that fit) or "
+                 "world (the fewest GPUs that fit)", s);
     return *key == PLAN_FIT_NONE ? -1 : 0;
 }
 
@@ -148,6 +150,7 @@ static void print_found(const tsr_dist *d, plan_fit_key key, double gpu,
 
 int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes,
                     plan_fit_trial trial) {
+    if (key == PLAN_FIT_WORLD) return plan_fit_world(cfg, d, gpu_bytes, trial);
     fit_found f = {0};
     const fit_ask a = {cfg, d, trial};
     const long long N = cfg->context > 1 ? cfg->context : 1;

@@ -9,13 +9,14 @@
 #include "config/config.h"
 #include "dist/dist.h"
 
-/* PLAN_FIT_LAYOUT: the layout search (plan/layout.h), not a key's largest value */
+/* PLAN_FIT_LAYOUT: the layout search (plan/layout.h), not a key's largest value; PLAN_FIT_WORLD:
+ * the fewest GPUs (plan_fit_world) */
 typedef enum plan_fit_key {
-    PLAN_FIT_NONE = 0, PLAN_FIT_SEQ_LEN, PLAN_FIT_MICRO_BATCH, PLAN_FIT_LAYOUT
+    PLAN_FIT_NONE = 0, PLAN_FIT_SEQ_LEN, PLAN_FIT_MICRO_BATCH, PLAN_FIT_LAYOUT, PLAN_FIT_WORLD
 } plan_fit_key;
 
-/* --gpu-mem GIB: the GiB (0 < x <= 100000) into *bytes; --fit KEY: seq_len, micro_batch or layout into
- * *key. 0, or -1 with why. */
+/* --gpu-mem GIB: the GiB (0 < x <= 100000) into *bytes; --fit KEY: seq_len, micro_batch, layout
+ * or world into *key. 0, or -1 with why. */
 int plan_fit_parse_mem(const char *s, double *bytes, char *why, size_t n);
 int plan_fit_parse_key(const char *s, plan_fit_key *key, char *why, size_t n);
 /* --gpu-mem needs device = cuda (its plan is the device's), --fit one process: 0, or
@@ -37,5 +38,12 @@ typedef double (*plan_fit_trial)(const tsr_config *cfg, const tsr_dist *d, int64
  * exit code (a value the config refuses, said). One process: --fit plans, it runs nothing. */
 int plan_fit_search(const tsr_config *cfg, const tsr_dist *d, plan_fit_key key, double gpu_bytes,
                     plan_fit_trial trial);
+/* --fit world: the smallest world, in whole nodes from d's (PER_NODE a node: d->local_world), whose
+ * plan of cfg fits gpu_bytes per rank, each world with the widest expert split of a MoE (the
+ * largest divisor of the experts that divides a stage's ranks) and a micro_batch dividing its
+ * per-rank batch, up to the ranks global_batch feeds; rank 0 says it ("a run: --plan W/G --set
+ * parallel.expert=E") and the world before it. 0. One process. */
+int plan_fit_world(const tsr_config *cfg, const tsr_dist *d, double gpu_bytes,
+                   plan_fit_trial trial);
 
 #endif

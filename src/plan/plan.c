@@ -145,13 +145,15 @@ static void plan_params(const plan_view *t, int lora) {
     const char *keys = model_attn_keys(m, t->T) < (double)m->L * t->T ? "keys" : "L*T";
     char dn[64] = "";
     if (m->LL) snprintf(dn, sizeof dn, " + DeltaNet %.6g", model_dn_flops(m, t->T));
+    /* multi-head latent attention: scores of dqk, values of dv (mixer_mla.c's mla_flops) */
+    const char *att = m->kvr ? "6*heads*(qk_nope+qk_rope+v_head_dim)" : "12*(heads*head_dim)";
     if (m->E)
         printf("params: %s, %.0f active per token (%d of %d experts); FLOPs/token = "
-               "6N_active + 12*(heads*head_dim)*%s%s = %.4g (docs/mfu.md)\n", trainable,
-               model_active_params(m), m->K, m->E, keys, dn, t->out.flops_per_token);
+               "6N_active + %s*%s%s = %.4g (docs/mfu.md)\n", trainable,
+               model_active_params(m), m->K, m->E, att, keys, dn, t->out.flops_per_token);
     else
-        printf("params: %s; FLOPs/token = 6N + 12*(heads*head_dim)*%s%s = %.4g (docs/mfu.md)\n",
-               trainable, keys, dn, t->out.flops_per_token);
+        printf("params: %s; FLOPs/token = 6N + %s*%s%s = %.4g (docs/mfu.md)\n", trainable, att,
+               keys, dn, t->out.flops_per_token);
     if (m->EP > 1)
         printf("expert parallelism: %d ranks per group share the %d experts, %d on each; %d "
                "cop%s of each expert (docs/moe.md)\n", m->EP, m->E, m->E / m->EP,

@@ -410,7 +410,8 @@ static double dn_state_bytes(const tsr_model *m, int N, double B) {
 }
 
 /* parallel.context = N (docs/parallelism.md "Ring attention"): per attention layer and
- * microbatch each rank passes its key/value blocks N - 1 hops in the forward, again in the
+ * microbatch each rank passes its key/value blocks (multi-head latent attention: its latent and
+ * RoPE key, ring_dims_of) N - 1 hops in the forward, again in the
  * backward with their fp32 gradients N hops (ring_layer_bytes, bf16 activations on the GPU), and
  * a checkpointed layer's recomputation a forward's more, over its context group's link; each hop
  * runs beside the attention of a block, so what the attention's time does not cover waits. A
@@ -649,10 +650,11 @@ static void print_context(const plan_view *t, long long micro) {
     metrics_human_bytes(c, sizeof c, bw - fw);
     printf("  parallel.context = %d: W ranks are W/%d data ranks, each a group of %d ranks sharing "
            "its sequences ('per rank': a data rank's sequences, each rank computing %d of their %d "
-           "positions); the ring sends %s a rank, layer and microbatch of %lld (key/value blocks "
-           "%s, forward and backward; their fp32 gradients %s; a checkpointed layer's "
-           "recomputation a forward's more), in the comm columns; it waits where the attention "
-           "beside it is shorter\n", N, N, N, t->T / N, t->T, a, micro, b, c);
+           "positions); the ring sends %s a rank, layer and microbatch of %lld (%s %s, forward "
+           "and backward; their fp32 gradients %s; a checkpointed layer's recomputation a "
+           "forward's more), in the comm columns; it waits where the attention beside it is "
+           "shorter\n", N, N, N, t->T / N, t->T, a, micro,
+           m->kvr ? "latent and RoPE key blocks" : "key/value blocks", b, c);
     if (!m->LL) return;
     metrics_human_bytes(a, sizeof a, dn_state_bytes(m, N, (double)micro));
     printf("  the ring goes round the %d attention layers only; the %d linear layers pass their "

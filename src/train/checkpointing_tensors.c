@@ -137,7 +137,7 @@ int ckio_lora_tensors(tsr_trainer *t, int with_optim, ckpt_tensor *ts, char (*na
     int n = 0;
     for (int set = 0; set < (with_optim ? CKIO_SETS : 1); set++)
         for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
-            char name[16];
+            char name[TSR_LORA_NAME];
             int64_t shape[3];
             size_t at, numel;
             if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;

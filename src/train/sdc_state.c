@@ -139,7 +139,7 @@ static void shard_set(builder *b, const tsr_trainer *t, int set, const float *bu
 static void lora_set(builder *b, const tsr_trainer *t, int set, const float *store) {
     const tsr_lora *lo = &t->part.lora;
     for (int k = 0; store && k < 2 * TSR_LORA_COUNT; k++) {
-        char tname[16], prefix[32], name[64];
+        char tname[TSR_LORA_NAME], prefix[32], name[64];
         int64_t shape[3];
         size_t at, numel;
         if (!lora_tensor(lo, k, tname, shape, &at, &numel)) continue;

@@ -56,7 +56,7 @@ static const cli_opt options[] = {
     {"time", CLI_NO_SHORT('t'), "[=GPU|FILE]", "--dry-run with the time plan: step time, tokens/s, MFU, time to max_duration and GPU-hours at W = 1, 8, 64, 512 (and --plan's) on GPU (H200, H100, ...; default H200) or by the TSR_PROFILE table in FILE (docs/planning.md)"},
     {"link", CLI_NO_SHORT('l'), "NODE[,NET]", "--time's bus bandwidth in GB/s within a node and between nodes (default: the health checker's expected figures for the GPU)"},
     {"gpu-mem", CLI_NO_SHORT('g'), "GIB", "--dry-run that says whether the device memory plan per rank (device = cuda) fits a GPU of GIB GiB: 'fits: X of GIB GiB' or 'does not fit: needs X' (docs/planning.md)"},
-    {"fit", CLI_NO_SHORT('f'), "seq_len|micro_batch|layout", "with --gpu-mem: the longest seq_len (multiples of 128) or the largest micro_batch (divisors of the per-rank batch) whose plan fits, at --plan's world; layout: the fastest tensor/pipeline/context/expert/data splits that fit --plan W/PER_NODE, timed by --time's table (docs/planning.md \"Choosing the layout\")"},
+    {"fit", CLI_NO_SHORT('f'), "seq_len|micro_batch|layout|world", "with --gpu-mem: the longest seq_len (multiples of 128) or the largest micro_batch (divisors of the per-rank batch) whose plan fits, at --plan's world; layout: the fastest tensor/pipeline/context/expert/data splits that fit --plan W/PER_NODE, timed by --time's table (docs/planning.md \"Choosing the layout\"); world: the fewest GPUs, in whole nodes from --plan's, that fit"},
     {"version", 'V', NULL, "print the version and exit"},
     {"help", 'h', NULL, "this help"},
     {"", CLI_TEXT, NULL,
@@ -333,6 +333,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     timeplan *tp = c.time ? timeplan_open(&c.tp, &rc) : NULL; /* --time's table, read first */
     timeplan *ftp = c.fit == PLAN_FIT_LAYOUT && !rc ? timeplan_open(&c.tp, &rc) : NULL; /* (its own) */
+    /* a plan prices a GPU target whose kernels are not built yet (config_plan_only) */
+    config_plan_only(c.plan_world > 0 || c.time || c.gpu_mem > 0);
     if (!rc) rc = load_config(&c, find_recipe(c.config, recipe, sizeof recipe, d.rank), &cfg);
     tsr_trainer t;
     tsr_dist pd = d; /* --plan: the plan's world; rank 0 still prints it */

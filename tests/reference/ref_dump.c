@@ -96,7 +96,7 @@ static void write_lora(hid_t file, const char *group, const tsr_lora *lo, const 
     hid_t g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5_OK(g);
     for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
-        char name[16];
+        char name[TSR_LORA_NAME];
         int64_t shape[3];
         size_t at, numel;
         if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;
@@ -311,7 +311,7 @@ int main(int argc, char **argv) {
         attr_d(f, "lora_rank", lo->R);
         attr_d(f, "lora_alpha", cfg.lora.alpha);
         for (int k = 1; k < 2 * TSR_LORA_COUNT; k += 2) {
-            char name[16];
+            char name[TSR_LORA_NAME];
             int64_t shape[3];
             size_t at, numel;
             if (!lora_tensor(lo, k, name, shape, &at, &numel)) continue;

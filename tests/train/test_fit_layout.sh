@@ -15,9 +15,20 @@
 #  6. bad input exits 1 naming the option: --plan W/G with G not dividing W, --fit layout without
 #     /PER_NODE, without --gpu-mem, device = cpu, an unknown --fit key, --time=H100 (no table to time
 #     the layouts by); nothing written.
+#  7. --fit world (issue 84 item 8; docs/planning.md "DeepSeek-V3 and Kimi K2"): deepseek-v3 with
+#     device = cuda on 8 GPUs of 141 GiB says "does not fit" and names the smallest world that
+#     does and its expert split ("a run: --plan W/8 --set parallel.expert=E"), planned although
+#     MLA has no CUDA kernels yet (each missing one a warning that plans anyway: model.kv_lora_rank,
+#     the MLA head size qk_nope_head_dim + qk_rope_head_dim = 192; a start refuses them:
+#     test_mla.sh), no error; that run's
+#     --plan says "fits", the largest world it names as too small "does not fit" at the GiB it
+#     gives; kimi-k2 at its global_batch of 256 fits no world (named so), at 768 it names 384
+#     GPUs, whose plan fits;
+#  8. MLA's plan lines: the FLOPs label is MLA's 6*heads*(qk_nope+qk_rope+v_head_dim), and the time
+#     plan's context ring carries latent and RoPE key blocks, not key/value blocks.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 6
+tap_plan 8
 # fit NAME ARGS...: the search's output in $TMP/NAME.txt
 fit() {
     local n=$1; shift
@@ -112,4 +123,50 @@ bad "--plan 60/8: expected" --set device=cuda --plan 60/8 --gpu-mem 80 --fit lay
     bad "--fit layout ranks layouts by the time plan, which cannot time" --set device=cuda --plan 16/8 --gpu-mem 80 --fit layout --time=H100 &&
     [[ ! -e $TMP/bad ]]
 tap_check $? "bad input exits 1 naming the option (--plan 60/8, --plan 64 without PER_NODE, no --gpu-mem, device = cpu, --fit layouts, a GPU without a table), nothing written"
+
+# 7. --fit world: the smallest allocation of DeepSeek-V3 and Kimi K2
+world() { # NAME ARGS...: --fit world's output in $TMP/NAME.txt; its named run's --plan in NAME.run.txt
+    local n=$1; shift
+    "$TRAIN" "$@" --set device=cuda --set run_dir="$TMP/run-$n" --plan 8 --gpu-mem 141 \
+        --fit world >"$TMP/$n.txt" 2>&1 || return 1
+    tap_diag "$n: $(grep -E '^(does not fit|fit):' "$TMP/$n.txt" | cut -c1-250 | tr '\n' ' ')"
+    local run
+    run=$(sed -n 's/^fit: .*; a run: \(--plan .*\)$/\1/p' "$TMP/$n.txt")
+    [[ -z $run ]] && return 0
+    # shellcheck disable=SC2086 # (the named options, word by word)
+    "$TRAIN" "$@" --set device=cuda --set run_dir="$TMP/run-$n" $run --gpu-mem 141 >"$TMP/$n.run.txt" 2>&1
+}
+small() { # NAME: the largest world named too small, planned, does not fit at the GiB named
+    local w e g
+    read -r w g e < <(sed -n 's/.*; \([0-9]*\) GPUs, the most planned that do not fit, need \([0-9.]*\) GiB with parallel.expert = \([0-9]*\).*/\1 \2 \3/p' "$TMP/$1.txt")
+    shift
+    [[ -n $w ]] && "$TRAIN" "$@" --set device=cuda --set run_dir="$TMP/run-s" --plan "$w/8" \
+        --set parallel.expert="$e" --gpu-mem 141 >"$TMP/small.txt" 2>&1 &&
+        grep -q "^does not fit: needs $(printf '%.1f' "$g") GiB" "$TMP/small.txt"
+}
+cuda_warned() { # FILE: each missing CUDA kernel (while MLA has none) a warning that plans anyway
+    local w
+    w=$(grep 'warning: .*device = "cuda"' "$1")
+    tap_diag "$(wc -l <<<"$w") kernel warnings: $(grep -o '[a-z_.]*\(: device\| + model.qk_rope_head_dim = [0-9 +=]*\)' <<<"$w" | tr '\n' ' ')"
+    ! grep -v "planned anyway" <<<"$w" | grep -q .
+}
+world v3 --config deepseek-v3 && grep -q "^does not fit: needs" "$TMP/v3.txt" &&
+    grep -qE "^fit: [0-9]+ GPUs \(8 a node\) is the smallest world that fits 141.0 GiB a GPU.*a run: --plan [0-9]+/8 --set parallel.expert=[0-9]+$" "$TMP/v3.txt" &&
+    grep -q "^fits: " "$TMP/v3.run.txt" && small v3 --config deepseek-v3 &&
+    ! grep -q "error:" "$TMP/v3.txt" && cuda_warned "$TMP/v3.txt" && [[ ! -e $TMP/run-v3 ]]
+v=$?
+world k2 --config kimi-k2 && grep -q "^does not fit: needs" "$TMP/k2.txt" &&
+    grep -q "^fit: no world fits 141.0 GiB a GPU (whole nodes from --plan's 8 up to 256 GPUs: global_batch = 256 feeds no more data ranks)" "$TMP/k2.txt" &&
+    world k2b --config kimi-k2 --set global_batch=768 &&
+    grep -q "^fit: 384 GPUs (8 a node) is the smallest world" "$TMP/k2b.txt" && grep -q "^fits: " "$TMP/k2b.run.txt"
+tap_check $((v | $?)) "--fit world: deepseek-v3 on 8 GPUs of 141 GiB does not fit and names the smallest world and expert split, whose --plan fits (the world named too small does not); MLA planned with device = cuda, its missing kernels warned; kimi-k2 fits no world at global_batch 256, 384 GPUs at 768"
+
+# 8. MLA's FLOPs label and its ring's blocks in the time plan
+"$TRAIN" --config deepseek-v3 --plan 64/8 --time --set parallel.context=2 --set parallel.expert=32 \
+    >"$TMP/v3t.txt" 2>&1 &&
+    grep -q "FLOPs/token = 6N_active + 6\*heads\*(qk_nope+qk_rope+v_head_dim)\*keys = 2.812e+11" "$TMP/v3t.txt" &&
+    grep -q "the ring sends .* (latent and RoPE key blocks " "$TMP/v3t.txt" && ! grep -q "key/value blocks" "$TMP/v3t.txt" &&
+    "$TRAIN" --config llama-3.1-8b --plan 64/8 --time --set parallel.context=2 >"$TMP/lt.txt" 2>&1 &&
+    grep -q "FLOPs/token = 6N + 12\*(heads\*head_dim)" "$TMP/lt.txt" && grep -q "(key/value blocks " "$TMP/lt.txt"
+tap_check $? "MLA's plan: FLOPs/token labelled 6*heads*(qk_nope+qk_rope+v_head_dim), its ring's latent and RoPE key blocks (attention's: 12*(heads*head_dim), key/value blocks)"
 tap_done

@@ -150,7 +150,7 @@ static void peft_poison(peft_fix *p, float bad) {
     st_tensor t[4];
     int n = 0;
     for (int k = 0; k < 2 * TSR_LORA_COUNT; k++) {
-        char nm[16];
+        char nm[TSR_LORA_NAME];
         int64_t shape[3];
         size_t at, numel;
         if (!lora_tensor(&p->lo, k, nm, shape, &at, &numel)) continue;

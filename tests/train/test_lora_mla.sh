@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# LoRA on multi-head latent attention (issue 84; docs/lora.md "Multi-head latent attention")
+# through the real trainer on configs/tiny-deepseek.cfg (vocabulary 512, seq_len 32, no MTP module:
+# LoRA with model.num_nextn_predict_layers > 0 is refused, docs/models.md "Multi-token
+# prediction"); the gradients against float64 PyTorch: tests/reference/test_lora_mla.py.
+#  - a base trained 4 steps, then adapters (all-linear: o, q_a_proj, q_b_proj, kv_a_proj_with_mqa,
+#    kv_b_proj; the experts take none) with dropout 0.1 on 2 ranks, 16 steps on a dataset small
+#    enough that its batches repeat: the checkpoint holds the adapters at their shapes over the 4
+#    layers; the loss falls (the last 4 steps' mean under the first 4's, step 16 under step 1);
+#  - resumed from its step-8 checkpoint (another run directory, same config), steps 9 .. 16's
+#    losses, lr and grad norms and the final adapters equal the uninterrupted run bit for bit;
+#  - the base's file is untouched (its bytes), and the resumed run's checksum of the base it
+#    loaded (crc32c of its weights) is the first run's lora.base_checksum (the base's tensors stay
+#    bit for bit through training: test_lora_mla.py);
+#  - `ckpt export --adapter`: PEFT's names base_model.model.model.layers.<l>.self_attn.<module>
+#    .lora_<A|B>.weight for each layer and module, target_modules those modules;
+#    `ckpt export --merge` against the base's export, in float64: every adapted weight equals
+#    W + (alpha / r) B A from the PEFT files (rel err <= 1e-6: fp32 rounding of the merge), every
+#    other tensor the base's bit for bit; the same with no model.q_lora_rank (V2-Lite's shape: q
+#    is q_proj);
+#  - `--init-from` the PEFT directory (lora.base the base), one step at lr 1e-30: exported again,
+#    the same 40 tensors bit for bit (the DeepSeek module names read back);
+#  - zero1 and zero3 on 2 ranks, and hsdp on 2 x 2 against ddp on 4 ranks (microbatches of 2):
+#    every step's loss and grad norm equal ddp's within 1e-6 (the dropout masks follow the
+#    global row);
+#  - refused at start (exit 1), naming both keys, nothing written: parallel.context = 2 and
+#    objective = "dpo" with lora.rank > 0 on MLA; k (no k_proj in MLA), q with
+#    model.q_lora_rank > 0, and kv_b_proj on a model without MLA name lora.targets.
+source "$(dirname "$0")/../lib.sh"
+tsr_tmpdir
+tap_plan 9
+make_synth "$TMP/data" 512 30000
+"$TOOL" synth --out "$TMP/small" --vocab 512 --tokens 400 --seed 3 >/dev/null
+args=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=512 --set data.tokenizer=
+      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val= --set eval_interval=0ba
+      --set model.num_nextn_predict_layers=0 --set seq_len=32 --set model.max_seq_len=32
+      --set global_batch=8 --set micro_batch=4 --set threads=1 --set log_interval=1
+      --set optim.warmup=2ba --set watchdog.window=0 --set keep_last=3)
+lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-1
+      --set max_duration=16ba --set save_interval=8ba --set data.train="$TMP/small/train")
+base() { # DIR [SETTINGS]: a base trained 4 steps
+    local d=$1; shift
+    "$TRAIN" "${args[@]}" --set run_dir="$TMP/$d" --set max_duration=4ba --set save_interval=4ba \
+        "$@" >"$TMP/$d.txt" 2>&1
+}
+
+base base && sum=$(sha256sum <"$TMP/base/step-00000004.h5") &&
+    ranks 2 "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base" --set run_dir="$TMP/L" \
+        >"$TMP/L.txt" 2>&1
+rc=$?
+tap_diag "exit $rc; $(grep -m1 '^lora:' "$TMP/L.txt" | head -c 200)"
+((rc == 0)) && grep -q "^lora: r=4 alpha=8 dropout=0.1 targets=o,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj; " "$TMP/L.txt" &&
+    "$PY3" - "$TMP/L/step-00000016.h5" <<'PY'
+import sys, h5py
+shapes = {}
+h5py.File(sys.argv[1], "r").visititems(
+    lambda n, o: shapes.__setitem__(n, o.shape) if isinstance(o, h5py.Dataset) and n.startswith("lora/") else None)
+# 4 layers; C 64, 4 heads of 16 + 8 (values 12), q latent 24, kv latent 32
+want = {"o_A": (4, 4, 48), "o_B": (4, 64, 4), "q_a_proj_A": (4, 4, 64), "q_a_proj_B": (4, 24, 4),
+        "q_b_proj_A": (4, 4, 24), "q_b_proj_B": (4, 96, 4), "kv_a_proj_with_mqa_A": (4, 4, 64),
+        "kv_a_proj_with_mqa_B": (4, 40, 4), "kv_b_proj_A": (4, 4, 32), "kv_b_proj_B": (4, 112, 4)}
+got = {n[len("lora/"):]: s for n, s in shapes.items()}
+print("#", got)
+sys.exit(0 if got == want else 1)
+PY
+tap_check $? "tiny-deepseek, LoRA all-linear on 2 ranks with dropout: the MLA targets, stacked over the 4 layers in the checkpoint"
+
+"$PY3" - "$TMP/L/metrics.jsonl" <<'PY'
+import json, sys
+loss = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l and '"step"' in l]
+print(f"# losses {' '.join(f'{x:.4f}' for x in loss)}")
+sys.exit(0 if len(loss) == 16 and sum(loss[-4:]) < sum(loss[:4]) and loss[-1] < loss[0] else 1)
+PY
+tap_check $? "the loss falls over the 16 steps (the last 4 under the first 4, step 16 under step 1)"
+
+ranks 2 "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base" --set run_dir="$TMP/R" \
+    --resume "$TMP/L/step-00000008.h5" >"$TMP/R.txt" 2>&1
+rc=$?
+"$PY3" - "$TMP/L" "$TMP/R" <<'PY'
+import json, sys, h5py
+def steps(d):
+    rows = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+    return {r["step"]: (r["loss"], r["lr"], r["grad_norm"]) for r in rows if r["step"] > 8}
+def adapters(d):
+    f = h5py.File(d + "/step-00000016.h5", "r")
+    return {k: f["lora"][k][()].tobytes() for k in f["lora"]}
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+print(f"# steps 9..16: {len(a)} and {len(b)}; same {a == b}")
+sys.exit(0 if len(a) == 8 and a == b and adapters(sys.argv[1]) == adapters(sys.argv[2]) else 1)
+PY
+tap_check $? "resumed from step 8: steps 9 .. 16 (loss, lr, grad norm) and the final adapters equal the uninterrupted run bit for bit (exit $rc)"
+
+want=$(grep -o 'base_checksum = "crc32c:[0-9a-f]*"' "$TMP/L/config.cfg")
+got=$(grep -o 'base_checksum = "crc32c:[0-9a-f]*"' "$TMP/R/config.cfg")
+tap_diag "base: the run's $want, the resumed run's (from the base it loaded) $got"
+[[ $sum == "$(sha256sum <"$TMP/base/step-00000004.h5")" && -n $want && $want == "$got" ]]
+tap_check $? "the base's file is untouched; the resumed run's checksum of the base it holds is the first run's lora.base_checksum"
+
+merge_check() { # RUN BASE: the PEFT export's names, the merged export = W + (alpha / r) B A
+    local r=$1 b=$2
+    rm -rf "$TMP/$r.peft" "$TMP/$r.merged" "$TMP/$b.hf"
+    "$TOOL" ckpt export -f hf -t none --adapter "$TMP/$r" "$TMP/$r.peft" >/dev/null 2>&1 &&
+        "$TOOL" ckpt export -f hf -t none --merge "$TMP/$r" "$TMP/$r.merged" >/dev/null 2>&1 &&
+        "$TOOL" ckpt export -f hf -t none "$TMP/$b" "$TMP/$b.hf" >/dev/null 2>&1 &&
+        "$PY3" - "$TSR_ROOT/tests/reference" "$TMP/$r.peft" "$TMP/$r.merged" "$TMP/$b.hf" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from test_hf_export import st_arrays, np  # (safetensors read by hand)
+peft, merged, base = sys.argv[2:5]
+cfg = json.load(open(peft + "/adapter_config.json"))
+mods = cfg["target_modules"]
+_, _, ad = st_arrays(peft + "/adapter_model.safetensors")
+_, _, mw = st_arrays(merged + "/model.safetensors")
+_, _, bw = st_arrays(base + "/model.safetensors")
+L = json.load(open(base + "/config.json"))["num_hidden_layers"]
+names = {f"base_model.model.model.layers.{l}.self_attn.{m}.lora_{ab}.weight"
+         for l in range(L) for m in mods for ab in "AB"}
+bad = [f"names: extra {sorted(set(ad) - names)[:2]} missing {sorted(names - set(ad))[:2]}"] if set(ad) != names else []
+s = cfg["lora_alpha"] / cfg["r"]
+adapted = set()
+for l in range(L):
+    for m in mods:
+        w = f"model.layers.{l}.self_attn.{m}.weight"
+        p = f"base_model.model.model.layers.{l}.self_attn.{m}.lora_"
+        A, B = (ad[p + ab + ".weight"].astype(np.float64) for ab in "AB")
+        want = bw[w].astype(np.float64) + s * (B @ A)
+        e = np.linalg.norm(mw[w] - want) / np.linalg.norm(want)
+        moved = np.linalg.norm(mw[w].astype(np.float64) - bw[w]) > 0
+        if not (e <= 1e-6 and moved):
+            bad.append(f"{w}: rel err {e:.2e}, moved {moved}")
+        adapted.add(w)
+same = [n for n in bw if n not in adapted and mw[n].tobytes() != bw[n].tobytes()]
+print(f"# targets {mods}: {len(adapted)} weights checked; problems {bad[:3]}; other tensors changed {same[:3]}")
+sys.exit(0 if not bad and not same and set(mw) == set(bw) else 1)
+PY
+}
+merge_check L base
+tap_check $? "PEFT export: DeepSeek's module names per layer; the merged export equals W + (alpha/r) B A in float64 for each MLA target, the rest the base's"
+
+rm -rf "$TMP/P.peft"
+"$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/L.peft" --set lora.base="$TMP/base" \
+    --set run_dir="$TMP/P" --set max_duration=1ba --set save_interval=1ba --set optim.lr=1e-30 \
+    --set lora.dropout=0 >"$TMP/P.txt" 2>&1 &&
+    "$TOOL" ckpt export -f hf -t none --adapter "$TMP/P" "$TMP/P.peft" >/dev/null 2>&1 &&
+    "$PY3" - "$TSR_ROOT/tests/reference" "$TMP/L.peft" "$TMP/P.peft" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_hf_export import st_arrays
+_, _, a = st_arrays(sys.argv[2] + "/adapter_model.safetensors")
+_, _, b = st_arrays(sys.argv[3] + "/adapter_model.safetensors")
+same = set(a) == set(b) and all(a[n].tobytes() == b[n].tobytes() for n in a)
+print(f"# {len(a)} PEFT tensors; read back and written again the same: {same}")
+sys.exit(0 if same and len(a) == 40 else 1)
+PY
+tap_check $? "--init-from the PEFT directory (lora.base the base), 1 step at lr 1e-30: its export holds the same 40 tensors bit for bit"
+
+for sh in zero1 zero3; do
+    ranks 2 "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base" --set run_dir="$TMP/$sh" \
+        --set parallel.sharding=$sh >"$TMP/$sh.txt" 2>&1 || echo "$sh exit $?"
+done >"$TMP/shard.err"
+for sh in ddp hsdp; do # (4 ranks, microbatches of 2: the router's balancing loss is a microbatch's)
+    ranks 4 "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base" --set run_dir="$TMP/${sh}4" \
+        --set parallel.sharding=$sh --set parallel.replica_group=2 --set micro_batch=2 \
+        >"$TMP/${sh}4.txt" 2>&1 || echo "$sh on 4 exit $?"
+done >>"$TMP/shard.err"
+ok=0
+for p in L:zero1 L:zero3 ddp4:hsdp4; do
+    a=${p%%:*} b=${p##*:}
+    tap_diag "$b vs $a: $(metrics_close "$TMP/$a/metrics.jsonl" "$TMP/$b/metrics.jsonl" 1 1e-6 1e-6)"
+    metrics_close "$TMP/$a/metrics.jsonl" "$TMP/$b/metrics.jsonl" 1 1e-6 1e-6 >/dev/null || ok=1
+done
+[[ ! -s $TMP/shard.err ]]
+tap_check $((ok | $?)) "zero1 and zero3 on 2 ranks, hsdp on 2 x 2 (against ddp on 4): every step's loss and grad norm equal ddp's within 1e-6 ($(cat "$TMP/shard.err"))"
+
+base base2 --set model.q_lora_rank=0 &&
+    "$TRAIN" "${args[@]}" "${lora[@]}" --init-from "$TMP/base2" --set run_dir="$TMP/L2" \
+        --set max_duration=2ba --set model.q_lora_rank=0 >"$TMP/L2.txt" 2>&1 &&
+    grep -q "targets=q,o,kv_a_proj_with_mqa,kv_b_proj; " "$TMP/L2.txt" && merge_check L2 base2
+tap_check $? "no model.q_lora_rank (V2-Lite's shape): all-linear is q (q_proj), o, kv_a_proj_with_mqa, kv_b_proj, and the merge equals PEFT's rule"
+
+ref=("${args[@]}")
+args+=("${lora[@]}")
+start_refused C 'parallel.context > 1 with lora.rank > 0 and model.kv_lora_rank = 32: LoRA on multi-head latent attention does not run with it yet' \
+    --set parallel.context=2
+c=$?
+start_refused D 'objective other than "lm" with lora.rank > 0 and model.kv_lora_rank = 32' \
+    --set objective=dpo
+d=$?
+start_refused K 'lora.targets = "o,k": k: the model has no such projection (multi-head latent attention' \
+    --set lora.targets=o,k
+k=$?
+start_refused Q 'lora.targets = "q": q: the model has no such projection (with model.q_lora_rank > 0' \
+    --set lora.targets=q
+q=$?
+tiny_llama_args "$TMP/data/train"
+start_refused N 'lora.targets = "q,kv_b_proj": kv_b_proj: the model has no such projection (q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj are multi-head latent attention' \
+    --set lora.rank=4 --set lora.targets=q,kv_b_proj
+args=("${ref[@]}")
+tap_check $((c | d | k | q | $?)) "refused at start (exit 1, nothing written): parallel.context = 2 and objective = dpo with LoRA on MLA naming both keys; k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
+tap_done
