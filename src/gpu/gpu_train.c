@@ -15,6 +15,7 @@
 #include "gpu/gpu_ep.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_muon.h"
+#include "gpu/gpu_pp.h"
 #include "gpu/gpu_profile.h"
 #include "gpu/gpu_ring.h"
 #include "gpu/gpu_shard.h"
@@ -185,6 +186,7 @@ static int init_replicated(gpu_train_ctx *c) {
     for (size_t u = 0; u < units; u++)
         gt->n_slices[u] = gpu_model_unit_slices(m, (int)u, gt->off + u * TSR_P_COUNT,
                                                 gt->len + u * TSR_P_COUNT);
+    if (m->pp) return 0; /* (a stage of one rank: its gradients its own, gpu_pp_check) */
     return open_replicated_comm(c, "summed per layer during backward");
 }
 
@@ -247,6 +249,7 @@ static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
     gpu_comm_use(c->comm_staged ? GPU_COMM_STAGED : GPU_COMM_DIRECT);
+    TSR_CHECK(gpu_pp_check(c)); /* (before the devices: its ranks are the world's) */
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);
@@ -282,6 +285,7 @@ static int lib_init(gpu_train_ctx *c) {
     TSR_CHECK(init_experts(c)); /* (parallel.expert; never with LoRA: refused at load) */
     TSR_CHECK(init_ring(c));
     gtrain_route_model(c->model, &gt->g);
+    TSR_CHECK(gpu_pp_init(c)); /* (its evaluation hooks over the route's) */
     return 0;
 }
 
@@ -355,6 +359,7 @@ static void lib_free(gpu_train_ctx *c) {
     gpu_prof_free();
     for (int k = 0; k < 8 && gt->pinned[k]; k++) tcu_host_unregister(gt->pinned[k]);
     gpu_ep_free(&gt->ep);
+    gpu_pp_free(c);
     gpu_ring_free(&gt->ring);
     free(gt->ring_tg);
     gpu_comm_close(gt->comm);

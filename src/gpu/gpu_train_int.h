@@ -61,6 +61,7 @@ struct tsr_gpu_train {
     int ring_on;
     gpu_ring ring;
     int32_t *ring_tg;
+    struct gpu_pp *pp; /* parallel.pipeline (gpu_pp.h: the stage's schedule), or NULL */
 };
 
 /* ---- the device memory plan (gpu_train_mem.c) ---- */

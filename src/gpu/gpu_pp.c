@@ -1,0 +1,276 @@
+/* gpu_pp.c — pipeline parallelism on device = cuda (gpu_pp.h): the 1F1B schedule's actions on the
+ * device model, the activations and their gradients between the stages through host copies and
+ * MPI, the evaluation's stages in turn. */
+#include "gpu/gpu_pp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "gpu/gpu_train_int.h"
+#include "model/decoder.h"
+#include "model/model_pp.h"
+#include "pipeline/pp_schedule.h"
+
+#define GPP_SENDS 8 /* host buffers of sends in flight at most (1F1B has two a rank) */
+
+/* a microbatch's device activations (mb -1: free) */
+typedef struct gpp_set {
+    tsr_acts a;
+    int mb, own; /* own: allocated here (set 0 is the model's, the trainer's try_acts) */
+} gpp_set;
+
+struct gpu_pp {
+    pp_schedule sched;
+    tsr_group *pipe;       /* the mesh's pipeline group */
+    int P, p;              /* stages, this rank's */
+    gpp_set *sets;
+    int n_sets;
+    void *x_dev, *dy_dev;  /* the received activations and gradient on the device */
+    void *recv_host;       /* a received message */
+    void *send_host[GPP_SENDS];
+    void *send_req[GPP_SENDS];
+    size_t msg_bytes;      /* the largest message: micro x T x C activations */
+};
+
+/* bytes of B sequences' stage output (bf16 activations) */
+static size_t out_bytes(const gpu_train_ctx *c, int B) {
+    const tsr_gpu_model *g = &c->state->g;
+    return (size_t)B * (size_t)c->T * (size_t)c->model->C * tsr_dtype_size(g->be.act);
+}
+
+int gpu_pp_sets(const gpu_train_ctx *c) {
+    const tsr_pp *pp = c->model->pp;
+    if (!pp) return 1;
+    const int M = (int)(c->per_rank / c->micro), k = pp->P - pp->p;
+    return k < M ? k : M;
+}
+
+static int tag(int dir, int mb) { return (mb % 4096) * 2 + dir; }
+
+/* ---- the messages ------------------------------------------------------------------------ */
+
+/* n bytes of device src sent to pipeline rank `to` (copied to the host first: the stream's work
+ * up to here waits) */
+static void send_dev(gpu_train_ctx *c, const void *src, size_t n, int to, int t) {
+    struct gpu_pp *x = c->state->pp;
+    int k = -1;
+    while (k < 0)
+        for (int i = 0; i < GPP_SENDS && k < 0; i++)
+            if (!x->send_req[i] || dist_test(x->send_req[i])) k = i;
+    x->send_req[k] = NULL;
+    tcu_memcpy_d2h(x->send_host[k], src, n, c->state->s);
+    x->send_req[k] = dist_group_isend(x->pipe, x->send_host[k], n, to, t);
+}
+
+/* n bytes from pipeline rank `from` into device dst (queued on the stream) */
+static void recv_dev(gpu_train_ctx *c, void *dst, size_t n, int from, int t) {
+    struct gpu_pp *x = c->state->pp;
+    dist_wait(dist_group_irecv(x->pipe, x->recv_host, n, from, t));
+    tcu_memcpy_h2d(dst, x->recv_host, n, c->state->s);
+}
+
+static void sends_wait(struct gpu_pp *x) {
+    for (int i = 0; i < GPP_SENDS; i++) {
+        if (x->send_req[i]) dist_wait(x->send_req[i]);
+        x->send_req[i] = NULL;
+    }
+}
+
+/* ---- the activation sets ------------------------------------------------------------------- */
+
+/* a free set for microbatch mb: the model's own first, then new ones (dies when the device is
+ * full: the plan counted gpu_pp_sets of them) */
+static gpp_set *set_take(gpu_train_ctx *c, int mb) {
+    struct gpu_pp *x = c->state->pp;
+    tsr_gpu_model *g = &c->state->g;
+    for (int i = 0; i < x->n_sets; i++)
+        if (x->sets[i].mb < 0) return x->sets[i].mb = mb, &x->sets[i];
+    x->sets = tsr_realloc(x->sets, (size_t)(x->n_sets + 1) * sizeof *x->sets);
+    gpp_set *s = &x->sets[x->n_sets++];
+    memset(s, 0, sizeof *s);
+    s->own = 1, s->mb = mb;
+    if (dec_try_alloc_acts(g->m, &g->be, &s->a, c->micro, c->T) != 0)
+        tsr_die(TSR_EXIT_USAGE, "pipeline on device = \"cuda\": out of device memory allocating "
+                "the activations of microbatch in flight number %d (%.1f MiB a microbatch of %d "
+                "x %d): use activation checkpointing or a smaller micro_batch", x->n_sets,
+                (double)gpu_model_acts_bytes(g->m, c->micro, c->T) / 1048576.0, c->micro, c->T);
+    return s;
+}
+
+static gpp_set *set_of(struct gpu_pp *x, int mb) {
+    for (int i = 0; i < x->n_sets; i++)
+        if (x->sets[i].mb == mb) return &x->sets[i];
+    tsr_die(TSR_EXIT_INTERNAL, "pipeline (cuda): no activations of microbatch %d", mb);
+}
+
+/* the model runs on set s from now on, its own activations kept in s (a second swap puts them
+ * back) */
+static void set_swap(tsr_gpu_model *g, gpp_set *s) {
+    if (!s->own) return; /* (the model's own set: in place) */
+    const tsr_acts a = g->a;
+    g->a = s->a, s->a = a;
+}
+
+/* ---- the actions ----------------------------------------------------------------------------- */
+
+static void act_forward(gpu_train_ctx *c, int mb, float scale) {
+    struct tsr_gpu_train *gt = c->state;
+    struct gpu_pp *x = gt->pp;
+    tsr_gpu_model *g = &gt->g;
+    const size_t n = out_bytes(c, c->micro), at = (size_t)mb * (size_t)c->micro * (size_t)c->T;
+    if (x->p > 0) recv_dev(c, x->x_dev, n, x->p - 1, tag(0, mb));
+    gpp_set *s = set_take(c, mb);
+    set_swap(g, s);
+    g->pp_x = x->p > 0 ? x->x_dev : NULL;
+    g->starts = c->starts ? c->starts + at : NULL;
+    gpu_model_forward(g, c->inputs + at, c->targets + at, c->micro, c->T, scale);
+    g->pp_x = NULL, g->starts = NULL;
+    if (x->p == x->P - 1) gpu_model_stage_losses(g, gt->losses + at, c->micro, c->T);
+    else send_dev(c, gpu_model_output(g), n, x->p + 1, tag(0, mb));
+    set_swap(g, s);
+}
+
+static void act_backward(gpu_train_ctx *c, int mb, float scale) {
+    struct tsr_gpu_train *gt = c->state;
+    struct gpu_pp *x = gt->pp;
+    tsr_gpu_model *g = &gt->g;
+    const size_t n = out_bytes(c, c->micro), at = (size_t)mb * (size_t)c->micro * (size_t)c->T;
+    if (x->p < x->P - 1) recv_dev(c, x->dy_dev, n, x->p + 1, tag(1, mb));
+    gpp_set *s = set_of(x, mb);
+    set_swap(g, s);
+    g->pp_dy = x->p < x->P - 1 ? x->dy_dev : NULL;
+    gpu_model_backward_stage(g, c->inputs + at, c->targets + at, c->micro, c->T, scale);
+    g->pp_dy = NULL;
+    if (x->p > 0) send_dev(c, g->a.dresidual, n, x->p - 1, tag(1, mb));
+    set_swap(g, s);
+    s->mb = -1;
+}
+
+/* the last stage's losses of the step, summed microbatch by microbatch (as the whole model's
+ * step sums them), broadcast to every stage */
+static double step_loss(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    struct gpu_pp *x = gt->pp;
+    double sum = 0.0;
+    if (x->p == x->P - 1) {
+        tcu_memcpy_d2h(gt->losses_host, gt->losses, (size_t)c->per_rank * c->T * sizeof(float),
+                       gt->s);
+        for (int64_t b = 0; b < c->per_rank; b += c->micro)
+            sum += dec_sum_losses(gt->losses_host + b * c->T, c->targets + b * c->T,
+                                  (size_t)c->micro * (size_t)c->T);
+    }
+    dist_group_bcast(x->pipe, &sum, sizeof sum, x->P - 1);
+    return sum;
+}
+
+double gpu_pp_compute(gpu_train_ctx *c, float scale) {
+    struct tsr_gpu_train *gt = c->state;
+    struct gpu_pp *x = gt->pp;
+    tcu_zero(gt->g.grads, c->model->n_params * sizeof(float), gt->s);
+    for (int i = 0; i < x->sched.per_rank; i++) {
+        const pp_action *a = pp_action_at(&x->sched, x->p, i);
+        if (a->op == PP_F) act_forward(c, a->mb, scale);
+        else if (a->op == PP_BW) act_backward(c, a->mb, scale);
+        else tsr_die(TSR_EXIT_INTERNAL, "pipeline (cuda): action %d of the 1f1b table", a->op);
+    }
+    sends_wait(x);
+    return step_loss(c);
+}
+
+double gpu_pp_sum_stages(gpu_train_ctx *c, double sq) {
+    dist_group_allreduce_sum_f64(c->state->pp->pipe, &sq, 1);
+    return sq;
+}
+
+/* ---- evaluations: the stages in turn ---------------------------------------------------------- */
+
+/* one batch's forward through every stage; 1 on the last stage (its logits then on the model) */
+static int eval_pass(gpu_train_ctx *c, const int32_t *tokens, const int32_t *targets, int B) {
+    struct tsr_gpu_train *gt = c->state;
+    struct gpu_pp *x = gt->pp;
+    tsr_gpu_model *g = &gt->g;
+    const size_t n = out_bytes(c, B);
+    if (x->p > 0) recv_dev(c, x->x_dev, n, x->p - 1, tag(0, 0));
+    g->pp_x = x->p > 0 ? x->x_dev : NULL;
+    g->starts = c->model->starts;
+    gpu_model_forward(g, tokens, targets, B, c->T, -1.0f);
+    g->pp_x = NULL, g->starts = NULL;
+    if (x->p < x->P - 1) send_dev(c, gpu_model_output(g), n, x->p + 1, tag(0, 0));
+    sends_wait(x);
+    return x->p == x->P - 1;
+}
+
+static double eval_forward(void *ctx, const int32_t *tokens, const int32_t *targets, int B,
+                           int T) {
+    gpu_train_ctx *c = ctx;
+    double loss = 0.0;
+    if (eval_pass(c, tokens, targets, B)) loss = gpu_model_loss_sum(&c->state->g, targets, B, T);
+    dist_group_bcast(c->state->pp->pipe, &loss, sizeof loss, c->state->pp->P - 1);
+    return loss;
+}
+
+static void eval_scores(void *ctx, const int32_t *tokens, const int32_t *targets, int B, int T,
+                        float *losses, int32_t *greedy) {
+    gpu_train_ctx *c = ctx;
+    struct gpu_pp *x = c->state->pp;
+    const size_t N = (size_t)B * (size_t)T;
+    if (eval_pass(c, tokens, targets, B))
+        gpu_model_token_scores(&c->state->g, targets, B, T, losses, greedy);
+    dist_group_bcast(x->pipe, losses, N * sizeof *losses, x->P - 1);
+    if (greedy) dist_group_bcast(x->pipe, greedy, N * sizeof *greedy, x->P - 1);
+}
+
+/* ---- start and end ------------------------------------------------------------------------- */
+
+int gpu_pp_check(const gpu_train_ctx *c) {
+    const tsr_pp *pp = c->model->pp;
+    if (!pp || c->dist->world == pp->P) return 0;
+    if (c->dist->rank == 0)
+        tsr_error("parallel.pipeline = %d on %d ranks with device = \"cuda\": a stage runs on one "
+                  "rank on the GPU so far (no data parallelism within a stage): run on %d ranks, "
+                  "or set device = \"cpu\" (docs/parallelism.md \"Pipeline parallelism\")",
+                  pp->P, c->dist->world, pp->P);
+    return TSR_EXIT_USAGE;
+}
+
+int gpu_pp_init(gpu_train_ctx *c) {
+    const tsr_pp *pp = c->model->pp;
+    if (!pp) return 0;
+    struct gpu_pp *x = tsr_calloc(1, sizeof *x);
+    char why[400];
+    c->state->pp = x;
+    x->P = pp->P, x->p = pp->p;
+    if (pp_schedule_build(&x->sched, PP_1F1B, pp->P, 1, (int)(c->per_rank / c->micro), why,
+                          sizeof why) != 0)
+        tsr_die(TSR_EXIT_INTERNAL, "pipeline (cuda): %s (checked at start)", why);
+    x->pipe = mesh_group(c->mesh, TSR_MESH_PIPELINE)->cpu;
+    x->msg_bytes = out_bytes(c, c->micro);
+    x->x_dev = tcu_malloc(x->msg_bytes, "pipeline: the received activations");
+    x->dy_dev = tcu_malloc(x->msg_bytes, "pipeline: the received gradient");
+    x->recv_host = tsr_malloc(x->msg_bytes);
+    for (int i = 0; i < GPP_SENDS; i++) x->send_host[i] = tsr_malloc(x->msg_bytes);
+    x->sets = tsr_calloc(1, sizeof *x->sets);
+    x->sets[0].mb = -1, x->n_sets = 1; /* (the model's own: swapped in, never freed here) */
+    c->model->fwd = eval_forward, c->model->scores = eval_scores, c->model->fwd_ctx = c;
+    if (c->dist->rank == 0)
+        printf("pipeline: %d stages on the device, 1f1b, activations and their gradients between "
+               "stages through host copies and MPI (%zu bytes a message)\n", pp->P, x->msg_bytes);
+    return 0;
+}
+
+void gpu_pp_free(gpu_train_ctx *c) {
+    struct gpu_pp *x = c->state ? c->state->pp : NULL;
+    if (!x) return;
+    sends_wait(x);
+    for (int i = 0; i < x->n_sets; i++)
+        if (x->sets[i].own) dec_free_acts(&c->state->g.be, &x->sets[i].a);
+    free(x->sets);
+    tcu_free(x->x_dev), tcu_free(x->dy_dev);
+    free(x->recv_host);
+    for (int i = 0; i < GPP_SENDS; i++) free(x->send_host[i]);
+    pp_schedule_free(&x->sched);
+    free(x);
+    c->state->pp = NULL;
+}

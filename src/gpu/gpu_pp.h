@@ -1,0 +1,39 @@
+/* gpu_pp.h — pipeline parallelism on device = cuda (parallel.pipeline = P, the 1F1B schedule;
+ * docs/parallelism.md "Pipeline parallelism", docs/cuda.md "In the trainer").
+ *
+ * The host model is already the rank's part (model/model_pp.h: its stage's layers, the embedding
+ * on the first stage, the head on the last), so the device holds only the stage's weights,
+ * gradients and AdamW moments. A step runs the schedule's table (pipeline/pp_schedule.h) for this
+ * rank: each forward starts from the previous stage's output (the decoder's pp_x) and each
+ * backward from the next stage's gradient (pp_dy), the device's activations kept a set per
+ * microbatch in flight. The bf16 activations and their gradients go between neighbouring stages
+ * through pinned-free host copies and MPI point-to-point messages over the mesh's pipeline group
+ * (the receive waits, the send does not), under either parallel.gpu_comm. The last stage's loss is
+ * broadcast over the pipeline; the gradient norm sums the stages'. Evaluations run the stages in
+ * turn. Internal to the library (gpu_train*.c).
+ */
+#ifndef TSR_GPU_PP_H
+#define TSR_GPU_PP_H
+
+#include "gpu/gpu_train_ctx.h"
+
+struct gpu_pp;
+
+/* After the model and its state exist (c->model->pp set: parallel.pipeline > 1): the schedule,
+ * the pipeline group, the evaluation hooks on the host model (over gtrain_route_model's). Returns 0; nothing
+ * when the model is not cut. */
+int gpu_pp_init(gpu_train_ctx *c);
+/* Before the device is touched: a stage of one rank each (parallel.pipeline = the world: data
+ * parallelism within a stage does not run on the device yet). 0, or TSR_EXIT_USAGE with the
+ * reason printed by rank 0 (every rank agrees: the world is theirs). */
+int gpu_pp_check(const gpu_train_ctx *c);
+void gpu_pp_free(gpu_train_ctx *c);
+/* Activation sets a stage holds at once (the schedule's microbatches in flight on the rank that
+ * holds the most: the plan's and the first allocation's multiple); 1 without a pipeline. */
+int gpu_pp_sets(const gpu_train_ctx *c);
+/* A step's microbatches through the schedule; the last stage's loss sum, on every stage. */
+double gpu_pp_compute(gpu_train_ctx *c, float scale);
+/* sq (this stage's squared gradient norm) summed over the pipeline's stages */
+double gpu_pp_sum_stages(gpu_train_ctx *c, double sq);
+
+#endif
