@@ -32,6 +32,8 @@ struct gpu_pp {
     void *send_host[GPP_SENDS];
     void *send_req[GPP_SENDS];
     size_t msg_bytes;      /* the largest message: micro x T x C activations */
+    gpu_comm *stage;       /* the stage's data ranks (more than one): the gradients' sum, or NULL */
+    size_t off, len;       /* the whole flat gradient buffer, summed as one slice */
 };
 
 /* bytes of B sequences' stage output (bf16 activations) */
@@ -176,6 +178,10 @@ double gpu_pp_compute(gpu_train_ctx *c, float scale) {
         else tsr_die(TSR_EXIT_INTERNAL, "pipeline (cuda): action %d of the 1f1b table", a->op);
     }
     sends_wait(x);
+    if (x->stage) { /* (the stage's data ranks: one sum after the schedule; the norm waits) */
+        gpu_comm_allreduce(x->stage, gt->g.grads, &x->off, &x->len, 1);
+        gpu_comm_wait(x->stage);
+    }
     return step_loss(c);
 }
 
@@ -224,14 +230,18 @@ static void eval_scores(void *ctx, const int32_t *tokens, const int32_t *targets
 
 /* ---- start and end ------------------------------------------------------------------------- */
 
-int gpu_pp_check(const gpu_train_ctx *c) {
-    const tsr_pp *pp = c->model->pp;
-    if (!pp || c->dist->world == pp->P) return 0;
+/* the stage's data ranks' communicator (more than one rank a stage): 0, or TSR_EXIT_USAGE with
+ * the reason printed by rank 0 */
+static int open_stage(gpu_train_ctx *c, struct gpu_pp *x) {
+    const tsr_mesh_group *sg = mesh_group(c->mesh, TSR_MESH_STAGE);
+    char why[512] = "";
+    x->len = c->model->n_params;
+    if (sg->size < 2) return 0;
+    x->stage = gpu_comm_open(sg, c->state->s, why, sizeof why);
+    if (x->stage) return 0;
     if (c->dist->rank == 0)
-        tsr_error("parallel.pipeline = %d on %d ranks with device = \"cuda\": a stage runs on one "
-                  "rank on the GPU so far (no data parallelism within a stage): run on %d ranks, "
-                  "or set device = \"cpu\" (docs/parallelism.md \"Pipeline parallelism\")",
-                  pp->P, c->dist->world, pp->P);
+        tsr_error("device = \"cuda\" with parallel.pipeline = %d on %d ranks: %s", x->P,
+                  c->dist->world, why);
     return TSR_EXIT_USAGE;
 }
 
@@ -253,10 +263,14 @@ int gpu_pp_init(gpu_train_ctx *c) {
     for (int i = 0; i < GPP_SENDS; i++) x->send_host[i] = tsr_malloc(x->msg_bytes);
     x->sets = tsr_calloc(1, sizeof *x->sets);
     x->sets[0].mb = -1, x->n_sets = 1; /* (the model's own: swapped in, never freed here) */
+    TSR_CHECK(open_stage(c, x));
     c->model->fwd = eval_forward, c->model->scores = eval_scores, c->model->fwd_ctx = c;
     if (c->dist->rank == 0)
         printf("pipeline: %d stages on the device, 1f1b, activations and their gradients between "
-               "stages through host copies and MPI (%zu bytes a message)\n", pp->P, x->msg_bytes);
+               "stages through host copies and MPI (%zu bytes a message); gradients %s%s\n", pp->P,
+               x->msg_bytes, x->stage ? "summed over the stage's data ranks after the schedule by "
+                                      : "the stage's own (one rank a stage)",
+               x->stage ? gpu_comm_name(x->stage) : "");
     return 0;
 }
 
@@ -267,6 +281,7 @@ void gpu_pp_free(gpu_train_ctx *c) {
     for (int i = 0; i < x->n_sets; i++)
         if (x->sets[i].own) dec_free_acts(&c->state->g.be, &x->sets[i].a);
     free(x->sets);
+    gpu_comm_close(x->stage);
     tcu_free(x->x_dev), tcu_free(x->dy_dev);
     free(x->recv_host);
     for (int i = 0; i < GPP_SENDS; i++) free(x->send_host[i]);

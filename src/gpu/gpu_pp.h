@@ -1,4 +1,4 @@
-/* gpu_pp.h — pipeline parallelism on device = cuda (parallel.pipeline = P, the 1F1B schedule;
+/* gpu_pp.h — pipeline parallelism on device = cuda (parallel.pipeline = P, the 1F1B schedule, ddp;
  * docs/parallelism.md "Pipeline parallelism", docs/cuda.md "In the trainer").
  *
  * The host model is already the rank's part (model/model_pp.h: its stage's layers, the embedding
@@ -7,8 +7,10 @@
  * rank: each forward starts from the previous stage's output (the decoder's pp_x) and each
  * backward from the next stage's gradient (pp_dy), the device's activations kept a set per
  * microbatch in flight. The bf16 activations and their gradients go between neighbouring stages
- * through pinned-free host copies and MPI point-to-point messages over the mesh's pipeline group
- * (the receive waits, the send does not), under either parallel.gpu_comm. The last stage's loss is
+ * through host copies (pageable) and MPI point-to-point messages over the mesh's pipeline group
+ * (the receive waits, the send does not), under either parallel.gpu_comm. With more than one rank
+ * a stage (the stage's data ranks: parallel.sharding = ddp) the stage's gradients are summed once
+ * after the schedule by a communicator of the stage group (gpu_comm.h). The last stage's loss is
  * broadcast over the pipeline; the gradient norm sums the stages'. Evaluations run the stages in
  * turn. Internal to the library (gpu_train*.c).
  */
@@ -20,13 +22,10 @@
 struct gpu_pp;
 
 /* After the model and its state exist (c->model->pp set: parallel.pipeline > 1): the schedule,
- * the pipeline group, the evaluation hooks on the host model (over gtrain_route_model's). Returns 0; nothing
- * when the model is not cut. */
+ * the pipeline group, the evaluation hooks on the host model (over gtrain_route_model's), the stage group's
+ * communicator. 0, or TSR_EXIT_USAGE with the reason printed by rank 0 (gpu_comm_open's result is
+ * agreed); nothing when the model is not cut. Collective. */
 int gpu_pp_init(gpu_train_ctx *c);
-/* Before the device is touched: a stage of one rank each (parallel.pipeline = the world: data
- * parallelism within a stage does not run on the device yet). 0, or TSR_EXIT_USAGE with the
- * reason printed by rank 0 (every rank agrees: the world is theirs). */
-int gpu_pp_check(const gpu_train_ctx *c);
 void gpu_pp_free(gpu_train_ctx *c);
 /* Activation sets a stage holds at once (the schedule's microbatches in flight on the rank that
  * holds the most: the plan's and the first allocation's multiple); 1 without a pipeline. */

@@ -186,7 +186,7 @@ static int init_replicated(gpu_train_ctx *c) {
     for (size_t u = 0; u < units; u++)
         gt->n_slices[u] = gpu_model_unit_slices(m, (int)u, gt->off + u * TSR_P_COUNT,
                                                 gt->len + u * TSR_P_COUNT);
-    if (m->pp) return 0; /* (a stage of one rank: its gradients its own, gpu_pp_check) */
+    if (m->pp) return 0; /* (a pipeline stage's data ranks: gpu_pp.c's communicator) */
     return open_replicated_comm(c, "summed per layer during backward");
 }
 
@@ -249,7 +249,6 @@ static int lib_init(gpu_train_ctx *c) {
     const tsr_model *m = c->model;
     int count = tcu_device_count();
     gpu_comm_use(c->comm_staged ? GPU_COMM_STAGED : GPU_COMM_DIRECT);
-    TSR_CHECK(gpu_pp_check(c)); /* (before the devices: its ranks are the world's) */
     TSR_CHECK(check_devices(c, count));
     /* (a head size without an attention kernel is refused when the config loads: config_load.c) */
     struct tsr_gpu_train *gt = tsr_calloc(1, sizeof *gt);

@@ -683,7 +683,7 @@ profile() {
 #             zero1 and zero3 on 3, hsdp 2 x 2 against the CPU's ranks, checkpoints across modes
 #             and rank counts, checkpointing under zero3 on 2), test_cuda_moe_ep.sh (EP = 2, 4),
 #             test_cuda_lora.sh, test_cuda_dpo.sh (2 and 4 ranks), test_cuda_pipeline.sh (2
-#             pipeline stages on the one GPU)
+#             pipeline stages on the one GPU; 2 x 2 data ranks on 4)
 #             (MULTIRANK_TESTS: the tests to run, default these six; empty: none)
 #   sanitize  (50 s, MULTIRANK_SAN_S) a 2-rank training run on the GPU under compute-sanitizer:
 #             memcheck, synccheck (tiny.cfg with 3 heads: head size 64, one the GPU's kernels have)
