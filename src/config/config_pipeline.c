@@ -239,14 +239,8 @@ const char *config_pipeline_cuda_pair(const tsr_config *cfg, const char **value)
         {cfg->lora.rank > 0, "lora.rank", "> 0"},
         {cfg->objective == TSR_OBJ_DPO, "objective", "= \"dpo\""},
         {m->moe_experts > 0, "model.moe_experts", "> 0"},
-        {m->tie_embeddings, "model.tie_embeddings", "= true"},
         {m->num_nextn_predict_layers > 0, "model.num_nextn_predict_layers", "> 0"},
-        {m->activation_checkpointing != TSR_ACTCKPT_NONE, "model.activation_checkpointing",
-         "other than \"none\""},
-        {m->activation_compression != TSR_ACTCOMP_NONE, "model.activation_compression",
-         "= \"fp8\""},
         {cfg->precision.fp8 != TSR_FP8_NONE, "precision.fp8", "other than \"none\""},
-        {cfg->optim.name == TSR_OPTIM_MUON, "optim.name", "= \"muon\""},
     };
     return cfg->pipeline > 1 && cfg->device == TSR_DEVICE_CUDA
                ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value)

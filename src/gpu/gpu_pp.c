@@ -167,6 +167,26 @@ static double step_loss(gpu_train_ctx *c) {
     return sum;
 }
 
+/* tied embeddings: the two copies' gradients (the first stage's embedding, the last one's head)
+ * summed between the pipeline's two ends (each sends its own and adds the other's: a + b on one,
+ * b + a on the other, the same bits), through the host */
+static void tied_grads(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    const tsr_pp *pp = c->model->pp;
+    size_t lo, n;
+    if (!c->model->cfg.tie_embeddings || (pp->p != 0 && pp->p != pp->P - 1)) return;
+    pp_wte_range(c->model, &lo, &n);
+    float *mine = tsr_malloc(n * sizeof *mine), *other = tsr_malloc(n * sizeof *other);
+    const int peer = pp->p == 0 ? pp->P - 1 : 0;
+    tcu_memcpy_d2h(mine, gt->g.grads + lo, n * sizeof *mine, gt->s);
+    dist_group_sendrecv(gt->pp->pipe, mine, peer, other, peer, n * sizeof *other);
+    for (size_t i = 0; i < n; i++) mine[i] += other[i];
+    tcu_memcpy_h2d(gt->g.grads + lo, mine, n * sizeof *mine, gt->s);
+    tcu_sync(gt->s); /* (the host copy freed next) */
+    free(mine);
+    free(other);
+}
+
 double gpu_pp_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     struct gpu_pp *x = gt->pp;
@@ -178,6 +198,7 @@ double gpu_pp_compute(gpu_train_ctx *c, float scale) {
         else tsr_die(TSR_EXIT_INTERNAL, "pipeline (cuda): action %d of the 1f1b table", a->op);
     }
     sends_wait(x);
+    tied_grads(c);
     if (x->stage) { /* (the stage's data ranks: one sum after the schedule; the norm waits) */
         gpu_comm_allreduce(x->stage, gt->g.grads, &x->off, &x->len, 1);
         gpu_comm_wait(x->stage);
@@ -185,7 +206,22 @@ double gpu_pp_compute(gpu_train_ctx *c, float scale) {
     return step_loss(c);
 }
 
+/* tied embeddings: the squared norm of the last stage's copy of wte (counted once, on the first
+ * stage) */
+static double tied_copy_sumsq(gpu_train_ctx *c) {
+    struct tsr_gpu_train *gt = c->state;
+    size_t lo, n;
+    float sq = 0.0f;
+    if (!pp_tied_copy(c->model->pp, c->model)) return 0.0;
+    pp_wte_range(c->model, &lo, &n);
+    tcu_zero(gt->acc, sizeof(float), gt->s);
+    tcu_sumsq(gt->acc, gt->g.grads + lo, n, gt->s);
+    tcu_memcpy_d2h(&sq, gt->acc, sizeof sq, gt->s);
+    return sq;
+}
+
 double gpu_pp_sum_stages(gpu_train_ctx *c, double sq) {
+    sq -= tied_copy_sumsq(c);
     dist_group_allreduce_sum_f64(c->state->pp->pipe, &sq, 1);
     return sq;
 }

@@ -32,7 +32,8 @@ void gpu_pp_free(gpu_train_ctx *c);
 int gpu_pp_sets(const gpu_train_ctx *c);
 /* A step's microbatches through the schedule; the last stage's loss sum, on every stage. */
 double gpu_pp_compute(gpu_train_ctx *c, float scale);
-/* sq (this stage's squared gradient norm) summed over the pipeline's stages */
+/* sq (this stage's squared gradient norm) summed over the pipeline's stages (tied embeddings:
+ * the last stage's copy of wte taken out, counted once) */
 double gpu_pp_sum_stages(gpu_train_ctx *c, double sq);
 
 #endif
