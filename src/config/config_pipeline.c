@@ -227,8 +227,6 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
 const char *config_pipeline_cuda_pair(const tsr_config *cfg, const char **value) {
     const tsr_model_config *m = &cfg->model;
     const tsr_cfg_pair pairs[] = {
-        {cfg->pipeline_schedule == TSR_PP_INTERLEAVED, "parallel.pipeline_schedule",
-         "= \"interleaved\""},
         {cfg->pipeline_schedule == TSR_PP_ZB, "parallel.pipeline_schedule", "= \"zb\""},
         {cfg->sharding == TSR_SHARD_ZERO1, "parallel.sharding", "= \"zero1\""},
         {cfg->sharding == TSR_SHARD_ZERO3, "parallel.sharding", "= \"zero3\""},

@@ -1,12 +1,13 @@
-/* gpu_pp.h — pipeline parallelism on device = cuda (parallel.pipeline = P, the 1F1B schedule, ddp;
- * docs/parallelism.md "Pipeline parallelism", docs/cuda.md "In the trainer").
+/* gpu_pp.h — pipeline parallelism on device = cuda (parallel.pipeline = P, 1F1B and interleaved,
+ * ddp; docs/parallelism.md "Pipeline parallelism", docs/cuda.md "In the trainer").
  *
  * The host model is already the rank's part (model/model_pp.h: its stage's layers, the embedding
  * on the first stage, the head on the last), so the device holds only the stage's weights,
  * gradients and AdamW moments. A step runs the schedule's table (pipeline/pp_schedule.h) for this
  * rank: each forward starts from the previous stage's output (the decoder's pp_x) and each
  * backward from the next stage's gradient (pp_dy), the device's activations kept a set per
- * microbatch in flight. The bf16 activations and their gradients go between neighbouring stages
+ * microbatch in flight (interleaved: a chunk's decoder over its layers' places in the part's flat
+ * buffers, model_pp.h, a set per chunk and microbatch). The bf16 activations and their gradients go between neighbouring stages
  * through host copies (pageable) and MPI point-to-point messages over the mesh's pipeline group
  * (the receive waits, the send does not), under either parallel.gpu_comm. With more than one rank
  * a stage (the stage's data ranks: parallel.sharding = ddp) the stage's gradients are summed once
@@ -27,8 +28,9 @@ struct gpu_pp;
  * agreed); nothing when the model is not cut. Collective. */
 int gpu_pp_init(gpu_train_ctx *c);
 void gpu_pp_free(gpu_train_ctx *c);
-/* Activation sets a stage holds at once (the schedule's microbatches in flight on the rank that
- * holds the most: the plan's and the first allocation's multiple); 1 without a pipeline. */
+/* The activations this rank holds at once, in microbatches of the whole part (the schedule's
+ * table: its microbatches in flight; interleaved: the part's own set, unused, and a chunk's sets
+ * of 1 / V of it each): check_memory's multiple of gtrain_acts_bytes; 1 without a pipeline. */
 int gpu_pp_sets(const gpu_train_ctx *c);
 /* A step's microbatches through the schedule; the last stage's loss sum, on every stage. */
 double gpu_pp_compute(gpu_train_ctx *c, float scale);

@@ -60,7 +60,8 @@ static int check_memory(gpu_train_ctx *c, int device) {
     tcu_device_info(c->device_name, sizeof c->device_name, &sm, &free_b, &total_b);
     size_t budget = free_b / (size_t)k;
     c->state->budget = k > 1 ? budget : 0;
-    size_t need = gtrain_fixed_bytes(c) + gtrain_acts_bytes(c, c->auto_micro ? 1 : c->micro);
+    size_t need = gtrain_fixed_bytes(c) + gtrain_acts_bytes(c, c->auto_micro ? 1 : c->micro) *
+                                             (size_t)gpu_pp_sets(c); /* (a stage's in flight) */
     double short_by = need > budget ? (double)(need - budget) : 0.0;
     dist_allreduce_max_f64(&short_by, 1);
     char each[96] = "";

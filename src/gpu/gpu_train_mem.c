@@ -4,7 +4,6 @@
 #include <stddef.h>
 
 #include "common.h"
-#include "gpu/gpu_pp.h"
 #include "gpu/gpu_train_int.h"
 
 /* optim.name = muon: the iteration's buffers (u with flat matrices: ddp, the experts' store)
@@ -54,10 +53,10 @@ static size_t state_bytes(const gpu_train_ctx *c) {
  * routing: gpu_ep_exchange_bytes) */
 /* a microbatch of B: the activations (the decoder's plan on the CUDA backend, with the linear
  * layers' one backward slot: their activation gradients and the core's scratch, TSR_A_DNBWD),
- * parallel.expert's exchange buffers, LoRA's scratch, precision.fp8's operands' scratch; a
- * pipeline stage holds a set of activations per microbatch in flight (gpu_pp_sets) */
+ * parallel.expert's exchange buffers, LoRA's scratch, precision.fp8's operands' scratch (a
+ * pipeline stage holds gpu_pp_sets of them: the plan's pipeline line, check_memory) */
 size_t gtrain_acts_bytes(const gpu_train_ctx *c, int B) {
-    return gpu_model_acts_bytes(c->model, B, c->T) * (size_t)gpu_pp_sets(c) +
+    return gpu_model_acts_bytes(c->model, B, c->T) +
            (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0) +
            (c->lora ? gpu_model_lora_scratch_bytes(c->lora, B * c->T) : 0) +
            (c->fp8 != TSR_FP8_NONE ? gpu_model_fp8_scratch_bytes(c->model, B * c->T, c->fp8_skip) : 0);

@@ -8,10 +8,13 @@
 #    relative, test_cuda_context.sh's tolerances (measured on the emulator: the losses and the
 #    validation losses equal, the norm within 2.6e-8: the stages' squared norms summed in another
 #    order), and the same validation losses within 2e-4 (the stages in turn); the device plan holds
-#    this stage's weights only (half the 1-rank run's: 409.5 KiB against 819.4) and counts the
-#    activations of the 2 microbatches stage 0 holds at once;
-#  - its step-3 checkpoint (the stages' parts written as one layout-free file) resumes on one rank
-#    with device = cuda, steps 4-6 within the same tolerances of the 1-rank run;
+#    this stage's weights only (half the 1-rank run's: 409.5 KiB against 819.4) and a microbatch's
+#    activations of its layers (the pipeline line counts those in flight, as on the CPU; the
+#    device's free memory is checked against them all at start);
+#  - the interleaved schedule, 2 model chunks a rank (4 stages, a layer each, on 2 ranks), likewise
+#    (measured: the losses equal, the norm within 2.6e-8);
+#  - the 1f1b run's step-3 checkpoint (the stages' parts written as one layout-free file) resumes
+#    on one rank with device = cuda, steps 4-6 within the same tolerances of the 1-rank run;
 #  - 2 stages x 2 data ranks on 4 (global_batch 8: 4 microbatches a rank), the stages' gradients
 #    summed over their data ranks by the stage group's communicator (the emulator: the host-staged
 #    transport, 4 ranks on one device), gives the 1-rank run's steps within the same tolerances
@@ -29,7 +32,7 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
-PER=5
+PER=6
 tap_plan $((2 * PER))
 make_synth "$TMP/data" 64 60000
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=64 --set data.tokenizer=
@@ -70,10 +73,14 @@ suite() {
         run "$bin" "$l.1" 1 1 && run "$bin" "$l.2" 2 2 && d=$(close "$l.1" "$l.2") &&
             val_close "$l.1" "$l.2" &&
             grep -q "^pipeline: 2 stages on the device, 1f1b" "$TMP/$l.2.txt" &&
-            grep -q "^device memory per rank (cuda.* (all 2 microbatches in flight: stage 0 of 2 under 1f1b; this stage's 2 layers)" "$TMP/$l.2.txt" &&
+            grep -q "^device memory per rank (cuda.*per microbatch of 1 x 64 (this stage's 2 layers; the microbatches it holds at once: the pipeline line)" "$TMP/$l.2.txt" &&
             w1=$(weights "$l.1") && w2=$(weights "$l.2") &&
             awk -v a="$w1" -v b="$w2" 'BEGIN { exit !(b < 0.55 * a && b > 0.45 * a) }'
-        tap_check $? "$l: parallel.pipeline = 2, 1f1b, 4 microbatches: every step within 2e-4 (loss), 2e-3 (norm) of one rank's ($d), the validation losses within 2e-4; the device plan holds the stage's weights ($w2 KiB of $w1) and 2 microbatches' activations"
+        tap_check $? "$l: parallel.pipeline = 2, 1f1b, 4 microbatches: every step within 2e-4 (loss), 2e-3 (norm) of one rank's ($d), the validation losses within 2e-4; the device plan holds the stage's weights ($w2 KiB of $w1)"
+        run "$bin" "$l.i" 2 2 --set parallel.pipeline_schedule=interleaved \
+            --set parallel.pipeline_virtual=2 && d=$(close "$l.1" "$l.i") && val_close "$l.1" "$l.i" &&
+            grep -q "^pipeline: 4 stages on the device, interleaved (2 model chunks a rank)" "$TMP/$l.i.txt"
+        tap_check $? "$l: interleaved, 2 chunks a rank (4 stages of a layer each): every step within the tolerances of one rank's ($d), the validation losses within 2e-4"
         run "$bin" "$l.r" 1 1 --resume "$(ck "$TMP/$l.2" 3)" && d=$(close "$l.1" "$l.r" 4) &&
             grep -q "checkpoint resume step 3" "$TMP/$l.r.txt"
         tap_check $? "$l: the 2 stages' step-3 checkpoint resumes on one rank: steps 4-6 within the tolerances of the 1-rank run ($d)"
@@ -94,7 +101,7 @@ suite() {
         [[ $l == emulator ]] && staged=(--set parallel.gpu_comm=mpi)
         run "$bin" "$l.d1" 1 1 --set global_batch=8 && run "$bin" "$l.d4" 4 2 --set global_batch=8 "${staged[@]}" &&
             d=$(close "$l.d1" "$l.d4") && val_close "$l.d1" "$l.d4" &&
-            grep -q "^pipeline: 2 stages on the device, 1f1b, .*; gradients summed over the stage's data ranks after the schedule by " "$TMP/$l.d4.txt"
+            grep -q "^pipeline: 2 stages on the device, 1f1b .*; gradients summed over the stage's data ranks after the schedule by " "$TMP/$l.d4.txt"
         tap_check $? "$l: 2 stages x 2 data ranks on 4 ranks: every step within the tolerances of one rank's ($d), the validation losses within 2e-4, the stages' gradients summed over their data ranks"
     fi
 }
