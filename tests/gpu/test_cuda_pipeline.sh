@@ -24,7 +24,7 @@
 #    on 2 ranks gives the 1-rank run's steps within the same tolerances (measured: loss 2.3e-5,
 #    norm 1.5e-4: the tied gradients' two halves summed in another order than one rank's);
 #  - what the GPU's pipeline does not run yet is refused when the config loads, exit 1, nothing
-#    written, naming both keys: parallel.pipeline_schedule = "zb".
+#    written, naming both keys: parallel.pipeline_schedule = "zb", parallel.sharding = "zero3".
 # It runs on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu: the trainer's
 # GPU path and bf16 activations, not the kernels), and on the real backend with 2 GPUs, or 2
 # ranks sharing one under TSR_TEST_GPU_COMM=mpi (tests/gpu/device.sh multirank); skipped loudly
@@ -92,8 +92,11 @@ suite() {
         run "$bin" "$l.zb" 2 2 --set parallel.pipeline_schedule=zb
         rc=$?
         ((rc == 1)) && [[ ! -e $TMP/$l.zb ]] &&
-            grep -qF 'parallel.pipeline = 2 with device = "cuda" and parallel.pipeline_schedule = "zb": pipeline parallelism on the GPU does not run with it yet' "$TMP/$l.zb.txt"
-        tap_check $? "$l: parallel.pipeline_schedule = \"zb\" refused when the config loads, exit 1 (got $rc), naming both keys, nothing written"
+            grep -qF 'parallel.pipeline = 2 with device = "cuda" and parallel.pipeline_schedule = "zb": pipeline parallelism on the GPU does not run with it yet' "$TMP/$l.zb.txt" &&
+            { run "$bin" "$l.z3" 2 2 --set parallel.sharding=zero3; rc=$?; ((rc == 1)); } &&
+            [[ ! -e $TMP/$l.z3 ]] &&
+            grep -qF 'parallel.pipeline = 2 with device = "cuda" and parallel.sharding = "zero3": pipeline parallelism on the GPU does not run with it yet (docs/parallelism.md "Pipeline parallelism"): change parallel.sharding, or set device = "cpu"' "$TMP/$l.z3.txt"
+        tap_check $? "$l: parallel.pipeline_schedule = \"zb\" and parallel.sharding = \"zero3\" refused when the config loads, exit 1 (got $rc), naming both keys, nothing written"
     fi
     if gpus 4 "$l: 2 stages x 2 data ranks"; then
         # the emulator's 4 ranks share one device through the host-staged transport
