@@ -586,6 +586,10 @@ int config_pipeline_check(const tsr_config *cfg, const char **key, char *why, si
 /* With parallel.pipeline > 1: the first key whose setting the pipeline does not run with yet (its
  * value's words in *value), or NULL. */
 const char *config_pipeline_pair(const tsr_config *cfg, const char **value);
+/* With parallel.pipeline > 1 and device = "cuda": the first key whose setting the pipeline does
+ * not run with on the GPU yet (its value's words in *value), or NULL (docs/parallelism.md
+ * "Pipeline parallelism": 1f1b and interleaved, ddp, the dense decoder) */
+const char *config_pipeline_cuda_pair(const tsr_config *cfg, const char **value);
 /* The model variants of issues 67/68 (docs/models.md), in the order config_attn_variant_key
  * reports them: linear_attention layers, the attention output gate, sliding windows, sinks,
  * query_pre_attn_scalar, norm placement, QK-norm over the projection, embedding scale, GeGLU-tanh,

@@ -530,6 +530,14 @@ static void validate_pipeline(load_ctx *c) {
                   value, key);
         c->errors++;
     }
+    if ((key = config_pipeline_cuda_pair(g, &value)) != NULL) {
+        tsr_error("%sparallel.pipeline = %lld with device = \"cuda\" and %s %s: pipeline "
+                  "parallelism on the GPU does not run with it yet (docs/parallelism.md "
+                  "\"Pipeline parallelism\"): change %s, or set device = \"cpu\"",
+                  cfgload_where(c, "parallel.pipeline", at, sizeof at), (long long)g->pipeline,
+                  key, value, key);
+        c->errors++;
+    }
 }
 
 /* Options that need another key: evaluations, the document mask, activation checkpointing. */

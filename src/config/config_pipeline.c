@@ -215,7 +215,6 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
     const tsr_cfg_pair pairs[] = {
         {cfg->micro_batch == 0, "micro_batch", "= \"auto\""},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
-        {cfg->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
         {cfg->sample.tokens > 0, "sample.tokens", "> 0"},
         {cfg->model.moe_topk_method == TSR_MOE_TOPK_NOAUX_TC &&
              cfg->model.moe_bias_update_rate > 0,
@@ -223,4 +222,25 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
     };
     return cfg->pipeline > 1 ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value)
                              : NULL;
+}
+
+const char *config_pipeline_cuda_pair(const tsr_config *cfg, const char **value) {
+    const tsr_model_config *m = &cfg->model;
+    const tsr_cfg_pair pairs[] = {
+        {cfg->pipeline_schedule == TSR_PP_ZB, "parallel.pipeline_schedule", "= \"zb\""},
+        {cfg->sharding == TSR_SHARD_ZERO1, "parallel.sharding", "= \"zero1\""},
+        {cfg->sharding == TSR_SHARD_ZERO3, "parallel.sharding", "= \"zero3\""},
+        {cfg->sharding == TSR_SHARD_HSDP, "parallel.sharding", "= \"hsdp\""},
+        {cfg->context > 1, "parallel.context", "> 1"},
+        {cfg->expert > 1, "parallel.expert", "> 1"},
+        {cfg->tensor > 1, "parallel.tensor", "> 1"},
+        {cfg->lora.rank > 0, "lora.rank", "> 0"},
+        {cfg->objective == TSR_OBJ_DPO, "objective", "= \"dpo\""},
+        {m->moe_experts > 0, "model.moe_experts", "> 0"},
+        {m->num_nextn_predict_layers > 0, "model.num_nextn_predict_layers", "> 0"},
+        {cfg->precision.fp8 != TSR_FP8_NONE, "precision.fp8", "other than \"none\""},
+    };
+    return cfg->pipeline > 1 && cfg->device == TSR_DEVICE_CUDA
+               ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value)
+               : NULL;
 }

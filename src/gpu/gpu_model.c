@@ -211,7 +211,12 @@ static tsr_decoder decoder_of(tsr_gpu_model *g) {
     return (tsr_decoder){.m = g->m, .be = &g->be, .a = &g->a, .params = {g, unit_get, unit_put},
                          .slopes = g->slopes, .rope = g->rope, .lora = g->lora,
                          .ring = g->ring, .starts = g->starts, .tp = g->tp ? g->m->tp : NULL,
-                         .tpdev = g->tp};
+                         .tpdev = g->tp, .pp_x = g->pp_x, .pp_dy = g->pp_dy};
+}
+
+const void *gpu_model_output(tsr_gpu_model *g) {
+    tsr_decoder d = decoder_of(g);
+    return dec_output(&d);
 }
 
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,
@@ -267,6 +272,12 @@ void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                         void (*ready)(void *ctx, int unit), void *ctx) {
     tsr_decoder d = decoder_of(g);
     dec_backward(&d, tokens, NULL, B, T, -1.0f, ready, ctx);
+}
+
+void gpu_model_backward_stage(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,
+                              int B, int T, float loss_scale) {
+    tsr_decoder d = decoder_of(g);
+    dec_backward(&d, tokens, targets, B, T, loss_scale, NULL, NULL);
 }
 
 void gpu_model_backward_weighted(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,

@@ -66,6 +66,9 @@ typedef struct tsr_gpu_model {
     struct tsr_ring *ring; /* context parallelism: the ring over the device (gpu_ring.h), or NULL */
     const struct tsr_tp_dev *tp; /* tensor parallelism: the collectives over the device (m->tp
                                   * split; gpu_tp.h), or NULL */
+    const void *pp_x, *pp_dy; /* a pipeline stage's (gpu_pp.h): the next pass's input from the
+                               * stage before, its output's gradient from the stage after
+                               * (device, decoder.h), or NULL */
     tsr_backend be;     /* the CUDA backend (bf16) on stream s: the decoder's interface */
     tsr_acts a;         /* activations (bf16, statistics fp32), laid out by src/model/decoder.c */
 } tsr_gpu_model;
@@ -112,6 +115,8 @@ void gpu_model_download(const tsr_gpu_model *g, float *params_host);
  * returns (copies from pageable memory have read them by then: cuda_common.cu). */
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,
                        int T, float loss_scale);
+/* A pipeline stage before the last: the last forward's output (decoder.h dec_output, device) */
+const void *gpu_model_output(tsr_gpu_model *g);
 /* Sum of the losses of the last forward over its counted targets (waits for the stream). */
 double gpu_model_loss_sum(tsr_gpu_model *g, const int32_t *targets, int B, int T);
 /* The last forward's B x T per-position losses (fp32) copied to dst on the device, queued (no
@@ -141,6 +146,11 @@ void gpu_model_token_scores(tsr_gpu_model *g, const int32_t *targets, int B, int
  * their communication can start while the rest of the backward pass runs. */
 void gpu_model_backward(tsr_gpu_model *g, const int32_t *tokens, int B, int T,
                         void (*ready)(void *ctx, int unit), void *ctx);
+/* A pipeline stage before the last (gpu_pp.h): the backward of its last training forward from
+ * g->pp_dy, targets and loss_scale as that forward's (decoder.h dec_backward: such a stage has
+ * no logits to hold the loss's gradient). Gradients accumulate; no ready calls. */
+void gpu_model_backward_stage(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets,
+                              int B, int T, float loss_scale);
 /* Backward of the last evaluation forward (loss_scale < 0) with a loss gradient per position:
  * dlosses (B*T host floats) = d(objective) / d(its loss) where targets (host) >= 0, and with MoE
  * moe_w times the forward's auxiliary losses (decoder.h dec_backward_weighted: DPO). Gradients

@@ -15,6 +15,7 @@
 #include "gpu/gpu_ep.h"
 #include "gpu/gpu_model.h"
 #include "gpu/gpu_muon.h"
+#include "gpu/gpu_pp.h"
 #include "gpu/gpu_profile.h"
 #include "gpu/gpu_ring.h"
 #include "gpu/gpu_shard.h"
@@ -59,7 +60,8 @@ static int check_memory(gpu_train_ctx *c, int device) {
     tcu_device_info(c->device_name, sizeof c->device_name, &sm, &free_b, &total_b);
     size_t budget = free_b / (size_t)k;
     c->state->budget = k > 1 ? budget : 0;
-    size_t need = gtrain_fixed_bytes(c) + gtrain_acts_bytes(c, c->auto_micro ? 1 : c->micro);
+    size_t need = gtrain_fixed_bytes(c) + gtrain_acts_bytes(c, c->auto_micro ? 1 : c->micro) *
+                                             (size_t)gpu_pp_sets(c); /* (a stage's in flight) */
     double short_by = need > budget ? (double)(need - budget) : 0.0;
     dist_allreduce_max_f64(&short_by, 1);
     char each[96] = "";
@@ -188,6 +190,7 @@ static int init_replicated(gpu_train_ctx *c) {
     for (size_t u = 0; u < units; u++)
         gt->n_slices[u] = gpu_model_unit_slices(m, (int)u, gt->off + u * TSR_P_COUNT,
                                                 gt->len + u * TSR_P_COUNT);
+    if (m->pp) return 0; /* (a pipeline stage's data ranks: gpu_pp.c's communicator) */
     return open_replicated_comm(c, "summed per layer during backward");
 }
 
@@ -298,6 +301,7 @@ static int lib_init(gpu_train_ctx *c) {
     TSR_CHECK(init_ring(c));
     TSR_CHECK(init_tp(c));
     gtrain_route_model(c->model, &gt->g);
+    TSR_CHECK(gpu_pp_init(c)); /* (its evaluation hooks over the route's) */
     return 0;
 }
 
@@ -371,6 +375,7 @@ static void lib_free(gpu_train_ctx *c) {
     gpu_prof_free();
     for (int k = 0; k < 8 && gt->pinned[k]; k++) tcu_host_unregister(gt->pinned[k]);
     gpu_ep_free(&gt->ep);
+    gpu_pp_free(c);
     gpu_ring_free(&gt->ring);
     gpu_tp_free(&gt->tp);
     free(gt->ring_tg);

@@ -65,6 +65,7 @@ struct tsr_gpu_train {
     /* parallel.tensor (gpu_tp.h): the decoder's collectives over the tensor group */
     int tp_on;
     gpu_tp tp;
+    struct gpu_pp *pp; /* parallel.pipeline (gpu_pp.h: the stage's schedule), or NULL */
 };
 
 /* ---- the device memory plan (gpu_train_mem.c) ---- */

@@ -53,7 +53,8 @@ static size_t state_bytes(const gpu_train_ctx *c) {
  * routing: gpu_ep_exchange_bytes) */
 /* a microbatch of B: the activations (the decoder's plan on the CUDA backend, with the linear
  * layers' one backward slot: their activation gradients and the core's scratch, TSR_A_DNBWD),
- * parallel.expert's exchange buffers, LoRA's scratch, precision.fp8's operands' scratch */
+ * parallel.expert's exchange buffers, LoRA's scratch, precision.fp8's operands' scratch (a
+ * pipeline stage holds gpu_pp_sets of them: the plan's pipeline line, check_memory) */
 size_t gtrain_acts_bytes(const gpu_train_ctx *c, int B) {
     return gpu_model_acts_bytes(c->model, B, c->T) +
            (c->model->EP > 1 ? gpu_ep_exchange_bytes(c->model, c->model->EP, B, c->T) : 0) +

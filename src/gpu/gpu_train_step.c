@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "gpu/gpu_pp.h"
 #include "gpu/gpu_profile.h"
 #include "gpu/gpu_train_int.h"
 #include "model/decoder.h"
@@ -135,7 +136,8 @@ double gtrain_compute(gpu_train_ctx *c, float scale) {
     struct tsr_gpu_train *gt = c->state;
     gpu_prof_step_begin();
     const int ps = gpu_prof_begin(gt->s, "step: forward+backward", 0, 0, 0);
-    const double loss = c->objective_pass ? objective_compute(c, scale)
+    const double loss = gt->pp              ? gpu_pp_compute(c, scale)
+                        : c->objective_pass ? objective_compute(c, scale)
                         : gt->lora_on     ? lora_compute(c, scale)
                                           : dense_compute(c, scale);
     gpu_prof_end(gt->s, ps);
@@ -183,7 +185,7 @@ double gtrain_grad_sumsq(gpu_train_ctx *c) {
     const int ps = gpu_prof_begin(gt->s, "step: gradient norm", 0, 0, 0);
     const double sq = dense_sumsq(c) + (gt->ep_on ? gpu_ep_sumsq(&gt->ep) : 0.0);
     gpu_prof_end(gt->s, ps);
-    return sq;
+    return gt->pp ? gpu_pp_sum_stages(c, sq) : sq; /* (the global norm: every stage's) */
 }
 
 static void update(gpu_train_ctx *c, double lr, float gscale, int step);

@@ -42,7 +42,10 @@ static const char *not_yet(const tsr_config *c) {
     const char *v, *k = c->pipeline > 1 ? config_pipeline_pair(c, &v) : NULL;
     if (!k && c->tensor > 1) k = config_tensor_pair(c, &v);
     if (!k && c->tensor > 1 && c->device == TSR_DEVICE_CUDA) k = "parallel.tensor with device";
-    return k && !strcmp(k, "device") ? "parallel.pipeline with device" : k;
+    /* (the GPU's pipeline: 1f1b on stages of one rank each, src/gpu/gpu_pp.h; a layout's stages
+     * have data ranks) */
+    if (!k && c->pipeline > 1 && c->device == TSR_DEVICE_CUDA) k = "parallel.pipeline with device";
+    return k;
 }
 
 /* a before b: more tokens/s a GPU; at a tie (within 0.05 %), one that runs in tessera today, then

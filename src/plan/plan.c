@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model/model_pp.h"
 #include "model/model_ring.h"
 #include "metrics_units.h"
 #include "run/objective.h"
@@ -391,6 +392,10 @@ static void device_memory(const plan_view *t, gpu_train_ctx c) {
     char share[160] = ""; /* context parallelism: the rank's positions (docs/parallelism.md) */
     if (t->mesh.N > 1)
         snprintf(share, sizeof share, " (this rank's %d positions of each)", t->T / t->mesh.N);
+    const tsr_pp *pp = t->model.pp; /* a pipeline: rank 0's stage */
+    if (pp)
+        snprintf(share + strlen(share), sizeof share - strlen(share), " (this stage's %d layers; "
+                 "the microbatches it holds at once: the pipeline line)", t->model.L);
     /* precision.fp8: its operands' scratch is in the activations (what the key adds to them) */
     gpu_train_ctx no_fp8 = c;
     no_fp8.fp8 = TSR_FP8_NONE;

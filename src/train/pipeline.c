@@ -229,7 +229,7 @@ static void report_idle(tsr_trainer *t) {
 
 void pipeline_report(tsr_trainer *t) {
     pp_exec *x = t->part.ppx;
-    if (!x) return;
+    if (!x || t->be.gpu) return; /* (device = cuda: the library's executor, src/gpu/gpu_pp.c) */
     report_idle(t);
     int64_t sent = (int64_t)x->sent;
     dist_allreduce_sum_i64(&sent, 1);
