@@ -86,6 +86,9 @@ CI_MODE_SITE = "weights"    # --ci: every site on ddp, every mode with this site
 # lnfw, which every rank of a tensor group holds whole (compared over the group) and which lies in
 # the part rank 1 receives from the other data rank (wte is in its own)
 TENSOR = {"zero1": "fcw", "tensor": "lnfw"}
+# the ranks of a tensor, context or expert group (consecutive), whose members' replay is one
+# collective computation: its verdict blames those of the group whose results differ
+GROUP = {"context": 2, "expert": 2, "tensor": 2}
 
 
 def mpirun(np_, args, env, out):
@@ -198,7 +201,7 @@ def inject_file(run_dir):
         f.write(bytes([b[0] ^ 0x10]))
 
 
-def judge(run_dir, rc, out, site):
+def judge(run_dir, rc, out, site, mode):
     """(caught, steps to detection, culprit) of one finished cell"""
     ev = [e for e in events(run_dir) if e.get("event") == "sdc"]
     text = open(out).read()
@@ -215,6 +218,9 @@ def judge(run_dir, rc, out, site):
         who = "unattributed (ranks " + ", ".join(map(str, e["ranks"])) + ")"
     else:
         who = ("rank %s " % ", ".join(map(str, e["ranks"]))) + ("✓" if e["ranks"] == [RANK] else "✗")
+        g = GROUP.get(mode, 1)  # a group's replay blames the members whose results differ
+        if len(e["ranks"]) > 1 and RANK in e["ranks"] and all(r // g == RANK // g for r in e["ranks"]):
+            who = "ranks %s (rank 1's group) ✓" % ", ".join(map(str, e["ranks"]))
     return (f"{how}, {e['check']}", steps, who)
 
 
@@ -240,7 +246,7 @@ def cell(fx, site, mode, tmp):
     if refused:
         why = re.search(r"TSR_FAULT: [^:]+:[^:]+:[^:]+:[^:]+:[^:]+:[^:]+: ([^;]*);", open(out).read())
         return ("n/a: " + (why.group(1) if why else "refused"), "-", "-")
-    return judge(run_dir, rc, out, site)
+    return judge(run_dir, rc, out, site, mode)
 
 
 def row(site, mode, r):
