@@ -215,6 +215,18 @@ def harmless(text, rc, site):
             f"state agreed)")
 
 
+def unchanged(text, rc, site):
+    """why a wrong product or activation in a replay step was not caught: the replay compared the
+    rank's gradients with its neighbour's recomputation and they agreed bit for bit, so the wrong
+    element reached no gradient"""
+    rp = re.search(r"replayed every \d+ steps: (\d+) replays, 0 mismatches", text)
+    fired = "TSR_FAULT: a wrong matrix product" in text or "(acts, step" in text
+    if rc or site not in ("matmul", "acts") or not rp or int(rp.group(1)) < 1 or not fired:
+        return ""
+    return (": harmless, the replay's recomputation of rank 1's work agreed bit for bit (the "
+            "wrong element reached no gradient)")
+
+
 def judge(run_dir, rc, out, site, mode):
     """(caught, steps to detection, culprit) of one finished cell"""
     ev = [e for e in events(run_dir) if e.get("event") == "sdc"]
@@ -223,7 +235,7 @@ def judge(run_dir, rc, out, site, mode):
         hit = re.search(r"checkpoint \S+step-00000010\.h5 skipped: tensor \S+: CRC32C mismatch", text)
         return ("yes (the resume's CRC32C; it took step 5's)", "at the resume", "-") if hit else ("no", "-", "-")
     if not ev:
-        return ("no" + ("" if rc == 0 else f" (exit {rc})") + harmless(text, rc, site), "-", "-")
+        return ("no" + ("" if rc == 0 else f" (exit {rc})") + harmless(text, rc, site) + unchanged(text, rc, site), "-", "-")
     e = ev[0]
     start = 5 if site == "loaded" else (10 if site.startswith("matmul") or site == "acts" else AT)
     steps = "at the resume" if site == "loaded" else str(e["step"] - start)

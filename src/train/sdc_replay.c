@@ -26,8 +26,9 @@
  * one member may change every member's gradients, so the verdict blames the members whose
  * results differ (sdc_report). It covers ddp, zero1, zero3, hsdp and LoRA on the CPU, tensor,
  * context or expert groups (not context with expert, nor with zero3 / hsdp; two at least),
- * the lm objective and no pipeline, and the same threads on every rank (a GEMM's summation
- * order may follow the thread count). */
+ * the lm objective and dpo (ddp, zero1: its pass over a rank's pairs is the unit, recomputed
+ * with the original's dropout; no replay after an outlier), no pipeline, and the same threads
+ * on every rank (a GEMM's summation order may follow the thread count). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,11 @@ static const char *not_covered(const tsr_trainer *t) {
         return "parallel.pipeline: a microbatch's forward and backward run through every stage, "
                "so a neighbour cannot recompute it alone, and a lockstep recomputation of every "
                "stage's neighbour's work is not built";
-    if (t->objective->pass) return "the objective's passes are its own (dpo, grpo; not built)";
+    if (t->cfg.objective == TSR_OBJ_GRPO)
+        return "objective = grpo: its pass scores completions generated in the step (not built)";
+    if (t->objective->pass && (group_size(t) > 1 || t->part.fsdp_on))
+        return "objective = dpo with a tensor, context or expert group or under zero3 or hsdp "
+               "(its pass's lockstep recomputation is not built)";
     if (group_size(t) == 1) return NULL;
     if (t->mesh.N > 1 && t->part.ep_on)
         return "parallel.context with parallel.expert: a microbatch's forward spans a context "
@@ -87,7 +92,13 @@ static int lockstep(const tsr_trainer *t) { return t->part.fsdp_on || group_size
 
 /* One row of a batch as a replay sends it: its tokens, targets and segment starts */
 static size_t row_bytes(const tsr_trainer *t) {
-    return (size_t)t->T * (2 * sizeof(int32_t) + 1);
+    return (size_t)t->T * (2 * sizeof(int32_t) + 1) + (t->objective->pass ? sizeof(uint64_t) : 0);
+}
+
+/* The rows a replay recomputes: a rank's first microbatch, or (dpo) its pass over its batch, the
+ * objective's unit (it fingerprints the pass as a whole) */
+static int64_t replay_rows(const tsr_trainer *t) {
+    return t->objective->pass ? t->per_rank : t->micro;
 }
 
 size_t sdc_plan_bytes(const tsr_trainer *t) {
@@ -184,6 +195,30 @@ static void pack(tsr_trainer *t, int64_t rows) {
     memcpy(rp->mine, t->data.inputs, n * sizeof(int32_t));
     memcpy(rp->mine + n * sizeof(int32_t), t->data.targets, n * sizeof(int32_t));
     if (t->data.starts) memcpy(rp->mine + 2 * n * sizeof(int32_t), t->data.starts, n);
+    if (t->objective->pass) /* (dpo: each row's sample, its reference's index) */
+        memcpy(rp->mine + n * (2 * sizeof(int32_t) + 1), t->data.row_sample,
+               (size_t)rows * sizeof(uint64_t));
+}
+
+/* The objective's pass (dpo) over rank q's rows mb (packed as pack does): the batch's buffers
+ * point at them, the data rank q's (LoRA's dropout rows) for the pass; its loss sum */
+static double recompute_pass(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows, float scale) {
+    const struct { int32_t *in, *tg; uint8_t *starts; uint64_t *rs; } saved = {
+        t->data.inputs, t->data.targets, t->data.starts, t->data.row_sample};
+    const int rank = t->mesh.data.rank;
+    const size_t n = (size_t)rows * (size_t)t->T;
+    uint8_t *starts = t->data.starts ? (uint8_t *)mb + 2 * n * sizeof(int32_t) : NULL;
+    uint64_t *rs = tsr_malloc((size_t)rows * sizeof *rs); /* (aligned) */
+    memcpy(rs, mb + n * (2 * sizeof(int32_t) + 1), (size_t)rows * sizeof *rs);
+    t->data.inputs = (int32_t *)mb, t->data.targets = (int32_t *)mb + n;
+    t->data.starts = starts, t->data.row_sample = rs;
+    t->mesh.data.rank = mesh_data_rank(&t->mesh, q);
+    const double loss = t->objective->pass(&t->run, t->run.objective_state, scale);
+    t->mesh.data.rank = rank;
+    t->data.inputs = saved.in, t->data.targets = saved.tg;
+    t->data.starts = saved.starts, t->data.row_sample = saved.rs;
+    free(rs);
+    return loss;
 }
 
 /* The buffers a recomputation's backward fills, zeroed (fsdp: the root's and the tap) */
@@ -212,7 +247,8 @@ static uint32_t recompute(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows
     zero_grads(t);
     rp->busy = rp->clobbered = 1;
     t->part.fsdp.tap_only = 1;
-    for (int64_t b = 0; b < rows; b += t->micro) {
+    if (t->objective->pass) loss = recompute_pass(t, mb, q, rows, scale);
+    for (int64_t b = 0; b < rows && !t->objective->pass; b += t->micro) {
         if (t->part.lora_on) /* the dropout of rank q's rows (model_lora.h) */
             lora_set_pass(&t->part.lora, 1, run_lora_key(&t->run),
                           lora_pass_row0(mesh_data_rank(&t->mesh, q), t->per_rank, b, t->T));
@@ -362,7 +398,7 @@ int sdc_replay_before(tsr_trainer *t, float scale) {
     if (!s || !replay_due(t)) return 0;
     const double t0 = tsr_now();
     TSR_CHECK(sdc_before_replay(t)); /* (the state it recomputes from agrees first) */
-    s->rp.theirs_crc = shifted(t, t->micro, scale);
+    s->rp.theirs_crc = shifted(t, replay_rows(t), scale);
     s->rp.seconds += tsr_now() - t0;
     t->out.health.step_s += tsr_now() - t0;
     return 0;
@@ -374,7 +410,7 @@ int sdc_replay(tsr_trainer *t, float scale, int *redo) {
     if (!s || !replay_due(t) || s->rp.step != t->step + 1) return 0;
     const double t0 = tsr_now();
     s->v.rp_whole = 0;
-    const int rc = judge_all(t, s->rp.own, s->rp.theirs_crc, t->micro, scale, redo);
+    const int rc = judge_all(t, s->rp.own, s->rp.theirs_crc, replay_rows(t), scale, redo);
     s->rp.seconds += tsr_now() - t0;
     t->out.health.step_s += tsr_now() - t0;
     return rc;

@@ -16,10 +16,13 @@
 #    changes no bit; a wrong product once is a transient fault of rank 1's group (its members whose
 #    results differ named); in every product, with no third group, unattributed (exit 87); one
 #    group alone (world = parallel.tensor) is refused at start with the reason;
+#  - DPO (LoRA with dropout, 3 ranks): each rank's pass over its pairs recomputed by its neighbour
+#    (with the dropout of the original's rows): a clean replay agrees and changes no bit; a NaN
+#    rank 1 put into its gradients is its transient fault;
 #  - the replay holds no second copy of the gradients: the memory plan counts two batches' tokens.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 17
+tap_plan 19
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -143,6 +146,33 @@ rc=$?
 [[ $rc == 0 && $(health T1 replays) == 0 ]] &&
     grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): one replica group (the world is one tensor, context or expert group): no other group holds the same positions to recompute its microbatch; the fingerprints' comparisons still run" "$TMP/T1.txt"
 tap_check $? "tensor with world = parallel.tensor: one replica group, no replay, the reason said at start; the run goes on (exit $rc)"
+
+# DPO: the pass over a rank's pairs (LoRA with dropout) recomputed by its neighbour at step 7
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
+dbase=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+       --set sample.tokens=0 --set data.train="$pairs" --set data.val= --set eval_interval=0ba
+       --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=2
+       --set model.intermediate_size=96 --set seq_len=16 --set global_batch=12 --set micro_batch=2
+       --set save_interval=4ba --set threads=1 --set log_interval=1 --set optim.warmup=2ba
+       --set watchdog.window=0)
+dpo=(--set objective=dpo --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1
+     --set optim.lr=1e-2 --set dpo.beta=0.5 --set max_duration=8ba --init-from "$TMP/dbase")
+drun() { local np=$1 dir=$2; shift 2; ranks "$np" "$TRAIN" "${dbase[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+drun 1 dbase --set max_duration=3ba
+drun 3 DPO "${dpo[@]}" "${rp[@]}"
+rc=$?
+drun 3 DPOoff "${dpo[@]}" --set health.replay_interval=0
+rc2=$?
+[[ -n $pairs && $rc == 0 && $rc2 == 0 && $(health DPO replays) == 1 && $(health DPO replay_mismatches) == 0 ]] &&
+    same_tensors "$(ck "$TMP/DPO" 8)" "$(ck "$TMP/DPOoff" 8)"
+tap_check $? "DPO (LoRA, dropout 0.1, 3 ranks): each rank's pass over its pairs recomputed by its neighbour at step 7 with the original's dropout, all agree; the weights equal a run without replay bit for bit (exit $rc, $rc2)"
+
+TSR_FAULT=nan:7:1 drun 3 DPON "${dpo[@]}" "${rp[@]}"
+rc=$?
+[[ $rc == 0 && $(health DPON replay_transients) == 1 ]] &&
+    grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/microbatch-0-of-rank-1", "mismatches": 1, "ranks": \[1\]' "$TMP/DPON/metrics.jsonl" &&
+    grep -q "replay of step 7: rank 1's first microbatch gives gradients .* recomputed by rank 0 .*; rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees" "$TMP/DPON.txt"
+tap_check $? "DPO: a NaN rank 1 put into its pass's gradients in step 7: its neighbour's and rank 2's recomputations agree, its second try too: a transient fault of rank 1 (exit $rc)"
 
 # 8 sequences of 32 a rank: 8 x 32 x (4 + 4 + 1) bytes, twice
 grep -q "replay buffers 4.5 KiB (health.replay_interval)" "$TMP/D.txt" && ! grep -q "replay buffers" "$TMP/Doff.txt"
