@@ -15,14 +15,15 @@
 #    before it's first microbatches together, position for position: a clean replay agrees and
 #    changes no bit; a wrong product once is a transient fault of rank 1's group (its members whose
 #    results differ named); in every product, with no third group, unattributed (exit 87); one
-#    group alone (world = parallel.tensor) is refused at start with the reason;
+#    group alone (world = parallel.tensor) is refused at start with the reason; after the spike
+#    guard's outlier (context) every group's batch is recomputed by the group before it;
 #  - DPO (LoRA with dropout, 3 ranks): each rank's pass over its pairs recomputed by its neighbour
 #    (with the dropout of the original's rows): a clean replay agrees and changes no bit; a NaN
 #    rank 1 put into its gradients is its transient fault;
 #  - the replay holds no second copy of the gradients: the memory plan counts two batches' tokens.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 19
+tap_plan 20
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -124,6 +125,15 @@ group_mode() { # group_mode NAME SETTINGS...: a clean replay and one with rank 1
 }
 group_mode C --set parallel.context=2
 tap_check $? "context 2 x 2: each context group recomputes the other's first microbatch at step 7, all agree; rank 1's product wrong once: a transient fault of its group (ranks 0, 1 differ: the ring carries it), the run ends with the clean run's weights bit for bit"
+TSR_FAULT=garbage:8:9 run 4 CG "${g[@]}" --set global_batch=8 --set max_duration=10ba --set parallel.context=2
+rc=$?
+TSR_FAULT=garbage:8:9,matmul:9:1 run 4 CGM "${g[@]}" --set global_batch=8 --set max_duration=10ba --set parallel.context=2
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 ]] && skipped9 CG && skipped9 CGM &&
+    grep -q '"event": "replay", "step": 9, "trigger": "outlier", "verdict": "data"' "$TMP/CG/metrics.jsonl" &&
+    grep -q '"event": "sdc", "step": 9, "check": "replay", "verdict": "transient", "tensor": "grads/batch-of-rank-0", "mismatches": 2, "ranks": \[0, 1\]' "$TMP/CGM/metrics.jsonl" &&
+    ! grep -q '"verdict": "data"' "$TMP/CGM/metrics.jsonl"
+tap_check $? "context 2 x 2 after the spike guard's outlier: every group's batch recomputed by the group before it: the data (garbage), or with rank 1's product wrong on that step its group's transient fault; the guard skips the step (exit $rc, $rc2)"
 run 4 Coff --set health.replay_interval=0 "${m[@]}" --set parallel.context=2
 rc=$?
 [[ $rc == 0 ]] && same_tensors "$(ck "$TMP/C" 8)" "$(ck "$TMP/Coff" 8)"
