@@ -86,6 +86,9 @@ CI_MODE_SITE = "weights"    # --ci: every site on ddp, every mode with this site
 # lnfw, which every rank of a tensor group holds whole (compared over the group) and which lies in
 # the part rank 1 receives from the other data rank (wte is in its own)
 TENSOR = {"zero1": "fcw", "tensor": "lnfw"}
+# the ranks of a tensor, context or expert group (consecutive), whose members' replay is one
+# collective computation: its verdict blames those of the group whose results differ
+GROUP = {"context": 2, "expert": 2, "tensor": 2}
 
 
 def mpirun(np_, args, env, out):
@@ -198,7 +201,33 @@ def inject_file(run_dir):
         f.write(bytes([b[0] ^ 0x10]))
 
 
-def judge(run_dir, rc, out, site):
+def harmless(text, rc, site):
+    """why an uncaught flip left no trace: the element held 0 (a gradient of zero: under expert
+    the middle of what rank 1 receives is a row of wte no token of the step touched), which the
+    flip made a subnormal that the update absorbs; the fingerprints' comparisons, every one of
+    which agreed, say the replicas' state stayed the same bits (received only: the flip is in
+    rank 1's copy alone, so copies still equal mean it left no trace)"""
+    hit = re.search(r"TSR_FAULT: flipped bit \d+ of \S+ element .*: (\S+) -> (\S+)", text)
+    if rc or site != "received" or not hit or float(hit.group(1)) != 0.0 or abs(float(hit.group(2))) >= 1.1754944e-38:
+        return ""
+    return (f": harmless, the element flipped held 0 (a zero gradient) and became "
+            f"{hit.group(2)}, a subnormal the update absorbed (every comparison of the replicas' "
+            f"state agreed)")
+
+
+def unchanged(text, rc, site):
+    """why a wrong product or activation in a replay step was not caught: the replay compared the
+    rank's gradients with its neighbour's recomputation and they agreed bit for bit, so the wrong
+    element reached no gradient"""
+    rp = re.search(r"replayed every \d+ steps: (\d+) replays, 0 mismatches", text)
+    fired = "TSR_FAULT: a wrong matrix product" in text or "(acts, step" in text
+    if rc or site not in ("matmul", "acts") or not rp or int(rp.group(1)) < 1 or not fired:
+        return ""
+    return (": harmless, the replay's recomputation of rank 1's work agreed bit for bit (the "
+            "wrong element reached no gradient)")
+
+
+def judge(run_dir, rc, out, site, mode):
     """(caught, steps to detection, culprit) of one finished cell"""
     ev = [e for e in events(run_dir) if e.get("event") == "sdc"]
     text = open(out).read()
@@ -206,7 +235,7 @@ def judge(run_dir, rc, out, site):
         hit = re.search(r"checkpoint \S+step-00000010\.h5 skipped: tensor \S+: CRC32C mismatch", text)
         return ("yes (the resume's CRC32C; it took step 5's)", "at the resume", "-") if hit else ("no", "-", "-")
     if not ev:
-        return ("no" + ("" if rc == 0 else f" (exit {rc})"), "-", "-")
+        return ("no" + ("" if rc == 0 else f" (exit {rc})") + harmless(text, rc, site) + unchanged(text, rc, site), "-", "-")
     e = ev[0]
     start = 5 if site == "loaded" else (10 if site.startswith("matmul") or site == "acts" else AT)
     steps = "at the resume" if site == "loaded" else str(e["step"] - start)
@@ -215,6 +244,9 @@ def judge(run_dir, rc, out, site):
         who = "unattributed (ranks " + ", ".join(map(str, e["ranks"])) + ")"
     else:
         who = ("rank %s " % ", ".join(map(str, e["ranks"]))) + ("✓" if e["ranks"] == [RANK] else "✗")
+        g = GROUP.get(mode, 1)  # a group's replay blames the members whose results differ
+        if len(e["ranks"]) > 1 and RANK in e["ranks"] and all(r // g == RANK // g for r in e["ranks"]):
+            who = "ranks %s (rank 1's group) ✓" % ", ".join(map(str, e["ranks"]))
     return (f"{how}, {e['check']}", steps, who)
 
 
@@ -240,7 +272,7 @@ def cell(fx, site, mode, tmp):
     if refused:
         why = re.search(r"TSR_FAULT: [^:]+:[^:]+:[^:]+:[^:]+:[^:]+:[^:]+: ([^;]*);", open(out).read())
         return ("n/a: " + (why.group(1) if why else "refused"), "-", "-")
-    return judge(run_dir, rc, out, site)
+    return judge(run_dir, rc, out, site, mode)
 
 
 def row(site, mode, r):

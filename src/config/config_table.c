@@ -668,7 +668,8 @@ const cfgtab_key cfgtab_keys[] = {
             "fingerprints compared bit for bit; a third rank and a second try tell a transient "
             "fault (the step goes on with the microbatches recomputed) from a persistent one "
             "(exit 87). A spike guard's outlier replays the step's whole batches at once (a real "
-            "spike: the data). ddp, zero1, zero3, hsdp and LoRA on the CPU, one rank per context, "
-            "tensor and expert group, no pipeline; 0 = off (neither)."},
+            "spike: the data). ddp, zero1, zero3, hsdp and LoRA on the CPU, and tensor, context "
+            "or expert groups (each recomputing the group before it's work together; two groups "
+            "at least), the lm objective and dpo (its pass), no pipeline; 0 = off (neither)."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);

@@ -238,15 +238,17 @@ static int due_now(const tsr_trainer *t, const sdc_flip *f, sdc_when when) {
 }
 
 /* The flip of element total / 2 of the holding; its index in *at */
-static void flip_middle(holding *h, int bit, size_t *at) {
+static void flip_middle(holding *h, int bit, size_t *at, float *was, float *now) {
     size_t k = h->total / 2;
     *at = k;
     for (int i = 0; i < h->n; k -= h->len[i++]) {
         if (k >= h->len[i]) continue;
         uint32_t u;
+        *was = h->p[i][k];
         memcpy(&u, &h->p[i][k], sizeof u);
         u ^= (uint32_t)1 << bit;
         memcpy(&h->p[i][k], &u, sizeof u);
+        *now = h->p[i][k];
         return;
     }
 }
@@ -261,11 +263,13 @@ static int is_who(const tsr_trainer *t, const sdc_flip *f) {
 /* The flip of the middle element of h, said on stderr (or that h is empty) */
 static void flip_holding(const tsr_trainer *t, const sdc_flip *f, holding *h) {
     size_t at = 0;
-    if (h->total) flip_middle(h, f->bit, &at);
+    float was = 0.0f, now = 0.0f;
+    if (h->total) flip_middle(h, f->bit, &at, &was, &now);
     if (h->total)
         fprintf(stderr, "tessera-train: [rank %d %s] TSR_FAULT: flipped bit %d of %s element %zu "
-                "of %zu this rank holds (%s, step %lld)\n", t->dist.rank, t->dist.host, f->bit,
-                f->tensor, at, h->total, site_names[f->site], (long long)f->step);
+                "of %zu this rank holds (%s, step %lld): %g -> %g\n", t->dist.rank, t->dist.host,
+                f->bit, f->tensor, at, h->total, site_names[f->site], (long long)f->step,
+                (double)was, (double)now);
     else
         tsr_warn("TSR_FAULT: rank %d holds no element of %s in its %s: nothing flipped",
                  t->dist.rank, f->tensor, site_names[f->site]);

@@ -82,6 +82,11 @@ typedef struct sdc_verdict {
     int rp_whole;      /* the ranks' whole batches were replayed (after a guard's outlier) */
     sdc_rp_kind rp_kind;
     uint32_t rp_crc[4];
+    /* a tensor, context or expert group's replay (rp_stride ranks, a microbatch their collective
+     * computation: a fault of one may change every member's gradients): the positions (bit p) in
+     * the suspect's group whose results differed, all blamed; 0 otherwise */
+    uint64_t rp_group;
+    int rp_stride;
 } sdc_verdict;
 
 /* Deterministic replay (sdc_replay.c; docs/health.md "Deterministic replay") */
@@ -89,6 +94,10 @@ typedef struct sdc_replay {
     int on;
     int64_t interval;
     tsr_group *world;          /* every rank (mesh_group_open): the rows' transfers */
+    tsr_group *pos;            /* a tensor, context or expert group's lockstep: the ranks of this
+                                * rank's position in every group (ordered by group), or NULL */
+    int stride;                /* the ranks of such a group (1: none): a rank's partner is the
+                                * same position in the group before (sdc_replay.c) */
     size_t bytes;              /* a rank's batch: its tokens, targets and segment starts */
     uint8_t *mine, *theirs;    /* this rank's rows sent; the ones it recomputes */
     int64_t step;              /* the replay step whose first microbatch own is the fingerprint of */

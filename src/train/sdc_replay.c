@@ -18,9 +18,17 @@
  * group, so every rank recomputes at the same time (lockstep): its neighbour's work, or in the
  * tie-break and the second try the one rank's work in question; a layer's gradients are
  * fingerprinted as its backward completes them, before their reduce-scatter, which a
- * recomputation skips (model/fsdp.h's tap). It covers ddp, zero1, zero3, hsdp and LoRA on the
- * CPU, the lm objective, one rank per context, tensor and expert group and no pipeline, and the
- * same threads on every rank (a GEMM's summation order may follow the thread count). */
+ * recomputation skips (model/fsdp.h's tap). Under tensor, context or expert parallelism a
+ * microbatch's forward and backward are a collective of the group (S consecutive ranks), so the
+ * partner is the same position in the group before (rank - S): every group recomputes the next
+ * group's work together, each member its counterpart's rows, its collectives matched; in the
+ * tie-break and the second try every group recomputes the group in question's work; a fault of
+ * one member may change every member's gradients, so the verdict blames the members whose
+ * results differ (sdc_report). It covers ddp, zero1, zero3, hsdp and LoRA on the CPU, tensor,
+ * context or expert groups (not context with expert, nor with zero3 / hsdp; two at least),
+ * the lm objective and dpo (ddp, zero1: its pass over a rank's pairs is the unit, recomputed
+ * with the original's dropout; no replay after an outlier), no pipeline, and the same threads
+ * on every rank (a GEMM's summation order may follow the thread count). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +39,13 @@
 #include "run/objective.h"
 #include "train/sdc_int.h"
 
+/* The ranks of one model-parallel group: the consecutive ranks that share a microbatch's forward
+ * and backward (a tensor group, its context group, or its expert group: rank = (d N + c) T + t,
+ * an expert group EP consecutive ranks of a tensor_data group); 1 without. Local. */
+static int group_size(const tsr_trainer *t) {
+    return t->mesh.T * (t->part.ep_on ? t->mesh.EP : t->mesh.N);
+}
+
 /* Why replay does not run in this mode (see the top), the thread counts aside, or NULL. Local. */
 static const char *not_covered(const tsr_trainer *t) {
     if (t->be.gpu || t->cfg.device == TSR_DEVICE_CUDA) return "device = cuda (not built)";
@@ -38,17 +53,21 @@ static const char *not_covered(const tsr_trainer *t) {
         return "parallel.pipeline: a microbatch's forward and backward run through every stage, "
                "so a neighbour cannot recompute it alone, and a lockstep recomputation of every "
                "stage's neighbour's work is not built";
-    if (t->mesh.T > 1)
-        return "parallel.tensor: a microbatch's forward is a collective of its tensor group, "
-               "whose ranks hold other parts of the layers (a lockstep recomputation is not "
-               "built)";
-    if (t->mesh.N > 1)
-        return "parallel.context: a microbatch's forward is a ring over its context group (not "
-               "built)";
-    if (t->part.ep_on)
-        return "parallel.expert: a microbatch's tokens are exchanged with the expert group (not "
-               "built)";
-    if (t->objective->pass) return "the objective's passes are its own (dpo, grpo; not built)";
+    if (t->cfg.objective == TSR_OBJ_GRPO)
+        return "objective = grpo: its pass scores completions generated in the step (not built)";
+    if (t->objective->pass && (group_size(t) > 1 || t->part.fsdp_on))
+        return "objective = dpo with a tensor, context or expert group or under zero3 or hsdp "
+               "(its pass's lockstep recomputation is not built)";
+    if (group_size(t) == 1) return NULL;
+    if (t->mesh.N > 1 && t->part.ep_on)
+        return "parallel.context with parallel.expert: a microbatch's forward spans a context "
+               "and an expert group, whose lockstep recomputation is not built";
+    if (t->part.fsdp_on)
+        return "parallel.sharding = zero3 or hsdp with a tensor, context or expert group: the "
+               "layers' gathers inside a group's lockstep recomputation are not built";
+    if (t->dist.world == group_size(t))
+        return "one replica group (the world is one tensor, context or expert group): no other "
+               "group holds the same positions to recompute its microbatch";
     return NULL;
 }
 
@@ -67,12 +86,19 @@ static int covered(const tsr_trainer *t) {
     return why == NULL;
 }
 
-/* Every rank recomputes at once: the layers are gathered from the shard group (zero3, hsdp) */
-static int lockstep(const tsr_trainer *t) { return t->part.fsdp_on; }
+/* Every rank recomputes at once: the layers are gathered from the shard group (zero3, hsdp), or a
+ * microbatch's forward is a collective of its tensor, context or expert group */
+static int lockstep(const tsr_trainer *t) { return t->part.fsdp_on || group_size(t) > 1; }
 
 /* One row of a batch as a replay sends it: its tokens, targets and segment starts */
 static size_t row_bytes(const tsr_trainer *t) {
-    return (size_t)t->T * (2 * sizeof(int32_t) + 1);
+    return (size_t)t->T * (2 * sizeof(int32_t) + 1) + (t->objective->pass ? sizeof(uint64_t) : 0);
+}
+
+/* The rows a replay recomputes: a rank's first microbatch, or (dpo) its pass over its batch, the
+ * objective's unit (it fingerprints the pass as a whole) */
+static int64_t replay_rows(const tsr_trainer *t) {
+    return t->objective->pass ? t->per_rank : t->micro;
 }
 
 size_t sdc_plan_bytes(const tsr_trainer *t) {
@@ -95,6 +121,9 @@ void sdc_replay_init(tsr_trainer *t, tsr_sdc *s) {
     if (rp->interval <= 0 || !covered(t)) return;
     rp->on = 1;
     rp->world = mesh_group_open(mesh_group(&t->mesh, TSR_MESH_WORLD));
+    rp->stride = group_size(t);
+    if (rp->stride > 1) rp->pos = dist_group_split(t->dist.rank % rp->stride,
+                                                   t->dist.rank / rp->stride);
     rp->bytes = (size_t)t->per_rank * row_bytes(t);
     rp->mine = tsr_malloc(rp->bytes);
     rp->theirs = tsr_malloc(rp->bytes);
@@ -105,6 +134,7 @@ void sdc_replay_init(tsr_trainer *t, tsr_sdc *s) {
 void sdc_replay_free(tsr_trainer *t, tsr_sdc *s) {
     sdc_replay_state *rp = &s->rp;
     if (rp->world) dist_group_free(rp->world);
+    if (rp->pos) dist_group_free(rp->pos);
     if (t->part.fsdp.tap_ctx == t) t->part.fsdp.tap = NULL, t->part.fsdp.tap_ctx = NULL;
     free(rp->mine), free(rp->theirs);
     memset(rp, 0, sizeof *rp);
@@ -127,6 +157,10 @@ static uint32_t fingerprint(tsr_trainer *t, double loss) {
         c = tsr_crc32c(t->sdc->rp.tap, &root, sizeof root);
     } else {
         c = sdc_crc_floats(t, t->model.grads, t->model.n_params);
+    }
+    if (t->part.ep_on && !t->part.lora_on) { /* (this rank's experts': its group's tokens) */
+        const uint32_t e = sdc_crc_floats(t, t->part.ep.g, t->part.ep.n);
+        c = tsr_crc32c(c, &e, sizeof e);
     }
     return tsr_crc32c(c, &loss, sizeof loss);
 }
@@ -161,6 +195,30 @@ static void pack(tsr_trainer *t, int64_t rows) {
     memcpy(rp->mine, t->data.inputs, n * sizeof(int32_t));
     memcpy(rp->mine + n * sizeof(int32_t), t->data.targets, n * sizeof(int32_t));
     if (t->data.starts) memcpy(rp->mine + 2 * n * sizeof(int32_t), t->data.starts, n);
+    if (t->objective->pass) /* (dpo: each row's sample, its reference's index) */
+        memcpy(rp->mine + n * (2 * sizeof(int32_t) + 1), t->data.row_sample,
+               (size_t)rows * sizeof(uint64_t));
+}
+
+/* The objective's pass (dpo) over rank q's rows mb (packed as pack does): the batch's buffers
+ * point at them, the data rank q's (LoRA's dropout rows) for the pass; its loss sum */
+static double recompute_pass(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows, float scale) {
+    const struct { int32_t *in, *tg; uint8_t *starts; uint64_t *rs; } saved = {
+        t->data.inputs, t->data.targets, t->data.starts, t->data.row_sample};
+    const int rank = t->mesh.data.rank;
+    const size_t n = (size_t)rows * (size_t)t->T;
+    uint8_t *starts = t->data.starts ? (uint8_t *)mb + 2 * n * sizeof(int32_t) : NULL;
+    uint64_t *rs = tsr_malloc((size_t)rows * sizeof *rs); /* (aligned) */
+    memcpy(rs, mb + n * (2 * sizeof(int32_t) + 1), (size_t)rows * sizeof *rs);
+    t->data.inputs = (int32_t *)mb, t->data.targets = (int32_t *)mb + n;
+    t->data.starts = starts, t->data.row_sample = rs;
+    t->mesh.data.rank = mesh_data_rank(&t->mesh, q);
+    const double loss = t->objective->pass(&t->run, t->run.objective_state, scale);
+    t->mesh.data.rank = rank;
+    t->data.inputs = saved.in, t->data.targets = saved.tg;
+    t->data.starts = saved.starts, t->data.row_sample = saved.rs;
+    free(rs);
+    return loss;
 }
 
 /* The buffers a recomputation's backward fills, zeroed (fsdp: the root's and the tap) */
@@ -171,6 +229,7 @@ static void zero_grads(tsr_trainer *t) {
         t->be.ops->zero(t->part.fsdp.root_g, t->part.fsdp.units[0].size * sizeof(float));
     else
         t->be.ops->zero(t->model.grads, t->model.n_params * sizeof(float));
+    if (t->part.ep_on) ep_zero_grads(&t->part.ep);
     t->sdc->rp.tap = 0;
 }
 
@@ -188,10 +247,11 @@ static uint32_t recompute(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows
     zero_grads(t);
     rp->busy = rp->clobbered = 1;
     t->part.fsdp.tap_only = 1;
-    for (int64_t b = 0; b < rows; b += t->micro) {
+    if (t->objective->pass) loss = recompute_pass(t, mb, q, rows, scale);
+    for (int64_t b = 0; b < rows && !t->objective->pass; b += t->micro) {
         if (t->part.lora_on) /* the dropout of rank q's rows (model_lora.h) */
             lora_set_pass(&t->part.lora, 1, run_lora_key(&t->run),
-                          lora_pass_row0(q, t->per_rank, b, t->T));
+                          lora_pass_row0(mesh_data_rank(&t->mesh, q), t->per_rank, b, t->T));
         m->starts = starts ? (uint8_t *)(starts + (size_t)b * T) : NULL;
         loss += model_forward(m, in + (size_t)b * T, tg + (size_t)b * T, t->micro, t->T);
         model_backward(m, in + (size_t)b * T, tg + (size_t)b * T, t->micro, t->T, scale);
@@ -203,17 +263,27 @@ static uint32_t recompute(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows
     return fingerprint(t, loss);
 }
 
+/* The rank whose rows this rank recomputes when the work of rank q's group is recomputed: the
+ * same position in q's group (q itself without a tensor, context or expert group). Local. */
+static int counterpart(const tsr_trainer *t, int q) {
+    const int s = t->sdc->rp.stride;
+    return q - q % s + t->dist.rank % s;
+}
+
 /* Rank c recomputes rank q's first `rows` rows (q sends them, unless c is q; in lockstep every
- * rank does, q's rows broadcast); c's fingerprint, on every rank. Collective. */
+ * rank does: under zero3 / hsdp q's rows broadcast, in a tensor, context or expert group each
+ * position's rows of q's group broadcast to that position in every group, each group
+ * recomputing them together); c's fingerprint, on every rank. Collective. */
 static uint32_t compute_on(tsr_trainer *t, int c, int q, int64_t rows, float scale) {
     sdc_replay_state *rp = &t->sdc->rp;
-    const int me = t->dist.rank;
+    const int me = t->dist.rank, src = counterpart(t, q);
     const size_t bytes = (size_t)rows * row_bytes(t);
     uint32_t crc = 0;
     if (lockstep(t)) {
-        if (me == q) memcpy(rp->theirs, rp->mine, bytes);
-        dist_bcast(rp->theirs, bytes, q);
-        crc = recompute(t, rp->theirs, q, rows, scale);
+        if (me == src) memcpy(rp->theirs, rp->mine, bytes);
+        if (rp->pos) dist_group_bcast(rp->pos, rp->theirs, bytes, src / rp->stride);
+        else dist_bcast(rp->theirs, bytes, q);
+        crc = recompute(t, rp->theirs, src, rows, scale);
     } else {
         if (c != q && (me == q || me == c))
             dist_group_sendrecv(rp->world, rp->mine, me == q ? c : -1, rp->theirs,
@@ -229,7 +299,8 @@ static uint32_t compute_on(tsr_trainer *t, int c, int q, int64_t rows, float sca
  * (-1: none known), *original: it was q's own, which the step used. Collective. */
 static sdc_rp_kind judge(tsr_trainer *t, int q, int r, uint32_t fq, uint32_t rr, int64_t rows,
                          float scale, int *suspect, int *original) {
-    const int W = t->dist.world, third = W >= 3 ? (q + 1) % W : -1;
+    const int W = t->dist.world, s = t->sdc->rp.stride;
+    const int third = W / s >= 3 ? (q + s) % W : -1; /* (the same position, the group after) */
     sdc_verdict *v = &t->sdc->v;
     *suspect = -1, *original = 0;
     v->rp_third = third;
@@ -251,11 +322,25 @@ static sdc_rp_kind judge(tsr_trainer *t, int q, int r, uint32_t fq, uint32_t rr,
     return (*suspect = -1), SDC_RP_UNATTRIBUTED; /* (two ranks, each agreeing with itself) */
 }
 
+/* A tensor, context or expert group's replay: the positions (bit p) of rank q's group whose
+ * original and recomputation differ, where more than one does (a fault of one member may change
+ * the others' gradients: the group is blamed); 0 otherwise */
+static uint64_t group_differs(const tsr_trainer *t, int q, const uint32_t *pairs) {
+    const int W = t->dist.world, s = t->sdc->rp.stride, base = q - q % s;
+    uint64_t mask = 0;
+    for (int p = 0; p < s && p < 64; p++) {
+        const int a = base + p, r = (a - s + W) % W;
+        if (pairs[2 * a] != pairs[2 * r + 1]) mask |= (uint64_t)1 << p;
+    }
+    return mask & (mask - 1) ? mask : 0;
+}
+
 /* The verdict on a mismatch of rank q, replayed by r, recorded (and reported: sdc_report);
  * *redo = 1 on rank q when its own result, which the step used, erred. */
 static int verdict(tsr_trainer *t, int q, int r, const uint32_t *pairs, int64_t rows,
                    float scale, int *redo) {
     tsr_sdc *s = t->sdc;
+    s->v.rp_stride = s->rp.stride, s->v.rp_group = group_differs(t, q, pairs);
     t->out.health.replay_mismatches++;
     s->v.rp_q = q, s->v.rp_r = r, s->v.rp_crc[0] = pairs[2 * q], s->v.rp_crc[1] = pairs[2 * r + 1];
     s->v.rp_crc[2] = s->v.rp_crc[3] = 0;
@@ -286,9 +371,11 @@ static int judge_all(tsr_trainer *t, uint32_t own, uint32_t theirs, int64_t rows
     t->out.health.replays++;
     t->sdc->rp.clobbered = 0;
     int rc = 0;
-    for (int q = 0; q < W && !rc; q++) {
-        const int r = (q - 1 + W) % W; /* (rank r recomputed q's rows) */
-        if (pairs[2 * q] != pairs[2 * r + 1]) rc = verdict(t, q, r, pairs, rows, scale, redo);
+    for (int q = 0, s = t->sdc->rp.stride; q < W && !rc; q++) {
+        const int r = (q - s + W) % W; /* (rank r recomputed q's rows) */
+        if (pairs[2 * q] == pairs[2 * r + 1]) continue;
+        rc = verdict(t, q, r, pairs, rows, scale, redo);
+        q += s - 1 - q % s; /* (a group's verdict covers its members) */
     }
     free(pairs);
     *redo |= t->sdc->rp.clobbered;
@@ -299,11 +386,11 @@ static int judge_all(tsr_trainer *t, uint32_t own, uint32_t theirs, int64_t rows
  * their fingerprint. Collective. */
 static uint32_t shifted(tsr_trainer *t, int64_t rows, float scale) {
     sdc_replay_state *rp = &t->sdc->rp;
-    const int me = t->dist.rank, W = t->dist.world;
+    const int me = t->dist.rank, W = t->dist.world, s = rp->stride;
     pack(t, rows);
-    dist_group_sendrecv(rp->world, rp->mine, (me - 1 + W) % W, rp->theirs, (me + 1) % W,
+    dist_group_sendrecv(rp->world, rp->mine, (me - s + W) % W, rp->theirs, (me + s) % W,
                         (size_t)rows * row_bytes(t));
-    return recompute(t, rp->theirs, (me + 1) % W, rows, scale);
+    return recompute(t, rp->theirs, (me + s) % W, rows, scale);
 }
 
 int sdc_replay_before(tsr_trainer *t, float scale) {
@@ -311,7 +398,7 @@ int sdc_replay_before(tsr_trainer *t, float scale) {
     if (!s || !replay_due(t)) return 0;
     const double t0 = tsr_now();
     TSR_CHECK(sdc_before_replay(t)); /* (the state it recomputes from agrees first) */
-    s->rp.theirs_crc = shifted(t, t->micro, scale);
+    s->rp.theirs_crc = shifted(t, replay_rows(t), scale);
     s->rp.seconds += tsr_now() - t0;
     t->out.health.step_s += tsr_now() - t0;
     return 0;
@@ -323,7 +410,7 @@ int sdc_replay(tsr_trainer *t, float scale, int *redo) {
     if (!s || !replay_due(t) || s->rp.step != t->step + 1) return 0;
     const double t0 = tsr_now();
     s->v.rp_whole = 0;
-    const int rc = judge_all(t, s->rp.own, s->rp.theirs_crc, t->micro, scale, redo);
+    const int rc = judge_all(t, s->rp.own, s->rp.theirs_crc, replay_rows(t), scale, redo);
     s->rp.seconds += tsr_now() - t0;
     t->out.health.step_s += tsr_now() - t0;
     return rc;

@@ -16,7 +16,13 @@ static int replay_blamed(const sdc_verdict *v, int *ranks, int cap, int *attribu
     int n = 0;
     *attributed = v->rp_suspect >= 0;
     if (cap < 2) return 0;
-    if (*attributed) ranks[n++] = v->rp_suspect;
+    if (v->rp_group) { /* (the suspect's group; unattributed: the original's, the replayer's) */
+        const int lo = v->rp_q < v->rp_r ? v->rp_q : v->rp_r, hi = v->rp_q + v->rp_r - lo;
+        const int who[2] = {*attributed ? v->rp_suspect : lo, *attributed ? -1 : hi};
+        for (int i = 0; i < 2 && who[i] >= 0; i++)
+            for (int p = 0; p < v->rp_stride && p < 64 && n < cap; p++)
+                if (v->rp_group >> p & 1) ranks[n++] = who[i] - who[i] % v->rp_stride + p;
+    } else if (*attributed) ranks[n++] = v->rp_suspect;
     else if (v->rp_q == v->rp_r) ranks[n++] = v->rp_q;
     else ranks[n++] = v->rp_q < v->rp_r ? v->rp_q : v->rp_r, ranks[n++] = v->rp_q < v->rp_r ? v->rp_r : v->rp_q;
     return n;
@@ -156,10 +162,26 @@ static void log_event(const tsr_trainer *t, const tsr_sdc *s, const int *ranks, 
     jsonl_end_record(f);
 }
 
+/* "rank 1" or, for a group's replay, "ranks 0, 1 of rank 1's group" into out */
+static void replay_who(const sdc_verdict *v, char *out, size_t cap) {
+    int ranks[64], attributed, n = replay_blamed(v, ranks, 64, &attributed);
+    if (!v->rp_group) {
+        snprintf(out, cap, "rank %d", v->rp_suspect);
+        return;
+    }
+    size_t k = (size_t)snprintf(out, cap, "ranks");
+    for (int i = 0; i < n && k < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s %d", i ? "," : "", ranks[i]);
+    if (k < cap)
+        snprintf(out + k, cap - k, " (whose results differ) of rank %d's group, a microbatch "
+                 "being the group's collective computation", v->rp_suspect);
+}
+
 /* A replay's verdict as lines: the computations, then what they say */
 static void replay_lines(const tsr_sdc *s) {
     const sdc_verdict *v = &s->v;
-    char third[96] = "", second[96] = "";
+    char third[96] = "", second[96] = "", who[400];
+    replay_who(v, who, sizeof who);
     if (v->rp_third >= 0)
         snprintf(third, sizeof third, "; rank %d's 0x%08x", v->rp_third, v->rp_crc[2]);
     if (v->rp_retry >= 0)
@@ -171,14 +193,14 @@ static void replay_lines(const tsr_sdc *s) {
              v->rp_whole ? "batch" : "first microbatch", v->rp_crc[0], v->rp_q, s->hosts[v->rp_q], v->rp_crc[1],
              v->rp_r, s->hosts[v->rp_r], third, second);
     if (v->rp_kind == SDC_RP_TRANSIENT)
-        tsr_warn("%s: a transient fault of rank %d (node %s): its second try agrees%s", what,
-                 v->rp_suspect, s->hosts[v->rp_suspect],
+        tsr_warn("%s: a transient fault of %s (node %s): its second try agrees%s", what,
+                 who, s->hosts[v->rp_suspect],
                  v->rp_whole ? "; the guard's response to the step as computed follows"
                  : v->rp_suspect == v->rp_q ? "; it computes its microbatches again before the "
                                               "reduction" : "");
     else if (v->rp_kind == SDC_RP_PERSISTENT)
-        tsr_error("silent data corruption in the %s: a persistent fault of rank %d (node %s): its "
-                  "second try disagrees again", what, v->rp_suspect, s->hosts[v->rp_suspect]);
+        tsr_error("silent data corruption in the %s: a persistent fault of %s (node %s): its "
+                  "second try disagrees again", what, who, s->hosts[v->rp_suspect]);
     else
         tsr_error("silent data corruption in the %s: unattributed (no result is held by two of "
                   "three computations)", what);
@@ -189,8 +211,10 @@ void sdc_report(tsr_trainer *t, tsr_sdc *s) {
     const sdc_verdict *v = &s->v;
     if (v->found == SDC_FOUND_REPLAY) replay_lines(s);
     if (v->found == SDC_FOUND_REPLAY && v->rp_kind == SDC_RP_TRANSIENT) {
-        int ranks[2] = {v->rp_suspect, -1};
-        log_event(t, s, ranks, 1, 1, s->hosts[v->rp_suspect]);
+        int ranks[64], attributed, n = replay_blamed(v, ranks, 64, &attributed);
+        char nodes[1024];
+        node_list(s, ranks, n, nodes, sizeof nodes);
+        log_event(t, s, ranks, n, 1, nodes);
         return;
     }
     for (int i = 0; v->found == SDC_FOUND_REPLICAS && i < v->n_votes; i++)

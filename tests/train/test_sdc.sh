@@ -13,7 +13,7 @@
 #  - after a resume, a rank's state is checked against the checkpoint's CRC32C (the read path);
 #  - tensor parallelism (T 2 x data 2) and the pipeline (2 stages x data 2): only the ranks holding
 #    the same part compare, a resume checks the tensors held whole against the file, a flip at rest
-#    is caught, and no replay runs;
+#    is caught, and a replay runs under tensor parallelism only (test_sdc_replay.sh);
 #  - deterministic replay: one rank's matrix product wrong once in a replay step is a transient
 #    fault (its second try agrees), the rank recomputes its microbatches and the run ends with the
 #    clean run's weights bit for bit; wrong in every product from then on: persistent, exit 87;
@@ -98,9 +98,12 @@ for mode in tensor pipeline; do
     d=${mode:0:1}P
     run 4 "$d" --set parallel.$mode=2 --set max_duration=6ba --set health.replay_interval=4
     rc=$?
-    [[ $rc == 0 && $(health "$d" comparisons) == 3 && $(health "$d" mismatches) == 0 && $(health "$d" replay_interval) == 0 ]] &&
-        grep -q "^health: fingerprints compared 3 times .*, all agreed" "$TMP/$d.txt"
-    tap_check $? "parallel.$mode = 2 on 4 ranks (ddp): each rank compared with the one holding the same part only, at start and the saves of steps 5 and 6, all agreed; no replay (a microbatch's forward is its group's collective) (exit $rc)"
+    n=3 rpi=0 # (tensor: a replay at step 4, each tensor group recomputing the other's work, compares first)
+    [[ $mode == tensor ]] && n=4 rpi=4
+    [[ $rc == 0 && $(health "$d" comparisons) == "$n" && $(health "$d" mismatches) == 0 && $(health "$d" replay_interval) == "$rpi" &&
+       $(health "$d" replay_mismatches) == 0 ]] &&
+        grep -q "^health: fingerprints compared $n times .*, all agreed" "$TMP/$d.txt"
+    tap_check $? "parallel.$mode = 2 on 4 ranks (ddp): each rank compared with the one holding the same part only, at start, the saves of steps 5 and 6 (and tensor's replay at step 4, which agrees), all agreed; no replay under the pipeline (exit $rc)"
     TSR_FAULT=flip:weights:wpe:20:1:10 run 4 "$d" --set parallel.$mode=2
     rc=$?
     [[ $rc == 87 && $(culprit "$d" verdict) == changed_at_rest && $(culprit "$d" ranks) == 1 && $(culprit "$d" tensor) == model/wpe ]] &&

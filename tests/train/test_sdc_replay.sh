@@ -11,10 +11,19 @@
 #    the layers' gradients fingerprinted before their reduce-scatter: a clean replay agrees and
 #    changes no bit; a wrong product once is transient (the rank computes again: the clean run's
 #    weights), in every product persistent;
+#  - under context, expert and tensor parallelism (2 groups of 2) each group recomputes the group
+#    before it's first microbatches together, position for position: a clean replay agrees and
+#    changes no bit; a wrong product once is a transient fault of rank 1's group (its members whose
+#    results differ named); in every product, with no third group, unattributed (exit 87); one
+#    group alone (world = parallel.tensor) is refused at start with the reason; after the spike
+#    guard's outlier (context) every group's batch is recomputed by the group before it;
+#  - DPO (LoRA with dropout, 3 ranks): each rank's pass over its pairs recomputed by its neighbour
+#    (with the dropout of the original's rows): a clean replay agrees and changes no bit; a NaN
+#    rank 1 put into its gradients is its transient fault;
 #  - the replay holds no second copy of the gradients: the memory plan counts two batches' tokens.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 20
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -97,6 +106,83 @@ TSR_FAULT=matmul:7:2:every run 4 HP "${rp[@]}" "${h[@]}"
 rc=$?
 [[ $rc == 87 && $(culprit HP verdict) == persistent && $(culprit HP ranks) == 2 ]]
 tap_check $? "hsdp 2 x 2: rank 2's products wrong from step 7 on: persistent, exit 87, culprit rank 2 (exit $rc)"
+
+# context, expert, tensor: 2 groups of 2 on 4 ranks, a replay at step 7 (rank 1's group: 0, 1)
+m=(--set global_batch=8 --set max_duration=8ba --set save_interval=4ba)
+moe=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.n_kv_head=2 --set model.intermediate_size=96
+     --set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=48)
+group_mode() { # group_mode NAME SETTINGS...: a clean replay and one with rank 1's product wrong once
+    local n=$1; shift
+    run 4 "$n" "${rp[@]}" "${m[@]}" "$@"
+    local rc=$?
+    TSR_FAULT=matmul:7:1 run 4 "${n}M" "${rp[@]}" "${m[@]}" "$@"
+    local rc2=$?
+    [[ $rc == 0 && $rc2 == 0 && $(health "$n" replays) == 1 && $(health "$n" replay_mismatches) == 0 &&
+       $(health "${n}M" replay_transients) == 1 ]] &&
+        grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/microbatch-0-of-rank-[01]", "mismatches": 2, "ranks": \[0, 1\]' "$TMP/${n}M/metrics.jsonl" &&
+        grep -q "replay of step 7: rank [01]'s first microbatch gives gradients .* recomputed by rank [23] .*: a transient fault of ranks 0, 1 (whose results differ) of rank [01]'s group, a microbatch being the group's collective computation (node .*): its second try agrees" "$TMP/${n}M.txt" &&
+        same_tensors "$(ck "$TMP/$n" 8)" "$(ck "$TMP/${n}M" 8)"
+}
+group_mode C --set parallel.context=2
+tap_check $? "context 2 x 2: each context group recomputes the other's first microbatch at step 7, all agree; rank 1's product wrong once: a transient fault of its group (ranks 0, 1 differ: the ring carries it), the run ends with the clean run's weights bit for bit"
+TSR_FAULT=garbage:8:9 run 4 CG "${g[@]}" --set global_batch=8 --set max_duration=10ba --set parallel.context=2
+rc=$?
+TSR_FAULT=garbage:8:9,matmul:9:1 run 4 CGM "${g[@]}" --set global_batch=8 --set max_duration=10ba --set parallel.context=2
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 ]] && skipped9 CG && skipped9 CGM &&
+    grep -q '"event": "replay", "step": 9, "trigger": "outlier", "verdict": "data"' "$TMP/CG/metrics.jsonl" &&
+    grep -q '"event": "sdc", "step": 9, "check": "replay", "verdict": "transient", "tensor": "grads/batch-of-rank-0", "mismatches": 2, "ranks": \[0, 1\]' "$TMP/CGM/metrics.jsonl" &&
+    ! grep -q '"verdict": "data"' "$TMP/CGM/metrics.jsonl"
+tap_check $? "context 2 x 2 after the spike guard's outlier: every group's batch recomputed by the group before it: the data (garbage), or with rank 1's product wrong on that step its group's transient fault; the guard skips the step (exit $rc, $rc2)"
+run 4 Coff --set health.replay_interval=0 "${m[@]}" --set parallel.context=2
+rc=$?
+[[ $rc == 0 ]] && same_tensors "$(ck "$TMP/C" 8)" "$(ck "$TMP/Coff" 8)"
+tap_check $? "context 2 x 2: the replay changes no bit: the weights equal a run without replay (exit $rc)"
+
+group_mode E "${moe[@]}" --set parallel.expert=2
+tap_check $? "expert 2 x 2: each expert group recomputes the other's first microbatch (the experts' exchange its own), all agree; rank 1's product wrong once: a transient fault of its group, the clean run's weights bit for bit"
+
+group_mode T --set parallel.tensor=2
+tap_check $? "tensor 2 x 2: each tensor group recomputes the other's first microbatch, its shards', all agree; rank 1's product wrong once: a transient fault of its group, the clean run's weights bit for bit"
+
+TSR_FAULT=matmul:7:1:every run 4 TP "${rp[@]}" "${m[@]}" --set parallel.tensor=2
+rc=$?
+[[ $rc == 87 && $(culprit TP check) == replay && $(culprit TP verdict) == unattributed && $(culprit TP ranks) == 0,1,2,3 ]] &&
+    grep -q "unattributed (no result is held by two of three computations)" "$TMP/TP.txt"
+tap_check $? "tensor 2 x 2: rank 1's products wrong from step 7 on, each group repeating its own result and no third group: unattributed, exit 87, both groups' ranks suspects (exit $rc)"
+
+run 2 T1 "${rp[@]}" "${m[@]}" --set parallel.tensor=2
+rc=$?
+[[ $rc == 0 && $(health T1 replays) == 0 ]] &&
+    grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): one replica group (the world is one tensor, context or expert group): no other group holds the same positions to recompute its microbatch; the fingerprints' comparisons still run" "$TMP/T1.txt"
+tap_check $? "tensor with world = parallel.tensor: one replica group, no replay, the reason said at start; the run goes on (exit $rc)"
+
+# DPO: the pass over a rank's pairs (LoRA with dropout) recomputed by its neighbour at step 7
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
+dbase=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=100 --set data.tokenizer=
+       --set sample.tokens=0 --set data.train="$pairs" --set data.val= --set eval_interval=0ba
+       --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.n_kv_head=2
+       --set model.intermediate_size=96 --set seq_len=16 --set global_batch=12 --set micro_batch=2
+       --set save_interval=4ba --set threads=1 --set log_interval=1 --set optim.warmup=2ba
+       --set watchdog.window=0)
+dpo=(--set objective=dpo --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1
+     --set optim.lr=1e-2 --set dpo.beta=0.5 --set max_duration=8ba --init-from "$TMP/dbase")
+drun() { local np=$1 dir=$2; shift 2; ranks "$np" "$TRAIN" "${dbase[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+drun 1 dbase --set max_duration=3ba
+drun 3 DPO "${dpo[@]}" "${rp[@]}"
+rc=$?
+drun 3 DPOoff "${dpo[@]}" --set health.replay_interval=0
+rc2=$?
+[[ -n $pairs && $rc == 0 && $rc2 == 0 && $(health DPO replays) == 1 && $(health DPO replay_mismatches) == 0 ]] &&
+    same_tensors "$(ck "$TMP/DPO" 8)" "$(ck "$TMP/DPOoff" 8)"
+tap_check $? "DPO (LoRA, dropout 0.1, 3 ranks): each rank's pass over its pairs recomputed by its neighbour at step 7 with the original's dropout, all agree; the weights equal a run without replay bit for bit (exit $rc, $rc2)"
+
+TSR_FAULT=nan:7:1 drun 3 DPON "${dpo[@]}" "${rp[@]}"
+rc=$?
+[[ $rc == 0 && $(health DPON replay_transients) == 1 ]] &&
+    grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/microbatch-0-of-rank-1", "mismatches": 1, "ranks": \[1\]' "$TMP/DPON/metrics.jsonl" &&
+    grep -q "replay of step 7: rank 1's first microbatch gives gradients .* recomputed by rank 0 .*; rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees" "$TMP/DPON.txt"
+tap_check $? "DPO: a NaN rank 1 put into its pass's gradients in step 7: its neighbour's and rank 2's recomputations agree, its second try too: a transient fault of rank 1 (exit $rc)"
 
 # 8 sequences of 32 a rank: 8 x 32 x (4 + 4 + 1) bytes, twice
 grep -q "replay buffers 4.5 KiB (health.replay_interval)" "$TMP/D.txt" && ! grep -q "replay buffers" "$TMP/Doff.txt"
