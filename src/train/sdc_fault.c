@@ -279,10 +279,11 @@ static void flip_holding(const tsr_trainer *t, const sdc_flip *f, holding *h) {
  * gathers), the host mirror then restored: the device alone holds the flipped bit */
 static void device_flip(tsr_trainer *t, const sdc_flip *f, holding *h, int who) {
     size_t at;
+    float was, now;
     gpu_train_pull(t->be.gpu);
     if (who) flip_holding(t, f, h);
     gpu_train_push(t->be.gpu, 1);
-    if (h->total) flip_middle(h, f->bit, &at);
+    if (h->total) flip_middle(h, f->bit, &at, &was, &now); /* (back: the mirror restored) */
 }
 
 void sdc_fault(tsr_trainer *t, sdc_when when) {
