@@ -96,6 +96,29 @@ emulator_half() {
     done
     return 1
 }
+# both_halves PER "EMU_ARGS" "CUDA_ARGS": a multi-rank GPU test's two halves, the test's
+# `suite BIN LABEL ARGS...`: on the host emulator (its devices as many as MPI starts ranks: 8, or
+# 1 without MPI; MPI_OK set by the test), then on the real backend (its GPUs; one process without
+# MPI), whose PER checks are skipped, saying why, where it cannot run. The ARGS are words.
+both_halves() {
+    local per=$1 i emu cuda
+    read -ra emu <<<"${2:-}"
+    read -ra cuda <<<"${3:-}"
+    if emulator_half "$per"; then
+        GPUS=$((MPI_OK ? 8 : 1))
+        suite "$BUILD/tests/tessera-train-cuemu" emulator "${emu[@]}"
+        emulator_half_end
+    fi
+    real_backend
+    if [[ -z $why ]]; then
+        ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
+        suite "$TRAIN" cuda "${cuda[@]}"
+        return
+    fi
+    for ((i = 0; i < per; i++)); do
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $per # SKIP $why"
+    done
+}
 # emulator_half_end: the last line of a half that ran; one more, failing, check when it did not run
 # the N checks emulator_half was given (the plan then fails too)
 emulator_half_end() {

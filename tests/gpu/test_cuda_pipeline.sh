@@ -111,19 +111,5 @@ suite() {
 
 MPI_OK=0
 mpi_ok "$TRAIN" && MPI_OK=1
-if emulator_half "$PER"; then
-    GPUS=$((MPI_OK ? 8 : 1))
-    suite "$BUILD/tests/tessera-train-cuemu" emulator
-    emulator_half_end
-fi
-
-real_backend
-if [[ -z $why ]]; then
-    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
-    suite "$TRAIN" cuda
-else
-    for ((i = 0; i < PER; i++)); do
-        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $PER # SKIP $why"
-    done
-fi
+both_halves "$PER" "" ""
 tap_done

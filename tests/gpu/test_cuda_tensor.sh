@@ -137,21 +137,7 @@ suite() {
 
 MPI_OK=0
 mpi_ok "$TRAIN" && MPI_OK=1
-if emulator_half "$PER"; then
-    GPUS=$((MPI_OK ? 8 : 1))
-    suite "$BUILD/tests/tessera-train-cuemu" emulator 2e-4 2e-3 1e-3 0
-    emulator_half_end
-fi
-
-real_backend
-if [[ -z $why ]]; then
-    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
-    suite "$TRAIN" cuda 2e-3 2e-2 2e-3 $((64 << 20)) # (cuBLASLt's workspace beside the plan)
-else
-    for ((i = 0; i < PER; i++)); do
-        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $PER # SKIP $why"
-    done
-fi
+both_halves "$PER" "2e-4 2e-3 1e-3 0" "2e-3 2e-2 2e-3 $((64 << 20))" # (cuBLASLt's workspace beside the plan)
 
 # --plan with the CUDA library (no GPU needed; a sharded mode is priced, with a warning, though a
 # run refuses it): under T = 2 the state is sharded over the tensor_data group, not the world
