@@ -207,7 +207,7 @@ for n, mark in found:
 PY
 }
 agree() { # NAME: each layout of NAME's marks, planned with its keys, agrees with its mark
-    local mark keys name out rc n=0
+    local mark keys name rc n=0
     marks "$1" >"$TMP/$1.marks" || return 1
     while IFS=$'\t' read -r mark keys name; do
         n=$((n + 1))
