@@ -18,7 +18,8 @@ typedef struct lay {
     pp_kind sched;
     double mem;            /* device memory per rank, the activations in flight counted */
     timeplan_layout f;
-    const char *not_yet;   /* the key tessera does not run it with yet (NULL: it runs) */
+    const char *not_yet;   /* the key a device = "cuda" start refuses it with (NULL: it runs) */
+    const char *value;     /* ... and that key's value, as the config's refusal names it */
 } lay;
 
 typedef struct search {
@@ -36,15 +37,18 @@ typedef struct search {
 
 /* ---- one layout ----------------------------------------------------------------------------- */
 
-/* the key a layout of cfg does not run with yet in tessera (docs/pipeline.md, docs/parallelism.md),
- * NULL when it runs */
-static const char *not_yet(const tsr_config *c) {
-    const char *v, *k = c->pipeline > 1 ? config_pipeline_pair(c, &v) : NULL;
-    if (!k && c->tensor > 1) k = config_tensor_pair(c, &v);
-    if (!k && c->tensor > 1 && c->device == TSR_DEVICE_CUDA) k = "parallel.tensor with device";
-    /* (the GPU's pipeline: 1f1b on stages of one rank each, src/gpu/gpu_pp.h; a layout's stages
-     * have data ranks) */
-    if (!k && c->pipeline > 1 && c->device == TSR_DEVICE_CUDA) k = "parallel.pipeline with device";
+/* the first key a device = "cuda" start refuses layout c with, its value in *v (NULL when a start
+ * runs it): the config's own tables (config_checks.c validate_pipeline and validate_tensor, the
+ * trainer's tensor_device_check), not a copy of them: the modes the pipeline and tensor
+ * parallelism do not run with yet, then those their GPU paths do not (docs/pipeline.md,
+ * docs/parallelism.md "Tensor parallelism on the GPU"). (config_pipeline_check's refusals within
+ * the search, zb with zero3 or hsdp, interleaved with experts, are the GPU table's too.) */
+static const char *not_yet(const tsr_config *c, const char **v) {
+    const char *k = config_pipeline_pair(c, v);
+    if (!k) k = config_tensor_pair(c, v);
+    if (!k) k = config_pipeline_cuda_pair(c, v);
+    if (!k) k = config_tensor_cuda_pair(c, v);
+    if (!k) *v = "";
     return k;
 }
 
@@ -96,7 +100,7 @@ static void try_layout(search *s, tsr_config *c, int naive) {
     c->model.activation_checkpointing = l->ckpt ? TSR_ACTCKPT_BLOCK : TSR_ACTCKPT_NONE;
     c->model.activation_checkpointing_layers = -1;
     c->pipeline_layout[0] = '\0';
-    l->not_yet = not_yet(c);
+    l->not_yet = not_yet(c, &l->value);
     s->tried++;
     memset(&l->f, 0, sizeof l->f);
     if (s->trial(c, s->d, use, s) != 0 || l->f.tokens_gpu <= 0) return;
@@ -199,12 +203,27 @@ static void name_of(const lay *l, int W, char *out, size_t n) {
              l->ckpt ? " ckpt" : "");
 }
 
+/* whether a device = "cuda" start runs l: "yes", or "no: KEY VALUE" (the key it refuses) */
+static void cuda_mark(const lay *l, char *out, size_t n) {
+    if (!l->not_yet) snprintf(out, n, "yes");
+    else snprintf(out, n, "no: %s%s%s", l->not_yet, l->value[0] ? " " : "", l->value);
+}
+
+/* l's name and its mark (the report's lines that name a layout beside the rows) */
+static void marked_name(const lay *l, int W, char *out, size_t n) {
+    char mark[160];
+    name_of(l, W, out, n);
+    cuda_mark(l, mark, sizeof mark);
+    const size_t at = strlen(out);
+    snprintf(out + at, n - at, "; runs on cuda: %s", mark);
+}
+
 static void print_row(int rank, const lay *l, int W) {
-    char name[128];
+    char name[128], mark[160];
     name_of(l, W, name, sizeof name);
+    cuda_mark(l, mark, sizeof mark);
     printf("%2d  %-44s %8.1f %7.4f %10.1f %10.1f %9.0f  %s\n", rank, name, l->mem / GIB,
-           l->f.bubble, l->f.node_bytes / 1e9, l->f.net_bytes / 1e9, l->f.tokens_gpu,
-           l->not_yet ? l->not_yet : "yes");
+           l->f.bubble, l->f.node_bytes / 1e9, l->f.net_bytes / 1e9, l->f.tokens_gpu, mark);
 }
 
 /* the --set options of layout l */
@@ -217,6 +236,26 @@ static void print_sets(const lay *l) {
     printf("--set parallel.context=%d --set parallel.expert=%d --set parallel.sharding=%s --set "
            "micro_batch=%d --set model.activation_checkpointing=%s\n", l->N, l->EP,
            shard[l->shard], l->micro, l->ckpt ? "block" : "none");
+}
+
+/* why a device = "cuda" start refuses layout l (the config's key and value) */
+static void print_refused(const lay *l) {
+    printf("device = \"cuda\" does not run it yet: a start refuses %s%s%s (docs/pipeline.md, "
+           "docs/parallelism.md); its keys: ", l->not_yet, l->value[0] ? " " : "", l->value);
+}
+
+/* the fastest layout that fits and that a device = "cuda" start runs (the best is not one) */
+static void print_today(const search *s) {
+    char name[128];
+    if (!s->has_today) {
+        printf("runs on cuda: none of the %d layouts that fit runs on device = \"cuda\" today\n",
+               s->fit);
+        return;
+    }
+    name_of(&s->today, s->d->world, name, sizeof name);
+    printf("runs on cuda: %s: %.0f tokens/s/GPU, %.1f GiB a GPU; a run: ", name,
+           s->today.f.tokens_gpu, s->today.mem / GIB);
+    print_sets(&s->today);
 }
 
 /* the part of the step where a wins most over b, in words */
@@ -240,29 +279,29 @@ static void why_best(const lay *a, const lay *b, const char *bname, const char *
 /* why the best wins: against the best of the other kind, the best that runs, the naive one */
 static void report_why(const search *s, const lay *b) {
     const int W = s->d->world, k = b->P == 1;
-    char name[128];
+    char name[320];
     if (s->has_other[k]) {
-        name_of(&s->other[k], W, name, sizeof name);
+        marked_name(&s->other[k], W, name, sizeof name);
         why_best(b, &s->other[k], name, b->P > 1 ? "the fastest without a pipeline"
                                                  : "the fastest with one");
     }
     /* (tensor and pipeline together: unless the best is such a layout or the line above was) */
     if (s->has_other[2] && (b->P == 1 || b->T == 1) && (!s->has_other[k] || s->other[k].T == 1 ||
                                                          s->other[k].P == 1)) {
-        name_of(&s->other[2], W, name, sizeof name);
+        marked_name(&s->other[2], W, name, sizeof name);
         why_best(b, &s->other[2], name, "the fastest with tensor and pipeline parallelism");
     }
     if (s->has_today && b->not_yet) {
-        name_of(&s->today, W, name, sizeof name);
-        why_best(b, &s->today, name, "the fastest that runs in tessera today");
+        marked_name(&s->today, W, name, sizeof name);
+        why_best(b, &s->today, name, "the fastest that runs on cuda today");
     }
     if (!s->has_naive) {
         printf("  the naive layout (ZeRO-3 over all %d ranks) does not split the batch\n", W);
         return;
     }
-    name_of(&s->naive, W, name, sizeof name);
+    marked_name(&s->naive, W, name, sizeof name);
     if (s->naive.mem > s->gpu)
-        printf("  against the naive layout (%s, row 0): it does not fit: %.1f GiB a GPU\n", name,
+        printf("  against the naive layout, row 0 (%s): it does not fit: %.1f GiB a GPU\n", name,
                s->naive.mem / GIB);
     else why_best(b, &s->naive, name, "the naive layout, row 0");
 }
@@ -278,14 +317,16 @@ static void report(const search *s) {
         return;
     }
     printf("%2s  %-44s %8s %7s %10s %10s %9s  %s\n", "#", "layout", "GiB/GPU", "bubble",
-           "node GB", "net GB", "tok/s/GPU", "runs in tessera today");
+           "node GB", "net GB", "tok/s/GPU", "runs on cuda");
     for (int i = 0; i < s->n_best; i++) print_row(i + 1, &s->best[i], W);
     if (s->has_naive) print_row(0, &s->naive, W);
     const lay *b = &s->best[0];
     name_of(b, W, name, sizeof name);
-    printf("best: %s: %.0f tokens/s/GPU, %.1f GiB a GPU; a run: ", name, b->f.tokens_gpu,
-           b->mem / GIB);
+    printf("best: %s: %.0f tokens/s/GPU, %.1f GiB a GPU; ", name, b->f.tokens_gpu, b->mem / GIB);
+    if (b->not_yet) print_refused(b);
+    else printf("a run: ");
     print_sets(b);
+    if (b->not_yet) print_today(s);
     report_why(s, b);
 }
 

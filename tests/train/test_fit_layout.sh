@@ -26,9 +26,20 @@
 #     GPUs, whose plan fits;
 #  8. MLA's plan lines: the FLOPs label is MLA's 6*heads*(qk_nope+qk_rope+v_head_dim), and the time
 #     plan's context ring carries latent and RoPE key blocks, not key/value blocks.
+#  9. "runs on cuda" (issue 82 item 5 with the GPU's tensor and pipeline paths): llama-3.1-8b on 8
+#     GPUs of one node, at 24 GiB (the plan's best a pipeline with zero3, the fastest that runs
+#     a tensor split with ddp) and at 80 GiB over slow links (the fastest that runs a pipeline
+#     with ddp): every layout printed (the rows, the layouts the report compares the best with,
+#     the "runs on cuda:" line's) is marked, and `--plan 8/8` with its keys and device = cuda
+#     agrees with the mark: one marked yes plans with no refusal and no "does not run" warning,
+#     one marked "no: KEY VALUE" is refused (or, for tensor parallelism's GPU modes, warned) naming
+#     KEY VALUE; the best not runnable, the "runs on cuda:" line names the fastest that runs; a
+#     tensor layout and a pipeline layout are among those accepted;
+# 10. a tensor split that needs zero3 (TP4 CP2 zero3 at 24 GiB) is marked "no: parallel.sharding
+#     other than "ddp"", a tensor x pipeline layout "no:" with its key.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 8
+tap_plan 10
 # fit NAME ARGS...: the search's output in $TMP/NAME.txt
 fit() {
     local n=$1; shift
@@ -169,4 +180,65 @@ tap_check $((v | $?)) "--fit world: deepseek-v3 on 8 GPUs of 141 GiB does not fi
     "$TRAIN" --config llama-3.1-8b --plan 64/8 --time --set parallel.context=2 >"$TMP/lt.txt" 2>&1 &&
     grep -q "FLOPs/token = 6N + 12\*(heads\*head_dim)" "$TMP/lt.txt" && grep -q "(key/value blocks " "$TMP/lt.txt"
 tap_check $? "MLA's plan: FLOPs/token labelled 6*heads*(qk_nope+qk_rope+v_head_dim), its ring's latent and RoPE key blocks (attention's: 12*(heads*head_dim), key/value blocks)"
+
+# 9-10. runs on cuda: each printed layout's mark against --plan with its keys
+marks() { # NAME: "yes|no: KEY VALUE<TAB>--set ..." for each layout NAME's output prints
+    "$PY3" - "$TMP/$1.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+found = re.findall(r"^ ?\d+  (TP\d+ PP\d+ .*?)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+\d+  (yes|no: .*)$", text, re.M)
+found += re.findall(r"\((TP\d+ PP\d+ [^;()]*); runs on cuda: (yes|no: [^()]*(?:\([^()]*\))?[^()]*)\)", text)
+m = re.search(r"^runs on cuda: (TP[^:]*): \d+ tokens/s/GPU.*; a run: (.*)$", text, re.M)
+if m: found.append((m.group(1), "yes"))
+best = re.search(r"^best: (TP[^:]*): \d+ tokens/s/GPU, [0-9.]+ GiB a GPU; (.*)$", text, re.M)
+assert best, "no best line"
+if "does not run it yet" in best.group(2):
+    assert m, "the best does not run on cuda and no 'runs on cuda:' line"
+def sets(name):
+    t = re.match(r"TP(\d+) PP(\d+)(?: (1f1b|zb|interleaved))?(?: VP(\d+))? CP(\d+)(?: EP(\d+))? DP\d+ (\w+) mb(\d+)( ckpt)?$", name)
+    assert t, name
+    T, P, sch, V, N, E, sh, mb, ck = t.groups()
+    out = f"--set parallel.tensor={T} --set parallel.pipeline={P} --set parallel.context={N} --set parallel.sharding={sh} --set micro_batch={mb}"
+    if sch: out += f" --set parallel.pipeline_schedule={sch} --set parallel.pipeline_virtual={V or 1}"
+    return out + f" --set model.activation_checkpointing={'block' if ck else 'none'}"
+seen = set()
+for n, mark in found:
+    if n not in seen: seen.add(n); print(f"{mark}\t{sets(n)}\t{n}")
+PY
+}
+agree() { # NAME: each layout of NAME's marks, planned with its keys, agrees with its mark
+    local mark keys name rc n=0
+    marks "$1" >"$TMP/$1.marks" || return 1
+    while IFS=$'\t' read -r mark keys name; do
+        n=$((n + 1))
+        # shellcheck disable=SC2086 # (the keys, word by word)
+        "$TRAIN" --config llama-3.1-8b --set device=cuda --set run_dir="$TMP/run-agree" \
+            --plan 8/8 $keys >"$TMP/agree.txt" 2>&1
+        rc=$?
+        if [[ $mark == yes ]]; then
+            [[ $rc == 0 ]] && ! grep -qE "error:|does not run" "$TMP/agree.txt" ||
+                { tap_diag "$name marked yes: exit $rc: $(grep -m1 -E 'error:|does not run' "$TMP/agree.txt" | cut -c1-200)"; return 1; }
+        else
+            grep -E "(error|warning): " "$TMP/agree.txt" | grep -qF -- "${mark#no: }" ||
+                { tap_diag "$name marked $mark: --plan says $(grep -m1 -E 'error:|warning:' "$TMP/agree.txt" | cut -c1-200)"; return 1; }
+        fi
+    done <"$TMP/$1.marks"
+    tap_diag "$1: $n layouts' marks agree with --plan ($(grep -c '^yes' "$TMP/$1.marks") runnable)"
+    [[ $n -gt 0 && ! -e $TMP/run-agree ]]
+}
+small8() { # NAME ARGS...: --fit layout of llama-3.1-8b on 8 GPUs of a node
+    local n=$1; shift
+    "$TRAIN" --config llama-3.1-8b --set device=cuda --set run_dir="$TMP/run-$n" --plan 8/8 "$@" \
+        --fit layout >"$TMP/$n.txt" 2>&1
+}
+small8 c24 --gpu-mem 24 && small8 c80 --gpu-mem 80 --time=configs/profiles/H200.prof --link 20,10 &&
+    grep -q '^best: .*device = "cuda" does not run it yet: a start refuses parallel.sharding = "zero3"' "$TMP/c24.txt" &&
+    grep -qE '^runs on cuda: TP[248] PP1 .* ddp .*; a run: ' "$TMP/c24.txt" &&
+    grep -qE '^runs on cuda: TP1 PP[248] (1f1b|interleaved) .* ddp .*; a run: ' "$TMP/c80.txt" &&
+    agree c24 && agree c80 && [[ ! -e $TMP/run-c24 && ! -e $TMP/run-c80 ]]
+tap_check $? "runs on cuda: on 8 GPUs, each printed layout's mark agrees with --plan at its keys and device = cuda (yes: no refusal; no: KEY VALUE refused or warned naming it); the fastest runnable named (a tensor split at 24 GiB, a pipeline at 80 GiB over slow links) when the best is not"
+
+grep -qE '\(TP[248] PP1 [^;]* zero3 [^;]*; runs on cuda: no: parallel.sharding other than "ddp"\)' "$TMP/c24.txt" &&
+    grep -qE '\(TP[248] PP[248] [^;]*; runs on cuda: no: parallel\.[a-z_]+ ' "$TMP/c24.txt"
+tap_check $? "a tensor split with zero3 is marked 'no: parallel.sharding other than \"ddp\"', a tensor x pipeline layout 'no:' with its key"
 tap_done
