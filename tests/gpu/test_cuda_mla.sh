@@ -7,11 +7,15 @@
 # weights' updates do):
 #  - v3: V3's shape: heads of 16 + 8 (24: no attention kernel, padded to 32 with the values of
 #    12), interleaved RoPE with YaRN's mscale, the queries through their latent, sigmoid scores
-#    with the correction bias in groups ranked by their two best (noaux_tc);
+#    with the correction bias in groups ranked by their two best (noaux_tc), the bias moved 0.001
+#    a step on the host (its update counted among the tensors'); on the emulator the bias also
+#    against the CPU's (multiples of the rate, no AdamW moments, within 0.35) and resumed from
+#    step 4 bit for bit as the run that went on;
 #  - v2: V2-Lite's: heads of 24 + 8 (32, a kernel's size) with values of 16 (padded: dv != dqk),
 #    RoPE's halves, the queries by q_proj alone, softmax scores group-limited, scaled;
 # and the modes device = cuda refuses with MLA or the router, naming both keys (exit 1): GRPO's
-# decoding over the compressed caches, the correction bias's balancing step. It runs on the host
+# decoding over the compressed caches, the correction bias's balancing step over sharded weights
+# (parallel.sharding = "zero3"). It runs on the host
 # emulator of the CUDA backend (build/tests/tessera-train-cuemu) and on the real backend when a
 # GPU is present (tests/gpu/device.sh's train stage; skipped loudly otherwise).
 source "$(dirname "$0")/../lib.sh"
