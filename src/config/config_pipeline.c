@@ -216,9 +216,6 @@ const char *config_pipeline_pair(const tsr_config *cfg, const char **value) {
         {cfg->micro_batch == 0, "micro_batch", "= \"auto\""},
         {cfg->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
         {cfg->sample.tokens > 0, "sample.tokens", "> 0"},
-        {cfg->model.moe_topk_method == TSR_MOE_TOPK_NOAUX_TC &&
-             cfg->model.moe_bias_update_rate > 0,
-         "model.moe_bias_update_rate", "> 0 (model.moe_topk_method = \"noaux_tc\")"},
     };
     return cfg->pipeline > 1 ? config_first_pair(pairs, sizeof pairs / sizeof pairs[0], value)
                              : NULL;

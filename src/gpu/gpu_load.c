@@ -97,6 +97,7 @@ double gpu_train_grad_sumsq(gpu_train_ctx *c) { return A()->grad_sumsq(c); }
 void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step) {
     A()->update(c, lr, gscale, step);
 }
+void gpu_train_moe_bias(gpu_train_ctx *c) { A()->moe_bias(c); }
 void gpu_train_pull(gpu_train_ctx *c) { A()->pull(c); }
 void gpu_train_push(gpu_train_ctx *c, int with_optim) { A()->push(c, with_optim); }
 int gpu_train_pull_grads(gpu_train_ctx *c) { return A()->pull_grads(c); }

@@ -445,4 +445,5 @@ const gpu_train_api tsr_gpu_train_api = {
     .switches = gtrain_switches,
     .generate = lib_generate,
     .pull_grads = gtrain_pull_grads,
+    .moe_bias = gtrain_moe_bias,
 };

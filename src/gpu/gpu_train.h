@@ -56,6 +56,7 @@ typedef struct gpu_train_api {
     int64_t (*generate)(gpu_train_ctx *c, const struct gen_batch_opts *o, struct gen_seq *seqs,
                         int n);
     int (*pull_grads)(gpu_train_ctx *c);
+    void (*moe_bias)(gpu_train_ctx *c);
 } gpu_train_api;
 #define GPU_TRAIN_LIB_NAME "libtessera-cuda-train.so"
 #define GPU_TRAIN_SYMBOL "tsr_gpu_train_api"
@@ -99,6 +100,10 @@ double gpu_train_compute(gpu_train_ctx *c, float scale);
 double gpu_train_grad_sumsq(gpu_train_ctx *c);
 /* AdamW on every tensor (weight decay c->decay), at lr, gradients times gscale, step `step`. */
 void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step);
+/* After the update: the router's correction bias (model.moe_topk_method = "noaux_tc") moved by
+ * model_moe_bias_step on the step's loads (c->moe, summed over the ranks) in the fp32 master
+ * weights and their bf16 copy; nothing under LoRA (the bias frozen with the base). Local. */
+void gpu_train_moe_bias(gpu_train_ctx *c);
 /* Host mirror <- device (weights, moments) / device <- host mirror (weights, and the moments
  * when with_optim). */
 void gpu_train_pull(gpu_train_ctx *c);

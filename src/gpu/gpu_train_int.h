@@ -100,6 +100,8 @@ void gtrain_gemm_tune_close(const tsr_dist *d);
 double gtrain_compute(gpu_train_ctx *c, float scale);
 double gtrain_grad_sumsq(gpu_train_ctx *c);
 void gtrain_update(gpu_train_ctx *c, double lr, float gscale, int step);
+/* the correction bias's balancing step (gpu_train_bias.c) */
+void gtrain_moe_bias(gpu_train_ctx *c);
 
 /* ---- the state to and from the host (gpu_train_host.c) ---- */
 

@@ -3,8 +3,10 @@
 
 #include <stddef.h>
 
-/* whether tensors of this kind get weight decay */
+/* whether tensors of this kind get weight decay (a state tensor none: the device's AdamW, which
+ * runs over it with its zero gradient, leaves it as its own rule moved it) */
 static int decays(const tsr_optim_config *o, tsr_param_kind kind) {
+    if (kind == TSR_PK_STATE) return 0;
     if (kind == TSR_PK_EMBEDDING) return o->decay_embeddings;
     if (kind == TSR_PK_NORM || kind == TSR_PK_BIAS) return o->decay_norms_biases;
     return 1;

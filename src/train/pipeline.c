@@ -197,6 +197,20 @@ double pipeline_sum_stages(const tsr_trainer *t, double sq) {
     return sq;
 }
 
+/* ---- auxiliary-loss-free balancing -------------------------------------------------------- */
+
+double *pipeline_part_moe(const tsr_trainer *t, const double *moe) {
+    const tsr_pp *pp = &t->part.pp;
+    const size_t row = (size_t)(2 + t->model.E);
+    double *part = tsr_malloc(((size_t)t->model.LM + 1) * row * sizeof *part), *at = part;
+    for (int c = 0; c < pp->V; c++) {
+        const size_t n = (size_t)pp->chunk[c].LM * row;
+        memcpy(at, moe + (size_t)pp->moe_before[c] * row, n * sizeof *at);
+        at += n;
+    }
+    return part;
+}
+
 /* ---- the report ---------------------------------------------------------------------------- */
 
 /* the schedule's bubble at equal costs of its actions (docs/pipeline.md's formulas, by its

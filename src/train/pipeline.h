@@ -45,6 +45,10 @@ void pipeline_tied_grads(tsr_trainer *t);
  * ranks hold the whole stage's). */
 double pipeline_sumsq(const tsr_trainer *t, const float *g, size_t lo, size_t hi);
 double pipeline_sum_stages(const tsr_trainer *t, double sq);
+/* The step's MoE statistics moe (the whole model's layers, model_moe_stats_add's records, summed
+ * over the ranks: each stage's layers over its data ranks) cut to the part's MoE layers in its
+ * order (its chunks' in turn), as model_moe_bias_step reads them for the part: a new array */
+double *pipeline_part_moe(const tsr_trainer *t, const double *moe);
 /* zero3 / hsdp: the squared norm of this rank's gradient shard that the pipeline counts (a tied
  * wte's second copy left out) */
 double pipeline_shard_sumsq(const tsr_trainer *t);

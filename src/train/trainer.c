@@ -399,22 +399,25 @@ static float clip_scale(const tsr_optim_config *o, double norm) {
 
 /* Auxiliary-loss-free balancing (docs/moe.md "DeepSeek's router"): the router's correction bias
  * moved by the step's expert loads (summed over the ranks above) in the part of the weights this
- * rank updates, before the gather sends it on; the experts' store and LoRA's adapters hold none
- * (under LoRA the bias stays frozen with the base) */
+ * rank updates, before the gather sends it on (a pipeline stage its own layers'; device = cuda
+ * the library's copies); the experts' store and LoRA's adapters hold none (under LoRA the bias
+ * stays frozen with the base) */
 static void moe_balance(tsr_trainer *t) {
     const trainer_strategy *s = t->be.strategy;
+    if (t->out.moe && t->be.gpu) gpu_train_moe_bias(t->be.gpu); /* (the library's weights) */
     if (!t->out.moe || !s->owned) return;
     const optim_part p = s->owned(t);
-    if (p.kind == OPTIM_PART_FLAT) {
-        model_moe_bias_step(&t->model, t->out.moe, p.lo, p.w + p.lo, p.hi - p.lo);
-        return;
-    }
-    if (p.kind != OPTIM_PART_SHARD) return;
+    /* (a pipeline's part: its own layers' rows of the whole model's loads) */
+    double *part = t->part.pp_on ? pipeline_part_moe(t, t->out.moe) : NULL;
+    const double *moe = part ? part : t->out.moe;
+    if (p.kind == OPTIM_PART_FLAT)
+        model_moe_bias_step(&t->model, moe, p.lo, p.w + p.lo, p.hi - p.lo);
     const tsr_fsdp *f = &t->part.fsdp;
-    for (int k = 0; k < f->n_pieces[f->grank]; k++) {
+    for (int k = 0; p.kind == OPTIM_PART_SHARD && k < f->n_pieces[f->grank]; k++) {
         const fsdp_piece *q = &f->pieces[f->grank][k];
-        model_moe_bias_step(&t->model, t->out.moe, q->flat, p.w + q->shard, q->len);
+        model_moe_bias_step(&t->model, moe, q->flat, p.w + q->shard, q->len);
     }
+    free(part);
 }
 
 /* The step's data: the batch loaded, or the objective's rollouts made (grpo); the counted

@@ -13,13 +13,18 @@
 #    gradient, no AdamW);
 #  - rank 1 SIGKILLed after step 16: the rerun resumes from step 10 and its final checkpoint
 #    equals the uninterrupted run's tensor for tensor (routercorr included);
+#  - under parallel.pipeline = 2 (1f1b, interleaved, P 2 x data 2) tiny-deepseek (4 layers, no
+#    MTP, 8 microbatches of one sequence) equals one rank: losses and norms within 1e-6, every MoE
+#    layer's bias moved and one rank's bit for bit, the final checkpoint too (but at P 2 x data 2,
+#    whose gradient sums differ in order); P 2's checkpoint resumes on one rank;
 #  - the first model.moe_dense_layers layers are dense: the checkpoint's MoE tensors stack
 #    n_layer - 1 layers, fcw one;
 #  - bad settings exit 1 naming the key and a valid value, nothing written: moe_n_group not
 #    dividing moe_experts, moe_topk_group > moe_n_group, an unknown moe_scoring and
-#    moe_topk_method, a negative moe_bias_update_rate, the rate with parallel.pipeline = 2;
-#    device = "cuda" with the balancing step names model.moe_bias_update_rate (the router itself
-#    runs there: tests/gpu/test_cuda_mla.sh); the Hugging Face export (no family has the router yet)
+#    moe_topk_method, a negative moe_bias_update_rate;
+#    device = "cuda" with the balancing step over sharded weights (zero3) names
+#    model.moe_bias_update_rate and parallel.sharding (with ddp it runs there:
+#    tests/gpu/test_cuda_mla.sh); the Hugging Face export (no family has the router yet)
 #    is refused naming model.moe_scoring.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
@@ -115,14 +120,40 @@ tap_check $? "moe_n_group not dividing the experts, moe_topk_group > moe_n_group
 refused s1 "model.moe_scoring.*softmax.*sigmoid" --set model.moe_scoring=tanh &&
     refused s2 "model.moe_topk_method.*noaux_tc" --set model.moe_topk_method=aux
 tap_check $? "an unknown moe_scoring and moe_topk_method: exit 1 naming the key and the valid values, nothing written"
-mkdir -p "$TMP/pp"
-ranks 2 "$TRAIN" "${args[@]}" --set parallel.pipeline=2 --set run_dir="$TMP/pp/run" >"$TMP/pp.txt" 2>&1
-rc=$?
-grep -m1 "moe_bias_update_rate" "$TMP/pp.txt" | sed 's/^/# /'
-((rc == 1)) && grep -q "parallel.pipeline = 2 with model.moe_bias_update_rate" "$TMP/pp.txt" && [[ -z $(ls -A "$TMP/pp") ]]
-tap_check $? "the bias update with parallel.pipeline = 2: exit 1 naming both keys, nothing written"
-cuda_refused cu "model.moe_bias_update_rate"
-tap_check $? "device = \"cuda\" with the correction bias's balancing step: refused naming model.moe_bias_update_rate and model.moe_topk_method, nothing written (the router runs there: tests/gpu/test_cuda_mla.sh)"
+# the pipeline: tiny-deepseek cut to 4 layers (the first dense) and no MTP, the bias moved 0.01 a
+# step, 8 microbatches of one sequence (more than the stages); each stage moves its own layers'
+# bias by their loads over the step's microbatches and the stage's data ranks
+ds=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=32
+    --set model.vocab_multiple=32 --set data.tokenizer= --set sample.tokens=0
+    --set data.train="$TMP/data/train" --set data.val= --set eval_interval=0ba --set seq_len=32
+    --set model.max_seq_len=32 --set global_batch=8 --set micro_batch=1 --set threads=1
+    --set log_interval=1 --set optim.warmup=2ba --set max_duration=4ba --set save_interval=2ba
+    --set keep_last=5 --set save_async=false --set watchdog.window=0
+    --set model.num_nextn_predict_layers=0 --set model.moe_bias_update_rate=0.01)
+prun() { local dir=$1 np=$2; shift 2; ranks "$np" "$TRAIN" "${ds[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+# moved CKPT: every MoE layer's routercorr moved
+moved() {
+    /usr/bin/python3 -c 'import sys, h5py, numpy as np
+b = h5py.File(sys.argv[1], "r")["model/routercorr"][()]
+print("# routercorr", b.shape, "max |x| per layer", np.abs(b).max(axis=1)); sys.exit(0 if (np.abs(b).max(axis=1) > 0).all() else 1)' "$1"
+}
+# same_bias A.h5 B.h5: the two checkpoints' routercorr equal bit for bit
+same_bias() {
+    /usr/bin/python3 -c 'import sys, h5py, numpy as np
+a, b = (h5py.File(f, "r")["model/routercorr"][()] for f in sys.argv[1:])
+sys.exit(0 if np.array_equal(a, b) else 1)' "$1" "$2"
+}
+pp=(--set parallel.pipeline=2)
+prun P1 1 && prun P2 2 "${pp[@]}" &&
+    prun Pi 2 "${pp[@]}" --set parallel.pipeline_schedule=interleaved --set parallel.pipeline_virtual=2 &&
+    prun PD 4 "${pp[@]}" && prun PR 1 --resume "$(ck "$TMP/P2" 2)" && runs_exact P1 P2 Pi PD &&
+    moved "$(ck "$TMP/P1" 4)" && same_tensors "$(ck "$TMP/P1" 4)" "$(ck "$TMP/P2" 4)" &&
+    same_tensors "$(ck "$TMP/P1" 4)" "$(ck "$TMP/Pi" 4)" && same_bias "$(ck "$TMP/P1" 4)" "$(ck "$TMP/PD" 4)" &&
+    same_tensors "$(ck "$TMP/P1" 4)" "$(ck "$TMP/PR" 4)"
+tap_check $? "the bias update under parallel.pipeline = 2 (1f1b, interleaved, and P 2 x data 2) on tiny-deepseek: losses and norms within 1e-6 of one rank, every layer's moved bias one rank's bit for bit, the final checkpoint too (1f1b, interleaved: P 2 x data 2 sums its gradients in another order); P 2's step-2 checkpoint resumed on one rank ends the same"
+cuda_refused cu "model.moe_bias_update_rate" --set parallel.sharding=zero3 &&
+    grep -qF 'with parallel.sharding other than "ddp"' "$TMP/cu.cuda.txt"
+tap_check $? "device = \"cuda\" with the correction bias's balancing step over sharded weights (zero3): refused naming model.moe_bias_update_rate, model.moe_topk_method and parallel.sharding, nothing written (with ddp it runs: tests/gpu/test_cuda_mla.sh)"
 export_refused "$(ck "$TMP/A" 30)" "$TMP/hf" "model.moe_scoring"
 tap_check $? "ckpt export --format hf of the router's checkpoint: exit 1 naming model.moe_scoring, no weights written"
 tap_done
