@@ -63,6 +63,9 @@ struct tsr_backend {
                           * final_logit_softcapping; only a backend with softcap ops is given it) */
     tsr_capped_logits *capped; /* with logit_softcap: the last softmax_xent's capped logits */
     int fp8_first, fp8_last;   /* the decoder layers matmul_forward_fp8 serves (below) */
+    int mla_cache_copies; /* the copies of a position's compressed cache mla_decode keeps (0 or 1:
+                           * one; CUDA's 2: the decode kernel's keys transposed and its values,
+                           * gpu_mla.c): tsr_mla_cache_copies */
 
     /* The entries: only function pointers from here to the end (TSR_BACKEND_ENTRIES counts them
      * so; a data field goes above). */
@@ -425,5 +428,10 @@ _Static_assert((sizeof(struct tsr_backend) - offsetof(struct tsr_backend, try_al
 /* The fp32 backend over an op table (kernels/cpu/cpu_backend.c): host memory, act = weight =
  * fp32, no alignment beyond the allocator's. */
 tsr_backend tsr_fp32_backend(const tsr_ops *ops);
+
+/* the copies of a position's compressed cache be's mla_decode keeps (>= 1) */
+static inline int tsr_mla_cache_copies(const tsr_backend *be) {
+    return be->mla_cache_copies > 1 ? be->mla_cache_copies : 1;
+}
 
 #endif

@@ -718,7 +718,7 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(copy_rows, c_copy_rows)                                                                   \
     E(mla_qkv_forward, gpu_mla_qkv_forward) /* composed (gpu_mla.c) */                          \
     E(mla_qkv_backward, gpu_mla_qkv_backward)                                                   \
-    E(mla_decode, NULL)                                                                         \
+    E(mla_decode, gpu_mla_decode) /* composed (gpu_mla.c) */                                    \
     E(attention_decode_rows, c_attention_decode_rows)                                           \
     E(attention_decode, c_attention_decode)                                                     \
     E(softmax_xent, c_softmax_xent)                                                             \
@@ -726,7 +726,8 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(argmax, c_argmax)
 
 TSR_BACKEND_DEFINE(cuda_table, CUDA_TABLE, .name = "cuda", .act = TSR_DT_BF16,
-                   .weight = TSR_DT_BF16, .align = 256, .host = 0);
+                   .weight = TSR_DT_BF16, .align = 256, .host = 0,
+                   .mla_cache_copies = 2 /* (gpu_mla.c gpu_mla_decode) */);
 
 tsr_backend gpu_backend_table(tcu_stream s) {
     tsr_backend be = cuda_table;

@@ -295,3 +295,96 @@ void gpu_attn_padded_backward(const tsr_backend *be, void *dqkv, const void *dou
                                &v, b.att, B, T, NH, KVH, d.P, TSR_GRAD_SET, STREAM(be));
     unpad_grad(be, &d, &b, dqkv, mode);
 }
+
+/* ---- decoding over the compressed caches ----------------------------------------------------- */
+
+/* A decode call in the decode kernel's terms (tcu_attention_decode_var): one key/value head of W
+ * = dr + kvr shared by the NH query heads, a head [RoPE part (dr) | latent part (kvr)]: the query
+ * head [q_rope turned | Wk^T q_nope], the key [kpe turned | latent], the value the same; a qkv row
+ * XW = (NH + 2) W. The RoPE parts go through the de-interleaving first (both q's and k's: their
+ * dot product is the interleaved one's), so the cache holds the key de-interleaved. */
+typedef struct dec_dims { size_t n, NH, dn, dr, dv, kvr, W, dqk, XW, t; } dec_dims;
+
+/* its scratch: x (n XW) the kernel's rows, o (n NH W) its output, t1, t2 (t) the per-head parts */
+typedef struct dec_buf { char *x, *o, *t1, *t2; } dec_buf;
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : b > c ? b : c; }
+
+static dec_dims dec_dims_of(const tsr_mla_shape *s, int kvr, int n) {
+    dec_dims d = {.n = (size_t)n, .NH = (size_t)s->NH, .dn = (size_t)s->dn, .dr = (size_t)s->dr,
+                  .dv = (size_t)s->dv, .kvr = (size_t)kvr};
+    d.W = d.dr + d.kvr, d.dqk = d.dn + d.dr, d.XW = (d.NH + 2) * d.W;
+    d.t = d.n * max3(d.NH * d.dr, d.dn > d.dv ? d.dn : d.dv, d.kvr);
+    return d;
+}
+
+static dec_buf dec_bufs(const tsr_backend *be, const dec_dims *d) {
+    const size_t x = up(d->n * d->XW), o = up(d->n * d->NH * d->W), t = up(d->t);
+    char *b = scratch(be, x + o + 2 * t);
+    return (dec_buf){b, b + x, b + x + o, b + x + o + t};
+}
+
+/* x's RoPE parts (de-interleaved, not yet turned) and the key's and value's latent parts */
+static void dec_parts(const tsr_backend *be, const dec_dims *d, const dec_buf *b, const void *q,
+                      const void *cn, const void *kpe, const perms *p) {
+    const size_t n = d->n, NH = d->NH, dr = d->dr;
+    cp(be, b->t1, dr, at(q, d->dn), d->dqk, dr, n * NH);
+    mm(be, b->t2, b->t1, p->de, n * NH, (int)dr, (int)dr);
+    for (size_t h = 0; h < NH; h++)
+        cp(be, at(b->x, h * d->W), d->XW, at(b->t2, h * dr), NH * dr, dr, n);
+    mm(be, b->t1, kpe, p->de, n, (int)dr, (int)dr);
+    for (size_t g = NH; g < NH + 2; g++) {
+        cp(be, at(b->x, g * d->W), d->XW, b->t1, dr, dr, n);
+        cp(be, at(b->x, g * d->W + dr), d->XW, cn, d->kvr, d->kvr, n);
+    }
+}
+
+/* each query head's latent part: Wk^T q_nope (kv_b's key rows of the head absorbed: dinp of a
+ * product with them, dout @ w) */
+static void dec_absorb(const tsr_backend *be, const dec_dims *d, const dec_buf *b, const void *q,
+                       const tsr_bf16 *kvb) {
+    for (size_t h = 0; h < d->NH; h++) {
+        const tsr_bf16 *wk = kvb + h * (d->dn + d->dv) * d->kvr;
+        cp(be, b->t1, d->dn, at(q, h * d->dqk), d->NH * d->dqk, d->dn, d->n);
+        tcu_matmul_backward((tsr_bf16 *)b->t2, NULL, NULL, (const tsr_bf16 *)b->t1, NULL, wk,
+                            (int)d->n, (int)d->kvr, (int)d->dn, TSR_GRAD_SET, STREAM(be));
+        cp(be, at(b->x, h * d->W + d->dr), d->XW, b->t2, d->kvr, d->kvr, d->n);
+    }
+}
+
+/* out (n, NH dv): each head's weighted latent (o's columns dr..W) through kv_b's value rows */
+static void dec_values(const tsr_backend *be, const dec_dims *d, const dec_buf *b, void *out,
+                       const tsr_bf16 *kvb) {
+    for (size_t h = 0; h < d->NH; h++) {
+        const tsr_bf16 *wv = kvb + (h * (d->dn + d->dv) + d->dn) * d->kvr;
+        cp(be, b->t1, d->kvr, at(b->o, h * d->W + d->dr), d->NH * d->W, d->kvr, d->n);
+        mm(be, b->t2, b->t1, wv, d->n, (int)d->kvr, (int)d->dv);
+        cp(be, at(out, h * d->dv), d->NH * d->dv, b->t2, d->dv, d->dv, d->n);
+    }
+}
+
+void gpu_mla_decode(const tsr_backend *be, void *out, void *cache, const void *q, const void *cn,
+                    const void *kpe, const void *kvb, const float *inv_freq, float scale, int kvr,
+                    const tsr_mla_shape *s, const tsr_mla_rows *rows, float *scr, int nscr) {
+    (void)scr, (void)nscr; /* (the host's per-thread scratch: this path keeps its own) */
+    if (rows->n == 0) return;
+    const dec_dims d = dec_dims_of(s, kvr, rows->n);
+    const size_t half = (size_t)rows->cap * d.W; /* a slot: the keys transposed, the values */
+    if (rows->slot_stride < 2 * half)
+        tsr_die(TSR_EXIT_INTERNAL, "cuda mla_decode: slots of %zu elements, need %zu (two copies "
+                "of the cache: tsr_mla_cache_copies)", rows->slot_stride, 2 * half);
+    const int prof = gpu_prof_begin(STREAM(be), "mla_decode", rows->n, s->NH, (int)d.W);
+    const dec_buf b = dec_bufs(be, &d);
+    const perms p = perms_of(be, s->dr, s->NH, s->interleave);
+    dec_parts(be, &d, &b, q, cn, kpe, &p);
+    dec_absorb(be, &d, &b, q, kvb);
+    tcu_rope_part_forward((tsr_bf16 *)b.x, rows->slot ? rows->rpos : NULL, rows->rp0, inv_freq, 1,
+                          rows->n, s->NH, 1, (int)d.W, s->dr, s->mscale, STREAM(be));
+    const tsr_attn_var var = {.scale = scale};
+    tsr_bf16 *kt = (tsr_bf16 *)cache + (rows->slot ? 0 : (size_t)rows->slot0 * rows->slot_stride);
+    tcu_attention_decode_var((tsr_bf16 *)b.o, kt, kt + half, (const tsr_bf16 *)b.x, NULL, &var,
+                             rows->slot, rows->pos, rows->seg, rows->p0, rows->seg0, rows->n,
+                             rows->slot_stride, rows->cap, s->NH, 1, (int)d.W, STREAM(be));
+    dec_values(be, &d, &b, out, kvb);
+    gpu_prof_end(STREAM(be), prof);
+}

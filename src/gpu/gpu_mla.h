@@ -17,6 +17,14 @@ void gpu_mla_qkv_forward(const tsr_backend *be, void *qkv, const void *q, const 
 void gpu_mla_qkv_backward(const tsr_backend *be, void *dq, void *dkv, void *dkpe,
                           const void *dqkv, const int32_t *pos, int p0, const float *inv_freq,
                           int B, int T, const tsr_mla_shape *s);
+/* backend.h mla_decode by the decode kernel (tcu_attention_decode_var) over one key/value head
+ * [turned RoPE key | latent] shared by the heads, the queries [turned q_rope | Wk^T q_nope]
+ * (kv_b's key rows absorbed), the weighted latent through kv_b's value rows: a slot's cache
+ * (cap, dr + kvr) twice, the keys transposed, then the values (mla_cache_copies = 2); scratch,
+ * nscratch unread */
+void gpu_mla_decode(const tsr_backend *be, void *out, void *cache, const void *q, const void *cn,
+                    const void *kpe, const void *kvb, const float *inv_freq, float scale, int kvr,
+                    const tsr_mla_shape *s, const tsr_mla_rows *rows, float *scratch, int nscratch);
 /* 1 when attention over heads of hs with var goes the padded way: value heads of var->dv != hs,
  * or hs not a size the attention kernels have (cuda_shapes.h) */
 int gpu_attn_padded(const tsr_attn_var *var, int hs);

@@ -221,7 +221,8 @@ static tsr_mla_rows mla_rows(const dec_run *r) {
     const tsr_model *m = r->d->m;
     const tsr_kv_slots *ks = r->ks;
     tsr_mla_rows w = {.n = r->N, .cap = r->kv->cap,
-                      .slot_stride = (size_t)r->kv->cap * (size_t)(m->kvr + m->dr)};
+                      .slot_stride = (size_t)r->kv->cap * (size_t)(m->kvr + m->dr) *
+                                     (size_t)tsr_mla_cache_copies(r->d->be)};
     if (ks && r->slot < 0) {
         const int32_t *ids = ks->dev_ids, R = ks->rows;
         w.slot = ids + R, w.pos = ids + 2 * R, w.seg = ids + 3 * R, w.rpos = ids + 4 * R;
@@ -248,7 +249,7 @@ static void mla_decode(const dec_run *r, int l, const dec_layer *v, const void *
         tsr_die(TSR_EXIT_INTERNAL, "mla: decoding with kv_b_proj's adapter beside the base (the "
                 "absorbed kv_b_proj would leave it out): merge the adapters first");
     void *cache = (char *)kv->mla.cache + lx * slots * rows.slot_stride * tsr_dtype_size(be->act);
-    if (!be->mla_decode) /* (CUDA: the config refuses the runs that decode there, docs/cuda.md) */
+    if (!be->mla_decode) /* (a backend without it) */
         tsr_die(TSR_EXIT_USAGE, "model.kv_lora_rank > 0: decoding over its compressed caches on "
                 "the %s backend: not yet (docs/cuda.md \"Multi-head latent attention\")",
                 be->name);
@@ -540,10 +541,12 @@ static void mla_kv_view(const tsr_kv_cache *kv, const tsr_model *m, dec_layer *v
 }
 
 /* a sequence's compressed cache: the normed latent and the turned RoPE key of each position
- * (V3's 512 + 64 = 576 a token, against 128 heads of 192 + 128 expanded) */
+ * (V3's 512 + 64 = 576 a token, against 128 heads of 192 + 128 expanded), as many copies as the
+ * backend keeps (CUDA's two: gpu_mla.c gpu_mla_decode) */
 static size_t mla_cache_bytes(const tsr_model *m, const tsr_backend *be, int l, int cap) {
     (void)l;
-    return (size_t)cap * (size_t)(m->kvr + m->dr) * tsr_dtype_size(be->act);
+    return (size_t)cap * (size_t)(m->kvr + m->dr) * (size_t)tsr_mla_cache_copies(be) *
+           tsr_dtype_size(be->act);
 }
 
 /* ---- its FLOPs, its backend entries ----------------------------------------------------- */

@@ -163,7 +163,8 @@ void model_kv_init(tsr_kv_cache *kv, const tsr_model *m, int cap, int chunk) {
                                "convolution tail");
     }
     if (m->LX) /* the MLA layers' compressed caches */
-        kv->mla.cache = kv_alloc(&m->be, (size_t)m->LX * mla_slot_elems(m, cap), sizeof(float),
+        kv->mla.cache = kv_alloc(&m->be, (size_t)m->LX * mla_slot_elems(m, cap) *
+                                             (size_t)tsr_mla_cache_copies(&m->be), sizeof(float),
                                  "the latent cache");
     kv_rows_alloc(kv, m, &m->be, kv->chunk, cap);
     kv->logits = kv_alloc(&m->be, (size_t)m->Vp, sizeof(float), "logits");
@@ -299,7 +300,8 @@ void model_kv_slots_init(tsr_kv_slots *ks, const tsr_model *m, const tsr_backend
     ks->buf.v = kv_alloc(be, per, e, "the slots' values");
     if (m->LL) slots_dn_alloc(ks, m, be, slots, rows);
     if (m->LX) /* the MLA layers' compressed caches, (LX, slots, cap, kvr + dr) */
-        ks->buf.mla.cache = kv_alloc(be, (size_t)m->LX * slots * mla_slot_elems(m, cap), e,
+        ks->buf.mla.cache = kv_alloc(be, (size_t)m->LX * slots * mla_slot_elems(m, cap) *
+                                             (size_t)tsr_mla_cache_copies(be), e,
                                      "the slots' latent caches");
     kv_rows_alloc(&ks->buf, m, be, rows, cap);
     ks->logits = kv_alloc(be, (size_t)rows * m->Vp, e, "logits");
@@ -340,7 +342,8 @@ void model_kv_slots_copy(tsr_kv_slots *ks, const tsr_backend *be, const tsr_mode
         memcpy(ks->buf.dn_conv + (at + dst) * cs, ks->buf.dn_conv + (at + src) * cs,
                cs * sizeof(float));
     }
-    const size_t mla = mla_slot_elems(m, ks->buf.cap) * e; /* the MLA layers' latent caches */
+    const size_t mla = mla_slot_elems(m, ks->buf.cap) * (size_t)tsr_mla_cache_copies(be) * e;
+    /* (the MLA layers' latent caches) */
     for (int l = 0; l < m->LX; l++) {
         char *at = (char *)ks->buf.mla.cache + (size_t)l * ks->slots * mla;
         be->copy(be, at + (size_t)dst * mla, at + (size_t)src * mla, mla);

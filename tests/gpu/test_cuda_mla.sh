@@ -13,9 +13,15 @@
 #    step 4 bit for bit as the run that went on;
 #  - v2: V2-Lite's: heads of 24 + 8 (32, a kernel's size) with values of 16 (padded: dv != dqk),
 #    RoPE's halves, the queries by q_proj alone, softmax scores group-limited, scaled;
-# and the modes device = cuda refuses with MLA or the router, naming both keys (exit 1): GRPO's
-# decoding over the compressed caches, the correction bias's balancing step over sharded weights
-# (parallel.sharding = "zero3"). It runs on the host
+# GRPO's decoding over the compressed caches (gpu_mla.c gpu_mla_decode: the decode kernel over the
+# latent as one shared key/value head, kv_b_proj absorbed) for each case, 2 steps of 4 prompts x 4
+# rollouts of 6 tokens, greedy (grpo.top_k = 1), against the CPU's: the rollouts of both steps
+# logged with finite log-probabilities; step 1's (the same weights) first tokens the CPU's, at least
+# half of its rollouts the CPU's tokens throughout, their log-probabilities within 1e-2 (measured
+# on the emulator: v3 16 of 16 within 4e-3, v2 12 of 16 within 7e-3: a random model's near-uniform
+# logits tie within bf16's rounding now and then, and greedy parts there); and the mode device = cuda
+# refuses with the router, naming both keys (exit 1): the correction bias's balancing step over
+# sharded weights (parallel.sharding = "zero3"). It runs on the host
 # emulator of the CUDA backend (build/tests/tessera-train-cuemu) and on the real backend when a
 # GPU is present (tests/gpu/device.sh's train stage; skipped loudly otherwise).
 source "$(dirname "$0")/../lib.sh"
@@ -25,7 +31,8 @@ EMU=$BUILD/tests/tessera-train-cuemu
 tsr_tmpdir
 CASES=(v3 v2)
 PER=${#CASES[@]}
-tap_plan $((1 + 2 + 2 * PER + 1 + 1))
+real_backend # (why: the real half's checks are PER + 1, and one more, the library's, without a GPU)
+tap_plan $((1 + 1 + (PER + 2) + (PER + 1) + (${#why} > 0 ? 1 : 0)))
 make_synth "$TMP/data" 512 30000
 
 args=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=512
@@ -65,12 +72,47 @@ refused() {
     ((rc == 1)) && grep -qF "$pat" "$TMP/refused.txt" && [[ ! -e $TMP/refused ]]
     tap_check $? "device = cuda refuses $what (exit $rc, want 1)"
 }
-refused "$TRAIN" "GRPO's decoding over MLA's caches" \
-    'objective: device = "cuda" does not run decoding over multi-head latent attention'"'"'s compressed caches (model.kv_lora_rank > 0)' \
-    --set objective=grpo
 refused "$TRAIN" "the correction bias's balancing step over sharded weights" \
     'model.moe_bias_update_rate: device = "cuda" does not run the correction bias'"'"'s balancing step (model.moe_topk_method = "noaux_tc") with parallel.sharding other than "ddp"' \
     --set parallel.sharding=zero3
+
+# grpo BIN DIR CASE OPTIONS...: GRPO's 2 greedy steps on grpo_prompts' arithmetic (as
+# grpo_smoke's) with the case's model, into DIR
+grpo_prompts "$TMP/rl" 400 >/dev/null 2>&1 && grpo_small_args "$TMP/rl"
+grpo() {
+    local bin=$1 dir=$2; fam "$3"; shift 3
+    OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}" \
+        "$bin" --config "$TSR_ROOT/configs/tiny-deepseek.cfg" "${small[@]:2}" --set model.n_head=4 \
+        --set model.n_kv_head=0 --set model.num_nextn_predict_layers=0 \
+        --set model.moe_bias_update_rate=0 --set grpo.top_k=1 --set grpo.log_completions=16 \
+        --set max_duration=2ba "${opts[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+}
+
+# decode BIN LABEL: each case's GRPO with device = cuda on BIN against the CPU's (above)
+decode() {
+    local bin=$1 l=$2 f ok=0
+    for f in "${CASES[@]}"; do
+        [[ -d $TMP/grpo_cpu_$f ]] || grpo "$TRAIN" "grpo_cpu_$f" "$f" || ok=1
+        grpo "$bin" "grpo_$l.$f" "$f" --set device=cuda || ok=1
+        "$PY3" - "$TMP/grpo_cpu_$f/completions.jsonl" "$TMP/grpo_$l.$f/completions.jsonl" <<'PY' || ok=1
+import json, math, sys
+cpu, dev = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+one = lambda rows: [(r["prompt_index"], r["tokens"], r["logprob"]) for r in rows if r["step"] == 1]
+c, d = one(cpu), one(dev)
+same = [(x, y) for x, y in zip(c, d) if x[:2] == y[:2]]
+gap = max((abs(x[2] - y[2]) for x, y in same), default=math.inf)
+print("#", len(dev), "rollouts;", len(same), "of step 1's", len(d), "the CPU's tokens, their",
+      "log-probabilities within %.2g;" % gap, "first tokens", [y[1][0] for y in d], "CPU",
+      [x[1][0] for x in c])
+sys.exit(0 if (len(dev) == 32 and sorted({r["step"] for r in dev}) == [1, 2]
+               and all(math.isfinite(r["logprob"]) and r["logprob"] < 0 for r in dev)
+               and len(c) == len(d) == 16 and [x[0] for x in c] == [y[0] for y in d]
+               and all(x[1][0] == y[1][0] for x, y in zip(c, d))
+               and len(same) >= 8 and gap < 1e-2) else 1)
+PY
+    done
+    tap_check $ok "$l: GRPO's greedy rollouts through the compressed caches (${CASES[*]}): finite log-probabilities; step 1's first tokens the CPU's, at least half its rollouts the CPU's tokens, their log-probabilities within 1e-2"
+}
 
 # suite BIN LABEL LOSS_TOL NORM_TOL: each case with device = cuda on BIN against its CPU run
 suite() {
@@ -106,7 +148,7 @@ PY
 # interleaved gives 0.58 on q_a_proj); the correction bias (v3: moved 0.001 a step by the step's
 # loads) within 0.35 of the CPU's (measured 0.15: bf16 near-ties move a few experts' loads), and
 # resumed from a step-4 checkpoint it ends bit for bit as the run that went on
-if emulator_half $((PER + 1)); then
+if emulator_half $((PER + 2)); then
     UPD_TOL=0.35 suite "$EMU" emulator 5e-4 1e-2
     fam v3
     run "$EMU" emu_s "${opts[@]}" --set device=cuda --set save_interval=4ba --set keep_last=3 &&
@@ -114,6 +156,7 @@ if emulator_half $((PER + 1)); then
         bias "$TMP/cpu_v3/step-00000008.h5" "$TMP/emulator.v3/step-00000008.h5" 0.35 &&
         bias "$TMP/emu_s/step-00000008.h5" "$TMP/emu_r/step-00000008.h5" 0
     tap_check $? "emulator: v3's correction bias moved by the host's rule (multiples of the rate, no AdamW moments) within 0.35 of the CPU's; resumed from step 4 it ends bit for bit as the uninterrupted run"
+    decode "$EMU" emulator
     emulator_half_end
 fi
 
@@ -121,8 +164,9 @@ fi
 real_backend
 if [[ -z $why ]]; then
     UPD_TOL=0.5 suite "$TRAIN" cuda 5e-3 5e-2
+    decode "$TRAIN" cuda
 else
-    without_gpu "loads for a DeepSeek-like run and reports no CUDA device" "$PER" \
+    without_gpu "loads for a DeepSeek-like run and reports no CUDA device" "$((PER + 1))" \
         run "$TRAIN" nodev --set device=cuda
 fi
 tap_done
