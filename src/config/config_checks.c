@@ -440,16 +440,16 @@ static void validate_linear_cuda(load_ctx *c) {
 
 /* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes
  * LoRA on it does not run with yet, each refused naming both keys (tensor parallelism's is
- * config_tensor_pair's; context parallelism without LoRA runs, ringing the latent:
- * docs/parallelism.md; docs/lora.md "Multi-head latent attention") */
+ * config_tensor_pair's; context parallelism runs, ringing the latent with kv_b_proj's adapter
+ * applied where it is expanded: docs/parallelism.md; docs/lora.md "Multi-head latent
+ * attention") */
 static void validate_mla(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
     if (g->model.kv_lora_rank == 0 || g->lora.rank == 0) return;
     const tsr_cfg_pair rules[] = {
-        {g->context > 1, "parallel.context", "> 1"},
         {g->pipeline > 1, "parallel.pipeline", "> 1"},
-        {g->objective != TSR_OBJ_LM, "objective", "other than \"lm\""},
+        {g->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
     };
     const char *value, *key = config_first_pair(rules, sizeof rules / sizeof rules[0], &value);
     if (!key) return;

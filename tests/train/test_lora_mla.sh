@@ -23,12 +23,17 @@
 #  - zero1 and zero3 on 2 ranks, and hsdp on 2 x 2 against ddp on 4 ranks (microbatches of 2):
 #    every step's loss and grad norm equal ddp's within 1e-6 (the dropout masks follow the
 #    global row);
-#  - refused at start (exit 1), naming both keys, nothing written: parallel.context = 2 and
-#    objective = "dpo" with lora.rank > 0 on MLA; k (no k_proj in MLA), q with
+#  - parallel.context = 2 on a dense MLA model (all-linear, dropout 0.1, lr 1e-2): 4 steps' loss
+#    and grad norm equal one rank's within 1e-6, the final adapters within 1e-3 of each tensor's
+#    largest (kv_b_proj's adapter applied where the ring expands and contracts a block);
+#  - objective = "dpo" over the adapters on 2 ranks equals 1 rank (loss 1e-6, grad norm 1e-5),
+#    step 1's loss log 2, the loss falls, the base's file untouched;
+#  - refused at start (exit 1), naming both keys, nothing written: parallel.pipeline = 2 and
+#    objective = "grpo" with lora.rank > 0 on MLA; k (no k_proj in MLA), q with
 #    model.q_lora_rank > 0, and kv_b_proj on a model without MLA name lora.targets.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 9
+tap_plan 11
 make_synth "$TMP/data" 512 30000
 "$TOOL" synth --out "$TMP/small" --vocab 512 --tokens 400 --seed 3 >/dev/null
 args=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -178,13 +183,64 @@ base base2 --set model.q_lora_rank=0 &&
     grep -q "targets=q,o,kv_a_proj_with_mqa,kv_b_proj; " "$TMP/L2.txt" && merge_check L2 base2
 tap_check $? "no model.q_lora_rank (V2-Lite's shape): all-linear is q (q_proj), o, kv_a_proj_with_mqa, kv_b_proj, and the merge equals PEFT's rule"
 
+# (a dense MLA model: tiny-deepseek's MoE layers route each rank's half of a row apart)
+cp=(--config "$TSR_ROOT/configs/tiny-llama.cfg" "${args[@]:2}" --set model.n_layer=2
+    --set model.n_head=4 --set model.intermediate_size=96 --set model.n_kv_head=0
+    --set model.kv_lora_rank=32 --set model.q_lora_rank=24 --set model.qk_nope_head_dim=16
+    --set model.qk_rope_head_dim=8 --set model.v_head_dim=12 --set model.rope_interleave=true
+    --set max_duration=4ba --set save_interval=4ba)
+cpL=("${lora[@]}" --set optim.lr=1e-2 --set max_duration=4ba --set save_interval=4ba
+     --init-from "$TMP/cbase")
+"$TRAIN" "${cp[@]}" --set run_dir="$TMP/cbase" >"$TMP/cbase.txt" 2>&1 &&
+    ranks 2 "$TRAIN" "${cp[@]}" "${cpL[@]}" --set run_dir="$TMP/CP2" --set parallel.context=2 \
+        >"$TMP/CP2.txt" 2>&1 &&
+    "$TRAIN" "${cp[@]}" "${cpL[@]}" --set run_dir="$TMP/CP1" >"$TMP/CP1.txt" 2>&1
+rc=$?
+tap_diag "context 2 vs 1 (exit $rc): $(metrics_close "$TMP/CP1/metrics.jsonl" "$TMP/CP2/metrics.jsonl" 1 1e-6 1e-6)"
+((rc == 0)) && metrics_close "$TMP/CP1/metrics.jsonl" "$TMP/CP2/metrics.jsonl" 1 1e-6 1e-6 >/dev/null &&
+    "$PY3" - "$TMP/CP1/step-00000004.h5" "$TMP/CP2/step-00000004.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:])
+worst = {n: float(np.max(np.abs(a["lora"][n][()] - b["lora"][n][()])) / np.max(np.abs(a["lora"][n][()])))
+         for n in a["lora"]}
+init = {n: float(np.max(np.abs(a["lora"][n][()]))) for n in a["lora"] if n.endswith("_B")}
+print(f"# {len(worst)} adapter tensors; worst {max(worst.values()):.1e} of the tensor's largest; "
+      f"kv_b_proj_B {worst['kv_b_proj_B']:.1e}; B moved {min(init.values()):.1e}")
+sys.exit(0 if len(worst) == 16 and max(worst.values()) <= 1e-3 and min(init.values()) > 0 else 1)
+PY
+tap_check $? "parallel.context = 2 (the latent ring, kv_b_proj's adapter where each block is expanded and contracted, dropout 0.1): 4 steps' loss and grad norm equal one rank's within 1e-6, the final adapters within 1e-3 of each tensor's largest (AdamW's normalised steps lift rounding where a gradient is near 0; a dense MLA model, lr 1e-2)"
+
+pairs=$("$PY3" "$TSR_ROOT/tests/reference/dpo_pairs.py" "$TMP")
+dpo=(--set model.vocab_size=100 --set data.train="$pairs" --set seq_len=16 --set model.max_seq_len=16
+     --set micro_batch=2)
+dpoL=(--set objective=dpo --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1
+      --set optim.lr=1e-2 --set dpo.beta=0.5 --set max_duration=8ba --set save_interval=8ba
+      --init-from "$TMP/dbase")
+[[ -n $pairs ]] && base dbase "${dpo[@]}" && dsum=$(sha256sum <"$TMP/dbase/step-00000004.h5") &&
+    "$TRAIN" "${args[@]}" "${dpo[@]}" "${dpoL[@]}" --set run_dir="$TMP/D1" >"$TMP/D1.txt" 2>&1 &&
+    ranks 2 "$TRAIN" "${args[@]}" "${dpo[@]}" "${dpoL[@]}" --set run_dir="$TMP/D2" >"$TMP/D2.txt" 2>&1
+rc=$?
+tap_diag "dpo 2 ranks vs 1 (exit $rc): $(metrics_close "$TMP/D1/metrics.jsonl" "$TMP/D2/metrics.jsonl" 1 1e-6 1e-5)"
+((rc == 0)) && metrics_close "$TMP/D1/metrics.jsonl" "$TMP/D2/metrics.jsonl" 1 1e-6 1e-5 >/dev/null &&
+    [[ $dsum == "$(sha256sum <"$TMP/dbase/step-00000004.h5")" ]] &&
+    "$PY3" - "$TMP/D1/metrics.jsonl" "$TMP/D1/step-00000008.h5" <<'PY'
+import json, math, sys, h5py
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"dpo_reward_margin"' in l]
+loss = [r["loss"] for r in rows]
+names = sorted(h5py.File(sys.argv[2], "r")["lora"])
+print(f"# losses {' '.join(f'{x:.4f}' for x in loss)}; {len(names)} adapter tensors")
+sys.exit(0 if len(loss) == 8 and abs(loss[0] - math.log(2)) < 1e-6 and loss[-1] < loss[0]
+         and len(names) == 10 else 1)
+PY
+tap_check $? "objective = dpo over the MLA adapters (the reference the base without them): 2 ranks equal 1 within 1e-6 (loss; grad norm 1e-5, test_dpo.sh's) at all 8 steps, step 1's loss log 2 and the loss falls, the base's file untouched"
+
 ref=("${args[@]}")
 args+=("${lora[@]}")
-start_refused C 'parallel.context > 1 with lora.rank > 0 and model.kv_lora_rank = 32: LoRA on multi-head latent attention does not run with it yet' \
-    --set parallel.context=2
+start_refused C 'parallel.pipeline > 1 with lora.rank > 0 and model.kv_lora_rank = 32: LoRA on multi-head latent attention does not run with it yet' \
+    --set parallel.pipeline=2
 c=$?
-start_refused D 'objective other than "lm" with lora.rank > 0 and model.kv_lora_rank = 32' \
-    --set objective=dpo
+start_refused D 'objective = "grpo" with lora.rank > 0 and model.kv_lora_rank = 32' \
+    --set objective=grpo
 d=$?
 start_refused K 'lora.targets = "o,k": k: the model has no such projection (multi-head latent attention' \
     --set lora.targets=o,k
@@ -196,5 +252,5 @@ tiny_llama_args "$TMP/data/train"
 start_refused N 'lora.targets = "q,kv_b_proj": kv_b_proj: the model has no such projection (q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj are multi-head latent attention' \
     --set lora.rank=4 --set lora.targets=q,kv_b_proj
 args=("${ref[@]}")
-tap_check $((c | d | k | q | $?)) "refused at start (exit 1, nothing written): parallel.context = 2 and objective = dpo with LoRA on MLA naming both keys; k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
+tap_check $((c | d | k | q | $?)) "refused at start (exit 1, nothing written): parallel.pipeline = 2 and objective = grpo with LoRA on MLA naming both keys; k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
 tap_done
