@@ -449,7 +449,6 @@ static void validate_mla(load_ctx *c) {
     if (g->model.kv_lora_rank == 0 || g->lora.rank == 0) return;
     const tsr_cfg_pair rules[] = {
         {g->pipeline > 1, "parallel.pipeline", "> 1"},
-        {g->objective == TSR_OBJ_GRPO, "objective", "= \"grpo\""},
     };
     const char *value, *key = config_first_pair(rules, sizeof rules / sizeof rules[0], &value);
     if (!key) return;

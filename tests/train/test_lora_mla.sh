@@ -28,12 +28,16 @@
 #    largest (kv_b_proj's adapter applied where the ring expands and contracts a block);
 #  - objective = "dpo" over the adapters on 2 ranks equals 1 rank (loss 1e-6, grad norm 1e-5),
 #    step 1's loss log 2, the loss falls, the base's file untouched;
-#  - refused at start (exit 1), naming both keys, nothing written: parallel.pipeline = 2 and
-#    objective = "grpo" with lora.rank > 0 on MLA; k (no k_proj in MLA), q with
+#  - objective = "grpo" over the adapters on a tiny MLA model (rollouts decoded over the
+#    compressed cache from the merged copy): 2 steps, 32 rollouts with finite log-probabilities,
+#    every B moved from 0, the base's file untouched; greedy `generate` of its checkpoint (the
+#    adapters merged at load) equals that of its merged Hugging Face export, 24 tokens;
+#  - refused at start (exit 1), naming both keys, nothing written: parallel.pipeline = 2 with
+#    lora.rank > 0 on MLA; k (no k_proj in MLA), q with
 #    model.q_lora_rank > 0, and kv_b_proj on a model without MLA name lora.targets.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 11
+tap_plan 13
 make_synth "$TMP/data" 512 30000
 "$TOOL" synth --out "$TMP/small" --vocab 512 --tokens 400 --seed 3 >/dev/null
 args=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -234,14 +238,67 @@ sys.exit(0 if len(loss) == 8 and abs(loss[0] - math.log(2)) < 1e-6 and loss[-1] 
 PY
 tap_check $? "objective = dpo over the MLA adapters (the reference the base without them): 2 ranks equal 1 within 1e-6 (loss; grad norm 1e-5, test_dpo.sh's) at all 8 steps, step 1's loss log 2 and the loss falls, the base's file untouched"
 
+# GRPO over the adapters: a tiny MLA base with MoE layers (DeepSeek-V2's export: 1 full GRPO
+# step), then 2 LoRA steps from it; the reward a completion's length in characters, so that a
+# group's rewards differ
+cat >"$TMP/len_reward.py" <<'PY'
+import json, sys
+for line in sys.stdin:
+    q = json.loads(line)
+    print(json.dumps({"id": q["id"], "reward": float(len(q["completion"]))}), flush=True)
+PY
+mlag=(--set model.pos=rope --set model.norm=rmsnorm --set model.mlp=swiglu --set model.bias=false
+      --set model.kv_lora_rank=16 --set model.q_lora_rank=12 --set model.qk_nope_head_dim=16
+      --set model.qk_rope_head_dim=8 --set model.v_head_dim=16 --set model.rope_interleave=true
+      --set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=32
+      --set grpo.log_completions=16 --set reward.kind=command
+      --set reward.command="$PY3 $TMP/len_reward.py")
+grpo_prompts "$TMP/rl" 400 && grpo_small_args "$TMP/rl" &&
+    "$TRAIN" "${small[@]}" "${mlag[@]}" --set max_duration=1ba --set save_interval=1ba \
+        --set run_dir="$TMP/gbase" >"$TMP/gbase.txt" 2>&1 && gsum=$(sha256sum <"$TMP/gbase/step-00000001.h5") &&
+    "$TRAIN" "${small[@]}" "${mlag[@]}" --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 \
+        --set optim.lr=1e-1 --init-from "$TMP/gbase" --set max_duration=2ba --set save_interval=2ba \
+        --set run_dir="$TMP/G" >"$TMP/G.txt" 2>&1
+rc=$?
+tap_diag "grpo with LoRA on MLA: exit $rc, $(grep -m1 '^lora:' "$TMP/G.txt" | head -c 120)"
+((rc == 0)) && [[ $gsum == "$(sha256sum <"$TMP/gbase/step-00000001.h5")" ]] &&
+    "$PY3" - "$TMP/G/completions.jsonl" "$TMP/G/step-00000002.h5" <<'PY'
+import json, math, sys, h5py, numpy as np
+rows = [json.loads(l) for l in open(sys.argv[1])]
+f = h5py.File(sys.argv[2], "r")
+moved = {n: float(np.max(np.abs(f["lora"][n][()]))) for n in f["lora"] if n.endswith("_B")}
+print(f"# {len(rows)} rollouts, logprobs {[round(r['logprob'], 2) for r in rows[:4]]} ...; "
+      f"largest |B| (0 at the start) {moved}")
+sys.exit(0 if sorted({r["step"] for r in rows}) == [1, 2] and len(rows) == 32
+         and all(math.isfinite(r["logprob"]) and r["logprob"] < 0 for r in rows)
+         and len(moved) == 5 and min(moved.values()) > 0 else 1)
+PY
+tap_check $? "objective = grpo over the MLA adapters (all-linear: o, q_a_proj .. kv_b_proj; rollouts decoded over the compressed cache from the merged copy): 2 steps, 32 rollouts with finite log-probabilities, every B moved from 0, the base's file untouched"
+
+rm -rf "$TMP/G.merged"
+gen() { # CKPT OUT: greedy, 40 tokens, the ids and each step's probabilities
+    "$TOOL" generate --set threads=1 --ckpt "$1" --prompt-ids "5 17 3 250 99 12 7 41 8 2" \
+        --max-tokens 40 --temperature 0 --no-eos-stop --ids --dump-probs "$2.probs" >"$2" 2>"$2.err"
+}
+"$TOOL" ckpt export -f hf -t none --merge "$TMP/G" "$TMP/G.merged" >/dev/null 2>&1 &&
+    gen "$TMP/G" "$TMP/gen.lora" && gen "$TMP/G.merged" "$TMP/gen.merged" && gen "$TMP/gbase" "$TMP/gen.base"
+rc=$?
+((rc == 0)) && cmp -s "$TMP/gen.lora" "$TMP/gen.merged" &&
+    "$PY3" - "$TMP/gen.lora.probs" "$TMP/gen.merged.probs" "$TMP/gen.base.probs" <<'PY'
+import sys, numpy as np
+a, m, b = (np.loadtxt(p, ndmin=2) for p in sys.argv[1:])
+same = np.abs(a[:, 2:] - m[:, 2:]).max()
+base = np.abs(a[:, 2:] - b[:, 2:]).max() if a.shape == b.shape else float("inf")
+print(f"# {a.shape[0]} steps: the checkpoint vs its merged export max |dp| {same:.2e}; vs the base {base:.2e}")
+sys.exit(0 if a.shape == m.shape and a.shape[0] == 40 and same <= 1e-6 and base > 1e-4 else 1)
+PY
+tap_check $? "greedy decoding over the compressed cache (40 tokens): the GRPO LoRA checkpoint (adapters merged at load) gives its merged Hugging Face export's ids and probabilities (1e-6), not the base's (exit $rc)"
+
 ref=("${args[@]}")
 args+=("${lora[@]}")
 start_refused C 'parallel.pipeline > 1 with lora.rank > 0 and model.kv_lora_rank = 32: LoRA on multi-head latent attention does not run with it yet' \
     --set parallel.pipeline=2
 c=$?
-start_refused D 'objective = "grpo" with lora.rank > 0 and model.kv_lora_rank = 32' \
-    --set objective=grpo
-d=$?
 start_refused K 'lora.targets = "o,k": k: the model has no such projection (multi-head latent attention' \
     --set lora.targets=o,k
 k=$?
@@ -252,5 +309,5 @@ tiny_llama_args "$TMP/data/train"
 start_refused N 'lora.targets = "q,kv_b_proj": kv_b_proj: the model has no such projection (q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj are multi-head latent attention' \
     --set lora.rank=4 --set lora.targets=q,kv_b_proj
 args=("${ref[@]}")
-tap_check $((c | d | k | q | $?)) "refused at start (exit 1, nothing written): parallel.pipeline = 2 and objective = grpo with LoRA on MLA naming both keys; k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
+tap_check $((c | k | q | $?)) "refused at start (exit 1, nothing written): parallel.pipeline = 2 with LoRA on MLA naming both keys; k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
 tap_done
