@@ -31,13 +31,15 @@
 #  - objective = "grpo" over the adapters on a tiny MLA model (rollouts decoded over the
 #    compressed cache from the merged copy): 2 steps, 32 rollouts with finite log-probabilities,
 #    every B moved from 0, the base's file untouched; greedy `generate` of its checkpoint (the
-#    adapters merged at load) equals that of its merged Hugging Face export, 24 tokens;
-#  - refused at start (exit 1), naming both keys, nothing written: parallel.pipeline = 2 with
-#    lora.rank > 0 on MLA; k (no k_proj in MLA), q with
+#    adapters merged at load) equals that of its merged Hugging Face export (40 tokens, the
+#    probabilities within 1e-6) and differs from the base's;
+#  - parallel.pipeline = 2 (2 stages of the 4 layers): 4 steps and the final adapters equal one
+#    rank's within 1e-6;
+#  - refused at start (exit 1), naming lora.targets, nothing written: k (no k_proj in MLA), q with
 #    model.q_lora_rank > 0, and kv_b_proj on a model without MLA name lora.targets.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 13
+tap_plan 14
 make_synth "$TMP/data" 512 30000
 "$TOOL" synth --out "$TMP/small" --vocab 512 --tokens 400 --seed 3 >/dev/null
 args=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg" --set model.vocab_size=512 --set data.tokenizer=
@@ -294,11 +296,28 @@ sys.exit(0 if a.shape == m.shape and a.shape[0] == 40 and same <= 1e-6 and base 
 PY
 tap_check $? "greedy decoding over the compressed cache (40 tokens): the GRPO LoRA checkpoint (adapters merged at load) gives its merged Hugging Face export's ids and probabilities (1e-6), not the base's (exit $rc)"
 
+# pipeline: 2 stages of tiny-deepseek's 4 layers (no bias update: the pipeline refuses it) against 1 rank
+pp=(--set model.moe_bias_update_rate=0 --set optim.lr=1e-2 --set max_duration=4ba --set save_interval=4ba)
+base pbase --set model.moe_bias_update_rate=0 &&
+    ranks 2 "$TRAIN" "${args[@]}" "${lora[@]}" "${pp[@]}" --init-from "$TMP/pbase" --set parallel.pipeline=2 \
+        --set run_dir="$TMP/PP2" >"$TMP/PP2.txt" 2>&1 &&
+    "$TRAIN" "${args[@]}" "${lora[@]}" "${pp[@]}" --init-from "$TMP/pbase" --set run_dir="$TMP/PP1" \
+        >"$TMP/PP1.txt" 2>&1
+rc=$?
+tap_diag "pipeline 2 vs 1 (exit $rc): $(metrics_close "$TMP/PP1/metrics.jsonl" "$TMP/PP2/metrics.jsonl" 1 1e-6 1e-6)"
+((rc == 0)) && grep -q '^pipeline: 2 ranks a pipeline' "$TMP/PP2.txt" &&
+    metrics_close "$TMP/PP1/metrics.jsonl" "$TMP/PP2/metrics.jsonl" 1 1e-6 1e-6 >/dev/null &&
+    "$PY3" - "$TMP/PP1/step-00000004.h5" "$TMP/PP2/step-00000004.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r")["lora"] for p in sys.argv[1:])
+worst = max(float(np.max(np.abs(a[n][()] - b[n][()])) / np.max(np.abs(a[n][()]))) for n in a)
+print(f"# {len(a)} adapter tensors (every layer's, from both stages); worst {worst:.1e} of the tensor's largest")
+sys.exit(0 if set(a) == set(b) and len(a) == 10 and worst <= 1e-6 else 1)
+PY
+tap_check $? "parallel.pipeline = 2 (1f1b, dropout 0.1): 4 steps' loss and grad norm and the final adapters of all 4 layers equal one rank's within 1e-6"
+
 ref=("${args[@]}")
 args+=("${lora[@]}")
-start_refused C 'parallel.pipeline > 1 with lora.rank > 0 and model.kv_lora_rank = 32: LoRA on multi-head latent attention does not run with it yet' \
-    --set parallel.pipeline=2
-c=$?
 start_refused K 'lora.targets = "o,k": k: the model has no such projection (multi-head latent attention' \
     --set lora.targets=o,k
 k=$?
@@ -309,5 +328,5 @@ tiny_llama_args "$TMP/data/train"
 start_refused N 'lora.targets = "q,kv_b_proj": kv_b_proj: the model has no such projection (q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj are multi-head latent attention' \
     --set lora.rank=4 --set lora.targets=q,kv_b_proj
 args=("${ref[@]}")
-tap_check $((c | k | q | $?)) "refused at start (exit 1, nothing written): parallel.pipeline = 2 with LoRA on MLA naming both keys; k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
+tap_check $((k | q | $?)) "refused at start (exit 1, nothing written): k, q beside q_lora_rank, and kv_b_proj on a model without MLA, naming lora.targets"
 tap_done
