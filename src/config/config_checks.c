@@ -441,28 +441,6 @@ static void validate_linear_cuda(load_ctx *c) {
         }
 }
 
-/* model.kv_lora_rank > 0 (multi-head latent attention; docs/models.md "DeepSeek"): the modes
- * LoRA on it does not run with yet, each refused naming both keys (tensor parallelism's is
- * config_tensor_pair's; context parallelism without LoRA runs, ringing the latent:
- * docs/parallelism.md; docs/lora.md "Multi-head latent attention") */
-static void validate_mla(load_ctx *c) {
-    const tsr_config *g = c->cfg;
-    char at[1200];
-    if (g->model.kv_lora_rank == 0 || g->lora.rank == 0) return;
-    const tsr_cfg_pair rules[] = {
-        {g->context > 1, "parallel.context", "> 1"},
-        {g->pipeline > 1, "parallel.pipeline", "> 1"},
-        {g->objective != TSR_OBJ_LM, "objective", "other than \"lm\""},
-    };
-    const char *value, *key = config_first_pair(rules, sizeof rules / sizeof rules[0], &value);
-    if (!key) return;
-    tsr_error("%s%s %s with lora.rank > 0 and model.kv_lora_rank = %d: LoRA on multi-head latent "
-              "attention does not run with it yet (docs/lora.md \"Multi-head latent attention\"): "
-              "change %s, or set lora.rank = 0", cfgload_where(c, key, at, sizeof at), key, value,
-              g->model.kv_lora_rank, key);
-    c->errors++;
-}
-
 /* model.num_nextn_predict_layers > 0 (multi-token prediction; docs/models.md "Multi-token
  * prediction"): the modes it does not run with yet, each refused naming both keys */
 static void validate_mtp(load_ctx *c) {
@@ -593,7 +571,6 @@ static void validate_options(load_ctx *c) {
     validate_mla_cuda(c);
     validate_tensor(c);
     validate_pipeline(c);
-    validate_mla(c);
     validate_mtp(c);
 }
 

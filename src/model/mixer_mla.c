@@ -294,9 +294,23 @@ static mla_cols mla_cols_of(const tsr_model *m, int h) {
                       .bk = (size_t)h * (m->dn + m->dv), .bv = (size_t)h * (m->dn + m->dv) + m->dn};
 }
 
-/* a received block's key/value rows kv (rows, NH (dqk + dv)): kv_b_proj of its latent, each key
- * head's RoPE part the block's turned RoPE key */
-static void mla_expand(void *ctx, void *kv, const void *blk) {
+/* kv_b_proj's adapter on rank src's block blk (model_lora.h): the forward adds into its
+ * expansion out (dout NULL), the backward into the block's gradient; the dropout masks are
+ * src's, its rows that rank's zig-zag share */
+static void kvb_lora(const mla_ring_ctx *c, int src, void *out, const void *dout,
+                     const void *blk) {
+    tsr_lora *lo = c->r->d->lora;
+    if (!lora_target_on(lo, TSR_LORA_KVB)) return;
+    const int own = lo->cpR;
+    lora_set_context(lo, lo->cpN, src, lo->cpT);
+    if (!dout) dec_lora_fwd(c->r, c->l, TSR_LORA_KVB, out, blk);
+    else dec_lora_bwd(c->r, c->l, TSR_LORA_KVB, out, dout, blk);
+    lora_set_context(lo, lo->cpN, own, lo->cpT);
+}
+
+/* a received block's key/value rows kv (rows, NH (dqk + dv)): kv_b_proj (and its adapter) of its
+ * latent, each key head's RoPE part the block's turned RoPE key */
+static void mla_expand(void *ctx, void *kv, const void *blk, int src) {
     const mla_ring_ctx *c = ctx;
     const tsr_backend *be = c->r->d->be;
     const tsr_model *m = c->r->d->m;
@@ -305,6 +319,7 @@ static void mla_expand(void *ctx, void *kv, const void *blk) {
     char *o = kv;
     dec_linear(c->r, c->l, c->s->kv, NULL, blk, c->w[TSR_P_MLAKVBW], NULL, c->r->N, m->kvr,
                m->NH * (m->dn + m->dv));
+    kvb_lora(c, src, c->s->kv, NULL, blk);
     for (int h = 0; h < m->NH; h++) {
         const mla_cols k = mla_cols_of(m, h);
         be->copy_rows(be, o + k.k * e, k.kvw * e, x + k.bk * e, k.kw * e, m->dn * e, rows);
@@ -314,9 +329,9 @@ static void mla_expand(void *ctx, void *kv, const void *blk) {
 }
 
 /* a block's gradient dblk (fp32: the activations are, context parallelism with MLA running on
- * the CPU alone) from its key/value rows' dkv: kv_b_proj's backward (its weight gradient +=), the
- * RoPE key's the sum of the heads' */
-static void mla_contract(void *ctx, float *dblk, const float *dkv, const void *blk) {
+ * the CPU alone) from its key/value rows' dkv: kv_b_proj's backward and its adapter's (their
+ * gradients +=), the RoPE key's the sum of the heads' */
+static void mla_contract(void *ctx, float *dblk, const float *dkv, const void *blk, int src) {
     const mla_ring_ctx *c = ctx;
     const tsr_backend *be = c->r->d->be;
     const tsr_model *m = c->r->d->m;
@@ -331,6 +346,7 @@ static void mla_contract(void *ctx, float *dblk, const float *dkv, const void *b
     }
     be->matmul_backward(be, dblk, c->g[TSR_P_MLAKVBW], NULL, dx, blk, c->w[TSR_P_MLAKVBW],
                         c->r->N, m->kvr, m->NH * (m->dn + m->dv), TSR_GRAD_SET);
+    kvb_lora(c, src, dblk, dx, blk);
 }
 
 static tsr_ring_payload mla_payload(mla_ring_ctx *c) {

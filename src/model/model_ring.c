@@ -221,11 +221,11 @@ static void pack_block(const tsr_backend *be, const ring_shape *s, void *send, c
 /* The key/value rows of step's block and (*ldkv) their stride: the own ones in qkv, a received
  * block's as they arrived in got, or expanded from it into x (a latent ring) */
 static const void *block_rows(const ring_shape *s, const void *qkv, const void *got, void *x,
-                              int step, int *ldkv) {
+                              int step, int src, int *ldkv) {
     *ldkv = step ? (int)s->KVW : (int)s->QKV;
     if (!step) return (const char *)qkv + s->QW * s->e;
     if (!s->pay) return got;
-    s->pay->expand(s->pay->ctx, x, got);
+    s->pay->expand(s->pay->ctx, x, got, src);
     return x;
 }
 
@@ -253,7 +253,7 @@ static void ring_fwd(tsr_ring *g, const tsr_backend *be, tsr_acts *a, void *atty
         void *h = more ? g->comm.start(g->comm.ctx, bf.blk[cur], bf.blk[cur ^ 1], bf.bytes) : NULL;
         if (more) g->sent += bf.bytes;
         int ldkv; /* the own block from qkv itself, the others as they arrived */
-        const void *kv = block_rows(s, qkv, bf.blk[cur], bf.x, step, &ldkv);
+        const void *kv = block_rows(s, qkv, bf.blk[cur], bf.x, step, src, &ldkv);
         for (int qk = 0; qk < 2; qk++)
             for (int kk = 0; kk < 2; kk++) {
                 int ok;
@@ -326,10 +326,10 @@ static const float *ring_bwd(tsr_ring *g, const tsr_backend *be, tsr_acts *a, co
         float *dst = step ? mine : travel; /* the own block's terms start the travelling sum */
         float *d = s->pay ? dkv : dst;
         int ldkv;
-        const void *kv = block_rows(s, qkv, bf.blk[cur], bf.x, step, &ldkv);
+        const void *kv = block_rows(s, qkv, bf.blk[cur], bf.x, step, src, &ldkv);
         be->zero(be, d, rows * s->KVW * sizeof(float));
         blocks_backward(g, be, a, s, d, kv, ldkv, src, datty, qkv, atty, lse, slopes, var);
-        if (s->pay) s->pay->contract(s->pay->ctx, dst, dkv, bf.blk[cur]);
+        if (s->pay) s->pay->contract(s->pay->ctx, dst, dkv, bf.blk[cur], src);
         if (step) { /* src's sum so far arrived from the previous rank: add this rank's terms */
             g->comm.wait(g->comm.ctx, hd);
             float *in = spare;

@@ -144,13 +144,14 @@ void ring_attention_backward(tsr_ring *g, const tsr_backend *be, struct tsr_acts
  * row of the B x T/N local rows. pack writes this rank's block (rows x width act) into send;
  * expand writes the key/value rows kv (rows, KVW = KVH (hs + dv)) act of a block blk received;
  * contract writes dblk (rows x width) fp32, the gradient of blk, from the gradient dkv (rows,
- * KVW) fp32 of the rows expand made from it (and adds what it owes the weights' gradients). */
+ * KVW) fp32 of the rows expand made from it (and adds what it owes the weights' gradients).
+ * src: the group rank whose block it is (its rows that rank's zig-zag share: LoRA's dropout). */
 typedef struct tsr_ring_payload {
     int width;
     void *ctx;
     void (*pack)(void *ctx, void *send);
-    void (*expand)(void *ctx, void *kv, const void *blk);
-    void (*contract)(void *ctx, float *dblk, const float *dkv, const void *blk);
+    void (*expand)(void *ctx, void *kv, const void *blk, int src);
+    void (*contract)(void *ctx, float *dblk, const float *dkv, const void *blk, int src);
 } tsr_ring_payload;
 
 /* ring_attention_forward with pay's blocks going round: the own block's keys and values still

@@ -12,14 +12,14 @@
 #  - GRPO (objective = grpo) on a tiny MLA model, 2 steps: the rollouts decoded by the batched
 #    path are logged with finite log-probabilities, the run ends with its checkpoint;
 #  - what MLA does not run with yet is refused at start (exit 1), naming both keys, nothing written
-#    in run_dir: parallel.tensor = 2, lora.rank = 4 under parallel.pipeline = 2 (MLA on
-#    device = "cuda", its decoding included: tests/gpu/test_cuda_mla.sh); an attention setting MLA
-#    does not take (model.qk_norm) and an
+#    in run_dir: parallel.tensor = 2 (MLA on device = "cuda", its decoding included:
+#    tests/gpu/test_cuda_mla.sh; LoRA on MLA: test_lora_mla.sh); an attention setting MLA does not
+#    take (model.qk_norm) and an
 #    MLA key without MLA (model.q_lora_rank with kv_lora_rank 0) name their key.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 source "$(dirname "$0")/../eval/generate_lib.sh"
-tap_plan 8
+tap_plan 7
 make_synth "$TMP/data" 512 60000
 tiny_llama_args "$TMP/data/train"
 mla=(--set model.n_head=4 --set model.n_kv_head=0 --set model.kv_lora_rank=32 --set model.q_lora_rank=24
@@ -62,9 +62,6 @@ tap_check $? "GRPO on a tiny MLA model, 2 steps: 32 rollouts of 6 tokens through
 start_refused T 'parallel.tensor = 2 with model.kv_lora_rank > 0 (multi-head latent attention): tensor parallelism does not run with it yet' \
     --set parallel.tensor=2
 tap_check $? "parallel.tensor = 2 with MLA: exit 1 naming parallel.tensor and model.kv_lora_rank, nothing written"
-start_refused L 'parallel.pipeline > 1 with lora.rank > 0 and model.kv_lora_rank = 32: LoRA on multi-head latent attention does not run with it yet' \
-    --set lora.rank=4 --set parallel.pipeline=2
-tap_check $? "lora.rank = 4 with MLA under parallel.pipeline = 2: exit 1 naming both keys, nothing written (LoRA on MLA itself: test_lora_mla.sh)"
 start_refused Q 'model.qk_norm with model.kv_lora_rank = 32 (multi-head latent attention): expected false' \
     --set model.qk_norm=true
 q=$?
