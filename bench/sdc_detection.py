@@ -89,6 +89,9 @@ TENSOR = {"zero1": "fcw", "tensor": "lnfw"}
 # the ranks of a tensor, context or expert group (consecutive), whose members' replay is one
 # collective computation: its verdict blames those of the group whose results differ
 GROUP = {"context": 2, "expert": 2, "tensor": 2}
+# a pipeline's ranks are one place in every stage (r of the same r % (W / P): 2 ranks a stage),
+# its replay one collective computation as a group's
+PIPELINE = {"pipeline": 2}
 
 
 def mpirun(np_, args, env, out):
@@ -245,8 +248,10 @@ def judge(run_dir, rc, out, site, mode):
     else:
         who = ("rank %s " % ", ".join(map(str, e["ranks"]))) + ("✓" if e["ranks"] == [RANK] else "✗")
         g = GROUP.get(mode, 1)  # a group's replay blames the members whose results differ
-        if len(e["ranks"]) > 1 and RANK in e["ranks"] and all(r // g == RANK // g for r in e["ranks"]):
-            who = "ranks %s (rank 1's group) ✓" % ", ".join(map(str, e["ranks"]))
+        w = PIPELINE.get(mode)
+        ours = (lambda r: r % w == RANK % w) if w else (lambda r: r // g == RANK // g)
+        if len(e["ranks"]) > 1 and RANK in e["ranks"] and all(ours(r) for r in e["ranks"]):
+            who = "ranks %s (rank 1's %s) ✓" % (", ".join(map(str, e["ranks"])), "pipeline" if w else "group")
     return (f"{how}, {e['check']}", steps, who)
 
 

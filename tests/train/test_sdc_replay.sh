@@ -20,10 +20,14 @@
 #  - DPO (LoRA with dropout, 3 ranks): each rank's pass over its pairs recomputed by its neighbour
 #    (with the dropout of the original's rows): a clean replay agrees and changes no bit; a NaN
 #    rank 1 put into its gradients is its transient fault;
+#  - pipeline (2 stages x 2 data pipelines): each pipeline recomputes the other's batch through the
+#    schedule, every rank at once: a clean replay agrees and changes no bit; a wrong product once
+#    is a transient fault of rank 1's pipeline (ranks 1, 3 named); one pipeline alone is refused
+#    at start with the reason;
 #  - the replay holds no second copy of the gradients: the memory plan counts two batches' tokens.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 20
+tap_plan 22
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -183,6 +187,28 @@ rc=$?
     grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/microbatch-0-of-rank-1", "mismatches": 1, "ranks": \[1\]' "$TMP/DPON/metrics.jsonl" &&
     grep -q "replay of step 7: rank 1's first microbatch gives gradients .* recomputed by rank 0 .*; rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees" "$TMP/DPON.txt"
 tap_check $? "DPO: a NaN rank 1 put into its pass's gradients in step 7: its neighbour's and rank 2's recomputations agree, its second try too: a transient fault of rank 1 (exit $rc)"
+
+# pipeline 2 stages x 2 data pipelines on 4 ranks (stage 0: ranks 0, 1; stage 1: 2, 3; rank 1's
+# pipeline: 1, 3): each pipeline recomputes the other's batch through the schedule at step 7
+pp=(--set parallel.pipeline=2 "${m[@]}")
+run 4 PP "${rp[@]}" "${pp[@]}"
+rc=$?
+run 4 PPoff --set health.replay_interval=0 "${pp[@]}"
+rc2=$?
+TSR_FAULT=matmul:7:1 run 4 PPM "${rp[@]}" "${pp[@]}"
+rc3=$?
+[[ $rc == 0 && $rc2 == 0 && $rc3 == 0 && $(health PP replays) == 1 && $(health PP replay_mismatches) == 0 &&
+   $(health PPM replay_transients) == 1 ]] &&
+    grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/batch-of-rank-1", "mismatches": 2, "ranks": \[1, 3\]' "$TMP/PPM/metrics.jsonl" &&
+    grep -q "replay of step 7: rank 1's batch gives gradients .* recomputed by rank 0 .*; rank 1's second try 0x[0-9a-f]*: a transient fault of ranks 1, 3 (whose results differ) of rank 1's pipeline, a batch being the pipeline's collective computation (node .*): its second try agrees" "$TMP/PPM.txt" &&
+    same_tensors "$(ck "$TMP/PP" 8)" "$(ck "$TMP/PPoff" 8)" && same_tensors "$(ck "$TMP/PP" 8)" "$(ck "$TMP/PPM" 8)"
+tap_check $? "pipeline 2 x 2: each pipeline recomputes the other's batch at step 7 through the schedule, all agree, the weights equal a run without replay bit for bit; rank 1's product wrong once: a transient fault of its pipeline (ranks 1, 3 differ), the clean run's weights (exit $rc, $rc2, $rc3)"
+
+run 2 PP1 "${rp[@]}" "${pp[@]}"
+rc=$?
+[[ $rc == 0 && $(health PP1 replays) == 0 ]] &&
+    grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): one data-parallel pipeline (the world is parallel.pipeline ranks): no other pipeline holds the same stages to recompute its batch; the fingerprints' comparisons still run" "$TMP/PP1.txt"
+tap_check $? "pipeline with one data pipeline (world = parallel.pipeline): no replay, the reason said at start; the run goes on (exit $rc)"
 
 # 8 sequences of 32 a rank: 8 x 32 x (4 + 4 + 1) bytes, twice
 grep -q "replay buffers 4.5 KiB (health.replay_interval)" "$TMP/D.txt" && ! grep -q "replay buffers" "$TMP/Doff.txt"
