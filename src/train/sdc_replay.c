@@ -24,11 +24,16 @@
  * group's work together, each member its counterpart's rows, its collectives matched; in the
  * tie-break and the second try every group recomputes the group in question's work; a fault of
  * one member may change every member's gradients, so the verdict blames the members whose
- * results differ (sdc_report). It covers ddp, zero1, zero3, hsdp and LoRA on the CPU, tensor,
- * context or expert groups (not context with expert, nor with zero3 / hsdp; two at least),
- * the lm objective and dpo (ddp, zero1: its pass over a rank's pairs is the unit, recomputed
- * with the original's dropout; no replay after an outlier), no pipeline, and the same threads
- * on every rank (a GEMM's summation order may follow the thread count). */
+ * results differ (sdc_report). Under parallel.pipeline a rank's partner is the same stage's
+ * rank of the data pipeline before (the ring is the stage's W / P ranks, a group the pipeline's
+ * P ranks, W / P apart): every pipeline recomputes the next one's batch through the schedule
+ * (pipeline_replay), the unit a batch, since the schedule mixes its microbatches' gradients.
+ * It covers ddp, zero1, zero3, hsdp and LoRA on the CPU, tensor, context or expert groups (not
+ * context with expert, nor with zero3 / hsdp; two at least), pipelines (ddp, zero1, LoRA; two
+ * at least), the lm objective, dpo and grpo (ddp, zero1: its pass over a rank's rows is the
+ * unit, recomputed with the original's dropout; no replay after an outlier; grpo's rows, the
+ * step's completions with their rewards and advantages, every rank holds: none are sent), and
+ * the same threads on every rank (a GEMM's summation order may follow the thread count). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +57,8 @@ static int group_size(const tsr_trainer *t) {
  * (the lockstep of ddp, zero1 and LoRA over the stages). Local. */
 static const char *pipeline_why(const tsr_trainer *t) {
     if (t->objective->pass)
-        return "parallel.pipeline with objective = dpo: its pass runs the stages in turn, whose "
-               "recomputation is not built";
+        return "parallel.pipeline with objective = dpo or grpo: its pass runs the stages in turn, "
+               "whose recomputation is not built";
     if (group_size(t) > 1 || t->part.fsdp_on)
         return "parallel.pipeline with a tensor, context or expert group or under zero3 or hsdp: "
                "their lockstep recomputation through the stages is not built";
@@ -66,12 +71,11 @@ static const char *pipeline_why(const tsr_trainer *t) {
 /* Why replay does not run in this mode (see the top), the thread counts aside, or NULL. Local. */
 static const char *not_covered(const tsr_trainer *t) {
     if (t->be.gpu || t->cfg.device == TSR_DEVICE_CUDA) return "device = cuda (not built)";
-    if (t->cfg.objective == TSR_OBJ_GRPO)
-        return "objective = grpo: its pass scores completions generated in the step (not built)";
+    static char why[200];
+    snprintf(why, sizeof why, "objective = %s with a tensor, context or expert group or under "
+             "zero3 or hsdp (its pass's lockstep recomputation is not built)", t->objective->name);
     if (t->part.pp_on) return pipeline_why(t);
-    if (t->objective->pass && (group_size(t) > 1 || t->part.fsdp_on))
-        return "objective = dpo with a tensor, context or expert group or under zero3 or hsdp "
-               "(its pass's lockstep recomputation is not built)";
+    if (t->objective->pass && (group_size(t) > 1 || t->part.fsdp_on)) return why;
     if (group_size(t) == 1) return NULL;
     if (t->mesh.N > 1 && t->part.ep_on)
         return "parallel.context with parallel.expert: a microbatch's forward spans a context "
@@ -106,9 +110,12 @@ static int lockstep(const tsr_trainer *t) {
     return t->part.fsdp_on || group_size(t) > 1 || t->part.pp_on;
 }
 
-/* One row of a batch as a replay sends it: its tokens, targets and segment starts */
+/* One row of a batch as a replay sends it: its tokens, targets and segment starts (and dpo's
+ * sample index); none for grpo, whose step's rows (the completions, their rewards and
+ * advantages, the rollout's log-probabilities) every rank holds whole (posttrain/grpo_int.h) */
 static size_t row_bytes(const tsr_trainer *t) {
-    return (size_t)t->T * (2 * sizeof(int32_t) + 1) + (t->objective->pass ? sizeof(uint64_t) : 0);
+    if (t->objective->prompts) return 0;
+    return (size_t)t->T * (2 * sizeof(int32_t) + 1) + (t->objective->pairs ? sizeof(uint64_t) : 0);
 }
 
 /* The rows a replay recomputes: a rank's first microbatch, or (dpo) its pass over its batch, the
@@ -229,10 +236,11 @@ void sdc_replay_whole(tsr_trainer *t, double loss) {
 static void pack(tsr_trainer *t, int64_t rows) {
     sdc_replay_state *rp = &t->sdc->rp;
     const size_t n = (size_t)rows * (size_t)t->T;
+    if (t->objective->prompts) return; /* (grpo: nothing to send) */
     memcpy(rp->mine, t->data.inputs, n * sizeof(int32_t));
     memcpy(rp->mine + n * sizeof(int32_t), t->data.targets, n * sizeof(int32_t));
     if (t->data.starts) memcpy(rp->mine + 2 * n * sizeof(int32_t), t->data.starts, n);
-    if (t->objective->pass) /* (dpo: each row's sample, its reference's index) */
+    if (t->objective->pairs) /* (dpo: each row's sample, its reference's index) */
         memcpy(rp->mine + n * (2 * sizeof(int32_t) + 1), t->data.row_sample,
                (size_t)rows * sizeof(uint64_t));
 }
@@ -244,20 +252,23 @@ static double recompute_batch(tsr_trainer *t, const uint8_t *mb, int q, int64_t 
                               float scale) {
     const struct { int32_t *in, *tg; uint8_t *starts; uint64_t *rs; double *moe; } saved = {
         t->data.inputs, t->data.targets, t->data.starts, t->data.row_sample, t->out.moe};
-    const int rank = t->mesh.data.rank;
+    const int rank = t->mesh.data.rank, sent = !t->objective->prompts;
     const size_t n = (size_t)rows * (size_t)t->T;
     uint8_t *starts = t->data.starts ? (uint8_t *)mb + 2 * n * sizeof(int32_t) : NULL;
     uint64_t *rs = NULL;
-    if (t->objective->pass) { /* (each row's sample, aligned) */
+    if (t->objective->pairs) { /* (each row's sample, aligned) */
         rs = tsr_malloc((size_t)rows * sizeof *rs);
         memcpy(rs, mb + n * (2 * sizeof(int32_t) + 1), (size_t)rows * sizeof *rs);
     }
-    t->data.inputs = (int32_t *)mb, t->data.targets = (int32_t *)mb + n;
-    t->data.starts = starts, t->data.row_sample = rs, t->out.moe = NULL;
-    t->mesh.data.rank = mesh_data_rank(&t->mesh, q);
+    if (sent) t->data.inputs = (int32_t *)mb, t->data.targets = (int32_t *)mb + n;
+    if (sent) t->data.starts = starts, t->data.row_sample = rs;
+    t->out.moe = NULL, t->mesh.data.rank = mesh_data_rank(&t->mesh, q);
+    void (*scope)(void *, int) = t->objective->replay_scope;
+    if (scope) scope(t->run.objective_state, 1);
     const double loss = t->objective->pass
                             ? t->objective->pass(&t->run, t->run.objective_state, scale)
                             : pipeline_replay(t, scale);
+    if (scope) scope(t->run.objective_state, 0);
     t->mesh.data.rank = rank;
     t->data.inputs = saved.in, t->data.targets = saved.tg, t->out.moe = saved.moe;
     t->data.starts = saved.starts, t->data.row_sample = saved.rs;

@@ -11,7 +11,13 @@
 #include "jsonl.h"
 #include "train/sdc_int.h"
 
-/* A replay's: the suspect (attributed), or the original's and the replayer's ranks */
+static int by_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A replay's: the suspect (attributed), or the original's and the replayer's ranks (rank order:
+ * a pipeline's members are W / P apart) */
 static int replay_blamed(const sdc_verdict *v, int *ranks, int cap, int *attributed) {
     int n = 0;
     *attributed = v->rp_suspect >= 0;
@@ -23,6 +29,7 @@ static int replay_blamed(const sdc_verdict *v, int *ranks, int cap, int *attribu
             for (int p = 0; p < v->rp_stride && p < 64 && n < cap; p++)
                 if (v->rp_group >> p & 1)
                     ranks[n++] = who[i] + (p - who[i] / v->rp_mstep % v->rp_stride) * v->rp_mstep;
+        qsort(ranks, (size_t)n, sizeof *ranks, by_int);
     } else if (*attributed) ranks[n++] = v->rp_suspect;
     else if (v->rp_q == v->rp_r) ranks[n++] = v->rp_q;
     else ranks[n++] = v->rp_q < v->rp_r ? v->rp_q : v->rp_r, ranks[n++] = v->rp_q < v->rp_r ? v->rp_r : v->rp_q;
