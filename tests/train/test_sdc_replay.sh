@@ -23,8 +23,8 @@
 #  - pipeline (2 stages x 2 data pipelines): each pipeline recomputes the other's batch through the
 #    schedule, every rank at once: a clean replay agrees and changes no bit; a wrong product once
 #    is a transient fault of rank 1's pipeline (ranks 1, 3 named); after the spike guard's outlier
-#    every pipeline's batch is recomputed by the one before it; one pipeline alone is refused at
-#    start with the reason;
+#    every pipeline's batch is recomputed by the one before it; one pipeline alone, or a pipeline
+#    with tensor groups, is refused at start with the reason;
 #  - GRPO: each rank's pass over its completions recomputed by its neighbour (no rows sent: every
 #    rank holds the step's completions, rewards and advantages): a clean replay changes no bit
 #    (nor the pass's statistics); a NaN rank 1 put into its gradients is its transient fault;
@@ -225,9 +225,12 @@ tap_check $? "pipeline 2 x 2 after the spike guard's outlier: every pipeline's b
 
 run 2 PP1 "${rp[@]}" "${pp[@]}"
 rc=$?
-[[ $rc == 0 && $(health PP1 replays) == 0 ]] &&
-    grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): one data-parallel pipeline (the world is parallel.pipeline ranks): no other pipeline holds the same stages to recompute its batch; the fingerprints' comparisons still run" "$TMP/PP1.txt"
-tap_check $? "pipeline with one data pipeline (world = parallel.pipeline): no replay, the reason said at start; the run goes on (exit $rc)"
+run 4 PPT "${rp[@]}" "${pp[@]}" --set max_duration=2ba --set parallel.tensor=2
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 && $(health PP1 replays) == 0 && $(health PPT replays) == 0 ]] &&
+    grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): one data-parallel pipeline (the world is parallel.pipeline ranks): no other pipeline holds the same stages to recompute its batch; the fingerprints' comparisons still run" "$TMP/PP1.txt" &&
+    grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): parallel.pipeline with a tensor, context or expert group or under zero3 or hsdp: their lockstep recomputation through the stages is not built; the fingerprints' comparisons still run" "$TMP/PPT.txt"
+tap_check $? "pipeline with one data pipeline (world = parallel.pipeline), and pipeline with tensor groups: no replay, the reason said at start; the runs go on (exit $rc, $rc2)"
 
 # GRPO (3 ranks, 2 prompts x 4 completions a rank, a reward that varies, a KL term, 2 updates a
 # step, LoRA with dropout): each rank's pass over its completions recomputed by its neighbour at
