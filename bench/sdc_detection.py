@@ -89,6 +89,9 @@ TENSOR = {"zero1": "fcw", "tensor": "lnfw"}
 # the ranks of a tensor, context or expert group (consecutive), whose members' replay is one
 # collective computation: its verdict blames those of the group whose results differ
 GROUP = {"context": 2, "expert": 2, "tensor": 2}
+# a pipeline's ranks are one place in every stage (r of the same r % (W / P): 2 ranks a stage),
+# its replay one collective computation as a group's
+PIPELINE = {"pipeline": 2}
 
 
 def mpirun(np_, args, env, out):
@@ -215,14 +218,19 @@ def harmless(text, rc, site):
             f"state agreed)")
 
 
-def unchanged(text, rc, site):
+def unchanged(text, rc, site, mode):
     """why a wrong product or activation in a replay step was not caught: the replay compared the
     rank's gradients with its neighbour's recomputation and they agreed bit for bit, so the wrong
-    element reached no gradient"""
+    element reached no gradient (GRPO: it fell in the step's rollout, before the pass the replay
+    recomputes)"""
     rp = re.search(r"replayed every \d+ steps: (\d+) replays, 0 mismatches", text)
     fired = "TSR_FAULT: a wrong matrix product" in text or "(acts, step" in text
     if rc or site not in ("matmul", "acts") or not rp or int(rp.group(1)) < 1 or not fired:
         return ""
+    if mode == "GRPO":
+        return (": rank 1's step begins with its rollout's generation, where the wrong value can "
+                "change only the completions, which every rank trains on as the step's data; the "
+                "replay recomputes the pass from them, and agreed")
     return (": harmless, the replay's recomputation of rank 1's work agreed bit for bit (the "
             "wrong element reached no gradient)")
 
@@ -235,7 +243,7 @@ def judge(run_dir, rc, out, site, mode):
         hit = re.search(r"checkpoint \S+step-00000010\.h5 skipped: tensor \S+: CRC32C mismatch", text)
         return ("yes (the resume's CRC32C; it took step 5's)", "at the resume", "-") if hit else ("no", "-", "-")
     if not ev:
-        return ("no" + ("" if rc == 0 else f" (exit {rc})") + harmless(text, rc, site) + unchanged(text, rc, site), "-", "-")
+        return ("no" + ("" if rc == 0 else f" (exit {rc})") + harmless(text, rc, site) + unchanged(text, rc, site, mode), "-", "-")
     e = ev[0]
     start = 5 if site == "loaded" else (10 if site.startswith("matmul") or site == "acts" else AT)
     steps = "at the resume" if site == "loaded" else str(e["step"] - start)
@@ -245,8 +253,10 @@ def judge(run_dir, rc, out, site, mode):
     else:
         who = ("rank %s " % ", ".join(map(str, e["ranks"]))) + ("✓" if e["ranks"] == [RANK] else "✗")
         g = GROUP.get(mode, 1)  # a group's replay blames the members whose results differ
-        if len(e["ranks"]) > 1 and RANK in e["ranks"] and all(r // g == RANK // g for r in e["ranks"]):
-            who = "ranks %s (rank 1's group) ✓" % ", ".join(map(str, e["ranks"]))
+        w = PIPELINE.get(mode)
+        ours = (lambda r: r % w == RANK % w) if w else (lambda r: r // g == RANK // g)
+        if len(e["ranks"]) > 1 and RANK in e["ranks"] and all(ours(r) for r in e["ranks"]):
+            who = "ranks %s (rank 1's %s) ✓" % (", ".join(map(str, e["ranks"])), "pipeline" if w else "group")
     return (f"{how}, {e['check']}", steps, who)
 
 

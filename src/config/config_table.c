@@ -670,6 +670,8 @@ const cfgtab_key cfgtab_keys[] = {
             "(exit 87). A spike guard's outlier replays the step's whole batches at once (a real "
             "spike: the data). ddp, zero1, zero3, hsdp and LoRA on the CPU, and tensor, context "
             "or expert groups (each recomputing the group before it's work together; two groups "
-            "at least), the lm objective and dpo (its pass), no pipeline; 0 = off (neither)."},
+            "at least), pipelines (each recomputing the pipeline before it's batch through the "
+            "schedule; two at least), the lm objective, dpo and grpo (their pass); 0 = off "
+            "(neither)."},
 };
 const int cfgtab_n_keys = NELEM(cfgtab_keys);

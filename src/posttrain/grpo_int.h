@@ -48,6 +48,7 @@ struct tsr_grpo {
     double w_tok;           /* loss_agg token / constant: each token's weight; sequence: 0 */
     double w_row;           /* sequence: each row's weight (its tokens share it) */
     int update;             /* grpo_compute's passes since the rollout */
+    int update_held;        /* a replay's recomputation: the step's own count, kept */
     int32_t *in, *tg;       /* (micro, T) a microbatch of rows */
     float *losses, *dl, *ref; /* (micro, T) */
     FILE *log;              /* rank 0: run_dir/completions.jsonl, once written to */

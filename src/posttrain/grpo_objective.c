@@ -39,6 +39,13 @@ static double grpo_pass(const tsr_run *run, void *s, float scale) {
     return grpo_compute(run, s);
 }
 
+/* a replay's pass counts as no first pass: no statistics (the step's own), no collective */
+static void grpo_replay_scope(void *s, int on) {
+    tsr_grpo *g = s;
+    if (on) g->update_held = g->update, g->update = 1;
+    else g->update = g->update_held;
+}
+
 static int64_t grpo_denominator(const tsr_config *cfg, int64_t counted) {
     (void)cfg, (void)counted;
     return 1;
@@ -81,6 +88,7 @@ const tsr_objective objective_grpo = {
     .pass = grpo_pass,
     .denominator = grpo_denominator,
     .updates = grpo_updates,
+    .replay_scope = grpo_replay_scope,
     .figure_prefix = "grpo",
     .step_figures = grpo_step_figures,
     .line = {{"reward", 4, 0}, {"pass", 3, 2}, {"len", 1, 3}},

@@ -97,6 +97,10 @@ typedef struct tsr_objective {
     int (*updates)(const tsr_config *cfg);
     /* after the step's first pass: its statistics summed over the data ranks; NULL: none */
     void (*reduce_stats)(const tsr_run *r, void *s);
+    /* around a deterministic replay's recomputation of another rank's pass (train/sdc.h): on = 1
+     * before it, 0 after, what the pass keeps besides the gradients left as the step's own (grpo:
+     * its count of passes, its statistics and their collective); NULL: nothing */
+    void (*replay_scope)(void *s, int on);
 
     /* --- the figures (telemetry/metrics.c) --- */
     const char *figure_prefix;   /* the step figures' prefix ("dpo", "grpo"); NULL: none */

@@ -31,6 +31,10 @@ void pipeline_free(tsr_trainer *t);
 /* The step's microbatches of this rank's batch through the schedule, gradients accumulated,
  * losses weighted by scale: returns the step's loss sum (the last stage's, on every stage). */
 double pipeline_compute(tsr_trainer *t, float scale);
+/* The same schedule over the batch t->data points at, outside the step's measurement (the bubble,
+ * the bytes sent): a deterministic replay's recomputation (train/sdc.h). Collective over the
+ * pipeline. */
+double pipeline_replay(tsr_trainer *t, float scale);
 /* The activations: one set per chunk of t->micro sequences (more are added as microbatches come
  * in flight). 0, or -1 with nothing left allocated. pipeline_acts_B: the sequences a set holds, 0
  * when none. */

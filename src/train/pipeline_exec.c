@@ -265,13 +265,11 @@ static void fault_stall(const tsr_trainer *t) {
     for (;;) pause();
 }
 
-double pipeline_compute(tsr_trainer *t, float scale) {
+/* this rank's actions of the schedule, every send waited for; the last stage's loss sum */
+static double run_actions(tsr_trainer *t, float scale) {
     pp_exec *x = t->part.ppx;
     const tsr_pp *pp = &t->part.pp;
     double loss = 0.0;
-    fault_stall(t);
-    x->busy = x->wait = 0.0, x->phase = WD_COMPUTE;
-    const double t0 = tsr_now();
     for (int i = 0; i < x->sched.per_rank; i++) {
         const pp_action *a = pp_action_at(&x->sched, pp->p, i);
         switch ((pp_op)a->op) {
@@ -283,9 +281,28 @@ double pipeline_compute(tsr_trainer *t, float scale) {
         }
     }
     pp_sends_wait(x);
+    return loss;
+}
+
+double pipeline_compute(tsr_trainer *t, float scale) {
+    pp_exec *x = t->part.ppx;
+    fault_stall(t);
+    x->busy = x->wait = 0.0, x->phase = WD_COMPUTE;
+    const double t0 = tsr_now();
+    double loss = run_actions(t, scale);
     x->wall = tsr_now() - t0;
     measure(t);
-    dist_group_bcast(x->pipe, &loss, sizeof loss, pp->P - 1); /* (the last stage's losses) */
+    dist_group_bcast(x->pipe, &loss, sizeof loss, t->part.pp.P - 1); /* (the last stage's) */
+    return loss;
+}
+
+double pipeline_replay(tsr_trainer *t, float scale) {
+    pp_exec *x = t->part.ppx;
+    const uint64_t sent = x->sent;
+    x->phase = WD_COMPUTE;
+    double loss = run_actions(t, scale);
+    x->sent = sent; /* (the report counts the steps' and evaluations' bytes) */
+    dist_group_bcast(x->pipe, &loss, sizeof loss, t->part.pp.P - 1);
     return loss;
 }
 

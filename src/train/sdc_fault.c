@@ -401,5 +401,7 @@ int sdc_fault_matmul(tsr_trainer *t) {
     wrong.t = t, wrong.every = n == 3;
     wrong.orig = t->model.be.matmul_forward;
     t->model.be.matmul_forward = wrong_matmul;
+    for (int c = 0; t->part.pp_on && c < t->part.pp.V; c++) /* (the pipeline's chunks: copies) */
+        t->part.pp.chunk[c].be.matmul_forward = wrong_matmul;
     return 0;
 }

@@ -87,6 +87,9 @@ typedef struct sdc_verdict {
      * the suspect's group whose results differed, all blamed; 0 otherwise */
     uint64_t rp_group;
     int rp_stride;
+    int rp_mstep;      /* the ranks between two members of a group (1; a pipeline's: W / P) */
+    int rp_batch;      /* the unit is a rank's batch (a pipeline's schedule), not its first
+                        * microbatch */
 } sdc_verdict;
 
 /* Deterministic replay (sdc_replay.c; docs/health.md "Deterministic replay") */
@@ -98,6 +101,11 @@ typedef struct sdc_replay {
                                 * rank's position in every group (ordered by group), or NULL */
     int stride;                /* the ranks of such a group (1: none): a rank's partner is the
                                 * same position in the group before (sdc_replay.c) */
+    int ring;                  /* the ranks a replay shifts the work around: the world, or
+                                * (parallel.pipeline) a stage's W / P, a rank's partner the same
+                                * stage's rank of the pipeline before */
+    int members, mstep;        /* a group's ranks (its stride, or a pipeline's P stages) and the
+                                * ranks between two of them (1, or W / P) */
     size_t bytes;              /* a rank's batch: its tokens, targets and segment starts */
     uint8_t *mine, *theirs;    /* this rank's rows sent; the ones it recomputes */
     int64_t step;              /* the replay step whose first microbatch own is the fingerprint of */

@@ -24,11 +24,16 @@
  * group's work together, each member its counterpart's rows, its collectives matched; in the
  * tie-break and the second try every group recomputes the group in question's work; a fault of
  * one member may change every member's gradients, so the verdict blames the members whose
- * results differ (sdc_report). It covers ddp, zero1, zero3, hsdp and LoRA on the CPU, tensor,
- * context or expert groups (not context with expert, nor with zero3 / hsdp; two at least),
- * the lm objective and dpo (ddp, zero1: its pass over a rank's pairs is the unit, recomputed
- * with the original's dropout; no replay after an outlier), no pipeline, and the same threads
- * on every rank (a GEMM's summation order may follow the thread count). */
+ * results differ (sdc_report). Under parallel.pipeline a rank's partner is the same stage's
+ * rank of the data pipeline before (the ring is the stage's W / P ranks, a group the pipeline's
+ * P ranks, W / P apart): every pipeline recomputes the next one's batch through the schedule
+ * (pipeline_replay), the unit a batch, since the schedule mixes its microbatches' gradients.
+ * It covers ddp, zero1, zero3, hsdp and LoRA on the CPU, tensor, context or expert groups (not
+ * context with expert, nor with zero3 / hsdp; two at least), pipelines (ddp, zero1, LoRA; two
+ * at least), the lm objective, dpo and grpo (ddp, zero1: its pass over a rank's rows is the
+ * unit, recomputed with the original's dropout; no replay after an outlier; grpo's rows, the
+ * step's completions with their rewards and advantages, every rank holds: none are sent), and
+ * the same threads on every rank (a GEMM's summation order may follow the thread count). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +42,7 @@
 #include "crc32c.h"
 #include "jsonl.h"
 #include "run/objective.h"
+#include "train/pipeline.h"
 #include "train/sdc_int.h"
 
 /* The ranks of one model-parallel group: the consecutive ranks that share a microbatch's forward
@@ -46,18 +52,30 @@ static int group_size(const tsr_trainer *t) {
     return t->mesh.T * (t->part.ep_on ? t->mesh.EP : t->mesh.N);
 }
 
+/* Why replay does not run under parallel.pipeline in this mode, or NULL: every pipeline
+ * recomputes the pipeline before it's batch through the schedule, each stage its counterpart's
+ * (the lockstep of ddp, zero1 and LoRA over the stages). Local. */
+static const char *pipeline_why(const tsr_trainer *t) {
+    if (t->objective->pass)
+        return "parallel.pipeline with objective = dpo or grpo: its pass runs the stages in turn, "
+               "whose recomputation is not built";
+    if (group_size(t) > 1 || t->part.fsdp_on)
+        return "parallel.pipeline with a tensor, context or expert group or under zero3 or hsdp: "
+               "their lockstep recomputation through the stages is not built";
+    if (t->dist.world == t->mesh.P)
+        return "one data-parallel pipeline (the world is parallel.pipeline ranks): no other "
+               "pipeline holds the same stages to recompute its batch";
+    return NULL;
+}
+
 /* Why replay does not run in this mode (see the top), the thread counts aside, or NULL. Local. */
 static const char *not_covered(const tsr_trainer *t) {
     if (t->be.gpu || t->cfg.device == TSR_DEVICE_CUDA) return "device = cuda (not built)";
-    if (t->part.pp_on)
-        return "parallel.pipeline: a microbatch's forward and backward run through every stage, "
-               "so a neighbour cannot recompute it alone, and a lockstep recomputation of every "
-               "stage's neighbour's work is not built";
-    if (t->cfg.objective == TSR_OBJ_GRPO)
-        return "objective = grpo: its pass scores completions generated in the step (not built)";
-    if (t->objective->pass && (group_size(t) > 1 || t->part.fsdp_on))
-        return "objective = dpo with a tensor, context or expert group or under zero3 or hsdp "
-               "(its pass's lockstep recomputation is not built)";
+    static char why[200];
+    snprintf(why, sizeof why, "objective = %s with a tensor, context or expert group or under "
+             "zero3 or hsdp (its pass's lockstep recomputation is not built)", t->objective->name);
+    if (t->part.pp_on) return pipeline_why(t);
+    if (t->objective->pass && (group_size(t) > 1 || t->part.fsdp_on)) return why;
     if (group_size(t) == 1) return NULL;
     if (t->mesh.N > 1 && t->part.ep_on)
         return "parallel.context with parallel.expert: a microbatch's forward spans a context "
@@ -88,17 +106,41 @@ static int covered(const tsr_trainer *t) {
 
 /* Every rank recomputes at once: the layers are gathered from the shard group (zero3, hsdp), or a
  * microbatch's forward is a collective of its tensor, context or expert group */
-static int lockstep(const tsr_trainer *t) { return t->part.fsdp_on || group_size(t) > 1; }
+static int lockstep(const tsr_trainer *t) {
+    return t->part.fsdp_on || group_size(t) > 1 || t->part.pp_on;
+}
 
-/* One row of a batch as a replay sends it: its tokens, targets and segment starts */
+/* One row of a batch as a replay sends it: its tokens, targets and segment starts (and dpo's
+ * sample index); none for grpo, whose step's rows (the completions, their rewards and
+ * advantages, the rollout's log-probabilities) every rank holds whole (posttrain/grpo_int.h) */
 static size_t row_bytes(const tsr_trainer *t) {
-    return (size_t)t->T * (2 * sizeof(int32_t) + 1) + (t->objective->pass ? sizeof(uint64_t) : 0);
+    if (t->objective->prompts) return 0;
+    return (size_t)t->T * (2 * sizeof(int32_t) + 1) + (t->objective->pairs ? sizeof(uint64_t) : 0);
 }
 
 /* The rows a replay recomputes: a rank's first microbatch, or (dpo) its pass over its batch, the
- * objective's unit (it fingerprints the pass as a whole) */
+ * objective's unit (it fingerprints the pass as a whole), or (parallel.pipeline) its batch, the
+ * schedule's unit (a microbatch's gradients are mixed with the others' before the step's end) */
 static int64_t replay_rows(const tsr_trainer *t) {
-    return t->objective->pass ? t->per_rank : t->micro;
+    return t->objective->pass || t->part.pp_on ? t->per_rank : t->micro;
+}
+
+/* The rank k groups after rank q around the replay's ring (k < 0: before). Local. */
+static int shift(const tsr_trainer *t, int q, int k) {
+    const sdc_replay_state *rp = &t->sdc->rp;
+    const int n = rp->ring, at = q % n;
+    return q - at + ((at + k * rp->stride) % n + n) % n;
+}
+
+/* Rank r's position in its group, and its group's index among the groups of that position */
+static int position(const sdc_replay_state *rp, int r) { return r / rp->mstep % rp->members; }
+static int group_index(const sdc_replay_state *rp, int r) {
+    return rp->mstep == 1 ? r / rp->members : r % rp->mstep;
+}
+
+/* The member at position p of rank q's group. Local. */
+static int member(const sdc_replay_state *rp, int q, int p) {
+    return q - position(rp, q) * rp->mstep + p * rp->mstep;
 }
 
 size_t sdc_plan_bytes(const tsr_trainer *t) {
@@ -121,9 +163,11 @@ void sdc_replay_init(tsr_trainer *t, tsr_sdc *s) {
     if (rp->interval <= 0 || !covered(t)) return;
     rp->on = 1;
     rp->world = mesh_group_open(mesh_group(&t->mesh, TSR_MESH_WORLD));
+    const int P = t->part.pp_on ? t->mesh.P : 1, me = t->dist.rank;
     rp->stride = group_size(t);
-    if (rp->stride > 1) rp->pos = dist_group_split(t->dist.rank % rp->stride,
-                                                   t->dist.rank / rp->stride);
+    rp->ring = t->dist.world / P;
+    rp->members = P > 1 ? P : rp->stride, rp->mstep = P > 1 ? rp->ring : 1;
+    if (rp->members > 1) rp->pos = dist_group_split(position(rp, me), group_index(rp, me));
     rp->bytes = (size_t)t->per_rank * row_bytes(t);
     rp->mine = tsr_malloc(rp->bytes);
     rp->theirs = tsr_malloc(rp->bytes);
@@ -192,30 +236,41 @@ void sdc_replay_whole(tsr_trainer *t, double loss) {
 static void pack(tsr_trainer *t, int64_t rows) {
     sdc_replay_state *rp = &t->sdc->rp;
     const size_t n = (size_t)rows * (size_t)t->T;
+    if (t->objective->prompts) return; /* (grpo: nothing to send) */
     memcpy(rp->mine, t->data.inputs, n * sizeof(int32_t));
     memcpy(rp->mine + n * sizeof(int32_t), t->data.targets, n * sizeof(int32_t));
     if (t->data.starts) memcpy(rp->mine + 2 * n * sizeof(int32_t), t->data.starts, n);
-    if (t->objective->pass) /* (dpo: each row's sample, its reference's index) */
+    if (t->objective->pairs) /* (dpo: each row's sample, its reference's index) */
         memcpy(rp->mine + n * (2 * sizeof(int32_t) + 1), t->data.row_sample,
                (size_t)rows * sizeof(uint64_t));
 }
 
-/* The objective's pass (dpo) over rank q's rows mb (packed as pack does): the batch's buffers
- * point at them, the data rank q's (LoRA's dropout rows) for the pass; its loss sum */
-static double recompute_pass(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows, float scale) {
-    const struct { int32_t *in, *tg; uint8_t *starts; uint64_t *rs; } saved = {
-        t->data.inputs, t->data.targets, t->data.starts, t->data.row_sample};
-    const int rank = t->mesh.data.rank;
+/* The objective's pass (dpo) or the pipeline's schedule over rank q's rows mb (packed as pack
+ * does): the batch's buffers point at them, the data rank q's (LoRA's dropout rows), no MoE
+ * statistics (the step's own are counted); its loss sum */
+static double recompute_batch(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows,
+                              float scale) {
+    const struct { int32_t *in, *tg; uint8_t *starts; uint64_t *rs; double *moe; } saved = {
+        t->data.inputs, t->data.targets, t->data.starts, t->data.row_sample, t->out.moe};
+    const int rank = t->mesh.data.rank, sent = !t->objective->prompts;
     const size_t n = (size_t)rows * (size_t)t->T;
     uint8_t *starts = t->data.starts ? (uint8_t *)mb + 2 * n * sizeof(int32_t) : NULL;
-    uint64_t *rs = tsr_malloc((size_t)rows * sizeof *rs); /* (aligned) */
-    memcpy(rs, mb + n * (2 * sizeof(int32_t) + 1), (size_t)rows * sizeof *rs);
-    t->data.inputs = (int32_t *)mb, t->data.targets = (int32_t *)mb + n;
-    t->data.starts = starts, t->data.row_sample = rs;
-    t->mesh.data.rank = mesh_data_rank(&t->mesh, q);
-    const double loss = t->objective->pass(&t->run, t->run.objective_state, scale);
+    uint64_t *rs = NULL;
+    if (t->objective->pairs) { /* (each row's sample, aligned) */
+        rs = tsr_malloc((size_t)rows * sizeof *rs);
+        memcpy(rs, mb + n * (2 * sizeof(int32_t) + 1), (size_t)rows * sizeof *rs);
+    }
+    if (sent) t->data.inputs = (int32_t *)mb, t->data.targets = (int32_t *)mb + n;
+    if (sent) t->data.starts = starts, t->data.row_sample = rs;
+    t->out.moe = NULL, t->mesh.data.rank = mesh_data_rank(&t->mesh, q);
+    void (*scope)(void *, int) = t->objective->replay_scope;
+    if (scope) scope(t->run.objective_state, 1);
+    const double loss = t->objective->pass
+                            ? t->objective->pass(&t->run, t->run.objective_state, scale)
+                            : pipeline_replay(t, scale);
+    if (scope) scope(t->run.objective_state, 0);
     t->mesh.data.rank = rank;
-    t->data.inputs = saved.in, t->data.targets = saved.tg;
+    t->data.inputs = saved.in, t->data.targets = saved.tg, t->out.moe = saved.moe;
     t->data.starts = saved.starts, t->data.row_sample = saved.rs;
     free(rs);
     return loss;
@@ -247,8 +302,9 @@ static uint32_t recompute(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows
     zero_grads(t);
     rp->busy = rp->clobbered = 1;
     t->part.fsdp.tap_only = 1;
-    if (t->objective->pass) loss = recompute_pass(t, mb, q, rows, scale);
-    for (int64_t b = 0; b < rows && !t->objective->pass; b += t->micro) {
+    const int whole = t->objective->pass || t->part.pp_on;
+    if (whole) loss = recompute_batch(t, mb, q, rows, scale);
+    for (int64_t b = 0; b < rows && !whole; b += t->micro) {
         if (t->part.lora_on) /* the dropout of rank q's rows (model_lora.h) */
             lora_set_pass(&t->part.lora, 1, run_lora_key(&t->run),
                           lora_pass_row0(mesh_data_rank(&t->mesh, q), t->per_rank, b, t->T));
@@ -264,10 +320,11 @@ static uint32_t recompute(tsr_trainer *t, const uint8_t *mb, int q, int64_t rows
 }
 
 /* The rank whose rows this rank recomputes when the work of rank q's group is recomputed: the
- * same position in q's group (q itself without a tensor, context or expert group). Local. */
+ * same position in q's group (q itself without a tensor, context or expert group or a
+ * pipeline). Local. */
 static int counterpart(const tsr_trainer *t, int q) {
-    const int s = t->sdc->rp.stride;
-    return q - q % s + t->dist.rank % s;
+    const sdc_replay_state *rp = &t->sdc->rp;
+    return member(rp, q, position(rp, t->dist.rank));
 }
 
 /* Rank c recomputes rank q's first `rows` rows (q sends them, unless c is q; in lockstep every
@@ -281,7 +338,7 @@ static uint32_t compute_on(tsr_trainer *t, int c, int q, int64_t rows, float sca
     uint32_t crc = 0;
     if (lockstep(t)) {
         if (me == src) memcpy(rp->theirs, rp->mine, bytes);
-        if (rp->pos) dist_group_bcast(rp->pos, rp->theirs, bytes, src / rp->stride);
+        if (rp->pos) dist_group_bcast(rp->pos, rp->theirs, bytes, group_index(rp, src));
         else dist_bcast(rp->theirs, bytes, q);
         crc = recompute(t, rp->theirs, src, rows, scale);
     } else {
@@ -299,8 +356,8 @@ static uint32_t compute_on(tsr_trainer *t, int c, int q, int64_t rows, float sca
  * (-1: none known), *original: it was q's own, which the step used. Collective. */
 static sdc_rp_kind judge(tsr_trainer *t, int q, int r, uint32_t fq, uint32_t rr, int64_t rows,
                          float scale, int *suspect, int *original) {
-    const int W = t->dist.world, s = t->sdc->rp.stride;
-    const int third = W / s >= 3 ? (q + s) % W : -1; /* (the same position, the group after) */
+    const int groups = t->dist.world / t->sdc->rp.members;
+    const int third = groups >= 3 ? shift(t, q, 1) : -1; /* (the same position, the group after) */
     sdc_verdict *v = &t->sdc->v;
     *suspect = -1, *original = 0;
     v->rp_third = third;
@@ -326,10 +383,10 @@ static sdc_rp_kind judge(tsr_trainer *t, int q, int r, uint32_t fq, uint32_t rr,
  * original and recomputation differ, where more than one does (a fault of one member may change
  * the others' gradients: the group is blamed); 0 otherwise */
 static uint64_t group_differs(const tsr_trainer *t, int q, const uint32_t *pairs) {
-    const int W = t->dist.world, s = t->sdc->rp.stride, base = q - q % s;
+    const sdc_replay_state *rp = &t->sdc->rp;
     uint64_t mask = 0;
-    for (int p = 0; p < s && p < 64; p++) {
-        const int a = base + p, r = (a - s + W) % W;
+    for (int p = 0; p < rp->members && p < 64; p++) {
+        const int a = member(rp, q, p), r = shift(t, a, -1);
         if (pairs[2 * a] != pairs[2 * r + 1]) mask |= (uint64_t)1 << p;
     }
     return mask & (mask - 1) ? mask : 0;
@@ -340,7 +397,8 @@ static uint64_t group_differs(const tsr_trainer *t, int q, const uint32_t *pairs
 static int verdict(tsr_trainer *t, int q, int r, const uint32_t *pairs, int64_t rows,
                    float scale, int *redo) {
     tsr_sdc *s = t->sdc;
-    s->v.rp_stride = s->rp.stride, s->v.rp_group = group_differs(t, q, pairs);
+    s->v.rp_stride = s->rp.members, s->v.rp_mstep = s->rp.mstep;
+    s->v.rp_group = group_differs(t, q, pairs), s->v.rp_batch = t->part.pp_on;
     t->out.health.replay_mismatches++;
     s->v.rp_q = q, s->v.rp_r = r, s->v.rp_crc[0] = pairs[2 * q], s->v.rp_crc[1] = pairs[2 * r + 1];
     s->v.rp_crc[2] = s->v.rp_crc[3] = 0;
@@ -370,12 +428,15 @@ static int judge_all(tsr_trainer *t, uint32_t own, uint32_t theirs, int64_t rows
     dist_allgather(mine, pairs, sizeof mine);
     t->out.health.replays++;
     t->sdc->rp.clobbered = 0;
+    const sdc_replay_state *rp = &t->sdc->rp;
     int rc = 0;
-    for (int q = 0, s = t->sdc->rp.stride; q < W && !rc; q++) {
-        const int r = (q - s + W) % W; /* (rank r recomputed q's rows) */
-        if (pairs[2 * q] == pairs[2 * r + 1]) continue;
-        rc = verdict(t, q, r, pairs, rows, scale, redo);
-        q += s - 1 - q % s; /* (a group's verdict covers its members) */
+    for (int g = 0; g < W && !rc; g++) { /* (each group's first member: its verdict covers all) */
+        for (int p = 0; p < rp->members && position(rp, g) == 0; p++) {
+            const int q = member(rp, g, p), r = shift(t, q, -1); /* (r recomputed q's rows) */
+            if (pairs[2 * q] == pairs[2 * r + 1]) continue;
+            rc = verdict(t, q, r, pairs, rows, scale, redo);
+            break;
+        }
     }
     free(pairs);
     *redo |= t->sdc->rp.clobbered;
@@ -386,11 +447,11 @@ static int judge_all(tsr_trainer *t, uint32_t own, uint32_t theirs, int64_t rows
  * their fingerprint. Collective. */
 static uint32_t shifted(tsr_trainer *t, int64_t rows, float scale) {
     sdc_replay_state *rp = &t->sdc->rp;
-    const int me = t->dist.rank, W = t->dist.world, s = rp->stride;
+    const int me = t->dist.rank;
     pack(t, rows);
-    dist_group_sendrecv(rp->world, rp->mine, (me - s + W) % W, rp->theirs, (me + s) % W,
+    dist_group_sendrecv(rp->world, rp->mine, shift(t, me, -1), rp->theirs, shift(t, me, 1),
                         (size_t)rows * row_bytes(t));
-    return recompute(t, rp->theirs, (me + s) % W, rows, scale);
+    return recompute(t, rp->theirs, shift(t, me, 1), rows, scale);
 }
 
 int sdc_replay_before(tsr_trainer *t, float scale) {

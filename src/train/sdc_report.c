@@ -11,7 +11,13 @@
 #include "jsonl.h"
 #include "train/sdc_int.h"
 
-/* A replay's: the suspect (attributed), or the original's and the replayer's ranks */
+static int by_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A replay's: the suspect (attributed), or the original's and the replayer's ranks (rank order:
+ * a pipeline's members are W / P apart) */
 static int replay_blamed(const sdc_verdict *v, int *ranks, int cap, int *attributed) {
     int n = 0;
     *attributed = v->rp_suspect >= 0;
@@ -21,7 +27,9 @@ static int replay_blamed(const sdc_verdict *v, int *ranks, int cap, int *attribu
         const int who[2] = {*attributed ? v->rp_suspect : lo, *attributed ? -1 : hi};
         for (int i = 0; i < 2 && who[i] >= 0; i++)
             for (int p = 0; p < v->rp_stride && p < 64 && n < cap; p++)
-                if (v->rp_group >> p & 1) ranks[n++] = who[i] - who[i] % v->rp_stride + p;
+                if (v->rp_group >> p & 1)
+                    ranks[n++] = who[i] + (p - who[i] / v->rp_mstep % v->rp_stride) * v->rp_mstep;
+        qsort(ranks, (size_t)n, sizeof *ranks, by_int);
     } else if (*attributed) ranks[n++] = v->rp_suspect;
     else if (v->rp_q == v->rp_r) ranks[n++] = v->rp_q;
     else ranks[n++] = v->rp_q < v->rp_r ? v->rp_q : v->rp_r, ranks[n++] = v->rp_q < v->rp_r ? v->rp_r : v->rp_q;
@@ -119,7 +127,7 @@ static const char *first_tensor(const tsr_sdc *s) {
     const sdc_verdict *v = &s->v;
     static char what[64];
     if (v->found == SDC_FOUND_REPLAY) {
-        snprintf(what, sizeof what, v->rp_whole ? "grads/batch-of-rank-%d"
+        snprintf(what, sizeof what, v->rp_whole || v->rp_batch ? "grads/batch-of-rank-%d"
                                                 : "grads/microbatch-0-of-rank-%d", v->rp_q);
         return what;
     }
@@ -173,8 +181,9 @@ static void replay_who(const sdc_verdict *v, char *out, size_t cap) {
     for (int i = 0; i < n && k < cap; i++)
         k += (size_t)snprintf(out + k, cap - k, "%s %d", i ? "," : "", ranks[i]);
     if (k < cap)
-        snprintf(out + k, cap - k, " (whose results differ) of rank %d's group, a microbatch "
-                 "being the group's collective computation", v->rp_suspect);
+        snprintf(out + k, cap - k, " (whose results differ) of rank %d's %s", v->rp_suspect,
+                 v->rp_batch ? "pipeline, a batch being the pipeline's collective computation"
+                             : "group, a microbatch being the group's collective computation");
 }
 
 /* A replay's verdict as lines: the computations, then what they say */
@@ -190,7 +199,7 @@ static void replay_lines(const tsr_sdc *s) {
     snprintf(what, sizeof what, "replay of step %lld%s: rank %d's %s gives gradients "
              "0x%08x on rank %d (node %s), 0x%08x recomputed by rank %d (node %s)%s%s",
              (long long)v->step, v->rp_whole ? " after the spike guard's outlier" : "", v->rp_q,
-             v->rp_whole ? "batch" : "first microbatch", v->rp_crc[0], v->rp_q, s->hosts[v->rp_q], v->rp_crc[1],
+             v->rp_whole || v->rp_batch ? "batch" : "first microbatch", v->rp_crc[0], v->rp_q, s->hosts[v->rp_q], v->rp_crc[1],
              v->rp_r, s->hosts[v->rp_r], third, second);
     if (v->rp_kind == SDC_RP_TRANSIENT)
         tsr_warn("%s: a transient fault of %s (node %s): its second try agrees%s", what,

@@ -71,6 +71,7 @@ static double cpu_compute(tsr_trainer *t, float scale, void (*zero)(tsr_trainer 
         if (t->part.lora_on) lora_set_pass(&t->part.lora, 0, 0, 0); /* (evaluations: none) */
         trainer_fault_nan(t);
         sdc_replay_first(t, loss_sum); /* (dpo: its pass is the replay's unit) */
+        if (t->part.pp_on) sdc_replay_whole(t, loss_sum); /* (the schedule's: the same) */
         return loss_sum;
     }
     sdc_replay_begin(t); /* (the fingerprints of a deterministic replay: train/sdc.h) */

@@ -98,12 +98,11 @@ for mode in tensor pipeline; do
     d=${mode:0:1}P
     run 4 "$d" --set parallel.$mode=2 --set max_duration=6ba --set health.replay_interval=4
     rc=$?
-    n=3 rpi=0 # (tensor: a replay at step 4, each tensor group recomputing the other's work, compares first)
-    [[ $mode == tensor ]] && n=4 rpi=4
+    n=4 rpi=4 # (a replay at step 4, each tensor group or pipeline recomputing the other's work, compares first)
     [[ $rc == 0 && $(health "$d" comparisons) == "$n" && $(health "$d" mismatches) == 0 && $(health "$d" replay_interval) == "$rpi" &&
        $(health "$d" replay_mismatches) == 0 ]] &&
         grep -q "^health: fingerprints compared $n times .*, all agreed" "$TMP/$d.txt"
-    tap_check $? "parallel.$mode = 2 on 4 ranks (ddp): each rank compared with the one holding the same part only, at start, the saves of steps 5 and 6 (and tensor's replay at step 4, which agrees), all agreed; no replay under the pipeline (exit $rc)"
+    tap_check $? "parallel.$mode = 2 on 4 ranks (ddp): each rank compared with the one holding the same part only, at start, the saves of steps 5 and 6 and the replay at step 4 (which agrees), all agreed (exit $rc)"
     TSR_FAULT=flip:weights:wpe:20:1:10 run 4 "$d" --set parallel.$mode=2
     rc=$?
     [[ $rc == 87 && $(culprit "$d" verdict) == changed_at_rest && $(culprit "$d" ranks) == 1 && $(culprit "$d" tensor) == model/wpe ]] &&

@@ -20,10 +20,18 @@
 #  - DPO (LoRA with dropout, 3 ranks): each rank's pass over its pairs recomputed by its neighbour
 #    (with the dropout of the original's rows): a clean replay agrees and changes no bit; a NaN
 #    rank 1 put into its gradients is its transient fault;
+#  - pipeline (2 stages x 2 data pipelines): each pipeline recomputes the other's batch through the
+#    schedule, every rank at once: a clean replay agrees and changes no bit; a wrong product once
+#    is a transient fault of rank 1's pipeline (ranks 1, 3 named); after the spike guard's outlier
+#    every pipeline's batch is recomputed by the one before it; one pipeline alone, or a pipeline
+#    with tensor groups, is refused at start with the reason;
+#  - GRPO: each rank's pass over its completions recomputed by its neighbour (no rows sent: every
+#    rank holds the step's completions, rewards and advantages): a clean replay changes no bit
+#    (nor the pass's statistics); a NaN rank 1 put into its gradients is its transient fault;
 #  - the replay holds no second copy of the gradients: the memory plan counts two batches' tokens.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 20
+tap_plan 24
 make_synth "$TMP/data"
 tiny_args "$TMP/data/train"
 args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
@@ -183,6 +191,67 @@ rc=$?
     grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/microbatch-0-of-rank-1", "mismatches": 1, "ranks": \[1\]' "$TMP/DPON/metrics.jsonl" &&
     grep -q "replay of step 7: rank 1's first microbatch gives gradients .* recomputed by rank 0 .*; rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees" "$TMP/DPON.txt"
 tap_check $? "DPO: a NaN rank 1 put into its pass's gradients in step 7: its neighbour's and rank 2's recomputations agree, its second try too: a transient fault of rank 1 (exit $rc)"
+
+# pipeline 2 stages x 2 data pipelines on 4 ranks (stage 0: ranks 0, 1; stage 1: 2, 3; rank 1's
+# pipeline: 1, 3): each pipeline recomputes the other's batch through the schedule at step 7
+pp=(--set parallel.pipeline=2 "${m[@]}")
+run 4 PP "${rp[@]}" "${pp[@]}"
+rc=$?
+run 4 PPoff --set health.replay_interval=0 "${pp[@]}"
+rc2=$?
+TSR_FAULT=matmul:7:1 run 4 PPM "${rp[@]}" "${pp[@]}"
+rc3=$?
+[[ $rc == 0 && $rc2 == 0 && $rc3 == 0 && $(health PP replays) == 1 && $(health PP replay_mismatches) == 0 &&
+   $(health PPM replay_transients) == 1 ]] &&
+    grep -q '"event": "sdc", "step": 7, "check": "replay", "verdict": "transient", "tensor": "grads/batch-of-rank-1", "mismatches": 2, "ranks": \[1, 3\]' "$TMP/PPM/metrics.jsonl" &&
+    grep -q "replay of step 7: rank 1's batch gives gradients .* recomputed by rank 0 .*; rank 1's second try 0x[0-9a-f]*: a transient fault of ranks 1, 3 (whose results differ) of rank 1's pipeline, a batch being the pipeline's collective computation (node .*): its second try agrees" "$TMP/PPM.txt" &&
+    same_tensors "$(ck "$TMP/PP" 8)" "$(ck "$TMP/PPoff" 8)" && same_tensors "$(ck "$TMP/PP" 8)" "$(ck "$TMP/PPM" 8)"
+tap_check $? "pipeline 2 x 2: each pipeline recomputes the other's batch at step 7 through the schedule, all agree, the weights equal a run without replay bit for bit; rank 1's product wrong once: a transient fault of its pipeline (ranks 1, 3 differ), the clean run's weights (exit $rc, $rc2, $rc3)"
+
+pg=(--set parallel.pipeline=2 --set global_batch=8 --set max_duration=10ba)
+TSR_FAULT=garbage:8:9 run 4 PGW "${w[@]}" "${pg[@]}"
+rc=$?
+TSR_FAULT=garbage:8:9 run 4 PGWoff "${w[@]}" "${pg[@]}" --set health.replay_interval=0
+rc2=$?
+TSR_FAULT=garbage:8:9,matmul:9:1 run 4 PGM "${g[@]}" "${pg[@]}"
+rc3=$?
+[[ $rc == 0 && $rc2 == 0 && $rc3 == 0 ]] && skipped9 PGM &&
+    grep -q '"event": "replay", "step": 9, "trigger": "outlier", "verdict": "data"' "$TMP/PGW/metrics.jsonl" &&
+    grep -q '"event": "guard", "action": "warn", "step": 9,' "$TMP/PGW/metrics.jsonl" &&
+    same_tensors "$(ck "$TMP/PGW" 10)" "$(ck "$TMP/PGWoff" 10)" &&
+    grep -q '"event": "sdc", "step": 9, "check": "replay", "verdict": "transient", "tensor": "grads/batch-of-rank-1", "mismatches": 2, "ranks": \[1, 3\]' "$TMP/PGM/metrics.jsonl" &&
+    ! grep -q '"verdict": "data"' "$TMP/PGM/metrics.jsonl"
+tap_check $? "pipeline 2 x 2 after the spike guard's outlier: every pipeline's batch recomputed by the pipeline before it: the data (garbage; guard.action = warn applies the step, computed again: the weights of a run without replay bit for bit), or with rank 1's product wrong on that step its pipeline's transient fault, the step skipped (exit $rc, $rc2, $rc3)"
+
+run 2 PP1 "${rp[@]}" "${pp[@]}"
+rc=$?
+run 4 PPT "${rp[@]}" "${pp[@]}" --set max_duration=2ba --set parallel.tensor=2
+rc2=$?
+[[ $rc == 0 && $rc2 == 0 && $(health PP1 replays) == 0 && $(health PPT replays) == 0 ]] &&
+    grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): one data-parallel pipeline (the world is parallel.pipeline ranks): no other pipeline holds the same stages to recompute its batch; the fingerprints' comparisons still run" "$TMP/PP1.txt" &&
+    grep -q "^health: no deterministic replay in this run (health.replay_interval = 7): parallel.pipeline with a tensor, context or expert group or under zero3 or hsdp: their lockstep recomputation through the stages is not built; the fingerprints' comparisons still run" "$TMP/PPT.txt"
+tap_check $? "pipeline with one data pipeline (world = parallel.pipeline), and pipeline with tensor groups: no replay, the reason said at start; the runs go on (exit $rc, $rc2)"
+
+# GRPO (3 ranks, 2 prompts x 4 completions a rank, a reward that varies, a KL term, 2 updates a
+# step, LoRA with dropout): each rank's pass over its completions recomputed by its neighbour at
+# step 3 from the step's rows, which every rank holds
+grpo_prompts "$TMP/rl" 200 && grpo_small_args "$TMP/rl"
+grpo=(--set global_batch=6 --set max_duration=4ba --set save_interval=4ba --set reward.kind=regex
+      --set 'reward.regex=[0-9]' --set grpo.kl_coef=0.04 --set optim.lr=1e-3 --set grpo.updates=2
+      --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1)
+grun() { local dir=$1; shift; ranks 3 "$TRAIN" "${small[@]}" "${grpo[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+grun G --set health.replay_interval=3
+rc=$?
+grun Goff --set health.replay_interval=0
+rc2=$?
+TSR_FAULT=nan:3:1 grun GN --set health.replay_interval=3
+rc3=$?
+[[ $rc == 0 && $rc2 == 0 && $rc3 == 0 && $(health G replays) == 1 && $(health G replay_mismatches) == 0 &&
+   $(health GN replay_transients) == 1 ]] && same_tensors "$(ck "$TMP/G" 4)" "$(ck "$TMP/Goff" 4)" &&
+    [[ $(grep -o '"grpo_kl": [^,]*, "grpo_clip_fraction": [^,]*' "$TMP/G/metrics.jsonl") == $(grep -o '"grpo_kl": [^,]*, "grpo_clip_fraction": [^,]*' "$TMP/Goff/metrics.jsonl") ]] &&
+    grep -q '"event": "sdc", "step": 3, "check": "replay", "verdict": "transient", "tensor": "grads/microbatch-0-of-rank-1", "mismatches": 1, "ranks": \[1\]' "$TMP/GN/metrics.jsonl" &&
+    grep -q "replay of step 3: rank 1's first microbatch gives gradients .* recomputed by rank 0 .*; rank 2's 0x[0-9a-f]*; rank 1's second try 0x[0-9a-f]*: a transient fault of rank 1 (node .*): its second try agrees" "$TMP/GN.txt"
+tap_check $? "GRPO (3 ranks, LoRA with dropout, 2 updates a step): each rank's pass over its completions recomputed by its neighbour at step 3 from the step's rows, all agree, the weights and the pass's statistics equal a run without replay bit for bit; a NaN rank 1 put into its gradients: its transient fault (exit $rc, $rc2, $rc3)"
 
 # 8 sequences of 32 a rank: 8 x 32 x (4 + 4 + 1) bytes, twice
 grep -q "replay buffers 4.5 KiB (health.replay_interval)" "$TMP/D.txt" && ! grep -q "replay buffers" "$TMP/Doff.txt"
