@@ -156,3 +156,11 @@ void mesh_free(tsr_mesh *me) {
 const tsr_mesh_group *mesh_group(const tsr_mesh *me, tsr_mesh_id id) { return &me->group[id]; }
 
 tsr_group *mesh_group_open(const tsr_mesh_group *g) { return dist_group_split(g->color, g->key); }
+
+int mesh_member_position(int members, int mstep, int r) { return r / mstep % members; }
+int mesh_member_group(int members, int mstep, int r) { return mstep == 1 ? r / members : r % mstep; }
+
+tsr_group *mesh_position_open(int members, int mstep, int r) {
+    return dist_group_split(mesh_member_position(members, mstep, r),
+                            mesh_member_group(members, mstep, r));
+}

@@ -115,4 +115,13 @@ const tsr_mesh_group *mesh_group(const tsr_mesh *me, tsr_mesh_id id);
  * the same point. dist_group_free releases it. */
 tsr_group *mesh_group_open(const tsr_mesh_group *g);
 
+/* Replay's member groups (src/train/sdc_replay.c; docs/health.md "Deterministic replay"): the world
+ * cut into groups of `members` ranks `mstep` apart (consecutive ranks when mstep = 1: a tensor,
+ * context or expert group; a data pipeline's stages when mstep = a stage's ranks). Rank r's
+ * position in its group and its group's index; and the communicator of the ranks at r's position,
+ * one from each group, ordered by group (collective over the world, like mesh_group_open). */
+int mesh_member_position(int members, int mstep, int r);
+int mesh_member_group(int members, int mstep, int r);
+tsr_group *mesh_position_open(int members, int mstep, int r);
+
 #endif

@@ -132,10 +132,13 @@ static int shift(const tsr_trainer *t, int q, int k) {
     return q - at + ((at + k * rp->stride) % n + n) % n;
 }
 
-/* Rank r's position in its group, and its group's index among the groups of that position */
-static int position(const sdc_replay_state *rp, int r) { return r / rp->mstep % rp->members; }
+/* Rank r's position in its group, and its group's index among the groups of that position (the
+ * mesh's arithmetic, which also opens rp->pos) */
+static int position(const sdc_replay_state *rp, int r) {
+    return mesh_member_position(rp->members, rp->mstep, r);
+}
 static int group_index(const sdc_replay_state *rp, int r) {
-    return rp->mstep == 1 ? r / rp->members : r % rp->mstep;
+    return mesh_member_group(rp->members, rp->mstep, r);
 }
 
 /* The member at position p of rank q's group. Local. */
@@ -167,7 +170,7 @@ void sdc_replay_init(tsr_trainer *t, tsr_sdc *s) {
     rp->stride = group_size(t);
     rp->ring = t->dist.world / P;
     rp->members = P > 1 ? P : rp->stride, rp->mstep = P > 1 ? rp->ring : 1;
-    if (rp->members > 1) rp->pos = dist_group_split(position(rp, me), group_index(rp, me));
+    if (rp->members > 1) rp->pos = mesh_position_open(rp->members, rp->mstep, me);
     rp->bytes = (size_t)t->per_rank * row_bytes(t);
     rp->mine = tsr_malloc(rp->bytes);
     rp->theirs = tsr_malloc(rp->bytes);
