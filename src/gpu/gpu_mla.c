@@ -36,17 +36,20 @@
 
 /* ---- the process-wide scratch and the permutation matrices ----------------------------------- */
 
-/* the device scratch of at least bytes (the previous one freed after the queued work) */
-static char *scratch(const tsr_backend *be, size_t bytes) {
-    static char *buf;
-    static size_t have;
-    if (bytes > have) {
-        if (buf) tcu_sync(STREAM(be));
-        tcu_free(buf);
-        buf = tcu_malloc(bytes, "multi-head latent attention's composed path (scratch)");
-        have = bytes;
+void *gpu_grown_get(const tsr_backend *be, gpu_grown *s, size_t bytes, const char *what) {
+    if (bytes > s->have) {
+        if (s->buf) tcu_sync(STREAM(be));
+        tcu_free(s->buf);
+        s->buf = tcu_malloc(bytes, what);
+        s->have = bytes;
     }
-    return buf;
+    return s->buf;
+}
+
+/* the composed path's device scratch of at least bytes */
+static char *scratch(const tsr_backend *be, size_t bytes) {
+    static gpu_grown s;
+    return gpu_grown_get(be, &s, bytes, "multi-head latent attention's composed path (scratch)");
 }
 
 /* rows of width elements, src spitch and dst dpitch elements apart */

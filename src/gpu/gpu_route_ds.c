@@ -36,15 +36,8 @@ static void to_dev(const tsr_backend *be, void *dst, const void *h, size_t n) {
 
 /* a device fp32 buffer of n (the router's; grown as needed) */
 static float *dev_f32(const tsr_backend *be, size_t n) {
-    static float *buf;
-    static size_t have;
-    if (n > have) {
-        if (buf) tcu_sync(STREAM(be));
-        tcu_free(buf);
-        buf = tcu_malloc(n * sizeof *buf, "DeepSeek's router (fp32 logits)");
-        have = n;
-    }
-    return buf;
+    static gpu_grown s;
+    return gpu_grown_get(be, &s, n * sizeof(float), "DeepSeek's router (fp32 logits)");
 }
 
 /* The host's outputs of one route, copied to the device as cpu_moe_route_ds wrote them */
