@@ -13,22 +13,21 @@
 #include "model/decoder_int.h"
 #include "model/model_tp.h"
 
-/* tp's host rows of n ints or floats (the token ids, losses or loss weights), grown */
-static float *host_row(tsr_tp *tp, size_t n) {
-    if (tp->hrow_cap < n) {
-        free(tp->hrow);
-        tp->hrow = tsr_malloc(n * sizeof(float)), tp->hrow_cap = n;
+/* *buf of at least n floats (its capacity *cap), grown */
+static float *grown(float **buf, size_t *cap, size_t n) {
+    if (*cap < n) {
+        free(*buf);
+        *buf = tsr_malloc(n * sizeof(float)), *cap = n;
     }
-    return tp->hrow;
+    return *buf;
 }
+
+/* tp's host rows of n ints or floats (the token ids, losses or loss weights), grown */
+static float *host_row(tsr_tp *tp, size_t n) { return grown(&tp->hrow, &tp->hrow_cap, n); }
 
 /* the logits' host rows (N, Vp / T) fp32, grown */
 static float *host_logits(tsr_tp *tp, size_t n) {
-    if (tp->hlogits_cap < n) {
-        free(tp->hlogits);
-        tp->hlogits = tsr_malloc(n * sizeof(float)), tp->hlogits_cap = n;
-    }
-    return tp->hlogits;
+    return grown(&tp->hlogits, &tp->hlogits_cap, n);
 }
 
 /* the token ids on the backend (a->tokens) as rows of this rank's wte: the others' clamped to
