@@ -19,6 +19,7 @@
  * process-wide device scratch, grown as needed (and the attention kernels' scratch for P with
  * them), outside the device memory plan.
  */
+#include "gpu/gpu_grown.h"
 #include "gpu/gpu_mla.h"
 
 #include <math.h>
@@ -36,20 +37,11 @@
 
 /* ---- the process-wide scratch and the permutation matrices ----------------------------------- */
 
-void *gpu_grown_get(const tsr_backend *be, gpu_grown *s, size_t bytes, const char *what) {
-    if (bytes > s->have) {
-        if (s->buf) tcu_sync(STREAM(be));
-        tcu_free(s->buf);
-        s->buf = tcu_malloc(bytes, what);
-        s->have = bytes;
-    }
-    return s->buf;
-}
-
-/* the composed path's device scratch of at least bytes */
+/* the composed path's device scratch of at least bytes (process-wide) */
 static char *scratch(const tsr_backend *be, size_t bytes) {
     static gpu_grown s;
-    return gpu_grown_get(be, &s, bytes, "multi-head latent attention's composed path (scratch)");
+    return gpu_grown_get(STREAM(be), &s, bytes,
+                         "multi-head latent attention's composed path (scratch)");
 }
 
 /* rows of width elements, src spitch and dst dpitch elements apart */

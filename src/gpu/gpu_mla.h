@@ -43,14 +43,6 @@ void gpu_attn_padded_backward(const tsr_backend *be, void *dqkv, const void *dou
  * no kernel (the padded path keeps its own) */
 size_t gpu_attn_scratch_bytes(int B, int T, int NH, int KVH, int hs);
 
-/* A device scratch that grows: at least bytes of s (the previous buffer freed after the queued
- * work; named what in an out-of-memory message). One per user, process-wide, never freed. */
-typedef struct gpu_grown {
-    void *buf;
-    size_t have;
-} gpu_grown;
-void *gpu_grown_get(const tsr_backend *be, gpu_grown *s, size_t bytes, const char *what);
-
 /* DeepSeek's router (backend.h moe_route_ds, moe_router_ds_backward) on the host */
 void gpu_moe_route_ds(const tsr_backend *be, float *probs, float *lse, int32_t *idx, float *wts,
                       int32_t *offs, int32_t *rows, int32_t *slot, float *stats,

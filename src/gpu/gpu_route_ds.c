@@ -10,6 +10,7 @@
 #include "common.h"
 #include "cpu/cpu_moe_route.h"
 #include "cuda_ops.h"
+#include "gpu/gpu_grown.h"
 #include "gpu/gpu_mla.h"
 #include "gpu/gpu_profile.h"
 
@@ -37,7 +38,7 @@ static void to_dev(const tsr_backend *be, void *dst, const void *h, size_t n) {
 /* a device fp32 buffer of n (the router's; grown as needed) */
 static float *dev_f32(const tsr_backend *be, size_t n) {
     static gpu_grown s;
-    return gpu_grown_get(be, &s, n * sizeof(float), "DeepSeek's router (fp32 logits)");
+    return gpu_grown_get(STREAM(be), &s, n * sizeof(float), "DeepSeek's router (fp32 logits)");
 }
 
 /* The host's outputs of one route, copied to the device as cpu_moe_route_ds wrote them */

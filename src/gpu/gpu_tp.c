@@ -16,13 +16,7 @@ size_t gpu_tp_scratch_bytes(const tsr_model *m, int B, int T) {
 
 /* the scratch of n floats at least */
 static float *scratch(gpu_tp *x, size_t n) {
-    if (x->scr_n < n) {
-        tcu_sync(x->s);
-        tcu_free(x->scr);
-        x->scr = tcu_malloc(n * sizeof(float), "tensor parallelism's fp32 scratch");
-        x->scr_n = n;
-    }
-    return x->scr;
+    return gpu_grown_get(x->s, &x->scr, n * sizeof(float), "tensor parallelism's fp32 scratch");
 }
 
 /* the group's next collective: after the data-parallel communicator's queued so far */
@@ -140,7 +134,7 @@ double gpu_tp_sumsq(gpu_tp *x, double sq, const float *grads, float *acc) {
 void gpu_tp_free(gpu_tp *x) {
     if (!x->comm) return;
     tcu_sync(x->s);
-    tcu_free(x->scr);
+    tcu_free(x->scr.buf);
     gpu_comm_close(x->comm);
     free(x->sum_off), free(x->sum_len), free(x->unc_off), free(x->unc_len);
     memset(x, 0, sizeof *x);

@@ -19,6 +19,7 @@
 
 #include "cuda_ops.h"
 #include "gpu/gpu_comm.h"
+#include "gpu/gpu_grown.h"
 #include "mesh/mesh.h"
 #include "model/model.h"
 #include "model/model_tp.h"
@@ -30,8 +31,7 @@ typedef struct gpu_tp {
     gpu_comm *after;         /* the data-parallel communicator, ordered before each collective,
                               * or NULL */
     tcu_stream s;            /* the compute stream */
-    float *scr;              /* fp32 device scratch, grown (gpu_tp_scratch_bytes) */
-    size_t scr_n;
+    gpu_grown scr;           /* fp32 device scratch, grown (gpu_tp_scratch_bytes) */
     /* the flat gradients' slices the group sums (TP_SUM_TENSOR), and those this rank does not
      * count in the norm (held by every rank of the group: counted on one) */
     size_t *sum_off, *sum_len, *unc_off, *unc_len;
