@@ -210,6 +210,10 @@ void *tsr_realloc_(void *p, size_t n, const char *file, int line) {
     return q;
 }
 
+void tsr_free_n(void *const *ptrs, size_t n) {
+    for (size_t i = 0; i < n; i++) free(ptrs[i]);
+}
+
 int tsr_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     if (!s || !*s) return 1;

@@ -79,6 +79,12 @@ void *tsr_realloc_(void *p, size_t n, const char *file, int line);
 #define tsr_calloc(n, s) tsr_calloc_((n), (s), __FILE__, __LINE__)
 #define tsr_realloc(p, n) tsr_realloc_((p), (n), __FILE__, __LINE__)
 
+/* Frees each of the n buffers (a NULL one is skipped, as free does): a struct's buffers released
+ * in one call, tsr_free_all(dl->inputs, dl->targets, dl->starts). */
+void tsr_free_n(void *const *ptrs, size_t n);
+#define tsr_free_all(...)                                                                \
+    tsr_free_n((void *const[]){__VA_ARGS__}, sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
+
 /* With TSR_DEBUG=1 in the environment: "PROGRAM: debug: from FILE:LINE: CALL", the internal
  * location a status was relayed from; users see only the error itself. */
 void tsr_trace(const char *file, int line, const char *call);

@@ -405,10 +405,6 @@ void dataloader_close(tsr_dataloader *dl) {
     free(dl->node_ranks);
     stager_close(dl->val_stager); /* before its dataset */
     if (dl->val) dataset_close(dl->val);
-    free(dl->slot_stream);
-    free(dl->slot_pos);
-    free(dl->row_sample);
-    free(dl->starts);
-    free(dl->inputs);
-    free(dl->targets);
+    tsr_free_all(dl->slot_stream, dl->slot_pos, dl->row_sample, dl->starts, dl->inputs,
+                 dl->targets);
 }

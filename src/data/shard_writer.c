@@ -84,12 +84,7 @@ static int remove_tmp_dir(const char *tmp) {
 static void writer_free(tsr_dataset_writer *w) {
     if (w->f) fclose(w->f);
     if (w->mf) fclose(w->mf);
-    free(w->dir);
-    free(w->tmp);
-    free(w->path);
-    free(w->mpath);
-    free(w->recs);
-    free(w);
+    tsr_free_all(w->dir, w->tmp, w->path, w->mpath, w->recs, w);
 }
 
 int dataset_writer_open(tsr_dataset_writer **out, const char *dir, uint32_t vocab_size,

@@ -819,10 +819,5 @@ void stager_close(tsr_stager *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->idle);
-    free(s->slot);
-    free(s->ints);
-    free(s->buf);
-    free(s->etag);
-    free(s->dir);
-    free(s);
+    tsr_free_all(s->slot, s->ints, s->buf, s->etag, s->dir, s);
 }

@@ -71,11 +71,7 @@ int icl_suite_open(icl_suite *s, const tsr_icl_task_config *tasks, int n,
 
 void icl_suite_close(icl_suite *s) {
     for (int i = 0; s->tasks && i < s->n; i++) icl_task_free(&s->tasks[i]);
-    free(s->tasks);
-    free(s->in);
-    free(s->tg);
-    free(s->loss);
-    free(s->greedy);
+    tsr_free_all(s->tasks, s->in, s->tg, s->loss, s->greedy);
     memset(s, 0, sizeof *s);
 }
 

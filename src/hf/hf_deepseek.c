@@ -57,20 +57,13 @@ static void mlp(hf_rows *r) {
     const tsr_model *m = r->m;
     const int64_t C = m->C, F = m->F, FE = m->FE, S = m->S;
     size_t len;
-    hf_rows_plain(r, "mlp.gate_proj.weight", -1, TSR_P_FCW, 0, F, C, 0);
-    hf_rows_plain(r, "mlp.up_proj.weight", -1, TSR_P_FCW, F, F, C, 0);
-    hf_rows_plain(r, "mlp.down_proj.weight", -1, TSR_P_FCPROJW, 0, C, F, 0);
+    hf_rows_swiglu(r, "mlp", -1, TSR_P_FCW, TSR_P_FCPROJW, F, C);
     if (hf_rows_slice(r, TSR_P_ROUTERW, -1, &len) == SIZE_MAX) return;
     hf_rows_plain(r, "mlp.gate.weight", -1, TSR_P_ROUTERW, 0, m->E, C, 0);
     hf_rows_plain(r, "mlp.gate.e_score_correction_bias", -1, TSR_P_ROUTERCORR, 0, m->E, 0, 0);
-    for (int e = 0; e < m->E; e++) {
-        hf_rows_plain(r, "mlp.experts.%d.gate_proj.weight", e, TSR_P_EXPW1, 0, FE, C, 0);
-        hf_rows_plain(r, "mlp.experts.%d.up_proj.weight", e, TSR_P_EXPW1, FE, FE, C, 0);
-        hf_rows_plain(r, "mlp.experts.%d.down_proj.weight", e, TSR_P_EXPW2, 0, C, FE, 0);
-    }
-    hf_rows_plain(r, "mlp.shared_experts.gate_proj.weight", -1, TSR_P_SHW1, 0, S, C, 0);
-    hf_rows_plain(r, "mlp.shared_experts.up_proj.weight", -1, TSR_P_SHW1, S, S, C, 0);
-    hf_rows_plain(r, "mlp.shared_experts.down_proj.weight", -1, TSR_P_SHW2, 0, C, S, 0);
+    for (int e = 0; e < m->E; e++)
+        hf_rows_swiglu(r, "mlp.experts.%d", e, TSR_P_EXPW1, TSR_P_EXPW2, FE, C);
+    hf_rows_swiglu(r, "mlp.shared_experts", -1, TSR_P_SHW1, TSR_P_SHW2, S, C);
 }
 
 static void layer(hf_rows *r) {

@@ -563,12 +563,5 @@ int hf_import_read(hf_import *h, const tsr_model *m, size_t lo, size_t hi, float
 void hf_import_close(hf_import *h) {
     if (!h) return;
     for (int i = 0; i < h->nf; i++) st_close(&h->f[i]);
-    free(h->f);
-    free(h->tab);
-    free(h->src);
-    free(h->src_file);
-    free(h->scl);
-    free(h->scl_file);
-    free(h->buf);
-    free(h);
+    tsr_free_all(h->f, h->tab, h->src, h->src_file, h->scl, h->scl_file, h->buf, h);
 }

@@ -129,9 +129,7 @@ static void mlp(table *tb) {
     const tsr_model *m = tb->r.m;
     const int64_t C = m->C, F = m->F, FE = m->FE, S = m->S;
     if (!model_moe_layer(m, tb->r.l)) {
-        plain(tb, "mlp.gate_proj.weight", -1, TSR_P_FCW, 0, F, C, 0);
-        plain(tb, "mlp.up_proj.weight", -1, TSR_P_FCW, F, F, C, 0);
-        plain(tb, "mlp.down_proj.weight", -1, TSR_P_FCPROJW, 0, C, F, 0);
+        hf_rows_swiglu(&tb->r, "mlp", -1, TSR_P_FCW, TSR_P_FCPROJW, F, C);
         return;
     }
     plain(tb, "mlp.gate.weight", -1, TSR_P_ROUTERW, 0, m->E, C, 0);
@@ -141,14 +139,9 @@ static void mlp(table *tb) {
         plain(tb, "mlp.experts.down_proj", -1, TSR_P_EXPW2, 0, m->E * C, FE, 0);
         hf_rows_view3(&tb->r, m->E, C, FE);
     }
-    for (int e = 0; e < m->E && !tb->hy->stacked; e++) {
-        plain(tb, "mlp.experts.%d.gate_proj.weight", e, TSR_P_EXPW1, 0, FE, C, 0);
-        plain(tb, "mlp.experts.%d.up_proj.weight", e, TSR_P_EXPW1, FE, FE, C, 0);
-        plain(tb, "mlp.experts.%d.down_proj.weight", e, TSR_P_EXPW2, 0, C, FE, 0);
-    }
-    plain(tb, "mlp.shared_expert.gate_proj.weight", -1, TSR_P_SHW1, 0, S, C, 0);
-    plain(tb, "mlp.shared_expert.up_proj.weight", -1, TSR_P_SHW1, S, S, C, 0);
-    plain(tb, "mlp.shared_expert.down_proj.weight", -1, TSR_P_SHW2, 0, C, S, 0);
+    for (int e = 0; e < m->E && !tb->hy->stacked; e++)
+        hf_rows_swiglu(&tb->r, "mlp.experts.%d", e, TSR_P_EXPW1, TSR_P_EXPW2, FE, C);
+    hf_rows_swiglu(&tb->r, "mlp.shared_expert", -1, TSR_P_SHW1, TSR_P_SHW2, S, C);
     plain(tb, "mlp.shared_expert_gate.weight", -1, TSR_P_SHGATEW, 0, 1, C, 0);
 }
 

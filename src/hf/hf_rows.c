@@ -52,6 +52,17 @@ void hf_rows_plain(hf_rows *tb, const char *fmt, int e, tsr_param_id p, int64_t 
     h->add = add;
 }
 
+void hf_rows_swiglu(hf_rows *tb, const char *prefix, int e, tsr_param_id w1, tsr_param_id w2,
+                    int64_t F, int64_t C) {
+    char gate[128], up[128], down[128];
+    snprintf(gate, sizeof gate, "%s.gate_proj.weight", prefix);
+    snprintf(up, sizeof up, "%s.up_proj.weight", prefix);
+    snprintf(down, sizeof down, "%s.down_proj.weight", prefix);
+    hf_rows_plain(tb, gate, e, w1, 0, F, C, 0);
+    hf_rows_plain(tb, up, e, w1, F, F, C, 0);
+    hf_rows_plain(tb, down, e, w2, 0, C, F, 0);
+}
+
 void hf_rows_view3(hf_rows *tb, int64_t a, int64_t b, int64_t c) {
     hf_tensor *h = &tb->t[tb->n - 1];
     h->ndim = 3;

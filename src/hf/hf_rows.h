@@ -31,6 +31,11 @@ size_t hf_rows_slice(const hf_rows *tb, tsr_param_id p, int e, size_t *len);
  * none when m lacks p there. */
 void hf_rows_plain(hf_rows *tb, const char *fmt, int e, tsr_param_id p, int64_t r0, int64_t rows,
                    int64_t cols, float add);
+/* A SwiGLU MLP's three plain rows: PREFIX.gate_proj.weight and PREFIX.up_proj.weight, rows
+ * [0, F) and [F, 2F) of w1's block, (F, C) each, and PREFIX.down_proj.weight, w2's (C, F); a
+ * "%d" in prefix is expert e ("mlp.experts.%d"). */
+void hf_rows_swiglu(hf_rows *tb, const char *prefix, int e, tsr_param_id w1, tsr_param_id w2,
+                    int64_t F, int64_t C);
 /* The last row (r, c) viewed as (a, b, c): conv1d's (CD, 1, K), stacked experts' (E, ., .). */
 void hf_rows_view3(hf_rows *tb, int64_t a, int64_t b, int64_t c);
 

@@ -183,12 +183,7 @@ void tp_attach(tsr_tp *tp, const tsr_mesh *mesh) {
 }
 
 void tp_free(tsr_tp *tp) {
-    free(tp->runs);
-    free(tp->red);
-    free(tp->xent);
-    free(tp->capped);
-    free(tp->hlogits);
-    free(tp->hrow);
+    tsr_free_all(tp->runs, tp->red, tp->xent, tp->capped, tp->hlogits, tp->hrow);
     memset(tp, 0, sizeof *tp);
 }
 

@@ -91,12 +91,7 @@ void tsr_tokenizer_set_pair(tsr_tokenizer *t, uint32_t l, uint32_t r, uint32_t r
 void tokenizer_free(tsr_tokenizer *t) {
     if (!t) return;
     hf_tok_free(t->hf);
-    free(t->blob);
-    free(t->off);
-    free(t->merges);
-    free(t->pair_key);
-    free(t->pair_rank);
-    free(t->pair_result);
+    tsr_free_all(t->blob, t->off, t->merges, t->pair_key, t->pair_rank, t->pair_result);
     for (uint32_t k = 0; k < t->n_specials; k++) free(t->specials[k]);
     free(t->specials);
     free(t->special_len);
@@ -573,11 +568,7 @@ size_t tokenizer_encode(const tsr_tokenizer *t, const uint8_t *text, size_t n, i
     } else {
         tokenizer_pretokenize(text, n, encode_piece, &c);
     }
-    free(c.work);
-    free(c.cache);
-    free(c.bytes);
-    free(c.cids);
-    free(clean);
+    tsr_free_all(c.work, c.cache, c.bytes, c.cids, clean);
     return *n_ids - start;
 }
 

@@ -283,11 +283,7 @@ void tokfile_parts_free(tsr_tokfile_parts *p) {
         for (uint32_t i = 0; i < p->n_tokens; i++) free(p->tokens[i]);
     if (p->specials)
         for (uint32_t k = 0; k < p->n_specials; k++) free(p->specials[k]);
-    free(p->tokens);
-    free(p->len);
-    free(p->merges);
-    free(p->specials);
-    free(p->special_ids);
+    tsr_free_all(p->tokens, p->len, p->merges, p->specials, p->special_ids);
     memset(p, 0, sizeof *p);
 }
 

@@ -571,12 +571,7 @@ static void bpe_init(bpe *b, piece_table *t) {
 
 static void bpe_free(bpe *b) {
     for (uint32_t i = 0; i < b->n_pairs; i++) free(b->p[i].occ);
-    free(b->p);
-    free(b->pslot);
-    free(b->h);
-    free(b->touched);
-    free(b->w);
-    free(b->sym);
+    tsr_free_all(b->p, b->pslot, b->h, b->touched, b->w, b->sym);
 }
 
 /* Merges every occurrence of (A, B) into X, left to right, in the words that hold it. */

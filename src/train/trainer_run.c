@@ -172,16 +172,23 @@ static int evaluate(tsr_trainer *t) {
     return 0;
 }
 
+/* WHAT's bytes sent between ranks in this process's steps (this rank's count), all ranks together,
+ * printed by rank 0: "WHAT: N bytes sent between ranks in S steps (all W ranks, DETAIL)".
+ * Collective. */
+static void sent_report(const tsr_trainer *t, const char *what, uint64_t bytes,
+                        const char *detail) {
+    int64_t sent = (int64_t)bytes;
+    dist_allreduce_sum_i64(&sent, 1);
+    if (t->dist.rank == 0)
+        printf("%s: %lld bytes sent between ranks in %lld steps (all %d ranks, %s)\n", what,
+               (long long)sent, (long long)t->out.steps_run, t->dist.world, detail);
+}
+
 /* parallel.expert: the bytes the experts' exchange sent between ranks in this process's steps,
  * all ranks together (bench/comm_volume.sh compares them with the loopback's count). Collective. */
 static void ep_report(tsr_trainer *t) {
-    if (!t->part.ep_on) return;
-    int64_t sent = (int64_t)t->part.ep.sent_bytes;
-    dist_allreduce_sum_i64(&sent, 1);
-    if (t->dist.rank == 0)
-        printf("expert exchange: %lld bytes sent between ranks in %lld steps (all %d ranks, "
-               "forward and backward)\n", (long long)sent, (long long)t->out.steps_run,
-               t->dist.world);
+    if (t->part.ep_on)
+        sent_report(t, "expert exchange", t->part.ep.sent_bytes, "forward and backward");
 }
 
 /* parallel.context on the CPU: the bytes the ring sent between ranks in this process's steps and
@@ -202,13 +209,9 @@ static void ring_report(tsr_trainer *t) {
  * formula, tp_step_bytes, gives one rank's per step: tests/train/test_tensor.sh compares them).
  * Collective. */
 static void tp_report(tsr_trainer *t) {
-    if (!t->part.tp_on) return;
-    int64_t sent = (int64_t)t->part.tp.sent;
-    dist_allreduce_sum_i64(&sent, 1);
-    if (t->dist.rank == 0)
-        printf("tensor parallelism: %lld bytes sent between ranks in %lld steps (all %d ranks, "
-               "forward, backward and the gradients' sums)\n", (long long)sent,
-               (long long)t->out.steps_run, t->dist.world);
+    if (t->part.tp_on)
+        sent_report(t, "tensor parallelism", t->part.tp.sent,
+                    "forward, backward and the gradients' sums");
 }
 
 /* sample.tokens after the run: rank 0 samples on the host's fp32 ops (device = cuda: from the
