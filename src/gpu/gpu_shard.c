@@ -441,18 +441,36 @@ double gpu_shard_grad_sumsq(gpu_shard *sh) {
     return d;
 }
 
-/* zero1: every unit's bf16 piece gathered and unpacked into the model's flat weights. */
+/* zero1: unit u's bf16 piece gathered and unpacked into the model's flat weights (queued) */
+static void zero1_gather_unit(gpu_shard *sh, int u) {
+    const fsdp_unit *un = &sh->f->units[u];
+    gpu_comm_all_gather(sh->group, sh->wbf + sh->at[u], sh->packbf, un->piece, sizeof(tsr_bf16));
+    tcu_stream cs = gpu_comm_follow(sh->group);
+    for (int k = 0; k < un->n_seg; k++)
+        tcu_memcpy_d2d(sh->g->wbf + un->seg[k].flat, sh->packbf + un->seg[k].at,
+                       un->seg[k].len * sizeof(tsr_bf16), cs);
+}
+
+/* zero1: every unit's. */
 static void zero1_gather_weights(gpu_shard *sh) {
-    const tsr_fsdp *f = sh->f;
-    for (int u = 0; u < f->n_units; u++) {
-        const fsdp_unit *un = &f->units[u];
-        gpu_comm_all_gather(sh->group, sh->wbf + sh->at[u], sh->packbf, un->piece,
-                            sizeof(tsr_bf16));
-        tcu_stream cs = gpu_comm_follow(sh->group);
-        for (int k = 0; k < un->n_seg; k++)
-            tcu_memcpy_d2d(sh->g->wbf + un->seg[k].flat, sh->packbf + un->seg[k].at,
-                           un->seg[k].len * sizeof(tsr_bf16), cs);
+    for (int u = 0; u < sh->f->n_units; u++) zero1_gather_unit(sh, u);
+    gpu_comm_wait(sh->group);
+}
+
+/* whether unit u holds an element of the flat range [flat, flat + n) */
+static int unit_holds(const fsdp_unit *un, size_t flat, size_t n) {
+    for (int k = 0; k < un->n_seg; k++)
+        if (un->seg[k].flat < flat + n && flat < un->seg[k].flat + un->seg[k].len) return 1;
+    return 0;
+}
+
+void gpu_shard_refresh(gpu_shard *sh, size_t flat, size_t n) {
+    if (!sh->zero1) {
+        forget_gathers(sh);
+        return;
     }
+    for (int u = 0; u < sh->f->n_units; u++)
+        if (unit_holds(&sh->f->units[u], flat, n)) zero1_gather_unit(sh, u);
     gpu_comm_wait(sh->group);
 }
 

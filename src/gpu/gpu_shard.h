@@ -113,6 +113,11 @@ void gpu_shard_finish_grads(gpu_shard *sh);
 double gpu_shard_grad_sumsq(gpu_shard *sh);
 void gpu_shard_update(gpu_shard *sh, const gpu_train_ctx *c, gpu_muon *mu, double lr,
                       float gscale, int step);
+/* After this rank's pieces of the flat range [flat, flat + n) changed outside an update (their
+ * fp32 weights and bf16 copy: the correction bias's balancing step, gpu_train_bias.c): zero1
+ * gathers the units holding the range into the model's flat weights again, zero3 / hsdp forget
+ * their gathered units. Collective over the group (every rank calls it with the same range). */
+void gpu_shard_refresh(gpu_shard *sh, size_t flat, size_t n);
 /* Host mirror <- device (weights and moments; collective) and back (the moments when
  * with_optim). */
 void gpu_shard_pull(gpu_shard *sh, gpu_train_ctx *c, int with_optim);

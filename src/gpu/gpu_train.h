@@ -102,7 +102,9 @@ double gpu_train_grad_sumsq(gpu_train_ctx *c);
 void gpu_train_update(gpu_train_ctx *c, double lr, float gscale, int step);
 /* After the update: the router's correction bias (model.moe_topk_method = "noaux_tc") moved by
  * model_moe_bias_step on the step's loads (c->moe, summed over the ranks) in the fp32 master
- * weights and their bf16 copy; nothing under LoRA (the bias frozen with the base). Local. */
+ * weights and their bf16 copy (zero1 / zero3 / hsdp: the device shard's pieces, then its refresh);
+ * nothing under LoRA (the bias frozen with the base). Local under ddp; collective (every rank
+ * calls it) when sharded. */
 void gpu_train_moe_bias(gpu_train_ctx *c);
 /* Host mirror <- device (weights, moments) / device <- host mirror (weights, and the moments
  * when with_optim). */

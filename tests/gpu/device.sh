@@ -703,7 +703,7 @@ multirank() {
     mkdir -p "$logs"
     echo "multirank (MULTIRANK_S=$CALL_LIMIT_S) on $(sed -n 2p "$OUTDIR/probe.txt"); $(grep '^MPI: ' "$OUTDIR/probe.txt")" | tee "$summary"
     STAGE_END=$((SECONDS + 215))
-    for t in ${MULTIRANK_TESTS-test_gpu_comm_staged test_cuda_train test_cuda_moe_ep test_cuda_lora test_cuda_dpo test_cuda_tensor test_cuda_pipeline}; do
+    for t in ${MULTIRANK_TESTS-test_gpu_comm_staged test_cuda_train test_cuda_moe_ep test_cuda_lora test_cuda_dpo test_cuda_tensor test_cuda_pipeline test_cuda_moe_bias}; do
         t0=$SECONDS r=0
         limited "$logs/$t.txt" env TSR_TEST_EMULATOR=0 TSR_TEST_GPU_COMM=mpi TESTS="$t" bash tests/run.sh >/dev/null || r=$?
         [[ -f $BUILD/test-logs/tests_gpu_$t.sh.log ]] && cp "$BUILD/test-logs/tests_gpu_$t.sh.log" "$logs/"

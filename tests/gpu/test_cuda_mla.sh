@@ -19,9 +19,9 @@
 # logged with finite log-probabilities; step 1's (the same weights) first tokens the CPU's, at least
 # half of its rollouts the CPU's tokens throughout, their log-probabilities within 1e-2 (measured
 # on the emulator: v3 16 of 16 within 4e-3, v2 12 of 16 within 7e-3: a random model's near-uniform
-# logits tie within bf16's rounding now and then, and greedy parts there); and the mode device = cuda
-# refuses with the router, naming both keys (exit 1): the correction bias's balancing step over
-# sharded weights (parallel.sharding = "zero3"). It runs on the host
+# logits tie within bf16's rounding now and then, and greedy parts there); and the correction
+# bias's balancing step over sharded weights (parallel.sharding = "zero3") passes the start's
+# checks (its runs: tests/gpu/test_cuda_moe_bias.sh). It runs on the host
 # emulator of the CUDA backend (build/tests/tessera-train-cuemu) and on the real backend when a
 # GPU is present (tests/gpu/device.sh's train stage; skipped loudly otherwise).
 source "$(dirname "$0")/../lib.sh"
@@ -62,19 +62,8 @@ for f in "${CASES[@]}"; do
 done
 tap_check $ok "CPU reference runs and initial weights: ${CASES[*]}"
 
-# refused BIN WHAT PATTERN OPTIONS...: device = cuda with OPTIONS exits 1 saying PATTERN, and
-# writes nothing into its run directory
-refused() {
-    local bin=$1 what=$2 pat=$3; shift 3
-    run "$bin" refused --set device=cuda "$@"
-    local rc=$?
-    tap_diag "$(head -c 400 "$TMP/refused.txt")"
-    ((rc == 1)) && grep -qF "$pat" "$TMP/refused.txt" && [[ ! -e $TMP/refused ]]
-    tap_check $? "device = cuda refuses $what (exit $rc, want 1)"
-}
-refused "$TRAIN" "the correction bias's balancing step over sharded weights" \
-    'model.moe_bias_update_rate: device = "cuda" does not run the correction bias'"'"'s balancing step (model.moe_topk_method = "noaux_tc") with parallel.sharding other than "ddp"' \
-    --set parallel.sharding=zero3
+cuda_accepted accepted --set parallel.sharding=zero3
+tap_check $? "device = cuda accepts the correction bias's balancing step over sharded weights (zero3; its runs: tests/gpu/test_cuda_moe_bias.sh)"
 
 # grpo BIN DIR CASE OPTIONS...: GRPO's 2 greedy steps on grpo_prompts' arithmetic (as
 # grpo_smoke's) with the case's model, into DIR
