@@ -198,7 +198,7 @@ MAINS    := src/train/train_main.c src/tessera_main.c
 # gpu_train.c's parts (gpu_train_int.h); gpu_train.c itself is built twice (the emulator's name)
 GPU_TRAIN_PARTS := src/gpu/gpu_train_mem.c src/gpu/gpu_train_eval.c src/gpu/gpu_train_env.c \
                    src/gpu/gpu_train_step.c src/gpu/gpu_train_host.c src/gpu/gpu_pp.c \
-                   src/gpu/gpu_train_bias.c
+                   src/gpu/gpu_train_bias.c src/gpu/gpu_mtp.c
 GPU_TRAIN_PARTS += src/gpu/gpu_tp.c
 # src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use

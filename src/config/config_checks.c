@@ -436,14 +436,20 @@ static void validate_linear_cuda(load_ctx *c) {
 }
 
 /* model.num_nextn_predict_layers > 0 (multi-token prediction; docs/models.md "Multi-token
- * prediction"): the modes it does not run with yet, each refused naming both keys */
+ * prediction"): the modes it does not run with yet, each refused naming both keys (device =
+ * "cuda": ddp's flat buffers only, src/gpu/gpu_mtp.c) */
 static void validate_mtp(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
-    const int D = g->model.num_nextn_predict_layers;
+    const int D = g->model.num_nextn_predict_layers, cuda = g->device == TSR_DEVICE_CUDA;
     if (D == 0) return;
     const tsr_cfg_pair rules[] = {
-        {g->device == TSR_DEVICE_CUDA, "device", "= \"cuda\""},
+        {cuda && g->sharding != TSR_SHARD_DDP, "parallel.sharding",
+         "other than \"ddp\" on device = \"cuda\""},
+        {cuda && g->expert > 1, "parallel.expert", "> 1 on device = \"cuda\""},
+        {cuda && g->context > 1, "parallel.context", "> 1 on device = \"cuda\""},
+        {cuda && g->precision.fp8 != TSR_FP8_NONE, "precision.fp8",
+         "other than \"none\" on device = \"cuda\""},
         {g->tensor > 1, "parallel.tensor", "> 1"},
         {g->pipeline > 1, "parallel.pipeline", "> 1"},
         {g->lora.rank > 0, "lora.rank", "> 0"},

@@ -214,6 +214,8 @@ static tsr_decoder decoder_of(tsr_gpu_model *g) {
                          .tpdev = g->tp, .pp_x = g->pp_x, .pp_dy = g->pp_dy};
 }
 
+tsr_decoder gpu_model_decoder(tsr_gpu_model *g) { return decoder_of(g); }
+
 const void *gpu_model_output(tsr_gpu_model *g) {
     tsr_decoder d = decoder_of(g);
     return dec_output(&d);

@@ -115,6 +115,9 @@ void gpu_model_download(const tsr_gpu_model *g, float *params_host);
  * returns (copies from pageable memory have read them by then: cuda_common.cu). */
 void gpu_model_forward(tsr_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B,
                        int T, float loss_scale);
+/* The decoder over g (decoder.h): its backend, activations and units, for a pass composed
+ * around the model's (multi-token prediction: gpu_mtp.c) */
+struct tsr_decoder gpu_model_decoder(tsr_gpu_model *g);
 /* A pipeline stage before the last: the last forward's output (decoder.h dec_output, device) */
 const void *gpu_model_output(tsr_gpu_model *g);
 /* Sum of the losses of the last forward over its counted targets (waits for the stream). */

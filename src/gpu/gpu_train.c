@@ -183,7 +183,7 @@ static int init_replicated(gpu_train_ctx *c) {
     tcu_zero(gt->v, m->n_params * sizeof(float), gt->s);
     gpu_model_upload(&gt->g, m->params);
     gpu_muon_init(&gt->mu, m, c->optim, gt->s, NULL, NULL, NULL);
-    size_t units = (size_t)m->L + 1;
+    size_t units = (size_t)m->L + 1 + (size_t)m->D; /* (MTP's layers: units L + 1 + d) */
     gt->n_slices = tsr_malloc(units * sizeof(int));
     gt->off = tsr_malloc(units * TSR_P_COUNT * sizeof(size_t));
     gt->len = tsr_malloc(units * TSR_P_COUNT * sizeof(size_t));
@@ -385,6 +385,7 @@ static void lib_free(gpu_train_ctx *c) {
         tcu_free(gt->lora.w), tcu_free(gt->lora.g), tcu_free(gt->lora.m), tcu_free(gt->lora.v);
     }
     gpu_shard_free(&gt->sh);
+    gtrain_mtp_free(c); /* (its buffers on the device: before the model's and the shutdown) */
     gpu_model_free(&gt->g);
     tcu_free(gt->m);
     tcu_free(gt->v);

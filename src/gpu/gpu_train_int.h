@@ -102,6 +102,13 @@ double gtrain_grad_sumsq(gpu_train_ctx *c);
 void gtrain_update(gpu_train_ctx *c, double lr, float gscale, int step);
 /* the correction bias's balancing step (gpu_train_bias.c) */
 void gtrain_moe_bias(gpu_train_ctx *c);
+/* Multi-token prediction (gpu_mtp.c): the step's module loss zeroed; after a microbatch's forward,
+ * the modules' passes, their gradient to the last layer's output set as the model's pp_dy for its
+ * backward (last: the modules' units then reduced with ready); the buffers freed at shutdown */
+void gtrain_mtp_begin(gpu_train_ctx *c);
+void gtrain_mtp_pass(gpu_train_ctx *c, const int32_t *in, const int32_t *tg, float scale,
+                     void (*ready)(void *ctx, int unit), void *ctx);
+void gtrain_mtp_free(gpu_train_ctx *c);
 
 /* ---- the state to and from the host (gpu_train_host.c) ---- */
 

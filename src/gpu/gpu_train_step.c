@@ -151,15 +151,17 @@ static double dense_compute(gpu_train_ctx *c, float scale) {
      * (zero1) start right away; zero3 / hsdp reduce-scatter every microbatch's (the source) */
     void *ctx;
     const unit_ready_fn ready = unit_reducer(gt, &ctx);
+    gtrain_mtp_begin(c);
     for (int64_t b = 0; b < c->per_rank; b += c->micro) {
         const int32_t *in = c->inputs + b * c->T, *tg = c->targets + b * c->T;
         int last = b + c->micro >= c->per_rank;
         gt->g.starts = c->starts ? c->starts + b * c->T : NULL;
         gpu_model_forward(&gt->g, in, tg, c->micro, c->T, scale);
         stage(c, b); /* what the forward leaves: losses, routing statistics */
+        gtrain_mtp_pass(c, in, tg, scale, last ? ready : NULL, ctx); /* (MTP's: its pp_dy) */
         gpu_model_backward(&gt->g, in, c->micro, c->T, last ? ready : NULL, ctx);
     }
-    gt->g.starts = NULL;
+    gt->g.starts = NULL, gt->g.pp_dy = NULL;
     const double loss_sum = staged_sums(c, scale);
     if (gt->sharded) gpu_shard_finish_grads(&gt->sh);
     if (gt->ep_on) gpu_ep_reduce(&gt->ep);

@@ -181,6 +181,7 @@ void model_backward_weighted(tsr_model *m, const int32_t *tokens, const int32_t 
 void model_backward(tsr_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float loss_scale) {
     tsr_decoder d = decoder_of(m);
-    d.pp_dy = mtp_train(m, &d.params, tokens, targets, B, T, loss_scale); /* (MTP's gradient) */
+    if (m->grads || m->src) /* (MTP's gradient, where there are gradients: flat or the shards') */
+        d.pp_dy = mtp_train(m, &d, tokens, targets, B, T, loss_scale);
     dec_backward(&d, tokens, targets, B, T, loss_scale, NULL, NULL);
 }

@@ -24,14 +24,18 @@
 #include "model/decoder.h"
 #include "model/model.h"
 
-/* After model_forward over tokens, targets (B,T): the modules' forward and backward at
- * loss_scale x mtp_loss_weight / D, their gradients added to the model's (the module tensors, wte,
- * the head), their loss sums to the step's (model_mtp_loss_sum). src: the model's decoder's
- * units (unit 0 the root with the frame's tensors, unit L + 1 + d depth d's layer: flat, or
- * gathered from the shards, model_unit_slice). Returns d(objective)/d(the last
- * layer's output) (B,T,C) for the main backward to add (the decoder's pp_dy), or NULL when m has
- * no modules (or no gradients). */
-const float *mtp_train(tsr_model *m, const tsr_dec_params *src, const int32_t *tokens,
-                       const int32_t *targets, int B, int T, float loss_scale);
+/* After the model's forward over tokens, targets (B,T, host) by main (its decoder: the fp32
+ * backend's, model_pass.c, or device = "cuda"'s, src/gpu/gpu_mtp.c): the modules' forward and
+ * backward on main's backend at loss_scale x mtp_loss_weight / D, their gradients added to the
+ * model's (the module tensors, wte, the head), their loss sums to the step's
+ * (model_mtp_loss_sum). main's units: unit 0 the root with the frame's tensors, unit L + 1 + d
+ * depth d's layer (flat, or gathered from the shards, model_unit_slice). Returns d(objective)/d(the
+ * last layer's output) (B,T,C act on main's backend) for the main backward to add (the decoder's
+ * pp_dy), or NULL when m has no modules. Call it only where the model has gradients. */
+const void *mtp_train(tsr_model *m, const tsr_decoder *main, const int32_t *tokens,
+                      const int32_t *targets, int B, int T, float loss_scale);
+/* The buffers mtp_train allocated on its backend freed (the next call allocates them again): a
+ * device backend's before the device goes (model_mtp_free frees the fp32 backend's). */
+void mtp_release(tsr_model *m);
 
 #endif

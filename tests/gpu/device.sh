@@ -421,7 +421,7 @@ check() {
                 rm -f "$logs/race.txt" ;;
             ops) op_test "$logs/$st.txt" || r=$? ;;
             train) limited "$logs/$st.txt" env TSR_TEST_EMULATOR="${TSR_TEST_EMULATOR:-0}" \
-                       TESTS="${TRAIN_TESTS:-test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context test_cuda_fp8 test_cuda_families test_cuda_mla test_cuda_sdc}" \
+                       TESTS="${TRAIN_TESTS:-test_cuda_train test_cuda_lora test_cuda_dpo test_cuda_moe_ep test_cuda_muon test_cuda_context test_cuda_fp8 test_cuda_families test_cuda_mla test_cuda_mtp test_cuda_sdc}" \
                        bash tests/run.sh || r=$? ;;
             ckpt) limited "$logs/$st.txt" bash tests/gpu/ckpt_async_gpu.sh || r=$? ;;
             ring) ring_stage "$logs/$st.txt" || r=$? ;;
