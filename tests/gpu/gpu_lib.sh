@@ -25,6 +25,15 @@ PY
 # (not a NO_MPI=1 one; the lent GPU machine has no MPI, tests/gpu/device.sh). Not `ldd | grep -q`:
 # under pipefail, grep leaving early can fail the pipe and skip the MPI checks.
 mpi_ok() { command -v mpirun >/dev/null && [[ $(ldd "$1" 2>/dev/null) == *libmpi* ]]; }
+# mpi_needed WHAT: skips the test (exit 77, saying WHAT needs them) unless tessera-train can start
+# several ranks here (mpi_ok)
+mpi_needed() { mpi_ok "$TRAIN" || { echo "$1 needs MPI ranks: no mpirun, or a NO_MPI=1 build"; exit 77; }; }
+
+# the host emulator's trainer (kernels/cuda_emu/: the trainer's GPU path on the CPU)
+EMU=$BUILD/tests/tessera-train-cuemu
+# emulator_built: skips the test (exit 77) unless $EMU is built; not needed where the emulator's
+# half is skipped (TSR_TEST_EMULATOR=0, emulator_half)
+emulator_built() { [[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }; }
 
 # TSR_TEST_GPU_COMM=mpi (tests/gpu/device.sh multirank, docs/cuda.md "Several ranks on one
 # GPU"): every run gets GPU_COMM_ARGS, parallel.gpu_comm = "mpi" (the CPU's runs ignore it), and
@@ -98,15 +107,18 @@ emulator_half() {
 }
 # both_halves PER "EMU_ARGS" "CUDA_ARGS": a multi-rank GPU test's two halves, the test's
 # `suite BIN LABEL ARGS...`: on the host emulator (its devices as many as MPI starts ranks: 8, or
-# 1 without MPI; MPI_OK set by the test), then on the real backend (its GPUs; one process without
-# MPI), whose PER checks are skipped, saying why, where it cannot run. The ARGS are words.
+# 1 without MPI), then on the real backend (its GPUs; one process without MPI), whose PER checks
+# are skipped, saying why, where it cannot run. The ARGS are words. Sets MPI_OK (1 where
+# tessera-train can start several ranks here: mpi_ok), which the test may read after.
 both_halves() {
     local per=$1 i emu cuda
+    MPI_OK=0
+    mpi_ok "$TRAIN" && MPI_OK=1
     read -ra emu <<<"${2:-}"
     read -ra cuda <<<"${3:-}"
     if emulator_half "$per"; then
         GPUS=$((MPI_OK ? 8 : 1))
-        suite "$BUILD/tests/tessera-train-cuemu" emulator "${emu[@]}"
+        suite "$EMU" emulator "${emu[@]}"
         emulator_half_end
     fi
     real_backend
@@ -118,6 +130,17 @@ both_halves() {
     for ((i = 0; i < per; i++)); do
         _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $per # SKIP $why"
     done
+}
+# real_half SUITE_ARGS...: the real backend's half of a test whose other branch is without_gpu:
+# where real_backend finds a GPU, the test's `suite "$TRAIN" cuda SUITE_ARGS...` (one process
+# without MPI: MPI_OK set by the test) and without_gpu's check counted as skipped; returns 1 (why
+# set) where it cannot run
+real_half() {
+    real_backend
+    [[ -z $why ]] || return 1
+    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
+    suite "$TRAIN" cuda "$@"
+    tap_skip "the real library without a GPU" "there is a GPU"
 }
 # emulator_half_end: the last line of a half that ran; one more, failing, check when it did not run
 # the N checks emulator_half was given (the plan then fails too)

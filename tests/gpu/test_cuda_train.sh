@@ -559,13 +559,9 @@ PY
     emulator_half_end
 fi
 
-# the real backend: a GPU, its driver and the library built beside tessera-train
-real_backend
-if [[ -z $why ]]; then
-    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
-    # the plan leaves out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
-    suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
-    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
+# the real backend: a GPU, its driver and the library built beside tessera-train; the plan leaves
+# out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
+if real_half 5e-3 5e-2 $((64 << 20)); then
     # 32 rows a warp in the attention kernels (TSR_ATT_WARP_ROWS, issue 25 item 2): other tiles,
     # so other bits than the default's; against the CPU, and deterministic
     d=
