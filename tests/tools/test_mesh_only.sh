@@ -64,18 +64,16 @@ tree "$TMP/cpu"
 printf 'void f(void) {\n    f->group = dist_group_split(f->gindex, f->grank);\n}\n' > "$TMP/cpu/src/model/fsdp.c"
 printf 'void g(void) { MPI_Comm_dup(MPI_COMM_WORLD, &c); }\n' > "$TMP/cpu/checkpoint/ck.c"
 scan_finds "$TMP/cpu" "a dist_group_split outside the mesh fails"
-tap_ok "the findings name the file and line of each split" \
-    grep -q '^src/model/fsdp.c:2:.*dist_group_split' <<<"$out"
-tap_ok "an MPI communicator made elsewhere (MPI_Comm_dup in checkpoint/) is a finding" \
-    grep -q '^checkpoint/ck.c:1:.*MPI_Comm_dup' <<<"$out"
+out_has "the findings name the file and line of each split" '^src/model/fsdp.c:2:.*dist_group_split'
+out_has "an MPI communicator made elsewhere (MPI_Comm_dup in checkpoint/) is a finding" \
+    '^checkpoint/ck.c:1:.*MPI_Comm_dup'
 
 tree "$TMP/gpu"
 printf 'x->group = gpu_comm_open(d->rank / ep->EP, d->rank, s, why, n);\n' >> "$TMP/gpu/src/gpu/gpu_ep.c"
 printf 'void h(void) { ncclCommInitRank(&c, n, id, r); }\n' > "$TMP/gpu/src/gpu/gpu_ring.c"
 scan_finds "$TMP/gpu" "a gpu_comm_open of a computed color fails"
-tap_ok "the finding names the call, and NCCL's communicator made outside its transport" \
-    eval 'grep -q "^src/gpu/gpu_ep.c:3:.*d->rank / ep->EP" <<<"$out" &&
-          grep -q "^src/gpu/gpu_ring.c:1:.*ncclCommInitRank" <<<"$out"'
+out_has "the finding names the call, and NCCL's communicator made outside its transport" \
+    "^src/gpu/gpu_ep.c:3:.*d->rank / ep->EP" "^src/gpu/gpu_ring.c:1:.*ncclCommInitRank"
 
 tree "$TMP/sig"
 printf 'gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n);\n' \

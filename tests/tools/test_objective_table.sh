@@ -49,9 +49,8 @@ tree "$TMP/users"
 printf 'void h(tsr_trainer *t) {\n    if (t->cfg.objective == TSR_OBJ_GRPO) grpo_log(t);\n}\n' > "$TMP/users/src/telemetry/metrics.c"
 printf '/* a new file of the trainer */\nint k(const tsr_config *c) { return c->objective != TSR_OBJ_LM; }\n' > "$TMP/users/src/train/trainer_run.c"
 scan_finds "$TMP/users" "a TSR_OBJ_ test in metrics.c or a trainer file fails"
-tap_ok "the findings name the file and line of each test" \
-    eval 'grep -q "^src/telemetry/metrics.c:2:.*TSR_OBJ_GRPO" <<<"$out" &&
-          grep -q "^src/train/trainer_run.c:2:.*TSR_OBJ_LM" <<<"$out"'
+out_has "the findings name the file and line of each test" \
+    "^src/telemetry/metrics.c:2:.*TSR_OBJ_GRPO" "^src/train/trainer_run.c:2:.*TSR_OBJ_LM"
 
 tree "$TMP/elsewhere"
 printf 'int m(const tsr_config *c) { return c->objective == TSR_OBJ_DPO; }\n' > "$TMP/elsewhere/src/train/checkpointing_save.c"
