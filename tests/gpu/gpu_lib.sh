@@ -29,6 +29,18 @@ mpi_ok() { command -v mpirun >/dev/null && [[ $(ldd "$1" 2>/dev/null) == *libmpi
 # several ranks here (mpi_ok)
 mpi_needed() { mpi_ok "$TRAIN" || { echo "$1 needs MPI ranks: no mpirun, or a NO_MPI=1 build"; exit 77; }; }
 
+# gpu_llama_args STEPS SAVE [SETTINGS...]: the synthetic corpus in $TMP/data and `args` for
+# tiny_llama_args on its train split with 2 heads on 1 KV head, STEPS steps saved every SAVE, then
+# SETTINGS (test_cuda_lora.sh, test_cuda_muon.sh)
+gpu_llama_args() {
+    local steps=$1 save=$2
+    shift 2
+    make_synth "$TMP/data"
+    tiny_llama_args "$TMP/data/train"
+    args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration="${steps}ba"
+           --set save_interval="${save}ba" "$@")
+}
+
 # the host emulator's trainer (kernels/cuda_emu/: the trainer's GPU path on the CPU)
 EMU=$BUILD/tests/tessera-train-cuemu
 # emulator_built: skips the test (exit 77) unless $EMU is built; not needed where the emulator's
@@ -150,6 +162,18 @@ emulator_half_end() {
         tap_check 1 "emulator_half $_emu_n: the half ran $ran checks; with TSR_TEST_EMULATOR=0 it would skip $_emu_n"
 }
 
+# evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
+# (test_cuda_train.sh, test_cuda_lora.sh: the test sets LOSS_TOL)
+evals_close() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
+import json, sys
+ev = lambda p: {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+w = max((abs(b[k] - a[k]) / a[k] for k in a if k in b), default=1.0)
+print(f"val loss {w:.1e} at steps {sorted(b)}")
+sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
+PY
+}
 # device_acts FILE: the device plan's activations figure (a start's or --plan's), in bytes
 device_acts() {
     "$PY3" - "$1" <<'PY'
