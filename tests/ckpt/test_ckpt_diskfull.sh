@@ -22,14 +22,13 @@ tsr_tmpdir
 small_tmpfs 3m
 tap_plan 17
 synth_tiny_args 2 8 2 --set max_duration=6ba --set save_interval=2ba --set keep_last=2
-run() { local d=$1; shift; timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$d" "$@"; }
 
 for mode in checked background sync; do
     rm -rf "${FS:?}"/*
     R=$FS/run
-    if [[ $mode == checked ]]; then run "$R" >"$TMP/$mode.txt" 2>&1
-    elif [[ $mode == background ]]; then TSR_CKPT_FAULT=skip-space-check run "$R" >"$TMP/$mode.txt" 2>&1
-    else TSR_CKPT_FAULT=skip-space-check run "$R" --set save_async=false >"$TMP/$mode.txt" 2>&1; fi
+    if [[ $mode == checked ]]; then diskfull_run "$R" >"$TMP/$mode.txt" 2>&1
+    elif [[ $mode == background ]]; then TSR_CKPT_FAULT=skip-space-check diskfull_run "$R" >"$TMP/$mode.txt" 2>&1
+    else TSR_CKPT_FAULT=skip-space-check diskfull_run "$R" --set save_async=false >"$TMP/$mode.txt" 2>&1; fi
     rc=$?
     msg=$(grep -o "ckpt: tmpfs at $FS ($R) has [0-9]* bytes free, the checkpoint needs [0-9]*" "$TMP/$mode.txt" | head -1)
     tap_diag "$mode: exit $rc; $msg"
@@ -59,7 +58,7 @@ n=$(warned "$FS/run" 2 "$TMP/checked.txt")
 tap_check $? "room for the first checkpoint at start: no warning ($n)"
 rm -rf "${FS:?}"/*
 head -c $((2 * 1024 * 1024)) /dev/zero >"$FS/filler" # 1 MiB left: less than one checkpoint
-run "$FS/full" >"$TMP/full.txt" 2>&1
+diskfull_run "$FS/full" >"$TMP/full.txt" 2>&1
 rc=$?
 n=$(warned "$FS/full" 2 "$TMP/full.txt")
 first=$(grep -n 'would be refused now' "$TMP/full.txt" | head -1 | cut -d: -f1)
@@ -67,7 +66,7 @@ step1=$(grep -n '^step *1/6' "$TMP/full.txt" | head -1 | cut -d: -f1)
 tap_diag "$(grep -m2 'warning: ckpt\|error' "$TMP/full.txt")"
 [[ $n == 1 && $rc == 2 && -n $first && -n $step1 ]] && ((first < step1))
 tap_check $? "no room for one checkpoint: one warning at start, before step 1, naming the first save (step 2); the run goes on to it (exit $rc, want 2)"
-run "$FS/nosave" --set save_interval=0ba --set save_final=false >"$TMP/nosave.txt" 2>&1
+diskfull_run "$FS/nosave" --set save_interval=0ba --set save_final=false >"$TMP/nosave.txt" 2>&1
 rc=$?
 n=$(grep -c 'would be refused now' "$TMP/nosave.txt")
 [[ $rc == 0 && $n == 0 ]]
@@ -75,9 +74,9 @@ tap_check $? "no room, but no checkpoint to write (save_final = false, save_inte
 # resumed: 2 steps and their checkpoint (1.6 of 3 MiB), then the run again to 6: it resumes at
 # step 2, and its first save is step 4's, which does not fit beside step 2's
 rm -rf "${FS:?}"/*
-run "$FS/res" --set max_duration=2ba >"$TMP/res1.txt" 2>&1
+diskfull_run "$FS/res" --set max_duration=2ba >"$TMP/res1.txt" 2>&1
 rc1=$?
-run "$FS/res" >"$TMP/res2.txt" 2>&1
+diskfull_run "$FS/res" >"$TMP/res2.txt" 2>&1
 rc=$?
 n=$(warned "$FS/res" 4 "$TMP/res2.txt")
 tap_diag "$(grep -m1 'would be refused now' "$TMP/res2.txt")"

@@ -20,11 +20,10 @@ tsr_tmpdir
 small_tmpfs 4m
 tap_plan 8
 synth_tiny_args 2 8 2 --set max_duration=6ba --set save_interval=2ba --set keep_last=2
-run() { local d=$1; shift; timeout 300 "${MPIRUN[@]}" -np 2 "$TRAIN" "${args[@]}" --set run_dir="$d" "$@"; }
 R=$FS/run
 for mode in sync background; do
     rm -rf "${FS:?}"/*
-    run "$R" --set max_duration=2ba >"$TMP/$mode-1.txt" 2>&1 || { cat "$TMP/$mode-1.txt"; exit 1; }
+    diskfull_run "$R" --set max_duration=2ba >"$TMP/$mode-1.txt" 2>&1 || { cat "$TMP/$mode-1.txt"; exit 1; }
     ( # the other process: fills the disk once step 4's file exists
         for _ in $(seq 1 6000); do
             if [[ -e $R/step-00000004.h5.tmp ]]; then dd if=/dev/zero of="$FS/filler" bs=4k 2>/dev/null; break; fi
@@ -33,7 +32,7 @@ for mode in sync background; do
     ) &
     filler=$!
     async=true slow=50; [[ $mode == sync ]] && async=false slow=500
-    TSR_CKPT_FAULT=skip-space-check,slow-write:$slow run "$R" --set save_async=$async >"$TMP/$mode.txt" 2>&1
+    TSR_CKPT_FAULT=skip-space-check,slow-write:$slow diskfull_run "$R" --set save_async=$async >"$TMP/$mode.txt" 2>&1
     rc=$?
     wait "$filler"
     tap_diag "$mode: exit $rc; $(grep -m1 -o 'error: checkpoint .*' "$TMP/$mode.txt" | cut -c1-260)"
@@ -48,7 +47,7 @@ for mode in sync background; do
 done
 # and with room again the same run dir resumes and saves (nothing of the failure in the way)
 rm -f "$FS/filler"
-run "$R" --set max_duration=4ba >"$TMP/again.txt" 2>&1
+diskfull_run "$R" --set max_duration=4ba >"$TMP/again.txt" 2>&1
 rc=$?
 [[ $rc == 0 && $(cat "$R/latest") == step-00000004.h5 ]] && grep -q "checkpoint resume step 2" "$TMP/again.txt"
 tap_check $? "with the filler removed, the run resumes from step 2 and commits step 4 (exit $rc)"
@@ -59,7 +58,7 @@ dd if=/dev/zero of="$FS/filler" bs=4k 2>/dev/null
 [[ $(df -B1 --output=avail "$FS" | tail -1 | tr -d ' ') == 0 ]]
 tap_check $? "dd fills the tmpfs to 0 bytes available"
 # a run refused at start by the full disk (its lock cannot be written) leaves no lock behind
-run "$FS/full" >"$TMP/full.txt" 2>&1
+diskfull_run "$FS/full" >"$TMP/full.txt" 2>&1
 rc=$?
 [[ $rc == 2 && ! -e $FS/full/tessera.lock ]] && grep -q "No space left on device" "$TMP/full.txt"
 tap_check $? "a start at 0 bytes free: exit $rc naming the full disk, no lock left"

@@ -14,10 +14,8 @@
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
 QWEN=$NPM_DIR/chat/qwen3
-for f in "$NPM_DIR"/gpt2/{encoder.json,vocab.bpe} "$QWEN"/tokenizer{,_config}.json; do
-    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }
-done
-for x in "$TOOL" "$TRAIN"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
+needs_installed "$NPM_DIR"/gpt2/{encoder.json,vocab.bpe} "$QWEN"/tokenizer{,_config}.json
+needs_built "$TOOL" "$TRAIN"
 tsr_tmpdir
 tap_plan 9
 export TSR_DATA_DIR=$NPM_DIR

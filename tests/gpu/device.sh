@@ -515,27 +515,29 @@ attn() {
     return $rc
 }
 
+# bench_table NAME SCRIPT: setup, then bash SCRIPT (its settings in the environment) under
+# limited, its log in $OUTDIR/NAME.txt and its table's rows in $OUTDIR/NAME.md
+bench_table() {
+    setup
+    local rc=0
+    limited "$OUTDIR/$1.txt" bash "$2" || rc=$?
+    grep -E '^\|' "$OUTDIR/$1.txt" >"$OUTDIR/$1.md" || true
+    return $rc
+}
+
 # deltanet: the Gated DeltaNet core (issue 68) against its PyTorch peer (bench/gpu/deltanet_gpu.sh,
 # the peer under setup's python3-machine), its table in $OUTDIR/deltanet.md, its log deltanet.txt
 deltanet() {
-    setup
-    local rc=0
     BENCH=$BUILD/bench/deltanet_gpu PYTHON=$UNPACKED/python3-machine TS="${DN_T:-4096 16384}" \
-        STEP_LIMIT_S=450 limited "$OUTDIR/deltanet.txt" bash bench/gpu/deltanet_gpu.sh || rc=$?
-    grep -E '^\|' "$OUTDIR/deltanet.txt" >"$OUTDIR/deltanet.md" || true
-    return $rc
+        STEP_LIMIT_S=450 bench_table deltanet bench/gpu/deltanet_gpu.sh
 }
 
 # hybrid: a hybrid training step (issue 68) beside transformers' Qwen3NextForCausalLM
 # (bench/gpu/hybrid_step.sh, the peer under setup's python3-machine), its table in
 # $OUTDIR/hybrid.md, its log hybrid.txt
 hybrid() {
-    setup
-    local rc=0
     BENCH_TRAIN=$BUILD/tessera-train PYTHON=$UNPACKED/python3-machine STEPS="${HYB_STEPS:-12}" \
-        STEP_LIMIT_S=120 limited "$OUTDIR/hybrid.txt" bash bench/gpu/hybrid_step.sh || rc=$?
-    grep -E '^\|' "$OUTDIR/hybrid.txt" >"$OUTDIR/hybrid.md" || true
-    return $rc
+        STEP_LIMIT_S=120 bench_table hybrid bench/gpu/hybrid_step.sh
 }
 
 # GRPO's rollout decode against transformers' generate (bench/gpu/gen_vs_hf.sh), its table in

@@ -25,6 +25,27 @@ PY
 # (not a NO_MPI=1 one; the lent GPU machine has no MPI, tests/gpu/device.sh). Not `ldd | grep -q`:
 # under pipefail, grep leaving early can fail the pipe and skip the MPI checks.
 mpi_ok() { command -v mpirun >/dev/null && [[ $(ldd "$1" 2>/dev/null) == *libmpi* ]]; }
+# mpi_needed WHAT: skips the test (exit 77, saying WHAT needs them) unless tessera-train can start
+# several ranks here (mpi_ok)
+mpi_needed() { mpi_ok "$TRAIN" || { echo "$1 needs MPI ranks: no mpirun, or a NO_MPI=1 build"; exit 77; }; }
+
+# gpu_llama_args STEPS SAVE [SETTINGS...]: the synthetic corpus in $TMP/data and `args` for
+# tiny_llama_args on its train split with 2 heads on 1 KV head, STEPS steps saved every SAVE, then
+# SETTINGS (test_cuda_lora.sh, test_cuda_muon.sh)
+gpu_llama_args() {
+    local steps=$1 save=$2
+    shift 2
+    make_synth "$TMP/data"
+    tiny_llama_args "$TMP/data/train"
+    args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration="${steps}ba"
+           --set save_interval="${save}ba" "$@")
+}
+
+# the host emulator's trainer (kernels/cuda_emu/: the trainer's GPU path on the CPU)
+EMU=$BUILD/tests/tessera-train-cuemu
+# emulator_built: skips the test (exit 77) unless $EMU is built; not needed where the emulator's
+# half is skipped (TSR_TEST_EMULATOR=0, emulator_half)
+emulator_built() { [[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }; }
 
 # TSR_TEST_GPU_COMM=mpi (tests/gpu/device.sh multirank, docs/cuda.md "Several ranks on one
 # GPU"): every run gets GPU_COMM_ARGS, parallel.gpu_comm = "mpi" (the CPU's runs ignore it), and
@@ -98,15 +119,18 @@ emulator_half() {
 }
 # both_halves PER "EMU_ARGS" "CUDA_ARGS": a multi-rank GPU test's two halves, the test's
 # `suite BIN LABEL ARGS...`: on the host emulator (its devices as many as MPI starts ranks: 8, or
-# 1 without MPI; MPI_OK set by the test), then on the real backend (its GPUs; one process without
-# MPI), whose PER checks are skipped, saying why, where it cannot run. The ARGS are words.
+# 1 without MPI), then on the real backend (its GPUs; one process without MPI), whose PER checks
+# are skipped, saying why, where it cannot run. The ARGS are words. Sets MPI_OK (1 where
+# tessera-train can start several ranks here: mpi_ok), which the test may read after.
 both_halves() {
     local per=$1 i emu cuda
+    MPI_OK=0
+    mpi_ok "$TRAIN" && MPI_OK=1
     read -ra emu <<<"${2:-}"
     read -ra cuda <<<"${3:-}"
     if emulator_half "$per"; then
         GPUS=$((MPI_OK ? 8 : 1))
-        suite "$BUILD/tests/tessera-train-cuemu" emulator "${emu[@]}"
+        suite "$EMU" emulator "${emu[@]}"
         emulator_half_end
     fi
     real_backend
@@ -119,6 +143,17 @@ both_halves() {
         _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - cuda check $((i + 1)) of $per # SKIP $why"
     done
 }
+# real_half SUITE_ARGS...: the real backend's half of a test whose other branch is without_gpu:
+# where real_backend finds a GPU, the test's `suite "$TRAIN" cuda SUITE_ARGS...` (one process
+# without MPI: MPI_OK set by the test) and without_gpu's check counted as skipped; returns 1 (why
+# set) where it cannot run
+real_half() {
+    real_backend
+    [[ -z $why ]] || return 1
+    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
+    suite "$TRAIN" cuda "$@"
+    tap_skip "the real library without a GPU" "there is a GPU"
+}
 # emulator_half_end: the last line of a half that ran; one more, failing, check when it did not run
 # the N checks emulator_half was given (the plan then fails too)
 emulator_half_end() {
@@ -127,6 +162,18 @@ emulator_half_end() {
         tap_check 1 "emulator_half $_emu_n: the half ran $ran checks; with TSR_TEST_EMULATOR=0 it would skip $_emu_n"
 }
 
+# evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
+# (test_cuda_train.sh, test_cuda_lora.sh: the test sets LOSS_TOL)
+evals_close() {
+    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
+import json, sys
+ev = lambda p: {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+w = max((abs(b[k] - a[k]) / a[k] for k in a if k in b), default=1.0)
+print(f"val loss {w:.1e} at steps {sorted(b)}")
+sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
+PY
+}
 # device_acts FILE: the device plan's activations figure (a start's or --plan's), in bytes
 device_acts() {
     "$PY3" - "$1" <<'PY'

@@ -151,14 +151,9 @@ if emulator_half "$PER"; then
     emulator_half_end
 fi
 
-# the real backend: a GPU, its driver and the library built beside tessera-train
-real_backend
-if [[ -z $why ]]; then
-    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
-    # the plan leaves out the 32 MiB cuBLASLt workspace and the ops' scratch
-    suite "$TRAIN" cuda 2e-2 5e-2 3e-2 $((64 << 20)) 1e-3
-    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
-else
+# the real backend: a GPU, its driver and the library built beside tessera-train; the plan leaves
+# out the 32 MiB cuBLASLt workspace and the ops' scratch
+if ! real_half 2e-2 5e-2 3e-2 $((64 << 20)) 1e-3; then
     without_gpu "loads for a DPO run and reports no CUDA device" "$PER" train "$TRAIN" nodev 1 "${lora[@]}" --set device=cuda
 fi
 tap_done

@@ -25,8 +25,7 @@
 # otherwise). The real kernels are checked op by op by tests/gpu/gpu_ops_variants.c.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
-EMU=$BUILD/tests/tessera-train-cuemu
-[[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
+emulator_built
 tsr_tmpdir
 FAMILIES=(olmo gemma smol gptoss qnext hybrid)
 PER=${#FAMILIES[@]}

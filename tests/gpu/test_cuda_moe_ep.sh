@@ -36,12 +36,8 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 tap_plan 15
-EMU=$BUILD/tests/tessera-train-cuemu
-if ! mpi_ok "$TRAIN"; then
-    echo "expert parallelism needs MPI ranks: no mpirun, or a NO_MPI=1 build"
-    exit 77
-fi
-[[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
+mpi_needed "expert parallelism"
+emulator_built
 make_synth "$TMP/data" 512 80000
 args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
       --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=

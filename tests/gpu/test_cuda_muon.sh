@@ -25,11 +25,8 @@ source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=8
 tap_plan $((2 * PER + 1))
-make_synth "$TMP/data"
-tiny_llama_args "$TMP/data/train"
-args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration=8ba --set save_interval=4ba
-       --set watchdog.window=0 --set model.moe_experts=4 --set model.moe_top_k=2
-       --set model.moe_intermediate_size=32 --set model.moe_every=2 --set model.moe_shared_size=32)
+gpu_llama_args 8 4 --set watchdog.window=0 --set model.moe_experts=4 --set model.moe_top_k=2 \
+    --set model.moe_intermediate_size=32 --set model.moe_every=2 --set model.moe_shared_size=32
 mu=(--set optim.name=muon --set optim.muon.weight_decay=0.1)
 run() {
     local bin=$1 dir=$2 np=$3; shift 3

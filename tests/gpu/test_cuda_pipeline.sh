@@ -109,7 +109,5 @@ suite() {
     fi
 }
 
-MPI_OK=0
-mpi_ok "$TRAIN" && MPI_OK=1
 both_halves "$PER" "" ""
 tap_done

@@ -89,7 +89,5 @@ suite() {
     tap_check $? "$l: a flip of the gradients, and of zero1's weights, refused on the device: exit 1, nothing written (exit $rc, $rc2)"
 }
 
-MPI_OK=0
-mpi_ok "$TRAIN" && MPI_OK=1
 both_halves "$PER" "" ""
 tap_done

@@ -135,8 +135,6 @@ suite() {
     fi
 }
 
-MPI_OK=0
-mpi_ok "$TRAIN" && MPI_OK=1
 both_halves "$PER" "2e-4 2e-3 1e-3 0" "2e-3 2e-2 2e-3 $((64 << 20))" # (cuBLASLt's workspace beside the plan)
 
 # --plan with the CUDA library (no GPU needed; a sharded mode is priced, with a warning, though a

@@ -109,17 +109,6 @@ ok = len(recs) == 20 and all(len(r["moe_load"]) == 2 and all(x["tokens"] == 8 * 
 sys.exit(0 if ok else 1)
 PY
 }
-# evals_close A B: both runs evaluated at the same steps, B's validation losses within $LOSS_TOL
-evals_close() {
-    "$PY3" - "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" "$LOSS_TOL" <<'PY'
-import json, sys
-ev = lambda p: {j["step"]: j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j}
-a, b = ev(sys.argv[1]), ev(sys.argv[2])
-w = max((abs(b[k] - a[k]) / a[k] for k in a if k in b), default=1.0)
-print(f"val loss {w:.1e} at steps {sorted(b)}")
-sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
-PY
-}
 TESSERA_CUDA_LIB=$TMP/nowhere.so run "$TRAIN" 1 nolib --set device=cuda
 rc=$?
 ((rc == 1)) && grep -q "cannot load $TMP/nowhere.so" "$TMP/nolib.txt"
@@ -559,13 +548,9 @@ PY
     emulator_half_end
 fi
 
-# the real backend: a GPU, its driver and the library built beside tessera-train
-real_backend
-if [[ -z $why ]]; then
-    ((MPI_OK)) || GPUS=1 # one process without MPI, whatever the GPUs
-    # the plan leaves out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
-    suite "$TRAIN" cuda 5e-3 5e-2 $((64 << 20))
-    _tap_n=$((_tap_n + 1)); echo "ok $_tap_n - the real library without a GPU # SKIP there is a GPU"
+# the real backend: a GPU, its driver and the library built beside tessera-train; the plan leaves
+# out the 32 MiB cuBLASLt workspace and the ops' scratch (a few MiB here)
+if real_half 5e-3 5e-2 $((64 << 20)); then
     # 32 rows a warp in the attention kernels (TSR_ATT_WARP_ROWS, issue 25 item 2): other tiles,
     # so other bits than the default's; against the CPU, and deterministic
     d=

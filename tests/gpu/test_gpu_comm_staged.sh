@@ -33,12 +33,8 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 tap_plan 6
-EMU=$BUILD/tests/tessera-train-cuemu
-if ! mpi_ok "$TRAIN"; then
-    echo "the staged transport's checks need MPI ranks: no mpirun, or a NO_MPI=1 build"
-    exit 77
-fi
-[[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
+mpi_needed "the staged transport"
+emulator_built
 make_synth "$TMP/data" 512 60000
 tiny_args "$TMP/data/train"
 base=("${args[@]}" --set model.n_layer=2 --set model.n_head=2 --set global_batch=8

@@ -58,36 +58,27 @@ tree() {
 }
 
 tree "$TMP/clean"
-out=$(scan "$TMP/clean"); rc=$?
-tap_check $rc "a tree that splits only in src/mesh/ and src/dist/dist.c passes"
-[[ -z $out ]] || tap_diag "$out"
+scan_clean "$TMP/clean" "a tree that splits only in src/mesh/ and src/dist/dist.c passes"
 
 tree "$TMP/cpu"
 printf 'void f(void) {\n    f->group = dist_group_split(f->gindex, f->grank);\n}\n' > "$TMP/cpu/src/model/fsdp.c"
 printf 'void g(void) { MPI_Comm_dup(MPI_COMM_WORLD, &c); }\n' > "$TMP/cpu/checkpoint/ck.c"
-out=$(scan "$TMP/cpu"); rc=$?
-tap_check $((rc != 1)) "a dist_group_split outside the mesh fails"
-tap_ok "the findings name the file and line of each split" \
-    grep -q '^src/model/fsdp.c:2:.*dist_group_split' <<<"$out"
-tap_ok "an MPI communicator made elsewhere (MPI_Comm_dup in checkpoint/) is a finding" \
-    grep -q '^checkpoint/ck.c:1:.*MPI_Comm_dup' <<<"$out"
+scan_finds "$TMP/cpu" "a dist_group_split outside the mesh fails"
+out_has "the findings name the file and line of each split" '^src/model/fsdp.c:2:.*dist_group_split'
+out_has "an MPI communicator made elsewhere (MPI_Comm_dup in checkpoint/) is a finding" \
+    '^checkpoint/ck.c:1:.*MPI_Comm_dup'
 
 tree "$TMP/gpu"
 printf 'x->group = gpu_comm_open(d->rank / ep->EP, d->rank, s, why, n);\n' >> "$TMP/gpu/src/gpu/gpu_ep.c"
 printf 'void h(void) { ncclCommInitRank(&c, n, id, r); }\n' > "$TMP/gpu/src/gpu/gpu_ring.c"
-out=$(scan "$TMP/gpu"); rc=$?
-tap_check $((rc != 1)) "a gpu_comm_open of a computed color fails"
-tap_ok "the finding names the call, and NCCL's communicator made outside its transport" \
-    eval 'grep -q "^src/gpu/gpu_ep.c:3:.*d->rank / ep->EP" <<<"$out" &&
-          grep -q "^src/gpu/gpu_ring.c:1:.*ncclCommInitRank" <<<"$out"'
+scan_finds "$TMP/gpu" "a gpu_comm_open of a computed color fails"
+out_has "the finding names the call, and NCCL's communicator made outside its transport" \
+    "^src/gpu/gpu_ep.c:3:.*d->rank / ep->EP" "^src/gpu/gpu_ring.c:1:.*ncclCommInitRank"
 
 tree "$TMP/sig"
 printf 'gpu_comm *gpu_comm_open(int color, int key, tcu_stream compute, char *why, size_t n);\n' \
     > "$TMP/sig/src/gpu/gpu_comm.h"
-out=$(scan "$TMP/sig"); rc=$?
-tap_check $((rc != 1)) "a gpu_comm_open that takes a color fails"
+scan_finds "$TMP/sig" "a gpu_comm_open that takes a color fails"
 
-out=$(scan "$TSR_ROOT"); rc=$?
-tap_check $rc "the real tree: communicators are split only in src/mesh/ (src/dist/dist.c defines the split)"
-[[ -z $out ]] || tap_diag "$out"
+scan_clean "$TSR_ROOT" "the real tree: communicators are split only in src/mesh/ (src/dist/dist.c defines the split)"
 tap_done

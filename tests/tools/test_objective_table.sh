@@ -43,30 +43,22 @@ tree() {
 }
 
 tree "$TMP/clean"
-out=$(scan "$TMP/clean"); rc=$?
-tap_check $rc "a tree whose users ask the table passes"
-[[ -z $out ]] || tap_diag "$out"
+scan_clean "$TMP/clean" "a tree whose users ask the table passes"
 
 tree "$TMP/users"
 printf 'void h(tsr_trainer *t) {\n    if (t->cfg.objective == TSR_OBJ_GRPO) grpo_log(t);\n}\n' > "$TMP/users/src/telemetry/metrics.c"
 printf '/* a new file of the trainer */\nint k(const tsr_config *c) { return c->objective != TSR_OBJ_LM; }\n' > "$TMP/users/src/train/trainer_run.c"
-out=$(scan "$TMP/users"); rc=$?
-tap_check $((rc != 1)) "a TSR_OBJ_ test in metrics.c or a trainer file fails"
-tap_ok "the findings name the file and line of each test" \
-    eval 'grep -q "^src/telemetry/metrics.c:2:.*TSR_OBJ_GRPO" <<<"$out" &&
-          grep -q "^src/train/trainer_run.c:2:.*TSR_OBJ_LM" <<<"$out"'
+scan_finds "$TMP/users" "a TSR_OBJ_ test in metrics.c or a trainer file fails"
+out_has "the findings name the file and line of each test" \
+    "^src/telemetry/metrics.c:2:.*TSR_OBJ_GRPO" "^src/train/trainer_run.c:2:.*TSR_OBJ_LM"
 
 tree "$TMP/elsewhere"
 printf 'int m(const tsr_config *c) { return c->objective == TSR_OBJ_DPO; }\n' > "$TMP/elsewhere/src/train/checkpointing_save.c"
-out=$(scan "$TMP/elsewhere"); rc=$?
-tap_check $((rc != 1)) "a TSR_OBJ_ value named anywhere else in src/ but the config and objective_of fails"
+scan_finds "$TMP/elsewhere" "a TSR_OBJ_ value named anywhere else in src/ but the config and objective_of fails"
 
 tree "$TMP/choice"
 printf 'void n(tsr_trainer *t) { const tsr_objective *o = objective_of(t->cfg.objective); }\n' > "$TMP/choice/src/data/dataloader.c"
-out=$(scan "$TMP/choice"); rc=$?
-tap_check $((rc != 1)) "a second choice of the table (objective_of outside trainer_init) fails"
+scan_finds "$TMP/choice" "a second choice of the table (objective_of outside trainer_init) fails"
 
-out=$(scan "$TSR_ROOT"); rc=$?
-tap_check $rc "the real tree: only the config and objective_of name an objective kind"
-[[ -z $out ]] || tap_diag "$out"
+scan_clean "$TSR_ROOT" "the real tree: only the config and objective_of name an objective kind"
 tap_done

@@ -12,10 +12,8 @@
 # Skips (77) without GPT-2's npm files (./INSTALL).
 source "$(dirname "$0")/../lib.sh"
 NPM_DIR=${TSR_DATA_DIR:-$TSR_ROOT/data/npm}
-for f in "$NPM_DIR"/gpt2/{encoder.json,vocab.bpe}; do
-    [[ -f $f ]] || { echo "$f missing: run ./INSTALL --ensure"; exit 77; }
-done
-for x in "$TOOL" "$TRAIN"; do [[ -x $x ]] || { echo "$x missing: run make"; exit 77; }; done
+needs_installed "$NPM_DIR"/gpt2/{encoder.json,vocab.bpe}
+needs_built "$TOOL" "$TRAIN"
 tsr_tmpdir
 tap_plan 5
 export TSR_DATA_DIR=$NPM_DIR

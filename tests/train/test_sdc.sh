@@ -21,11 +21,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 22
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
-       --set max_duration=12ba --set save_interval=5ba --set optim.warmup=2ba --set keep_last=3)
-run() { local np=$1 dir=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+synth_tiny_args 2 24 2 --set max_duration=12ba --set save_interval=5ba --set optim.warmup=2ba --set keep_last=3
 source "$(dirname "$0")/sdc_lib.sh"
 
 run 2 A
@@ -140,18 +136,10 @@ rc=$?
 [[ $rc == 0 && $(health M2 replay_transients) == 1 ]] && grep -q "rank 0's second try 0x[0-9a-f]*: a transient fault of rank 0" "$TMP/M2.txt"
 tap_check $? "zero1 on 2 ranks (no third rank): rank 0's second try agrees with its replayer: transient (exit $rc)"
 
-TSR_FAULT=flip:weights:nosuch:3:1:2 run 2 X
-rc=$?
-[[ $rc == 1 && ! -e $TMP/X ]] && grep -q "TSR_FAULT: flip:weights:nosuch:3:1:2: no such TENSOR in this model" "$TMP/X.txt"
-tap_check $? "a flip naming no tensor of the model is refused before anything is written (exit $rc)"
-
-TSR_FAULT=flip:grads:qkvw:3:1:2 run 2 X2 --set parallel.sharding=zero3
-rc=$?
-[[ $rc == 1 && ! -e $TMP/X2 ]] && grep -q "under zero3 and hsdp a layer's gradients are reduce-scattered inside the backward" "$TMP/X2.txt"
-tap_check $? "a flip of a layer's gradients before their reduction under zero3 is refused, saying why (exit $rc)"
-
-TSR_FAULT=matmul:0:1 run 2 X3
-rc=$?
-[[ $rc == 1 && ! -e $TMP/X3 ]] && grep -q "TSR_FAULT: matmul:0:1: expected matmul:STEP:WHO\[:every\] (STEP >= 1" "$TMP/X3.txt"
-tap_check $? "a wrong product at step 0 (there is none) is refused before anything is written (exit $rc)"
+fault_refused flip:weights:nosuch:3:1:2 X "TSR_FAULT: flip:weights:nosuch:3:1:2: no such TENSOR in this model" \
+    "a flip naming no tensor of the model is refused before anything is written"
+fault_refused flip:grads:qkvw:3:1:2 X2 "under zero3 and hsdp a layer's gradients are reduce-scattered inside the backward" \
+    "a flip of a layer's gradients before their reduction under zero3 is refused, saying why" --set parallel.sharding=zero3
+fault_refused matmul:0:1 X3 "TSR_FAULT: matmul:0:1: expected matmul:STEP:WHO\[:every\] (STEP >= 1" \
+    "a wrong product at step 0 (there is none) is refused before anything is written"
 tap_done

@@ -13,12 +13,8 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 7
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
-       --set max_duration=11ba --set save_interval=0ba --set optim.warmup=2ba)
-run() { local np=$1 dir=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
-source "$(dirname "$0")/sdc_lib.sh" # (culprit, health)
+synth_tiny_args 2 24 2 --set max_duration=11ba --set save_interval=0ba --set optim.warmup=2ba
+source "$(dirname "$0")/sdc_lib.sh" # (run, fault_refused, culprit, health)
 
 TSR_FAULT=flip:acts:layer1:20:1:7 run 3 A --set health.replay_interval=7
 rc=$?
@@ -49,13 +45,8 @@ rc=$?
     ! grep -q "no deterministic replay" "$TMP/P.txt"
 tap_check $? "replay under the pipeline (2 stages x 2) at every step: each pipeline recomputes the other's batch, all agree: no false alarm (exit $rc)"
 
-TSR_FAULT=flip:acts:layer2:3:1:2 run 2 X
-rc=$?
-[[ $rc == 1 && ! -e $TMP/X ]] && grep -q "TSR_FAULT: flip:acts:layer2:3:1:2: acts' TENSOR is not layerL with L a layer of this model" "$TMP/X.txt"
-tap_check $? "an activation flip naming no layer of the model is refused before anything is written (exit $rc)"
-
-TSR_FAULT=flip:received:wte:3:1:2 run 2 X2 --set parallel.sharding=zero1
-rc=$?
-[[ $rc == 1 && ! -e $TMP/X2 ]] && grep -q "sent and received act on the all-reduce of the flat gradients" "$TMP/X2.txt"
-tap_check $? "a reduction flip under zero1 (a reduce-scatter) is refused, saying why (exit $rc)"
+fault_refused flip:acts:layer2:3:1:2 X "TSR_FAULT: flip:acts:layer2:3:1:2: acts' TENSOR is not layerL with L a layer of this model" \
+    "an activation flip naming no layer of the model is refused before anything is written"
+fault_refused flip:received:wte:3:1:2 X2 "sent and received act on the all-reduce of the flat gradients" \
+    "a reduction flip under zero1 (a reduce-scatter) is refused, saying why" --set parallel.sharding=zero1
 tap_done

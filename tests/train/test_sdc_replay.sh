@@ -32,11 +32,7 @@
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 tap_plan 24
-make_synth "$TMP/data"
-tiny_args "$TMP/data/train"
-args+=(--set model.n_layer=2 --set model.n_head=4 --set global_batch=24 --set micro_batch=2
-       --set max_duration=12ba --set save_interval=6ba --set optim.warmup=2ba --set keep_last=3)
-run() { local np=$1 dir=$2; shift 2; ranks "$np" "$TRAIN" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1; }
+synth_tiny_args 2 24 2 --set max_duration=12ba --set save_interval=6ba --set optim.warmup=2ba --set keep_last=3
 source "$(dirname "$0")/sdc_lib.sh"
 skipped9() { grep -q '"event": "guard", "action": "skip", "step": 9,' "$TMP/$1/metrics.jsonl"; }
 
