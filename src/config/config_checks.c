@@ -376,17 +376,14 @@ static void validate_attn_variants(load_ctx *c) {
 
 /* device = "cuda" with multi-head latent attention or DeepSeek's router (docs/cuda.md "Multi-head
  * latent attention", "DeepSeek's router"): training, evaluation and decoding over the compressed
- * caches (GRPO's rollouts) run there; the latent's ring (context parallelism) and the correction
- * bias's balancing step over sharded weights are the CPU's so far */
+ * caches (GRPO's rollouts) and the latent's ring (context parallelism: src/gpu/gpu_mla_ring.c)
+ * run there; the correction bias's balancing step over sharded weights is the CPU's so far */
 static void validate_mla_cuda(load_ctx *c) {
     const tsr_config *g = c->cfg;
     const tsr_model_config *m = &g->model;
     char at[1200];
     if (g->device != TSR_DEVICE_CUDA) return;
     const struct { int bad; const char *key, *what, *alt; } rules[] = {
-        {m->kv_lora_rank > 0 && g->context > 1, "parallel.context",
-         "the ring of multi-head latent attention's latent (model.kv_lora_rank > 0; its device "
-         "path is not checked)", "set parallel.context = 1, or "},
         {m->moe_topk_method == TSR_MOE_TOPK_NOAUX_TC && m->moe_bias_update_rate != 0.0 &&
              g->sharding != TSR_SHARD_DDP,
          "model.moe_bias_update_rate",
