@@ -203,8 +203,9 @@ GPU_TRAIN_PARTS += src/gpu/gpu_tp.c
 # src/gpu/: the trainer's device = cuda path. gpu_load.c (in the library) opens
 # libtessera-cuda-train.so, made of the rest of src/gpu/ and the CUDA backend, on first use
 # (src/gpu/gpu_train.h); the emulator test build links those objects in directly.
-# the CUDA backend's composed entries (multi-head latent attention, DeepSeek's router: gpu_mla.h)
-GPU_BACKEND_PARTS := src/gpu/gpu_mla.c src/gpu/gpu_route_ds.c src/gpu/gpu_grown.c
+# the CUDA backend's composed entries (multi-head latent attention, DeepSeek's router: gpu_mla.h;
+# the ring over heads without a kernel: gpu_mla_ring.h)
+GPU_BACKEND_PARTS := src/gpu/gpu_mla.c src/gpu/gpu_mla_ring.c src/gpu/gpu_route_ds.c src/gpu/gpu_grown.c
 GPU_SRC  := src/gpu/gpu_backend.c $(GPU_BACKEND_PARTS) src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
             $(GPU_TRAIN_PARTS) src/gpu/gpu_profile.c src/gpu/gpu_muon.c src/gpu/gpu_ring.c src/gpu/gpu_comm.c \
             src/gpu/gpu_comm_staged.c

@@ -282,7 +282,8 @@ struct tsr_backend {
      * ring_forward and ring_backward with the backend's types (the block's q, kv, and dout, out
      * act; acc, lse, dq, dkv fp32; lo, hi int32 on the backend), and scratch of
      * ring_scratch(B, T, NH, KVH, hs) bytes for blocks of at most B x T rows (0: none). The
-     * ring's data movement: f32_to_act, dst (n) act = src (n) fp32 (rounded); add_f32, dst (n)
+     * ring's data movement: f32_to_act, dst (n) act = src (n) fp32 (rounded), act_to_f32 the
+     * other way (exact; multi-head latent attention's ring, mixer_mla.c); add_f32, dst (n)
      * fp32 += src (n); copy_rows, rows of width bytes from src (spitch bytes apart) to dst
      * (dpitch apart), cudaMemcpy2D's arguments. All NULL on a backend without context
      * parallelism (the trainer refuses parallel.context > 1 there). */
@@ -293,6 +294,7 @@ struct tsr_backend {
                           const tsr_ring_block *k, void *scratch);
     size_t (*ring_scratch)(int B, int T, int NH, int KVH, int hs);
     void (*f32_to_act)(const tsr_backend *be, void *dst, const float *src, size_t n);
+    void (*act_to_f32)(const tsr_backend *be, float *dst, const void *src, size_t n);
     void (*add_f32)(const tsr_backend *be, float *dst, const float *src, size_t n);
     /* x (n) act *= s (model.embed_scale on the embedding and its gradient), or NULL */
     void (*scale_act)(const tsr_backend *be, void *x, float s, size_t n);

@@ -371,6 +371,10 @@ static void f_f32_to_act(const tsr_backend *be, void *dst, const float *src, siz
     f_copy(be, dst, src, n * sizeof(float));
 }
 
+static void f_act_to_f32(const tsr_backend *be, float *dst, const void *src, size_t n) {
+    f_copy(be, dst, src, n * sizeof(float));
+}
+
 static void f_add_f32(const tsr_backend *be, float *dst, const float *src, size_t n) {
     OPS(be)->residual_forward(dst, dst, src, n);
 }
@@ -621,6 +625,7 @@ static void f_argmax(const tsr_backend *be, int32_t *idx, const void *logits, in
     E(ring_backward, f_ring_backward)                                                           \
     E(ring_scratch, f_ring_scratch)                                                             \
     E(f32_to_act, f_f32_to_act)                                                                 \
+    E(act_to_f32, f_act_to_f32)                                                                 \
     E(add_f32, f_add_f32)                                                                       \
     E(scale_act, f_scale_act)                                                                   \
     E(add_act, f_add_act)                                                                       \

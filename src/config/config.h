@@ -433,9 +433,8 @@ typedef struct tsr_config {
 
 /* --plan, --time, --gpu-mem and --fit (plans, nothing runs; docs/planning.md): on 1 the loads
  * that follow price a multi-head latent attention model (model.kv_lora_rank > 0) on device =
- * "cuda" whatever its GPU path does not run yet (a head size over 256, the latent's ring:
- * warnings there); a start (0, the default)
- * refuses them, and so does a plan of any other model. */
+ * "cuda" whatever its GPU path does not run yet (a head size over 256: a warning there); a start
+ * (0, the default) refuses it, and so does a plan of any other model. */
 void config_plan_only(int on);
 /* Loads defaults, then `path`, then each "key=value" of sets (n_sets of them), validates.
  * Returns 0 or TSR_EXIT_USAGE after printing the error. */

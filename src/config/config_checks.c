@@ -374,29 +374,6 @@ static void validate_attn_variants(load_ctx *c) {
     }
 }
 
-/* device = "cuda" with multi-head latent attention or DeepSeek's router (docs/cuda.md "Multi-head
- * latent attention", "DeepSeek's router"): training, evaluation and decoding over the compressed
- * caches (GRPO's rollouts) run there, the correction bias's balancing step in every sharding mode
- * (src/gpu/gpu_train_bias.c); the latent's ring (context parallelism) is the CPU's so far */
-static void validate_mla_cuda(load_ctx *c) {
-    const tsr_config *g = c->cfg;
-    const tsr_model_config *m = &g->model;
-    char at[1200];
-    if (g->device != TSR_DEVICE_CUDA) return;
-    const struct { int bad; const char *key, *what, *alt; } rules[] = {
-        {m->kv_lora_rank > 0 && g->context > 1, "parallel.context",
-         "the ring of multi-head latent attention's latent (model.kv_lora_rank > 0; its device "
-         "path is not checked)", "set parallel.context = 1, or "},
-    };
-    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
-        if (rules[k].bad) {
-            char what[400];
-            snprintf(what, sizeof what, "%s: device = \"cuda\" does not run %s yet (docs/cuda.md): "
-                     "%suse device = \"cpu\"", rules[k].key, rules[k].what, rules[k].alt);
-            kernel_missing(c, cfgload_where(c, rules[k].key, at, sizeof at), what);
-        }
-}
-
 /* device = "cuda" with linear_attention layers (docs/deltanet.md "CUDA"): training and
  * evaluation run there; the paths that carry the layer's state and convolution tail (context
  * parallelism's ranks, the decode step of GRPO's rollouts) are the CPU's only so far, LoRA on
@@ -568,7 +545,6 @@ static void validate_options(load_ctx *c) {
     validate_fp8(c);
     validate_attn_variants(c);
     validate_linear_cuda(c);
-    validate_mla_cuda(c);
     validate_tensor(c);
     validate_pipeline(c);
     validate_mtp(c);

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "gpu/gpu_mla.h"   /* multi-head latent attention, DeepSeek's router: composed */
+#include "gpu/gpu_mla_ring.h" /* the ring over heads without a kernel: composed */
 #include "gpu/gpu_model.h" /* tsr_gpu_model: the FP8 forward's gathered weights */
 #include "gpu/gpu_profile.h"
 #include "tcu_index.h" /* TCU_DN_CHUNK */
@@ -352,19 +353,37 @@ static void c_attention_backward(const tsr_backend *be, void *dqkv, const void *
 /* context parallelism's blocks and data movement (backend.h ring_*; kernels/cuda/cuda_ring.cu) */
 static void c_ring_forward(const tsr_backend *be, float *acc, float *lse, const tsr_ring_block *k,
                            int merge, void *scratch) {
-    PROF(be, "ring_forward", k->B, k->Tq, k->Tk,
-         tcu_ring_forward(acc, lse, k, merge, scratch, STREAM(be)));
+    if (gpu_attn_padded(k->var, k->hs)) /* (heads without a kernel: gpu_mla_ring.c) */
+        PROF(be, "ring_forward_padded", k->B, k->Tq, k->Tk,
+             gpu_ring_padded_forward(be, acc, lse, k, merge));
+    else
+        PROF(be, "ring_forward", k->B, k->Tq, k->Tk,
+             tcu_ring_forward(acc, lse, k, merge, scratch, STREAM(be)));
 }
 
 static void c_ring_backward(const tsr_backend *be, float *dq, int lddq, float *dkv, int lddkv,
                             const void *dout, const void *out, const float *lse,
                             const tsr_ring_block *k, void *scratch) {
-    PROF(be, "ring_backward", k->B, k->Tq, k->Tk,
-         tcu_ring_backward(dq, lddq, dkv, lddkv, dout, out, lse, k, scratch, STREAM(be)));
+    if (gpu_attn_padded(k->var, k->hs))
+        PROF(be, "ring_backward_padded", k->B, k->Tq, k->Tk,
+             gpu_ring_padded_backward(be, dq, lddq, dkv, lddkv, dout, out, lse, k));
+    else
+        PROF(be, "ring_backward", k->B, k->Tq, k->Tk,
+             tcu_ring_backward(dq, lddq, dkv, lddkv, dout, out, lse, k, scratch, STREAM(be)));
+}
+
+/* the ring kernels' scratch for heads of hs; none where hs has no kernel (the padded blocks keep
+ * their own: gpu_mla_ring.c) */
+static size_t c_ring_scratch(int B, int T, int NH, int KVH, int hs) {
+    return tcu_attention_head_size_ok(hs) ? tcu_ring_scratch_bytes(B, T, NH, KVH, hs) : 0;
 }
 
 static void c_f32_to_act(const tsr_backend *be, void *dst, const float *src, size_t n) {
     tcu_f32_to_bf16(dst, src, n, STREAM(be));
+}
+
+static void c_act_to_f32(const tsr_backend *be, float *dst, const void *src, size_t n) {
+    tcu_bf16_to_f32(dst, src, n, STREAM(be));
 }
 
 static void c_add_f32(const tsr_backend *be, float *dst, const float *src, size_t n) {
@@ -695,8 +714,9 @@ static void c_moe_shgate_dx(const tsr_backend *be, void *dx, const float *dg, co
     E(attention_backward, c_attention_backward)                                                 \
     E(ring_forward, c_ring_forward)                                                             \
     E(ring_backward, c_ring_backward)                                                           \
-    E(ring_scratch, tcu_ring_scratch_bytes)                                                     \
+    E(ring_scratch, c_ring_scratch)                                                             \
     E(f32_to_act, c_f32_to_act)                                                                 \
+    E(act_to_f32, c_act_to_f32)                                                                 \
     E(add_f32, c_add_f32)                                                                       \
     E(scale_act, c_scale_act)                                                                   \
     E(add_act, c_add_act)                                                                       \

@@ -203,15 +203,18 @@ size_t gpu_attn_scratch_bytes(int B, int T, int NH, int KVH, int hs) {
 /* a call's heads: NH query and KVH key/value heads of hs, values of dv, padded to P */
 typedef struct pad_dims { int B, T, NH, KVH, hs, dv, P; size_t N, in, pw; } pad_dims;
 
+int gpu_attn_pad_size(int hs, int dv) {
+    const int need = dv > hs ? dv : hs;
+    static const int sizes[] = {32, 64, 128, 256};
+    for (int i = 0; i < 4; i++)
+        if (sizes[i] >= need) return sizes[i];
+    tsr_die(TSR_EXIT_INTERNAL, "cuda attention: heads of %d and values of %d: the kernels' "
+            "largest head size is 256", hs, dv);
+}
+
 static pad_dims pad_of(const tsr_attn_var *var, int B, int T, int NH, int KVH, int hs) {
     pad_dims d = {B, T, NH, KVH, hs, var && var->dv > 0 ? var->dv : hs, 0, (size_t)B * T, 0, 0};
-    const int need = d.dv > hs ? d.dv : hs;
-    static const int sizes[] = {32, 64, 128, 256};
-    for (int i = 0; i < 4 && !d.P; i++)
-        if (sizes[i] >= need) d.P = sizes[i];
-    if (!d.P)
-        tsr_die(TSR_EXIT_INTERNAL, "cuda attention: heads of %d and values of %d: the kernels' "
-                "largest head size is 256", hs, d.dv);
+    d.P = gpu_attn_pad_size(hs, d.dv);
     d.in = (size_t)(NH + KVH) * hs + (size_t)KVH * d.dv, d.pw = (size_t)(NH + 2 * KVH) * d.P;
     return d;
 }
@@ -227,8 +230,7 @@ static void pad_qkv(const tsr_backend *be, const pad_dims *d, void *qp, const vo
            at(qkv, kq + (size_t)d->KVH * hs + (size_t)g * d->dv), d->in, (size_t)d->dv, d->N);
 }
 
-/* the variants with the scale made explicit and the values' size the padded heads' */
-static tsr_attn_var pad_var(const tsr_attn_var *var, int hs) {
+tsr_attn_var gpu_attn_pad_var(const tsr_attn_var *var, int hs) {
     tsr_attn_var v = var ? *var : (tsr_attn_var){0};
     if (!(v.scale > 0)) v.scale = (float)(1.0 / sqrt((double)hs));
     v.dv = 0;
@@ -250,7 +252,7 @@ void gpu_attn_padded_forward(const tsr_backend *be, void *out, float *lse, const
                              int B, int T, int NH, int KVH, int hs) {
     const pad_dims d = pad_of(var, B, T, NH, KVH, hs);
     const pad_buf b = pad_bufs(be, &d, 0);
-    const tsr_attn_var v = pad_var(var, hs);
+    const tsr_attn_var v = gpu_attn_pad_var(var, hs);
     pad_qkv(be, &d, b.qkv, qkv);
     tcu_attention_forward_var((tsr_bf16 *)b.out, lse, (const tsr_bf16 *)b.qkv, slopes, seq, &v, B,
                               T, NH, KVH, d.P, STREAM(be));
@@ -278,7 +280,7 @@ void gpu_attn_padded_backward(const tsr_backend *be, void *dqkv, const void *dou
                               int B, int T, int NH, int KVH, int hs, tsr_grad_mode mode) {
     const pad_dims d = pad_of(var, B, T, NH, KVH, hs);
     const pad_buf b = pad_bufs(be, &d, 1);
-    const tsr_attn_var v = pad_var(var, hs);
+    const tsr_attn_var v = gpu_attn_pad_var(var, hs);
     const size_t rows = d.N * NH, o = rows * d.P * EL;
     pad_qkv(be, &d, b.qkv, qkv);
     tcu_zero(b.out, o, STREAM(be));

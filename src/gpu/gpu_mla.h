@@ -39,6 +39,11 @@ void gpu_attn_padded_backward(const tsr_backend *be, void *dqkv, const void *dou
                               const void *qkv, const void *out, const float *lse,
                               const float *slopes, const int32_t *seq, const tsr_attn_var *var,
                               int B, int T, int NH, int KVH, int hs, tsr_grad_mode mode);
+/* the padded heads' size: the smallest kernel size >= max(hs, dv) (dies past 256) */
+int gpu_attn_pad_size(int hs, int dv);
+/* var (or none) with the scale made explicit (1/sqrt(hs) unless set) and the values' size the
+ * padded heads' */
+tsr_attn_var gpu_attn_pad_var(const tsr_attn_var *var, int hs);
 /* the scratch the backend's attention_scratch entry reports: the kernels' for hs, 0 where hs has
  * no kernel (the padded path keeps its own) */
 size_t gpu_attn_scratch_bytes(int B, int T, int NH, int KVH, int hs);

@@ -245,6 +245,7 @@ static int init_ring(gpu_train_ctx *c) {
     gt->ring.after = gt->comm ? gt->comm : gt->sharded ? gt->sh.group : NULL;
     gt->ring_on = 1;
     gt->g.ring = &gt->ring.ring;
+    c->ring = &gt->ring.ring;
     gt->ring_tg = tsr_malloc((size_t)c->micro * (size_t)c->T * sizeof(int32_t));
     return 0;
 }

@@ -75,6 +75,8 @@ typedef struct gpu_train_ctx {
                                 * groups of cpN consecutive ranks (1: none); inputs and targets
                                 * are still whole sequences */
     int data_rank;             /* this rank's data rank (rank / cpN): LoRA's rows */
+    const struct tsr_ring *ring; /* cpN > 1: the library's ring (set by init; its bytes sent and
+                                  * blocks skipped, which the trainer reports), else NULL */
     struct tsr_gpu_train *state; /* the library's, NULL before init and after free */
 } gpu_train_ctx;
 

@@ -328,25 +328,33 @@ static void mla_expand(void *ctx, void *kv, const void *blk, int src) {
     }
 }
 
-/* a block's gradient dblk (fp32: the activations are, context parallelism with MLA running on
- * the CPU alone) from its key/value rows' dkv: kv_b_proj's backward and its adapter's (their
- * gradients +=), the RoPE key's the sum of the heads' */
+/* a block's gradient dblk (fp32) from its key/value rows' dkv (fp32): the RoPE key's the sum of
+ * the heads' in fp32 (the terms in s->q .. s->kpe, contiguous: 2 rows dr activations at least,
+ * room for rows dr floats); the rest rounded to the activations (in s->dqkv, free until the
+ * ring's end) and laid out as kv_b's output in s->kv, for kv_b_proj's backward and its
+ * adapter's (their gradients +=) into s->dcn, widened into dblk (on the CPU every step exact) */
 static void mla_contract(void *ctx, float *dblk, const float *dkv, const void *blk, int src) {
     const mla_ring_ctx *c = ctx;
     const tsr_backend *be = c->r->d->be;
     const tsr_model *m = c->r->d->m;
-    const size_t f = sizeof(float), rows = (size_t)c->r->N;
-    float *dx = c->s->kv, *dpe = dblk + rows * m->kvr, *tmp = c->s->kpe;
+    const size_t f = sizeof(float), e = tsr_dtype_size(be->act), rows = (size_t)c->r->N;
+    float *dpe = dblk + rows * m->kvr, *tmp = c->s->q;
+    char *x = c->s->kv, *a = c->s->dqkv;
     for (int h = 0; h < m->NH; h++) {
         const mla_cols k = mla_cols_of(m, h);
-        be->copy_rows(be, dx + k.bk, k.kw * f, dkv + k.k, k.kvw * f, m->dn * f, rows);
-        be->copy_rows(be, dx + k.bv, k.kw * f, dkv + k.v, k.kvw * f, m->dv * f, rows);
         be->copy_rows(be, h ? tmp : dpe, m->dr * f, dkv + k.pe, k.kvw * f, m->dr * f, rows);
         if (h) be->add_f32(be, dpe, tmp, rows * m->dr);
     }
-    be->matmul_backward(be, dblk, c->g[TSR_P_MLAKVBW], NULL, dx, blk, c->w[TSR_P_MLAKVBW],
+    be->f32_to_act(be, a, dkv, rows * mla_cols_of(m, 0).kvw);
+    for (int h = 0; h < m->NH; h++) {
+        const mla_cols k = mla_cols_of(m, h);
+        be->copy_rows(be, x + k.bk * e, k.kw * e, a + k.k * e, k.kvw * e, m->dn * e, rows);
+        be->copy_rows(be, x + k.bv * e, k.kw * e, a + k.v * e, k.kvw * e, m->dv * e, rows);
+    }
+    be->matmul_backward(be, c->s->dcn, c->g[TSR_P_MLAKVBW], NULL, x, blk, c->w[TSR_P_MLAKVBW],
                         c->r->N, m->kvr, m->NH * (m->dn + m->dv), TSR_GRAD_SET);
-    kvb_lora(c, src, dblk, dx, blk);
+    kvb_lora(c, src, c->s->dcn, x, blk);
+    be->act_to_f32(be, dblk, c->s->dcn, rows * m->kvr);
 }
 
 static tsr_ring_payload mla_payload(mla_ring_ctx *c) {
@@ -450,7 +458,7 @@ static void mla_ring_backward(const dec_run *r, int l, const dec_layer *v, const
     const tsr_model *m = d->m;
     const tsr_attn_var var = mla_var(m);
     const tsr_mla_shape sh = mla_shape(m);
-    const size_t rows = (size_t)r->N, f = sizeof(float), dqk = (size_t)(m->dn + m->dr);
+    const size_t rows = (size_t)r->N, e = tsr_dtype_size(be->act), dqk = (size_t)(m->dn + m->dr);
     const size_t QKV = (size_t)m->NH * (2 * dqk + m->dv);
     mla_ring_ctx c = {r, l, v, u->w, u->g, s};
     const tsr_ring_payload pay = mla_payload(&c);
@@ -459,10 +467,12 @@ static void mla_ring_backward(const dec_run *r, int l, const dec_layer *v, const
     const float *home = ring_latent_backward(d->ring, be, d->a, s->dqkv, s->datty, v->mla.qkv,
                                              v->mla.atty, v->mla.att, &var, &pay, r->B,
                                              r->T * d->ring->N, m->NH, (int)dqk);
-    be->copy_rows(be, (float *)s->dqkv + (size_t)m->NH * dqk + m->dn, QKV * f,
-                  home + rows * m->kvr, m->dr * f, m->dr * f, rows);
+    be->f32_to_act(be, s->kpe, home + rows * m->kvr, rows * m->dr); /* (rounded, as dqkv) */
+    be->copy_rows(be, (char *)s->dqkv + ((size_t)m->NH * dqk + m->dn) * e, QKV * e, s->kpe,
+                  m->dr * e, m->dr * e, rows);
+    be->f32_to_act(be, s->dcn, home, rows * m->kvr);
     be->mla_qkv_backward(be, s->q, s->kv, s->kpe, s->dqkv, pos, p0, d->rope, r->B, r->T, &sh);
-    latent_backward(r, l, v, u, home, s);
+    latent_backward(r, l, v, u, s->dcn, s);
 }
 
 /* from the queries' gradient (s->q): q_proj's, or q_b's, its norm's and q_a's, added into
@@ -580,9 +590,8 @@ static const char *mla_missing(const tsr_model *m, const tsr_backend *be) {
     const dec_need need[] = {
         {on, be->mla_qkv_forward, k}, {on, be->mla_qkv_backward, k},
         {on, be->rmsnorm_forward, k}, {on, be->rmsnorm_backward, k},
+        {on && m->cpN > 1, be->act_to_f32, "parallel.context > 1 with model.kv_lora_rank > 0"},
     };
-    if (on && m->cpN > 1 && tsr_dtype_size(be->act) != sizeof(float)) /* (mla_contract's) */
-        return "parallel.context > 1 with model.kv_lora_rank > 0";
     return dec_need_missing(need, sizeof need / sizeof need[0]);
 }
 

@@ -191,12 +191,14 @@ static void ep_report(tsr_trainer *t) {
         sent_report(t, "expert exchange", t->part.ep.sent_bytes, "forward and backward");
 }
 
-/* parallel.context on the CPU: the bytes the ring sent between ranks in this process's steps and
- * evaluations, and the blocks it skipped outside the windows' bands, all ranks together (bench/comm_volume.sh compares them with the loopback's count
+/* parallel.context: the bytes the ring (the CPU's, or device = cuda the library's) sent between
+ * ranks in this process's steps and evaluations, and the blocks it skipped outside the windows'
+ * bands, all ranks together (bench/comm_volume.sh compares them with the loopback's count
  * and docs/parallelism.md's formula). Collective. */
 static void ring_report(tsr_trainer *t) {
-    if (!mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu || t->be.gpu) return;
-    int64_t n[2] = {(int64_t)t->ring.sent, (int64_t)t->ring.skipped};
+    const tsr_ring *g = t->be.gpu ? t->be.gpu->ring : &t->ring;
+    if (!mesh_group(&t->mesh, TSR_MESH_CONTEXT)->cpu || !g) return;
+    int64_t n[2] = {(int64_t)g->sent, (int64_t)g->skipped};
     dist_allreduce_sum_i64(n, 2);
     if (t->dist.rank == 0)
         printf("context ring: %lld bytes sent between ranks in %lld steps (all %d ranks, forward "

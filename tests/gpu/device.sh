@@ -689,8 +689,10 @@ profile() {
 #             zero1 and zero3 on 3, hsdp 2 x 2 against the CPU's ranks, checkpoints across modes
 #             and rank counts, checkpointing under zero3 on 2), test_cuda_moe_ep.sh (EP = 2, 4),
 #             test_cuda_lora.sh, test_cuda_dpo.sh (2 and 4 ranks), test_cuda_tensor.sh (TP 2, 2 x 2),
-#             test_cuda_pipeline.sh (2 pipeline stages on the one GPU; 2 x 2 data ranks on 4)
-#             (MULTIRANK_TESTS: the tests to run, default these seven; empty: none)
+#             test_cuda_pipeline.sh (2 pipeline stages on the one GPU; 2 x 2 data ranks on 4),
+#             test_cuda_mla_context.sh (MLA's latent ring, CP 2; 2 x 2 with zero3 on 4),
+#             test_cuda_moe_bias.sh (DeepSeek's balancing step under zero1/zero3/hsdp on 2)
+#             (MULTIRANK_TESTS: the tests to run, default these nine; empty: none)
 #   sanitize  (50 s, MULTIRANK_SAN_S) a 2-rank training run on the GPU under compute-sanitizer:
 #             memcheck, synccheck (tiny.cfg with 3 heads: head size 64, one the GPU's kernels have)
 #   nccl      (25 s) the health checker's --full on the GPU, --burn 1: its one-rank NCCL
@@ -705,7 +707,7 @@ multirank() {
     mkdir -p "$logs"
     echo "multirank (MULTIRANK_S=$CALL_LIMIT_S) on $(sed -n 2p "$OUTDIR/probe.txt"); $(grep '^MPI: ' "$OUTDIR/probe.txt")" | tee "$summary"
     STAGE_END=$((SECONDS + 215))
-    for t in ${MULTIRANK_TESTS-test_gpu_comm_staged test_cuda_train test_cuda_moe_ep test_cuda_lora test_cuda_dpo test_cuda_tensor test_cuda_pipeline test_cuda_moe_bias}; do
+    for t in ${MULTIRANK_TESTS-test_gpu_comm_staged test_cuda_train test_cuda_moe_ep test_cuda_lora test_cuda_dpo test_cuda_tensor test_cuda_pipeline test_cuda_mla_context test_cuda_moe_bias}; do
         t0=$SECONDS r=0
         limited "$logs/$t.txt" env TSR_TEST_EMULATOR=0 TSR_TEST_GPU_COMM=mpi TESTS="$t" bash tests/run.sh >/dev/null || r=$?
         [[ -f $BUILD/test-logs/tests_gpu_$t.sh.log ]] && cp "$BUILD/test-logs/tests_gpu_$t.sh.log" "$logs/"
