@@ -31,6 +31,15 @@ static inline int exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+/* path = text (created or truncated); exits 1 when it cannot be written */
+static inline void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "unit test: cannot write %s\n", path);
+        exit(1);
+    }
+}
+
 /* The whole file, NUL-terminated, malloc'd; its length in *len (may be NULL). NULL if unreadable. */
 static inline char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

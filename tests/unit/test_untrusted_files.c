@@ -67,14 +67,6 @@ static void tiny_model(tsr_model *m, tsr_config *cfg) {
     model_alloc_params(m);
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        fprintf(stderr, "test_untrusted_files: cannot write %s\n", path);
-        exit(1);
-    }
-}
-
 /* stdout to /dev/null and back (the exporters say what they wrote: not TAP) */
 static int quiet_begin(void) {
     fflush(stdout);
