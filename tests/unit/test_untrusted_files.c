@@ -63,21 +63,6 @@ static void tiny_model(tsr_model *m, tsr_config *cfg) {
     model_alloc_params(m);
 }
 
-/* stdout to /dev/null and back (the exporters say what they wrote: not TAP) */
-static int quiet_begin(void) {
-    fflush(stdout);
-    int saved = dup(1), null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    close(null);
-    return saved;
-}
-
-static void quiet_end(int saved) {
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-}
-
 /* ---- PEFT adapters ---- */
 
 typedef struct peft_fix {
@@ -96,9 +81,9 @@ static int peft_setup(peft_fix *p) {
     pjoin(p->config, p->dir, "adapter_config.json");
     pjoin(p->weights, p->dir, "adapter_model.safetensors");
     hf_export_opts o = {.dtype = ST_F32};
-    int q = quiet_begin();
+    int q = fd_redirect(1, "/dev/null"); /* the exporters say what they wrote: not TAP */
     int rc = hf_export_adapter(&p->m, &p->cfg, &p->lo, p->dir, &o);
-    quiet_end(q);
+    fd_restore(1, q);
     p->config_text = slurp(p->config, NULL);
     return rc == 0 && p->config_text;
 }
@@ -294,9 +279,9 @@ static void write_big_index(const char *dir) {
     static tsr_config cfg;
     tiny_model(&m, &cfg);
     hf_export_opts o = {.dtype = ST_F32, .tokenizer = "none"};
-    int q = quiet_begin();
+    int q = fd_redirect(1, "/dev/null");
     hf_export(&m, &cfg, dir, &o);
-    quiet_end(q);
+    fd_restore(1, q);
     char path[512];
     pjoin(path, dir, "model.safetensors");
     unlink(path);
