@@ -485,20 +485,29 @@ def checked_fixture(tap, name, fdir, tmp):
     return fx
 
 
+def fixtures_then_refusals(tap, tmp, specs, run_fixture, checks, refusals_of, n_refusals):
+    """hf_fixture.py's fixtures specs written under tmp, each run by run_fixture(tap, name, dir,
+    tmp) in a section of checks checks, then refusals_of(tap, tmp, fixtures) (n_refusals checks)
+    when every fixture passed (test_hf_moe.py's frame too). The fixtures that passed, by name."""
+    dirs = fxm.make_all(os.path.join(tmp, "fixtures"), specs)
+    tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
+    fixtures = {}
+    for name, d in dirs.items():
+        fx = tap.section(checks, f"{name} stopped early", run_fixture, tap, name, d, tmp)
+        if fx is not None:
+            fixtures[name] = fx
+    tap.section(n_refusals, "refusal checks stopped early", refusals_of, tap, tmp, fixtures,
+                when=len(fixtures) == len(dirs))
+    return fixtures
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER + N_BEFORE
     tap = Tap(plan)
-    fixtures = {}
     with tempfile.TemporaryDirectory(prefix="tsr-hf-llama-") as tmp:
-        dirs = fxm.make_all(os.path.join(tmp, "fixtures"))
-        tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
-        for name, d in dirs.items():
-            fx = tap.section(CHECKS_PER_FIXTURE, f"{name} stopped early", checked_fixture, tap, name, d, tmp)
-            if fx is not None:
-                fixtures[name] = fx
-        tap.section(N_REFUSALS, "refusal checks stopped early", refusals, tap, tmp, fixtures,
-                    when=len(fixtures) == len(dirs))
+        fixtures = fixtures_then_refusals(tap, tmp, fxm.FIXTURES, checked_fixture, CHECKS_PER_FIXTURE,
+                                          refusals, N_REFUSALS)
         tap.section(N_BEFORE, "checks before training stopped early", use_before_training, tap, tmp, fixtures,
                     when=all(n in fixtures for n in BEFORE))
         tap.section(N_TOKENIZER, "tokenizer checks stopped early", tokenizer_checks, tap, tmp, fixtures,
