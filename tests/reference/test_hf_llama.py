@@ -57,21 +57,10 @@ LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches i
 
 
 def write_cfg(path, run_dir, data_dir):
-    with open(path, "w") as f:
-        f.write(f"""# written by tests/reference/test_hf_llama.py
-run_dir = "{run_dir}";
-seed = 7;
-max_duration = "1ba";
-save_interval = "1ba";
-global_batch = {fxm.B};
-micro_batch = 2;
-seq_len = {fxm.T};
-threads = 1;
-model = {{ n_layer = 1; d_model = 8; n_head = 1; vocab_size = {fxm.V}; init_std = 0.1; }};
-optim = {{ lr = 1e-2; warmup = "0ba"; weight_decay = 0.1; }};
-data = {{ train = "{data_dir}"; shuffle = false; tokenizer = ""; }};
-sample = {{ tokens = 0; }};
-""")
+    """A recipe with a model of its own (--init-from's config.json replaces it)"""
+    fxm.write_recipe(path, "test_hf_llama.py", run_dir, data_dir, "1ba",
+                     'lr = 1e-2; warmup = "0ba"; weight_decay = 0.1;',
+                     f"n_layer = 1; d_model = 8; n_head = 1; vocab_size = {fxm.V}; init_std = 0.1;")
 
 
 def init_run(fx, cfg, run_dir, src, *extra, ranks=2):
