@@ -56,6 +56,16 @@ static inline char *slurp(const char *path, size_t *len) {
     return buf;
 }
 
+/* whether files a and b are both readable and hold the same bytes */
+static inline int same_file(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 /* Stderr capture: cap_begin sends fd 2 to a file until cap_end returns what was written there,
  * trailing newlines dropped and the others shown as '|' (so it fits one TAP line; at most 8191
  * bytes). cap_set_dir(dir) first: the file is dir/stderr.txt. State in a function's statics, so a
