@@ -31,6 +31,15 @@ static inline int exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+/* path = text (created or truncated); exits 1 when it cannot be written */
+static inline void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "unit test: cannot write %s\n", path);
+        exit(1);
+    }
+}
+
 /* The whole file, NUL-terminated, malloc'd; its length in *len (may be NULL). NULL if unreadable. */
 static inline char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -45,6 +54,16 @@ static inline char *slurp(const char *path, size_t *len) {
     buf[got] = '\0';
     if (len) *len = got;
     return buf;
+}
+
+/* whether files a and b are both readable and hold the same bytes */
+static inline int same_file(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
 }
 
 /* Stderr capture: cap_begin sends fd 2 to a file until cap_end returns what was written there,
@@ -64,14 +83,27 @@ static inline testfs_capture *testfs_cap(void) {
 
 static inline void cap_set_dir(const char *dir) { pjoin(testfs_cap()->path, dir, "stderr.txt"); }
 
-static inline void cap_begin(void) {
-    testfs_capture *c = testfs_cap();
-    fflush(stderr);
-    c->saved = dup(2);
-    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
+/* fd 1 or 2 sent to path (created or truncated; "/dev/null" to silence it) until
+ * fd_restore(fd, saved) with the copy of the old one this returns; exits 1 when it cannot */
+static inline int fd_redirect(int fd, const char *path) {
+    fflush(fd == 1 ? stdout : stderr);
+    int saved = dup(fd), to = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (saved < 0 || to < 0) {
+        perror(path);
+        exit(1);
+    }
+    dup2(to, fd);
+    close(to);
+    return saved;
 }
+
+static inline void fd_restore(int fd, int saved) {
+    fflush(fd == 1 ? stdout : stderr);
+    dup2(saved, fd);
+    close(saved);
+}
+
+static inline void cap_begin(void) { testfs_cap()->saved = fd_redirect(2, testfs_cap()->path); }
 
 /* root (size bytes) = a new directory /tmp/tsr_NAME.XXXXXX, the test's own, where the capture
  * writes (cap_set_dir); exits 1 when it cannot be made */
@@ -85,9 +117,7 @@ static inline void testfs_root(char *root, size_t size, const char *name) {
 
 static inline const char *cap_end(void) {
     testfs_capture *c = testfs_cap();
-    fflush(stderr);
-    dup2(c->saved, 2);
-    close(c->saved);
+    fd_restore(2, c->saved);
     size_t n;
     char *t = slurp(c->path, &n);
     snprintf(c->text, sizeof c->text, "%.*s", (int)n, t ? t : "");

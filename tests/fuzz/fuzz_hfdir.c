@@ -20,6 +20,7 @@
 #include "common.h"
 #include "config/config_table.h"
 #include "fuzz_common.h"
+#include "fuzz_llama.h"
 #include "hf/hf.h"
 #include "model/model.h"
 #include "ops.h"
@@ -41,12 +42,8 @@ static int build_from_config(tsr_model *m) {
 static void build(tsr_model *m, const fuzz_part *cfg) {
     if (build_from_config(m)) return;
     static tsr_config d;
-    cfgtab_defaults(&d);
+    fuzz_tiny_llama(&d);
     tsr_model_config c = d.model;
-    c.n_layer = 1, c.d_model = 8, c.n_head = 2, c.n_kv_head = 1, c.head_dim = 4;
-    c.intermediate_size = 8, c.vocab_size = 16, c.vocab_multiple = 8, c.max_seq_len = 16;
-    c.pos = TSR_POS_ROPE, c.norm = TSR_NORM_RMSNORM, c.mlp = TSR_MLP_SWIGLU, c.bias = 0;
-    c.norm_eps = 1e-6, c.rope_theta = 10000, c.tie_embeddings = 0;
     c.qk_norm = memmem(cfg->p, cfg->n, "\"qwen3\"", 7) != NULL;
     c.qkv_bias = memmem(cfg->p, cfg->n, "\"qwen2\"", 7) != NULL;
     model_init(m, &c, 16, &tsr_cpu_ops);

@@ -14,23 +14,19 @@
 #include "common.h"
 #include "config/config_table.h"
 #include "fuzz_common.h"
+#include "fuzz_llama.h"
 #include "hf/hf.h"
 #include "model/model.h"
 #include "model/model_lora.h"
 #include "ops.h"
 
 static void build(tsr_model *m, tsr_config *cfg, tsr_lora *lo, const fuzz_part *json) {
-    cfgtab_defaults(cfg);
-    tsr_model_config *c = &cfg->model;
-    c->n_layer = 1, c->d_model = 8, c->n_head = 2, c->n_kv_head = 1, c->head_dim = 4;
-    c->intermediate_size = 8, c->vocab_size = 16, c->vocab_multiple = 8, c->max_seq_len = 16;
-    c->pos = TSR_POS_ROPE, c->norm = TSR_NORM_RMSNORM, c->mlp = TSR_MLP_SWIGLU, c->bias = 0;
-    c->norm_eps = 1e-6, c->rope_theta = 10000, c->tie_embeddings = 0;
+    fuzz_tiny_llama(cfg);
     int all = memmem(json->p, json->n, "down_proj", 9) != NULL;
     cfg->lora.rank = 2;
     cfg->lora.alpha = 4;
     snprintf(cfg->lora.targets, sizeof cfg->lora.targets, "%s", all ? "all-linear" : "q,v");
-    model_init(m, c, 16, &tsr_cpu_ops);
+    model_init(m, &cfg->model, 16, &tsr_cpu_ops);
     model_alloc_params(m);
     /* all-linear on this dense SwiGLU model: the seven targets before the hybrid layers' */
     unsigned mask = all ? (1u << TSR_LORA_QKVZ) - 1 : (1u << TSR_LORA_Q) | (1u << TSR_LORA_V);

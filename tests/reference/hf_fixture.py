@@ -606,6 +606,27 @@ def make(root, fx, seed):
     return d
 
 
+def write_recipe(path, by, run_dir, data_dir, save_interval, optim, model=None):
+    """A one-batch recipe over data_dir (global batch B of T tokens, no samples), written by the
+    test named by: the optim group's keys optim, the model group's model (None: no model group,
+    config.json gives the model)."""
+    model_group = f"model = {{ {model} }};\n" if model else ""
+    with open(path, "w") as f:
+        f.write(f"""# written by tests/reference/{by}
+run_dir = "{run_dir}";
+seed = 7;
+max_duration = "1ba";
+save_interval = "{save_interval}";
+global_batch = {B};
+micro_batch = 2;
+seq_len = {T};
+threads = 1;
+{model_group}optim = {{ {optim} }};
+data = {{ train = "{data_dir}"; shuffle = false; tokenizer = ""; }};
+sample = {{ tokens = 0; }};
+""")
+
+
 def make_all(root, fixtures=None):
     return {fx["name"]: make(root, fx, 1000 + k) for k, fx in enumerate(fixtures or FIXTURES)}
 

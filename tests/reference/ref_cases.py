@@ -48,17 +48,35 @@ def check_packed_torch(tap, cls, tc, what):
            f"max rel err {max(errs):.1e} <= 1e-12 (without the mask: {whole:.1e})")
 
 
+def run_ref_dump(case, tmp, data_dir, stem=None, extra=""):
+    """ref_dump on the case's config over data_dir with the text extra appended, in the files
+    tmp/stem.cfg and tmp/stem.h5 (stem: the case's name): (the dump's path, ref_dump's completed
+    process, whether it exited 0 and wrote the dump)"""
+    stem = stem or case["name"]
+    cfg_path, out = os.path.join(tmp, stem + ".cfg"), os.path.join(tmp, stem + ".h5")
+    R.write_config(cfg_path, case, tmp, data_dir)
+    if extra:
+        with open(cfg_path, "a") as f:
+            f.write(extra)
+    r = R.subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
+                         env=R.run_env())
+    return out, r, r.returncode == 0 and os.path.exists(out)
+
+
+def dump_ok(tap, name, r, ok):
+    """1 check, named after name (None: no name): run_ref_dump's ok; the tail of ref_dump's
+    output when it failed. Returns ok."""
+    if not tap.ok(ok, f"{name + ': ' if name else ''}ref_dump exits 0 (rc {r.returncode})"):
+        tap.diag((r.stdout + r.stderr)[-3000:])
+    return ok
+
+
 def ref_dump(tap, case, tmp, data_dir, names):
     """ref_dump on the case's config over data_dir: the dump read (None when it failed), which
     holds exactly the tensors names. 2 checks (the second only when the dump was written)."""
     name = case["name"]
-    cfg_path, out = os.path.join(tmp, name + ".cfg"), os.path.join(tmp, name + ".h5")
-    R.write_config(cfg_path, case, tmp, data_dir)
-    r = R.subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
-                         env=R.run_env())
-    if not tap.ok(r.returncode == 0 and os.path.exists(out),
-                  f"{name}: ref_dump exits 0 (rc {r.returncode})"):
-        tap.diag((r.stdout + r.stderr)[-3000:])
+    out, r, ok = run_ref_dump(case, tmp, data_dir)
+    if not dump_ok(tap, name, r, ok):
         return None
     d = R.read_dump(out)
     tap.ok(sorted(d["params"]) == sorted(names),

@@ -23,12 +23,11 @@ Run: TESTS=test_deepseek_moe bash tests/run.sh   (needs build/tests/ref_dump and
 Prints TAP; exits 1 if a check fails, 77 without torch/h5py or the binaries.
 """
 import dataclasses
-import os
-import subprocess
 import sys
 import tempfile
 
 import test_reference as R  # the harness (skips with 77 without torch, h5py or the binaries)
+import ref_cases as RC  # noqa: E402
 from test_reference import np, torch, rel_err, torch_moe  # noqa: E402
 
 BASE = dict(n_layer=3, d_model=32, n_head=4, n_kv_head=2, vocab_size=R.VOCAB, vocab_multiple=128,
@@ -105,12 +104,8 @@ def check_v3(tap, tc, d):
 
 def run_case(tap, case, tmp, data_dir):
     name = case["name"]
-    cfg_path, out = os.path.join(tmp, f"{name}.cfg"), os.path.join(tmp, f"{name}.h5")
-    R.write_config(cfg_path, case, tmp, data_dir)
-    r = subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
-                       env=R.run_env())
-    if not tap.ok(r.returncode == 0, f"{name}: ref_dump exits 0 (rc {r.returncode})"):
-        tap.diag((r.stdout + r.stderr)[-3000:])
+    out, r, ok = RC.run_ref_dump(case, tmp, data_dir)
+    if not RC.dump_ok(tap, name, r, ok):
         return
     d = R.read_dump(out)
     tc = torch_config(d["attrs"], case["model"])

@@ -36,6 +36,7 @@ import tempfile
 import types
 
 import test_reference as R  # the harness (skips with 77 without torch, h5py or the binaries)
+import ref_cases as RC  # noqa: E402
 from test_reference import np, torch, rel_err, torch_moe  # noqa: E402
 
 TRAIN = os.path.join(R.BUILD, "tessera-train")
@@ -169,12 +170,9 @@ def run_ep(tap, cfg_path, tmp, hist):
 
 def run_case(tap, tmp, data_dir):
     cfg = CASE
-    cfg_path, out = os.path.join(tmp, "gptoss.cfg"), os.path.join(tmp, "gptoss.h5")
-    R.write_config(cfg_path, cfg, tmp, data_dir)
-    r = subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
-                       env=R.run_env())
-    if not tap.ok(r.returncode == 0, f"gptoss: ref_dump exits 0 (rc {r.returncode})"):
-        tap.diag((r.stdout + r.stderr)[-3000:])
+    out, r, ok = RC.run_ref_dump(cfg, tmp, data_dir, "gptoss")
+    cfg_path = os.path.join(tmp, "gptoss.cfg")  # the config it wrote: the EP run's too
+    if not RC.dump_ok(tap, "gptoss", r, ok):
         return
     d = R.read_dump(out)
     tc = torch_config(d["attrs"])

@@ -87,20 +87,7 @@ def xent_of(logits, toks):
 
 def bare_cfg(path, run_dir, data):
     """A recipe without a model block: config.json gives the model."""
-    with open(path, "w") as f:
-        f.write(f"""# written by tests/reference/test_hf_families.py
-run_dir = "{run_dir}";
-seed = 7;
-max_duration = "1ba";
-save_interval = "0ba";
-global_batch = {fxm.B};
-micro_batch = 2;
-seq_len = {fxm.T};
-threads = 1;
-optim = {{ lr = 1e-30; warmup = "0ba"; }};
-data = {{ train = "{data}"; shuffle = false; tokenizer = ""; }};
-sample = {{ tokens = 0; }};
-""")
+    fxm.write_recipe(path, "test_hf_families.py", run_dir, data, "0ba", 'lr = 1e-30; warmup = "0ba";')
 
 
 def st_of(d):

@@ -57,21 +57,10 @@ LLAMA3_TOK = os.path.join(hfe.DATA_DIR, "chat", "llama3")  # ./INSTALL fetches i
 
 
 def write_cfg(path, run_dir, data_dir):
-    with open(path, "w") as f:
-        f.write(f"""# written by tests/reference/test_hf_llama.py
-run_dir = "{run_dir}";
-seed = 7;
-max_duration = "1ba";
-save_interval = "1ba";
-global_batch = {fxm.B};
-micro_batch = 2;
-seq_len = {fxm.T};
-threads = 1;
-model = {{ n_layer = 1; d_model = 8; n_head = 1; vocab_size = {fxm.V}; init_std = 0.1; }};
-optim = {{ lr = 1e-2; warmup = "0ba"; weight_decay = 0.1; }};
-data = {{ train = "{data_dir}"; shuffle = false; tokenizer = ""; }};
-sample = {{ tokens = 0; }};
-""")
+    """A recipe with a model of its own (--init-from's config.json replaces it)"""
+    fxm.write_recipe(path, "test_hf_llama.py", run_dir, data_dir, "1ba",
+                     'lr = 1e-2; warmup = "0ba"; weight_decay = 0.1;',
+                     f"n_layer = 1; d_model = 8; n_head = 1; vocab_size = {fxm.V}; init_std = 0.1;")
 
 
 def init_run(fx, cfg, run_dir, src, *extra, ranks=2):
@@ -485,20 +474,29 @@ def checked_fixture(tap, name, fdir, tmp):
     return fx
 
 
+def fixtures_then_refusals(tap, tmp, specs, run_fixture, checks, refusals_of, n_refusals):
+    """hf_fixture.py's fixtures specs written under tmp, each run by run_fixture(tap, name, dir,
+    tmp) in a section of checks checks, then refusals_of(tap, tmp, fixtures) (n_refusals checks)
+    when every fixture passed (test_hf_moe.py's frame too). The fixtures that passed, by name."""
+    dirs = fxm.make_all(os.path.join(tmp, "fixtures"), specs)
+    tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
+    fixtures = {}
+    for name, d in dirs.items():
+        fx = tap.section(checks, f"{name} stopped early", run_fixture, tap, name, d, tmp)
+        if fx is not None:
+            fixtures[name] = fx
+    tap.section(n_refusals, "refusal checks stopped early", refusals_of, tap, tmp, fixtures,
+                when=len(fixtures) == len(dirs))
+    return fixtures
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     plan = CHECKS_PER_FIXTURE * len(fxm.FIXTURES) + N_REFUSALS + N_TOKENIZER + N_BEFORE
     tap = Tap(plan)
-    fixtures = {}
     with tempfile.TemporaryDirectory(prefix="tsr-hf-llama-") as tmp:
-        dirs = fxm.make_all(os.path.join(tmp, "fixtures"))
-        tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
-        for name, d in dirs.items():
-            fx = tap.section(CHECKS_PER_FIXTURE, f"{name} stopped early", checked_fixture, tap, name, d, tmp)
-            if fx is not None:
-                fixtures[name] = fx
-        tap.section(N_REFUSALS, "refusal checks stopped early", refusals, tap, tmp, fixtures,
-                    when=len(fixtures) == len(dirs))
+        fixtures = fixtures_then_refusals(tap, tmp, fxm.FIXTURES, checked_fixture, CHECKS_PER_FIXTURE,
+                                          refusals, N_REFUSALS)
         tap.section(N_BEFORE, "checks before training stopped early", use_before_training, tap, tmp, fixtures,
                     when=all(n in fixtures for n in BEFORE))
         tap.section(N_TOKENIZER, "tokenizer checks stopped early", tokenizer_checks, tap, tmp, fixtures,

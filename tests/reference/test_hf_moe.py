@@ -187,16 +187,9 @@ def main():
     torch.set_default_dtype(torch.float64)
     plan = CHECKS_PER_FIXTURE * len(fxm.MOE_FIXTURES) + N_REFUSALS
     tap = Tap(plan)
-    fixtures = {}
     with tempfile.TemporaryDirectory(prefix="tsr-hf-moe-") as tmp:
-        dirs = fxm.make_all(os.path.join(tmp, "fixtures"), fxm.MOE_FIXTURES)
-        tap.diag("fixtures are script-written by hf_fixture.py (not transformers' save_pretrained)")
-        for name, d in dirs.items():
-            fx = tap.section(CHECKS_PER_FIXTURE, f"{name} stopped early", run_fixture, tap, name, d, tmp)
-            if fx is not None:
-                fixtures[name] = fx
-        tap.section(N_REFUSALS, "refusal checks stopped early", refusals, tap, tmp, fixtures,
-                    when=len(fixtures) == len(dirs))
+        thl.fixtures_then_refusals(tap, tmp, fxm.MOE_FIXTURES, run_fixture, CHECKS_PER_FIXTURE, refusals,
+                                   N_REFUSALS)
     return tap.status()
 
 

@@ -78,6 +78,11 @@ def stacked(adapters, grads=False):
             for n, ps in adapters.items()}
 
 
+def lora_block(rank, alpha, targets="all-linear"):
+    """the config's lora group: adapters of rank and alpha on targets"""
+    return f'lora = {{\n  rank = {rank};\n  alpha = {alpha};\n  targets = "{targets}";\n}};\n'
+
+
 def read(path):
     d = {}
     with h5py.File(path, "r") as f:
@@ -109,8 +114,7 @@ def run(tap):
         cfg_path, out = os.path.join(tmp, "lora.cfg"), os.path.join(tmp, "lora.h5")
         R.write_config(cfg_path, CFG, tmp, data_dir)
         with open(cfg_path, "a") as f:
-            f.write(f'lora = {{\n  rank = {RANK};\n  alpha = {ALPHA};\n'
-                    f'  targets = "{",".join(TARGETS)}";\n}};\n')
+            f.write(lora_block(RANK, ALPHA, ",".join(TARGETS)))
         r = subprocess.run([R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
                            env=R.run_env())
         if not tap.ok(r.returncode == 0 and os.path.exists(out), f"ref_dump exits 0 (rc "

@@ -25,6 +25,7 @@ import types
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_reference as R  # noqa: E402  (skips, exit 77, without torch, h5py or the binaries)
+import ref_cases as RC  # noqa: E402
 import test_hybrid as TH  # noqa: E402
 import test_lora as TL  # noqa: E402
 import torch  # noqa: E402
@@ -88,14 +89,8 @@ def attach(model, lora, scale, linear):
 def run(tap):
     with tempfile.TemporaryDirectory(prefix="tsr-lora-hybrid-") as tmp:
         data_dir, _, _, r = R.make_dataset(tmp, CASE["data"], R.EOT)
-        cfg_path, out = os.path.join(tmp, "c.cfg"), os.path.join(tmp, "c.h5")
-        R.write_config(cfg_path, CASE, tmp, data_dir)
-        with open(cfg_path, "a") as f:
-            f.write(f'lora = {{\n  rank = {RANK};\n  alpha = {ALPHA};\n  targets = "all-linear";\n}};\n')
-        r = R.subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
-                             env=R.run_env())
-        if not tap.ok(r.returncode == 0 and os.path.exists(out), f"ref_dump exits 0 (rc {r.returncode})"):
-            tap.diag((r.stdout + r.stderr)[-3000:])
+        out, r, ok = RC.run_ref_dump(CASE, tmp, data_dir, "c", TL.lora_block(RANK, ALPHA))
+        if not RC.dump_ok(tap, None, r, ok):
             return
         d = TL.read(out)
     tc = TH.torch_cfg(CASE)

@@ -26,6 +26,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_reference as R  # noqa: E402  (skips, exit 77, without torch, h5py or the binaries)
+import ref_cases as RC  # noqa: E402
 import test_lora as TL  # noqa: E402
 import test_mla as TM  # noqa: E402
 import torch  # noqa: E402
@@ -66,20 +67,13 @@ def dump(case):
     with tempfile.TemporaryDirectory(prefix="tsr-lora-mla-") as tmp:
         doc = case.get("data") == "doc"  # (ref_cases.py's datasets: "doc" with end-of-text)
         data_dir, _, _, _ = R.make_dataset(tmp, "doc" if doc else "plain", R.EOT if doc else None)
-        cfg_path, out = os.path.join(tmp, "c.cfg"), os.path.join(tmp, "c.h5")
-        R.write_config(cfg_path, case, tmp, data_dir)
-        with open(cfg_path, "a") as f:
-            f.write(f'lora = {{\n  rank = {RANK};\n  alpha = {ALPHA};\n  targets = "all-linear";\n}};\n')
-        r = R.subprocess.run([*R.WRAP, R.REF_DUMP, cfg_path, out], capture_output=True, text=True,
-                             env=R.run_env())
-        ok = r.returncode == 0 and os.path.exists(out)
+        out, r, ok = RC.run_ref_dump(case, tmp, data_dir, "c", TL.lora_block(RANK, ALPHA))
         return ok, (TL.read(out) if ok else None), r
 
 
 def run_case(tap, case):
     ok, d, r = dump(case)
-    if not tap.ok(ok, f"{case['name']}: ref_dump exits 0 (rc {r.returncode})"):
-        tap.diag((r.stdout + r.stderr)[-3000:])
+    if not RC.dump_ok(tap, case["name"], r, ok):
         return
     eot = R.EOT if case.get("data") else None
     model = M.DeepSeek(TM.torch_cfg(case), eot).double()

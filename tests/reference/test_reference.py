@@ -495,6 +495,19 @@ def torch_model(tc, a, doc_mask=None):
     return (DocGPT(tc, eot) if doc_mask else torch_gpt.GPT(tc)).double()
 
 
+def dumped_model(tc, d, doc_mask=None):
+    """torch_model of config tc (and the dump's attributes) holding the dump d's initial weights"""
+    m = torch_model(tc, d["attrs"], doc_mask)
+    m.load_tessera(d["params"])
+    return m
+
+
+def logits_moved(model, inputs, logits):
+    """the relative difference of model's logits on inputs from logits"""
+    with torch.no_grad():
+        return rel_err(model(inputs)[0].numpy(), logits.numpy())
+
+
 def policy_and_reference(a, d):
     """Post-training's two float64 models of a dump's initial weights: the policy, and the
     reference, frozen (DPO's and GRPO's)."""
@@ -862,24 +875,18 @@ def check_variants_matter(tap, name, d, tc, logits):
     got = {}
     inputs = torch.as_tensor(d["step0/inputs"], dtype=torch.long)
     for what, change in effects.items():
-        other = torch_model(dataclasses.replace(tc, **change), d["attrs"])
-        other.load_tessera(d["params"])
-        with torch.no_grad():
-            got[what] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+        got[what] = logits_moved(dumped_model(dataclasses.replace(tc, **change), d), inputs, logits)
     if tc.sinks:
-        other = torch_model(tc, d["attrs"])
-        other.load_tessera(d["params"])
+        other = dumped_model(tc, d)
         with torch.no_grad():
             for ly in other.layers:
                 ly.self_attn.sinks.fill_(-1e30)
-            got["the sinks"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+        got["the sinks"] = logits_moved(other, inputs, logits)
     if tc.sandwich:  # the same ln1w and ln2w as a pre-norm block: no post-norms
-        other = torch_model(tc, d["attrs"])
-        other.load_tessera(d["params"])
+        other = dumped_model(tc, d)
         for ly in other.layers:
             ly.sandwich, ly.post_attention_layernorm = False, ly.pre_feedforward_layernorm
-        with torch.no_grad():
-            got["the sandwich norms"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+        got["the sandwich norms"] = logits_moved(other, inputs, logits)
     got.update(post_variants_matter(d, tc, inputs, logits))
     tap.ok(got and all(e > MIN_SWITCH_EFFECT for e in got.values()),
            f"{name}: each variant moves the step-0 logits by > {MIN_SWITCH_EFFECT:g}: "
@@ -912,36 +919,27 @@ def post_variants_matter(d, tc, inputs, logits):
     got = {}
     for what, field in (("the embedding scale", "embed_scale"), ("GeGLU (vs SwiGLU)", "geglu")):
         if getattr(tc, field):
-            other = torch_model(dataclasses.replace(tc, **{field: False}), d["attrs"])
-            other.load_tessera(d["params"])
-            with torch.no_grad():
-                got[what] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+            got[what] = logits_moved(dumped_model(dataclasses.replace(tc, **{field: False}), d), inputs, logits)
     if tc.post:
-        other = torch_model(tc, d["attrs"])
-        other.load_tessera(d["params"])
+        other = dumped_model(tc, d)
         for ly in other.layers:
             ly.post_attention_layernorm = ly.post_feedforward_layernorm = torch.nn.Identity()
-        with torch.no_grad():
-            got["the post-norms"] = rel_err(other(inputs)[0].numpy(), logits.numpy())
+        got["the post-norms"] = logits_moved(other, inputs, logits)
     if tc.qk_proj:
-        other = torch_model(tc, d["attrs"])
-        other.load_tessera(d["params"])
+        other = dumped_model(tc, d)
         for ly in other.layers:
             at = ly.self_attn
             at.qk_proj = False
             at.q_norm = torch_llama.RMSNorm(tc.hs, tc.norm_eps)
             at.k_norm = torch_llama.RMSNorm(tc.hs, tc.norm_eps)
-        with torch.no_grad():
-            got["QK-norm over the projections"] = rel_err(other(inputs)[0].numpy(),
-                                                          logits.numpy())
+        got["QK-norm over the projections"] = logits_moved(other, inputs, logits)
     return got
 
 
 def check_doc_mask_matters(tap, name, d, tc, logits):
     """The document-mask case exercises the mask: documents inside rows change the logits."""
     inner = int((d["step0/inputs"][:, :-1] == EOT).sum())
-    plain = torch_model(tc, d["attrs"], doc_mask=False)
-    plain.load_tessera(d["params"])
+    plain = dumped_model(tc, d, doc_mask=False)
     with torch.no_grad():
         causal_logits, _ = plain(torch.as_tensor(d["step0/inputs"], dtype=torch.long))
     e = rel_err(causal_logits.numpy(), logits.numpy())

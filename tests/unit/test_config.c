@@ -15,28 +15,17 @@
 #include "config/config.h"
 #include "config/config_table.h"
 #include "tap.h"
+#include "testfs.h"
 
 static char tmpdir[256], errpath[300], errbuf[1 << 16];
 
 /* ---- stderr capture ---- */
 
-static int capture_begin(void) {
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (saved < 0 || fd < 0) {
-        perror("capture");
-        exit(1);
-    }
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
+static int capture_begin(void) { return fd_redirect(2, errpath); }
 
+/* errbuf = all that was captured (testfs.h's cap_end keeps one TAP line's worth) */
 static void capture_end(int saved) {
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    fd_restore(2, saved);
     FILE *f = fopen(errpath, "r");
     size_t n = f ? fread(errbuf, 1, sizeof errbuf - 1, f) : 0;
     errbuf[n] = '\0';

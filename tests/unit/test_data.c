@@ -75,16 +75,6 @@ static void copy_dir(const char *src, const char *dst) {
     closedir(d);
 }
 
-/* Same contents (and mtimes) for every file of two directory listings. */
-static int same_file(const char *a, const char *b) {
-    size_t na = 0, nb = 0;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static int has(const char *text, const char *a, const char *b) {
     return strstr(text, a) && (!b || strstr(text, b));
 }

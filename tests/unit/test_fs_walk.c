@@ -79,11 +79,18 @@ static void make_tree(char *in) {
     make_link("sub", in, "link_dir");
 }
 
+/* fs_walk(dir) into f with its stderr captured: the status, what it said in *err */
+static int walk(const char *dir, found *f, const char **err) {
+    cap_begin();
+    int rc = fs_walk(dir, on_file, f);
+    *err = cap_end();
+    return rc;
+}
+
 static void test_walk(const char *in) {
     found f = {0};
-    cap_begin();
-    int rc = fs_walk(in, on_file, &f);
-    const char *err = cap_end();
+    const char *err;
+    int rc = walk(in, &f, &err);
     tap_ok(rc == 0, "the walk succeeds (rc %d)", rc);
     tap_ok(!strcmp(f.list, "in/Z.txt in/a.txt in/b.txt in/link_dir/c.txt in/link_file in/sub/c.txt"),
            "files in byte order, hidden skipped, links to files and directories followed: %s",
@@ -97,15 +104,11 @@ static void test_walk(const char *in) {
     char slash[512];
     snprintf(slash, sizeof slash, "%s/", in);
     found g = {0};
-    cap_begin();
-    rc = fs_walk(slash, on_file, &g);
-    cap_end();
+    rc = walk(slash, &g, &err);
     tap_ok(rc == 0 && !strcmp(g.list, f.list), "a trailing '/' gives the same paths (no '//')");
 
     found h = {.stop = "b.txt"};
-    cap_begin();
-    rc = fs_walk(in, on_file, &h);
-    cap_end();
+    rc = walk(in, &h, &err);
     tap_ok(rc == 7 && !strcmp(h.list, "in/Z.txt in/a.txt in/b.txt"),
            "a callback's nonzero status stops the walk and is returned: %d, %s", rc, h.list);
 }
@@ -116,31 +119,23 @@ static void test_errors(void) {
     if (mkdir(bad, 0700) != 0) perror(bad);
     spit(bad, "a.txt", "a");
     make_link("missing", bad, "dangling");
+    const struct { const char *dir, *want, *what; } errs[] = {
+        {"bad", "bad/dangling: cannot read input", "a dangling link is an error naming it"},
+        {"nothing", "nothing: cannot read input", "a missing directory is an error naming it"},
+        {"in/a.txt", "cannot list directory", "a file given as the directory is an error"},
+    };
     found f = {0};
-    cap_begin();
-    int rc = fs_walk(bad, on_file, &f);
-    const char *err = cap_end();
-    tap_ok(rc == TSR_EXIT_DATA && strstr(err, "bad/dangling: cannot read input"),
-           "a dangling link is an error naming it: %s", err);
-
-    pjoin(p, root, "nothing");
-    cap_begin();
-    rc = fs_walk(p, on_file, &f);
-    err = cap_end();
-    tap_ok(rc == TSR_EXIT_DATA && strstr(err, "nothing: cannot read input"),
-           "a missing directory is an error naming it: %s", err);
-
-    pjoin(p, root, "in/a.txt");
-    cap_begin();
-    rc = fs_walk(p, on_file, &f);
-    err = cap_end();
-    tap_ok(rc == TSR_EXIT_DATA && strstr(err, "cannot list directory"),
-           "a file given as the directory is an error: %s", err);
+    const char *err;
+    for (int i = 0; i < 3; i++) {
+        pjoin(p, root, errs[i].dir);
+        int rc = walk(p, &f, &err);
+        tap_ok(rc == TSR_EXIT_DATA && strstr(err, errs[i].want), "%s: %s", errs[i].what, err);
+    }
 
     pjoin(p, root, "empty");
     if (mkdir(p, 0700) != 0) perror(p);
     found e = {0};
-    rc = fs_walk(p, on_file, &e);
+    int rc = fs_walk(p, on_file, &e);
     tap_ok(rc == 0 && !e.list[0], "an empty directory gives no file");
 }
 

@@ -14,19 +14,12 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "testfs.h"
 #include "tcu_gemm_tune.h"
 
 static char dir[256];
 
 static void path_of(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        fprintf(stderr, "test_gemm_tune: cannot write %s\n", path);
-        exit(1);
-    }
-}
 
 /* files in dir whose name contains ".tmp." */
 static int temporaries(void) {
@@ -77,7 +70,7 @@ static int refused(const char *name, const char *text, const char *const *want, 
                    char *err, size_t n) {
     char path[512];
     path_of(path, sizeof path, name);
-    write_file(path, text);
+    write_text(path, text);
     tcu_tune_table t;
     err[0] = 0;
     int rc = tcu_tune_load(&t, path, "NVIDIA H200", 130100, err, n);
@@ -211,7 +204,7 @@ int main(void) {
              line);
     char crlf[512];
     path_of(crlf, sizeof crlf, "crlf.txt");
-    write_file(crlf, text);
+    write_text(crlf, text);
     rc = tcu_tune_load(&r, crlf, "NVIDIA H200", 130100, err, sizeof err);
     int64_t k4[TCU_TUNE_KEY_N];
     key_of(k4, 4);
@@ -234,7 +227,7 @@ int main(void) {
     path_of(taken, sizeof taken, "taken");
     mkdir(taken, 0755);
     snprintf(inside, sizeof inside, "%s/keep", taken);
-    write_file(inside, "kept\n");
+    write_text(inside, "kept\n");
     rc = tcu_tune_save(&t, taken, err, sizeof err);
     struct stat st;
     tap_ok(rc == -1 && stat(inside, &st) == 0 && st.st_size == 5 && temporaries() == 0 &&

@@ -40,6 +40,31 @@ static int quiet_load(const char *path, int gpu, const char *dev, hc_thresholds 
     return rc;
 }
 
+/* a broken variant of a config: its text `from` replaced by `to` */
+typedef struct hc_edit {
+    const char *from, *to, *why;
+} hc_edit;
+
+/* how many of the n edits of base hc_config_load refuses with status 2 (for a GPU run or not, on
+ * the device dev); each one it takes, and each `from` not in base, said in a diagnostic */
+static int rejected_edits(const char *base, const hc_edit *bad, int n, int gpu, const char *dev) {
+    int rejected = 0;
+    for (int i = 0; i < n; i++) {
+        char text[4096];
+        const char *at = strstr(base, bad[i].from);
+        if (!at) {
+            tap_diag("fixture text not found: %s", bad[i].from);
+            continue;
+        }
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, bad[i].to, at + strlen(bad[i].from));
+        hc_thresholds t;
+        int rc = quiet_load(write_cfg("bad.cfg", text), gpu, dev, &t);
+        if (rc == 2) rejected++;
+        else tap_diag("not rejected (rc %d): %s", rc, bad[i].why);
+    }
+    return rejected;
+}
+
 static hc_thresholds canned_thresholds(void) {
     hc_thresholds t;
     memset(&t, 0, sizeof t);
@@ -237,7 +262,7 @@ static void test_config(void) {
     tap_ok(rc == 0 && !strcmp(t.section, "CPU") && hc_limit_value(&t, HC_SGEMM) == 75.0 &&
                t.params.full_burn_s == 2.0 && t.params.allreduce_iters == 3,
            "no match: the default section; integers accepted for seconds");
-    struct { const char *from, *to, *why; } bad[] = {
+    const hc_edit bad[] = {
         {"tolerance = 0.25", "tolerance = 1.5", "tolerance out of range"},
         {"gemm_n = 256", "gemm_n = 99999", "gemm_n too large for exact results"},
         {"gemm_n = 256", "gemm_n = 8192", "gemm_n above 4096 in a cpu section (inexact fp32 burn)"},
@@ -251,19 +276,7 @@ static void test_config(void) {
         {"expected = 50.0;", "expected = \"fifty\";", "string instead of a number"},
         {"devices = (", "devices = ( syntax error", "syntax error"},
     };
-    int n_bad = (int)(sizeof bad / sizeof bad[0]), rejected = 0;
-    for (int i = 0; i < n_bad; i++) {
-        char text[4096];
-        const char *at = strstr(base, bad[i].from);
-        if (!at) {
-            tap_diag("fixture text not found: %s", bad[i].from);
-            continue;
-        }
-        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, bad[i].to, at + strlen(bad[i].from));
-        rc = quiet_load(write_cfg("bad.cfg", text), 0, "Intel Xeon", &t);
-        if (rc == 2) rejected++;
-        else tap_diag("not rejected (rc %d): %s", rc, bad[i].why);
-    }
+    int n_bad = (int)(sizeof bad / sizeof bad[0]), rejected = rejected_edits(base, bad, n_bad, 0, "Intel Xeon");
     tap_ok(rejected == n_bad, "%d of %d broken configs rejected with status 2", rejected, n_bad);
     rc = quiet_load(write_cfg("gpuonly.cfg", base), 1, "Intel", &t);
     tap_ok(rc == 2, "no section for the mode (GPU run, CPU-only file) -> status 2");
@@ -478,25 +491,14 @@ static void test_gpu_config(void) {
     hc_thresholds t;
     int rc = hc_config_load(write_cfg("gpu.cfg", base), 1, "Some GPU", &t);
     tap_ok(rc == 0 && !strcmp(t.section, "G") && t.params.gemm_n == 1024, "a minimal GPU-only config loads");
-    struct { const char *from, *to, *why; } bad[] = {
+    const hc_edit bad[] = {
         {"gemm_n = 1024;", "gemm_n = 1000;", "gpu gemm_n not a multiple of 16"},
         {"hbm_bw = { expected = 100; tolerance = 0.0; };", "", "missing GPU check"},
         {"ecc_uncorrected = { max = 0; };", "ecc_uncorrected = { max = 0; }; sgemm = { expected = 1; tolerance = 0.0; };",
          "a CPU check in a gpu section"},
         {"remap_failed = { max = 0; }", "remap_failed = { expected = 0; tolerance = 0.0; }", "count check with rate keys"},
     };
-    int rejected = 0, n_bad = (int)(sizeof bad / sizeof bad[0]);
-    for (int i = 0; i < n_bad; i++) {
-        char text[4096];
-        const char *at = strstr(base, bad[i].from);
-        if (!at) {
-            tap_diag("fixture text not found: %s", bad[i].from);
-            continue;
-        }
-        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, bad[i].to, at + strlen(bad[i].from));
-        if (quiet_load(write_cfg("badgpu.cfg", text), 1, "Some GPU", &t) == 2) rejected++;
-        else tap_diag("not rejected: %s", bad[i].why);
-    }
+    int n_bad = (int)(sizeof bad / sizeof bad[0]), rejected = rejected_edits(base, bad, n_bad, 1, "Some GPU");
     tap_ok(rejected == n_bad, "%d of %d broken GPU configs rejected with status 2", rejected, n_bad);
 }
 

