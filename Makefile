@@ -206,6 +206,8 @@ GPU_TRAIN_PARTS += src/gpu/gpu_tp.c
 # the CUDA backend's composed entries (multi-head latent attention, DeepSeek's router: gpu_mla.h;
 # the ring over heads without a kernel: gpu_mla_ring.h)
 GPU_BACKEND_PARTS := src/gpu/gpu_mla.c src/gpu/gpu_mla_ring.c src/gpu/gpu_route_ds.c src/gpu/gpu_grown.c
+# the op test (tests/gpu/gpu_ops_mla.c) calls gpu_mla.c's decoding directly, against the CPU's
+GPU_MLA_OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,src/gpu/gpu_mla.c src/gpu/gpu_grown.c src/gpu/gpu_profile.c)
 GPU_SRC  := src/gpu/gpu_backend.c $(GPU_BACKEND_PARTS) src/gpu/gpu_model.c src/gpu/gpu_shard.c src/gpu/gpu_train.c src/gpu/gpu_ep.c \
             $(GPU_TRAIN_PARTS) src/gpu/gpu_profile.c src/gpu/gpu_muon.c src/gpu/gpu_ring.c src/gpu/gpu_comm.c \
             src/gpu/gpu_comm_staged.c
@@ -372,7 +374,7 @@ $(CUDA_TRAIN_SO): $(GPU_OBJ) $(BUILD)/obj/src/gpu/gpu_comm_nccl.o $(CUDA_LIB)
 
 # the emulator itself checked against the CPU oracle by the GPU op test (it is the instrument of
 # tests/gpu/test_cuda_train.sh): the same test program, linked to it instead of the CUDA library
-$(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(EMU_OBJ) \
+$(BUILD)/tests/test_gpu_ops_emu: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(EMU_OBJ) $(GPU_MLA_OBJ) \
                                  $(TUNE_OBJ) $(FP8_LINEAR_OBJ) $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) -ldl
@@ -407,7 +409,7 @@ $(BUILD)/tests/test_simt_selftest: $(BUILD)/obj/simt/simt_selftest.o $(BUILD)/ob
 	@mkdir -p $(@D)
 	$(CXX) -o $@ $^ -lpthread
 $(BUILD)/obj/simt/simt_selftest.o: SIMT_CXXFLAGS += -Itests
-$(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o \
+$(BUILD)/tests/test_gpu_ops_simt: $(BUILD)/obj/tests/gpu/test_gpu_ops_simt.o $(GPU_MLA_OBJ) \
                                   $(EMU_SIMT_OBJ) $(SIMT_OBJ) $(TUNE_OBJ) $(FP8_LINEAR_OBJ) \
                                   $(CUDNN_OBJ) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
@@ -497,7 +499,7 @@ $(BUILD)/tests/deltanet_gpu_emu: $(BUILD)/obj/bench/gpu/deltanet_gpu.o $(EMU_OBJ
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS)
 
-$(BUILD)/tests/test_gpu_ops: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(CUDA_LIB) $(BUILD)/libtessera.a
+$(BUILD)/tests/test_gpu_ops: $(BUILD)/obj/tests/gpu/test_gpu_ops.o $(GPU_MLA_OBJ) $(CUDA_LIB) $(BUILD)/libtessera.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(ALL_LIBS) $(CUDA_LIBS)
 

@@ -2875,6 +2875,7 @@ static void test_fp8_rules(void) {
 #include "gpu_ops_variants.c" /* issue 67/68's model variants (cuvar67): run_variants */
 #include "gpu_ops_attnvar.c" /* issue 67's attention variants: attnvar_checks, run_attnvar */
 #include "gpu_ops_cudnn.c"   /* cuDNN's fused attention (issue 66 item 1): run_cudnn */
+#include "gpu_ops_mla.c"     /* MLA's decoding (gpu_mla.c, issue 84 item 2): run_mla */
 
 static int plan_size_simt(void) {
     int ndn = deltanet_checks();
@@ -2892,6 +2893,7 @@ static int plan_size_simt(void) {
     for (size_t i = 0; i < NCASES(LORA); i++) n += lora_checks(&LORA[i]);
     n += (int)NCASES(DEC) * DEC_CHECKS + (int)NCASES(MMR) * MMR_CHECKS;
     n += attnvar_checks(); /* issue 67's attention variants (gpu_ops_attnvar.c) */
+    n += mla_checks();     /* MLA's decoding (gpu_ops_mla.c) */
     return n;
 }
 
@@ -2920,6 +2922,7 @@ static void run_simt(void) {
     for (size_t i = 0; i < NCASES(MOE_FZ); i++) test_moe_matmul_frozen(&MOE_FZ[i]);
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
     run_decode();
+    run_mla();
     run_deltanet();
     run_variants();
 }
@@ -2958,6 +2961,7 @@ static int plan_size(void) {
     n += (int)NCASES(FP8) * FP8_CHECKS + FP8_RULE_CHECKS;
     n += attnvar_checks(); /* issue 67's attention variants (gpu_ops_attnvar.c) */
     n += cudnn_checks();   /* cuDNN's fused attention (gpu_ops_cudnn.c) */
+    n += mla_checks();     /* MLA's decoding (gpu_ops_mla.c) */
     return n;
 }
 
@@ -3060,6 +3064,7 @@ int main(void) {
     for (size_t i = 0; i < NCASES(LORA); i++) test_lora(&LORA[i]);
     tap_diag("next: batched decoding (the KV cache of slots, the batch-invariant product)");
     run_decode();
+    run_mla();
     tap_diag("next: FP8 (the casts of tcu_fp8.h, cuBLASLt's FP8 GEMM)");
     test_fp8_rules();
     for (size_t i = 0; i < NCASES(FP8); i++) test_fp8(&FP8[i]);
