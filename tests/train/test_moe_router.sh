@@ -79,8 +79,11 @@ read -r hexb _ < <(bias B)
 tap_check $? "the bias after 30 steps on 2 ranks equals 1 rank's bit for bit"
 run E 2 --set parallel.expert=2
 read -r hexe _ < <(bias E)
-[[ -n $hexe && $hexe == "$hexa" ]] && grep -q "expert parallelism" "$TMP/E.txt"
-tap_check $? "with parallel.expert = 2 on 2 ranks: the same bias bit for bit"
+run E4 4 --set parallel.expert=4
+read -r hexe4 _ < <(bias E4)
+[[ -n $hexe && $hexe == "$hexa" && $hexe4 == "$hexa" ]] && grep -q "expert parallelism" "$TMP/E.txt" &&
+    grep -q "expert parallelism" "$TMP/E4.txt"
+tap_check $? "with parallel.expert = 2 on 2 ranks and 4 on 4: the same bias bit for bit (EP 1/2/4)"
 run Z 2 --set parallel.sharding=zero3
 read -r hexz _ < <(bias Z)
 [[ -n $hexz && $hexz == "$hexa" ]]
