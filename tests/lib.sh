@@ -279,12 +279,12 @@ synth_tiny_args() {
     args+=(--set model.n_layer="$layers" --set model.n_head=4 --set global_batch="$global"
            --set micro_batch="$micro" "$@")
 }
-# tiny_llama_args TRAIN_DIR: sets `args` to configs/tiny-llama.cfg cut down as tiny_args does
-# (2 layers, d_model 64, seq_len 32, vocabulary 512, one thread, every step logged, no validation,
-# no sample), global batch 8 in microbatches of 2, warmup 2 steps; tests append their heads,
-# duration and saves
+# tiny_llama_args TRAIN_DIR [VOCAB]: sets `args` to configs/tiny-llama.cfg cut down as tiny_args
+# does (2 layers, d_model 64, seq_len 32, a vocabulary of VOCAB tokens (default 512: make_synth's),
+# one thread, every step logged, no validation, no sample), global batch 8 in microbatches of 2,
+# warmup 2 steps; tests append their heads, duration and saves
 tiny_llama_args() {
-    args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
+    args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size="${2:-512}" --set data.tokenizer=
           --set sample.tokens=0 --set data.train="$1" --set data.val= --set eval_interval=0ba
           --set model.n_layer=2 --set model.d_model=64 --set model.intermediate_size=96
           --set seq_len=32 --set global_batch=8 --set micro_batch=2 --set threads=1

@@ -29,16 +29,19 @@ mpi_ok() { command -v mpirun >/dev/null && [[ $(ldd "$1" 2>/dev/null) == *libmpi
 # several ranks here (mpi_ok)
 mpi_needed() { mpi_ok "$TRAIN" || { echo "$1 needs MPI ranks: no mpirun, or a NO_MPI=1 build"; exit 77; }; }
 
-# gpu_llama_args STEPS SAVE [SETTINGS...]: the synthetic corpus in $TMP/data and `args` for
-# tiny_llama_args on its train split with 2 heads on 1 KV head, STEPS steps saved every SAVE, then
-# SETTINGS (test_cuda_lora.sh, test_cuda_muon.sh)
+# gpu_tiny_args VOCAB TOKENS [SETTINGS...]: TOKENS synthetic tokens of a VOCAB-token vocabulary in
+# $TMP/data and `args` for tiny_llama_args on its train split with 2 heads on 1 KV head and the
+# ranks' GPU transport (GPU_COMM_ARGS), then SETTINGS (the GPU tests' tiny Llama: test_cuda_context.sh,
+# test_cuda_pipeline.sh, test_cuda_mla_context.sh, test_cuda_moe_ep.sh, test_cuda_moe_bias.sh)
+gpu_tiny_args() {
+    make_synth "$TMP/data" "$1" "$2"
+    tiny_llama_args "$TMP/data/train" "$1"
+    args+=(--set model.n_head=2 --set model.n_kv_head=1 "${GPU_COMM_ARGS[@]}" "${@:3}")
+}
+# gpu_llama_args STEPS SAVE [SETTINGS...]: gpu_tiny_args on make_synth's default corpus (200000
+# tokens of 512), STEPS steps saved every SAVE, then SETTINGS (test_cuda_lora.sh, test_cuda_muon.sh)
 gpu_llama_args() {
-    local steps=$1 save=$2
-    shift 2
-    make_synth "$TMP/data"
-    tiny_llama_args "$TMP/data/train"
-    args+=(--set model.n_head=2 --set model.n_kv_head=1 --set max_duration="${steps}ba"
-           --set save_interval="${save}ba" "$@")
+    gpu_tiny_args 512 200000 --set max_duration="${1}ba" --set save_interval="${2}ba" "${@:3}"
 }
 
 # the host emulator's trainer (kernels/cuda_emu/: the trainer's GPU path on the CPU)

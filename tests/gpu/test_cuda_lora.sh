@@ -31,7 +31,7 @@ source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=9
 tap_plan $((2 * PER + 2))
-gpu_llama_args 12 6 "${GPU_COMM_ARGS[@]}"
+gpu_llama_args 12 6
 lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set optim.lr=1e-2)
 moe=(--set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=64)
 mlora=("${lora[@]}" --set lora.targets=q,k,v,o --init-from "$TMP/mbase" "${moe[@]}")

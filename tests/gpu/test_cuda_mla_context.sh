@@ -34,17 +34,12 @@ source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
 PER=5
 tap_plan $((2 * PER))
-make_synth "$TMP/data" 64 60000
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=64 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-      --set model.n_kv_head=0 --set model.intermediate_size=96 --set model.kv_lora_rank=32
-      --set model.q_lora_rank=24 --set model.qk_nope_head_dim=16 --set model.qk_rope_head_dim=8
-      --set model.v_head_dim=12 --set model.rope_interleave=true --set seq_len=32
-      --set model.max_seq_len=32 --set model.attn_mask=document --set model.eot_token=8
-      --set global_batch=4 --set micro_batch=2 --set max_duration=6ba --set save_interval=1ba
-      --set keep_last=8 --set save_final=false --set threads=1 --set log_interval=1
-      --set optim.warmup=2ba --set watchdog.window=0 --set device=cuda "${GPU_COMM_ARGS[@]}")
+gpu_tiny_args 64 60000 --set model.n_head=4 --set model.n_kv_head=0 --set model.kv_lora_rank=32 \
+    --set model.q_lora_rank=24 --set model.qk_nope_head_dim=16 --set model.qk_rope_head_dim=8 \
+    --set model.v_head_dim=12 --set model.rope_interleave=true --set model.max_seq_len=32 \
+    --set model.attn_mask=document --set model.eot_token=8 --set global_batch=4 \
+    --set max_duration=6ba --set save_interval=1ba --set keep_last=8 --set save_final=false \
+    --set watchdog.window=0 --set device=cuda
 # run BIN DIR NP N ARGS...: output in DIR.txt
 run() {
     local bin=$1 dir=$2 np=$3 n=$4; shift 4
@@ -120,7 +115,5 @@ suite() {
     fi
 }
 
-MPI_OK=0
-mpi_ok "$TRAIN" && MPI_OK=1
 both_halves "$PER" "" ""
 tap_done

@@ -18,27 +18,16 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 tsr_tmpdir
-EMU=$BUILD/tests/tessera-train-cuemu
-if ! mpi_ok "$TRAIN"; then
-    echo "the sharded modes need MPI ranks: no mpirun, or a NO_MPI=1 build"
-    exit 77
-fi
-[[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
+mpi_needed "parallel.sharding"
+emulator_built
 PER=4
 tap_plan $((2 * PER))
-make_synth "$TMP/data" 512 40000
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
-      --set model.n_kv_head=1 --set model.intermediate_size=96 --set seq_len=32
-      --set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=48
-      --set model.moe_aux_loss_coef=0 --set model.moe_z_loss_coef=0
-      --set model.moe_scoring=sigmoid --set model.moe_topk_method=noaux_tc
-      --set model.moe_bias_update_rate=0.01 --set global_batch=4 --set micro_batch=2
-      --set max_duration=6ba --set save_interval=3ba --set keep_last=3 --set save_async=false
-      --set threads=1 --set log_interval=1 --set optim.warmup=2ba --set optim.grad_clip=0
-      --set watchdog.window=0
-      --set device=cuda "${GPU_COMM_ARGS[@]}")
+gpu_tiny_args 512 40000 --set model.moe_experts=4 --set model.moe_top_k=2 \
+    --set model.moe_intermediate_size=48 --set model.moe_aux_loss_coef=0 --set model.moe_z_loss_coef=0 \
+    --set model.moe_scoring=sigmoid --set model.moe_topk_method=noaux_tc \
+    --set model.moe_bias_update_rate=0.01 --set global_batch=4 --set max_duration=6ba \
+    --set save_interval=3ba --set keep_last=3 --set save_async=false --set optim.grad_clip=0 \
+    --set watchdog.window=0 --set device=cuda
 modes=(zero1 zero3 hsdp)
 shard() { [[ $1 == ddp ]] || echo "--set parallel.sharding=$1"; [[ $1 == hsdp ]] && echo "--set parallel.replica_group=1"; }
 # run BIN DIR MODE OPTIONS...: 2 ranks, output in DIR.txt

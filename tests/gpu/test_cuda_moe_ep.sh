@@ -38,16 +38,9 @@ tsr_tmpdir
 tap_plan 15
 mpi_needed "expert parallelism"
 emulator_built
-make_synth "$TMP/data" 512 80000
-args=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.vocab_size=512 --set data.tokenizer=
-      --set sample.tokens=0 --set data.train="$TMP/data/train" --set data.val=
-      --set eval_interval=0ba --set model.n_layer=2 --set model.d_model=64 --set model.n_head=2
-      --set model.n_kv_head=1 --set model.intermediate_size=96 --set seq_len=32
-      --set model.moe_experts=4 --set model.moe_top_k=2 --set model.moe_intermediate_size=48
-      --set model.moe_aux_loss_coef=0.01 --set model.moe_z_loss_coef=0.001
-      --set global_batch=8 --set micro_batch=2 --set max_duration=8ba --set save_interval=4ba
-      --set keep_last=2 --set threads=1 --set log_interval=1 --set optim.warmup=2ba
-      "${GPU_COMM_ARGS[@]}")
+gpu_tiny_args 512 80000 --set model.moe_experts=4 --set model.moe_top_k=2 \
+    --set model.moe_intermediate_size=48 --set model.moe_aux_loss_coef=0.01 \
+    --set model.moe_z_loss_coef=0.001 --set max_duration=8ba --set save_interval=4ba --set keep_last=2
 # evaluations at steps 3 and 6, between the checkpoints (4, 8), and at the end: they run on the
 # device's experts through the exchange, not on the host mirror a save fills; 26 samples on 4
 # ranks: 3, 4, 3 and 4 forwards, the short ranks topping up with idle ones
