@@ -421,9 +421,6 @@ static void validate_mtp(load_ctx *c) {
     const int D = g->model.num_nextn_predict_layers, cuda = g->device == TSR_DEVICE_CUDA;
     if (D == 0) return;
     const tsr_cfg_pair rules[] = {
-        {cuda && g->sharding != TSR_SHARD_DDP, "parallel.sharding",
-         "other than \"ddp\" on device = \"cuda\""},
-        {cuda && g->expert > 1, "parallel.expert", "> 1 on device = \"cuda\""},
         {cuda && g->context > 1, "parallel.context", "> 1 on device = \"cuda\""},
         {cuda && g->precision.fp8 != TSR_FP8_NONE, "precision.fp8",
          "other than \"none\" on device = \"cuda\""},

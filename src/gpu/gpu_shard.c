@@ -17,7 +17,7 @@ static size_t unit_size(const tsr_model *m, int u) {
 size_t gpu_shard_bytes(const tsr_model *m, int zero1, int G, int frozen) {
     size_t n = 0, max_unit = 0, unit0 = (size_t)G * fsdp_piece_len(unit_size(m, 0), G);
     size_t max_piece = 0, f = sizeof(float), b = sizeof(tsr_bf16);
-    for (int u = 0; u <= m->L; u++) {
+    for (int u = 0; u <= m->L + m->D; u++) { /* (MTP's layers: units L + 1 + d) */
         size_t P = fsdp_piece_len(unit_size(m, u), G);
         n += P;
         if (P > max_piece) max_piece = P;
@@ -168,7 +168,7 @@ static void src_get(void *ctx, int u, int backward, const tsr_bf16 **w, float **
         /* the next unit's gather runs while this one computes: the other slot's last user is
          * queued already, and the gather follows it on the device */
         int o = 1 - k;
-        if (next >= 1 && next <= sh->g->m->L && !slot_is(sh, o, next, nf8))
+        if (next >= 1 && next < sh->f->n_units && !slot_is(sh, o, next, nf8))
             gather_slot(sh, o, next, nf8);
         if (backward && !sh->frozen) { /* a gradient buffer whose last reduce-scatter ended */
             int j = sh->lg_next;

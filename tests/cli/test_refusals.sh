@@ -10,7 +10,7 @@
 # what, the expected exit, the message (a fixed string, grep -F), the command.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 64
+tap_plan 63
 
 make_synth "$TMP/data" 512 20000
 "$TOOL" synth --out "$TMP/short" --vocab 512 --tokens 20 --seed 1 >/dev/null
@@ -69,9 +69,6 @@ dry "DeepSeek's router: noaux_tc's groups of one expert" "at least 2 experts a g
     --set model.moe_n_group=8 --set model.moe_topk_group=2
 dry "DeepSeek's router: a z-loss with sigmoid scores" "the z-loss is over softmax's logsumexp" \
     "${moe8[@]}" --set model.moe_scoring=sigmoid --set model.moe_z_loss_coef=0.001
-dry "multi-token prediction with expert parallelism on device = cuda" \
-    'parallel.expert > 1 on device = "cuda" with model.num_nextn_predict_layers = 1' "${moe[@]}" \
-    --set model.num_nextn_predict_layers=1 --set device=cuda --set parallel.expert=2
 dry "DeepSeek's router: no MoE layer after the dense ones" "no MoE layer is left after the dense ones" \
     "${moe8[@]}" --set model.n_layer=2 --set model.moe_dense_layers=2
 dry "model.layer_types longer than model.n_layer" "entries with model.n_layer" \

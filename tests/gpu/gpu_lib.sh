@@ -157,6 +157,22 @@ real_half() {
     suite "$TRAIN" cuda "$@"
     tap_skip "the real library without a GPU" "there is a GPU"
 }
+# family_real_half WHAT PER THEN...: the real backend's half of a family test against the CPU
+# (test_cuda_mla.sh, test_cuda_mtp.sh): where real_backend finds a GPU, the test's
+# `suite "$TRAIN" cuda` at the issue's 0.5% on the loss and test_cuda_train.sh's 5e-2 on the norm
+# (updates within 0.5), then `THEN... "$TRAIN" cuda`; else without_gpu WHAT PER with the test's
+# `run "$TRAIN" nodev` (the test's plan counts without_gpu's own check only where why is set)
+family_real_half() {
+    local what=$1 per=$2
+    shift 2
+    real_backend
+    if [[ -z $why ]]; then
+        UPD_TOL=0.5 suite "$TRAIN" cuda 5e-3 5e-2
+        "$@" "$TRAIN" cuda
+    else
+        without_gpu "$what" "$per" run "$TRAIN" nodev --set device=cuda
+    fi
+}
 # emulator_half_end: the last line of a half that ran; one more, failing, check when it did not run
 # the N checks emulator_half was given (the plan then fails too)
 emulator_half_end() {

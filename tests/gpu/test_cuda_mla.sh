@@ -150,12 +150,5 @@ if emulator_half $((PER + 2)); then
 fi
 
 # the real backend: the 0.5% on the loss, test_cuda_train.sh's 5e-2 on the norm
-real_backend
-if [[ -z $why ]]; then
-    UPD_TOL=0.5 suite "$TRAIN" cuda 5e-3 5e-2
-    decode "$TRAIN" cuda
-else
-    without_gpu "loads for a DeepSeek-like run and reports no CUDA device" "$((PER + 1))" \
-        run "$TRAIN" nodev --set device=cuda
-fi
+family_real_half "loads for a DeepSeek-like run and reports no CUDA device" "$((PER + 1))" decode
 tap_done

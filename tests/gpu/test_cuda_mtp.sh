@@ -15,22 +15,32 @@
 #    DeepSeek case within 1e-3 of one rank's losses and MTP losses, its MTP tensors' updates
 #    within 0.1 of one rank's, and no fingerprint of the ranks' copies differing (the emulator
 #    only; skipped without MPI);
+#  - on 2 ranks of the emulator, one microbatch a rank and clipping off (the sharded modes then
+#    sum the same two gradients as ddp: test_cuda_moe_bias.sh), 6 steps saved at 3 and 6, the
+#    DeepSeek case under parallel.sharding = zero1, zero3 and hsdp (replica groups of 1) against
+#    ddp: every step's loss and MTP loss, and every tensor of the step-6 checkpoint (weights and
+#    AdamW moments, the MTP tensors among them, moved since step 3), bit for bit ddp's; zero3
+#    resumed from its step-3 checkpoint and zero1 from ddp's end as the runs that went on, bit for
+#    bit; parallel.expert = 2 (ddp and zero3) within the emulator's 3e-4 of ddp's losses and MTP
+#    losses (the exchange's own difference, as without MTP: test_cuda_moe_ep.sh), its MTP tensors'
+#    updates within 0.1 of ddp's (skipped without MPI);
 #  - the modes device = cuda does not run MTP with refused at start naming both keys (exit 1,
-#    nothing written): parallel.sharding = "zero3", precision.fp8 = "tensorwise".
+#    nothing written): parallel.context = 2, precision.fp8 = "tensorwise".
 # It runs on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu) and on the
 # real backend when a GPU is present (tests/gpu/device.sh's train stage; skipped loudly
 # otherwise).
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpu_lib.sh"
 EMU=$BUILD/tests/tessera-train-cuemu
-[[ -x $EMU || ${TSR_TEST_EMULATOR:-1} == 0 ]] || { echo "no $EMU (make builds it)"; exit 77; }
+emulator_built
 tsr_tmpdir
 CASES=(ds llama)
 PER=$((${#CASES[@]} + 1)) # the cases, the resume
+SH=4                      # the sharded modes' checks (2 ranks of the emulator)
 MPI_OK=0
 mpi_ok "$EMU" && MPI_OK=1
 real_backend # (why: the real half's checks are PER, and one more, the library's, without a GPU)
-tap_plan $((1 + 2 + (PER + 1) + PER + (${#why} > 0 ? 1 : 0)))
+tap_plan $((1 + 2 + (PER + 1 + SH) + PER + (${#why} > 0 ? 1 : 0)))
 make_synth "$TMP/data" 512 30000
 
 # the runs' settings after each case's (the case's config first)
@@ -72,8 +82,8 @@ refused() {
     ((rc == 1)) && grep -qF "$pat" "$TMP/refused.txt" && [[ ! -e $TMP/refused ]]
     tap_check $? "device = cuda refuses MTP with $what (exit $rc, want 1)"
 }
-refused "sharded weights" 'parallel.sharding other than "ddp" on device = "cuda" with model.num_nextn_predict_layers = 1: multi-token prediction does not run with it yet' \
-    --set parallel.sharding=zero3
+refused "context parallelism" 'parallel.context > 1 on device = "cuda" with model.num_nextn_predict_layers = 1: multi-token prediction does not run with it yet' \
+    --set parallel.context=2
 refused "FP8 linear layers" 'precision.fp8 other than "none" on device = "cuda" with model.num_nextn_predict_layers = 1: multi-token prediction does not run with it yet' \
     --set precision.fp8=tensorwise
 
@@ -89,11 +99,12 @@ sys.exit(0 if a and sorted(a) == sorted(b) and w <= float(sys.argv[3]) else 1)
 PY
 }
 
-# mtp_moved INIT A B TOL: each MTP tensor of B's step-8 checkpoint moved from INIT's weights, its
-# update within TOL of A's, relative
+# mtp_moved INIT A B TOL [STEP]: each MTP tensor of B's checkpoint of STEP (8) moved from INIT's
+# weights, its update within TOL of A's, relative
 mtp_moved() {
-    "$PY3" - "$TMP/$1/step-00000001.h5" "$TMP/$2/step-00000008.h5" "$TMP/$3/step-00000008.h5" \
-        "$4" <<'PY'
+    local s
+    s=$(printf %08d "${5:-8}")
+    "$PY3" - "$TMP/$1/step-00000001.h5" "$TMP/$2/step-$s.h5" "$TMP/$3/step-$s.h5" "$4" <<'PY'
 import sys, h5py, numpy as np
 z, a, b = (h5py.File(p, "r") for p in sys.argv[1:4])
 names = sorted(n for n in b["model"] if n.startswith("mtp_"))
@@ -148,8 +159,104 @@ PY
     tap_check $? "$l: resumed from step 4, the losses, MTP losses, norms and tensors of steps 5..8 bit for bit the uninterrupted run's"
 }
 
+# the sharded runs' settings: one microbatch a rank, no clipping, 6 steps saved at 3 and 6
+sargs=(--set global_batch=4 --set micro_batch=2 --set optim.grad_clip=0 --set max_duration=6ba
+       --set save_interval=3ba --set keep_last=3 --set save_async=false --set device=cuda)
+# mode MODE: its words (ep_ddp, ep_zero3: parallel.expert = 2 with ddp or zero3)
+mode() {
+    case $1 in
+    ddp) ;;
+    hsdp) echo "--set parallel.sharding=hsdp --set parallel.replica_group=1" ;;
+    ep_*) echo "--set parallel.expert=2"; mode "${1#ep_}" ;;
+    *) echo "--set parallel.sharding=$1" ;;
+    esac
+}
+# run2 DIR MODE OPTIONS...: the DeepSeek case on 2 ranks of the emulator under MODE, output in
+# DIR.txt
+run2() {
+    local dir=$1 m=$2
+    shift 2
+    fam ds
+    # shellcheck disable=SC2046 # (the mode's words)
+    ranks 2 "$EMU" "${opts[@]}" "${args[@]}" "${sargs[@]}" $(mode "$m") --set run_dir="$TMP/$dir" \
+        "$@" >"$TMP/$dir.txt" 2>&1
+}
+
+# steps_same TOL FROM REF DIR...: each DIR logged REF's steps FROM..6, each one's loss and MTP loss
+# within TOL of REF's, relative (0: loss, MTP loss and lr the same bits; a step's last line)
+steps_same() {
+    "$PY3" - "$TMP" "$@" <<'PY'
+import json, sys
+tmp, tol, lo, ref, dirs = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+def steps(d):
+    last = {}
+    for j in map(json.loads, open(f"{tmp}/{d}/metrics.jsonl")):
+        if "loss" in j and j["step"] >= lo: last[j["step"]] = (j["loss"], j["mtp_loss"], j["lr"])
+    return last
+a, ok, msg = steps(ref), True, []
+for d in dirs:
+    b = steps(d)
+    ok &= sorted(a) == sorted(b) == list(range(lo, 7))
+    w = max((abs(b[k][i] - a[k][i]) / abs(a[k][i]) for k in a if k in b for i in (0, 1)),
+            default=float("inf"))
+    ok &= all(a[k] == b.get(k) for k in a) if tol == 0 else w <= tol
+    msg.append(f"{d} {w:.1e}")
+print(f"# steps {lo}..6, loss and MTP loss against {ref}: " + ", ".join(msg))
+sys.exit(0 if ok else 1)
+PY
+}
+
+# ckpts_same REF DIR...: each DIR's step-6 checkpoint holds REF's tensors (model/, optim/) bit for
+# bit, REF's six MTP tensors among them, each moved since REF's step 3
+ckpts_same() {
+    "$PY3" - "$TMP" "$@" <<'PY'
+import sys, h5py, numpy as np
+tmp, ref, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
+f = lambda d, s: h5py.File(f"{tmp}/{d}/step-{s:08d}.h5", "r")
+x, x3 = f(ref, 6), f(ref, 3)
+names = []
+x.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and
+             n.startswith(("model/", "optim/")) else None)
+mtp = [n for n in names if n.startswith("model/mtp_")]
+ok, msg = len(mtp) == 6 and all(not np.array_equal(x[n][()], x3[n][()]) for n in mtp), []
+for d in dirs:
+    y = f(d, 6)
+    diff = [n for n in names if n not in y or not np.array_equal(x[n][()], y[n][()])]
+    ok &= not diff
+    msg.append(f"{d} {len(names) - len(diff)} of {len(names)} the same {diff[:3]}")
+print(f"# step-6 tensors against {ref} ({len(mtp)} MTP tensors): " + "; ".join(msg))
+sys.exit(0 if ok else 1)
+PY
+}
+
+# sharded: the SH checks of the sharded modes and expert parallelism against ddp on 2 ranks
+sharded() {
+    local m ok=0 dirs=(emu.zero1 emu.zero3 emu.hsdp)
+    run2 emu.ddp ddp || ok=1
+    for m in zero1 zero3 hsdp; do
+        run2 "emu.$m" "$m" && grep -q "into $m shards" "$TMP/emu.$m.txt" || ok=1
+    done
+    ((ok == 0)) && steps_same 0 1 emu.ddp "${dirs[@]}"
+    tap_check $? "emulator: zero1, zero3 and hsdp with MTP on 2 ranks: every step's loss and MTP loss bit for bit ddp's"
+    ckpts_same emu.ddp "${dirs[@]}"
+    tap_check $? "emulator: zero1, zero3 and hsdp: the step-6 weights and moments, the MTP tensors' among them, bit for bit ddp's"
+    run2 emu.r3 zero3 --resume "$TMP/emu.zero3/step-00000003.h5" &&
+        run2 emu.r1 zero1 --resume "$TMP/emu.ddp/step-00000003.h5" &&
+        grep -q "checkpoint resume step 3" "$TMP/emu.r3.txt" &&
+        grep -q "checkpoint resume step 3" "$TMP/emu.r1.txt" &&
+        steps_same 0 4 emu.zero3 emu.r3 && steps_same 0 4 emu.zero1 emu.r1 &&
+        ckpts_same emu.zero3 emu.r3 && ckpts_same emu.zero1 emu.r1
+    tap_check $? "emulator: zero3 resumed from its step-3 checkpoint and zero1 from ddp's: steps 4..6 and the step-6 tensors those of the runs that went on, bit for bit"
+    local u="" v=""
+    run2 emu.ep_ddp ep_ddp && run2 emu.ep_zero3 ep_zero3 &&
+        steps_same 3e-4 1 emu.ddp emu.ep_ddp emu.ep_zero3 &&
+        u=$(mtp_moved init_ds emu.ddp emu.ep_ddp 0.1 6) &&
+        v=$(mtp_moved init_ds emu.ddp emu.ep_zero3 0.1 6)
+    tap_check $? "emulator: parallel.expert = 2 with MTP (ddp, zero3) within 3e-4 of ddp's losses and MTP losses: ep_ddp $u; ep_zero3 $v"
+}
+
 # the emulator: test_cuda_mla.sh's tolerances (loss 5e-4, norm 1e-2, updates 0.35); 2 ranks
-if emulator_half $((PER + 1)); then
+if emulator_half $((PER + 1 + SH)); then
     UPD_TOL=0.35 suite "$EMU" emulator 5e-4 1e-2
     resumed "$EMU" emulator
     if ((MPI_OK)); then
@@ -161,19 +268,13 @@ if emulator_half $((PER + 1)); then
             u=$(mtp_moved init_ds emulator.ds emu2 0.1) &&
             ! grep -q 'silent data corruption' "$TMP/emu2.txt"
         tap_check $? "emulator: 2 ranks (ddp) within 1e-3 of one rank, the ranks' copies alike (no fingerprint differs): $m; $u"
+        sharded
     else
-        tap_skip "emulator: 2 ranks (ddp)" "no MPI build of $EMU"
+        for ((i = 0; i <= SH; i++)); do tap_skip "emulator: 2 ranks (check $((i + 1)) of $((SH + 1)))" "no MPI build of $EMU"; done
     fi
     emulator_half_end
 fi
 
 # the real backend: the issue's 0.5% on the loss, test_cuda_train.sh's 5e-2 on the norm
-real_backend
-if [[ -z $why ]]; then
-    UPD_TOL=0.5 suite "$TRAIN" cuda 5e-3 5e-2
-    resumed "$TRAIN" cuda
-else
-    without_gpu "loads for an MTP run and reports no CUDA device" "$PER" \
-        run "$TRAIN" nodev --set device=cuda
-fi
+family_real_half "loads for an MTP run and reports no CUDA device" "$PER" resumed
 tap_done
