@@ -68,6 +68,15 @@ static int split_fields(char *line, char **f, int max) {
     return n;
 }
 
+/* The refusal of an index over INDEX_MAX_BYTES; size < 0 when unknown (a file that grew). */
+static int index_too_large(const char *path, long long size) {
+    char got[48] = "";
+    if (size >= 0) snprintf(got, sizeof got, " %lld bytes:", size);
+    tsr_error("%s:%s index is larger than %u bytes; not a tessera index", path, got,
+              INDEX_MAX_BYTES);
+    return TSR_EXIT_DATA;
+}
+
 int index_read_file(const char *path, char **out, size_t *len) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -75,6 +84,8 @@ int index_read_file(const char *path, char **out, size_t *len) {
                   "'tessera shard' or 'tessera synth')", path, strerror(errno));
         return TSR_EXIT_DATA;
     }
+    if (S_ISREG(st.st_mode) && st.st_size > (off_t)INDEX_MAX_BYTES) /* before a byte is read */
+        return index_too_large(path, (long long)st.st_size);
     int fd = fs_open_data(path, "dataset index");
     FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
@@ -86,11 +97,9 @@ int index_read_file(const char *path, char **out, size_t *len) {
     for (;;) {
         if (n + 1 >= cap) {
             if (cap >= INDEX_MAX_BYTES) {
-                tsr_error("%s: index is larger than %u bytes; not a tessera index", path,
-                          INDEX_MAX_BYTES);
                 free(buf);
                 fclose(f);
-                return TSR_EXIT_DATA;
+                return index_too_large(path, -1);
             }
             char *nb = tsr_malloc(cap * 2);
             memcpy(nb, buf, n);

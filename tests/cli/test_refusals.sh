@@ -5,12 +5,13 @@
 # `--plan RANKS` for the layout's rules), so a recipe that would be refused is caught on a login
 # node; then starts on a tiny synthetic dataset (the data's checks), the CUDA library's absence,
 # the options of `tessera generate`, the export of models no transformers class holds, files over
-# their size bound (a Hugging Face config.json, tokenizer encode's input),
+# their size bound (a Hugging Face config.json, tokenizer encode's input, a dataset's index.tsv,
+# GRPO's prompts.jsonl),
 # tessera-job's sweeps and the health checker's thresholds. Each case is one row of a table:
 # what, the expected exit, the message (a fixed string, grep -F), the command.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
-tap_plan 63
+tap_plan 65
 
 make_synth "$TMP/data" 512 20000
 "$TOOL" synth --out "$TMP/short" --vocab 512 --tokens 20 --seed 1 >/dev/null
@@ -286,6 +287,25 @@ refused "tokenizer encode of a file of 1 GiB + 1" 2 \
     "big.txt: 1073741825 bytes, larger than 1073741824 bytes, the most this file may hold" \
     "$TOOL" tokenizer encode "$TMP/big.txt"
 rm -f "$TMP/big.txt"
+cp -r "$TMP/data/train" "$TMP/bigidx" && truncate -s $((256 * 1024 * 1024 + 1)) "$TMP/bigidx/index.tsv"
+refused "a dataset whose index.tsv is 256 MiB + 1" 2 \
+    "index.tsv: 268435457 bytes: index is larger than 268435456 bytes; not a tessera index" \
+    "$TRAIN" "${base[@]}" --set data.train="$TMP/bigidx"
+rm -rf "$TMP/bigidx"
+# GRPO's prompts.jsonl of 16 GiB + 1 (sparse where the filesystem allows: no disk used)
+grpo_prompts "$TMP/g" 8 >/dev/null 2>&1 || { echo "Bail out! grpo fixture"; exit 1; }
+grpo_small_args "$TMP/g"
+big=$TMP/g/prompts/train/prompts.jsonl
+truncate -s $((16 * 1024 * 1024 * 1024 + 1)) "$big"
+if (($(du -k "$big" | cut -f1) < 1024)); then
+    # shellcheck disable=SC2154 # (small: grpo_small_args's)
+    refused "objective = grpo on a prompts.jsonl of 16 GiB + 1" 2 \
+        "prompts.jsonl: 17179869185 bytes, larger than 17179869184 bytes, the most this file may hold" \
+        "$TRAIN" "${small[@]}" --set run_dir="$TMP/run"
+else
+    tap_skip "objective = grpo on a prompts.jsonl of 16 GiB + 1" "$(df -T "$TMP" | awk 'NR == 2 {print $2}') under $TMP holds no sparse file"
+fi
+rm -rf "$TMP/g"
 
 # ---- tessera-job sweeps ----
 J=$TSR_ROOT/jobs/tessera-job

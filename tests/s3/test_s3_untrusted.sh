@@ -8,13 +8,14 @@
 #    rate, instead of hanging (the old limit, under 1 byte/s for 60 s, never tripped);
 #  - sizes from the server: a ranged GET answered with Content-Length 10^15, or with a chunked body
 #    that goes on past the range, and an index answered with Content-Length 10^15, stopped at the
-#    bound, not fetched again, exit 2 saying so (no 256 MiB temporary file, no retry);
+#    bound, not fetched again, exit 2 saying so (no 256 MiB temporary file, no retry); an index
+#    of 256 MiB + 1 on the store itself refused at its Content-Length;
 #  - plain http to a host other than this one: said once per command, not for the loopback;
 #  - bad TSR_S3_MIN_RATE / TSR_S3_GRACE_S: exit 1 before any request.
 source "$(dirname "$0")/../lib.sh"
 tsr_tmpdir
 source "$TSR_ROOT/tests/s3/s3lib.sh"
-tap_plan 8
+tap_plan 9
 s3rver_up
 
 "$TOOL" synth --out "$TMP/data" --vocab 512 --tokens 20000 --shard-tokens 3300 --seed 1 >/dev/null &&
@@ -82,6 +83,16 @@ n_get=$(grep -c '^/tsr/ds/index.tsv oversize' "$TMP/over.log")
 tap_check $? "index.tsv answered with Content-Length 10^15: refused at once as over its 256 MiB bound, not fetched again ($n_get GET), exit 2 (exit $rc)"
 first_error OI
 stop_proxy
+# an index.tsv of 256 MiB + 1 on the store itself (sparse in s3rver's directory, which answers
+# with the file's size): refused at its Content-Length, before a byte of its body, not fetched again
+"$TOOL" data push "$TMP/data/train" s3://tsr/big >/dev/null 2>&1 &&
+    truncate -s $((256 * 1024 * 1024 + 1)) "$(obj big/index.tsv)"
+TMPDIR="$TMP/tmpdir" timeout 60 "$TOOL" verify-data s3://tsr/big >"$TMP/BI.txt" 2>&1
+rc=$?
+[[ $rc == 2 && -z $(ls -A "$TMP/tmpdir") ]] &&
+    grep -q "error: GET s3://tsr/big/index.tsv at .*: the answer is larger than the 268435456 bytes this object may hold (Content-Length 268435457): stopped there, not fetched again" "$TMP/BI.txt"
+tap_check $? "an index.tsv of 256 MiB + 1 on the store: refused at its Content-Length, before its body, exit 2 (exit $rc)"
+first_error BI
 
 # ---- plain http, the deadline settings ----
 AWS_ENDPOINT_URL=http://0.0.0.0:$PPORT TSR_S3_RETRIES=1 "$TOOL" verify-data s3://tsr/ds >"$TMP/http.txt" 2>&1

@@ -93,9 +93,15 @@ tap_diag "B: exit $rc $((($(date +%s%N) - t0) / 1000000)) ms after the SIGTERM (
 stop_proxy
 [[ $rc == 85 ]] && grep -q 'stop requested (SIGUSR1/SIGTERM) while waiting for the data of step 1, the first of this start: no step ran, no checkpoint written' "$TMP/B.txt"
 tap_check $? "2 ranks waiting for the first window, SIGTERM to rank 1: both stop, exit 85 (exit $rc)"
-saved=$(find "$TMP/B" -maxdepth 1 \( -name 'step-*' -o -name latest \))
-[[ $seen == 1 && -z $saved && -z $(tmp_left "$TMP/B" "$TMP/stage-B") ]]
-tap_check $? "nothing saved before the first step: no checkpoint, no latest, no temporary file in run_dir, the stage directory's removed (seen before the signal: $seen) ($(find "$TMP/B" -mindepth 1 -maxdepth 1 -printf '%f ')"
+# "at once, cleanly" (docs/tessera-train.md STOP REQUESTS): the run stopped by itself (exit 85, not
+# the 60 s kill) before the store delivered the window (no shard of it committed: each trickles for
+# an hour), run_dir holds only what the start wrote (config.cfg, metrics.jsonl without a step, tb/),
+# and the stager's temporary file, there when the signal came, is gone
+extra=$(find "$TMP/B" -mindepth 1 -maxdepth 1 ! -name config.cfg ! -name metrics.jsonl ! -name tb -printf '%f ')
+committed=$(find "$TMP/stage-B" -type f ! -name '*.tmp.*' -printf '%f ')
+[[ $rc == 85 && $seen == 1 && -z $extra$committed && -s $TMP/B/config.cfg && -z $(tmp_left "$TMP/B" "$TMP/stage-B") ]] &&
+    ! grep -q '"loss"' "$TMP/B/metrics.jsonl"
+tap_check $? "stopped at once, cleanly: exit 85 before any shard of the window arrived, run_dir only what the start wrote, no step logged, the stager's temporary file removed (exit $rc; seen before the signal: $seen; in run_dir besides: ${extra:-nothing}; committed: ${committed:-none})"
 
 # C: SIGUSR1 while waiting for window 2, after its progress line
 ranks 1 "$TRAIN" "${args[@]}" --set data.train="$TMP/data/train" --set run_dir="$TMP/L" >"$TMP/L.txt" 2>&1
