@@ -413,17 +413,14 @@ static void validate_linear_cuda(load_ctx *c) {
 }
 
 /* model.num_nextn_predict_layers > 0 (multi-token prediction; docs/models.md "Multi-token
- * prediction"): the modes it does not run with yet, each refused naming both keys (device =
- * "cuda": ddp's flat buffers only, src/gpu/gpu_mtp.c) */
+ * prediction"): the modes it does not run with yet, each refused naming both keys (on the CPU
+ * and device = "cuda" alike: docs/cuda.md "Multi-token prediction") */
 static void validate_mtp(load_ctx *c) {
     const tsr_config *g = c->cfg;
     char at[1200];
-    const int D = g->model.num_nextn_predict_layers, cuda = g->device == TSR_DEVICE_CUDA;
+    const int D = g->model.num_nextn_predict_layers;
     if (D == 0) return;
     const tsr_cfg_pair rules[] = {
-        {cuda && g->context > 1, "parallel.context", "> 1 on device = \"cuda\""},
-        {cuda && g->precision.fp8 != TSR_FP8_NONE, "precision.fp8",
-         "other than \"none\" on device = \"cuda\""},
         {g->tensor > 1, "parallel.tensor", "> 1"},
         {g->pipeline > 1, "parallel.pipeline", "> 1"},
         {g->lora.rank > 0, "lora.rank", "> 0"},

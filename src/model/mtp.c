@@ -258,6 +258,9 @@ static void depth_alloc(mtp_depth *p, const tsr_model *m, const tsr_backend *be,
     const size_t N = (size_t)B * T, nC = N * (size_t)m->C * tsr_dtype_size(be->act);
     p->be = *be;
     if (be->capped) p->be.capped = p->sub.be.capped; /* (its own: the model's is its backward's) */
+    p->be.matmul_forward_fp8 = NULL; /* precision.fp8: the modules' layers stay in the backend's
+                                      * precision, as the head does (the FP8 product belongs to
+                                      * the model's own table, src/gpu/gpu_backend.c) */
     model_set_context(&p->sub, m->cpN); /* (its activations: this rank's share) */
     const tsr_ring *g = m->mtp->main.ring;
     if (g) p->ring = (tsr_ring){.N = g->N, .r = g->r, .comm = g->comm};

@@ -23,9 +23,12 @@
 #    resumed from its step-3 checkpoint and zero1 from ddp's end as the runs that went on, bit for
 #    bit; parallel.expert = 2 (ddp and zero3) within the emulator's 3e-4 of ddp's losses and MTP
 #    losses (the exchange's own difference, as without MTP: test_cuda_moe_ep.sh), its MTP tensors'
-#    updates within 0.1 of ddp's (skipped without MPI);
-#  - the modes device = cuda does not run MTP with refused at start naming both keys (exit 1,
-#    nothing written): parallel.context = 2, precision.fp8 = "tensorwise".
+#    updates within 0.1 of ddp's; parallel.context = 2 with the document mask (documents across
+#    the ranks' shares) within test_cuda_context.sh's 2e-4 (loss, MTP loss) and 2e-3 (norm) of one
+#    rank of the device, its MTP tensors' updates within 0.1 of one rank's (skipped without MPI);
+#  - (the emulator) precision.fp8 = "tensorwise" with fp8_skip = "last" (layer 0 of 2 in FP8):
+#    every step's loss and MTP loss within test_cuda_fp8.sh's 2% of the bf16 run's, not its bits,
+#    and the module's layer in bf16 (as many FP8 forwards under TSR_PROFILE=1 as without MTP).
 # It runs on the host emulator of the CUDA backend (build/tests/tessera-train-cuemu) and on the
 # real backend when a GPU is present (tests/gpu/device.sh's train stage; skipped loudly
 # otherwise).
@@ -35,12 +38,12 @@ EMU=$BUILD/tests/tessera-train-cuemu
 emulator_built
 tsr_tmpdir
 CASES=(ds llama)
-PER=$((${#CASES[@]} + 1)) # the cases, the resume
-SH=4                      # the sharded modes' checks (2 ranks of the emulator)
+PER=$((${#CASES[@]} + 1)) # the cases, the resume (and the emulator's FP8 check)
+SH=5                      # the sharded modes' and the context ring's checks (2 ranks of the emulator)
 MPI_OK=0
 mpi_ok "$EMU" && MPI_OK=1
 real_backend # (why: the real half's checks are PER, and one more, the library's, without a GPU)
-tap_plan $((1 + 2 + (PER + 1 + SH) + PER + (${#why} > 0 ? 1 : 0)))
+tap_plan $((1 + (PER + 2 + SH) + PER + (${#why} > 0 ? 1 : 0)))
 make_synth "$TMP/data" 512 30000
 
 # the runs' settings after each case's (the case's config first)
@@ -70,22 +73,6 @@ for f in "${CASES[@]}"; do
     grep -q '| mtp ' "$TMP/cpu_$f.txt" || ok=1
 done
 tap_check $ok "CPU reference runs (the MTP loss in the step lines) and initial weights: ${CASES[*]}"
-
-# refused WHAT PATTERN OPTIONS...: device = cuda with OPTIONS exits 1 saying PATTERN, and writes
-# nothing into its run directory
-refused() {
-    local what=$1 pat=$2; shift 2
-    fam ds
-    run "$TRAIN" refused --set model.moe_bias_update_rate=0 --set device=cuda "$@"
-    local rc=$?
-    tap_diag "$(head -c 400 "$TMP/refused.txt")"
-    ((rc == 1)) && grep -qF "$pat" "$TMP/refused.txt" && [[ ! -e $TMP/refused ]]
-    tap_check $? "device = cuda refuses MTP with $what (exit $rc, want 1)"
-}
-refused "context parallelism" 'parallel.context > 1 on device = "cuda" with model.num_nextn_predict_layers = 1: multi-token prediction does not run with it yet' \
-    --set parallel.context=2
-refused "FP8 linear layers" 'precision.fp8 other than "none" on device = "cuda" with model.num_nextn_predict_layers = 1: multi-token prediction does not run with it yet' \
-    --set precision.fp8=tensorwise
 
 # mtp_close A B TOL: run B logged an MTP loss at every step A did, each within TOL of A's, relative
 mtp_close() {
@@ -159,6 +146,35 @@ PY
     tap_check $? "$l: resumed from step 4, the losses, MTP losses, norms and tensors of steps 5..8 bit for bit the uninterrupted run's"
 }
 
+# fp8_forwards FILE: the FP8 linear forwards TSR_PROFILE=1's table in FILE counts
+fp8_forwards() { awk '$1 == "matmul_forward_fp8" { n += $3 } END { print n + 0 }' "$1"; }
+
+# fp8: precision.fp8 = "tensorwise" with fp8_skip = "last" (layer 0 of 2 in FP8) on the DeepSeek
+# case: every step's loss and MTP loss within test_cuda_fp8.sh's 2% of the bf16 run's and not its
+# bits (the FP8 path ran), and the module's layer in bf16: as many FP8 forwards (TSR_PROFILE=1) as
+# the same run without MTP
+fp8() {
+    local a b w=""
+    fam ds
+    TSR_PROFILE=1 run "$EMU" emu.fp8 --set device=cuda --set precision.fp8=tensorwise \
+        --set precision.fp8_skip=last &&
+        TSR_PROFILE=1 run "$EMU" emu.fp8d0 --set device=cuda --set precision.fp8=tensorwise \
+            --set precision.fp8_skip=last --set model.num_nextn_predict_layers=0 &&
+        grep -q 'linear layers of decoder layers 0 to 0 forward in FP8' "$TMP/emu.fp8.txt" &&
+        a=$(fp8_forwards "$TMP/emu.fp8.txt") && b=$(fp8_forwards "$TMP/emu.fp8d0.txt") &&
+        w=$("$PY3" - "$TMP/emulator.ds/metrics.jsonl" "$TMP/emu.fp8/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ({j["step"]: (j["loss"], j["mtp_loss"]) for j in map(json.loads, open(p)) if "mtp_loss" in j}
+        for p in sys.argv[1:3])
+w = max((abs(b[k][i] - a[k][i]) / abs(a[k][i]) for k in a if k in b for i in (0, 1)),
+        default=float("inf"))
+print(f"loss and MTP loss {w:.1e} of bf16's")
+sys.exit(0 if sorted(a) == sorted(b) and 0 < w <= 0.02 else 1)
+PY
+        ) && ((a > 0 && a == b))
+    tap_check $? "emulator: precision.fp8 = tensorwise with MTP (layer 0 in FP8): $w; FP8 forwards ${a:-?}, without MTP ${b:-?} (the module's layer in bf16)"
+}
+
 # the sharded runs' settings: one microbatch a rank, no clipping, 6 steps saved at 3 and 6
 sargs=(--set global_batch=4 --set micro_batch=2 --set optim.grad_clip=0 --set max_duration=6ba
        --set save_interval=3ba --set keep_last=3 --set save_async=false --set device=cuda)
@@ -172,13 +188,13 @@ mode() {
     esac
 }
 # run2 DIR MODE OPTIONS...: the DeepSeek case on 2 ranks of the emulator under MODE, output in
-# DIR.txt
+# DIR.txt (NP=1: on one; FAM=llama: the Llama case)
 run2() {
     local dir=$1 m=$2
     shift 2
-    fam ds
+    fam "${FAM:-ds}"
     # shellcheck disable=SC2046 # (the mode's words)
-    ranks 2 "$EMU" "${opts[@]}" "${args[@]}" "${sargs[@]}" $(mode "$m") --set run_dir="$TMP/$dir" \
+    ranks "${NP:-2}" "$EMU" "${opts[@]}" "${args[@]}" "${sargs[@]}" $(mode "$m") --set run_dir="$TMP/$dir" \
         "$@" >"$TMP/$dir.txt" 2>&1
 }
 
@@ -253,12 +269,35 @@ sharded() {
         u=$(mtp_moved init_ds emu.ddp emu.ep_ddp 0.1 6) &&
         v=$(mtp_moved init_ds emu.ddp emu.ep_zero3 0.1 6)
     tap_check $? "emulator: parallel.expert = 2 with MTP (ddp, zero3) within 3e-4 of ddp's losses and MTP losses: ep_ddp $u; ep_zero3 $v"
+    context
+}
+
+# context: parallel.context = 2 (the modules' attention over their own ring on the context group,
+# each depth's tokens i + k from the whole rows), with the document mask (token 66 ends a document:
+# documents across the ranks' shares), each case against one rank of the device within
+# test_cuda_context.sh's 2e-4 (loss and MTP loss) and 2e-3 (norm); the Llama case's two modules'
+# tensors' updates within 0.1 of one rank's (the DeepSeek case's MoE routes a few tokens otherwise
+# after a step: its updates drift further, its losses stay within the bar)
+context() {
+    local f m u ok=0 msg=() doc=(--set model.attn_mask=document --set model.eot_token=66)
+    for f in "${CASES[@]}"; do
+        m="" u=""
+        FAM=$f NP=1 run2 "cp1.$f" ddp "${doc[@]}" &&
+            FAM=$f run2 "cp2.$f" ddp "${doc[@]}" --set parallel.context=2
+        runs_close $? "context 2: $f" "cp1.$f" "cp2.$f" 2e-4 2e-3 &&
+            m=$(mtp_close "cp1.$f" "cp2.$f" 2e-4) &&
+            grep -q "context parallelism: the ring over .* 2 ranks a group" "$TMP/cp2.$f.txt" &&
+            { [[ $f == ds ]] || u=$(mtp_moved "init_$f" "cp1.$f" "cp2.$f" 0.1 6); } || ok=1
+        msg+=("$f: $m${u:+; $u}")
+    done
+    tap_check $ok "emulator: parallel.context = 2 with MTP and the document mask within 2e-4 (loss, MTP loss) and 2e-3 (norm) of one rank's: ${msg[*]}"
 }
 
 # the emulator: test_cuda_mla.sh's tolerances (loss 5e-4, norm 1e-2, updates 0.35); 2 ranks
-if emulator_half $((PER + 1 + SH)); then
+if emulator_half $((PER + 2 + SH)); then
     UPD_TOL=0.35 suite "$EMU" emulator 5e-4 1e-2
     resumed "$EMU" emulator
+    fp8
     if ((MPI_OK)); then
         fam ds
         "${MPIRUN[@]}" -np 2 "$EMU" "${opts[@]}" "${args[@]}" --set device=cuda \
