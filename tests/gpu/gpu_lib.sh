@@ -157,6 +157,15 @@ real_half() {
     suite "$TRAIN" cuda "$@"
     tap_skip "the real library without a GPU" "there is a GPU"
 }
+# fam NAME: the family's options (the array NAME) into `opts` (the family tests)
+fam() { local -n f=$1; opts=("${f[@]}"); }
+# run BIN DIR OPTIONS...: one rank of BIN with the test's `args` and OPTIONS, output in $TMP/DIR.txt
+# (test_cuda_families.sh, test_cuda_mla.sh; a test with runs of its own defines its own run)
+run() {
+    local bin=$1 dir=$2; shift 2
+    OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}" \
+        "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
+}
 # family_real_half WHAT PER THEN...: the real backend's half of a family test against the CPU
 # (test_cuda_mla.sh, test_cuda_mtp.sh): where real_backend finds a GPU, the test's
 # `suite "$TRAIN" cuda` at the issue's 0.5% on the loss and test_cuda_train.sh's 5e-2 on the norm

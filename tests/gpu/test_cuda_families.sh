@@ -59,14 +59,6 @@ hybrid=("${qnext[@]}" --set model.layer_types=linear_attention,full_attention
         --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=8
         --set model.linear_key_head_dim=16 --set model.linear_value_head_dim=16
         --set model.attn_mask=document --set model.eot_token=7)
-# fam NAME: the family's options into `opts`
-fam() { local -n f=$1; opts=("${f[@]}"); }
-# run BIN DIR OPTIONS...: one rank, output in DIR.txt
-run() {
-    local bin=$1 dir=$2; shift 2
-    OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}" \
-        "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
-}
 # near A B: every step's loss of run B within LOSS_TOL of run A's, the norms of steps 1-5 within
 # NORM_TOL; prints the largest differences
 near() {

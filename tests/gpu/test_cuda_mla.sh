@@ -46,13 +46,6 @@ v3=()
 v2=(--set model.qk_nope_head_dim=24 --set model.v_head_dim=16 --set model.q_lora_rank=0
     --set model.rope_interleave=false --set model.rope_scaling=none --set model.moe_scoring=softmax
     --set model.moe_topk_method=group_limited_greedy --set model.moe_routed_scaling=1.5)
-fam() { local -n f=$1; opts=("${f[@]}"); }
-# run BIN DIR OPTIONS...: one rank, output in DIR.txt
-run() {
-    local bin=$1 dir=$2; shift 2
-    OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}" \
-        "$bin" "${args[@]}" --set run_dir="$TMP/$dir" "$@" >"$TMP/$dir.txt" 2>&1
-}
 
 ok=0
 for f in "${CASES[@]}"; do

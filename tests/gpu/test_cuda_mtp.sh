@@ -57,8 +57,8 @@ ds=(--config "$TSR_ROOT/configs/tiny-deepseek.cfg")
 llama=(--config "$TSR_ROOT/configs/tiny-llama.cfg" --set model.d_model=64 --set model.n_head=2
        --set model.n_kv_head=1 --set model.intermediate_size=96 --set model.tie_embeddings=true
        --set model.num_nextn_predict_layers=2 --set model.mtp_loss_weight=0.3)
-fam() { local -n f=$1; opts=("${f[@]}"); }
-# run BIN DIR OPTIONS...: one rank of the case fam chose (opts), output in DIR.txt
+# run BIN DIR OPTIONS...: one rank of the case fam chose (opts) ahead of the args (gpu_lib.sh's
+# run has no opts), output in DIR.txt
 run() {
     local bin=$1 dir=$2; shift 2
     OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}" \
